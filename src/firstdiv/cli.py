@@ -1,0 +1,156 @@
+"""The `firstdiv` command line. Exit codes: 0 ran and found nothing to act on, 1 found what the
+user asked to fail on, 2 usage or input error (one line on stderr: what, and how to fix it)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+
+from .errors import FirstdivError
+
+EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+
+store_option = click.option("--store", "store", type=click.Path(dir_okay=False), default=None, envvar="FIRSTDIV_STORE",
+                            help="Run store (SQLite). Default .firstdiv/runs.db, or $FIRSTDIV_STORE.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _emit(obj: Any, as_json: bool, payload: dict[str, Any] | None = None) -> None:
+    if as_json:
+        click.echo(json.dumps(payload if payload is not None else obj.to_dict(), indent=2, default=str))
+    else:
+        _console().print(obj)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="firstdiv")
+def cli() -> None:
+    """Find the first divergence; tell a real regression from noise and from a changed measurement."""
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--seeds", default="0-11", show_default=True, help="Seeds: 0-11, 0,3,5 or 0-3,8.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
+@click.option("--name", default=None, help="Sweep name (default: derived from the changed config keys).")
+@click.option("--backend", type=click.Choice(["serial", "process"]), default="serial", show_default=True)
+@click.option("--workers", type=int, default=None, help="Processes for --backend process (default: CPU count).")
+@click.option("--hypothesis", default=None, help="What you expect, declared before the runs.")
+@click.option("--success", default=None, help="Gradeable criterion, e.g. 'val_loss delta within noise'.")
+@click.option("--force", is_flag=True, help="Rerun seeds already recorded for this identity.")
+@store_option
+@json_option
+def sweep(target: str, seeds: str, sets: tuple[str, ...], name: str | None, backend: str, workers: int | None,
+          hypothesis: str | None, success: str | None, force: bool, store: str | None, as_json: bool) -> int:
+    """Run TARGET (builtin:mlp, file.py:fn or module:fn) at many seeds; print the noise floor."""
+    from .lab.sweep import sweep as run_sweep
+
+    result = run_sweep(target, seeds, sets=list(sets), name=name, store=store, backend=backend, workers=workers,
+                       hypothesis=hypothesis, success=success, force=force, progress=not as_json)
+    _emit(result, as_json)
+    return EXIT_FOUND if result.failed else EXIT_OK
+
+
+@cli.command()
+@store_option
+@json_option
+def runs(store: str | None, as_json: bool) -> int:
+    """List the stored sweeps with their identity hashes."""
+    from rich.table import Table
+
+    from .lab.store import Store
+
+    with Store(store, create=False) as st:
+        sweeps = st.sweeps()
+        rows = [(s, st.records(s, include_failed=True)) for s in sweeps]
+    if as_json:
+        _emit(None, True, {"store": str(st.path), "sweeps": [
+            {**s.to_dict(), "runs": sum(r.ok for r in recs), "failed": sum(not r.ok for r in recs)} for s, recs in rows]})
+        return EXIT_OK
+    table = Table(box=None, header_style="bold", pad_edge=False, title=f"sweeps in {st.path}", title_justify="left")
+    for col in ("name", "id", "workload", "runs", "config", "eval fp", "env", "code", "created"):
+        table.add_column(col)
+    for s, recs in rows:
+        fps = sorted({r.eval_fingerprint or "-" for r in recs if r.ok}) or ["-"]
+        ok = sum(r.ok for r in recs)
+        runs_text = f"{ok}/{len(s.seeds)}" + (f" ({len(recs) - ok} failed)" if len(recs) > ok else "")
+        table.add_row(s.name, s.id, s.workload, runs_text, s.info.get("config_hash", ""), ",".join(fps),
+                      s.info.get("env_hash", ""), str(s.info.get("code", {}).get("version")), s.created[:19])
+    _console().print(table if rows else f"no sweeps in {st.path}")
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("baseline")
+@click.argument("candidate")
+@click.option("--metric", default="val_loss", show_default=True)
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the tests.")
+@click.option("--fail-on-regression", is_flag=True, help="Exit 1 on SYSTEM_CHANGED (worse) or MEASUREMENT_CHANGED.")
+@store_option
+@json_option
+def compare(baseline: str, candidate: str, metric: str, alpha: float, fail_on_regression: bool,
+            store: str | None, as_json: bool) -> int:
+    """Compare two sweeps: identity, paired deltas, cost, declared criterion, verdict."""
+    from .lab.compare import compare as run_compare
+    from .lab.store import Store
+
+    with Store(store, create=False) as st:
+        result = run_compare(baseline, candidate, metric=metric, store=st, alpha=alpha)
+    _emit(result, as_json, _comparison_json(result) if as_json else None)
+    regression = result.verdict == "MEASUREMENT_CHANGED" or (result.verdict == "SYSTEM_CHANGED" and result.direction == "worse")
+    return EXIT_FOUND if fail_on_regression and regression else EXIT_OK
+
+
+def _comparison_json(c: Any) -> dict[str, Any]:
+    d = c.details
+    return {**{k: d[k] for k in ("verdict", "direction", "identity", "metric", "design", "shared_seeds",
+                                 "paired", "unpaired", "noise_floor", "noise_ratio", "seeds_to_resolve",
+                                 "baseline", "candidate", "cost", "declared", "identity_detail")},
+            "report": c.to_dict()}
+
+
+@cli.command()
+@store_option
+@json_option
+def demo(store: str | None, as_json: bool) -> int:
+    """Chapter 14 on builtin:mlp: E1 noise floor, E2 determinism, E5 pairing, E6 eval paths, E7 regressions."""
+    from .lab.demo import run_demo
+
+    result = run_demo(store=store, progress=not as_json, console=None if as_json else _console())
+    if as_json:
+        _emit(None, True, result)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        rc = cli.main(args=argv, prog_name="firstdiv", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        return EXIT_USAGE
+    except click.UsageError as exc:
+        cmd = f" {exc.ctx.info_name}" if exc.ctx and exc.ctx.parent else ""
+        click.echo(f"firstdiv: error: {exc.format_message()} (see firstdiv{cmd} --help)", err=True)
+        return EXIT_USAGE
+    except click.Abort:
+        click.echo("firstdiv: interrupted; recorded runs are kept and a rerun resumes", err=True)
+        return 130
+    except FirstdivError as exc:
+        click.echo(f"firstdiv: error: {exc}", err=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        click.echo("firstdiv: interrupted; recorded runs are kept and a rerun resumes", err=True)
+        return 130
+    return rc if isinstance(rc, int) else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

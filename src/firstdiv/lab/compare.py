@@ -1,0 +1,251 @@
+"""Paired run comparison in chapter 14's order: measurement first, then noise, then the system."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import InvalidArgument, NotFound
+from ..report import Divergence, Finding, Report, Status
+from . import stats
+from .criteria import grade, parse_criterion
+from .record import RunRecord
+from .store import Store, SweepInfo
+from .sweep import SweepResult
+
+MEASUREMENT_CHANGED, NOT_RESOLVED, SYSTEM_CHANGED = "MEASUREMENT_CHANGED", "NOT_RESOLVED", "SYSTEM_CHANGED"
+SAME, CHANGED, UNKNOWN = "SAME", "CHANGED", "UNKNOWN"
+_HIGHER = ("acc", "accuracy", "f1", "auc", "precision", "recall", "score", "examples_per_s", "throughput", "bleu")
+
+
+def higher_is_better(metric: str, records: Sequence[RunRecord] = ()) -> bool:
+    """Declared direction if any run declared one; otherwise by name (losses and errors are lower)."""
+    for r in records:
+        if metric in r.directions:
+            return r.directions[metric] == "higher"
+    name = metric.lower()
+    return any(name == h or name.endswith("_" + h) or name.startswith(h + "_") for h in _HIGHER)
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str
+    records: tuple[RunRecord, ...]
+    info: dict[str, Any]
+
+
+def _side(ref: Any, store: Store | None, label: str) -> Side:
+    if isinstance(ref, SweepResult):
+        return Side(ref.sweep.name, ref.records, ref.sweep.info)
+    if isinstance(ref, SweepInfo):
+        if store is None:
+            raise InvalidArgument(f"Comparing a SweepInfo needs the store it came from (pass store=)")
+        return Side(ref.name, tuple(store.records(ref)), ref.info)
+    if isinstance(ref, str):
+        if store is None:
+            raise InvalidArgument("Comparing sweeps by name needs a store (pass store=)")
+        info = store.find_sweep(ref)
+        return Side(info.name, tuple(store.records(info)), info.info)
+    records = tuple(ref)
+    if records and all(isinstance(r, RunRecord) for r in records):
+        return Side(label, records, {"hypothesis": records[0].hypothesis, "success": records[0].success})
+    raise InvalidArgument(f"Expected the {label} to be a sweep name, a SweepResult or run records but got {type(ref).__name__}")
+
+
+def _values_differ(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, list[Any]]:
+    a, b = a or {}, b or {}
+    return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def identity(base: Sequence[RunRecord], cand: Sequence[RunRecord]) -> dict[str, dict[str, Any]]:
+    """SAME/CHANGED (or UNKNOWN when not recorded) per link, with the fields that changed."""
+    b0, c0 = base[0], cand[0]
+
+    def link(key: str, get: Any, fields: dict[str, list[Any]] | None = None) -> dict[str, Any]:
+        bv, cv = sorted({str(get(r)) for r in base}), sorted({str(get(r)) for r in cand})
+        if any(get(r) is None for r in (*base, *cand)):
+            state = UNKNOWN
+        else:
+            state = SAME if bv == cv else CHANGED
+        return {"state": state, "baseline": bv[0] if len(bv) == 1 else bv, "candidate": cv[0] if len(cv) == 1 else cv,
+                "fields": fields if state == CHANGED and fields else {}}
+
+    def train_config(r: RunRecord) -> dict[str, Any]:
+        skip = set(r.extra.get("eval_keys", ())) | set(r.extra.get("exec_keys", ()))
+        return {k: v for k, v in r.config.items() if k not in skip}
+
+    config_fields = _values_differ(train_config(b0), train_config(c0))
+    return {
+        "config": link("config", lambda r: r.config_hash, config_fields),
+        "eval_fingerprint": link("eval_fingerprint", lambda r: r.eval_fingerprint,
+                                 _values_differ(b0.eval_contract, c0.eval_contract)),
+        "env": link("env", lambda r: r.env_hash, _values_differ(b0.env, c0.env)),
+        "code": link("code", lambda r: r.code.get("version"), _values_differ(b0.code, c0.code)),
+        "data": link("data", lambda r: r.data_identity),
+    }
+
+
+class Comparison(Report):
+    """A Report whose ``details`` hold the verdict and its evidence (see ``to_dict()['details']``)."""
+
+    @property
+    def verdict(self) -> str:
+        return self.details["verdict"]
+
+    @property
+    def direction(self) -> str | None:
+        return self.details["direction"]
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        return self.details["identity"]
+
+    @property
+    def paired(self) -> dict[str, Any] | None:
+        return self.details["paired"]
+
+    @property
+    def unpaired(self) -> dict[str, Any]:
+        return self.details["unpaired"]
+
+    def __rich_body__(self) -> Any:
+        from .render import render_comparison_body
+
+        return render_comparison_body(self)
+
+
+def compare(baseline: Any, candidate: Any, *, metric: str = "val_loss",
+            store: Store | str | os.PathLike[str] | None = None, alpha: float = stats.ALPHA,
+            rng: np.random.Generator | None = None) -> Comparison:
+    """Compare two sweeps (names, SweepResults or record lists) on ``metric``.
+
+    Verdict order (DESIGN.md): eval fingerprint differs -> MEASUREMENT_CHANGED; difference not
+    resolved at ``alpha`` -> NOT_RESOLVED (with seeds needed); else SYSTEM_CHANGED with direction.
+    """
+    if not 0 < alpha < 1:
+        raise InvalidArgument(f"Expected alpha in (0, 1) but got {alpha}")
+    owned = isinstance(store, (str, os.PathLike))
+    st = Store(store, create=False) if owned else store
+    try:
+        base, cand = _side(baseline, st, "baseline"), _side(candidate, st, "candidate")  # type: ignore[arg-type]
+    finally:
+        if owned:
+            st.close()  # type: ignore[union-attr]
+    for side in (base, cand):
+        if not side.records:
+            raise NotFound(f"Sweep {side.name!r} has no successful runs to compare; run it with `firstdiv sweep`")
+    for side in (base, cand):
+        missing = [r.seed for r in side.records if metric not in r.final]
+        if missing:
+            known = sorted(set().union(*(r.final for r in side.records)))
+            raise NotFound(f"Metric {metric!r} is not recorded in sweep {side.name!r} "
+                           f"(seeds {missing[:5]}); recorded metrics: {', '.join(known)}")
+    rng = rng if rng is not None else np.random.default_rng(0)
+    return _build(base, cand, metric, alpha, rng)
+
+
+def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Generator) -> Comparison:
+    hib = higher_is_better(metric, base.records + cand.records)
+    ident = identity(base.records, cand.records)
+    bvals = {r.seed: r.final[metric] for r in base.records}
+    cvals = {r.seed: r.final[metric] for r in cand.records}
+    shared = sorted(set(bvals) & set(cvals))
+    floor = stats.describe(list(bvals.values()))
+    unp = stats.unpaired(list(bvals.values()), list(cvals.values()), rng=rng, confidence=1 - alpha)
+    pair = stats.paired([bvals[s] for s in shared], [cvals[s] for s in shared], higher_is_better=hib,
+                        confidence=1 - alpha) if len(shared) >= 2 else None
+    pair_used = pair is not None
+    test = pair if pair_used else unp
+    p = test["p_value"]
+    resolved = p is not None and p < alpha
+    delta = test["mean_delta"]
+    sign = (-1 if hib else 1) * (delta or 0.0)
+    direction = None if not resolved else ("worse" if sign > 0 else "better" if sign < 0 else None)
+    if ident["eval_fingerprint"]["state"] == CHANGED:
+        verdict = MEASUREMENT_CHANGED
+    elif not resolved or direction is None:
+        verdict, direction = NOT_RESOLVED, None
+    else:
+        verdict = SYSTEM_CHANGED
+    spread = floor.get("spread") or None
+    if pair_used:
+        need = stats.seeds_to_resolve(delta, pair["stdev_delta"], paired_design=True, alpha=alpha)
+    else:
+        sds = [stats.describe(list(v.values())).get("stdev", 0.0) for v in (bvals, cvals)]
+        pooled = float(np.sqrt(np.mean(np.square(sds))))
+        need = stats.seeds_to_resolve(delta or 0.0, pooled, paired_design=False, alpha=alpha)
+    details: dict[str, Any] = {
+        "verdict": verdict, "direction": direction, "metric": metric, "higher_is_better": hib, "alpha": alpha,
+        "baseline_name": base.name, "candidate_name": cand.name,
+        "identity": {k: v["state"] for k, v in ident.items()}, "identity_detail": ident,
+        "shared_seeds": shared, "design": "paired" if pair_used else "unpaired",
+        "paired": pair, "unpaired": unp, "resolved": resolved, "seeds_to_resolve": need,
+        "noise_floor": {"spread": floor.get("spread"), "stdev": floor.get("stdev"), "n": floor.get("n")},
+        "noise_ratio": abs(delta) / spread if spread and delta is not None else None,
+        "baseline": _summaries(base.records), "candidate": _summaries(cand.records),
+        "cost": _cost(base.records, cand.records),
+        "declared": _declared(cand, metric, test, spread, resolved, direction, alpha, base.records + cand.records),
+    }
+    return _report(details, ident)
+
+
+def _summaries(records: Sequence[RunRecord]) -> dict[str, Any]:
+    metrics: dict[str, list[float]] = {}
+    for r in records:
+        for k, v in r.final.items():
+            metrics.setdefault(k, []).append(v)
+    return {"name_seeds": [r.seed for r in records], "metrics": {k: stats.describe(v) for k, v in metrics.items()}}
+
+
+def _cost(base: Sequence[RunRecord], cand: Sequence[RunRecord]) -> dict[str, Any]:
+    b = [r.throughput.get("examples_per_s", 0.0) for r in base]
+    c = [r.throughput.get("examples_per_s", 0.0) for r in cand]
+    bm, cm = float(np.median(b)), float(np.median(c))
+    return {"examples_per_s": {"baseline": bm, "candidate": cm, "change": (cm - bm) / bm if bm else None}}
+
+
+def _declared(cand: Side, metric: str, test: dict[str, Any], spread: float | None, resolved: bool,
+              direction: str | None, alpha: float, records: Sequence[RunRecord]) -> dict[str, Any] | None:
+    hyp, success = cand.info.get("hypothesis"), cand.info.get("success")
+    if not hyp and not success:
+        return None
+    out: dict[str, Any] = {"hypothesis": hyp, "success": success,
+                           "declared_before_runs": cand.info.get("declared_before")}
+    try:
+        crit = parse_criterion(success or "")
+    except InvalidArgument as exc:
+        return {**out, "result": "UNRESOLVED", "why": str(exc)}
+    if crit.metric != metric:
+        return {**out, "result": "UNRESOLVED",
+                "why": f"the criterion is about {crit.metric}; rerun compare with --metric {crit.metric}"}
+    graded = grade(crit, ci=(test["ci_low"], test["ci_high"]), noise_floor=spread, resolved=resolved, direction=direction)
+    return {**out, **graded}
+
+
+def _report(details: dict[str, Any], ident: dict[str, Any]) -> Comparison:
+    verdict, metric = details["verdict"], details["metric"]
+    findings = [Finding(link, "identity", Status.PASS if v["state"] == SAME else Status.WARN,
+                        f"{v['baseline']} -> {v['candidate']} {v['state']}", {"fields": v["fields"]})
+                for link, v in ident.items()]
+    test = details["paired"] or details["unpaired"]
+    findings.append(Finding(metric, details["design"], Status.PASS if not details["resolved"] else Status.WARN,
+                            f"mean delta {test['mean_delta']:+.4g}, p={test['p_value']}", test))
+    div = None
+    status = Status.PASS
+    if verdict == MEASUREMENT_CHANGED:
+        e = ident["eval_fingerprint"]
+        div = Divergence("eval_fingerprint", "measurement.changed", e["baseline"], e["candidate"],
+                         "the two sides were evaluated differently (" + ", ".join(e["fields"]) + "); "
+                         "re-evaluate both under one eval contract before comparing the model")
+        status = Status.FAIL
+    elif verdict == SYSTEM_CHANGED:
+        changed = [k for k in ("config", "code", "data", "env") if ident[k]["state"] == CHANGED]
+        div = Divergence(metric, f"system.changed.{details['direction']}",
+                         f"within seed noise (baseline spread {details['noise_floor']['spread']:.4g})",
+                         f"mean delta {test['mean_delta']:+.4g} (p={test['p_value']:.3g})",
+                         "changed: " + (", ".join(changed) if changed else "no recorded field (look for an unrecorded cause)"))
+        status = Status.FAIL if details["direction"] == "worse" else Status.WARN
+    return Comparison("compare", status, div, tuple(findings), side_effects="none (read-only)", details=details)

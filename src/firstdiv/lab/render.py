@@ -1,0 +1,141 @@
+"""Terminal layout of the lab's results, in the chapter's shapes (noise-floor table, RUN block)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from .compare import Comparison
+    from .sweep import SweepResult
+
+
+def _num(x: Any, digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        if abs(x) >= 1e3:
+            return f"{x:,.0f}"
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def noise_floor_table(summary: dict[str, dict[str, float]], title: str = "") -> Table:
+    table = Table(title=title or None, box=None, header_style="bold", pad_edge=False, title_justify="left")
+    for col in ("metric", "median", "stdev", "min", "max", "spread", "n"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for metric, s in summary.items():
+        if not s.get("n"):
+            continue
+        table.add_row(metric, *(_num(s[k]) for k in ("median", "stdev", "min", "max", "spread")), str(s["n"]))
+    return table
+
+
+def render_sweep(result: SweepResult) -> Iterable[Any]:
+    s = result.sweep
+    yield Text.assemble(("SWEEP ", "bold"), f"{s.name}  ", (f"[{s.id}]", "dim"), f"  {s.workload}  ",
+                        f"config {s.info.get('config_hash')}  env {s.info.get('env_hash')}  "
+                        f"code {s.info.get('code', {}).get('version')}")
+    yield Text(f"  {len(result.records)} runs: {len(result.ran)} ran now, {len(result.reused)} reused from "
+               f"{result.store_path}" + (f", {len(result.failed)} FAILED" if result.failed else ""))
+    yield noise_floor_table(result.summary(), f"identical config, {len(result.records)} seeds")
+    for r in result.failed:
+        yield Text(f"  seed {r.seed} FAILED: {r.error}", style="bold red")
+    if len(result.records) == 1:
+        yield Text("  one seed gives no noise floor: rerun with --seeds 0-11", style="yellow")
+
+
+def _ident_rows(c: Comparison) -> Iterable[Text]:
+    labels = {"config": "config hash", "eval_fingerprint": "eval fingerprint", "env": "env hash",
+              "code": "code version", "data": "data identity"}
+    for key, label in labels.items():
+        v = c.details["identity_detail"][key]
+        style = "green" if v["state"] == "SAME" else "bold yellow"
+        line = Text(f"  {label:<17}{_short(v['baseline'])}  ->  {_short(v['candidate'])}   ")
+        line.append(v["state"], style=style)
+        yield line
+        for field, (a, b) in list(v["fields"].items())[:8]:
+            yield Text(f"      {field}: {_short(a)} -> {_short(b)}")
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, list):
+        return "{" + ", ".join(map(str, v[:3])) + (" ..." if len(v) > 3 else "") + "}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_short(x)}" for k, x in v.items())
+    return str(v)
+
+
+def render_comparison_body(c: Comparison) -> Iterable[Any]:
+    d = c.details
+    metric = d["metric"]
+    shared = len(d["shared_seeds"])
+    yield Text(f"RUN {d['candidate_name']}   BASELINE {d['baseline_name']}   "
+               + (f"({shared} shared seeds)" if d["design"] == "paired" else "(no shared seeds: unpaired)"), style="bold")
+    yield Text("")
+    yield Text("IDENTITY", style="bold")
+    yield from _ident_rows(c)
+    yield Text("")
+    yield Text("CORRECTNESS   (median [min..max])", style="bold")
+    bm, cm = d["baseline"]["metrics"], d["candidate"]["metrics"]
+    for name in [m for m in bm if m in cm and m != "examples_per_s"]:
+        b, k = bm[name], cm[name]
+        yield Text(f"  {name:<12}{_num(b['median'])} [{_num(b['min'])}..{_num(b['max'])}]  ->  "
+                   f"{_num(k['median'])} [{_num(k['min'])}..{_num(k['max'])}]")
+    yield from _stats_lines(d, metric)
+    yield Text("")
+    yield Text("COST   (median)", style="bold")
+    cost = d["cost"]["examples_per_s"]
+    change = f"({cost['change']:+.1%})" if cost["change"] is not None else ""
+    yield Text(f"  examples/s  {_num(cost['baseline'])}  ->  {_num(cost['candidate'])}   {change}")
+    if d["declared"]:
+        dec = d["declared"]
+        yield Text("")
+        yield Text("DECLARED BEFORE THE RUN" if dec.get("declared_before_runs") is not False
+                   else "DECLARED (after some runs already existed)", style="bold")
+        yield Text(f"  hypothesis: {dec['hypothesis']}")
+        yield Text(f"  success:    {dec['success']}")
+        yield Text(f"  result:     {dec['result']}  ({dec['why']})")
+    yield Text("")
+    yield _verdict_line(d)
+
+
+def _stats_lines(d: dict[str, Any], metric: str) -> Iterable[Text]:
+    conf = f"{1 - d['alpha']:.0%}"
+    if d["design"] == "paired":
+        p = d["paired"]
+        yield Text(f"  paired {metric} delta: mean {p['mean_delta']:+.4f}  stdev {p['stdev_delta']:.4f}  "
+                   f"({p['worse']}/{p['n']} worse, {p['better']}/{p['n']} better)")
+        if p["p_value"] is not None:
+            wil = f"  Wilcoxon p={p['wilcoxon_p']:.3g}" if p["wilcoxon_p"] is not None else ""
+            yield Text(f"    {conf} CI [{p['ci_low']:+.4f}, {p['ci_high']:+.4f}]  {p['test']} p={p['p_value']:.3g}{wil}")
+    u = d["unpaired"]
+    if u["p_value"] is not None:
+        label = "unpaired (seeds do not match)" if d["design"] == "unpaired" else "unpaired, for contrast"
+        yield Text(f"  {label}: mean delta {u['mean_delta']:+.4f}  {conf} CI [{u['ci_low']:+.4f}, {u['ci_high']:+.4f}]  "
+                   f"Welch p={u['p_value']:.3g}  Mann-Whitney p={u["mannwhitney_p"]:.3g}")
+    if d["noise_ratio"] is not None:
+        yield Text(f"  -> {d['noise_ratio']:.1f}x the noise floor (baseline spread {d['noise_floor']['spread']:.4f})")
+
+
+def _verdict_line(d: dict[str, Any]) -> Text:
+    verdict = d["verdict"]
+    style = {"MEASUREMENT_CHANGED": "bold magenta", "NOT_RESOLVED": "bold cyan", "SYSTEM_CHANGED": "bold red"}[verdict]
+    line = Text("VERDICT  ", style="bold")
+    line.append(verdict, style=style)
+    ident = d["identity_detail"]
+    if verdict == "MEASUREMENT_CHANGED":
+        line.append(f": eval path differs in {', '.join(ident['eval_fingerprint']['fields']) or 'its fingerprint'}; "
+                    "the numbers measure different things")
+    elif verdict == "NOT_RESOLVED":
+        need = d["seeds_to_resolve"]
+        n = len(d["shared_seeds"]) if d["design"] == "paired" else d["unpaired"]["n_cand"]
+        line.append(f": not resolved against seed noise at {n} seeds; " +
+                    (f"about {need} {'paired ' if d['design'] == 'paired' else ''}seeds would resolve an effect this size"
+                     if need else "no difference to resolve"))
+    else:
+        changed = [k for k in ("config", "code", "data", "env") if ident[k]["state"] == "CHANGED"]
+        line.append(f" ({d['direction']}): changed {', '.join(changed) if changed else 'nothing recorded'}")
+    return line

@@ -1,0 +1,68 @@
+"""Run one seed of a workload and turn what it reported into a run record."""
+
+from __future__ import annotations
+
+import random
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .env import code_version, env_hash, environment
+from .record import Recorder, RunRecord, build_record, short_hash, timer
+from .workload import Workload
+
+
+def identity(workload: Workload, config: dict[str, Any], *, store_path: Path | None = None,
+             hypothesis: str | None = None, success: str | None = None) -> dict[str, Any]:
+    """Everything that makes two runs of one seed interchangeable, computed once per sweep."""
+    train_cfg, _, execs = workload.split(config)
+    exclude = (store_path.resolve().parent,) if store_path is not None else ()
+    code = code_version(workload.source, exclude=exclude, fallback=workload.fallback_version)
+    env = environment(threads=int(execs.get("threads", 1)))
+    ehash = env_hash(env)
+    return {
+        "workload": workload.target, "config": config, "config_hash": short_hash(train_cfg), "code": code,
+        "env": env, "env_hash": ehash, "hypothesis": hypothesis, "success": success,
+        "extra": {"eval_keys": list(workload.spec.eval_keys), "exec_keys": list(workload.spec.exec_keys)},
+        "identity": short_hash({"workload": workload.target, "config": config, "code": code["version"], "env": ehash}),
+    }
+
+
+def run_seed(workload: Workload, seed: int, ident: dict[str, Any]) -> RunRecord:
+    """Train one seed; a workload exception becomes a failed record carrying the error.
+
+    Global RNGs are seeded from ``seed`` for workloads that use them; the caller's thread count and
+    RNG states are restored afterwards.
+    """
+    import torch
+
+    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate(), torch.get_num_threads())
+    torch.manual_seed(seed)
+    np.random.seed(seed % (1 << 32))
+    random.seed(seed)
+    torch.set_num_threads(int(ident["env"]["threads"]))
+    rec = Recorder(seed, ident["config"])
+    start = timer()
+    status, error = "ok", None
+    try:
+        out = workload.fn(seed, dict(ident["config"]), rec)
+        if isinstance(out, dict):
+            for name, value in out.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    rec.metric(name, value)
+        if not rec.rows and not rec.final:
+            status, error = "failed", "the workload reported no metrics: call rec.log(...) or return a dict of numbers"
+    except Exception as exc:  # a broken workload is a recorded outcome, not a crash of the sweep
+        status = "failed"
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+        error = f"{type(exc).__name__}: {exc}{where}"
+    finally:
+        torch.set_rng_state(saved[0])
+        np.random.set_state(saved[1])
+        random.setstate(saved[2])
+        torch.set_num_threads(saved[3])
+    return build_record(rec, workload=workload.target, identity=ident, wall=timer() - start,
+                        status=status, error=error)
