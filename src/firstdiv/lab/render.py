@@ -22,6 +22,10 @@ def _num(x: Any, digits: int = 4) -> str:
     return str(x)
 
 
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
 def noise_floor_table(summary: dict[str, dict[str, float]], title: str = "") -> Table:
     table = Table(title=title or None, box=None, header_style="bold", pad_edge=False, title_justify="left")
     for col in ("metric", "median", "stdev", "min", "max", "spread", "n"):
@@ -115,7 +119,7 @@ def _stats_lines(d: dict[str, Any], metric: str) -> Iterable[Text]:
     if u["p_value"] is not None:
         label = "unpaired (seeds do not match)" if d["design"] == "unpaired" else "unpaired, for contrast"
         yield Text(f"  {label}: mean delta {u['mean_delta']:+.4f}  {conf} CI [{u['ci_low']:+.4f}, {u['ci_high']:+.4f}]  "
-                   f"Welch p={u['p_value']:.3g}  Mann-Whitney p={u["mannwhitney_p"]:.3g}")
+                   f"Welch p={u['p_value']:.3g}  Mann-Whitney p={_g(u['mannwhitney_p'])}")
     if d["noise_ratio"] is not None:
         yield Text(f"  -> {d['noise_ratio']:.1f}x the noise floor (baseline spread {d['noise_floor']['spread']:.4f})")
 
