@@ -99,7 +99,8 @@ class SweepResult:
 
 
 def _default_name(workload: Workload, config: dict[str, Any]) -> str:
-    defaults = workload.spec.defaults or {}
+    defaults = dict(workload.spec.defaults or {})
+    defaults.setdefault("threads", 1)
     changed = [f"{k}={v}" for k, v in sorted(config.items()) if k not in defaults or defaults[k] != v]
     base = workload.target.split(":")[-1]
     return base + ("-" + "-".join(changed) if changed else "-default")

@@ -1,0 +1,29 @@
+# Set-up on a fresh machine is part of every target: `make demo` and `make test` are all you need.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-fast bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
+	$(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/firstdiv demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not quality"
+
+bench: $(STAMP)
+	$(PY) benchmarks/record_overhead.py
+
+clean:
+	rm -rf $(VENV) .firstdiv .pytest_cache

@@ -1,0 +1,34 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = str(ROOT / "tests" / "workloads" / "tiny.py")
+
+
+@pytest.fixture
+def store_path(tmp_path):
+    return tmp_path / "store" / "runs.db"
+
+
+def run_cli(*args, cwd=None, env=None, timeout=300):
+    """Run `python -m firstdiv ARGS` in a subprocess; returns CompletedProcess with text output."""
+    full_env = dict(os.environ)
+    full_env.pop("FIRSTDIV_STORE", None)
+    full_env.update(env or {})
+    full_env.setdefault("COLUMNS", "120")
+    return subprocess.run([sys.executable, "-m", "firstdiv", *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+@pytest.fixture
+def tiny():
+    return TINY
