@@ -1,0 +1,101 @@
+"""builtin:mlp: the data is fixed by data_seed, the run seed drives only init, order and dropout."""
+
+import pytest
+import torch
+
+from firstdiv.errors import InvalidArgument
+from firstdiv.lab import builtin_mlp as mlp
+from firstdiv.lab.record import Recorder
+from firstdiv.lab.workload import resolve
+
+FAST = {"epochs": 2, "n_train": 600, "n_val": 200}
+
+
+def fit(seed, **over):
+    cfg = resolve("builtin:mlp").config(dict(FAST, **over))
+    rec = Recorder(seed, cfg)
+    params, data = mlp.fit(seed, cfg, rec)
+    return rec, params, data
+
+
+def test_data_depends_on_data_seed_only():
+    cfg = resolve("builtin:mlp").config(FAST)
+    a, b = mlp.make_data(cfg), mlp.make_data(dict(cfg))
+    assert a.identity() == b.identity()
+    assert mlp.make_data(dict(cfg, data_seed=1)).identity() != a.identity()
+    rec0, _, d0 = fit(0)
+    rec1, _, d1 = fit(1)
+    assert d0.identity() == d1.identity() == rec0.data_id == rec1.data_id
+
+
+def test_label_noise_rate_and_val_noise_nesting():
+    cfg = resolve("builtin:mlp").config({"n_train": 20000, "n_val": 20000, "noise": 0.3})
+    clean = mlp.make_data(dict(cfg, noise=0.0, val_noise=0.0))
+    noisy = mlp.make_data(cfg)
+    changed = (clean.y_train != noisy.y_train).float().mean().item()
+    assert changed == pytest.approx(0.3 * 3 / 4, abs=0.015)  # a randomised label keeps its class 1 time in 4
+    lower = mlp.make_data(dict(cfg, val_noise=0.29))
+    assert torch.equal(lower.y_train, noisy.y_train) and torch.equal(lower.x_val, noisy.x_val)
+    moved = lower.y_val != noisy.y_val
+    assert 0 < moved.sum().item() < 0.02 * cfg["n_val"]
+    assert torch.all(lower.y_val[moved] == clean.y_val[moved])  # the examples that moved went back to clean
+
+
+def test_same_seed_is_bit_identical_and_other_seed_is_not():
+    rec_a, pa, _ = fit(3)
+    rec_b, pb, _ = fit(3)
+    rec_c, pc, _ = fit(4)
+    assert rec_a.rows == rec_b.rows and all(torch.equal(x, y) for x, y in zip(pa, pb))
+    assert rec_a.rows != rec_c.rows
+
+
+def test_run_does_not_depend_on_global_rng():
+    torch.manual_seed(123)
+    rec_a, _, _ = fit(5)
+    torch.manual_seed(999)
+    torch.rand(1000)
+    rec_b, _, _ = fit(5)
+    assert rec_a.rows == rec_b.rows
+
+
+def test_streams_are_separate():
+    g = mlp.generators(0)
+    draws = {k: torch.rand(4, generator=v).tolist() for k, v in g.items()}
+    assert len({tuple(v) for v in draws.values()}) == 4
+    cfg = resolve("builtin:mlp").config(FAST)
+    init_a = mlp.init_params(cfg, mlp.generators(0)["init"])
+    init_b = mlp.init_params(dict(cfg, dropout=0.0), mlp.generators(0)["init"])
+    assert all(torch.equal(a, b) for a, b in zip(init_a, init_b))  # dropout does not perturb init
+
+
+def test_records_curves_grad_norms_throughput_and_contract():
+    rec, _, _ = fit(0)
+    assert [r["epoch"] for r in rec.rows] == [0, 1]
+    assert {"train_loss", "val_loss", "val_acc"} <= set(rec.rows[0])
+    assert len(rec.grad_norm_values) == 2 * 5  # 600 / 128 -> 5 steps per epoch
+    assert rec.examples_seen == 1200 and rec.train_seconds > 0
+    assert rec.contract["model_mode"] == "eval" and rec.contract["eval_count"] == 200
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"eval_mode": "train"}, "model_mode"), ({"eval_subset": 100}, "eval_indices"),
+    ({"eval_input_scale": 1.15}, "preprocessing"), ({"eval_reduction": "sum"}, "aggregation"),
+])
+def test_eval_knobs_change_the_contract_field_they_own(change, field):
+    cfg = resolve("builtin:mlp").config(FAST)
+    base, other = mlp.eval_contract(cfg), mlp.eval_contract(dict(cfg, **change))
+    assert base[field] != other[field]
+    assert [k for k in base if base[k] != other[k]] in ([field], [field, "eval_count"], ["eval_count", field])
+
+
+def test_label_shift_pairs_inputs_with_later_labels():
+    rec_shift, _, _ = fit(0, label_shift=1, epochs=4)
+    rec_base, _, _ = fit(0, epochs=4)
+    assert rec_shift.rows[-1]["val_loss"] > rec_base.rows[-1]["val_loss"] + 0.1
+
+
+@pytest.mark.parametrize("sets", [["noise=1.0"], ["eval_subset=5000"], ["optimizer=lion"], ["threads=0"],
+                                  ["eval_mode=test"], ["val_noise=abc"], ["epochs=0"]])
+def test_bad_knob_values_are_rejected_with_the_key(sets):
+    with pytest.raises(InvalidArgument, match=sets[0].split("=")[0]):
+        resolve("builtin:mlp").config(sets=sets)

@@ -1,0 +1,103 @@
+"""The chapter's tables, reproduced by `firstdiv demo` on builtin:mlp (same shape, not same digits)."""
+
+import json
+
+import pytest
+
+from conftest import run_cli
+
+pytestmark = pytest.mark.quality
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    store = tmp_path_factory.mktemp("demo") / "runs.db"
+    proc = run_cli("demo", "--json", "--store", store, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), store
+
+
+def test_e1_noise_floor(demo):
+    e1 = demo[0]["E1"]["summary"]
+    assert e1["val_loss"]["n"] == 12
+    assert 0.95 <= e1["val_loss"]["median"] <= 1.00
+    assert e1["val_loss"]["stdev"] < 0.02
+    assert 0.65 <= e1["val_acc"]["median"] <= 0.71
+    assert e1["train_loss"]["median"] < e1["val_loss"]["median"]
+
+
+def test_e2_bit_identical_at_one_thread(demo):
+    e2 = demo[0]["E2"]
+    assert e2["one_thread"]["bit_identical"] is True
+    assert e2["one_thread"]["final_a"] == e2["one_thread"]["final_b"]
+    assert e2["matches_recorded_run"] is True
+    two = e2["two_threads"]
+    # Whatever this machine does with two threads, the report is self-consistent.
+    assert two["bit_identical"] == (two["first_diverging_epoch"] is None) == (two["max_abs_diff"] == 0)
+
+
+def test_e5_pairing_resolves_what_unpaired_cannot(demo):
+    e5 = demo[0]["E5"]
+    paired = e5["paired"]
+    assert paired["n"] == 12
+    assert paired["better"] >= 10  # mostly negative deltas: cleaner validation labels
+    assert paired["mean_delta"] < 0
+    assert e5["paired_stdev"] < e5["unpaired_stdev"] / 2
+    assert e5["identity"]["data"] == "CHANGED"
+    assert e5["identity"]["eval_fingerprint"] == "SAME"
+
+
+def test_e6_every_eval_variant_changes_the_fingerprint(demo):
+    e6 = demo[0]["E6"]
+    rows = {r["variant"]: r for r in e6["variants"]}
+    canonical = rows.pop("canonical")
+    assert len(rows) == 4
+    for row in rows.values():
+        assert row["same_as_canonical"] is False
+        assert row["fingerprint"] != canonical["fingerprint"]
+        assert row["val_loss"] != canonical["val_loss"]
+    summed = rows["cross_entropy reduction='sum'"]
+    assert summed["val_loss"] == pytest.approx(canonical["val_loss"] * e6["n_val"], rel=1e-4)
+    assert {"eval_indices", "preprocessing", "aggregation", "model_mode"} <= set(e6["fields"])
+    assert e6["train_mode_sweep_verdict"] == "MEASUREMENT_CHANGED"
+
+
+def test_e7_lr10x_is_a_system_change(demo):
+    lr = demo[0]["E7"]["lr10"]
+    assert lr["verdict"] == "SYSTEM_CHANGED"
+    assert lr["direction"] == "worse"
+    assert lr["identity"]["config"] == "CHANGED"
+    assert lr["identity"]["eval_fingerprint"] == "SAME"
+    assert lr["identity"]["env"] == "SAME"
+    assert lr["paired"]["worse"] == 12
+    assert lr["noise_ratio"] > 5
+    assert lr["declared"]["result"] == "NOT MET"
+
+
+def test_e7_label_shift_detected_with_per_example_flips(demo):
+    e7 = demo[0]["E7"]
+    shift = e7["label_shift"]
+    assert shift["verdict"] == "SYSTEM_CHANGED" and shift["direction"] == "worse"
+    assert shift["identity"]["eval_fingerprint"] == "SAME"
+    flips = e7["flips"]
+    assert flips["correct_before_wrong_after"] > 200
+    assert flips["shifted_acc"] < flips["baseline_acc"] - 0.2
+    # lr x10: flat curve and a very different gradient-norm distribution.
+    gn = e7["grad_norm"]
+    assert gn["lr10"]["median"] < gn["baseline"]["median"]
+    assert gn["lr10"]["max"] > gn["baseline"]["max"]
+
+
+def test_demo_rerun_reuses_recorded_runs_and_prints_the_chapter_layout(demo):
+    _, store = demo
+    proc = run_cli("demo", "--store", store, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for heading in ("E1 — The noise floor", "E2 — Same seed", "E5 — Paired comparison",
+                    "E6 — The broken benchmark", "E7 — A real regression", "RUN demo-lr10x   BASELINE demo-baseline",
+                    "IDENTITY", "CORRECTNESS", "COST", "DECLARED BEFORE THE RUN", "VERDICT  SYSTEM_CHANGED (worse)"):
+        assert heading in out
+    runs = json.loads(run_cli("runs", "--json", "--store", store).stdout)
+    names = {s["name"]: s for s in runs["sweeps"]}
+    assert {"demo-baseline", "demo-lr10x", "demo-label-shift", "demo-val-noise-0.29", "demo-eval-train-mode"} <= set(names)
+    assert all(s["runs"] == 12 and s["failed"] == 0 for s in names.values())
