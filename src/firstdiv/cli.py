@@ -20,7 +20,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print machin
 
 
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    console = Console(highlight=False, soft_wrap=False)
+    if not console.is_terminal and "COLUMNS" not in __import__("os").environ:
+        console = Console(highlight=False, soft_wrap=False, width=120)  # logs and pipes: no 80-column folding
+    return console
 
 
 def _emit(obj: Any, as_json: bool, payload: dict[str, Any] | None = None) -> None:
@@ -77,13 +80,13 @@ def runs(store: str | None, as_json: bool) -> int:
         return EXIT_OK
     table = Table(box=None, header_style="bold", pad_edge=False, title=f"sweeps in {st.path}", title_justify="left")
     for col in ("name", "id", "workload", "runs", "config", "eval fp", "env", "code", "created"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True, overflow="ellipsis" if col in ("name", "workload") else "fold")
     for s, recs in rows:
-        fps = sorted({r.eval_fingerprint or "-" for r in recs if r.ok}) or ["-"]
+        fps = sorted({(r.eval_fingerprint or "-")[:8] for r in recs if r.ok}) or ["-"]
         ok = sum(r.ok for r in recs)
         runs_text = f"{ok}/{len(s.seeds)}" + (f" ({len(recs) - ok} failed)" if len(recs) > ok else "")
-        table.add_row(s.name, s.id, s.workload, runs_text, s.info.get("config_hash", ""), ",".join(fps),
-                      s.info.get("env_hash", ""), str(s.info.get("code", {}).get("version")), s.created[:19])
+        table.add_row(s.name, s.id[:8], s.workload, runs_text, s.info.get("config_hash", "")[:8], ",".join(fps),
+                      s.info.get("env_hash", "")[:8], _short_code(s.info.get("code", {})), s.created[5:16].replace("T", " "))
     _console().print(table if rows else f"no sweeps in {st.path}")
     return EXIT_OK
 
@@ -107,6 +110,12 @@ def compare(baseline: str, candidate: str, metric: str, alpha: float, fail_on_re
     _emit(result, as_json, _comparison_json(result) if as_json else None)
     regression = result.verdict == "MEASUREMENT_CHANGED" or (result.verdict == "SYSTEM_CHANGED" and result.direction == "worse")
     return EXIT_FOUND if fail_on_regression and regression else EXIT_OK
+
+
+def _short_code(code: dict[str, Any]) -> str:
+    if not code.get("commit"):
+        return str(code.get("version"))
+    return code["commit"][:8] + (f"+{code['dirty_hash'][:6]}" if code.get("dirty_hash") else "")
 
 
 def _comparison_json(c: Any) -> dict[str, Any]:

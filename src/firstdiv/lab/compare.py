@@ -173,6 +173,8 @@ def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Gen
     spread = floor.get("spread") or None
     if pair_used:
         need = stats.seeds_to_resolve(delta, pair["stdev_delta"], paired_design=True, alpha=alpha)
+    elif min(len(bvals), len(cvals)) < 2:
+        need = None  # single runs carry no estimate of seed noise
     else:
         sds = [stats.describe(list(v.values())).get("stdev", 0.0) for v in (bvals, cvals)]
         pooled = float(np.sqrt(np.mean(np.square(sds))))

@@ -135,7 +135,12 @@ def _verdict_line(d: dict[str, Any]) -> Text:
                     "the numbers measure different things")
     elif verdict == "NOT_RESOLVED":
         need = d["seeds_to_resolve"]
-        n = len(d["shared_seeds"]) if d["design"] == "paired" else d["unpaired"]["n_cand"]
+        u = d["unpaired"]
+        if d["design"] == "unpaired" and min(u["n_base"], u["n_cand"]) < 2:
+            line.append(": single runs carry no estimate of seed noise; sweep both sides at shared seeds "
+                        "(e.g. --seeds 0-11) before reading anything into the difference")
+            return line
+        n = len(d["shared_seeds"]) if d["design"] == "paired" else min(u["n_base"], u["n_cand"])
         line.append(f": not resolved against seed noise at {n} seeds; " +
                     (f"about {need} {'paired ' if d['design'] == 'paired' else ''}seeds would resolve an effect this size"
                      if need else "no difference to resolve"))
