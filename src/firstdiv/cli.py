@@ -4,6 +4,7 @@ user asked to fail on, 2 usage or input error (one line on stderr: what, and how
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -21,7 +22,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print machin
 
 def _console() -> Console:
     console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal and "COLUMNS" not in __import__("os").environ:
+    if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(highlight=False, soft_wrap=False, width=120)  # logs and pipes: no 80-column folding
     return console
 

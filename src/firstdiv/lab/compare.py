@@ -127,7 +127,8 @@ def compare(baseline: Any, candidate: Any, *, metric: str = "val_loss",
     """
     if not 0 < alpha < 1:
         raise InvalidArgument(f"Expected alpha in (0, 1) but got {alpha}")
-    owned = isinstance(store, (str, os.PathLike))
+    needs_store = any(isinstance(ref, (str, SweepInfo)) for ref in (baseline, candidate))
+    owned = needs_store and not isinstance(store, Store)
     st = Store(store, create=False) if owned else store
     try:
         base, cand = _side(baseline, st, "baseline"), _side(candidate, st, "candidate")  # type: ignore[arg-type]

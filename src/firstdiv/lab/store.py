@@ -107,7 +107,8 @@ class Store:
         return conn
 
     def _broken(self, exc: Exception) -> StoreError:
-        if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc) or "unable to open" in str(exc):
+        text = str(exc)
+        if "readonly" in text or "unable to open" in text:
             return StoreError(f"Cannot write the run store at {self.path} ({exc}); pass a writable --store PATH")
         return StoreError(f"{self.path} is not a readable firstdiv store ({exc}); move it aside or pass another --store PATH")
 
