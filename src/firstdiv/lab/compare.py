@@ -172,6 +172,7 @@ def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Gen
     else:
         verdict = SYSTEM_CHANGED
     spread = floor.get("spread") or None
+    coupling = _coupling(pair, [bvals[s] for s in shared], [cvals[s] for s in shared]) if pair_used else None
     if pair_used:
         need = stats.seeds_to_resolve(delta, pair["stdev_delta"], paired_design=True, alpha=alpha)
     elif min(len(bvals), len(cvals)) < 2:
@@ -185,7 +186,7 @@ def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Gen
         "baseline_name": base.name, "candidate_name": cand.name,
         "identity": {k: v["state"] for k, v in ident.items()}, "identity_detail": ident,
         "shared_seeds": shared, "design": "paired" if pair_used else "unpaired",
-        "paired": pair, "unpaired": unp, "resolved": resolved, "seeds_to_resolve": need,
+        "paired": pair, "unpaired": unp, "resolved": resolved, "coupling": coupling, "seeds_to_resolve": need,
         "noise_floor": {"spread": floor.get("spread"), "stdev": floor.get("stdev"), "n": floor.get("n")},
         "noise_ratio": abs(delta) / spread if spread and delta is not None else None,
         "baseline": _summaries(base.records), "candidate": _summaries(cand.records),
@@ -193,6 +194,14 @@ def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Gen
         "declared": _declared(cand, metric, test, spread, resolved, direction, alpha, base.records + cand.records),
     }
     return _report(details, ident)
+
+
+def _coupling(pair: dict[str, Any], b: list[float], c: list[float]) -> dict[str, Any]:
+    """How much the shared seeds tightened the comparison: the stdev of per-seed deltas against the
+    stdev a difference of two independent runs would have (sqrt(var_b + var_c))."""
+    independent = float(np.sqrt(np.var(b, ddof=1) + np.var(c, ddof=1)))
+    gain = independent / pair["stdev_delta"] if pair["stdev_delta"] > 0 else None
+    return {"stdev_delta": pair["stdev_delta"], "independent_stdev": independent, "gain": gain}
 
 
 def _summaries(records: Sequence[RunRecord]) -> dict[str, Any]:

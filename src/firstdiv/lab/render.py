@@ -115,6 +115,11 @@ def _stats_lines(d: dict[str, Any], metric: str) -> Iterable[Text]:
         if p["p_value"] is not None:
             wil = f"  Wilcoxon p={p['wilcoxon_p']:.3g}" if p["wilcoxon_p"] is not None else ""
             yield Text(f"    {conf} CI [{p['ci_low']:+.4f}, {p['ci_high']:+.4f}]  {p['test']} p={p['p_value']:.3g}{wil}")
+    cp = d.get("coupling")
+    if cp and cp["gain"] is not None:
+        note = "the shared seeds bought little: the two sides' randomness is not coupled" if cp["gain"] < 1.5 else ""
+        yield Text(f"  pairing: stdev of deltas {cp['stdev_delta']:.4f} vs {cp['independent_stdev']:.4f} for independent "
+                   f"runs ({cp['gain']:.1f}x tighter){'; ' + note if note else ''}")
     u = d["unpaired"]
     if u["p_value"] is not None:
         label = "unpaired (seeds do not match)" if d["design"] == "unpaired" else "unpaired, for contrast"

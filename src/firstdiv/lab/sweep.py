@@ -85,7 +85,9 @@ class SweepResult:
     def to_dict(self) -> dict[str, Any]:
         return {"sweep": self.sweep.to_dict(), "store": self.store_path, "ran": list(self.ran),
                 "reused": list(self.reused), "failed": [{"seed": r.seed, "error": r.error} for r in self.failed],
-                "summary": self.summary(), "seeds": [r.seed for r in self.records]}
+                "summary": self.summary(), "seeds": [r.seed for r in self.records],
+                "runs": [{"seed": r.seed, "final": r.final, "eval_fingerprint": r.eval_fingerprint,
+                          "created": r.created} for r in self.records]}
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
         from .render import render_sweep
