@@ -97,14 +97,21 @@ class Store:
         self._migrate()
 
     def _connect(self) -> sqlite3.Connection:
+        # WAL is switched on only in _migrate, after the file is known to be ours: opening someone
+        # else's database must not rewrite its header.
         try:
             conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
             conn.execute("PRAGMA busy_timeout = 60000")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.DatabaseError as exc:
             raise self._broken(exc) from None
         return conn
+
+    def _rows(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run a read query; damage found mid-file becomes a StoreError, not a traceback."""
+        try:
+            return self._conn.execute(query, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._broken(exc) from None
 
     def _broken(self, exc: Exception) -> StoreError:
         text = str(exc)
@@ -124,6 +131,9 @@ class Store:
             if version > SCHEMA_VERSION:
                 raise StoreError(f"{self.path} has store schema version {version}, newer than this firstdiv's "
                                  f"{SCHEMA_VERSION}; upgrade firstdiv (pip install -U firstdiv) to read it")
+            if self._conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
             if version == SCHEMA_VERSION:
                 return
             with self._write():
@@ -176,27 +186,25 @@ class Store:
         return self._sweep_by_id(sweep_id)
 
     def find_sweep_exact(self, name: str, identity: str) -> SweepInfo | None:
-        row = self._conn.execute("SELECT id FROM sweeps WHERE name=? AND identity=?", (name, identity)).fetchone()
-        return self._sweep_by_id(row[0]) if row else None
+        rows = self._rows("SELECT id FROM sweeps WHERE name=? AND identity=?", (name, identity))
+        return self._sweep_by_id(rows[0][0]) if rows else None
 
     def _sweep_by_id(self, sweep_id: str) -> SweepInfo:
-        row = self._conn.execute("SELECT id, name, identity, workload, created, info FROM sweeps WHERE id=?",
-                                 (sweep_id,)).fetchone()
-        seeds = tuple(r[0] for r in self._conn.execute(
-            "SELECT seed FROM sweep_seeds WHERE sweep_id=? ORDER BY seed", (sweep_id,)))
+        row = self._rows("SELECT id, name, identity, workload, created, info FROM sweeps WHERE id=?", (sweep_id,))[0]
+        seeds = tuple(r[0] for r in self._rows("SELECT seed FROM sweep_seeds WHERE sweep_id=? ORDER BY seed", (sweep_id,)))
         return SweepInfo(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), seeds)
 
     def sweeps(self) -> list[SweepInfo]:
-        ids = [r[0] for r in self._conn.execute("SELECT id FROM sweeps ORDER BY created, id")]
+        ids = [r[0] for r in self._rows("SELECT id FROM sweeps ORDER BY created, id")]
         return [self._sweep_by_id(i) for i in ids]
 
     def find_sweep(self, ref: str) -> SweepInfo:
         """A sweep by name (the most recent with that name) or by a unique prefix of its id."""
-        row = self._conn.execute("SELECT id FROM sweeps WHERE name=? ORDER BY created DESC, id LIMIT 1", (ref,)).fetchone()
-        if row:
-            return self._sweep_by_id(row[0])
-        rows = self._conn.execute("SELECT id FROM sweeps WHERE id LIKE ? ESCAPE '\\'",
-                                  (ref.replace("%", r"\%").replace("_", r"\_") + "%",)).fetchall()
+        named = self._rows("SELECT id FROM sweeps WHERE name=? ORDER BY created DESC, id LIMIT 1", (ref,))
+        if named:
+            return self._sweep_by_id(named[0][0])
+        rows = self._rows("SELECT id FROM sweeps WHERE id LIKE ? ESCAPE '\\'",
+                          (ref.replace("%", r"\%").replace("_", r"\_") + "%",))
         if len(rows) == 1:
             return self._sweep_by_id(rows[0][0])
         names = sorted({s.name for s in self.sweeps()})
@@ -209,8 +217,7 @@ class Store:
 
     def recorded_seeds(self, identity: str) -> set[int]:
         """Seeds with a successful run for this identity."""
-        rows = self._conn.execute("SELECT seed FROM runs WHERE identity=? AND status='ok'", (identity,))
-        return {r[0] for r in rows}
+        return {r[0] for r in self._rows("SELECT seed FROM runs WHERE identity=? AND status='ok'", (identity,))}
 
     def add(self, record: RunRecord, *, replace: bool = False) -> bool:
         """Insert a run; returns False when an ok run with this identity and seed already exists.
@@ -236,11 +243,11 @@ class Store:
         query = ("SELECT r.record FROM runs r JOIN sweep_seeds s ON r.seed = s.seed "
                  "WHERE s.sweep_id=? AND r.identity=?" + ("" if include_failed else " AND r.status='ok'") +
                  " ORDER BY r.seed")
-        return [RunRecord.from_dict(json.loads(r[0])) for r in self._conn.execute(query, (sweep.id, sweep.identity))]
+        return [RunRecord.from_dict(json.loads(r[0])) for r in self._rows(query, (sweep.id, sweep.identity))]
 
     def iter_runs(self) -> Iterator[RunRecord]:
-        for (payload,) in self._conn.execute("SELECT record FROM runs ORDER BY id"):
+        for (payload,) in self._rows("SELECT record FROM runs ORDER BY id"):
             yield RunRecord.from_dict(json.loads(payload))
 
     def count_runs(self) -> int:
-        return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+        return int(self._rows("SELECT COUNT(*) FROM runs")[0][0])

@@ -78,7 +78,8 @@ class SweepResult:
         if self.failed:
             r = self.failed[0]
             div = Divergence(f"seed {r.seed}", "run.failed", "the workload completes", r.error or "failed",
-                             "fix the workload, then rerun the same command: recorded seeds are skipped")
+                             "rerunning the same command retries only the failed seeds; a fix to the code is a new "
+                             "code version, so its sweep starts fresh")
         return Report("sweep", Status.FAIL if div else Status.PASS, div, tuple(findings),
                       side_effects="none (runs recorded in the store)", details=self.to_dict())
 
