@@ -42,7 +42,7 @@ def _side(ref: Any, store: Store | None, label: str) -> Side:
         return Side(ref.sweep.name, ref.records, ref.sweep.info)
     if isinstance(ref, SweepInfo):
         if store is None:
-            raise InvalidArgument(f"Comparing a SweepInfo needs the store it came from (pass store=)")
+            raise InvalidArgument("Comparing a SweepInfo needs the store it came from (pass store=)")
         return Side(ref.name, tuple(store.records(ref)), ref.info)
     if isinstance(ref, str):
         if store is None:

@@ -7,8 +7,7 @@ import multiprocessing as mp
 import os
 import re
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import InvalidArgument
