@@ -90,7 +90,8 @@ class Store:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise StoreError(f"Cannot create the run store at {self.path}: {exc.strerror}; pass a writable --store PATH") from None
+                raise StoreError(f"Cannot create the run store at {self.path}: {exc.strerror}; "
+                                 "pass a writable --store PATH") from None
         elif self.path.is_dir():
             raise StoreError(f"{self.path} is a directory, not a run store; pass a file path to --store")
         self._conn = self._connect()
