@@ -85,7 +85,7 @@ def _concurrent_sweep(target, seeds, name, store, barrier, queue):
 
         barrier.wait(timeout=120)
         start = time.time()
-        res = sweep(target, seeds, name=name, sets=["sleep=0.01"], store=store)
+        res = sweep(target, seeds, name=name, sets=["sleep=0.05"], store=store)
         queue.put({"name": name, "seeds": seeds, "ran": list(res.ran), "reused": list(res.reused),
                    "records": [r.seed for r in res.records], "identity": res.sweep.identity,
                    "start": start, "end": time.time(), "error": None})

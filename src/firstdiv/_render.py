@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any, Iterable
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -45,7 +45,7 @@ def render_report(report: Report) -> Iterable[Any]:
         for col in ("where", "check", "status", "evidence"):
             table.add_column(col)
         for f in report.findings:
-            table.add_row(f.where, f.check, Text(f.status.value, style=_STYLE[f.status]), f.message)
+            table.add_row(Text(f.where), Text(f.check), Text(f.status.value, style=_STYLE[f.status]), Text(f.message))
         yield table
     yield Text(f"  side effects: {report.side_effects}", style="dim")
 
@@ -65,7 +65,3 @@ def to_html(renderable: Any) -> str:
     console = Console(width=100, file=io.StringIO(), record=True, color_system="truecolor")
     console.print(renderable)
     return console.export_html(inline_styles=True)
-
-
-def group(items: Iterable[Any]) -> Group:
-    return Group(*items)

@@ -69,6 +69,7 @@ def sweep(target: str, seeds: str, sets: tuple[str, ...], name: str | None, back
 def runs(store: str | None, as_json: bool) -> int:
     """List the stored sweeps with their identity hashes."""
     from rich.table import Table
+    from rich.text import Text
 
     from .lab.store import Store
 
@@ -86,7 +87,7 @@ def runs(store: str | None, as_json: bool) -> int:
         fps = sorted({(r.eval_fingerprint or "-")[:8] for r in recs if r.ok}) or ["-"]
         ok = sum(r.ok for r in recs)
         runs_text = f"{ok}/{len(s.seeds)}" + (f" ({len(recs) - ok} failed)" if len(recs) > ok else "")
-        table.add_row(s.name, s.id[:8], s.workload, runs_text, s.info.get("config_hash", "")[:8], ",".join(fps),
+        table.add_row(Text(s.name), s.id[:8], Text(s.workload), runs_text, s.info.get("config_hash", "")[:8], ",".join(fps),
                       s.info.get("env_hash", "")[:8], _short_code(s.info.get("code", {})), s.created[5:16].replace("T", " "))
     _console().print(table if rows else f"no sweeps in {st.path}")
     return EXIT_OK

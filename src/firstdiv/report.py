@@ -51,8 +51,12 @@ class Divergence:
     observed: Any
     hint: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expected", _plain(self.expected))
+        object.__setattr__(self, "observed", _plain(self.observed))
+
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Divergence:

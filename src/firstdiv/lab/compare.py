@@ -166,7 +166,7 @@ def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Gen
     sign = (-1 if hib else 1) * (delta or 0.0)
     direction = None if not resolved else ("worse" if sign > 0 else "better" if sign < 0 else None)
     if ident["eval_fingerprint"]["state"] == CHANGED:
-        verdict = MEASUREMENT_CHANGED
+        verdict, direction, resolved = MEASUREMENT_CHANGED, None, False  # stop there: no model-level reading
     elif not resolved or direction is None:
         verdict, direction = NOT_RESOLVED, None
     else:
@@ -191,7 +191,7 @@ def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Gen
         "noise_ratio": abs(delta) / spread if spread and delta is not None else None,
         "baseline": _summaries(base.records), "candidate": _summaries(cand.records),
         "cost": _cost(base.records, cand.records),
-        "declared": _declared(cand, metric, test, spread, resolved, direction, alpha, base.records + cand.records),
+        "declared": _declared(cand, metric, test, spread, resolved, direction, verdict),
     }
     return _report(details, ident)
 
@@ -220,12 +220,14 @@ def _cost(base: Sequence[RunRecord], cand: Sequence[RunRecord]) -> dict[str, Any
 
 
 def _declared(cand: Side, metric: str, test: dict[str, Any], spread: float | None, resolved: bool,
-              direction: str | None, alpha: float, records: Sequence[RunRecord]) -> dict[str, Any] | None:
+              direction: str | None, verdict: str) -> dict[str, Any] | None:
     hyp, success = cand.info.get("hypothesis"), cand.info.get("success")
     if not hyp and not success:
         return None
     out: dict[str, Any] = {"hypothesis": hyp, "success": success,
                            "declared_before_runs": cand.info.get("declared_before")}
+    if verdict == MEASUREMENT_CHANGED:
+        return {**out, "result": "UNRESOLVED", "why": "the measurement changed; grade it under one eval contract"}
     try:
         crit = parse_criterion(success or "")
     except InvalidArgument as exc:

@@ -7,6 +7,7 @@ Randomised procedures (bootstrap) take an explicit ``numpy.random.Generator``.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -60,7 +61,11 @@ def paired(base: Sequence[float], cand: Sequence[float], *, higher_is_better: bo
         p = 1.0 if d[0] == 0 else 0.0
         out.update(p_value=p, ci_low=float(d[0]), ci_high=float(d[0]), wilcoxon_p=p, test="constant delta")
         return out
-    res = stats.ttest_rel(c, b)
+    with warnings.catch_warnings():
+        # Nearly constant deltas (a fixed shift plus rounding) make scipy warn about precision loss;
+        # the statistic is still right, and the constant case is decided above.
+        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
+        res = stats.ttest_rel(c, b)
     ci = res.confidence_interval(confidence_level=confidence)
     out.update(t_stat=float(res.statistic), p_value=float(res.pvalue), ci_low=float(ci.low), ci_high=float(ci.high))
     if np.any(d != 0):
@@ -121,7 +126,7 @@ def seeds_to_resolve(delta: float, sd: float, *, paired_design: bool, alpha: flo
     ``sd`` is the stdev of paired deltas (paired) or of one side's values (unpaired). Returns None
     when the effect is zero or needs more than ``max_n`` seeds.
     """
-    if not math.isfinite(delta) or delta == 0:
+    if not math.isfinite(delta) or delta == 0 or not math.isfinite(sd):
         return None
     if sd <= 0:
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -84,6 +85,7 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
         self.path = Path(path) if path is not None else default_path()
+        self._create = create
         if not self.path.exists():
             if not create:
                 raise NotFound(f"No run store at {self.path}; run `firstdiv sweep` first or pass --store PATH")
@@ -95,7 +97,25 @@ class Store:
         elif self.path.is_dir():
             raise StoreError(f"{self.path} is a directory, not a run store; pass a file path to --store")
         self._conn = self._connect()
-        self._migrate()
+        self._open_with_retry()
+
+    def _open_with_retry(self, patience: float = 60.0) -> None:
+        # Switching a new file to WAL takes an exclusive lock that SQLite's busy handler does not
+        # wait for; several processes creating one store at once retry here instead of failing.
+        deadline = time.monotonic() + patience
+        delay = 0.01
+        while True:
+            try:
+                self._migrate()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise self._broken(exc) from None
+                if time.monotonic() > deadline:
+                    raise StoreError(f"The run store at {self.path} stayed locked for {patience:.0f} s; "
+                                     "another process holds it: wait for it or pass another --store PATH") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
     def _connect(self) -> sqlite3.Connection:
         # WAL is switched on only in _migrate, after the file is known to be ours: opening someone
@@ -129,6 +149,8 @@ class Store:
                 version = int(row[0]) if row else 0
             elif tables:
                 raise StoreError(f"{self.path} is a SQLite database but not a firstdiv store; pass another --store PATH")
+            elif not self._create:
+                raise NotFound(f"{self.path} is empty, not a run store; run `firstdiv sweep --store {self.path}` first")
             if version > SCHEMA_VERSION:
                 raise StoreError(f"{self.path} has store schema version {version}, newer than this firstdiv's "
                                  f"{SCHEMA_VERSION}; upgrade firstdiv (pip install -U firstdiv) to read it")
@@ -147,6 +169,8 @@ class Store:
                     for statement in filter(str.strip, script.split(";")):
                         self._conn.execute(statement)
                 self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        except sqlite3.OperationalError:
+            raise
         except sqlite3.DatabaseError as exc:
             raise self._broken(exc) from None
 

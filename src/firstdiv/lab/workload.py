@@ -168,7 +168,8 @@ def resolve(target: str) -> Workload:
 
 def _load_file(path: Path, target: str) -> tuple[Any, Path]:
     if not path.is_file():
-        raise WorkloadError(f"Workload file {str(path)!r} does not exist (target {target!r})")
+        raise WorkloadError(f"Workload file {str(path)!r} does not exist (target {target!r}, relative to {Path.cwd()}); "
+                            "give the path to a .py file defining train(seed, config, rec)")
     path = path.resolve()
     mod_name = f"_firstdiv_workload_{abs(hash(str(path)))}"
     if mod_name in sys.modules:
@@ -196,7 +197,8 @@ def _load_module(name: str, target: str) -> tuple[Any, Path]:
     try:
         module = importlib.import_module(name)
     except ImportError as exc:
-        raise WorkloadError(f"Cannot import module {name!r} for target {target!r}: {exc}") from None
+        raise WorkloadError(f"Cannot import module {name!r} for target {target!r} ({exc}); install it, run from the "
+                            f"directory that holds it (working directory: {Path.cwd()}), or use path/to/file.py:train") from None
     except Exception as exc:
         raise WorkloadError(f"Importing {name!r} raised {type(exc).__name__}: {exc}") from None
     finally:
