@@ -398,3 +398,20 @@ def test_fresh_store_has_current_schema_version_and_wal(store_path):
     _make_store(store_path, seeds=(5,))
     with Store(store_path) as st:
         assert [s.seeds for s in st.sweeps()] == [(5,)]
+
+
+def test_ctrl_c_exits_130_keeps_recorded_runs_and_resumes(store_path, tiny, cli, tmp_path):
+    args = ["sweep", f"{tiny}:train", "--seeds", "0-7", "--set", "sleep=0.2", "--store", str(store_path)]
+    proc = subprocess.Popen([sys.executable, "-m", "firstdiv", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 60
+    while time.time() < deadline and len(_ok_seeds(store_path)) < 2:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1] == "firstdiv: interrupted; recorded runs are kept and a rerun resumes"
+    kept = sorted(seed for _, seed, status in _runs(store_path) if status == "ok")
+    assert 2 <= len(kept) < 8
+    out = _sweep_json(cli(*args, "--json", cwd=tmp_path))
+    assert out["reused"] == kept and sorted(out["ran"] + out["reused"]) == list(range(8))

@@ -10,7 +10,7 @@ import datetime as _dt
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable
 
 import numpy as np
@@ -198,7 +198,13 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        return cls(**data)
+        """Tolerates fields written by a newer firstdiv: they are kept under ``extra['unknown']``."""
+        known = {f.name for f in fields(cls)}
+        unknown = {k: v for k, v in data.items() if k not in known}
+        record = cls(**{k: v for k, v in data.items() if k in known})
+        if unknown:
+            record.extra.setdefault("unknown", {}).update(unknown)
+        return record
 
     @property
     def ok(self) -> bool:
