@@ -3,35 +3,15 @@ user asked to fail on, 2 usage or input error (one line on stderr: what, and how
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from typing import Any
 
 import click
-from rich.console import Console
 
+from ._cli_common import EXIT_FOUND, EXIT_OK, EXIT_USAGE, json_option, store_option
+from ._cli_common import console as _console
+from ._cli_common import emit as _emit
 from .errors import FirstdivError
-
-EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
-
-store_option = click.option("--store", "store", type=click.Path(dir_okay=False), default=None, envvar="FIRSTDIV_STORE",
-                            help="Run store (SQLite). Default .firstdiv/runs.db, or $FIRSTDIV_STORE.")
-json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
-
-
-def _console() -> Console:
-    console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(highlight=False, soft_wrap=False, width=120)  # logs and pipes: no 80-column folding
-    return console
-
-
-def _emit(obj: Any, as_json: bool, payload: dict[str, Any] | None = None) -> None:
-    if as_json:
-        click.echo(json.dumps(payload if payload is not None else obj.to_dict(), indent=2, default=str))
-    else:
-        _console().print(obj)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -49,16 +29,19 @@ def cli() -> None:
 @click.option("--workers", type=int, default=None, help="Processes for --backend process (default: CPU count).")
 @click.option("--hypothesis", default=None, help="What you expect, declared before the runs.")
 @click.option("--success", default=None, help="Gradeable criterion, e.g. 'val_loss delta within noise'.")
+@click.option("--checkpoint-policy", default=None, help="Declared checkpoint selection: last, best or best:patience=N.")
 @click.option("--force", is_flag=True, help="Rerun seeds already recorded for this identity.")
 @store_option
 @json_option
 def sweep(target: str, seeds: str, sets: tuple[str, ...], name: str | None, backend: str, workers: int | None,
-          hypothesis: str | None, success: str | None, force: bool, store: str | None, as_json: bool) -> int:
+          hypothesis: str | None, success: str | None, checkpoint_policy: str | None, force: bool, store: str | None,
+          as_json: bool) -> int:
     """Run TARGET (builtin:mlp, file.py:fn or module:fn) at many seeds; print the noise floor."""
     from .lab.sweep import sweep as run_sweep
 
     result = run_sweep(target, seeds, sets=list(sets), name=name, store=store, backend=backend, workers=workers,
-                       hypothesis=hypothesis, success=success, force=force, progress=not as_json)
+                       hypothesis=hypothesis, success=success, checkpoint_policy=checkpoint_policy, force=force,
+                       progress=not as_json)
     _emit(result, as_json)
     return EXIT_FOUND if result.failed else EXIT_OK
 
@@ -139,6 +122,16 @@ def demo(store: str | None, as_json: bool) -> int:
     if as_json:
         _emit(None, True, result)
     return EXIT_OK
+
+
+# -- commands defined in their own modules (one registration line each) ---------------------------
+# register: gate
+# register: factorial
+# register: curves
+# register: rng-audit
+# register: bisect
+# register: determinism
+# register: aa
 
 
 def main(argv: list[str] | None = None) -> int:

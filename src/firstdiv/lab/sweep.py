@@ -111,13 +111,15 @@ def _default_name(workload: Workload, config: dict[str, Any]) -> str:
 def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[str, Any] | None = None,
           sets: list[str] | None = None, name: str | None = None, store: Store | str | os.PathLike[str] | None = None,
           backend: str = "serial", workers: int | None = None, hypothesis: str | None = None,
-          success: str | None = None, force: bool = False, progress: bool = False,
+          success: str | None = None, checkpoint_policy: str | None = None, force: bool = False,
+          progress: bool = False,
           on_record: Callable[[RunRecord], None] | None = None) -> SweepResult:
     """Run ``target`` at every seed not yet recorded for this identity and return the whole sweep.
 
     Everything is validated before the store is opened, so bad input writes nothing.
     """
     from .criteria import parse_criterion
+    from .policy import parse_policy
 
     workload = target if isinstance(target, Workload) else resolve(target)
     seed_list = parse_seeds(seeds)
@@ -130,6 +132,8 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
         raise InvalidArgument("Declare both --hypothesis and --success (the criterion that grades it), or neither")
     if success is not None:
         parse_criterion(success)
+    if checkpoint_policy is not None:
+        checkpoint_policy = str(parse_policy(checkpoint_policy))
     if name is not None and not name.strip():
         raise InvalidArgument("Expected a non-empty --name")
     owned = not isinstance(store, Store)
@@ -138,12 +142,14 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
         ident = identity(workload, cfg, store_path=st.path, hypothesis=hypothesis, success=success)
         sweep_name = name or _default_name(workload, cfg)
         existing = st.find_sweep_exact(sweep_name, ident["identity"])
-        if existing is not None and hypothesis is not None and existing.info.get("hypothesis") != hypothesis:
-            raise InvalidArgument(f"Sweep {sweep_name!r} was declared with another hypothesis; a hypothesis is "
-                                  "declared before the runs: use a new --name")
+        for key, value in (("hypothesis", hypothesis), ("checkpoint_policy", checkpoint_policy)):
+            if existing is not None and value is not None and existing.info.get(key) != value:
+                raise InvalidArgument(f"Sweep {sweep_name!r} was declared with another {key.replace('_', ' ')}; "
+                                      "it is declared before the runs: use a new --name")
         info = {"config": cfg, "config_hash": ident["config_hash"], "code": ident["code"], "env": ident["env"],
                 "env_hash": ident["env_hash"], "hypothesis": hypothesis, "success": success,
-                "declared_before": not st.recorded_seeds(ident["identity"]) if hypothesis else None}
+                "checkpoint_policy": checkpoint_policy,
+                "declared_before": not st.recorded_seeds(ident["identity"]) if hypothesis or checkpoint_policy else None}
         info = existing.info if existing is not None else info
         info_sweep = st.upsert_sweep(sweep_name, ident["identity"], workload.target, info, seed_list)
         done = set() if force else st.recorded_seeds(ident["identity"])
