@@ -44,6 +44,8 @@ def test_e5_pairing_resolves_what_unpaired_cannot(demo):
     assert paired["mean_delta"] < 0
     assert e5["paired_stdev"] < e5["unpaired_stdev"] / 2
     assert e5["identity"]["data"] == "CHANGED"
+    assert e5["verdict"] == "SYSTEM_CHANGED" and e5["direction"] == "better"  # resolved, paired, at 12 seeds
+    assert e5["unpaired"]["p_value"] > e5["paired"]["p_value"]
     assert e5["identity"]["eval_fingerprint"] == "SAME"
 
 
@@ -88,6 +90,29 @@ def test_e7_label_shift_detected_with_per_example_flips(demo):
     assert gn["lr10"]["max"] > gn["baseline"]["max"]
 
 
+def test_e8_equal_endpoints_hide_different_trajectories(demo):
+    e8 = demo[0]["E8"]
+    assert e8["endpoints"]["last"]["resolved"] is False
+    assert e8["endpoints"]["best"]["resolved"] is True and e8["endpoints"]["best"]["direction"] == "better"
+    assert len(e8["separation"]["resolved_epochs"]) >= 5
+    assert e8["budget_warning"] is True
+    assert e8["shape"]["candidate"]["best_epoch"] > e8["shape"]["baseline"]["best_epoch"]
+
+
+def test_e9_bisection_names_lr_and_confirms_it_alone(demo):
+    e9 = demo[0]["E9"]
+    assert e9["culprit"] == "lr" and e9["kind"] == "bisect.culprit"
+    probes = {p["label"]: p["decision"] for p in e9["probes"]}
+    assert probes["candidate"] == "DIFFERENT" and probes["alone-lr"] == "DIFFERENT" and probes["revert-lr"] == "SAME"
+
+
+def test_e10_calibrated_gate_passes_healthy_and_fails_lr10x(demo):
+    e10 = demo[0]["E10"]
+    assert e10["gate_40"]["calibrated"] is True
+    assert e10["healthy"]["pass"] is True and e10["healthy"]["margin"] > 0
+    assert e10["lr10x"]["pass"] is False and e10["lr10x"]["margin"] < -0.2
+
+
 def test_demo_rerun_reuses_recorded_runs_and_prints_the_chapter_layout(demo):
     _, store = demo
     proc = run_cli("demo", "--store", store, timeout=600)
@@ -95,9 +120,11 @@ def test_demo_rerun_reuses_recorded_runs_and_prints_the_chapter_layout(demo):
     out = proc.stdout
     for heading in ("E1 — The noise floor", "E2 — Same seed", "E5 — Paired comparison",
                     "E6 — The broken benchmark", "E7 — A real regression", "RUN demo-lr10x   BASELINE demo-baseline",
-                    "IDENTITY", "CORRECTNESS", "COST", "DECLARED BEFORE THE RUN", "VERDICT  SYSTEM_CHANGED (worse)"):
+                    "IDENTITY", "CORRECTNESS", "COST", "DECLARED BEFORE THE RUN", "VERDICT  SYSTEM_CHANGED (worse)",
+                    "E8 — Curves, not endpoints", "E9 — Bisection", "CULPRIT lr", "E10 — A policy guardrail"):
         assert heading in out
     runs = json.loads(run_cli("runs", "--json", "--store", store).stdout)
     names = {s["name"]: s for s in runs["sweeps"]}
     assert {"demo-baseline", "demo-lr10x", "demo-label-shift", "demo-val-noise-0.29", "demo-eval-train-mode"} <= set(names)
-    assert all(s["runs"] == 12 and s["failed"] == 0 for s in names.values())
+    assert all(names[n]["runs"] == 12 for n in ("demo-baseline", "demo-lr10x", "demo-label-shift"))
+    assert all(s["failed"] == 0 and s["runs"] == len(s["seeds"]) for s in names.values())

@@ -1,16 +1,68 @@
 """firstdiv: find the first place where a PyTorch training system stops matching its intended
-computation, and tell whether a difference between two runs is real."""
+computation, and tell whether a difference between two runs is real.
+
+Public names load on first use, so ``import firstdiv`` (and the pytest plugin, and ``firstdiv
+--help``) stays cheap: torch and scipy are imported only when an instrument or the lab needs them.
+"""
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .errors import FirstdivError, InvalidArgument, NotFound, StoreError, WorkloadError
-from .lab import Comparison, Recorder, RunRecord, Store, SweepResult, compare, sweep, workload
 from .report import Divergence, Finding, Report, Status
 
-__all__ = [
-    "Comparison", "Divergence", "Finding", "FirstdivError", "InvalidArgument", "NotFound", "Recorder", "Report",
-    "RunRecord", "Status", "Store", "StoreError", "SweepResult", "WorkloadError", "__version__", "compare",
-    "sweep", "workload",
-]
+__version__ = "0.1.0"
+
+#: public name -> module that defines it
+_LAZY = {
+    "aa": "firstdiv.lab.aa",
+    "bisect": "firstdiv.lab.bisect",
+    "compare": "firstdiv.lab.compare",
+    "Comparison": "firstdiv.lab.compare",
+    "curves": "firstdiv.lab.curves",
+    "CurveComparison": "firstdiv.lab.curves",
+    "determinism": "firstdiv.lab.determinism",
+    "factorial": "firstdiv.lab.factorial",
+    "Factorial": "firstdiv.lab.factorial",
+    "Gate": "firstdiv.lab.gate",
+    "Recorder": "firstdiv.lab.record",
+    "RunRecord": "firstdiv.lab.record",
+    "rng_audit": "firstdiv.lab.rng_audit",
+    "Store": "firstdiv.lab.store",
+    "sweep": "firstdiv.lab.sweep",
+    "SweepResult": "firstdiv.lab.sweep",
+    "workload": "firstdiv.lab.workload",
+}
+
+__all__ = sorted([*_LAZY, "Divergence", "Finding", "FirstdivError", "InvalidArgument", "NotFound", "Report",
+                  "Status", "StoreError", "WorkloadError", "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'firstdiv' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
+    from .lab.aa import aa
+    from .lab.bisect import bisect
+    from .lab.compare import Comparison, compare
+    from .lab.curves import CurveComparison, curves
+    from .lab.determinism import determinism
+    from .lab.factorial import Factorial, factorial
+    from .lab.gate import Gate
+    from .lab.record import Recorder, RunRecord
+    from .lab.rng_audit import rng_audit
+    from .lab.store import Store
+    from .lab.sweep import SweepResult, sweep
+    from .lab.workload import workload

@@ -3,6 +3,7 @@ user asked to fail on, 2 usage or input error (one line on stderr: what, and how
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
@@ -14,7 +15,33 @@ from ._cli_common import emit as _emit
 from .errors import FirstdivError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: Commands defined in their own modules, imported only when invoked (or listed by --help), so
+#: that `firstdiv sweep` does not pay for scipy.stats and torch it does not use.
+LAZY_COMMANDS = {
+    "aa": "firstdiv.lab.commands:aa_command",
+    "bisect": "firstdiv.lab.commands:bisect_command",
+    "curves": "firstdiv.lab.curves:curves_command",
+    "determinism": "firstdiv.lab.commands:determinism_command",
+    "factorial": "firstdiv.lab.factorial:factorial_command",
+    "gate": "firstdiv.lab.commands:gate_cli",
+    "rng-audit": "firstdiv.lab.rng_audit:rng_audit_command",
+}
+
+
+class _LazyGroup(click.Group):
+    """click's documented pattern for lazily loaded subcommands."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS:
+            module, _, attr = LAZY_COMMANDS[name].partition(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="firstdiv")
 def cli() -> None:
     """Find the first divergence; tell a real regression from noise and from a changed measurement."""
@@ -122,16 +149,6 @@ def demo(store: str | None, as_json: bool) -> int:
     if as_json:
         _emit(None, True, result)
     return EXIT_OK
-
-
-# -- commands defined in their own modules (one registration line each) ---------------------------
-# register: gate
-# register: factorial
-# register: curves
-# register: rng-audit
-# register: bisect
-# register: determinism
-# register: aa
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,5 @@
-"""The regression lab: workloads, run records, the store, sweeps and comparisons."""
+"""The regression lab: workloads, run records, the store, sweeps, comparisons and experiments.
 
-from .compare import Comparison, compare
-from .record import Recorder, RunRecord
-from .store import Store, SweepInfo
-from .sweep import SweepResult, parse_seeds, sweep
-from .workload import resolve, workload
-
-__all__ = ["Comparison", "Recorder", "RunRecord", "Store", "SweepInfo", "SweepResult", "compare",
-           "parse_seeds", "resolve", "sweep", "workload"]
+Its public names are exported from :mod:`firstdiv` (``firstdiv.sweep``, ``firstdiv.compare``, ...);
+this package re-exports nothing, so ``firstdiv.lab.bisect`` is always the module.
+"""

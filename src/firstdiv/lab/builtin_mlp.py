@@ -43,12 +43,13 @@ EXTRA_CONFIG: dict[str, Any] = {
     "eval_input_scale": 1.0,
     "eval_reduction": "mean",
     "threads": 1,
+    "device": "cpu",
 }
 
 #: Keys that define the measurement, not the trained system: they go into the eval fingerprint.
 EVAL_KEYS = ("eval_mode", "eval_subset", "eval_input_scale", "eval_reduction")
 #: Keys that change how the run executes, not what it computes: they go into the environment.
-EXEC_KEYS = ("threads",)
+EXEC_KEYS = ("threads", "device")
 
 CHOICES = {
     "optimizer": ("adamw", "adam", "sgd"),
@@ -81,11 +82,22 @@ def validate(config: dict[str, Any]) -> None:
         raise ValueError(f"`weight_decay` must be >= 0 but got {config['weight_decay']}")
     if not 0 <= config["eval_subset"] <= config["n_val"]:
         raise ValueError(f"`eval_subset` must be in [0, n_val={config['n_val']}] but got {config['eval_subset']}")
+    if config["device"] != "cpu" and not _device_available(config["device"]):
+        raise ValueError(f"`device` {config['device']!r} is not available here (torch.cuda.is_available() is "
+                         f"{torch.cuda.is_available()}); use device=cpu")
     if config["threads"] < 1:
         raise ValueError(f"`threads` must be >= 1 but got {config['threads']}")
     for key, allowed in CHOICES.items():
         if config[key] not in allowed:
             raise ValueError(f"`{key}` must be one of {', '.join(allowed)} but got {config[key]!r}")
+
+
+def _device_available(device: str) -> bool:
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError):
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -161,15 +173,16 @@ def forward(params: list[torch.Tensor], x: torch.Tensor, dropout: float, gen: to
     w1, b1, w2, b2, w3, b3 = params
     h = F.relu(F.linear(x, w1, b1))
     if gen is not None and dropout > 0:
-        h = h * _mask(h.shape, dropout, gen)
+        h = h * _mask(h.shape, dropout, gen, h.device)
     h = F.relu(F.linear(h, w2, b2))
     if gen is not None and dropout > 0:
-        h = h * _mask(h.shape, dropout, gen)
+        h = h * _mask(h.shape, dropout, gen, h.device)
     return F.linear(h, w3, b3)
 
 
-def _mask(shape: torch.Size, p: float, gen: torch.Generator) -> torch.Tensor:
-    return (torch.rand(shape, generator=gen) >= p).to(torch.float32) / (1.0 - p)
+def _mask(shape: torch.Size, p: float, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    # Drawn on the CPU generator on every device, so a seed's masks do not depend on the device.
+    return ((torch.rand(shape, generator=gen) >= p).to(torch.float32) / (1.0 - p)).to(device)
 
 
 def _optimizer(config: dict[str, Any], params: list[torch.Tensor]) -> torch.optim.Optimizer:
@@ -199,8 +212,9 @@ def eval_contract(config: dict[str, Any]) -> dict[str, Any]:
 def evaluate(params: list[torch.Tensor], data: Data, config: dict[str, Any], gen: torch.Generator) -> dict[str, float]:
     """Validation loss and accuracy under the config's eval path (mode, subset, scale, reduction)."""
     n = config["eval_subset"] or config["n_val"]
-    x = data.x_val[:n] * config["eval_input_scale"]
-    y = data.y_val[:n]
+    device = params[0].device
+    x = data.x_val[:n].to(device) * config["eval_input_scale"]
+    y = data.y_val[:n].to(device)
     train_mode = config["eval_mode"] == "train"
     logits = forward(params, x, config["dropout"], gen if train_mode else None)
     loss = F.cross_entropy(logits, y, reduction=config["eval_reduction"])
@@ -223,9 +237,10 @@ def fit(seed: int, config: dict[str, Any], rec: Any) -> tuple[list[torch.Tensor]
     rec.data_identity(data.identity())
     rec.eval_contract(eval_contract(config))
     gens = generators(seed)
-    params = init_params(config, gens["init"])
+    device = torch.device(config["device"])
+    params = [p.detach().to(device).requires_grad_() for p in init_params(config, gens["init"])]
     opt = _optimizer(config, params)
-    x, y = data.x_train, data.y_train
+    x, y = data.x_train.to(device), data.y_train.to(device)
     shift = config["label_shift"]
     if shift:
         y = torch.roll(y, -shift)  # each input paired with the label `shift` places later
@@ -233,7 +248,7 @@ def fit(seed: int, config: dict[str, Any], rec: Any) -> tuple[list[torch.Tensor]
     train_seconds = 0.0
     for epoch in range(config["epochs"]):
         t0 = time.perf_counter()
-        order = torch.randperm(n, generator=gens["order"])
+        order = torch.randperm(n, generator=gens["order"]).to(device)
         total, norms = 0.0, []
         for start in range(0, n, bs):
             idx = order[start : start + bs]
@@ -248,4 +263,5 @@ def fit(seed: int, config: dict[str, Any], rec: Any) -> tuple[list[torch.Tensor]
         rec.grad_norms(torch.stack(norms).tolist())
         rec.log(epoch=epoch, train_loss=total / n, **evaluate(params, data, config, gens["eval"]))
     rec.throughput(examples=n * config["epochs"], seconds=train_seconds)
+    rec.state([p.detach().cpu() for p in params])
     return [p.detach() for p in params], data

@@ -43,6 +43,11 @@ def run_demo(store: Any = None, *, progress: bool = True, console: Console | Non
         out["E5"] = _e5(wl, base, st, console, progress)
         out["E6"] = _e6(wl, base, st, console, progress)
         out["E7"] = _e7(wl, base, st, console, progress)
+        from . import demo_lab  # E8-E10 live in their own module
+
+        out["E8"] = demo_lab.e8(wl, st, console, progress)
+        out["E9"] = demo_lab.e9(wl, st, console, progress)
+        out["E10"] = demo_lab.e10(wl, base, st, console, progress)
     return out
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from .record import short_hash
 
 #: Fields that must match before two runs count as the same environment.
-ENV_FIELDS = ("python", "torch", "numpy", "threads", "device", "deterministic_algorithms",
+ENV_FIELDS = ("python", "torch", "numpy", "threads", "device", "gpu", "deterministic_algorithms",
               "cudnn_deterministic", "cudnn_benchmark", "cublas_workspace_config", "os", "machine", "cpu")
 
 
@@ -37,6 +37,7 @@ def environment(threads: int, device: str = "cpu") -> dict[str, Any]:
         "numpy": numpy.__version__,
         "threads": int(threads),
         "device": device,
+        "gpu": torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else None,
         "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
         "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
         "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),

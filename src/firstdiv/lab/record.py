@@ -73,6 +73,7 @@ class Recorder:
         self.contract: dict[str, Any] | None = None
         self.examples_seen = 0
         self.train_seconds: float | None = None
+        self.state_hash: str | None = None
 
     def log(self, epoch: int | None = None, **metrics: float) -> None:
         """Record one epoch's metrics (plain numbers); ``epoch`` defaults to the next index."""
@@ -125,6 +126,25 @@ class Recorder:
         """Report examples processed and the seconds spent training them (excludes eval)."""
         self.examples_seen = int(examples)
         self.train_seconds = float(seconds)
+
+    def state(self, *objs: Any) -> str:
+        """Record a content hash of the trained state: modules (their state_dict), tensors or arrays.
+
+        Two runs with equal curves but different weights are told apart by this hash.
+        """
+        if not objs:
+            raise InvalidArgument("state() needs the model (an nn.Module) or its tensors")
+        flat: list[Any] = []
+        for obj in objs:
+            if hasattr(obj, "state_dict"):
+                sd = obj.state_dict()
+                flat += [k for k in sd] + list(sd.values())
+            elif isinstance(obj, (list, tuple)):
+                flat += list(obj)
+            else:
+                flat.append(obj)
+        self.state_hash = content_hash(*flat)
+        return self.state_hash
 
     def generator(self, stream: str) -> Any:
         """A torch.Generator for one named random stream of this run, derived from the seed alone."""
@@ -192,6 +212,7 @@ class RunRecord:
     created: str = ""
     version: int = RECORD_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    state_hash: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -239,7 +260,7 @@ def build_record(rec: Recorder, *, workload: str, identity: dict[str, Any], wall
         eval_fields=sorted(contract) if contract else [], curves=curves, final=final,
         directions=dict(rec.directions), grad_norm=quantiles(rec.grad_norm_values), throughput=throughput,
         wall_seconds=wall, hypothesis=identity.get("hypothesis"), success=identity.get("success"),
-        status=status, error=error, created=now_iso(), extra=dict(identity.get("extra", {})),
+        status=status, error=error, created=now_iso(), extra=dict(identity.get("extra", {})), state_hash=rec.state_hash,
     )
 
 

@@ -20,7 +20,7 @@ def identity(workload: Workload, config: dict[str, Any], *, store_path: Path | N
     train_cfg, _, execs = workload.split(config)
     exclude = (store_path.resolve().parent,) if store_path is not None else ()
     code = code_version(workload.source, exclude=exclude, fallback=workload.fallback_version)
-    env = environment(threads=int(execs.get("threads", 1)))
+    env = environment(threads=int(execs.get("threads", 1)), device=str(execs.get("device", "cpu")))
     ehash = env_hash(env)
     return {
         "workload": workload.target, "config": config, "config_hash": short_hash(train_cfg), "code": code,

@@ -100,7 +100,7 @@ class SweepResult:
         return to_text(self)
 
 
-def _default_name(workload: Workload, config: dict[str, Any]) -> str:
+def default_name(workload: Workload, config: dict[str, Any]) -> str:
     defaults = dict(workload.spec.defaults or {})
     defaults.setdefault("threads", 1)
     changed = [f"{k}={v}" for k, v in sorted(config.items()) if k not in defaults or defaults[k] != v]
@@ -140,7 +140,7 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
     st = Store(store) if owned else store  # type: ignore[arg-type]
     try:
         ident = identity(workload, cfg, store_path=st.path, hypothesis=hypothesis, success=success)
-        sweep_name = name or _default_name(workload, cfg)
+        sweep_name = name or default_name(workload, cfg)
         existing = st.find_sweep_exact(sweep_name, ident["identity"])
         for key, value in (("hypothesis", hypothesis), ("checkpoint_policy", checkpoint_policy)):
             if existing is not None and value is not None and existing.info.get(key) != value:
@@ -173,11 +173,12 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
 
 
 def _progress(enabled: bool, total: int, label: str) -> Any:
-    if not enabled or total == 0:
-        return nullcontext(None)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-    from rich.console import Console
     import sys
+
+    if not enabled or total == 0 or not sys.stderr.isatty():
+        return nullcontext(None)  # a bar is for a person at a terminal, not for logs
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     return Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                     console=Console(file=sys.stderr), transient=True)

@@ -1,0 +1,368 @@
+"""RNG audit (chapter 14, E4): which randomness in a data pipeline is tied to the run's seed.
+
+For each ``num_workers`` setting the loader runs two passes, each preceded by ``torch.manual_seed(seed)``
+and nothing else. A probe wrapped around the dataset *observes* (never draws from) torch's, numpy's
+legacy and ``random``'s global RNGs and every generator the dataset holds, before and after each
+``__getitem__``. A pass models one run from its seeding point: the seeding inputs (torch's seed, the
+loader's generator and sampler) start from the same state each pass; everything else (the dataset
+and the generators it holds, numpy's and ``random``'s globals) carries over, as it does in a process.
+The repair (explicit ``generator=`` plus a ``worker_init_fn`` reseeding the rest) is then applied and
+verified with the same two passes. Everything that mutates runs on deep copies.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Iterable
+from typing import Any
+
+import click
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from .._cli_common import EXIT_FOUND, EXIT_OK, EXIT_USAGE, emit, json_option
+from ..errors import InvalidArgument, WorkloadError
+from ..report import Divergence, Finding, Report, Status, skipped
+from ._rng_probe import GLOBALS, Plan, RngDemo, find_held, repair_code, run_setting
+
+INSTRUMENT = "rng_audit"
+ORDER, CONTENT = "data order", "item content"
+
+
+# -- evaluating ----------------------------------------------------------------------------------------
+
+
+def _sequence(recs: list[dict[str, Any]], row: str) -> list[Any]:
+    if row == ORDER:
+        return [r["index"] for r in recs]
+    if row == CONTENT:
+        return [r["item"] for r in recs]
+    return [(r["before"][row], r["after"][row]) for r in recs]
+
+
+def _collisions(recs: list[dict[str, Any]], row: str) -> tuple[int, list[int]]:
+    seen: dict[str, set[int]] = {}
+    for r in recs:
+        for state in (r["before"][row], r["after"][row]):
+            seen.setdefault(state, set()).add(r["worker"])
+    shared = [ws for ws in seen.values() if len(ws) > 1]
+    return len(shared), sorted(set().union(*shared)) if shared else []
+
+
+def _cell(passes: list[list[dict[str, Any]]], row: str, workers: int) -> dict[str, Any]:
+    a, b = (_sequence(p, row) for p in passes)
+    drawn = row in (ORDER, CONTENT) or any(r["before"][row] != r["after"][row] for p in passes for r in p)
+    diff = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+    where = None
+    if diff is not None:
+        r = passes[0][diff] if diff < len(passes[0]) else passes[1][diff]
+        where = {"item": diff, "index": r["index"], "worker": r["worker"]}
+    dup, dup_workers = (0, [])
+    if drawn and workers >= 2 and row not in (ORDER, CONTENT):
+        dup, dup_workers = max((_collisions(p, row) for p in passes), key=lambda c: c[0])
+    return {"reproduces": diff is None, "drawn": drawn, "duplicated": dup, "duplicated_workers": dup_workers,
+            "first_difference": where, "ok": not drawn or (diff is None and dup == 0)}
+
+
+def _label(cell: dict[str, Any]) -> str:
+    text = "REPRODUCES" if cell["reproduces"] else "DOES NOT"
+    return text + (f", DUPLICATED x{cell['duplicated']}" if cell["duplicated"] else "")
+
+
+def _repair_label(cells: dict[str, dict[str, Any]]) -> str:
+    bad = [(w, c) for w, c in cells.items() if not c["ok"]]
+    if not bad:
+        return "REPRODUCES"
+    return "; ".join(f"{_label(c)} (num_workers={w})" for w, c in bad)
+
+
+def _observed(c: dict[str, Any]) -> str:
+    if c["reproduces"]:
+        return f"{c['duplicated']} states seen by more than one worker in one pass (workers {c['duplicated_workers']})"
+    d = c["first_difference"]
+    who = "main process" if d["worker"] < 0 else f"worker {d['worker']}"
+    return f"pass 2 differs from pass 1 at item {d['item']} (index {d['index']}, {who})"
+
+
+_UNSEEN = ("the items change though every observed RNG reproduces: __getitem__ draws from a source the audit cannot see "
+           "(a generator created per call without a seed, one nested deeper than dataset.x[k], os.urandom, time); "
+           "derive its seed from torch.initial_seed()")
+
+
+def _divergence(rows: list[dict[str, Any]], hint: str) -> Divergence | None:
+    """The first failing cell in table order: rows top to bottom, then the columns left to right."""
+    for row in rows:
+        what = {ORDER: "indices", CONTENT: "items"}.get(row["rng"], "states")
+        for repaired, cells in ((False, row["cells"]), (True, row["repair"])):
+            for w, c in cells.items():
+                if c["ok"]:
+                    continue
+                setting = ("with the repair, " if repaired else "") + f"num_workers={w}"
+                expected = f"{setting}: " + (f"the same {what} in both passes" if not c["reproduces"]
+                                             else "a distinct stream in each worker")
+                kind = "rng.duplicated_across_workers" if c["reproduces"] else "rng.not_reproducible"
+                why = _UNSEEN if row["rng"] == CONTENT else hint
+                if repaired and row["rng"] != CONTENT:
+                    why = "the repair does not control this stream; seed it from torch.initial_seed() in worker_init_fn"
+                return Divergence(row["rng"], kind, expected, _observed(c), why)
+    return None
+
+
+# -- the report ---------------------------------------------------------------------------------------
+
+
+class RngAuditReport(Report):
+    """A Report whose ``details`` hold the chapter's table: ``rows`` (one per RNG, table order), each with
+    ``cells`` and ``repair`` keyed by num_workers; ``order`` (indices per pass); ``repair_code``."""
+
+    @property
+    def table(self) -> dict[str, dict[str, str]]:
+        """{rng: {column: text}} as the terminal shows it."""
+        return {row["rng"]: dict(zip(self.details["columns"], _row_texts(row))) for row in self.details["rows"]}
+
+    def __rich_body__(self) -> Iterable[Any]:
+        from rich.table import Table
+        from rich.text import Text
+
+        d = self.details
+        yield Text(f"  {d['source']}; {d['items']} items per pass, two passes each after torch.manual_seed({d['seed']})")
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for col in ("", *d["columns"]):
+            table.add_column(col)
+        for row in d["rows"]:
+            styled = [Text(t, style="green" if t == "REPRODUCES" else "dim" if t == "not drawn" else "bold red")
+                      for t in _row_texts(row)]
+            table.add_row(Text(row["rng"]), *styled)
+        yield table
+        if not self.ok or not all(c["ok"] for row in d["rows"] for c in row["cells"].values()):
+            verdict = "fixes every stream" if d["repair_ok"] else "does NOT fix every stream (see the table)"
+            yield Text(f"  the repair, applied and verified on copies, {verdict}:", style="bold")
+            yield Text("    " + d["repair_code"].replace("\n", "\n    "))
+
+
+def _row_texts(row: dict[str, Any]) -> list[str]:
+    texts = [_label(c) if c["drawn"] else "not drawn" for c in row["cells"].values()]
+    fixed = row["repair"].values()
+    return texts + [_repair_label(row["repair"]) if any(c["drawn"] for c in fixed) else "not drawn"]
+
+
+def _findings(rows: list[dict[str, Any]]) -> list[Finding]:
+    out = []
+    for row in rows:
+        for prefix, cells in (("", row["cells"]), ("repair, ", row["repair"])):
+            for w, c in cells.items():
+                msg = (_label(c) if c["drawn"] else "not drawn by __getitem__") + (
+                    f"; first difference {c['first_difference']}" if c["first_difference"] else "")
+                out.append(Finding(row["rng"], f"{prefix}num_workers={w}", Status.PASS if c["ok"] else Status.FAIL, msg,
+                                   {k: c[k] for k in ("reproduces", "drawn", "duplicated", "duplicated_workers")}))
+    return out
+
+
+def _build(plan: Plan, settings: list[int], runs: dict[tuple[bool, int], Any], source: str) -> RngAuditReport:
+    names = [ORDER, *GLOBALS, *(g.name for g in plan.held), CONTENT]
+    rows = []
+    for name in names:
+        cells = {str(w): _cell(runs[False, w], name, w) for w in settings}
+        fixed = {str(w): _cell(runs[True, w], name, w) for w in settings}
+        rows.append({"rng": name, "cells": cells, "repair": fixed})
+    user_init = plan.loader.worker_init_fn if plan.loader is not None else None
+    code = repair_code(plan.seed, plan.held, getattr(user_init, "__name__", "your_worker_init_fn") if user_init else None,
+                       settings)
+    streams = ", ".join(["numpy", "random", *(g.name for g in plan.held)])
+    hint = (f"pass generator=torch.Generator().manual_seed({plan.seed}) to the DataLoader and a worker_init_fn reseeding "
+            f"{streams} from torch.initial_seed(); with num_workers=0 reseed them before each pass (details['repair_code'])")
+    div = _divergence(rows, hint)
+    repair_ok = all(c["ok"] for row in rows for c in row["repair"].values())
+    findings = _findings(rows) + [Finding("repair", "applied and verified", Status.PASS if repair_ok else Status.FAIL,
+                                          "every drawn stream reproduces, none duplicated" if repair_ok
+                                          else "some stream still fails with the repair")]
+    order = {("repair, " if fix else "") + f"num_workers={w}": [[r["index"] for r in p] for p in passes]
+             for (fix, w), passes in runs.items()}
+    details = {"source": source, "seed": plan.seed, "items": plan.items, "batch_size": plan.batch_size,
+               "num_workers": settings, "columns": [f"num_workers={w}" for w in settings] + ["with the repair"],
+               "rows": rows, "order": order, "held": [g.name for g in plan.held], "repair_ok": repair_ok,
+               "repair_code": code}
+    return RngAuditReport(INSTRUMENT, Status.FAIL if div else Status.PASS, div, tuple(findings), _SIDE_EFFECTS,
+                          details=details)
+
+
+_SIDE_EFFECTS = ("none on your objects: every pass ran on deep copies (the dataset, one copy per num_workers setting "
+                 "shared by its two passes; a loader's sampler and generator, copied afresh per pass); torch, numpy and "
+                 "random global RNG states saved before and restored after; DataLoader worker processes started and stopped")
+
+
+# -- the public function -------------------------------------------------------------------------------
+
+
+class _PassError(Exception):
+    pass
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise InvalidArgument(f"Expected `{name}` to be an integer >= {low} but got {value!r}")
+    return int(value)
+
+
+def _settings(num_workers: Any) -> list[int]:
+    values = [num_workers] if isinstance(num_workers, (int, np.integer)) else num_workers
+    try:
+        out = [_check_int("num_workers", w, 0) for w in values]
+    except TypeError:
+        raise InvalidArgument(f"Expected `num_workers` to be integers like (0, 2) but got {num_workers!r}") from None
+    if not out:
+        raise InvalidArgument("Expected `num_workers` to be non-empty integers like (0, 2) but got []")
+    return list(dict.fromkeys(out))
+
+
+def _plan(obj: Any, seed: Any, items: Any, batch_size: Any) -> Plan | Report:
+    seed, items = _check_int("seed", seed, 0), _check_int("items", items, 1)
+    batch_size = None if batch_size is None else _check_int("batch_size", batch_size, 1)
+    loader = obj if isinstance(obj, DataLoader) else None
+    ds = loader.dataset if loader is not None else obj
+    if isinstance(ds, IterableDataset):
+        return skipped(INSTRUMENT, f"{type(ds).__name__} is an IterableDataset; the audit needs a map-style Dataset "
+                                   "(__getitem__ and __len__) to observe each item")
+    if isinstance(ds, (str, bytes)) or not all(hasattr(type(ds), m) for m in ("__getitem__", "__len__")):
+        raise InvalidArgument(f"Expected a map-style Dataset (with __getitem__ and __len__) or a DataLoader but got "
+                              f"{type(ds).__name__}")
+    custom_batches = loader is not None and loader.batch_size is None and loader.batch_sampler is not None
+    if custom_batches and batch_size is not None:
+        raise InvalidArgument("`batch_size` cannot override a DataLoader built with batch_sampler=; leave it None")
+    try:
+        n = len(ds)
+    except Exception as exc:
+        return skipped(INSTRUMENT, f"len(dataset) raised {type(exc).__name__}: {exc}; make __len__ return the item count")
+    if n == 0:
+        return skipped(INSTRUMENT, "the dataset is empty; audit a dataset with at least one item")
+    if batch_size is None:
+        batch_size = loader.batch_size if loader is not None else 1
+    return Plan(ds, loader, batch_size, items, seed, find_held(ds))
+
+
+def _run(plan: Plan, workers: int, repair: bool) -> list[list[dict[str, Any]]]:
+    where = f"num_workers={workers}" + (" with the repair" if repair else "")
+    try:
+        inner = copy.deepcopy(plan.dataset)
+    except Exception as exc:
+        raise _PassError(f"copy.deepcopy(dataset) raised {type(exc).__name__}: {exc}; the audit runs on a copy to leave "
+                         "yours untouched: make the dataset deep-copyable (define __deepcopy__)") from None
+    try:
+        passes = run_setting(plan, inner, workers, repair)
+    except Exception as exc:
+        last = ([x.strip() for x in str(exc).splitlines() if x.strip()] or [type(exc).__name__])[-1]  # worker tracebacks
+        if not last.startswith(type(exc).__name__):
+            last = f"{type(exc).__name__}: {last}"
+        raise _PassError(f"the loader raised {last} at {where}; fix it and rerun") from None
+    bad = next((r for p in passes for r in p if "error" in r), None)
+    if bad is not None:
+        raise _PassError(f"dataset[{bad['index']}] raised {bad['error']} at {where}; fix __getitem__ and rerun "
+                         "(the audit calls it as a DataLoader does)")
+    return passes
+
+
+def rng_audit(dataset_or_loader: Any, num_workers: Any = (0, 2), *, seed: int = 0, items: int = 16,
+              batch_size: int | None = None) -> Report:
+    """Which RNGs in a data pipeline reproduce from ``torch.manual_seed(seed)``, per ``num_workers``.
+
+    Runs two passes of ``items`` items per setting, observing torch's, numpy's legacy and ``random``'s
+    global RNGs and the generators the dataset holds, without drawing from any of them; flags streams
+    that differ between passes or that two workers share; applies and verifies the repair. A bare
+    Dataset is loaded with ``shuffle=True`` and ``batch_size`` (default 1); a DataLoader keeps its
+    sampler, batch size, collate, worker_init_fn and generator. Leaves every object and RNG as found.
+    """
+    settings = _settings(num_workers)
+    plan = _plan(dataset_or_loader, seed, items, batch_size)
+    if isinstance(plan, Report):
+        return plan
+    source = (f"DataLoader over {type(plan.dataset).__name__}" if plan.loader is not None
+              else f"{type(plan.dataset).__name__} (shuffle=True, batch_size={plan.batch_size})")
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    saved = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None, np.random.get_state(),
+             random.getstate())
+    try:
+        runs = {(fix, w): _run(plan, w, fix) for fix in (False, True) for w in settings}
+    except _PassError as exc:
+        return Report(INSTRUMENT, Status.SKIPPED, reason=str(exc), side_effects=_SIDE_EFFECTS, details={"source": source})
+    finally:
+        torch.set_rng_state(saved[0])
+        if saved[1] is not None:
+            torch.cuda.set_rng_state_all(saved[1])
+        np.random.set_state(saved[2])
+        random.setstate(saved[3])
+    return _build(plan, settings, runs, source)
+
+
+# -- the chapter's experiment and the command line -----------------------------------------------------
+
+
+BUILTINS = {"rng-demo": RngDemo}  # the chapter's E4 experiment
+
+
+def load_target(target: str) -> Any:
+    """``builtin:rng-demo``, ``path/to/file.py:function`` or ``module:function`` -> the Dataset/DataLoader
+    that the zero-argument function returns."""
+    from pathlib import Path
+
+    from .workload import _load_file, _load_module
+
+    where, sep, name = target.rpartition(":")
+    if not sep or not where:
+        raise WorkloadError(f"Expected a target like builtin:rng-demo, path/to/file.py:make_dataset or module:make_dataset "
+                            f"but got {target!r}")
+    if where == "builtin":
+        if name not in BUILTINS:
+            raise WorkloadError(f"Unknown built-in dataset {target!r}; available: "
+                                + ", ".join(f"builtin:{k}" for k in BUILTINS))
+        return RngDemo()
+    if not name.isidentifier():
+        raise WorkloadError(f"{name!r} in target {target!r} is not a Python function name")
+    if where.endswith(".py") and not Path(where).is_file():
+        raise WorkloadError(f"File {where!r} does not exist (relative to {Path.cwd()}); give the path to a .py file "
+                            f"defining {name}()")
+    module, _ = _load_file(Path(where), target) if where.endswith(".py") else _load_module(where, target)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise WorkloadError(f"{where} has no function {name!r}; define {name}() returning a Dataset or DataLoader")
+    try:
+        obj = fn()
+    except Exception as exc:
+        raise WorkloadError(f"Calling {name}() from {where} raised {type(exc).__name__}: {exc}; it must take no "
+                            "arguments and return a Dataset or DataLoader") from None
+    if not isinstance(obj, DataLoader) and (isinstance(obj, (str, bytes))
+                                            or not all(hasattr(type(obj), m) for m in ("__getitem__", "__len__"))):
+        raise WorkloadError(f"{name}() from {where} returned {type(obj).__name__}; return a map-style Dataset or a DataLoader")
+    return obj
+
+
+def _parse_workers(text: str) -> list[int]:
+    try:
+        return _settings([int(part, 10) for part in text.split(",")])
+    except ValueError:
+        raise InvalidArgument(f"Expected --workers like 0,2 (non-negative integers) but got {text!r}") from None
+
+
+@click.command("rng-audit")
+@click.argument("target", required=False, default="builtin:rng-demo")
+@click.option("--workers", default="0,2", show_default=True, help="num_workers settings to audit, comma-separated.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed given to torch.manual_seed before each pass.")
+@click.option("--items", type=int, default=16, show_default=True, help="Items observed per pass.")
+@click.option("--batch-size", type=int, default=None, help="Batch size (default: the loader's, or 1 for a Dataset).")
+@json_option
+def rng_audit_command(target: str, workers: str, seed: int, items: int, batch_size: int | None, as_json: bool) -> int:
+    """Which RNGs in TARGET's data pipeline reproduce from the seed, per num_workers (chapter 14, E4).
+
+    TARGET is builtin:rng-demo (default), path/to/file.py:function or module:function, a zero-argument
+    function returning a Dataset or DataLoader. Exit 1 when a stream does not reproduce or is shared by workers.
+    """
+    settings = _parse_workers(workers)
+    report = rng_audit(load_target(target), settings, seed=seed, items=items, batch_size=batch_size)
+    if report.status is Status.SKIPPED:  # could not run: one line (and the report only when asked for JSON)
+        if as_json:
+            emit(report, True)
+        click.echo(f"firstdiv: error: {report.reason}", err=True)
+        return EXIT_USAGE
+    emit(report, as_json)
+    return EXIT_OK if report.ok else EXIT_FOUND
