@@ -52,8 +52,9 @@ def cli() -> None:
 @click.option("--seeds", default="0-11", show_default=True, help="Seeds: 0-11, 0,3,5 or 0-3,8.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 @click.option("--name", default=None, help="Sweep name (default: derived from the changed config keys).")
-@click.option("--backend", type=click.Choice(["serial", "process"]), default="serial", show_default=True)
-@click.option("--workers", type=int, default=None, help="Processes for --backend process (default: CPU count).")
+@click.option("--backend", default="serial", show_default=True, help="serial, process, vectorized or ray.")
+@click.option("--workers", type=int, default=None, help="Parallel workers for process/ray (default: CPU count).")
+@click.option("--address", default=None, help="Ray cluster address for --backend ray (default: start a local Ray).")
 @click.option("--hypothesis", default=None, help="What you expect, declared before the runs.")
 @click.option("--success", default=None, help="Gradeable criterion, e.g. 'val_loss delta within noise'.")
 @click.option("--checkpoint-policy", default=None, help="Declared checkpoint selection: last, best or best:patience=N.")
@@ -61,12 +62,15 @@ def cli() -> None:
 @store_option
 @json_option
 def sweep(target: str, seeds: str, sets: tuple[str, ...], name: str | None, backend: str, workers: int | None,
+          address: str | None,
           hypothesis: str | None, success: str | None, checkpoint_policy: str | None, force: bool, store: str | None,
           as_json: bool) -> int:
     """Run TARGET (builtin:mlp, file.py:fn or module:fn) at many seeds; print the noise floor."""
     from .lab.sweep import sweep as run_sweep
 
+    options = {"address": address} if address else None
     result = run_sweep(target, seeds, sets=list(sets), name=name, store=store, backend=backend, workers=workers,
+                       backend_options=options,
                        hypothesis=hypothesis, success=success, checkpoint_policy=checkpoint_policy, force=force,
                        progress=not as_json)
     _emit(result, as_json)

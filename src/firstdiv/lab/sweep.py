@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import multiprocessing as mp
 import os
 import re
 from contextlib import nullcontext
@@ -14,11 +12,11 @@ from ..errors import InvalidArgument
 from ..report import Divergence, Finding, Report, Status
 from . import stats
 from .record import RunRecord
-from .runner import identity, run_seed
+from . import backends
+from .runner import identity
 from .store import Store, SweepInfo
 from .workload import Workload, resolve
 
-BACKENDS = ("serial", "process")
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
 
@@ -110,7 +108,8 @@ def default_name(workload: Workload, config: dict[str, Any]) -> str:
 
 def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[str, Any] | None = None,
           sets: list[str] | None = None, name: str | None = None, store: Store | str | os.PathLike[str] | None = None,
-          backend: str = "serial", workers: int | None = None, hypothesis: str | None = None,
+          backend: str = "serial", workers: int | None = None, backend_options: dict[str, Any] | None = None,
+          hypothesis: str | None = None,
           success: str | None = None, checkpoint_policy: str | None = None, force: bool = False,
           progress: bool = False,
           on_record: Callable[[RunRecord], None] | None = None) -> SweepResult:
@@ -124,8 +123,7 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
     workload = target if isinstance(target, Workload) else resolve(target)
     seed_list = parse_seeds(seeds)
     cfg = workload.config(config, sets)
-    if backend not in BACKENDS:
-        raise InvalidArgument(f"Unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    backends.get(backend)  # an unknown backend is a usage error before anything is written
     if workers is not None and workers < 1:
         raise InvalidArgument(f"Expected --workers >= 1 but got {workers}")
     if (hypothesis is None) != (success is None):
@@ -163,7 +161,7 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
             if on_record is not None:
                 on_record(rec)
 
-        _execute(workload, todo, ident, backend, workers, record, progress, sweep_name)
+        _execute(workload, todo, ident, backend, workers, record, progress, sweep_name, dict(backend_options or {}))
         records = tuple(r for r in st.records(info_sweep) if r.seed in set(seed_list))
         return SweepResult(info_sweep, records, tuple(todo), tuple(s for s in seed_list if s in done),
                            tuple(failed), str(st.path))
@@ -185,8 +183,9 @@ def _progress(enabled: bool, total: int, label: str) -> Any:
 
 
 def _execute(workload: Workload, seeds: list[int], ident: dict[str, Any], backend: str, workers: int | None,
-             record: Callable[[RunRecord], None], progress: bool, label: str) -> None:
-    with _progress(progress, len(seeds), label) as bar:
+             record: Callable[[RunRecord], None], progress: bool, label: str, options: dict[str, Any]) -> None:
+    run = backends.get(backend)
+    with _progress(progress, len(seeds), f"{label} [{backend}]") as bar:
         task = bar.add_task("runs", total=len(seeds)) if bar is not None else None
 
         def done(rec: RunRecord) -> None:
@@ -194,35 +193,5 @@ def _execute(workload: Workload, seeds: list[int], ident: dict[str, Any], backen
             if bar is not None:
                 bar.advance(task)
 
-        if backend == "serial" or len(seeds) <= 1:
-            for seed in seeds:
-                done(run_seed(workload, seed, ident))
-            return
-        n = min(workers or os.cpu_count() or 1, len(seeds))
-        ctx = mp.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
-                                    initargs=(int(ident["env"]["threads"]),)) as pool:
-            futures = {pool.submit(_run_in_worker, workload.target, seed, ident): seed for seed in seeds}
-            for fut in cf.as_completed(futures):
-                try:
-                    rec = fut.result()
-                except Exception as exc:  # the worker died: record the seed as failed, keep going
-                    rec = _crashed(workload, futures[fut], ident, exc)
-                done(rec)
-
-
-def _init_worker(threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
-
-
-def _run_in_worker(target: str, seed: int, ident: dict[str, Any]) -> RunRecord:
-    return run_seed(resolve(target), seed, ident)
-
-
-def _crashed(workload: Workload, seed: int, ident: dict[str, Any], exc: BaseException) -> RunRecord:
-    from .record import Recorder, build_record
-
-    return build_record(Recorder(seed, ident["config"]), workload=workload.target, identity=ident, wall=0.0,
-                        status="failed", error=f"worker crashed: {type(exc).__name__}: {exc}")
+        if seeds:
+            run(workload, seeds, ident, workers=workers, done=done, options=options)
