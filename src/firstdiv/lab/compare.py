@@ -37,7 +37,8 @@ class Side:
     info: dict[str, Any]
 
 
-def _side(ref: Any, store: Store | None, label: str) -> Side:
+def load_side(ref: Any, store: Store | None, label: str) -> Side:
+    """One side of a comparison from a sweep name, a SweepInfo, a SweepResult or run records."""
     if isinstance(ref, SweepResult):
         return Side(ref.sweep.name, ref.records, ref.sweep.info)
     if isinstance(ref, SweepInfo):
@@ -131,7 +132,7 @@ def compare(baseline: Any, candidate: Any, *, metric: str = "val_loss",
     owned = needs_store and not isinstance(store, Store)
     st = Store(store, create=False) if owned else store
     try:
-        base, cand = _side(baseline, st, "baseline"), _side(candidate, st, "candidate")  # type: ignore[arg-type]
+        base, cand = load_side(baseline, st, "baseline"), load_side(candidate, st, "candidate")  # type: ignore[arg-type]
     finally:
         if owned:
             st.close()  # type: ignore[union-attr]

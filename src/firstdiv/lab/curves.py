@@ -20,7 +20,7 @@ from .._cli_common import EXIT_OK, emit, json_option, store_option
 from ..errors import InvalidArgument, NotFound
 from ..report import Divergence, Finding, Report, Status
 from . import stats
-from .compare import CHANGED, Side, _side, higher_is_better, identity
+from .compare import CHANGED, Side, higher_is_better, identity, load_side
 from .policy import FORMS_HELP, Policy, parse_policy
 from .store import Store, SweepInfo
 
@@ -212,7 +212,7 @@ def curves(baseline: Any, candidate: Any, *, metric: str = "val_loss", policy: s
     owned = any(isinstance(ref, (str, SweepInfo)) for ref in (baseline, candidate)) and not isinstance(store, Store)
     st = Store(store, create=False) if owned else store
     try:
-        base, cand = _side(baseline, st, "baseline"), _side(candidate, st, "candidate")  # type: ignore[arg-type]
+        base, cand = load_side(baseline, st, "baseline"), load_side(candidate, st, "candidate")  # type: ignore[arg-type]
     finally:
         if owned:
             st.close()  # type: ignore[union-attr]
