@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet "torch==2.13.0"
+	# The dev extra brings pytest and ray (the ray backend's tests run against a local Ray).
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -24,6 +25,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/record_overhead.py
+	$(PY) benchmarks/parallel_efficiency.py
 
 clean:
 	rm -rf $(VENV) .firstdiv .pytest_cache

@@ -150,3 +150,15 @@ def test_process_backend_matches_serial(tiny, tmp_path):
     proc = firstdiv.sweep(f"{tiny}:train", "0-3", store=tmp_path / "b.db", backend="process", workers=2)
     strip = lambda r: (r.seed, r.curves, r.identity, r.eval_fingerprint, r.config_hash)  # noqa: E731
     assert [strip(r) for r in serial.records] == [strip(r) for r in proc.records]
+
+
+def test_every_public_name_resolves_and_import_stays_light():
+    import subprocess
+    import sys
+
+    assert set(firstdiv.__all__) >= set(firstdiv._LAZY)
+    for name in firstdiv.__all__:
+        assert getattr(firstdiv, name) is not None
+    probe = "import sys, firstdiv; print('torch' in sys.modules, 'scipy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]  # `import firstdiv` (and the pytest plugin) must not load torch or scipy

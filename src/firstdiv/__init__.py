@@ -25,6 +25,8 @@ _LAZY = {
     "CurveComparison": "firstdiv.lab.curves",
     "determinism": "firstdiv.lab.determinism",
     "factorial": "firstdiv.lab.factorial",
+    "Functional": "firstdiv.lab.functional",
+    "vectorizable": "firstdiv.lab.functional",
     "Factorial": "firstdiv.lab.factorial",
     "Gate": "firstdiv.lab.gate",
     "Recorder": "firstdiv.lab.record",
@@ -36,8 +38,12 @@ _LAZY = {
     "workload": "firstdiv.lab.workload",
 }
 
-__all__ = sorted([*_LAZY, "Divergence", "Finding", "FirstdivError", "InvalidArgument", "NotFound", "Report",
-                  "Status", "StoreError", "WorkloadError", "__version__"])
+__all__ = [
+    "__version__", "aa", "bisect", "compare", "Comparison", "CurveComparison", "curves", "determinism",
+    "Divergence", "factorial", "Factorial", "Finding", "FirstdivError", "Functional", "Gate",
+    "InvalidArgument", "NotFound", "Recorder", "Report", "rng_audit", "RunRecord", "Status", "Store",
+    "StoreError", "sweep", "SweepResult", "vectorizable", "workload", "WorkloadError",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -60,6 +66,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from .lab.curves import CurveComparison, curves
     from .lab.determinism import determinism
     from .lab.factorial import Factorial, factorial
+    from .lab.functional import Functional, vectorizable
     from .lab.gate import Gate
     from .lab.record import Recorder, RunRecord
     from .lab.rng_audit import rng_audit

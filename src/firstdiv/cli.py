@@ -55,6 +55,7 @@ def cli() -> None:
 @click.option("--backend", default="serial", show_default=True, help="serial, process, vectorized or ray.")
 @click.option("--workers", type=int, default=None, help="Parallel workers for process/ray (default: CPU count).")
 @click.option("--address", default=None, help="Ray cluster address for --backend ray (default: start a local Ray).")
+@click.option("--chunk", type=int, default=None, help="Seeds trained at once by --backend vectorized (default: by memory).")
 @click.option("--hypothesis", default=None, help="What you expect, declared before the runs.")
 @click.option("--success", default=None, help="Gradeable criterion, e.g. 'val_loss delta within noise'.")
 @click.option("--checkpoint-policy", default=None, help="Declared checkpoint selection: last, best or best:patience=N.")
@@ -62,13 +63,17 @@ def cli() -> None:
 @store_option
 @json_option
 def sweep(target: str, seeds: str, sets: tuple[str, ...], name: str | None, backend: str, workers: int | None,
-          address: str | None,
+          address: str | None, chunk: int | None,
           hypothesis: str | None, success: str | None, checkpoint_policy: str | None, force: bool, store: str | None,
           as_json: bool) -> int:
     """Run TARGET (builtin:mlp, file.py:fn or module:fn) at many seeds; print the noise floor."""
+    from .lab import backends
+
+    options = {k: v for k, v in (("address", address), ("chunk", chunk)) if v is not None} or None
+    if backend in backends.BACKENDS:  # e.g. the process backend's workers import torch while this process does
+        backends.warm(backend, dict(options or {}))
     from .lab.sweep import sweep as run_sweep
 
-    options = {"address": address} if address else None
     result = run_sweep(target, seeds, sets=list(sets), name=name, store=store, backend=backend, workers=workers,
                        backend_options=options,
                        hypothesis=hypothesis, success=success, checkpoint_policy=checkpoint_policy, force=force,

@@ -3,19 +3,24 @@
 The data is a pure function of ``data_seed`` (and the noise knobs); the run seed controls only
 initialization, batch order and dropout masks, each through its own generator, so that a seed's
 run never depends on what else consumed randomness in the process.
+
+Training is described once, as a :class:`~firstdiv.lab.functional.Functional` (:func:`spec`), and
+always runs through the stacked loop: ``train``/``fit`` train a stack of one seed, the vectorized
+backend a stack of many. One implementation is what keeps a seed's record independent of the backend.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+
+from . import functional
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "n_train": 3000,
@@ -56,10 +61,6 @@ CHOICES = {
     "eval_mode": ("eval", "train"),
     "eval_reduction": ("mean", "sum"),
 }
-
-# Offsets that make the three streams of one seed independent of each other.
-_STREAM_INIT, _STREAM_ORDER, _STREAM_DROPOUT, _STREAM_EVAL = 0, 1, 2, 3
-
 
 def validate(config: dict[str, Any]) -> None:
     """Raise ValueError naming the key when a value is outside what the workload supports."""
@@ -149,11 +150,8 @@ def make_data(config: dict[str, Any]) -> Data:
 
 
 def generators(seed: int) -> dict[str, torch.Generator]:
-    """One torch generator per random stream of a run, derived from the run seed alone."""
-    seq = np.random.SeedSequence(seed)
-    states = seq.generate_state(4, dtype=np.uint64)
-    names = {_STREAM_INIT: "init", _STREAM_ORDER: "order", _STREAM_DROPOUT: "dropout", _STREAM_EVAL: "eval"}
-    return {name: torch.Generator().manual_seed(int(states[i]) & ((1 << 63) - 1)) for i, name in names.items()}
+    """One torch generator per random stream of a run (init, order, dropout, eval), from the run seed alone."""
+    return functional.generators(seed)
 
 
 def init_params(config: dict[str, Any], gen: torch.Generator) -> list[torch.Tensor]:
@@ -169,29 +167,63 @@ def init_params(config: dict[str, Any], gen: torch.Generator) -> list[torch.Tens
 
 
 def forward(params: list[torch.Tensor], x: torch.Tensor, dropout: float, gen: torch.Generator | None) -> torch.Tensor:
-    """Logits [B, classes] for inputs [B, in_dim]; dropout is applied when ``gen`` is given."""
-    w1, b1, w2, b2, w3, b3 = params
-    h = F.relu(F.linear(x, w1, b1))
-    if gen is not None and dropout > 0:
-        h = h * _mask(h.shape, dropout, gen, h.device)
-    h = F.relu(F.linear(h, w2, b2))
-    if gen is not None and dropout > 0:
-        h = h * _mask(h.shape, dropout, gen, h.device)
-    return F.linear(h, w3, b3)
+    """Logits [B, classes] for inputs [B, in_dim]; dropout is applied when ``gen`` is given.
+
+    One seed is a stack of one: this runs the same code as training and the vectorized backend.
+    """
+    keep = _masks(gen, x.shape[0], hidden=params[0].shape[0], p=dropout) if gen is not None and dropout > 0 else None
+    return stacked_forward([p.unsqueeze(0) for p in params], x.unsqueeze(0),
+                           None if keep is None else keep.unsqueeze(0))[0]
 
 
-def _mask(shape: torch.Size, p: float, gen: torch.Generator, device: torch.device) -> torch.Tensor:
-    # Drawn on the CPU generator on every device, so a seed's masks do not depend on the device.
-    return ((torch.rand(shape, generator=gen) >= p).to(torch.float32) / (1.0 - p)).to(device)
+def stacked_forward(params: list[torch.Tensor], x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits [S, B, classes] for S seeds' params (w [S, out, in], b [S, out]) and inputs [S, B, in_dim].
+
+    ``keep`` [S, B, 2 * hidden] holds the two layers' dropout multipliers (0 or 1 / (1 - p)), or None.
+    """
+    return _StackedMLP.apply(x, keep, *params)
 
 
-def _optimizer(config: dict[str, Any], params: list[torch.Tensor]) -> torch.optim.Optimizer:
-    lr, wd = config["lr"], config["weight_decay"]
-    if config["optimizer"] == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=wd, foreach=False)
-    if config["optimizer"] == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=wd, foreach=False)
-    return torch.optim.SGD(params, lr=lr, weight_decay=wd, foreach=False)
+class _StackedMLP(torch.autograd.Function):
+    """The three-layer MLP over a stack of seeds with its backward written out: batched matmuls and
+    per-seed sums only, so no value of one seed reaches another, in about a third of autograd's ops."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, keep: torch.Tensor | None, w1: torch.Tensor, b1: torch.Tensor,
+                w2: torch.Tensor, b2: torch.Tensor, w3: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
+        hidden = w1.shape[1]
+        k1, k2 = (None, None) if keep is None else (keep[..., :hidden], keep[..., hidden:])
+        a1 = _relu_drop(torch.baddbmm(b1.unsqueeze(1), x, w1.transpose(1, 2)), k1)
+        a2 = _relu_drop(torch.baddbmm(b2.unsqueeze(1), a1, w2.transpose(1, 2)), k2)
+        ctx.save_for_backward(x, a1, a2, w2, w3, k1, k2)
+        return torch.baddbmm(b3.unsqueeze(1), a2, w3.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx: Any, g3: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, a1, a2, w2, w3, k1, k2 = ctx.saved_tensors
+        g2 = _relu_drop_grad(torch.bmm(g3, w3), a2, k2)
+        g1 = _relu_drop_grad(torch.bmm(g2, w2), a1, k1)
+        return (None, None, torch.bmm(g1.transpose(1, 2), x), g1.sum(1), torch.bmm(g2.transpose(1, 2), a1),
+                g2.sum(1), torch.bmm(g3.transpose(1, 2), a2), g3.sum(1))
+
+
+def _relu_drop(z: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    z = z.clamp_min_(0.0)
+    return z if keep is None else z.mul_(keep)
+
+
+def _relu_drop_grad(grad: torch.Tensor, out: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    # out = relu(z) * keep, so d out / d z = keep where out > 0 and 0 elsewhere (keep > 0 there).
+    grad = grad if keep is None else grad.mul_(keep)
+    return torch.ops.aten.threshold_backward(grad, out, 0.0)
+
+
+def _masks(gen: torch.Generator, n: int, *, hidden: int, p: float) -> torch.Tensor:
+    """Dropout multipliers [n, 2 * hidden] for n examples: 0 with probability p, else 1 / (1 - p).
+
+    Drawn on the CPU generator on every device, so a seed's masks do not depend on the device.
+    """
+    return torch.rand(n, 2 * hidden, generator=gen).ge_(p).div_(1.0 - p)
 
 
 def eval_contract(config: dict[str, Any]) -> dict[str, Any]:
@@ -211,20 +243,46 @@ def eval_contract(config: dict[str, Any]) -> dict[str, Any]:
 @torch.no_grad()
 def evaluate(params: list[torch.Tensor], data: Data, config: dict[str, Any], gen: torch.Generator) -> dict[str, float]:
     """Validation loss and accuracy under the config's eval path (mode, subset, scale, reduction)."""
-    n = config["eval_subset"] or config["n_val"]
+    out = evaluate_stack([p.unsqueeze(0) for p in params], [gen], data=data, config=config)
+    return {name: float(value[0]) for name, value in out.items()}
+
+
+@torch.no_grad()
+def evaluate_stack(params: list[torch.Tensor], gens: list[torch.Generator], *, data: Data,
+                   config: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """:func:`evaluate` for S seeds at once: val_loss and val_acc, each a tensor [S]."""
+    n, s = config["eval_subset"] or config["n_val"], params[0].shape[0]
     device = params[0].device
-    x = data.x_val[:n].to(device) * config["eval_input_scale"]
-    y = data.y_val[:n].to(device)
-    train_mode = config["eval_mode"] == "train"
-    logits = forward(params, x, config["dropout"], gen if train_mode else None)
-    loss = F.cross_entropy(logits, y, reduction=config["eval_reduction"])
-    acc = (logits.argmax(dim=1) == y).to(torch.float64).mean()
-    return {"val_loss": float(loss), "val_acc": float(acc)}
+    x = (data.x_val[:n].to(device) * config["eval_input_scale"]).expand(s, n, -1)
+    y = data.y_val[:n].to(device).expand(s, n)
+    keep = None
+    if config["eval_mode"] == "train" and config["dropout"] > 0:
+        keep = torch.stack([_masks(g, n, hidden=config["hidden"], p=config["dropout"]) for g in gens]).to(device)
+    logits = stacked_forward(params, x, keep)
+    loss = functional.losses("cross_entropy", logits, y, reduction=config["eval_reduction"])
+    acc = (logits.argmax(dim=-1) == y).to(torch.float64).mean(dim=1)
+    return {"val_loss": loss, "val_acc": acc}
 
 
-def train(seed: int, config: dict[str, Any], rec: Any) -> None:
-    """The workload protocol entry point: train one run, logging everything to ``rec``."""
-    fit(seed, config, rec)
+def spec(config: dict[str, Any], data: Data | None = None) -> functional.Functional:
+    """The workload as a :class:`~firstdiv.lab.functional.Functional`: what every backend trains."""
+    data = make_data(config) if data is None else data
+    y = data.y_train
+    if config["label_shift"]:
+        y = torch.roll(y, -config["label_shift"])  # each input paired with the label `shift` places later
+    p = config["dropout"]
+    return functional.Functional(
+        data=(data.x_train, y, data.x_val, data.y_val),
+        init=functools.partial(init_params, config), apply=stacked_forward, stacked=True,
+        draws=functools.partial(_masks, hidden=config["hidden"], p=p) if p > 0 else None,
+        epochs=config["epochs"], batch_size=config["batch_size"], lr=config["lr"], optimizer=config["optimizer"],
+        weight_decay=config["weight_decay"], evaluate=functools.partial(evaluate_stack, data=data, config=config),
+        data_identity=data.identity(), eval_contract=eval_contract(config), device=config["device"])
+
+
+#: The workload protocol entry point ``train(seed, config, rec)``: a stack of one seed. The vectorized
+#: backend finds :func:`spec` on it and trains many seeds through the same loop.
+train = functional.vectorizable(spec)
 
 
 def fit(seed: int, config: dict[str, Any], rec: Any) -> tuple[list[torch.Tensor], Data]:
@@ -234,34 +292,5 @@ def fit(seed: int, config: dict[str, Any], rec: Any) -> tuple[list[torch.Tensor]
     fixed model (chapter 14's E6).
     """
     data = make_data(config)
-    rec.data_identity(data.identity())
-    rec.eval_contract(eval_contract(config))
-    gens = generators(seed)
-    device = torch.device(config["device"])
-    params = [p.detach().to(device).requires_grad_() for p in init_params(config, gens["init"])]
-    opt = _optimizer(config, params)
-    x, y = data.x_train.to(device), data.y_train.to(device)
-    shift = config["label_shift"]
-    if shift:
-        y = torch.roll(y, -shift)  # each input paired with the label `shift` places later
-    n, bs = x.shape[0], config["batch_size"]
-    train_seconds = 0.0
-    for epoch in range(config["epochs"]):
-        t0 = time.perf_counter()
-        order = torch.randperm(n, generator=gens["order"]).to(device)
-        total, norms = 0.0, []
-        for start in range(0, n, bs):
-            idx = order[start : start + bs]
-            logits = forward(params, x[idx], config["dropout"], gens["dropout"])
-            loss = F.cross_entropy(logits, y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            norms.append(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])))
-            opt.step()
-            total += float(loss.detach()) * idx.shape[0]
-        train_seconds += time.perf_counter() - t0
-        rec.grad_norms(torch.stack(norms).tolist())
-        rec.log(epoch=epoch, train_loss=total / n, **evaluate(params, data, config, gens["eval"]))
-    rec.throughput(examples=n * config["epochs"], seconds=train_seconds)
-    rec.state([p.detach().cpu() for p in params])
-    return [p.detach() for p in params], data
+    params = functional.train_stack(spec(config, data), [seed], [rec])[0]
+    return params, data

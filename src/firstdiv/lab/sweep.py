@@ -10,9 +10,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import InvalidArgument
 from ..report import Divergence, Finding, Report, Status
-from . import stats
+from . import backends, stats
 from .record import RunRecord
-from . import backends
 from .runner import identity
 from .store import Store, SweepInfo
 from .workload import Workload, resolve
@@ -120,9 +119,7 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
     from .criteria import parse_criterion
     from .policy import parse_policy
 
-    workload = target if isinstance(target, Workload) else resolve(target)
     seed_list = parse_seeds(seeds)
-    cfg = workload.config(config, sets)
     backends.get(backend)  # an unknown backend is a usage error before anything is written
     if workers is not None and workers < 1:
         raise InvalidArgument(f"Expected --workers >= 1 but got {workers}")
@@ -134,6 +131,11 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
         checkpoint_policy = str(parse_policy(checkpoint_policy))
     if name is not None and not name.strip():
         raise InvalidArgument("Expected a non-empty --name")
+    options = dict(backend_options or {})
+    backends.warm(backend, options)  # e.g. a fork server importing torch while this process imports the workload
+    workload = target if isinstance(target, Workload) else resolve(target)
+    cfg = workload.config(config, sets)
+    backends.check(backend, workload, options)
     owned = not isinstance(store, Store)
     st = Store(store) if owned else store  # type: ignore[arg-type]
     try:
@@ -161,7 +163,7 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
             if on_record is not None:
                 on_record(rec)
 
-        _execute(workload, todo, ident, backend, workers, record, progress, sweep_name, dict(backend_options or {}))
+        _execute(workload, todo, ident, backend, workers, record, progress, sweep_name, options)
         records = tuple(r for r in st.records(info_sweep) if r.seed in set(seed_list))
         return SweepResult(info_sweep, records, tuple(todo), tuple(s for s in seed_list if s in done),
                            tuple(failed), str(st.path))

@@ -5,12 +5,14 @@ seed in ``seeds`` and calls ``done(record)`` once per seed, in the order runs fi
 calling thread (the store is written there). A seed's record must not depend on the backend that
 ran it nor on which other seeds shared its batch: that is what makes every comparison safe.
 A workload failure is a failed record, never an exception; an interrupt (KeyboardInterrupt) stops
-the sweep with every finished run already passed to ``done``.
+the sweep with every finished run already passed to ``done``. A backend module may also define
+``warm(options)``, called before the workload is imported, to start slow machinery early.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any, Callable, Protocol
 
 from ...errors import InvalidArgument
@@ -29,6 +31,8 @@ class Backend(Protocol):
 BACKENDS = {
     "serial": "firstdiv.lab.backends.serial:run",
     "process": "firstdiv.lab.backends.process:run",
+    "vectorized": "firstdiv.lab.backends.vectorized:run",
+    "ray": "firstdiv.lab.backends.ray_backend:run",
 }
 
 
@@ -37,6 +41,48 @@ def get(name: str) -> Backend:
         raise InvalidArgument(f"Unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     module, _, attr = BACKENDS[name].partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def check(name: str, workload: Workload, options: dict[str, Any]) -> None:
+    """Let a backend refuse a workload it cannot run before the store is opened (nothing written);
+    a backend module opts in with ``check(workload, options)``, raising InvalidArgument."""
+    module = importlib.import_module(BACKENDS[name].partition(":")[0])
+    refuse = getattr(module, "check", None)
+    if refuse is not None:
+        refuse(workload, options)
+
+
+def warm(name: str, options: dict[str, Any]) -> None:
+    """Let a backend start slow machinery early (the process backend's fork server imports torch
+    while the sweep imports the workload); a backend module opts in with ``warm(options)``."""
+    module = importlib.import_module(BACKENDS[name].partition(":")[0])
+    start = getattr(module, "warm", None)
+    if start is not None:
+        start(options)
+
+
+def cpus() -> int:
+    """CPUs this process may run on (the affinity mask in a container, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def portable(workload: Workload) -> str:
+    """The target another process can resolve from any working directory (file targets made absolute)."""
+    where, _, name = workload.target.rpartition(":")
+    return f"{workload.source}:{name}" if where.endswith(".py") else workload.target
+
+
+def load(target: str, located: str) -> Workload:
+    """Resolve ``located`` (from :func:`portable`) in a worker; its records keep the user's ``target``."""
+    from dataclasses import replace
+
+    from ..workload import resolve
+
+    found = resolve(located)
+    return found if found.target == target else replace(found, target=target)
 
 
 def crashed(workload: Workload, seed: int, ident: dict[str, Any], error: str) -> RunRecord:

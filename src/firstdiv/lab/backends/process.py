@@ -1,42 +1,225 @@
-"""A pool of worker processes; each worker runs whole seeds at the sweep's thread count."""
+"""Worker processes on this machine; each runs whole seeds, one at a time, at the sweep's thread count.
+
+Workers start once per sweep and stay busy: each is handed its next seed as soon as it reports the
+last, so start-up (importing torch) is paid once per worker, not once per seed. Where the platform
+has a fork server, workers are forked from one that has torch and the runner already imported
+(started once per Python process and reused by later sweeps); elsewhere they are spawned.
+
+A worker that dies (``os._exit``, a segfault, the OOM killer) costs only the seed it held: that seed
+is recorded as failed with the exit code or signal, a fresh worker takes its place and the sweep
+goes on. Workers ignore SIGINT; on Ctrl-C the parent stops them and re-raises, every finished run
+already recorded.
+"""
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import signal
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from ...errors import WorkloadError
 from ..record import RunRecord
-from ..runner import run_seed
-from ..workload import Workload, resolve
-from . import Done, crashed
+from ..workload import Workload
+from . import Done, cpus, crashed, load, portable
+
+#: What the fork server imports once, so that a forked worker starts in milliseconds. torch._dynamo
+#: is imported by the first optimizer a run builds (about 1 s). As with spawn, each worker still
+#: imports the user's script (``__main__``) again: keep its heavy imports inside ``if __name__ == ...``.
+PRELOAD = ["torch", "torch._dynamo", "torch.optim", "numpy", "firstdiv.lab.runner", "firstdiv.lab.builtin_mlp",
+           "firstdiv.lab.backends.process"]
+_STOP_SECONDS = 5.0
+_START_ATTEMPTS = 3  # consecutive workers dying before they load the workload: the sweep cannot run
+
+
+@dataclass
+class _Worker:
+    proc: Any
+    conn: Connection
+    seed: int | None = None
+    ready: bool = False  # it loaded the workload: a death from now on is the seed's doing
 
 
 def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers: int | None, done: Done,
         options: dict[str, Any]) -> None:
-    if len(seeds) <= 1:
-        for seed in seeds:
-            done(run_seed(workload, seed, ident))
-        return
-    n = min(workers or os.cpu_count() or 1, len(seeds))
-    ctx = mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
-                                initargs=(int(ident["env"]["threads"]),)) as pool:
-        futures = {pool.submit(_run_in_worker, workload.target, seed, ident): seed for seed in seeds}
-        for fut in cf.as_completed(futures):
+    threads = int(ident["env"]["threads"])
+    n = min(workers or max(1, cpus() // threads), len(seeds))
+    pool = _Pool(workload, ident, threads)
+    queue = deque(seeds)
+    try:
+        for _ in range(n):
+            pool.give(pool.start(), queue)
+        while pool.busy():
+            for worker, outcome in pool.outcomes():
+                if isinstance(outcome, RunRecord):
+                    done(outcome)
+                elif worker.ready:  # it died holding this seed: the seed's failure, not the sweep's
+                    done(crashed(workload, worker.seed, ident, f"worker process died while running seed {worker.seed} "
+                                 f"({outcome}): the workload ended its interpreter (os._exit, a segfault or out of "
+                                 "memory); rerun that seed alone with --backend serial to see where"))
+                else:  # it died before it could load the workload: the seed goes back in the queue
+                    pool.failed_start(outcome, worker.seed, queue)
+                worker.seed = None
+                if worker.proc.is_alive():
+                    pool.give(worker, queue)
+                else:  # a fresh worker takes the remaining seeds
+                    pool.drop(worker)
+                    if queue:
+                        pool.give(pool.start(), queue)
+    finally:
+        pool.close()
+
+
+def warm(options: dict[str, Any]) -> None:
+    """Start the fork server now, so that it imports torch while the sweep imports the workload."""
+    if context().get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
+def context() -> Any:
+    """A fork server with torch preloaded where there is one (Linux, macOS), else spawn."""
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)  # only read when the fork server first starts
+        return ctx
+    return mp.get_context("spawn")
+
+
+class _Pool:
+    """Workers, each holding at most one seed; a dead worker is noticed by its sentinel or a closed pipe."""
+
+    def __init__(self, workload: Workload, ident: dict[str, Any], threads: int) -> None:
+        self.ctx = context()
+        self.target = workload.target
+        self.args = (workload.target, portable(workload), ident, threads, dict(os.environ))
+        self.workers: list[_Worker] = []
+        self.retired: list[_Worker] = []
+        self.start_failures = 0
+
+    def start(self) -> _Worker:
+        mine, theirs = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_serve, args=(theirs, *self.args), daemon=True, name="firstdiv-worker")
+        proc.start()
+        theirs.close()
+        worker = _Worker(proc, mine)
+        self.workers.append(worker)
+        return worker
+
+    def give(self, worker: _Worker, queue: deque[int]) -> None:
+        """Hand ``worker`` its next seed, or tell it to exit when none is left."""
+        worker.seed = queue.popleft() if queue else None
+        try:
+            worker.conn.send(worker.seed)
+        except OSError:
+            pass  # it died between two seeds; its sentinel reports it (with the seed it now holds)
+        if worker.seed is None:  # it exits on its own; joined in close() so the others are not kept waiting
+            self.workers.remove(worker)
+            self.retired.append(worker)
+
+    def busy(self) -> bool:
+        return any(w.seed is not None for w in self.workers)
+
+    def outcomes(self) -> list[tuple[_Worker, RunRecord | str]]:
+        """Block until some busy worker reports: its record, or how it died ('exit code 3')."""
+        busy = [w for w in self.workers if w.seed is not None]
+        ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy]))
+        found: list[tuple[_Worker, RunRecord | str]] = []
+        for w in busy:
             try:
-                rec = fut.result()
-            except Exception as exc:  # the worker died: record the seed as failed, keep going
-                rec = crashed(workload, futures[fut], ident, f"worker crashed: {type(exc).__name__}: {exc}")
-            done(rec)
+                record = None
+                while record is None and w.conn.poll():  # a closed pipe polls True and raises EOFError
+                    msg = w.conn.recv()
+                    if isinstance(msg, RunRecord):
+                        record = msg
+                    else:
+                        self._hello(w, msg)
+                if record is not None:
+                    found.append((w, record))
+                elif w.proc.sentinel in ready:
+                    raise EOFError
+            except (EOFError, OSError):
+                w.proc.join(_STOP_SECONDS)
+                found.append((w, _death(w.proc.exitcode)))
+        return found
+
+    def _hello(self, worker: _Worker, msg: tuple[str, str | None]) -> None:
+        _, error = msg
+        if error is not None:
+            raise WorkloadError(f"Worker processes cannot load {self.target} ({error}); it loads in this process, "
+                                "so check what differs in a fresh interpreter, or use --backend serial")
+        worker.ready = True
+        self.start_failures = 0
+
+    def failed_start(self, why: str, seed: int | None, queue: deque[int]) -> None:
+        if seed is not None:
+            queue.appendleft(seed)
+        self.start_failures += 1
+        if self.start_failures >= _START_ATTEMPTS:
+            raise WorkloadError(f"Worker processes die while starting, before any seed runs ({why}); "
+                                "each worker imports your main script again: guard it with "
+                                "`if __name__ == '__main__':`, or use --backend serial")
+
+    def drop(self, worker: _Worker) -> None:
+        self.workers.remove(worker)
+        self._kill(worker)
+
+    def close(self) -> None:
+        """Stop every worker still running (after an error or Ctrl-C: at once, without waiting for its seed)."""
+        while self.workers:
+            self.drop(self.workers[-1])
+        for worker in self.retired:
+            worker.proc.join(_STOP_SECONDS)
+            self._kill(worker)
+        self.retired.clear()
+
+    @staticmethod
+    def _kill(worker: _Worker) -> None:
+        if worker.proc.is_alive():
+            worker.proc.terminate()
+            worker.proc.join(_STOP_SECONDS)
+            if worker.proc.is_alive():
+                worker.proc.kill()
+                worker.proc.join()
+        worker.conn.close()
 
 
-def _init_worker(threads: int) -> None:
+def _death(code: int | None) -> str:
+    """How a worker ended: 'exit code 3', 'killed by SIGSEGV'."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _serve(conn: Connection, target: str, located: str, ident: dict[str, Any], threads: int,
+           environ: dict[str, str]) -> None:
+    """A worker's life: load the workload once, then train each seed it is sent until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops us
+    os.environ.clear()  # the fork server's environment is from when it started; the sweep's is now
+    os.environ.update(environ)
     import torch
 
+    from ..runner import run_seed
+
     torch.set_num_threads(threads)
-
-
-def _run_in_worker(target: str, seed: int, ident: dict[str, Any]) -> RunRecord:
-    return run_seed(resolve(target), seed, ident)
+    try:
+        workload = load(target, located)
+    except Exception as exc:  # noqa: BLE001 (any failure to load is reported, and stops the sweep)
+        conn.send(("loaded", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("loaded", None))
+    while True:
+        try:
+            seed = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
+        if seed is None:
+            return
+        conn.send(run_seed(workload, seed, ident))

@@ -1,0 +1,123 @@
+"""Seeds as Ray tasks, on a cluster (``--address``) or on a Ray started here for the sweep.
+
+One task per seed, reserving as many CPUs as the sweep's thread count (one at the default), so Ray
+never packs more threads on a node than it has CPUs. The driver (this process) writes each record
+to the store as its task finishes. A task whose worker dies (``os._exit``, a segfault, a lost node)
+is retried once by Ray, then recorded as a failed run with Ray's error; a workload that raises is
+already a failed record and is not retried.
+
+Without ``--address`` a local Ray is started with ``workers`` x threads CPUs (default: this
+machine's) and shut down afterwards; a Ray the caller already initialised is used and left running.
+On a multi-machine cluster the workload's file or module must be importable on every node (the same
+path, or a ``runtime_env`` given to ``ray.init`` before calling ``sweep``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections import deque
+from typing import Any
+
+from ...errors import InvalidArgument
+from ..record import RunRecord
+from ..workload import Workload
+from . import Done, cpus, crashed, portable
+
+INSTALL_HINT = "pip install 'firstdiv[ray]'"
+
+
+def ray_module() -> Any:
+    """Import ray, or fail with the install line (an optional extra: never imported unless asked for)."""
+    try:
+        import ray
+    except ImportError:
+        raise InvalidArgument(f"--backend ray needs Ray, which is not installed here; install it with: {INSTALL_HINT}") from None
+    return ray
+
+
+def warm(options: dict[str, Any]) -> None:
+    """Called before the store is opened: a missing Ray is a usage error that writes nothing."""
+    ray_module()
+
+
+def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers: int | None, done: Done,
+        options: dict[str, Any]) -> None:
+    ray = ray_module()
+    threads = int(ident["env"]["threads"])
+    started = _connect(ray, options.get("address"), workers, threads)
+    try:
+        _sweep(ray, workload, seeds, ident, threads, workers, done)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _connect(ray: Any, address: str | None, workers: int | None, threads: int) -> bool:
+    """Make sure this process is a Ray driver; True when we started (or connected) it and must shut it down."""
+    if ray.is_initialized():
+        return False
+    quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "configure_logging": True}
+    if address:
+        try:
+            ray.init(address=address, **quiet)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InvalidArgument(f"Cannot connect to the Ray cluster at {address!r} ({first}); check the address "
+                                  "(ray://HOST:10001 or HOST:6379) or omit --address to start a local Ray") from None
+    else:
+        ray.init(address="local", num_cpus=max(threads, (workers or 0) * threads or cpus()), **quiet)
+    total = ray.cluster_resources().get("CPU", 0)
+    if total < threads:
+        ray.shutdown()
+        raise InvalidArgument(f"Each seed needs {threads} CPUs (threads={threads}) but the Ray cluster has {total:g}; "
+                              "lower --set threads or add CPUs to the cluster")
+    return True
+
+
+def _sweep(ray: Any, workload: Workload, seeds: list[int], ident: dict[str, Any], threads: int,
+           workers: int | None, done: Done) -> None:
+    """Keep at most ``workers`` tasks in flight (all of them when None); record each as it finishes."""
+    task = ray.remote(_train_seed).options(num_cpus=threads, max_retries=1, retry_exceptions=False)
+    args = (workload.target, portable(workload), ident, os.getcwd())
+    queue, pending = deque(seeds), {}
+    limit = workers or len(seeds)
+    try:
+        while queue or pending:
+            while queue and len(pending) < limit:
+                seed = queue.popleft()
+                pending[task.remote(seed, *args)] = seed
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                seed = pending.pop(ref)
+                done(_outcome(ray, ref, workload, seed, ident))
+    finally:
+        for ref in pending:  # Ctrl-C or an error in the driver: stop what is still running
+            ray.cancel(ref, force=True)
+
+
+def _outcome(ray: Any, ref: Any, workload: Workload, seed: int, ident: dict[str, Any]) -> RunRecord:
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+        why = lines[0] if lines else ""
+        return crashed(workload, seed, ident, f"Ray task for seed {seed} failed and was retried once: "
+                                              f"{type(exc).__name__}: {why}")
+
+
+def _train_seed(seed: int, target: str, located: str, ident: dict[str, Any], cwd: str) -> RunRecord:
+    """Runs in a Ray worker: load the workload (module targets relative to the driver's directory) and train."""
+    from ..runner import run_seed
+    from . import load
+
+    added = cwd not in sys.path
+    if added:
+        sys.path.append(cwd)
+    try:
+        workload = load(target, located)
+    finally:
+        if added:
+            sys.path.remove(cwd)
+    return run_seed(workload, seed, ident)
