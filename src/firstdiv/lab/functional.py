@@ -31,16 +31,15 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .._globals import preserved_globals
 from ..errors import InvalidArgument
 from .record import content_hash
 
@@ -144,18 +143,9 @@ def build(spec: SpecFn, config: dict[str, Any]) -> Functional:
     return out
 
 
-@contextmanager
-def fixed_global_rng(seed: int) -> Iterator[None]:
-    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    random.seed(seed)
-    try:
-        yield
-    finally:
-        torch.set_rng_state(saved[0])
-        np.random.set_state(saved[1])
-        random.setstate(saved[2])
+def fixed_global_rng(seed: int) -> Any:
+    """Global RNGs seeded from ``seed`` inside, the caller's states restored afterwards."""
+    return preserved_globals(seed=seed)
 
 
 def generators(seed: int) -> dict[str, torch.Generator]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import random
 import traceback
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
+from .._globals import preserved_globals
 from .env import code_version, env_hash, environment
 from .record import Recorder, RunRecord, build_record, short_hash, timer
 from .workload import Workload
@@ -36,33 +35,22 @@ def run_seed(workload: Workload, seed: int, ident: dict[str, Any]) -> RunRecord:
     Global RNGs are seeded from ``seed`` for workloads that use them; the caller's thread count and
     RNG states are restored afterwards.
     """
-    import torch
-
-    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate(), torch.get_num_threads())
-    torch.manual_seed(seed)
-    np.random.seed(seed % (1 << 32))
-    random.seed(seed)
-    torch.set_num_threads(int(ident["env"]["threads"]))
     rec = Recorder(seed, ident["config"])
     start = timer()
     status, error = "ok", None
-    try:
-        out = workload.fn(seed, dict(ident["config"]), rec)
-        if isinstance(out, dict):
-            for name, value in out.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    rec.metric(name, value)
-        if not rec.rows and not rec.final:
-            status, error = "failed", "the workload reported no metrics: call rec.log(...) or return a dict of numbers"
-    except Exception as exc:  # a broken workload is a recorded outcome, not a crash of the sweep
-        status = "failed"
-        tb = traceback.extract_tb(exc.__traceback__)
-        where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-        error = f"{type(exc).__name__}: {exc}{where}"
-    finally:
-        torch.set_rng_state(saved[0])
-        np.random.set_state(saved[1])
-        random.setstate(saved[2])
-        torch.set_num_threads(saved[3])
+    with preserved_globals(seed=seed, threads=int(ident["env"]["threads"])):
+        try:
+            out = workload.fn(seed, dict(ident["config"]), rec)
+            if isinstance(out, dict):
+                for name, value in out.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        rec.metric(name, value)
+            if not rec.rows and not rec.final:
+                status, error = "failed", "the workload reported no metrics: call rec.log(...) or return a dict of numbers"
+        except Exception as exc:  # a broken workload is a recorded outcome, not a crash of the sweep
+            status = "failed"
+            tb = traceback.extract_tb(exc.__traceback__)
+            where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+            error = f"{type(exc).__name__}: {exc}{where}"
     return build_record(rec, workload=workload.target, identity=ident, wall=timer() - start,
                         status=status, error=error)

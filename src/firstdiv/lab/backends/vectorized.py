@@ -13,16 +13,14 @@ the caller's thread count and global RNG states are restored afterwards.
 
 from __future__ import annotations
 
-import random
 import traceback
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import numpy as np
 import torch
 
+from ..._globals import preserved_globals
 from ...errors import InvalidArgument
 from .. import functional
 from ..record import Recorder, RunRecord, build_record, timer
@@ -80,18 +78,9 @@ def chunk_option(options: dict[str, Any]) -> int | None:
     return chunk
 
 
-@contextmanager
-def isolated(threads: int) -> Iterator[None]:
+def isolated(threads: int) -> Any:
     """Run at ``threads`` intra-op threads; restore the caller's thread count and global RNG states."""
-    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate(), torch.get_num_threads())
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_rng_state(saved[0])
-        np.random.set_state(saved[1])
-        random.setstate(saved[2])
-        torch.set_num_threads(saved[3])
+    return preserved_globals(threads=threads)
 
 
 def train_chunk(workload: Workload, fs: functional.Functional, seeds: list[int], ident: dict[str, Any],
