@@ -1,4 +1,5 @@
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -7,6 +8,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "tests" / "workloads" / "tiny.py")
+
+
+def ok_seeds(path):
+    """Seeds with an ok run, read through a read-only connection (safe while a writer is running)."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error:
+        return []
+    try:
+        return sorted(r[0] for r in conn.execute("SELECT seed FROM runs WHERE status='ok'"))
+    except sqlite3.Error:  # not created yet, or mid-migration
+        return []
+    finally:
+        conn.close()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import firstdiv
 from firstdiv.lab import backends
 from firstdiv.lab import sweep as sweep_module
 from firstdiv.lab.store import Store
+
+from conftest import ok_seeds
 
 ROOT = Path(__file__).resolve().parent.parent
 CRASHY = str(ROOT / "tests" / "workloads" / "crashy.py")
@@ -203,19 +204,6 @@ def _die_at_start(*_args):
 
 # -- 4. Ctrl-C on the process backend ------------------------------------------------------------
 
-def _ok_seeds(path):
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-    except sqlite3.Error:
-        return []
-    try:
-        return sorted(r[0] for r in conn.execute("SELECT seed FROM runs WHERE status='ok'"))
-    except sqlite3.Error:
-        return []
-    finally:
-        conn.close()
-
-
 def _descendants(pid):
     kids = {}
     for entry in os.listdir("/proc"):
@@ -245,7 +233,7 @@ def test_ctrl_c_on_process_backend_exits_130_stops_workers_keeps_runs_and_resume
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 90
-        while len(_ok_seeds(store_path)) < 2:
+        while len(ok_seeds(store_path)) < 2:
             assert proc.poll() is None, f"the sweep exited early: {proc.communicate()}"
             assert time.monotonic() < deadline, "fewer than 2 runs recorded in 90 s"
             time.sleep(0.05)
@@ -262,7 +250,7 @@ def test_ctrl_c_on_process_backend_exits_130_stops_workers_keeps_runs_and_resume
     while [p for p in workers if Path(f"/proc/{p}").exists()] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in workers if Path(f"/proc/{p}").exists()], "worker processes outlived the interrupted sweep"
-    kept = _ok_seeds(store_path)
+    kept = ok_seeds(store_path)
     assert 2 <= len(kept) < 8
     out = json.loads(cli(*args, "--json", cwd=tmp_path).stdout)
     assert out["reused"] == kept and out["ran"] == sorted(set(range(8)) - set(kept)) and out["failed"] == []

@@ -19,6 +19,8 @@ import pytest
 from firstdiv.errors import NotFound, StoreError
 from firstdiv.lab.store import SCHEMA_VERSION, Store
 
+from conftest import ok_seeds
+
 
 # -- helpers ------------------------------------------------------------------------------------
 
@@ -28,20 +30,6 @@ def _runs(path):
         rows = conn.execute("SELECT identity, seed, status FROM runs ORDER BY identity, seed").fetchall()
     conn.close()
     return rows
-
-
-def _ok_seeds(path):
-    """Seeds with an ok run, read through a read-only connection (safe while a writer is running)."""
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-    except sqlite3.Error:
-        return []
-    try:
-        return sorted(r[0] for r in conn.execute("SELECT seed FROM runs WHERE status='ok'"))
-    except sqlite3.Error:  # not created yet, or mid-migration
-        return []
-    finally:
-        conn.close()
 
 
 def _one_error_line(proc):
@@ -147,7 +135,7 @@ def test_sweep_killed_halfway_resumes_with_only_missing_seeds(store_path, tiny, 
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 90
-        while len(_ok_seeds(store_path)) < 2:
+        while len(ok_seeds(store_path)) < 2:
             assert proc.poll() is None, f"sweep exited early with {proc.returncode}"
             assert time.monotonic() < deadline, "the sweep recorded fewer than 2 runs in 90 s"
             time.sleep(0.05)
@@ -158,7 +146,7 @@ def test_sweep_killed_halfway_resumes_with_only_missing_seeds(store_path, tiny, 
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
 
-    before = _ok_seeds(store_path)
+    before = ok_seeds(store_path)
     assert 2 <= len(before) < 10, before  # killed half-way
     missing = sorted(set(range(10)) - set(before))
 
@@ -405,7 +393,7 @@ def test_ctrl_c_exits_130_keeps_recorded_runs_and_resumes(store_path, tiny, cli,
     proc = subprocess.Popen([sys.executable, "-m", "firstdiv", *args], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
-    while time.time() < deadline and len(_ok_seeds(store_path)) < 2:
+    while time.time() < deadline and len(ok_seeds(store_path)) < 2:
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
