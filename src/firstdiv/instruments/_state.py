@@ -1,0 +1,384 @@
+"""What "leave no trace" means, as code: a snapshot of everything an instrument may touch on the
+user's objects, a diff between two snapshots, and a guard that restores the snapshot on exit.
+
+Instruments observe through :func:`guarded` (restores even when they raise half-way); the test
+harness compares :class:`Snapshot` objects taken before and after every instrument call.
+
+Covered, per DESIGN.md: parameter and buffer values and identities, ``.grad`` (None vs tensor and its
+values), ``requires_grad``, module train/eval flags, registered hooks (module, tensor, optimizer and
+global), instance attributes added to modules or optimizers (monkey-patched methods), optimizer
+state and param groups (membership by identity and hyperparameters), devices, the global RNG states
+of torch (CPU and CUDA), numpy and ``random``, and torch's grad mode.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ._python_graph import hidden_objects
+
+_MODULE_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                      "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+                      "_load_state_dict_post_hooks")
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks", "_global_module_registration_hooks",
+                 "_global_parameter_registration_hooks", "_global_buffer_registration_hooks")
+
+
+def _clone(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().clone()
+
+
+def _tensor_hooks(t: torch.Tensor) -> tuple[int, int]:
+    hooks = getattr(t, "_backward_hooks", None)
+    post = getattr(t, "_post_accumulate_grad_hooks", None)
+    return (len(hooks) if hooks else 0, len(post) if post else 0)
+
+
+@dataclass
+class _TensorState:
+    ident: int
+    value: torch.Tensor
+    requires_grad: bool
+    grad: torch.Tensor | None
+    hooks: tuple[int, int]
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> _TensorState:
+        return cls(id(t), _clone(t), bool(t.requires_grad), _clone(t.grad) if t.is_leaf else None, _tensor_hooks(t))
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if a.is_meta or b.is_meta:  # no values to compare: layout only
+        return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+    return (a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+            and bool(torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan())
+                                           and torch.equal(a.nan_to_num(), b.nan_to_num()))))
+
+
+@dataclass
+class _ModuleState:
+    training: dict[str, bool]
+    params: dict[str, _TensorState]
+    buffers: dict[str, _TensorState | None]
+    hooks: dict[str, tuple[int, ...]]
+    attrs: dict[str, frozenset[str]]
+    hook_keys: dict[str, tuple[frozenset, ...]]
+    children: dict[str, int]
+    objects: dict[str, nn.Module]
+
+    @classmethod
+    def of(cls, model: nn.Module) -> _ModuleState:
+        mods = dict(model.named_modules(remove_duplicate=False))
+        return cls(
+            training={n: m.training for n, m in mods.items()},
+            params={n: _TensorState.of(p) for n, p in model.named_parameters(remove_duplicate=False)},
+            buffers={n: (None if b is None else _TensorState.of(b))
+                     for n, b in model.named_buffers(remove_duplicate=False)},
+            hooks={n: tuple(len(getattr(m, h, {}) or {}) for h in _MODULE_HOOK_DICTS) for n, m in mods.items()},
+            attrs={n: frozenset(vars(m)) for n, m in mods.items()},
+            hook_keys={n: tuple(frozenset(getattr(m, h, {}) or {}) for h in _MODULE_HOOK_DICTS) for n, m in mods.items()},
+            children={n: id(m) for n, m in mods.items()},
+            objects=mods,
+        )
+
+
+@dataclass
+class _OptimizerState:
+    params: dict[int, _TensorState]
+    groups: list[dict[str, Any]]
+    members: list[list[int]]
+    state: dict[int, dict[str, Any]]
+    hooks: tuple[int, int]
+    attrs: frozenset[str]
+
+    @classmethod
+    def of(cls, opt: torch.optim.Optimizer) -> _OptimizerState:
+        groups = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        members = [[id(p) for p in g["params"]] for g in opt.param_groups]
+        state = {id(p): {k: (_clone(v) if torch.is_tensor(v) else copy.deepcopy(v)) for k, v in s.items()}
+                 for p, s in opt.state.items()}
+        hooks = (len(getattr(opt, "_optimizer_step_pre_hooks", {}) or {}),
+                 len(getattr(opt, "_optimizer_step_post_hooks", {}) or {}))
+        params = {id(p): _TensorState.of(p) for g in opt.param_groups for p in g["params"]}
+        return cls(params, groups, members, state, hooks, frozenset(vars(opt)))
+
+
+def _globals_state() -> dict[str, Any]:
+    from torch.nn.modules import module as _m
+
+    out: dict[str, Any] = {
+        "torch_rng": torch.get_rng_state(),
+        "numpy_rng": np.random.get_state(),
+        "python_rng": random.getstate(),
+        "grad_enabled": torch.is_grad_enabled(),
+        "global_hooks": tuple(len(getattr(_m, h, {}) or {}) for h in _GLOBAL_HOOKS),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+@dataclass
+class Snapshot:
+    """Everything an instrument must give back. ``diff`` lists what changed, in the user's names."""
+
+    modules: dict[str, _ModuleState] = field(default_factory=dict)
+    optimizers: dict[str, _OptimizerState] = field(default_factory=dict)
+    tensors: dict[str, _TensorState] = field(default_factory=dict)
+    globals: dict[str, Any] = field(default_factory=dict)
+    _models: dict[str, nn.Module] = field(default_factory=dict, repr=False)
+    _opts: dict[str, torch.optim.Optimizer] = field(default_factory=dict, repr=False)
+    _tensors: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def take(cls, *objects: Any) -> Snapshot:
+        """Snapshot ``objects``; a module brings along the tensors and modules it holds outside
+        PyTorch's registry (plain attributes, lists, dicts), which are the user's objects too."""
+        snap = cls(globals=_globals_state())
+        for i, obj in enumerate(_with_hidden(_flatten(objects))):
+            if isinstance(obj, nn.Module):
+                snap._models[f"model[{i}]"] = obj
+                snap.modules[f"model[{i}]"] = _ModuleState.of(obj)
+            elif isinstance(obj, torch.optim.Optimizer):
+                snap._opts[f"optimizer[{i}]"] = obj
+                snap.optimizers[f"optimizer[{i}]"] = _OptimizerState.of(obj)
+            elif isinstance(obj, torch.Tensor):
+                snap._tensors[f"tensor[{i}]"] = obj
+                snap.tensors[f"tensor[{i}]"] = _TensorState.of(obj)
+        return snap
+
+    def diff(self, after: Snapshot) -> list[str]:
+        """Human-readable differences between this snapshot (before) and ``after``."""
+        out: list[str] = []
+        for key, before in self.modules.items():
+            out += _diff_module(key, before, after.modules[key])
+        for key, before in self.optimizers.items():
+            out += _diff_optimizer(key, before, after.optimizers[key])
+        for key, before in self.tensors.items():
+            out += _diff_tensor(key, before, after.tensors[key])
+        out += _diff_globals(self.globals, after.globals)
+        return out
+
+    def restore(self) -> None:
+        """Put every captured value back in place (object identities are kept: values are copied in)."""
+        with torch.no_grad():
+            for key, state in self.modules.items():
+                _restore_module(self._models[key], state)
+            for key, state in self.optimizers.items():
+                _restore_optimizer(self._opts[key], state)
+            for key, state in self.tensors.items():
+                if self._tensors[key].is_leaf:
+                    _restore_tensor(self._tensors[key], state)
+        g = self.globals
+        torch.set_rng_state(g["torch_rng"])
+        np.random.set_state(g["numpy_rng"])
+        random.setstate(g["python_rng"])
+        torch.set_grad_enabled(g["grad_enabled"])
+        if "cuda_rng" in g:
+            torch.cuda.set_rng_state_all(g["cuda_rng"])
+
+
+def _with_hidden(objects: Iterable[Any]) -> list[Any]:
+    out: dict[int, Any] = {}
+    for obj in objects:
+        out.setdefault(id(obj), obj)
+        if isinstance(obj, nn.Module):
+            for extra in hidden_objects(obj):
+                out.setdefault(id(extra), extra)
+    return list(out.values())
+
+
+def _flatten(objects: Iterable[Any]) -> Iterator[Any]:
+    for obj in objects:
+        if isinstance(obj, (list, tuple)):
+            yield from _flatten(obj)
+        elif obj is not None:
+            yield obj
+
+
+def _diff_tensor(where: str, a: _TensorState, b: _TensorState) -> list[str]:
+    out = []
+    if a.ident != b.ident:
+        out.append(f"{where}: replaced by a different tensor object")
+    if not _same(a.value, b.value):
+        out.append(f"{where}: value changed")
+    if a.requires_grad != b.requires_grad:
+        out.append(f"{where}: requires_grad {a.requires_grad} -> {b.requires_grad}")
+    if (a.grad is None) != (b.grad is None):
+        out.append(f"{where}: .grad {'None' if a.grad is None else 'tensor'} -> {'None' if b.grad is None else 'tensor'}")
+    elif not _same(a.grad, b.grad):
+        out.append(f"{where}: .grad values changed")
+    if a.hooks != b.hooks:
+        out.append(f"{where}: tensor hooks {a.hooks} -> {b.hooks}")
+    return out
+
+
+def _diff_module(key: str, a: _ModuleState, b: _ModuleState) -> list[str]:
+    out = []
+    for attr in ("params", "buffers", "children"):
+        if set(getattr(a, attr)) != set(getattr(b, attr)):
+            out.append(f"{key}: registered {attr} changed: {sorted(set(getattr(a, attr)) ^ set(getattr(b, attr)))}")
+    for name, ta in a.params.items():
+        if name in b.params:
+            out += _diff_tensor(f"{key} parameter {name}", ta, b.params[name])
+    for name, ta in a.buffers.items():
+        tb = b.buffers.get(name)
+        if (ta is None) != (tb is None):
+            out.append(f"{key} buffer {name}: None-ness changed")
+        elif ta is not None and tb is not None:
+            out += _diff_tensor(f"{key} buffer {name}", ta, tb)
+    for name, mode in a.training.items():
+        if name in b.training and b.training[name] != mode:
+            out.append(f"{key} module {name or '(root)'}: training {mode} -> {b.training[name]}")
+    for name, hooks in a.hooks.items():
+        if name in b.hooks and b.hooks[name] != hooks:
+            out.append(f"{key} module {name or '(root)'}: hook counts {hooks} -> {b.hooks[name]}")
+    for name, attrs in a.attrs.items():
+        if name in b.attrs and b.attrs[name] != attrs:
+            out.append(f"{key} module {name or '(root)'}: instance attributes changed {sorted(attrs ^ b.attrs[name])}")
+    return out
+
+
+def _diff_optimizer(key: str, a: _OptimizerState, b: _OptimizerState) -> list[str]:
+    out = []
+    for i, (pid, ta) in enumerate(a.params.items()):  # owned tensors, stale ones no longer in a model too
+        if pid in b.params:
+            out += [f"{key} owned tensor #{i}{msg}" for msg in _diff_tensor("", ta, b.params[pid])]
+    if a.members != b.members:
+        out.append(f"{key}: param group membership changed")
+    if len(a.groups) != len(b.groups) or any(_neq(ga, gb) for ga, gb in zip(a.groups, b.groups)):
+        out.append(f"{key}: param group settings changed")
+    if set(a.state) != set(b.state):
+        out.append(f"{key}: optimizer state gained/lost entries ({len(a.state)} -> {len(b.state)})")
+    else:
+        for pid, sa in a.state.items():
+            if _neq(sa, b.state[pid]):
+                out.append(f"{key}: optimizer state values changed")
+                break
+    if a.hooks != b.hooks:
+        out.append(f"{key}: step hook counts {a.hooks} -> {b.hooks}")
+    if a.attrs != b.attrs:
+        out.append(f"{key}: instance attributes changed {sorted(a.attrs ^ b.attrs)}")
+    return out
+
+
+def _neq(a: Any, b: Any) -> bool:
+    if torch.is_tensor(a) or torch.is_tensor(b):
+        return not (torch.is_tensor(a) and torch.is_tensor(b) and _same(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) != set(b) or any(_neq(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) != len(b) or any(_neq(x, y) for x, y in zip(a, b))
+    try:
+        return bool(a != b)
+    except Exception:  # noqa: BLE001 - incomparable objects count as changed only if not identical
+        return a is not b
+
+
+def _diff_globals(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    out = []
+    if not torch.equal(a["torch_rng"], b["torch_rng"]):
+        out.append("torch CPU RNG state changed")
+    na, nb = a["numpy_rng"], b["numpy_rng"]
+    if na[0] != nb[0] or not np.array_equal(na[1], nb[1]) or tuple(na[2:]) != tuple(nb[2:]):
+        out.append("numpy global RNG state changed")
+    if a["python_rng"] != b["python_rng"]:
+        out.append("Python random state changed")
+    if a["grad_enabled"] != b["grad_enabled"]:
+        out.append(f"grad mode {a['grad_enabled']} -> {b['grad_enabled']}")
+    if a["global_hooks"] != b["global_hooks"]:
+        out.append(f"global module hooks {a['global_hooks']} -> {b['global_hooks']}")
+    if "cuda_rng" in a and "cuda_rng" in b and any(not torch.equal(x, y) for x, y in zip(a["cuda_rng"], b["cuda_rng"])):
+        out.append("CUDA RNG state changed")
+    return out
+
+
+def _restore_tensor(t: torch.Tensor, s: _TensorState) -> None:
+    if t.shape == s.value.shape:
+        t.data.copy_(s.value)
+    else:
+        t.data = s.value.clone()
+    t.requires_grad_(s.requires_grad) if t.is_leaf else None
+    if t.is_leaf:
+        t.grad = None if s.grad is None else s.grad.clone()
+
+
+def _restore_module(model: nn.Module, s: _ModuleState) -> None:
+    mods = dict(model.named_modules(remove_duplicate=False))
+    for name, mode in s.training.items():
+        if name in mods:
+            mods[name].training = mode
+            for key in set(vars(mods[name])) - s.attrs[name]:  # monkey-patched methods, stray attributes
+                delattr(mods[name], key)
+            for hook_dict, keys in zip(_MODULE_HOOK_DICTS, s.hook_keys[name]):
+                d = getattr(mods[name], hook_dict, None)
+                for k in set(d or ()) - keys:
+                    del d[k]
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if name in s.params and id(p) == s.params[name].ident:
+            _restore_tensor(p, s.params[name])
+    for name, b in model.named_buffers(remove_duplicate=False):
+        st = s.buffers.get(name)
+        if st is not None and b is not None and id(b) == st.ident:
+            _restore_tensor(b, st)
+
+
+def _restore_optimizer(opt: torch.optim.Optimizer, s: _OptimizerState) -> None:
+    by_id = {id(p): p for g in opt.param_groups for p in g["params"]}
+    for pid, st in s.params.items():
+        if pid in by_id:
+            _restore_tensor(by_id[pid], st)
+    for g, saved in zip(opt.param_groups, s.groups):
+        g.update(copy.deepcopy(saved))
+    for key in set(vars(opt)) - s.attrs:
+        delattr(opt, key)
+    opt.state.clear()
+    for pid, st in s.state.items():
+        if pid in by_id:
+            opt.state[by_id[pid]] = {k: (v.clone() if torch.is_tensor(v) else copy.deepcopy(v)) for k, v in st.items()}
+
+
+@contextmanager
+def guarded(*objects: Any) -> Iterator[Snapshot]:
+    """Snapshot ``objects`` (modules, optimizers, lists of them) and the global RNGs and grad mode;
+    restore all of it on exit, also when the body raises."""
+    snap = Snapshot.take(*objects)
+    try:
+        yield snap
+    finally:
+        snap.restore()
+
+
+def detached_copy(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> tuple[nn.Module, Any]:
+    """Deep-copy a model and its optimizer together, so the copy's optimizer owns the copy's
+    parameters by identity (and stale parameters it owned stay stale in the copy); optimizer attributes
+    that pickling drops (LBFGS's ``_params``, ``_numel_cache``) are rebuilt, so the copy can step."""
+    model_copy, opt_copy = copy.deepcopy((model, optimizer))
+    if optimizer is not None:
+        _restore_lost_attributes(optimizer, opt_copy)
+    return model_copy, opt_copy
+
+
+def _restore_lost_attributes(original: torch.optim.Optimizer, copied: torch.optim.Optimizer) -> None:
+    """Optimizer pickling keeps only defaults/state/param_groups; attributes such as LBFGS's ``_params`` (a list
+    of the group's parameters) and ``_numel_cache`` are lost in the copy. Rebuild parameter lists from the
+    copy's own parameters; copy plain scalar attributes."""
+    twin = {id(p): q for g, h in zip(original.param_groups, copied.param_groups) for p, q in zip(g["params"], h["params"])}
+    for key in set(vars(original)) - set(vars(copied)):
+        value = getattr(original, key)
+        if isinstance(value, list) and value and all(id(v) in twin for v in value):
+            setattr(copied, key, [twin[id(v)] for v in value])
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            setattr(copied, key, value)

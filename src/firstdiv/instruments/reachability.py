@@ -1,0 +1,358 @@
+"""Autograd reachability (appendix section 3): does the loss depend on each parameter in the graph that
+executed, and if not, where does the dependency path stop and why?
+
+For every parameter: ``requires_grad``, ``is_leaf``, whether the loss's ``grad_fn`` graph reaches it
+(``next_functions`` walked to ``AccumulateGrad.variable``), and its gradient after a controlled
+``torch.autograd.grad`` (None vs zero vs nonzero; no ``.grad`` is written). With a batch and a loss
+function the forward pass is traced: module hooks record which modules ran, under which grad mode,
+and what they returned; a torch-function mode records every operation whose inputs required grad but
+whose outputs do not (the cuts), and which cuts the loss's value flowed through. An unreachable
+parameter is explained by the first such cut that consumed it (``detached``, ``no_grad``,
+``integer_cast``), else by its module never running (``not_executed``), else ``unused``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from ..errors import InvalidArgument
+from ..report import Report, Status, skipped
+from . import _batch
+from ._checks import Check, check, compose, grad_state, graph_leaves, label, unique_params
+from ._state import guarded
+
+_NAME = "reachability"
+_EFFECTS = "none"  # one forward pass + autograd.grad (no .grad written) under guarded(); hooks removed in finally
+_ROOT = "(root module)"
+
+
+def _flat(obj: Any, depth: int = 0) -> Iterator[Any]:
+    if isinstance(obj, (list, tuple)) and depth < 3:
+        for item in obj:
+            yield from _flat(item, depth + 1)
+    elif isinstance(obj, dict) and depth < 3:
+        for item in obj.values():
+            yield from _flat(item, depth + 1)
+    else:
+        yield obj
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    return [t for t in _flat(obj) if isinstance(t, torch.Tensor)]
+
+
+def _op_name(func: Any) -> str:
+    name = getattr(func, "__name__", repr(func))
+    if name == "__get__":  # a property such as Tensor.data
+        return f"Tensor.{getattr(getattr(func, '__self__', None), '__name__', '?')}"
+    owner = getattr(func, "__objclass__", None)
+    return f"Tensor.{name}" if owner is not None and "Tensor" in owner.__name__ else f"torch.{name}"
+
+
+@dataclass
+class _Cut:
+    """An operation whose inputs required grad and whose outputs do not: the dependency stops here."""
+
+    index: int
+    op: str
+    grad_enabled: bool
+    dtype: str
+    integer: bool
+    stack: tuple[tuple[str, bool], ...]  # (module path, grad mode at its call), outermost first
+    origin: str | None  # module whose output (or something derived from it) was cut
+    roots: list[Any] = field(repr=False)  # grad_fn of non-leaf inputs, leaf tensors themselves
+    _leaves: set[int] | None = field(default=None, repr=False)
+
+    def leaves(self) -> set[int]:
+        if self._leaves is None:
+            fns = [r for r in self.roots if not isinstance(r, torch.Tensor)]
+            self._leaves = set(graph_leaves(fns)) | {id(r) for r in self.roots if isinstance(r, torch.Tensor)}
+        return self._leaves
+
+
+class _Tracer(TorchFunctionMode):
+    """Records cuts, the cuts each tensor's value flowed through (taint), and which module produced it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.info: dict[int, tuple[torch.Tensor, frozenset[int], str | None, bool]] = {}
+        self.cuts: list[_Cut] = []
+        self.stack: list[tuple[str, bool]] = []
+        self.modules: dict[str, dict[str, Any]] = {}
+        self.paused = False
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
+        ins = _tensors((args, kwargs))
+        req = [t for t in ins if t.requires_grad]
+        roots = [t if t.grad_fn is None else t.grad_fn for t in req]  # before the call: detach_ mutates in place
+        out = func(*args, **kwargs)
+        outs = _tensors(out)
+        if not outs:
+            return out
+        known = [self.info[id(t)] for t in req + ins if id(t) in self.info]
+        taint = frozenset().union(*(k[1] for k in known)) if known else frozenset()
+        origin = next((k[2] for k in known if k[2] is not None), None)
+        name = _op_name(func)
+        if req and not any(o.requires_grad for o in outs) and not name.endswith("_like") and ".new_" not in name:
+            dtype = outs[0].dtype
+            self.cuts.append(_Cut(len(self.cuts), name, torch.is_grad_enabled(), str(dtype).replace("torch.", ""),
+                                  not (dtype.is_floating_point or dtype.is_complex), tuple(self.stack), origin, roots))
+            taint = taint | {len(self.cuts) - 1}
+        for o in outs:
+            self.info[id(o)] = (o, taint, origin, False)
+        return out
+
+    def pre_hook(self, path: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any) -> None:
+            self.stack.append((path, torch.is_grad_enabled()))
+        return hook
+
+    def post_hook(self, path: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            self.paused = True
+            try:
+                if self.stack and self.stack[-1][0] == path:
+                    self.stack.pop()
+                rec = self.modules.setdefault(path, {"calls": 0, "grad_enabled": [], "output_requires_grad": [],
+                                                     "output_dtypes": []})
+                outs = _tensors(output)
+                rec["calls"] += 1
+                rec["grad_enabled"].append(torch.is_grad_enabled())
+                rec["output_requires_grad"].append(any(o.requires_grad for o in outs))
+                rec["output_dtypes"].append(sorted({str(o.dtype).replace("torch.", "") for o in outs}))
+                for o in outs:
+                    _, taint, origin, hooked = self.info.get(id(o), (o, frozenset(), None, False))
+                    inner = hooked and origin is not None and (path == "" or origin.startswith(path + "."))
+                    self.info[id(o)] = (o, taint, origin if inner else path, True)
+            finally:
+                self.paused = False
+        return hook
+
+
+def _traced_loss(model: nn.Module, batch: Any, loss_fn: Callable) -> tuple[_Tracer, Any]:
+    tracer = _Tracer()
+    handles = []
+    try:
+        for path, module in model.named_modules():
+            handles.append(module.register_forward_pre_hook(tracer.pre_hook(path)))
+            handles.append(module.register_forward_hook(tracer.post_hook(path)))
+        with torch.enable_grad(), tracer:
+            _, loss = _batch.compute_loss(model, batch, loss_fn)
+    finally:
+        for h in handles:
+            h.remove()
+    return tracer, loss
+
+
+# --- explaining an unreachable parameter -------------------------------------------------------------------------
+
+
+def _cause_of(cut: _Cut) -> str:
+    if not cut.grad_enabled:
+        return "no_grad"
+    return "integer_cast" if cut.integer else "detached"
+
+
+def _rank(cut: _Cut) -> tuple[int, int]:
+    if not cut.grad_enabled or "detach" in cut.op or cut.op == "Tensor.data":
+        return 0, cut.index
+    if cut.integer:
+        casts = ("to", "type", "long", "int", "short", "byte", "char", "bool")
+        return (1 if cut.op.split(".")[-1] in casts else 2), cut.index
+    return 3, cut.index
+
+
+def _boundary_of(cut: _Cut) -> str:
+    if not cut.grad_enabled:
+        region = next((path for path, enabled in cut.stack if not enabled), None)
+        if region is not None:
+            return region
+        return cut.stack[-1][0] if cut.stack else "loss_fn"
+    if cut.origin is not None:
+        return cut.origin
+    return cut.stack[-1][0] if cut.stack else "loss_fn"
+
+
+def _owner_chain(name: str) -> list[str]:
+    parts = name.split(".")[:-1]
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _explain(p: nn.Parameter, names: list[str], tracer: _Tracer, loss_taint: frozenset[int]) -> tuple[str, str, dict]:
+    """(cause, boundary, extra evidence) for a trainable parameter the loss graph does not reach."""
+    cuts = sorted((tracer.cuts[i] for i in loss_taint if id(p) in tracer.cuts[i].leaves()), key=_rank)
+    if cuts:
+        cut = cuts[0]
+        inside = cut.stack[-1][0] if cut.stack else "loss_fn"
+        return _cause_of(cut), _boundary_of(cut), {"op": cut.op, "op_output_dtype": cut.dtype,
+                                                   "grad_enabled": cut.grad_enabled,
+                                                   "inside": inside or _ROOT, "cuts_considered": len(cuts)}
+    nevers = [next((m for m in _owner_chain(n) if tracer.modules.get(m, {}).get("calls", 0) == 0), None) for n in names]
+    if all(m is not None for m in nevers):
+        return "not_executed", str(nevers[0]), {"calls": 0}
+    owner = names[0].rpartition(".")[0]
+    rec = tracer.modules.get(owner, {})
+    return "unused", owner, {"calls": rec.get("calls", 0), "grad_enabled": rec.get("grad_enabled", []),
+                             "output_requires_grad": rec.get("output_requires_grad", [])}
+
+
+_WHY = {
+    "detached": "its value reached the loss only through {op} (detach/.data), which cuts the graph",
+    "no_grad": "it was used with grad mode disabled (torch.no_grad or inference_mode) in {inside}, op {op}",
+    "integer_cast": "its value reached the loss only through {op} with {op_output_dtype} output (integers carry no gradient)",
+    "not_executed": "module {boundary} never ran in this forward pass",
+    "unused": "module {boundary} ran {calls} time(s) but nothing computed from this parameter reached the loss",
+    "unreached": "not in the loss graph (only a loss tensor was given, so the cause cannot be localized)",
+}
+
+_HINT = {
+    "detached": "remove the .detach()/.data on the training path",
+    "no_grad": "move the torch.no_grad() block off the training path (or call the module outside it)",
+    "integer_cast": "keep the activation floating-point; round/cast only outside the training path",
+    "not_executed": "call the module in forward, or remove it (and its parameters) from the model",
+    "unused": "use the module's output in the loss, or remove the module",
+    "unreached": "pass batch and loss_fn instead of a loss tensor to localize the boundary",
+}
+
+
+# --- the per-parameter checks ------------------------------------------------------------------------------------
+
+
+def _grads(loss: torch.Tensor, params: list[nn.Parameter], retain: bool, checks: list[Check]) -> dict[int, Any]:
+    if not params or not loss.requires_grad:
+        return {}
+    target = loss if loss.numel() == 1 else loss.sum()
+    try:
+        found = torch.autograd.grad(target.reshape(()), params, allow_unused=True, retain_graph=retain)
+    except RuntimeError as exc:
+        msg = str(exc).splitlines()[0][:300]
+        checks.append(check("loss", "reachability.controlled_backward", Status.SKIPPED,
+                            f"controlled backward failed, gradients unknown: {msg}"))
+        return {}
+    return {id(p): g for p, g in zip(params, found)}
+
+
+def _param_check(p: nn.Parameter, names: list[str], reached: set[int], grads: dict[int, Any],
+                 explain: Callable[[nn.Parameter, list[str]], tuple[str, str, dict]] | None) -> Check:
+    where, owner = names[0], names[0].rpartition(".")[0]
+    ev: dict[str, Any] = {"requires_grad": bool(p.requires_grad), "is_leaf": bool(p.is_leaf), "reached": id(p) in reached}
+    if len(names) > 1:
+        ev["names"] = names
+    if not p.requires_grad:
+        ev.update(boundary=owner, cause="requires_grad_false")
+        return check(where, "reachability.requires_grad_false", Status.WARN,
+                     f"{label(names)}: requires_grad=False (frozen); it cannot receive a gradient", ev)
+    if id(p) in reached:
+        state, gnorm = grad_state(grads.get(id(p))) if id(p) in grads else ("unknown", None)
+        ev.update(grad=state, grad_norm=gnorm)
+        if state in ("zero", "none"):
+            ev.update(boundary=owner, cause="zero_gradient")
+            return check(where, "reachability.zero_gradient", Status.FAIL,
+                         f"{label(names)}: in the loss graph but its gradient is {'exactly zero' if state == 'zero' else 'None'}",
+                         ev, expected="a nonzero gradient", observed=state,
+                         hint="a zero factor, dead units or a constant downstream of this parameter")
+        if state == "nonfinite":
+            return check(where, "reachability.nonfinite_gradient", Status.WARN,
+                         f"{label(names)}: reached, but its gradient has NaN/inf values", ev)
+        return check(where, "reachability.reached", Status.PASS, f"{label(names)}: reached, grad {state}"
+                     + (f" (norm {gnorm:.4g})" if gnorm is not None else ""), ev)
+    cause, boundary, extra = explain(p, names) if explain else ("unreached", owner, {})
+    ev.update(extra, boundary=boundary, cause=cause, grad="none")
+    why = _WHY[cause].format(boundary=boundary or _ROOT, **{"op": "", "inside": "", "op_output_dtype": "", "calls": 0,
+                                                           **extra})
+    return check(where, f"reachability.{cause}", Status.FAIL,
+                 f"{label(names)}: not reached from the loss; path stops at {boundary or _ROOT}: {why}", ev,
+                 expected="loss depends on this parameter", observed=f"no path ({cause} at {boundary or _ROOT})",
+                 hint=_HINT[cause])
+
+
+def _loss_check(loss: torch.Tensor, reached: set[int], params: list, traced: bool) -> list[Check]:
+    trainable = sum(p.requires_grad for p, _ in params)
+    ev = {"requires_grad": bool(loss.requires_grad), "grad_fn": type(loss.grad_fn).__name__ if loss.grad_fn else "None",
+          "dtype": str(loss.dtype).replace("torch.", ""), "shape": list(loss.shape),
+          "parameters_reached": sum(id(p) in reached for p, _ in params), "parameters": len(params), "trainable": trainable}
+    if loss.numel() == 1 and loss.is_floating_point():
+        value = float(loss.detach().reshape(()))
+        ev["loss"] = value if math.isfinite(value) else str(value)
+    out = []
+    if loss.grad_fn is None:
+        out.append(check("loss", "reachability.loss_graph", Status.WARN,
+                         f"loss has no grad_fn (requires_grad={loss.requires_grad}): no parameter can receive a gradient", ev))
+    else:
+        out.append(check("loss", "reachability.loss_graph", Status.PASS,
+                         f"loss {ev['grad_fn']} reaches {ev['parameters_reached']} of {len(params)} parameters", ev))
+    if loss.numel() != 1:
+        out.append(check("loss", "reachability.loss_not_scalar", Status.WARN,
+                         f"loss has shape {tuple(loss.shape)}, not a scalar; gradients computed for loss.sum()", ev))
+    if not traced:
+        out.append(check("loss", "reachability.boundary", Status.SKIPPED,
+                         "only a loss tensor was given: no forward hooks possible, so an unreachable parameter is "
+                         "located at its own module with cause unknown; pass batch and loss_fn to localize it"))
+    return out
+
+
+# --- public -----------------------------------------------------------------------------------------------------
+
+
+def _validate(model: Any, batch: Any, loss_fn: Any, loss: Any) -> str:
+    _batch.check_model(model)
+    if loss is not None:
+        if batch is not None or loss_fn is not None:
+            raise InvalidArgument("Expected either `loss` or `batch` and `loss_fn` but got both")
+        if not isinstance(loss, torch.Tensor):
+            raise InvalidArgument(f"Expected `loss` to be a torch.Tensor but got {type(loss).__name__}")
+        return "loss"
+    if batch is None or loss_fn is None:
+        return ""
+    _batch.check_loss_fn(loss_fn)
+    _batch.split_batch(batch, model)
+    return "batch"
+
+
+def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, *,
+                 loss: torch.Tensor | None = None) -> Report:
+    """For every parameter: is it on the loss's autograd graph, and what gradient does it get?
+
+    Give ``batch`` (``(inputs, targets)`` or a dict) and ``loss_fn`` to trace one forward pass and name,
+    for each unreachable parameter, the module boundary where its dependency path stops and why; or give
+    ``loss=`` a loss tensor from your own forward pass to walk its graph only (cause not localized).
+    The user's objects are left as found: gradients come from ``torch.autograd.grad`` (``.grad`` is not
+    written) under a guard that restores buffers, RNG states and grad mode.
+    """
+    mode = _validate(model, batch, loss_fn, loss)
+    if not mode:
+        return skipped(_NAME, "reachability needs a loss: pass batch and loss_fn (reachability(model, batch, loss_fn)) "
+                              "or a loss tensor (reachability(model, loss=loss))")
+    params = unique_params(model)
+    if not params:
+        return skipped(_NAME, "the model has no parameters, so no parameter can be reached; pass the module that owns "
+                              "the trainable parameters")
+    with guarded(model):
+        tracer = None
+        if mode == "batch":
+            tracer, loss = _traced_loss(model, batch, loss_fn)
+            if not isinstance(loss, torch.Tensor):
+                return skipped(_NAME, f"{_batch.loss_problem(loss)}; reachability needs the loss tensor to walk its graph")
+        assert loss is not None
+        reached = set(graph_leaves([loss.grad_fn])) if loss.grad_fn is not None else set()
+        checks = _loss_check(loss, reached, params, tracer is not None)
+        on_graph = [p for p, _ in params if p.requires_grad and id(p) in reached]
+        grads = _grads(loss, on_graph, retain=mode == "loss", checks=checks)
+        taint = tracer.info.get(id(loss), (None, frozenset()))[1] if tracer else frozenset()
+        explain = (lambda p, names: _explain(p, names, tracer, taint)) if tracer else None
+        checks += [_param_check(p, names, reached, grads, explain) for p, names in params]
+        details = {"parameters": len(params), "reached": sum(id(p) in reached for p, _ in params),
+                   "modules_ran": sorted(k or _ROOT for k in tracer.modules) if tracer else [],
+                   "cuts": [{"op": c.op, "grad_enabled": c.grad_enabled, "dtype": c.dtype, "origin": c.origin}
+                            for c in tracer.cuts[:20]] if tracer else []}
+    return compose(_NAME, checks, _EFFECTS, details)

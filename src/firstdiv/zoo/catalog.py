@@ -1,0 +1,94 @@
+"""The fault catalog: what each fault is, which reference it applies to, where it comes from, and
+which instrument must localize it where (the issue 5 table, as data the catalog tests assert)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Expect:
+    """An instrument must report its first divergence at ``where`` with ``kind``.
+
+    ``where`` is a parameter name, an attribute path or a ledger link / claim name in CAPITALS;
+    ``kind`` is None where only the link or claim is fixed.
+    """
+
+    instrument: str
+    where: str
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injectable bug. ``applies_to`` names the references it can be injected into."""
+
+    name: str
+    applies_to: tuple[str, ...]
+    origin: str  # "deepcrime" (a DeepCrime mutation operator) or "book"
+    description: str
+    expected: tuple[Expect, ...]
+
+    @property
+    def reference(self) -> str:
+        """The reference program the catalog injects this fault into (the first of ``applies_to``)."""
+        return self.applies_to[0]
+
+
+def _fault(name: str, on: str, origin: str, description: str, *expected: Expect) -> Fault:
+    return Fault(name, (on,), origin, description, expected)
+
+
+_STEP, _REACH, _FOUR, _SIX, _LEDGER = "step_probe", "reachability", "four_structures", "six_claims", "learning_ledger"
+
+_CATALOG = (
+    _fault("missing_zero_grad", "mlp", "book", "train_step never calls optimizer.zero_grad(), so gradients accumulate.",
+           Expect(_STEP, "fc1.weight", "step.grad_accumulation")),
+    _fault("zero_grad_before_step", "mlp", "book", "optimizer.zero_grad() sits between backward() and step(), so step sees no gradient.",
+           Expect(_STEP, "fc1.weight", "step.zero_grad_before_step")),
+    _fault("detach", "mlp", "book", "forward calls .detach() on fc1's activation, cutting fc1 off the graph.",
+           Expect(_REACH, "fc1.weight", "reachability.detached"), Expect(_LEDGER, "DEPENDENCY")),
+    _fault("no_grad_region", "cnn", "book", "the first conv block runs under torch.no_grad() in forward.",
+           Expect(_REACH, "conv1.weight", "reachability.no_grad")),
+    _fault("integer_cast", "regression", "book", "forward rounds fc1's activation to integer levels (.long()), breaking the graph.",
+           Expect(_REACH, "fc1.weight", "reachability.integer_cast")),
+    _fault("unused_branch", "mlp", "book", "an auxiliary head `aux` is built but its branch only runs under a flag left False.",
+           Expect(_REACH, "aux.weight", "reachability.not_executed")),
+    _fault("stale_optimizer", "finetune", "book", "the optimizer is built before the head is replaced, so it owns the old head.",
+           Expect(_FOUR, "head.weight", "optimizer.stale_parameter"), Expect(_LEDGER, "OPTIMIZER_OWNERSHIP")),
+    _fault("optimizer_subset", "mlp", "book", "the optimizer is given only fc2 and fc3 parameters; fc1 never moves.",
+           Expect(_FOUR, "fc1.weight", "optimizer.missing_parameter"), Expect(_SIX, "UPDATE")),
+    _fault("plain_attribute_tensor", "regression", "book", "an output `scale` is a plain tensor attribute, not an nn.Parameter.",
+           Expect(_FOUR, "scale", "structure.unregistered_tensor")),
+    _fault("modules_in_list", "transformer", "book", "the transformer blocks are kept in a Python list, so nothing registers them.",
+           Expect(_FOUR, "blocks", "structure.unregistered_module")),
+    _fault("remove_activation", "mlp", "deepcrime", "the ReLU activations are replaced by identity, leaving an affine model.",
+           Expect(_SIX, "REPRESENTATION", "claim.representation.affine")),
+    _fault("zero_init", "mlp", "deepcrime", "fc1 and fc2 weights and biases are initialized to zero.",
+           Expect(_SIX, "COMPUTATION", "claim.computation.zero_init")),
+    _fault("symmetric_init", "mlp", "deepcrime", "fc1 and fc2 weights are initialized to one constant, so hidden units stay identical.",
+           Expect(_SIX, "COMPUTATION", "claim.computation.symmetric_init")),
+    _fault("eval_in_train_mode", "cnn", "book", "eval_fn never calls model.eval(), so BatchNorm evaluates with batch statistics.",
+           Expect(_SIX, "EVALUATION", "claim.evaluation.train_mode")),
+    _fault("softmax_before_ce", "mlp", "book", "the model ends with softmax and the loss is cross_entropy, which expects logits.",
+           Expect(_LEDGER, "OBJECTIVE", "objective.probabilities_as_logits")),
+    _fault("sum_reduction", "regression", "book", "the MSE loss sums over the batch of 64 instead of averaging.",
+           Expect(_LEDGER, "OBJECTIVE", "objective.sum_reduction")),
+    _fault("flipped_loss_sign", "mlp", "book", "loss_fn returns the negated cross-entropy, so training maximizes it.",
+           Expect(_LEDGER, "OBJECTIVE", "objective.wrong_sign"), Expect(_SIX, "OBJECTIVE")),
+    _fault("empty_mask", "transformer", "book", "an inverted padding test sets every target to ignore_index: the loss is NaN.",
+           Expect(_LEDGER, "OBJECTIVE", "objective.empty_mask")),
+    _fault("change_labels", "mlp", "deepcrime", "labels are stored through a shifted class mapping; task_probe knows the true rule.",
+           Expect(_LEDGER, "TASK", "task.label_mismatch")),
+    _fault("target_not_shifted", "transformer", "book", "the language model's targets are its inputs instead of the next tokens.",
+           Expect(_LEDGER, "TASK", "task.target_not_shifted")),
+    _fault("change_learning_rate", "mlp", "deepcrime", "the learning rate is 1e-7, too small to fit anything in a step budget.",
+           Expect(_LEDGER, "CAPABILITY", "capability.cannot_overfit")),
+    _fault("remove_bias", "regression", "deepcrime", "a bias-free linear model must fit targets offset by +20.",
+           Expect(_LEDGER, "CAPABILITY", "capability.cannot_overfit")),
+    _fault("change_loss", "mlp", "deepcrime", "the classifier is trained with MSE between its first logit and the class id.",
+           Expect(_LEDGER, "OBJECTIVE", "objective.initial_loss")),
+)
+
+#: fault name -> :class:`Fault`, in the issue's table order
+FAULTS: dict[str, Fault] = {fault.name: fault for fault in _CATALOG}
