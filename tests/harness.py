@@ -1,37 +1,93 @@
 """The leave-no-trace harness: every instrument, on every program of the fault catalog, must leave
 the user's objects exactly as it found them (DESIGN.md), also when the user's code raises half-way.
 
-Instruments join by adding one line to ``CALLS``: how to call them with a zoo Program's evidence.
+Instruments join by adding one entry to ``CALLS``: the evidence it needs (Program attributes) and
+how to call it with them. A program without that evidence is not a case for that instrument.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+
+import torch
+from torch import nn
 
 import firstdiv
 from firstdiv.instruments._state import Snapshot
 
+_TRAINING = ("model", "batch", "loss_fn", "optimizer")
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    needs: tuple[str, ...]
+    run: Callable[[Any], Any]
+
+    def applies(self, program: Any) -> bool:
+        """Whether the program has the evidence this instrument needs."""
+        return all(getattr(program, key, None) is not None for key in self.needs)
+
+    def __call__(self, program: Any) -> Any:
+        return self.run(program)
+
+
+def _attention(p: Any) -> Any:
+    module, inputs, options = p.attention
+    return firstdiv.attention_check(module, inputs, **options)
+
+
 #: instrument name -> how to call it on a zoo Program (the evidence a user would have at hand)
-CALLS: dict[str, Callable[[Any], Any]] = {
-    "step_probe": lambda p: firstdiv.step_probe(p.model, p.batch, p.loss_fn, p.optimizer, train_step=p.train_step),
-    "reachability": lambda p: firstdiv.reachability(p.model, p.batch, p.loss_fn),
-    "four_structures": lambda p: firstdiv.four_structures(p.model, p.optimizer, p.batch, p.loss_fn),
-    "six_claims": lambda p: firstdiv.six_claims(p.model, p.batch, p.loss_fn, p.optimizer, eval_fn=p.eval_fn),
-    "learning_ledger": lambda p: firstdiv.learning_ledger(p.model, p.batch, p.loss_fn, p.optimizer,
-                                                          task_probe=p.task_probe, overfit_steps=60),
-    "evidence_packet": lambda p: firstdiv.evidence_packet(**p.evidence()),
+CALLS: dict[str, Call] = {
+    "step_probe": Call(_TRAINING, lambda p: firstdiv.step_probe(p.model, p.batch, p.loss_fn, p.optimizer,
+                                                                 train_step=p.train_step)),
+    "reachability": Call(_TRAINING, lambda p: firstdiv.reachability(p.model, p.batch, p.loss_fn)),
+    "four_structures": Call(_TRAINING, lambda p: firstdiv.four_structures(p.model, p.optimizer, p.batch, p.loss_fn)),
+    "six_claims": Call(_TRAINING, lambda p: firstdiv.six_claims(p.model, p.batch, p.loss_fn, p.optimizer,
+                                                                 eval_fn=p.eval_fn)),
+    "learning_ledger": Call(_TRAINING, lambda p: firstdiv.learning_ledger(p.model, p.batch, p.loss_fn, p.optimizer,
+                                                                           task_probe=p.task_probe, overfit_steps=60)),
+    "evidence_packet": Call(("model",), lambda p: firstdiv.evidence_packet(**p.evidence())),
 }
+#: the shape-and-meaning instruments join once they exist
+_LATER = {
+    "tensor_trace": Call(("model", "inputs"), lambda p: firstdiv.tensor_trace(p.model, p.inputs, contracts=p.contracts)),
+    "shape_ledger": Call(("model", "inputs"), lambda p: firstdiv.shape_ledger(p.model, p.inputs)),
+    "feature_space": Call(("features",), lambda p: firstdiv.feature_space(p.features, axis=-1)),
+    "attention_check": Call(("attention",), _attention),
+    "stage_trace": Call(("sample", "stages"), lambda p: firstdiv.stage_trace(
+        p.sample, p.stages, probes=p.stage_probes, contracts=p.stage_contracts)),
+}
+for _name, _call in _LATER.items():
+    try:
+        getattr(firstdiv, _name)
+    except (AttributeError, ImportError):
+        continue
+    CALLS[_name] = _call
 
 
 class Injected(RuntimeError):
     """The failure the harness injects into user code."""
 
 
+def _tensors(value: Any) -> Iterator[Any]:
+    if isinstance(value, (torch.Tensor, nn.Module, torch.optim.Optimizer)):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
 def watched(program: Any) -> list[Any]:
-    """The user's objects: model and optimizer (a snapshot of the model also covers the tensors and
-    modules it holds outside PyTorch's registry, see ``_state.hidden_objects``)."""
-    return [program.model, program.optimizer]
+    """The user's objects: model, optimizer, and every tensor or module handed to an instrument (a
+    snapshot of a model also covers what it holds outside PyTorch's registry)."""
+    fields = ("model", "optimizer", "batch", "inputs", "features", "attention", "sample")
+    return list(_tensors([getattr(program, f, None) for f in fields]))
 
 
 def raising_after(fn: Callable[..., Any], calls: int) -> Callable[..., Any]:
@@ -46,6 +102,32 @@ def raising_after(fn: Callable[..., Any], calls: int) -> Callable[..., Any]:
         return fn(*args, **kwargs)
 
     return wrapped
+
+
+@contextmanager
+def failing(program: Any, calls: int) -> Iterator[Any]:
+    """The program with its user code failing on the ``calls``-th call: loss_fn, train_step, each stage,
+    and the forward of the model and of the attention module (a pre-hook, installed before the
+    snapshot and removed after it)."""
+    changes: dict[str, Any] = {}
+    for key in ("loss_fn", "train_step"):
+        if getattr(program, key, None) is not None:
+            changes[key] = raising_after(getattr(program, key), calls)
+    if getattr(program, "stages", None) is not None:
+        changes["stages"] = [(name, raising_after(fn, calls)) for name, fn in program.stages]
+    attention = getattr(program, "attention", None) or (None,)
+    modules = [m for m in (program.model, attention[0]) if isinstance(m, nn.Module)]
+    handles = [m.register_forward_pre_hook(_raising_hook(calls)) for m in modules]
+    try:
+        yield dataclasses.replace(program, **changes)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _raising_hook(calls: int) -> Callable[..., None]:
+    hook = raising_after(lambda *args: None, calls)
+    return lambda module, args: hook()
 
 
 def assert_no_trace(call: Callable[[], Any], objects: list[Any]) -> Any:

@@ -30,6 +30,8 @@ def test_fault_is_localized(fault, reference, expect):
 def test_clean_references_raise_no_alarm(reference, seed):
     program = zoo.build(reference, seed=seed)
     for name, call in CALLS.items():
+        if not call.applies(program):
+            continue
         report = call(program)
         assert report.status is not Status.FAIL, f"false alarm from {name} on clean {reference} seed {seed}:\n{report}"
 

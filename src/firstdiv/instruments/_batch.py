@@ -9,7 +9,8 @@ API (stable; other instruments import it):
 - ``split_batch(batch, model=None) -> Batch`` — normalise a batch into ``Batch(inputs, targets, as_kwargs)``;
   raises InvalidArgument for anything else (``model`` decides whether a dict's targets key goes to forward).
 - ``forward(model, batch) -> outputs`` — ``model(inputs)``, or ``model(**inputs)`` for dict inputs.
-- ``compute_loss(model, batch, loss_fn) -> (outputs, loss)`` — forward, then ``loss_fn(outputs, targets)``.
+- ``compute_loss(model, batch, loss_fn) -> (outputs, loss)`` — forward, then ``loss_fn(outputs, targets)``;
+  :class:`UserCodeError` (a one-line reason naming shapes and the user's frame) when either raises.
 - ``loss_problem(loss) -> str | None`` — None when ``loss`` is a one-element real floating-point tensor, else a
   one-line reason (for a FAIL/SKIPPED finding; never an exception).
 
@@ -34,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InvalidArgument
+from ..errors import FirstdivError, InvalidArgument
 
 INPUT_KEYS = ("inputs", "input", "x")
 TARGET_KEYS = ("targets", "target", "labels", "y")
@@ -123,11 +124,53 @@ def forward(model: nn.Module, batch: Any) -> Any:
     return model(**b.inputs) if b.as_kwargs else model(b.inputs)
 
 
+class UserCodeError(FirstdivError):
+    """The user's model or loss_fn raised on the evidence; instruments report it (SKIPPED, with this
+    one-line reason) instead of crashing deep inside torch."""
+
+
+def describe(value: Any) -> str:
+    """``[16, 3] float32`` for a tensor; the same for each item of a tuple/list/dict."""
+    if torch.is_tensor(value):
+        return f"{list(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(describe(v) for v in value) + ")"
+    return _type_name(value)
+
+
+def _origin(exc: BaseException) -> str:
+    """' (at file.py:12 in fn)': the innermost frame of the traceback outside torch and firstdiv."""
+    tb, found = exc.__traceback__, ""
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if "/torch/" not in path and "/firstdiv/" not in path:
+            found = f" (at {path.rsplit('/', 1)[-1]}:{tb.tb_lineno} in {tb.tb_frame.f_code.co_name})"
+        tb = tb.tb_next
+    return found
+
+
+def describe_error(exc: BaseException) -> str:
+    """``RuntimeError: first line of the message (at user_file.py:12 in fn)``."""
+    text = str(exc).strip().splitlines()
+    head = f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+    return head + _origin(exc)
+
+
 def compute_loss(model: nn.Module, batch: Any, loss_fn: Callable[..., Any]) -> tuple[Any, Any]:
-    """Forward then ``loss_fn(outputs, targets)``; returns ``(outputs, loss)`` without checking the loss."""
+    """Forward then ``loss_fn(outputs, targets)``; returns ``(outputs, loss)`` without checking the loss.
+    Raises :class:`UserCodeError` (one line: what raised, on which shapes, where) when either raises."""
     b = split_batch(batch, model)
-    outputs = forward(model, b)
-    return outputs, loss_fn(outputs, b.targets)
+    try:
+        outputs = forward(model, b)
+    except Exception as exc:
+        raise UserCodeError(f"the model raised {describe_error(exc)} on inputs {describe(b.inputs)}") from exc
+    try:
+        return outputs, loss_fn(outputs, b.targets)
+    except Exception as exc:
+        raise UserCodeError(f"loss_fn raised {describe_error(exc)} on outputs {describe(outputs)} and targets "
+                            f"{describe(b.targets)}") from exc
 
 
 def loss_problem(loss: Any) -> str | None:

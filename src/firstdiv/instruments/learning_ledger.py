@@ -22,7 +22,7 @@ from torch import nn
 
 from ..errors import InvalidArgument
 from ..report import Divergence, Finding, Report, Status
-from ._batch import check_callable, check_loss_fn, check_model, check_optimizer, forward, split_batch
+from ._batch import check_callable, check_loss_fn, check_model, check_optimizer, describe, describe_error, forward, split_batch
 from ._ledger_capability import check_capability
 from ._ledger_common import LINKS, TASKS, Ctx, LinkResult, err, infer_task, seed_copies, shape, skipped_link
 from ._ledger_links import check_dependency, check_gradient, check_ownership, check_update
@@ -150,7 +150,5 @@ def _compute_loss(ctx: Ctx) -> str | None:
     try:
         ctx.loss = ctx.loss_fn(ctx.outputs, ctx.batch.targets)
     except Exception as exc:  # noqa: BLE001 - user code
-        return (f"loss_fn raised {err(exc)} on outputs {shape(ctx.outputs)} and targets {shape(ctx.batch.targets)}; "
-                "the ledger needs loss_fn(outputs, targets) to return the training loss")
-    return None
-
+        return (f"loss_fn raised {describe_error(exc)} on outputs {describe(ctx.outputs)} and targets "
+                f"{describe(ctx.batch.targets)}; the ledger needs loss_fn(outputs, targets) to return the training loss")

@@ -340,7 +340,10 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
     with guarded(model):
         tracer = None
         if mode == "batch":
-            tracer, loss = _traced_loss(model, batch, loss_fn)
+            try:
+                tracer, loss = _traced_loss(model, batch, loss_fn)
+            except _batch.UserCodeError as exc:
+                return skipped(_NAME, f"{exc}; reachability needs one forward pass and loss that run")
             if not isinstance(loss, torch.Tensor):
                 return skipped(_NAME, f"{_batch.loss_problem(loss)}; reachability needs the loss tensor to walk its graph")
         assert loss is not None

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from ..report import Divergence, Finding, Report, Status
-from ._batch import Batch, check_callable, check_loss_fn, check_model, check_optimizer, loss_problem, split_batch
+from ._batch import Batch, UserCodeError, check_callable, check_loss_fn, check_model, check_optimizer, loss_problem, split_batch
 from ._measured_step import Measured, measure, weighted_layers
 from ._objective_probes import Recording, class_checks, descent, infer_task, regression_checks
 from ._python_graph import hidden_modules
@@ -242,7 +242,9 @@ def _differentiation(run: Measured) -> Claim:
     if run.loss_problem is not None:
         return _skip(name, check, f"no valid loss to differentiate ({run.loss_problem}); see OBJECTIVE")
     if not run.trainable:
-        return _skip(name, check, "the model has no trainable parameters (requires_grad=True)")
+        return Claim(name, Status.WARN, "claim.differentiation.no_trainable",
+                     "the model has no trainable parameters (every requires_grad is False): nothing can learn",
+                     {"trainable": 0}, "trainable parameters", "unfreeze what should train (requires_grad_(True))")
     missing = [n for n in run.trainable if run.grads.get(n) is None]
     bad = [n for n in run.trainable if n not in missing and not bool(torch.isfinite(run.grads[n]).all())]
     zero = [n for n in run.trainable if n not in missing and n not in bad and not bool(run.grads[n].any())]
@@ -376,7 +378,11 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
     if eval_fn is not None:
         check_callable(eval_fn, "eval_fn")
     with guarded(model, optimizer, *hidden_modules(model)):
-        run = measure(model, optimizer, b, loss_fn)
+        try:
+            run = measure(model, optimizer, b, loss_fn)
+        except UserCodeError as exc:
+            return Report(INSTRUMENT, Status.SKIPPED, reason=f"{exc}; the six claims need one forward pass and loss "
+                                                             "that run")
         claims = [_representation(model, b), _computation(model, run), _objective(model, b, loss_fn, run),
                   _differentiation(run), _update(run), _evaluation(model, batch, eval_fn)]
     return _report(claims, eval_fn is not None)

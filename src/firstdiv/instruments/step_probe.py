@@ -222,10 +222,19 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
                               "the trainable parameters")
     effects = _COPY_EFFECT
     with guarded(model, optimizer):
-        ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol))
+        try:
+            ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol))
+        except _batch.UserCodeError as exc:
+            return skipped(_NAME, f"{exc}; step_probe needs one forward pass and loss that run")
         checks, details = list(ctl.checks), dict(ctl.details)
         if train_step is not None and not ctl.reason:
-            watched = StepWatch(model, optimizer).run(train_step)
+            try:
+                watched = StepWatch(model, optimizer).run(train_step)
+            except Exception as exc:  # noqa: BLE001 - user code: its failure is reported, every value restored
+                checks.append(check("train_step", "step.train_step_raised", Status.SKIPPED,
+                                    f"train_step raised {_batch.describe_error(exc)}; gradient clearing between "
+                                    "steps was not observed"))
+                return compose(_NAME, checks, effects + _WATCH_EFFECT, details, ctl.reason)
             effects += _WATCH_EFFECT
             seen = {(c.finding.check, c.finding.where) for c in checks if c.finding.status is Status.FAIL}
             checks += [c for c in watched.checks if (c.finding.check, c.finding.where) not in seen]
