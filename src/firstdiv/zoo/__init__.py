@@ -8,7 +8,10 @@
 References (``REFERENCES``): ``mlp`` (fc1 -> ReLU -> fc2 -> ReLU -> fc3 classifier, SGD), ``cnn``
 (two conv/BatchNorm/ReLU/pool blocks + linear head, shuffled DataLoader, SGD with momentum),
 ``finetune`` (``backbone`` + replaced ``head``, Adam), ``transformer`` (tiny causal LM with
-``embed``, ``blocks``, ``lm_head``; next-token targets, AdamW), ``regression`` (MLP, MSE, SGD).
+``embed``, ``blocks``, ``lm_head``; next-token targets, AdamW), ``regression`` (MLP, MSE, SGD), and
+``pipeline`` (an image + mask preprocessing pipeline: a raw ``sample`` and its ``stages``, no model).
+Programs also carry what the shape and meaning instruments take (``inputs``, ``contracts``,
+``attention``, ``features``; ``sample``, ``stages``, ``stage_probes``, ``stage_contracts``).
 Every program is synthetic, built from ``seed`` through local generators, and leaves the global RNG
 untouched. ``FAULTS`` maps each fault name to its :class:`Fault` record, including where the
 instruments must localize it (``Fault.expected``).
@@ -17,18 +20,19 @@ instruments must localize it (``Fault.expected``).
 from __future__ import annotations
 
 from ..errors import InvalidArgument
-from ._program import Program, assemble
+from . import pipeline
+from ._program import Program, assemble, assemble_pipeline
 from .catalog import FAULTS, Expect, Fault
 from .faults import INJECTIONS
 from .references import RECIPES
 
-REFERENCES: tuple[str, ...] = tuple(RECIPES)
+REFERENCES: tuple[str, ...] = (*RECIPES, pipeline.REFERENCE)
 
 __all__ = ["FAULTS", "REFERENCES", "Expect", "Fault", "Program", "build"]
 
 
 def _check(reference: object, fault: object, seed: object) -> None:
-    if not isinstance(reference, str) or reference not in RECIPES:
+    if not isinstance(reference, str) or reference not in REFERENCES:
         raise InvalidArgument(f"Expected `reference` to be one of {', '.join(REFERENCES)} but got {reference!r}")
     if fault is not None and (not isinstance(fault, str) or fault not in FAULTS):
         raise InvalidArgument(f"Expected `fault` to be None or one of {', '.join(FAULTS)} but got {fault!r}")
@@ -48,6 +52,8 @@ def build(reference: str, fault: str | None = None, seed: int = 0) -> Program:
     that does not apply to the reference.
     """
     _check(reference, fault, seed)
+    if reference == pipeline.REFERENCE:
+        return assemble_pipeline(reference, fault, seed, pipeline.build(seed, fault))
     recipe = RECIPES[reference]()
     if fault is not None:
         recipe = INJECTIONS[fault](recipe)

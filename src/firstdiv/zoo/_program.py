@@ -27,6 +27,8 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 EvalFn = Callable[[nn.Module, Batch], float]
 TaskProbe = Callable[[torch.Tensor], torch.Tensor]
 StepFactory = Callable[[nn.Module, torch.optim.Optimizer, LossFn, Callable[[], Batch]], Callable[[], float]]
+#: what attention_check receives: ``(attention module, positional inputs, options)``
+AttentionCase = tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]
 
 #: offsets that give the data, the weights and the loader their own generator streams for one seed
 _DATA, _WEIGHTS, _SHUFFLE = 0, 10_007, 20_011
@@ -53,6 +55,11 @@ class Recipe:
     initialization, replacing a head); ``after_optimizer`` is user code that runs after it.
     ``loader`` (optional) turns the data into ``(DataLoader, fixed batch)``; ``train_step`` then draws
     the next batch from the loader each call. Otherwise the whole data is the one fixed batch.
+
+    The last three parts are what the shape and meaning instruments get, not user code:
+    ``contracts`` (module path, or "" for the output -> named axes, for tensor_trace), ``features_at``
+    (the module whose input is the penultimate activation, for feature_space) and ``attention``
+    (``(model, inputs) -> AttentionCase`` for attention_check).
     """
 
     data: Callable[[torch.Generator], Data]
@@ -64,6 +71,9 @@ class Recipe:
     prepare: Callable[[nn.Module, torch.Generator], None] = no_user_code
     after_optimizer: Callable[[nn.Module, torch.Generator], None] = no_user_code
     loader: Callable[[Data, torch.Generator], tuple[DataLoader, Batch]] | None = None
+    contracts: dict[str, str] | None = None
+    features_at: str | None = None
+    attention: Callable[[nn.Module, torch.Tensor], AttentionCase] | None = None
 
     def replace(self, **changes: Any) -> Recipe:
         return dataclasses.replace(self, **changes)
@@ -75,19 +85,36 @@ class Program:
 
     ``batch`` is a fixed ``(inputs, targets)`` batch; ``train_step()`` does one full user step
     (zero_grad/forward/loss/backward/step, as this program's code writes it) and returns ``loss.item()``.
+
+    What the shape and meaning instruments get (None where it does not apply):
+    ``inputs`` is what ``model(...)`` receives for ``batch``; ``contracts`` maps a module path (""
+    for the model output) to named axes such as ``"B T D"`` that hold on the clean reference;
+    ``attention`` is ``(attention module, (hidden [B, T, E],), {"num_heads": H, "causal": True})``;
+    ``features`` are the penultimate activations ``[N, D]`` for ``batch``, taken under no_grad in eval
+    mode from the model as built (None when the forward cannot run). The ``pipeline`` reference has no
+    model: it has ``sample`` (one raw example), ``stages`` (``[(name, callable), ...]``, each mapping a
+    sample to the next), ``stage_probes`` and ``stage_contracts`` for stage_trace.
     """
 
     reference: str
     fault: str | None
     seed: int
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    batch: Batch
-    loss_fn: LossFn
-    train_step: Callable[[], float]
-    eval_fn: EvalFn
+    model: nn.Module | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    batch: Batch | None = None
+    loss_fn: LossFn | None = None
+    train_step: Callable[[], float] | None = None
+    eval_fn: EvalFn | None = None
     task_probe: TaskProbe | None = None
     loader: DataLoader | None = None
+    inputs: torch.Tensor | None = None
+    contracts: dict[str, str] | None = None
+    attention: AttentionCase | None = None
+    features: torch.Tensor | None = None
+    sample: Any = None
+    stages: Any = None
+    stage_probes: Any = None
+    stage_contracts: Any = None
 
     def evidence(self) -> dict[str, Any]:
         """The DESIGN evidence keys this program has (those that are not None)."""
@@ -98,6 +125,8 @@ class Program:
         """Run the user's loop: ``train_step()`` ``steps`` times; returns the loss of every step."""
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise InvalidArgument(f"Expected `steps` to be a non-negative int but got {steps!r}")
+        if self.train_step is None:
+            raise InvalidArgument(f"Expected a program with a training loop but {self.reference!r} has none (train_step is None)")
         return [self.train_step() for _ in range(steps)]
 
     def __repr__(self) -> str:
@@ -157,6 +186,41 @@ def _next_batch(data: Data, loader: DataLoader | None) -> Callable[[], Batch]:
     return lambda: next(stream)
 
 
+def _features(model: nn.Module, inputs: torch.Tensor, at: str | None) -> torch.Tensor | None:
+    """The input of module ``at`` (the penultimate activations) for ``inputs``, as ``[N, D]``; computed
+    under no_grad in eval mode, every module's mode restored. None when ``at`` is missing or the
+    forward raises (a fault such as wrong_flatten)."""
+    module = None if at is None else dict(model.named_modules()).get(at)
+    if module is None:
+        return None
+    captured: list[torch.Tensor] = []
+    hook = module.register_forward_pre_hook(lambda mod, args: captured.append(args[0]))
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(inputs)
+    except RuntimeError:
+        return None
+    finally:
+        hook.remove()
+        for m, training in modes:
+            m.training = training
+    return captured[0].reshape(-1, captured[0].shape[-1]) if captured else None
+
+
+def _views(model: nn.Module, batch: Batch, recipe: Recipe) -> dict[str, Any]:
+    """The Program fields for the shape and meaning instruments; contracts keep only module paths the
+    model registers (a fault may have moved or hidden one)."""
+    names = dict(model.named_modules())
+    contracts = None if recipe.contracts is None else \
+        {path: axes for path, axes in recipe.contracts.items() if path == "" or path in names}
+    inputs = batch[0]
+    attention = None if recipe.attention is None else recipe.attention(model, inputs)
+    return {"inputs": inputs, "contracts": contracts, "attention": attention,
+            "features": _features(model, inputs, recipe.features_at)}
+
+
 def assemble(reference: str, fault: str | None, seed: int, recipe: Recipe) -> Program:
     """Run the recipe's user code in order under ``seed``; the global RNG is left as it was."""
     data = recipe.data(torch.Generator().manual_seed(seed + _DATA))
@@ -170,4 +234,10 @@ def assemble(reference: str, fault: str | None, seed: int, recipe: Recipe) -> Pr
         recipe.loader(data, torch.Generator().manual_seed(seed + _SHUFFLE))
     train_step = recipe.train_step(model, optimizer, recipe.loss_fn, _next_batch(data, loader))
     return Program(reference, fault, seed, model, optimizer, batch, recipe.loss_fn, train_step,
-                   recipe.eval_fn, data.task_probe, loader)
+                   recipe.eval_fn, data.task_probe, loader, **_views(model, batch, recipe))
+
+
+def assemble_pipeline(reference: str, fault: str | None, seed: int, parts: dict[str, Any]) -> Program:
+    """A data-pipeline program: no model or training loop, a raw ``sample`` and its ``stages``."""
+    return Program(reference, fault, seed, sample=parts["sample"], stages=parts["stages"],
+                   stage_probes=parts.get("probes"), stage_contracts=parts.get("contracts"))

@@ -1,16 +1,20 @@
 """The fault catalog: what each fault is, which reference it applies to, where it comes from, and
-which instrument must localize it where (the issue 5 table, as data the catalog tests assert)."""
+which instrument must localize it where (the issue 5 and issue 6 tables, as data the catalog tests
+assert). The data-pipeline faults are described by :mod:`firstdiv.zoo.pipeline` itself."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from . import pipeline
 
 
 @dataclass(frozen=True)
 class Expect:
     """An instrument must report its first divergence at ``where`` with ``kind``.
 
-    ``where`` is a parameter name, an attribute path or a ledger link / claim name in CAPITALS;
+    ``where`` is a parameter name, a module path, an attribute path, a ledger link / claim / check
+    level name in CAPITALS, ``"vectors"`` (feature_space) or a pipeline stage name;
     ``kind`` is None where only the link or claim is fixed.
     """
 
@@ -40,6 +44,7 @@ def _fault(name: str, on: str, origin: str, description: str, *expected: Expect)
 
 
 _STEP, _REACH, _FOUR, _SIX, _LEDGER = "step_probe", "reachability", "four_structures", "six_claims", "learning_ledger"
+_TRACE, _SHAPE, _FEATURES, _ATTENTION = "tensor_trace", "shape_ledger", "feature_space", "attention_check"
 
 _CATALOG = (
     _fault("missing_zero_grad", "mlp", "book", "train_step never calls optimizer.zero_grad(), so gradients accumulate.",
@@ -90,5 +95,33 @@ _CATALOG = (
            Expect(_LEDGER, "OBJECTIVE", "objective.initial_loss")),
 )
 
-#: fault name -> :class:`Fault`, in the issue's table order
-FAULTS: dict[str, Fault] = {fault.name: fault for fault in _CATALOG}
+_SHAPES = (
+    _fault("merge_heads_view", "transformer", "book",
+           "attention merges its heads with .reshape(B, T, E) straight from (B, H, T, Dh), without the transpose back.",
+           Expect(_ATTENTION, "LEVEL_2", "attention.axis_semantics"), Expect(_TRACE, "blocks.0.attn", "layout.values_moved")),
+    _fault("missing_scale", "transformer", "book", "attention scores q @ k^T are not divided by sqrt(head_dim) before the softmax.",
+           Expect(_ATTENTION, "LEVEL_4", "attention.reference_mismatch")),
+    _fault("leaky_causal_mask", "transformer", "book", "the causal mask is triu(diagonal=2), so every position also sees the next one.",
+           Expect(_ATTENTION, "LEVEL_3", "attention.forbidden_weight")),
+    _fault("softmax_wrong_axis", "transformer", "book", "the attention softmax runs over the query axis (dim=-2) instead of the keys.",
+           Expect(_ATTENTION, "LEVEL_3", "attention.rows_not_normalized")),
+    _fault("batch_time_swap", "transformer", "book",
+           "the embeddings are transposed to (T, B, D) before the batch-first blocks and back after them.",
+           Expect(_TRACE, "blocks.0", "contract.axis_mismatch")),
+    _fault("wrong_flatten", "cnn", "book",
+           "conv2 is widened to 32 channels (culprit conv2) but the head still takes 16 * 3 * 3 inputs; the forward raises.",
+           Expect(_SHAPE, "head", "shape.flatten_mismatch")),
+)
+
+#: the data-pipeline faults, as :mod:`firstdiv.zoo.pipeline` describes them (one sentence each); all localized by stage_trace
+_PIPELINE = tuple(_fault(name, pipeline.REFERENCE, origin, description.rstrip(".") + ".", Expect("stage_trace", where, kind))
+                  for name, (origin, description, where, kind) in pipeline.FAULTS.items())
+
+_FEATURES_FAULTS = (
+    _fault("dead_features", "finetune", "book",
+           "init code sets the backbone's last bias to -1, so almost every ReLU feature the head sees is zero.",
+           Expect(_FEATURES, "vectors", "features.collapse_zero")),
+)
+
+#: fault name -> :class:`Fault`, in the issues' table order
+FAULTS: dict[str, Fault] = {fault.name: fault for fault in (*_CATALOG, *_SHAPES, *_PIPELINE, *_FEATURES_FAULTS)}

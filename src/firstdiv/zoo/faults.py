@@ -5,7 +5,9 @@ parts of a reference :class:`~firstdiv.zoo._program.Recipe`.
 remove activation, change learning rate, change loss, change weight initialisation, remove bias,
 change labels); "book" faults are the failures the book's appendix and chapter 31 describe.
 The catalog itself (what each fault is and where the instruments must localize it) is
-:data:`firstdiv.zoo.catalog.FAULTS`; this module holds the code of the bugs.
+:data:`firstdiv.zoo.catalog.FAULTS`; this module holds the code of the bugs, the faults of shape and
+meaning live in :mod:`firstdiv.zoo.shape_faults`, and the data-pipeline faults in
+:mod:`firstdiv.zoo.pipeline`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _program, models, references
+from . import _program, models, references, shape_faults
 from ._program import Batch, Data, LossFn, Recipe
 
 Injection = Callable[[Recipe], Recipe]
@@ -76,8 +78,9 @@ class NoGradStemCNN(models.SmallCNN):
 class ListBlocksLM(models.TinyCausalLM):
     """fault ``modules_in_list``: ``blocks`` is a Python list of Blocks."""
 
-    def make_blocks(self, dim: int, heads: int, layers: int) -> list[models.Block]:  # type: ignore[override]
-        return [models.Block(dim, heads) for _ in range(layers)]  # bug: a plain list registers nothing
+    def make_blocks(self, dim: int, heads: int, layers: int,  # type: ignore[override]
+                    attention: type[models.CausalSelfAttention]) -> list[models.Block]:
+        return [models.Block(dim, heads, attention) for _ in range(layers)]  # bug: a plain list registers nothing
 
 
 class BucketedRegressor(models.MLPRegressor):
@@ -243,4 +246,5 @@ INJECTIONS: dict[str, Injection] = {
     "change_learning_rate": lambda r: r.replace(optimizer=_sgd(1e-7)),
     "remove_bias": lambda r: r.replace(model=LinearRegressor, data=offset_regression_data),
     "change_loss": lambda r: r.replace(loss_fn=mse_on_first_output),
+    **shape_faults.INJECTIONS,
 }

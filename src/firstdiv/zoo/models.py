@@ -65,30 +65,51 @@ class FineTuneClassifier(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head self-attention where position t attends to positions <= t. ``(B, T, D)`` -> ``(B, T, D)``."""
+    """Multi-head self-attention where position t attends to positions <= t. ``(B, T, E)`` -> ``(B, T, E)``.
+
+    Written out by hand, one step per method: project to q, k, v; split the embedding into ``heads``
+    heads of ``head_dim``; scaled dot-product scores; causal mask; softmax over the keys; weighted sum
+    of values; merge the heads back; output projection.
+    """
 
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.head_dim = heads, dim // heads
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
 
+    def split_heads(self, z: torch.Tensor) -> torch.Tensor:
+        """``(B, T, E)`` -> ``(B, H, T, Dh)``."""
+        b, t, _ = z.shape
+        return z.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+    def merge_heads(self, y: torch.Tensor) -> torch.Tensor:
+        """``(B, H, T, Dh)`` -> ``(B, T, E)``: heads back next to each other in the embedding axis."""
+        b, _, t, _ = y.shape
+        return y.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
+
+    def causal_mask(self, t: int, device: torch.device) -> torch.Tensor:
+        """``(T, T)`` bool, True where query i must not see key j: the strict upper triangle (j > i)."""
+        return torch.ones(t, t, dtype=torch.bool, device=device).triu(diagonal=1)
+
+    def attention_weights(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """``(B, H, T, Dh)`` queries and keys -> ``(B, H, T_query, T_key)`` weights; each row sums to 1."""
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        scores = scores.masked_fill(self.causal_mask(q.shape[-2], q.device), float("-inf"))
+        return scores.softmax(dim=-1)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in self.qkv(x).split(d, dim=-1))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)  # (B, heads, T, T)
-        future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
-        weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
-        return self.proj((weights @ v).transpose(1, 2).reshape(b, t, d))
+        q, k, v = (self.split_heads(z) for z in self.qkv(x).split(x.shape[-1], dim=-1))
+        return self.proj(self.merge_heads(self.attention_weights(q, k) @ v))
 
 
 class Block(nn.Module):
     """Pre-norm transformer block: x + attention(ln1(x)), then x + mlp(ln2(x))."""
 
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, attention: type[CausalSelfAttention] = CausalSelfAttention) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(dim)
-        self.attn = CausalSelfAttention(dim, heads)
+        self.attn = attention(dim, heads)
         self.ln2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
@@ -98,18 +119,22 @@ class Block(nn.Module):
 
 
 class TinyCausalLM(nn.Module):
-    """Token ids ``(B, T)`` -> next-token logits ``(B, T, vocab)``; token and position embeddings, ``blocks``."""
+    """Token ids ``(B, T)`` -> next-token logits ``(B, T, vocab)``; token and position embeddings, ``blocks``.
 
-    def __init__(self, vocab: int = 16, dim: int = 32, heads: int = 2, layers: int = 2, context: int = 16) -> None:
+    ``attention`` is the attention class every block uses.
+    """
+
+    def __init__(self, vocab: int = 16, dim: int = 32, heads: int = 2, layers: int = 2, context: int = 16,
+                 attention: type[CausalSelfAttention] = CausalSelfAttention) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.pos = nn.Embedding(context, dim)
-        self.blocks = self.make_blocks(dim, heads, layers)
+        self.blocks = self.make_blocks(dim, heads, layers, attention)
         self.ln_f = nn.LayerNorm(dim)
         self.lm_head = nn.Linear(dim, vocab)
 
-    def make_blocks(self, dim: int, heads: int, layers: int) -> nn.ModuleList:
-        return nn.ModuleList(Block(dim, heads) for _ in range(layers))
+    def make_blocks(self, dim: int, heads: int, layers: int, attention: type[CausalSelfAttention]) -> nn.ModuleList:
+        return nn.ModuleList(Block(dim, heads, attention) for _ in range(layers))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(tokens.shape[1], device=tokens.device)

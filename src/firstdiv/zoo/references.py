@@ -15,7 +15,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from . import models
-from ._program import Batch, Data, LossFn, Recipe, seeded
+from ._program import AttentionCase, Batch, Data, LossFn, Recipe, seeded
 
 CLASSES = 4
 IGNORE_INDEX = -100
@@ -154,6 +154,25 @@ def regression_data(gen: torch.Generator, n: int = 64, features: int = 2, offset
     return Data(inputs, rule(inputs), rule)
 
 
+# ---- what the shape and meaning instruments get ------------------------------------------------
+
+#: named-axis contracts (module path, "" = model output) that hold on every clean reference
+MLP_CONTRACTS = {"fc1": "B H", "fc2": "B H", "": "B K"}
+CNN_CONTRACTS = {"conv1": "B C H W", "": "B K"}
+FINETUNE_CONTRACTS = {"backbone": "B D", "": "B K"}
+LM_CONTRACTS = {"embed": "B T D", "blocks.0": "B T D", "lm_head": "B T V"}
+REGRESSION_CONTRACTS = {"fc1": "B H", "fc2": "B H", "": "B 1"}
+
+
+def first_attention(model: models.TinyCausalLM, tokens: torch.Tensor) -> AttentionCase:
+    """The first block's attention and the hidden state ``(B, T, E)`` it sees for ``tokens``:
+    ln1(token embedding + position embedding), computed under no_grad (no randomness involved)."""
+    block = model.blocks[0]
+    with torch.no_grad():
+        hidden = block.ln1(model.embed(tokens) + model.pos(torch.arange(tokens.shape[1])))
+    return block.attn, (hidden,), {"num_heads": block.attn.heads, "causal": True}
+
+
 # ---- the five programs -------------------------------------------------------------------------
 
 def replace_head(model: models.FineTuneClassifier, gen: torch.Generator) -> None:
@@ -164,31 +183,34 @@ def replace_head(model: models.FineTuneClassifier, gen: torch.Generator) -> None
 def mlp_recipe() -> Recipe:
     return Recipe(data=mlp_data, model=models.MLPClassifier, loss_fn=F.cross_entropy,
                   optimizer=lambda model: torch.optim.SGD(model.parameters(), lr=MLP_LR),
-                  train_step=standard_step, eval_fn=evaluate_accuracy)
+                  train_step=standard_step, eval_fn=evaluate_accuracy, contracts=MLP_CONTRACTS, features_at="fc3")
 
 
 def cnn_recipe() -> Recipe:
     return Recipe(data=cnn_data, model=models.SmallCNN, loss_fn=F.cross_entropy,
                   optimizer=lambda model: torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-                  train_step=standard_step, eval_fn=evaluate_accuracy, loader=cnn_loader)
+                  train_step=standard_step, eval_fn=evaluate_accuracy, loader=cnn_loader,
+                  contracts=CNN_CONTRACTS, features_at="head")
 
 
 def finetune_recipe() -> Recipe:
     return Recipe(data=finetune_data, model=lambda: models.FineTuneClassifier(models.pretrained_backbone(), nn.Linear(32, CLASSES)),
                   loss_fn=F.cross_entropy, optimizer=lambda model: torch.optim.Adam(model.parameters(), lr=1e-2),
-                  train_step=standard_step, eval_fn=evaluate_accuracy, prepare=replace_head)
+                  train_step=standard_step, eval_fn=evaluate_accuracy, prepare=replace_head,
+                  contracts=FINETUNE_CONTRACTS, features_at="head")
 
 
 def transformer_recipe() -> Recipe:
     return Recipe(data=lm_data, model=lambda: models.TinyCausalLM(VOCAB, context=CONTEXT), loss_fn=lm_loss,
                   optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=1e-2),
-                  train_step=standard_step, eval_fn=evaluate_accuracy)
+                  train_step=standard_step, eval_fn=evaluate_accuracy,
+                  contracts=LM_CONTRACTS, features_at="lm_head", attention=first_attention)
 
 
 def regression_recipe() -> Recipe:
     return Recipe(data=regression_data, model=models.MLPRegressor, loss_fn=F.mse_loss,
                   optimizer=lambda model: torch.optim.SGD(model.parameters(), lr=REGRESSION_LR),
-                  train_step=standard_step, eval_fn=evaluate_mse)
+                  train_step=standard_step, eval_fn=evaluate_mse, contracts=REGRESSION_CONTRACTS, features_at="fc3")
 
 
 RECIPES: dict[str, Callable[[], Recipe]] = {
