@@ -40,7 +40,8 @@ def main() -> None:
                 div = report.first_divergence
                 ok = (report.status is Status.FAIL and div is not None and div.where == exp.where
                       and (not exp.kind or div.kind == exp.kind))
-                others = [n for n, call in CALLS.items() if n != exp.instrument
+                program = zoo.build(ref, fault=name, seed=0)
+                others = [n for n, call in CALLS.items() if n != exp.instrument and call.applies(program)
                           and call(zoo.build(ref, fault=name, seed=0)).status is Status.FAIL]
                 detected += ok
                 total += 1
@@ -52,6 +53,8 @@ def main() -> None:
         for seed in range(args.seeds):
             program = zoo.build(ref, seed=seed)
             for name, call in CALLS.items():
+                if not call.applies(program):
+                    continue
                 runs += 1
                 if call(program).status is Status.FAIL:
                     alarms += 1
