@@ -92,6 +92,9 @@ def _case(name):
         m = DictModel()
         x, y = _batch()
         return m, {"features": x, "mask": torch.ones(16), "labels": y}, ce, torch.optim.SGD(m.parameters(), lr=0.1)
+    if name == "lbfgs":
+        m = _mlp()
+        return m, _batch(), ce, torch.optim.LBFGS(m.parameters(), lr=0.5)
     if name == "non_scalar_loss":
         m = _mlp()
         return m, _batch(), lambda o, t: F.cross_entropy(o, t, reduction="none"), torch.optim.SGD(m.parameters(), lr=0.1)
@@ -99,7 +102,7 @@ def _case(name):
 
 
 CASES = ["no_parameters", "frozen", "param_groups", "tied_weights", "float_targets_for_classifier", "dict_batch",
-         "non_scalar_loss"]
+         "non_scalar_loss", "lbfgs"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -116,7 +119,7 @@ def test_edge_cases_give_a_report_or_a_clear_error(instrument, case):
     assert isinstance(out, Report), f"{instrument} on {case}: {type(out).__name__}: {out}"
     text = str(out)
     assert instrument.upper() in text
-    if case in ("param_groups", "tied_weights", "dict_batch"):  # healthy programs: no alarm
+    if case in ("param_groups", "tied_weights", "dict_batch", "lbfgs"):  # healthy programs: no alarm
         assert out.status.value != "FAIL", text
     if case in ("no_parameters", "non_scalar_loss", "frozen") and instrument not in ("evidence_packet", "four_structures"):
         assert out.status.value in ("FAIL", "WARN", "SKIPPED"), text

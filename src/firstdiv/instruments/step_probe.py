@@ -164,6 +164,14 @@ def _update_checks(params: list, copt: torch.optim.Optimizer, grads: dict, befor
                                 f"update rule check skipped: {'; '.join(reasons)}", {"reasons": reasons}))
 
 
+def _reevaluate(cmodel: nn.Module, copt: torch.optim.Optimizer, batch: Any, loss_fn: Callable) -> torch.Tensor:
+    copt.zero_grad()
+    with torch.enable_grad():
+        loss = _batch.compute_loss(cmodel, batch, loss_fn)[1].reshape(())
+        loss.backward()
+    return loss
+
+
 def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer,
                      rtol: float) -> Collected:
     out = Collected()
@@ -189,7 +197,10 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
     before = {id(p): p.detach().clone() for p in trainable}
     for p in trainable:
         p.grad = grads.get(id(p))
-    copt.step()
+    if isinstance(copt, torch.optim.LBFGS):  # it re-evaluates the loss itself: give it the closure it needs
+        copt.step(lambda: _reevaluate(cmodel, copt, batch, loss_fn))
+    else:
+        copt.step()
     _update_checks(params, copt, grads, before, rtol, out)
     return out
 
