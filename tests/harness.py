@@ -59,6 +59,12 @@ _LATER = {
     "attention_check": Call(("attention",), _attention),
     "stage_trace": Call(("sample", "stages"), lambda p: firstdiv.stage_trace(
         p.sample, p.stages, probes=p.stage_probes, contracts=p.stage_contracts)),
+    "loader_timing": Call(("loader_case",), lambda p: firstdiv.loader_timing(p.loader_case[0], step=p.loader_case[1],
+                                                                           **p.loader_case[2])),
+    "performance_ledger": Call(("perf_case",), lambda p: firstdiv.performance_ledger(*p.perf_case[:2], **p.perf_case[2])),
+    "compile_ledger": Call(("compile_case",), lambda p: firstdiv.compile_ledger(*p.compile_case[:2], **p.compile_case[2])),
+    "compare_outputs": Call(("variants_case",), lambda p: firstdiv.compare_outputs(*p.variants_case[:2],
+                                                                                  **p.variants_case[2])),
 }
 for _name, _call in _LATER.items():
     try:
@@ -106,13 +112,20 @@ def raising_after(fn: Callable[..., Any], calls: int) -> Callable[..., Any]:
 
 @contextmanager
 def failing(program: Any, calls: int) -> Iterator[Any]:
-    """The program with its user code failing on the ``calls``-th call: loss_fn, train_step, each stage,
+    """The program with its user code failing on the ``calls``-th call: loss_fn, train_step (and the
+    step inside the loader and performance cases), each stage,
     and the forward of the model and of the attention module (a pre-hook, installed before the
     snapshot and removed after it)."""
     changes: dict[str, Any] = {}
     for key in ("loss_fn", "train_step"):
         if getattr(program, key, None) is not None:
             changes[key] = raising_after(getattr(program, key), calls)
+    if getattr(program, "loader_case", None) is not None:
+        loader, step, options = program.loader_case
+        changes["loader_case"] = (loader, raising_after(step, calls), options)
+    if getattr(program, "perf_case", None) is not None:
+        step, batch, options = program.perf_case
+        changes["perf_case"] = (raising_after(step, calls), batch, options)
     if getattr(program, "stages", None) is not None:
         changes["stages"] = [(name, raising_after(fn, calls)) for name, fn in program.stages]
     attention = getattr(program, "attention", None) or (None,)

@@ -1,12 +1,15 @@
 """The fault catalog: clean references learn, every fault builds and shows its mechanism (and the clean
 reference does not), builds are deterministic and leave the global RNG alone, the catalog matches the
-issue 5 and issue 6 tables, the fields for the shape and meaning instruments (inputs, contracts,
-attention, features; the pipeline's sample and stages) hold on the clean references, and bad names are
-clear errors."""
+issue 5, 6 and 7 tables, the fields for the shape and meaning instruments (inputs, contracts,
+attention, features; the pipeline's sample and stages) and for the speed, memory, compilation and
+deployment instruments (loader_case, perf_case, compile_case, variants_case) hold on the clean
+references, and bad names are clear errors."""
 
 from __future__ import annotations
 
+import inspect
 import math
+import time
 
 import numpy as np
 import pytest
@@ -18,7 +21,7 @@ from firstdiv.errors import InvalidArgument
 
 SEEDS = (0, 1, 2)
 
-# The issue 5 and issue 6 tables: fault | reference | instrument -> where (kind); ... (the issue 6 table leaves
+# The issue 5, 6 and 7 tables: fault | reference | instrument -> where (kind); ... (the issue 6 table leaves
 # the second normalize stage's name open, "normalize_again…"; firstdiv.zoo.pipeline names it model_normalize)
 SPEC_TABLE = """
 missing_zero_grad | mlp | step_probe -> fc1.weight (step.grad_accumulation)
@@ -56,12 +59,17 @@ double_normalization | pipeline | stage_trace -> model_normalize (stage.numeric)
 label_not_flipped | pipeline | stage_trace -> flip (stage.relationships)
 val_statistics | pipeline | stage_trace -> normalize (stage.provenance)
 dead_features | finetune | feature_space -> vectors (features.collapse_zero)
+sleeping_getitem | cnn | loader_timing -> read_decode_transform (loader.starved)
+appended_loss | mlp | performance_ledger -> step (memory.growth)
+recompiling_shapes | transformer | compile_ledger -> STABLE (compile.recompiles)
+int8_divergence | regression | compare_outputs -> int8:fc1 (outputs.diverged)
 """
 DEEPCRIME = {"remove_activation", "change_learning_rate", "change_loss", "zero_init", "symmetric_init",
              "remove_bias", "change_labels"}
 LINKS_AND_CLAIMS = {"TASK", "OBJECTIVE", "DEPENDENCY", "GRADIENT", "OPTIMIZER_OWNERSHIP", "PARAMETER_UPDATE",
                     "CAPABILITY", "REPRESENTATION", "COMPUTATION", "DIFFERENTIATION", "UPDATE", "EVALUATION",
-                    "LEVEL_1", "LEVEL_2", "LEVEL_3", "LEVEL_4"}
+                    "LEVEL_1", "LEVEL_2", "LEVEL_3", "LEVEL_4", "RUNS", "CORRECT", "CAPTURED", "STABLE", "WORTH_IT"}
+LOADER_PHASES = {"read_decode_transform", "collate", "process_startup", "cpu_contention", "host_to_device", "consumer_compute"}
 TRAINED = tuple(ref for ref in zoo.REFERENCES if ref != "pipeline")  # the references with a model and a loop
 ALL_PROGRAMS = [(ref, None) for ref in zoo.REFERENCES] + [(f.reference, name) for name, f in zoo.FAULTS.items()]
 
@@ -99,12 +107,20 @@ def _stage_names(program: zoo.Program) -> list[str]:
 
 
 def _where_exists(program: zoo.Program, expect: zoo.Expect) -> bool:
-    """``where`` names a link/claim/level, the feature vectors, a stage, a parameter, a module, or an
-    attribute path Python reaches but the registry does not (scale, blocks)."""
+    """``where`` names a link/claim/level, the feature vectors, a stage, a loader phase, the step, a
+    variant's module, a parameter, a module, or an attribute path Python reaches but the registry does
+    not (scale, blocks)."""
     if expect.where.isupper():
         return expect.where in LINKS_AND_CLAIMS
     if expect.instrument == "feature_space":
         return expect.where == "vectors"
+    if expect.instrument == "loader_timing":
+        return expect.where in LOADER_PHASES and program.loader_case is not None
+    if expect.instrument == "performance_ledger":
+        return expect.where == "step" and program.perf_case is not None
+    if expect.instrument == "compare_outputs":
+        variant, _, path = expect.where.partition(":")
+        return variant in ("eager", "int8") and path in dict(program.model.named_modules())
     if expect.instrument == "stage_trace":
         return expect.where in _stage_names(program)
     model = program.model
@@ -174,8 +190,8 @@ def test_cnn_has_batchnorm_and_a_shuffling_loader():
     program = zoo.build("cnn", seed=0)
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in program.model.modules())
     inputs, _ = next(iter(program.loader))
-    assert inputs.shape == (32, 1, 12, 12) and program.batch[0].shape == inputs.shape
-    assert not torch.equal(inputs, program.batch[0])  # shuffled, not the dataset's first 32
+    assert inputs.shape == (4, 1, 12, 12) and program.batch[0].shape == (32, 1, 12, 12)
+    assert not torch.equal(inputs, program.batch[0][:4])  # shuffled, not the dataset's first 4
 
 
 def test_transformer_targets_are_next_tokens_and_the_mask_is_causal():
@@ -296,6 +312,75 @@ def test_clean_attention_is_causal_normalized_standard_attention_on_the_real_hid
     assert torch.allclose(weights.sum(dim=-1), torch.ones(16, 2, 12), atol=1e-6)
     assert weights.triu(diagonal=1).abs().max().item() == 0.0 and weights.diagonal(dim1=-2, dim2=-1).min().item() > 0
     assert _matches_sdpa(program)
+
+
+# ---- what the speed, memory, compilation and deployment instruments get -------------------------
+
+def _forward_batch_sizes(program: zoo.Program, call) -> list[int]:
+    """The batch size of every forward of the program's model while ``call()`` runs."""
+    sizes: list[int] = []
+    hook = program.model.register_forward_pre_hook(lambda m, args: sizes.append(len(args[0])))
+    try:
+        call()
+    finally:
+        hook.remove()
+    return sizes
+
+
+@pytest.mark.parametrize("reference", TRAINED)
+def test_perf_case_is_the_programs_own_step_on_a_given_batch(reference):
+    program, twin = zoo.build(reference, seed=0), zoo.build(reference, seed=0)
+    step, batch, options = program.perf_case
+    assert batch is program.batch
+    assert options == {"model": program.model, "optimizer": program.optimizer, "loss_fn": program.loss_fn,
+                       "repeats": 6, "warmup": 2}
+    loss = step(batch)
+    inputs, targets = batch  # the same step written out on the twin
+    twin.optimizer.zero_grad()
+    expected = twin.loss_fn(twin.model(inputs), targets)
+    expected.backward()
+    twin.optimizer.step()
+    assert loss == expected.item()
+    assert all(torch.equal(p, q) for p, q in zip(program.model.parameters(), twin.model.parameters()))
+    sizes = _forward_batch_sizes(program, program.train_step)  # the user's loop draws its own batches again
+    assert sizes == [4 if reference == "cnn" else len(inputs)]
+
+
+@pytest.mark.parametrize("reference", zoo.REFERENCES)
+def test_loader_case_only_on_the_cnn(reference):
+    program = zoo.build(reference, seed=0)
+    if reference != "cnn":
+        assert program.loader_case is None
+        return
+    loader, step, options = program.loader_case
+    assert loader is program.loader and step is program.perf_case[0] and options == {"batches": 8}
+    assert len(loader) >= options["batches"] + 1  # the instrument's batches and its warm-up fit in one epoch
+    batches = iter(loader)
+    sizes = _forward_batch_sizes(program, lambda: [step(next(batches)) for _ in range(2)])
+    assert sizes == [4, 4]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_clean_compile_case_is_the_model_on_batches_of_one_shape(seed):
+    program = zoo.build("transformer", seed=seed)
+    fn, inputs_seq, options = program.compile_case
+    assert fn is program.model and options == {"backend": "eager", "dynamic": None}
+    assert len(inputs_seq) == 3 and {tuple(x.shape) for x in inputs_seq} == {(5, 12)}
+    assert all(x.dtype == torch.long and x.is_contiguous() and bool((x > 0).all()) for x in inputs_seq)
+    assert torch.equal(torch.cat(inputs_seq), program.inputs[:15])  # the program's own sequences
+    with torch.no_grad():
+        assert fn(inputs_seq[0]).shape == (5, 12, 16)
+    assert all(zoo.build(ref, seed=seed).compile_case is None for ref in zoo.REFERENCES if ref != "transformer")
+
+
+def test_variants_case_is_built_on_first_access_only_for_the_regression():
+    program = zoo.build("regression", seed=0)
+    assert program.variants_builder is not None and "variants_case" not in vars(program)  # nothing built yet
+    assert all(zoo.build(ref, seed=0).variants_case is None for ref in zoo.REFERENCES if ref != "regression")
+    pytest.importorskip("firstdiv.instruments.variants", reason="the variants helper is not there yet")
+    variants, inputs, options = program.variants_case
+    assert set(variants) == {"eager", "int8"} and inputs is program.inputs and "int8" in options["tolerances"]
+    assert program.variants_case[0] is variants  # kept, not rebuilt
 
 
 # ---- faults: each shows its mechanism, the clean reference does not ------------------------------
@@ -465,6 +550,43 @@ def _features_mostly_zero(p: zoo.Program) -> bool:
     return (p.features == 0).float().mean().item() > 0.9
 
 
+def _slow_getitem(p: zoo.Program) -> bool:
+    """The loader's Dataset takes over 15 ms per example (the fastest of three reads)."""
+    dataset = p.loader_case[0].dataset
+    seconds = []
+    for index in range(3):
+        start = time.perf_counter()
+        dataset[index]
+        seconds.append(time.perf_counter() - start)
+    return min(seconds) > 0.015
+
+
+def _history_keeps_graphs(p: zoo.Program) -> bool:
+    """After three steps of the loop and one of perf_case's step, the train_step's ``history`` holds four
+    loss tensors, each with its autograd graph."""
+    p.train(steps=3)
+    p.perf_case[0](p.batch)
+    history = inspect.getclosurevars(p.train_step).nonlocals.get("history")
+    return isinstance(history, list) and len(history) == 4 and all(loss.grad_fn is not None for loss in history)
+
+
+def _lengths_vary(p: zoo.Program) -> bool:
+    _, inputs_seq, options = p.compile_case
+    return options["dynamic"] is False and len({x.shape[1] for x in inputs_seq}) == len(inputs_seq) > 1
+
+
+def _int8_loses_fc1(p: zoo.Program) -> bool:
+    """fc1 with its weight rounded to per-tensor symmetric int8 (one scale for the whole tensor) is off by
+    over 30% of fc1's output scale, while the eager model computes the clean reference's function."""
+    fc1, inputs, clean = p.model.fc1, p.inputs, zoo.build("regression", seed=p.seed)
+    scale = fc1.weight.abs().max() / 127
+    rounded = (fc1.weight / scale).round().clamp(-127, 127) * scale
+    with torch.no_grad():
+        exact, int8 = fc1(inputs), F.linear(inputs, rounded, fc1.bias)
+        same_function = torch.allclose(p.model(inputs), clean.model(clean.inputs), atol=1e-5)
+    return same_function and (exact - int8).abs().max().item() > 0.3 * exact.abs().max().item()
+
+
 def _pipeline_output_differs(p: zoo.Program) -> bool:
     """The faulty pipeline's end product differs from the clean one's for the same seed."""
     clean = zoo.build("pipeline", seed=p.seed)
@@ -502,6 +624,10 @@ SYMPTOMS = {
     "batch_time_swap": _sequences_leak_into_each_other,
     "wrong_flatten": _flatten_crashes,
     "dead_features": _features_mostly_zero,
+    "sleeping_getitem": _slow_getitem,
+    "appended_loss": _history_keeps_graphs,
+    "recompiling_shapes": _lengths_vary,
+    "int8_divergence": _int8_loses_fc1,
     **{name: _pipeline_output_differs for name, f in zoo.FAULTS.items() if f.reference == "pipeline"},
 }
 
@@ -546,7 +672,8 @@ def _fingerprint(program: zoo.Program, steps: int = 2) -> tuple:
     if program.model is None:
         return _pipeline_fingerprint(program), repr(program.stage_probes), repr(program.stage_contracts)
     state = {k: v.clone() for k, v in program.model.state_dict().items()}
-    views = [program.inputs, program.features, *(program.attention[1] if program.attention else ())]
+    views = [program.inputs, program.features, *(program.attention[1] if program.attention else ()),
+             *(program.compile_case[1] if program.compile_case else ())]
     try:
         losses = [float.hex(loss) for loss in program.train(steps)]
     except RuntimeError as exc:  # wrong_flatten: the forward raises, the same way every time

@@ -22,6 +22,7 @@ API (for the two instruments):
 - ``call_args(inputs) -> (args, kwargs)`` — a tensor, a tuple of positional args or a dict of kwargs.
 - ``Recorder(root, watch=..., on_pre=..., on_post=...).run(fn, args, kwargs) -> (output, exception)``.
 - ``Recorder.rows`` — raw rows :data:`Row`; ``Recorder.where(row)``; ``Recorder.plain(rows)`` JSON-safe.
+- ``Recorder.failure_evidence(exc, **more) -> (where, evidence)`` — for the finding of a forward that raised.
 """
 
 from __future__ import annotations
@@ -262,6 +263,16 @@ class Recorder(TorchFunctionMode):
         if id(exc) in self.raised_in and self.raised_in[id(exc)][0] is exc:
             return self.raised_in[id(exc)][1]
         return list(self.raised_in.values())[-1][1] if self.raised_in else list(self.stack)
+
+    def failure_evidence(self, exc: BaseException, **more: Any) -> tuple[str, dict[str, Any]]:
+        """Where a forward that raised stopped (the innermost running module, '' for the root) and the evidence:
+        the exception, the module stack, ``more``, then the failing op and its input shapes when one was seen."""
+        stack = self.stack_at(exc)
+        ev: dict[str, Any] = {"exception": exception_line(exc), "module_stack": stack, **more}
+        if self.failure is not None:
+            ev.update(failing_op=f"op:{self.failure['op']}@{self.failure['module']}",
+                      op_input_shapes=self.failure["input_shapes"])
+        return (stack[-1] if stack else ""), ev
 
     @staticmethod
     def where(row: Row) -> str:

@@ -26,424 +26,27 @@ the user's model under a guard (buffers, RNG states and grad mode restored, hook
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.nn.modules import conv, padding, pooling
 
 from ..report import Report, Status, skipped
 from ._batch import check_model
 from ._checks import Check, check, compose
+from ._flatten_culprit import functional_linear, input_check
+from ._geometry import OP_FUNCS, PASS_NAMES, Entry, Ledger
 from ._state import guarded
-from ._trace import Recorder, call_args, exception_line, op_name, tensors
+from ._trace import Recorder, call_args, exception_line
 
 __all__ = ["shape_ledger"]
 
 _NAME = "shape_ledger"
-_PASS_THROUGH = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish,
-                 nn.Sigmoid, nn.Tanh, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid, nn.Softplus, nn.Softsign, nn.Tanhshrink,
-                 nn.Threshold, nn.LogSigmoid, nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.Dropout, nn.Dropout1d,
-                 nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout, nn.Identity, nn.LocalResponseNorm)
-_AXES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
-_NEVER = "Never repair the final Linear first"
+_NOTHING_DERIVED = ("no shape-changing layer ran (Conv, pooling, Flatten, Linear, Upsample, padding, Embedding): the "
+                    "ledger derives geometry from those layers' hyperparameters; for other models declare axis contracts "
+                    "with tensor_trace(model, inputs, contracts=...)")
 
 
-def _n(value: Any, n: int) -> tuple[int, ...]:
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
-
-
-def _dims(cls_name: str) -> int:
-    return 3 if "3d" in cls_name else 2 if "2d" in cls_name else 1
-
-
-def _window(length: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
-    """Output length of a convolution/pooling window (PyTorch's formula, ceil_mode included)."""
-    num = length + 2 * p - d * (k - 1) - 1
-    out = (-(-num // s) if ceil else num // s) + 1
-    if ceil and (out - 1) * s >= length + p:
-        out -= 1
-    return out
-
-
-@dataclass
-class _Entry:
-    index: int
-    stage: str
-    operation: str
-    observed_input: list[int]
-    expected_output: list[int] | None
-    problem: str = ""  # the input disagrees with what the layer declares (found before it ran)
-    declares: str = ""  # "C" (channels), "features" (last axis) when the layer declares that count
-    flatten_start: int | None = None  # a flatten (module, op, view/reshape to [N, -1]): first flattened axis
-    observed_output: list[int] | None = None
-    ran: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def row(self) -> dict[str, Any]:
-        status = ("input_mismatch" if self.problem else "raised" if not self.ran else "observed" if self.expected_output
-                  is None else "ok" if self.expected_output == self.observed_output else "mismatch")
-        return {"stage": self.stage, "operation": self.operation, "observed_input": self.observed_input,
-                "expected_output": self.expected_output, "observed_output": self.observed_output, "status": status}
-
-
-# --- deriving each layer's output before it runs ------------------------------------------------------------------
-
-
-def _rank_problem(name: str, shape: list[int], n: int) -> str:
-    if len(shape) in (n + 1, n + 2):
-        return ""
-    axes = ", ".join(_AXES[n])
-    return f"{name} expects [N, C, {axes}] (rank {n + 2}) or unbatched rank {n + 1} but got rank {len(shape)} {shape}"
-
-
-def _conv(m: conv._ConvNd, shape: list[int]) -> tuple[list[int] | None, str, str]:
-    n, name = len(m.kernel_size), type(m).__name__
-    pad = m.padding if isinstance(m.padding, str) else _n(m.padding, n)
-    desc = (f"{name}({m.in_channels}->{m.out_channels}, k={tuple(m.kernel_size)}, s={tuple(m.stride)}, p={pad}"
-            + (f", d={tuple(m.dilation)}" if any(d != 1 for d in m.dilation) else "") + ")")
-    problem = _rank_problem(name, shape, n)
-    if problem:
-        return None, problem, desc
-    c = shape[-n - 1]
-    if c != m.in_channels:
-        problem = f"in_channels={m.in_channels} but the input has C={c} (axis {len(shape) - n - 1})"
-    if isinstance(m, conv._ConvTransposeNd):
-        out = [(length - 1) * s - 2 * p + d * (k - 1) + op + 1 for length, k, s, p, d, op
-               in zip(shape[-n:], m.kernel_size, m.stride, pad, m.dilation, m.output_padding)]
-    elif pad == "same":
-        out = list(shape[-n:])
-    else:
-        pads = (0,) * n if pad == "valid" else pad
-        out = [_window(length, k, s, p, d, False) for length, k, s, p, d
-               in zip(shape[-n:], m.kernel_size, m.stride, pads, m.dilation)]
-    if not problem and min(out) <= 0:
-        problem = f"spatial input {shape[-n:]} is too small for kernel {tuple(m.kernel_size)}: output would be {out}"
-    return shape[:-n - 1] + [m.out_channels] + out, problem, desc
-
-
-def _pool(kind: str, n: int, shape: list[int], k: Any, s: Any, p: Any = 0, d: Any = 1,
-          ceil: bool = False) -> tuple[list[int] | None, str, str]:
-    ks, ss = _n(k, n), _n(s if s not in (None, ()) else k, n)
-    ps, ds = _n(p, n), _n(d, n)
-    desc = f"{kind}(k={ks}, s={ss}, p={ps}" + (f", d={ds}" if any(x != 1 for x in ds) else "") + \
-        (", ceil" if ceil else "") + ")"
-    problem = _rank_problem(kind, shape, n)
-    if problem:
-        return None, problem, desc
-    out = [_window(length, *args, ceil) for length, *args in zip(shape[-n:], ks, ss, ps, ds)]
-    if min(out) <= 0:
-        problem = f"spatial input {shape[-n:]} is too small for pooling window {ks}: output would be {out}"
-    return shape[:-n] + out, problem, desc
-
-
-def _adaptive(kind: str, n: int, shape: list[int], size: Any) -> tuple[list[int] | None, str, str]:
-    sizes = _n(size, n)
-    problem = _rank_problem(kind, shape, n)
-    out = [length if s is None else s for length, s in zip(shape[-n:], sizes)]
-    return (None if problem else shape[:-n] + out), problem, f"{kind}(output_size={sizes})"
-
-
-def _resize(shape: list[int], size: Any, scale: Any, kind: str = "Upsample") -> tuple[list[int] | None, str, str]:
-    n = len(shape) - 2
-    if n < 1:
-        return None, f"{kind} expects [N, C, spatial...] but got rank {len(shape)} {shape}", kind
-    if size is not None:
-        out = list(_n(size, n))
-        return shape[:2] + out, "", f"{kind}(size={tuple(out)})"
-    scales = _n(scale, n)
-    return shape[:2] + [math.floor(length * float(f)) for length, f in zip(shape[2:], scales)], "", \
-        f"{kind}(scale_factor={scales})"
-
-
-def _flatten(shape: list[int], start: int, end: int) -> list[int]:
-    rank = max(len(shape), 1)
-    start, end = start % rank, end % rank
-    return shape[:start] + [math.prod(shape[start:end + 1])] + shape[end + 1:]
-
-
-def _channels(m: nn.Module, shape: list[int], count: int, what: str) -> str:
-    if len(shape) < 2:
-        return f"{type(m).__name__} expects [N, C, ...] but got rank {len(shape)} {shape}"
-    return "" if shape[1] == count else f"{what}={count} but the input has C={shape[1]} (axis 1)"
-
-
-def _derive(m: nn.Module, shape: list[int]) -> tuple[list[int] | None, str, str, str] | None:
-    """(expected output, input problem, operation, what the layer declares) or None when no rule applies."""
-    name = type(m).__name__
-    if isinstance(m, conv._ConvNd):
-        return (*_conv(m, shape), "C")
-    if isinstance(m, (pooling._MaxPoolNd, pooling._AvgPoolNd, pooling._LPPoolNd)):
-        d = getattr(m, "dilation", 1)
-        p = getattr(m, "padding", 0)
-        return (*_pool(name, _dims(name), shape, m.kernel_size, m.stride, p, d, bool(m.ceil_mode)), "")
-    if isinstance(m, (pooling._AdaptiveAvgPoolNd, pooling._AdaptiveMaxPoolNd)):
-        return (*_adaptive(name, _dims(name), shape, m.output_size), "")
-    if isinstance(m, nn.Flatten):
-        return _flatten(shape, m.start_dim, m.end_dim), "", f"Flatten({m.start_dim}, {m.end_dim})", ""
-    if isinstance(m, nn.Unflatten):
-        dim = m.dim % max(len(shape), 1)
-        return shape[:dim] + list(m.unflattened_size) + shape[dim + 1:], "", f"Unflatten({m.dim}, {m.unflattened_size})", ""
-    if isinstance(m, nn.Linear):
-        lazy = isinstance(m.weight, nn.parameter.UninitializedParameter)
-        bad = not lazy and (not shape or shape[-1] != m.in_features)
-        problem = f"in_features={m.in_features} but {shape[-1] if shape else 'no'} features arrive (last axis)" if bad else ""
-        return shape[:-1] + [m.out_features], problem, f"Linear({m.in_features}->{m.out_features})", "features"
-    if isinstance(m, nn.Upsample):
-        return (*_resize(shape, m.size, m.scale_factor), "")
-    if isinstance(m, (nn.PixelShuffle, nn.PixelUnshuffle)):
-        return _pixel(m, shape)
-    if isinstance(m, (padding._ConstantPadNd, padding._ReflectionPadNd, padding._ReplicationPadNd, padding._CircularPadNd)):
-        pads, out = list(m.padding), list(shape)
-        for i in range(len(pads) // 2):
-            out[-1 - i] += pads[2 * i] + pads[2 * i + 1]
-        return out, "", f"{name}({tuple(pads)})", ""
-    if isinstance(m, nn.Embedding):
-        return shape + [m.embedding_dim], "", f"Embedding({m.num_embeddings}, {m.embedding_dim})", "features"
-    return _derive_norm(m, shape, name)
-
-
-def _pixel(m: nn.Module, shape: list[int]) -> tuple[list[int] | None, str, str, str]:
-    shuffle = isinstance(m, nn.PixelShuffle)
-    r = m.upscale_factor if shuffle else m.downscale_factor
-    desc = f"{type(m).__name__}({r})"
-    if len(shape) < 3:
-        return None, f"{type(m).__name__} expects [..., C, H, W] but got rank {len(shape)} {shape}", desc, "C"
-    c, h, w = shape[-3:]
-    if shuffle:
-        problem = "" if c % (r * r) == 0 else f"C={c} is not divisible by upscale_factor**2={r * r}"
-        return shape[:-3] + [c // (r * r), h * r, w * r], problem, desc, "C"
-    problem = "" if h % r == 0 and w % r == 0 else f"H, W = {h}, {w} are not divisible by downscale_factor={r}"
-    return shape[:-3] + [c * r * r, h // r, w // r], problem, desc, "C"
-
-
-def _derive_norm(m: nn.Module, shape: list[int], name: str) -> tuple[list[int] | None, str, str, str] | None:
-    if isinstance(m, nn.modules.batchnorm._BatchNorm):
-        want = {"BatchNorm1d": (2, 3), "BatchNorm2d": (4,), "BatchNorm3d": (5,)}.get(name, (len(shape),))
-        problem = "" if len(shape) in want else f"{name} expects rank {' or '.join(map(str, want))} but got {len(shape)} {shape}"
-        return list(shape), problem or _channels(m, shape, m.num_features, "num_features"), f"{name}({m.num_features})", ""
-    if isinstance(m, nn.modules.instancenorm._InstanceNorm):
-        problem = ""
-        if m.affine or m.track_running_stats:
-            n = _dims(name)
-            c = shape[-n - 1] if len(shape) > n else None
-            problem = "" if c == m.num_features else f"num_features={m.num_features} but the input has C={c}"
-        return list(shape), problem, f"{name}({m.num_features})", ""
-    if isinstance(m, nn.GroupNorm):
-        return list(shape), _channels(m, shape, m.num_channels, "num_channels"), f"GroupNorm({m.num_groups}, {m.num_channels})", ""
-    if isinstance(m, nn.LayerNorm):
-        tail = list(m.normalized_shape)
-        problem = "" if shape[len(shape) - len(tail):] == tail else f"normalized_shape={tail} but the trailing axes are {shape[-len(tail):]}"
-        return list(shape), problem, f"LayerNorm({tail})", ""
-    if isinstance(m, _PASS_THROUGH):
-        return list(shape), "", name, ""
-    return None
-
-
-# --- functional ops in the model's own forward ----------------------------------------------------------------------
-
-_POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode")
-_AVG_ARGS = ("input", "kernel_size", "stride", "padding", "ceil_mode")
-
-
-def _bind(names: tuple[str, ...], args: tuple, kwargs: dict) -> dict[str, Any]:
-    bound = dict(zip(names, args))
-    bound.update({k: v for k, v in kwargs.items() if k in names})
-    return bound
-
-
-def _op_rule(func: Any, args: tuple, kwargs: dict, shape: list[int]) -> tuple[list[int] | None, str, str] | None:
-    name = op_name(func)
-    if name == "flatten":
-        b = _bind(("input", "start_dim", "end_dim"), args, kwargs)
-        return _flatten(shape, b.get("start_dim", 0), b.get("end_dim", -1)), "", f"flatten({b.get('start_dim', 0)}, {b.get('end_dim', -1)})"
-    if name.startswith(("max_pool", "avg_pool")):
-        avg = name.startswith("avg")
-        b = _bind(_AVG_ARGS if avg else _POOL_ARGS, args, kwargs)
-        return _pool(name, int(name[-2]), shape, b["kernel_size"], b.get("stride"), b.get("padding", 0),
-                     1 if avg else b.get("dilation", 1), bool(b.get("ceil_mode", False)))
-    if name.startswith("adaptive_"):
-        b = _bind(("input", "output_size"), args, kwargs)
-        return _adaptive(name, int(name[-2]), shape, b["output_size"])
-    if name == "interpolate":
-        b = _bind(("input", "size", "scale_factor"), args, kwargs)
-        return _resize(shape, b.get("size"), b.get("scale_factor"), "interpolate")
-    return None
-
-
-_OP_FUNCS = (torch.flatten, torch.Tensor.flatten, F.max_pool1d, F.max_pool2d, F.max_pool3d, F.avg_pool1d, F.avg_pool2d,
-             F.avg_pool3d, F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d, F.adaptive_max_pool1d,
-             F.adaptive_max_pool2d, F.adaptive_max_pool3d, F.interpolate, torch.Tensor.view, torch.Tensor.reshape,
-             torch.reshape, torch.Tensor.permute, torch.permute, torch.Tensor.transpose, torch.transpose, torch.cat,
-             torch.concat)
-
-
-class _Ledger:
-    def __init__(self) -> None:
-        self.entries: list[_Entry] = []
-        self.open: dict[int, list[_Entry]] = {}
-
-    def pre(self, path: str, module: nn.Module, args: tuple) -> None:
-        first = next(tensors(args), None)
-        if first is None:
-            return
-        rule = _derive(module, list(first.shape))
-        if rule is None:
-            return
-        expected, problem, operation, declares = rule
-        entry = _Entry(len(self.entries), path, operation, list(first.shape), expected, problem, declares,
-                       flatten_start=(module.start_dim % max(first.dim(), 1)) if isinstance(module, nn.Flatten) else None)
-        if isinstance(module, nn.Linear):
-            entry.extra["in_features"] = module.in_features
-        elif isinstance(module, conv._ConvNd):
-            entry.extra["in_channels"] = module.in_channels
-        self.entries.append(entry)
-        self.open.setdefault(id(module), []).append(entry)
-
-    def post(self, path: str, module: nn.Module, args: tuple, output: Any) -> None:
-        pending = self.open.get(id(module))
-        if not pending:
-            return
-        entry = pending.pop()
-        out = next(tensors(output), None)
-        entry.ran, entry.observed_output = True, (list(out.shape) if out is not None else None)
-
-    def op(self, func: Any, args: tuple, kwargs: dict, out: torch.Tensor, path: str) -> None:
-        src = args[0] if args and isinstance(args[0], torch.Tensor) else next(tensors(args), None)
-        if src is None or (tuple(src.shape) == tuple(out.shape) and op_name(func) not in ("cat", "concat")):
-            return
-        shape, name = list(src.shape), op_name(func)
-        rule = _op_rule(func, args, kwargs, shape)
-        expected, problem, operation = rule if rule is not None else (None, "", name)
-        flat = None
-        if name == "flatten" or (name in ("view", "reshape") and out.dim() == 2 and src.dim() >= 3 and out.shape[0] == src.shape[0]):
-            flat = 1 if name != "flatten" else _bind(("input", "start_dim"), args, kwargs).get("start_dim", 0) % max(src.dim(), 1)
-        declares = "C" if name in ("cat", "concat") and _bind(("tensors", "dim"), args, kwargs).get("dim", 0) in (1, -3) else ""
-        entry = _Entry(len(self.entries), f"op:{name}@{path}", operation, shape, expected, problem, declares, flat,
-                       list(out.shape), True)
-        self.entries.append(entry)
-
-
-# --- deriving backward: which earlier layer changed the count -----------------------------------------------------
-
-
-def _setter(entries: list[_Entry], before: int, what: str) -> _Entry | None:
-    """The last entry before ``before`` that set the channel count ("C"), the spatial size ("spatial") or the
-    feature count ("features")."""
-    for e in reversed(entries[:before]):
-        out, inp = e.observed_output or e.expected_output, e.observed_input
-        if out is None:
-            continue
-        if what == "spatial" and len(out) >= 3 and len(inp) == len(out) and out[2:] != inp[2:]:
-            return e
-        if what == "C" and (e.declares == "C" or (e.declares == "features" and len(out) == 2)):
-            return e
-        if what == "features" and (e.declares == "features" or (out and inp and out[-1] != inp[-1])):
-            return e
-    return None
-
-
-def _culprit_name(e: _Entry | None) -> str:
-    return e.stage if e is not None else "inputs"
-
-
-def _flatten_source(entries: list[_Entry], linear: _Entry) -> _Entry | None:
-    for e in reversed(entries[:linear.index]):
-        if e.flatten_start is not None and e.observed_output == linear.observed_input and len(e.observed_input) >= 3:
-            return e
-    return None
-
-
-def _backward(entries: list[_Entry], linear: _Entry, in_features: int) -> dict[str, Any] | None:
-    """Why the arriving features differ from the ``in_features`` a Linear after a flatten expects: which of C or the
-    spatial size differs (the factorizations ``in_features`` admits), and the last layer that set it."""
-    src = _flatten_source(entries, linear)
-    if src is None:
-        return None
-    flat = src.observed_input[src.flatten_start:]
-    c, spatial = flat[0], flat[1:]
-    names = _AXES.get(len(spatial), tuple(f"S{i}" for i in range(len(spatial))))
-    observed = {"C": c, **dict(zip(names, spatial))}
-    hypotheses = []
-    if spatial and in_features % math.prod(spatial) == 0:
-        hypotheses.append(("C", {"C": in_features // math.prod(spatial), **dict(zip(names, spatial))}))
-    if in_features % c == 0 and spatial:
-        area = in_features // c
-        side = math.isqrt(area)
-        if len(spatial) == 1:
-            hypotheses.append(("spatial", {"C": c, names[0]: area}))
-        elif len(spatial) == 2 and side * side == area:
-            hypotheses.append(("spatial", {"C": c, names[0]: side, names[1]: side}))
-    if not hypotheses:
-        culprit = next((e for e in reversed(entries[:src.index]) if e.observed_output != e.observed_input), None)
-        return {"flattened_from": src.observed_input, "flatten": src.stage, "observed": observed, "implied": None,
-                "changed": "C and spatial", "culprit": _culprit_name(culprit)}
-    changed, implied = hypotheses[0]
-    culprit = _setter(entries, src.index, changed)
-    out = {"flattened_from": src.observed_input, "flatten": src.stage, "observed": observed, "implied": implied,
-           "changed": changed, "culprit": _culprit_name(culprit),
-           "culprit_operation": culprit.operation if culprit is not None else "the model inputs"}
-    if len(hypotheses) > 1:
-        out["also_consistent"] = {"changed": hypotheses[1][0], "implied": hypotheses[1][1],
-                                  "culprit": _culprit_name(_setter(entries, src.index, hypotheses[1][0]))}
-    return out
-
-
-def _formula(d: dict[str, int]) -> str:
-    return "*".join(str(v) for v in d.values())
-
-
-def _axes(d: dict[str, int]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in d.items())
-
-
-def _flatten_check(e: _Entry, in_features: int, back: dict[str, Any]) -> Check:
-    """A Linear after a flatten whose ``in_features`` is not the arriving C*H*W: say which quantity changed where."""
-    arriving = e.observed_input[-1]
-    ev = {"in_features": in_features, "arriving_features": arriving, **back}
-    culprit = back["culprit"]
-    if back["implied"] is None:
-        return check(e.stage, "shape.flatten_mismatch", Status.FAIL,
-                     f"{e.stage}: in_features={in_features} is not C*H*W for the arriving {_axes(back['observed'])}; "
-                     f"last layer that changed the geometry: {culprit}", ev,
-                     expected=f"{in_features} features", observed=f"{arriving} features",
-                     hint=f"{_NEVER}: find which change upstream of {culprit} was intended")
-    also = back.get("also_consistent")
-    hint = (f"{_NEVER}: {e.stage} expects {in_features} = {_formula(back['implied'])} features but "
-            f"{arriving} = {_formula(back['observed'])} arrive; {culprit} "
-            f"{'set C' if back['changed'] == 'C' else 'set the spatial size'} "
-            f"({_axes(back['observed'])} where in_features implies {_axes(back['implied'])})"
-            + (f"; also consistent: {_axes(also['implied'])} (last change at {also['culprit']})" if also else "")
-            + f". Changing in_features is correct only if the change at {culprit} was intended")
-    return check(e.stage, "shape.flatten_mismatch", Status.FAIL,
-                 f"{e.stage}: in_features={in_features} but the flatten at {back['flatten']} delivers "
-                 f"{arriving} = {_formula(back['observed'])}; culprit {culprit}", ev,
-                 expected=f"{in_features} features ({_formula(back['implied'])})",
-                 observed=f"{arriving} features ({_formula(back['observed'])})", hint=hint)
-
-
-def _input_check(entries: list[_Entry], e: _Entry) -> Check:
-    """The input disagrees with what the layer declares: a flatten mismatch, or the last layer that set the count."""
-    shape = e.observed_input
-    in_features = e.extra.get("in_features")
-    back = _backward(entries, e, in_features) if in_features is not None and shape else None
-    if back is not None:
-        return _flatten_check(e, in_features, back)
-    what = "features" if e.declares == "features" or e.operation.startswith("LayerNorm") else "C"
-    culprit = _culprit_name(_setter(entries, e.index, what))
-    ev = {"observed_input": shape, "operation": e.operation, "culprit": culprit}
-    hint = f"the last layer that set {what} before {e.stage} is {culprit}; repair there if that change was not intended"
-    if "in_channels" in e.extra and len(shape) >= 3 and shape[-1] == e.extra["in_channels"] != shape[1]:
-        hint = ("the batch looks channels-last (NHWC): permute it to channels-first (x.permute(0, 3, 1, 2)); never "
-                "change in_channels to match an NHWC batch")
-    return check(e.stage, "shape.mismatch", Status.FAIL, f"{e.stage} {e.operation}: {e.problem}", ev,
-                 expected=e.problem.split(" but ")[0], observed=f"input {shape}", hint=hint)
-
-
-def _findings(entries: list[_Entry]) -> list[Check]:
+def _findings(entries: list[Entry]) -> list[Check]:
     out: list[Check] = []
     failed = False
     for e in entries:
@@ -453,7 +56,7 @@ def _findings(entries: list[_Entry]) -> list[Check]:
         if failed:
             out.append(check(e.stage, "shape.after_divergence", Status.SKIPPED, f"{e.operation}: after the first divergence", ev))
         elif e.problem:
-            out.append(_input_check(entries, e))
+            out.append(input_check(entries, e))
             failed = True
         elif e.ran and e.observed_output != e.expected_output:
             out.append(check(e.stage, "shape.mismatch", Status.FAIL,
@@ -468,30 +71,20 @@ def _findings(entries: list[_Entry]) -> list[Check]:
     return out
 
 
-def _raised(rec: Recorder, exc: Exception, entries: list[_Entry]) -> Check:
-    stack = rec.stack_at(exc)
-    where = stack[-1] if stack else ""
-    ev: dict[str, Any] = {"exception": exception_line(exc), "module_stack": stack,
-                          "last_rows": [e.row() for e in entries[-4:]]}
-    if rec.failure is not None:
-        ev.update(failing_op=f"op:{rec.failure['op']}@{rec.failure['module']}", op_input_shapes=rec.failure["input_shapes"])
+def _raised(rec: Recorder, exc: Exception, entries: list[Entry]) -> Check:
+    where, ev = rec.failure_evidence(exc, last_rows=[e.row() for e in entries[-4:]])
     return check(where, "shape.forward_raised", Status.FAIL, f"forward raised inside {where or '(model)'}: {ev['exception']}",
                  ev, expected="the forward pass completes", observed=ev["exception"],
                  hint="no layer before the failure disagreed with its derived geometry: the failure is in code the "
                       "ledger does not derive (look at the failing op's input shapes)")
 
 
-def _functional_linear(rec: Recorder, entries: list[_Entry]) -> Check | None:
-    """A crash in ``F.linear`` called in the model's own forward: derive backward like for an nn.Linear."""
-    fail = rec.failure
-    if fail is None or fail["op"] != "linear" or len(fail["input_shapes"]) < 2:
-        return None
-    x, w = fail["input_shapes"][0], fail["input_shapes"][1]
-    stage = f"op:linear@{fail['module']}"
-    entry = _Entry(len(entries), stage, f"linear({w[-1]}->{w[0]})", x, x[:-1] + [w[0]],
-                   f"in_features={w[-1]} but {x[-1]} features arrive (last axis)", "features", extra={"in_features": w[-1]})
-    found = _input_check(entries + [entry], entry)
-    return found if found.finding.check == "shape.flatten_mismatch" else None
+def _raised_after(rec: Recorder, exc: Exception) -> Check:
+    """The forward raised after an earlier layer already diverged: noted, not analysed."""
+    stack = rec.stack_at(exc)
+    return check(stack[-1] if stack else "", "shape.forward_raised", Status.FAIL,
+                 f"then the forward raised: {exception_line(exc)}", {"exception": exception_line(exc)},
+                 expected="the forward pass completes", observed=exception_line(exc))
 
 
 def shape_ledger(model: nn.Module, inputs: Any) -> Report:
@@ -508,31 +101,20 @@ def shape_ledger(model: nn.Module, inputs: Any) -> Report:
     """
     check_model(model)
     args, kwargs = call_args(inputs)
-    ledger = _Ledger()
-    rec = Recorder(model, watch={f: ledger.op for f in _OP_FUNCS}, on_pre=ledger.pre, on_post=ledger.post)
+    ledger = Ledger()
+    rec = Recorder(model, watch={f: ledger.op for f in OP_FUNCS}, on_pre=ledger.pre, on_post=ledger.post)
     with guarded(model):
         _, exc = rec.run(model, args, kwargs)
     entries = ledger.entries
     checks = _findings(entries)
-    if exc is not None:
-        if not any(c.finding.status is Status.FAIL for c in checks):
-            functional = _functional_linear(rec, entries)
-            checks.append(functional if functional is not None else _raised(rec, exc, entries))
-        else:
-            stack = rec.stack_at(exc)
-            checks.append(check(stack[-1] if stack else "", "shape.forward_raised", Status.FAIL,
-                                f"then the forward raised: {exception_line(exc)}", {"exception": exception_line(exc)},
-                                expected="the forward pass completes", observed=exception_line(exc)))
+    if exc is not None and any(c.finding.status is Status.FAIL for c in checks):
+        checks.append(_raised_after(rec, exc))
+    elif exc is not None:
+        checks.append(functional_linear(rec, entries) or _raised(rec, exc, entries))
     details = {"ledger": [e.row() for e in entries], "raised": exc is not None}
     if rec.internal_errors:
         details["internal_errors"] = rec.internal_errors[:10]
-    if exc is None and not any(e.expected_output is not None and e.operation.split("(")[0] not in _PASS_NAMES
+    if exc is None and not any(e.expected_output is not None and e.operation.split("(")[0] not in PASS_NAMES
                                for e in entries):
-        return skipped(_NAME, "no shape-changing layer ran (Conv, pooling, Flatten, Linear, Upsample, padding, "
-                              "Embedding): the ledger derives geometry from those layers' hyperparameters; for other "
-                              "models declare axis contracts with tensor_trace(model, inputs, contracts=...)", **details)
+        return skipped(_NAME, _NOTHING_DERIVED, **details)
     return compose(_NAME, checks, "none", details)
-
-
-_PASS_NAMES = {cls.__name__ for cls in _PASS_THROUGH} | {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm",
-                                                         "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"}

@@ -40,6 +40,7 @@ from __future__ import annotations
 import random
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -49,14 +50,15 @@ from ..errors import InvalidArgument
 from ..report import Report, Status
 from . import _stage_probes as sp
 from ._checks import Check, check, compose
+from ._stage_contracts import check_contracts, contract_outcomes
+from ._stage_semantics import provenance, relationships, semantics
+from ._stage_structure import numeric, structure
 from ._state import guarded
 
 _NAME = "stage_trace"
 _ALIASES = {"structure": "structure", "numeric": "numeric", "numeric interpretation": "numeric",
             "numeric_interpretation": "numeric", "semantics": "semantics", "relationships": "relationships",
             "provenance": "provenance"}
-_CONTRACT_KEYS = ("dtype", "shape", "range", "layout")
-_LAYOUTS = ("HW", "CHW", "HWC", "NCHW", "NHWC")
 _HINTS = {
     "structure": "compare the stage's reshape/view with the permute it meant, and what it returns",
     "numeric": "scale once (/255), normalize once, with the statistics the model was trained with",
@@ -109,54 +111,6 @@ def _check_probes(probes: Any) -> dict[str, tuple[str, Probe]]:
     return out
 
 
-def _check_contracts(contracts: Any, names: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    if contracts is None:
-        return {}
-    if not isinstance(contracts, dict):
-        raise InvalidArgument(f"Expected `contracts` to be a dict stage -> {{key: spec}} but got {type(contracts).__name__}")
-    for stage, per_key in contracts.items():
-        if stage not in names:
-            raise InvalidArgument(f"Expected contract stages among {', '.join(names)} but got {stage!r}")
-        if not isinstance(per_key, dict):
-            raise InvalidArgument(f"Expected contracts[{stage!r}] to be a dict key -> spec but got {type(per_key).__name__}")
-        for key, spec in per_key.items():
-            _check_spec(f"contracts[{stage!r}][{key!r}]", spec)
-    return contracts
-
-
-def _check_spec(label: str, spec: Any) -> None:
-    if not isinstance(spec, dict) or not spec or set(spec) - set(_CONTRACT_KEYS):
-        raise InvalidArgument(f"Expected {label} to be a dict with keys among {', '.join(_CONTRACT_KEYS)} but got {spec!r:.80}")
-    if "dtype" in spec:
-        _dtype_name(spec["dtype"], label)
-    shape = spec.get("shape", ())
-    if not isinstance(shape, (list, tuple)) or any(s is not None and (isinstance(s, bool) or not isinstance(s, int)) for s in shape):
-        raise InvalidArgument(f"Expected {label}['shape'] to be a list of ints (None or -1 for any size) but got {shape!r}")
-    rng = spec.get("range", (0, 0))
-    if not (isinstance(rng, (list, tuple)) and len(rng) == 2 and all(isinstance(v, (int, float)) for v in rng) and rng[0] <= rng[1]):
-        raise InvalidArgument(f"Expected {label}['range'] to be (low, high) numbers with low <= high but got {rng!r}")
-    if spec.get("layout", "HW") not in _LAYOUTS:
-        raise InvalidArgument(f"Expected {label}['layout'] to be one of {', '.join(_LAYOUTS)} but got {spec['layout']!r}")
-
-
-def _dtype_name(value: Any, label: str) -> str:
-    """'float32', 'uint8', ... or the generic 'float' / 'int'."""
-    if isinstance(value, torch.dtype):
-        return str(value).replace("torch.", "")
-    if isinstance(value, str):
-        name = value.lower()
-        if name in ("float", "floating", "int", "integer"):
-            return name[:3] if name.startswith("int") else "float"
-        if isinstance(getattr(torch, name, None), torch.dtype):
-            return str(getattr(torch, name)).replace("torch.", "")
-    else:
-        try:
-            return np.dtype(value).name
-        except (TypeError, ValueError):
-            pass
-    raise InvalidArgument(f"Expected {label}['dtype'] to be a torch/numpy dtype or a name like 'float32' but got {value!r}")
-
-
 def _track(sample: Any) -> sp.Track:
     meta = sample.get("meta") if isinstance(sample, dict) else None
     track = sp.Track()
@@ -183,51 +137,6 @@ def _track(sample: Any) -> sp.Track:
 
 
 # ---- contracts and user probes --------------------------------------------------------------------
-
-def _contract(stage: str, after: sp.Seen, per_key: dict[str, dict[str, Any]]) -> list[sp.Outcome]:
-    found = after.arrays
-    out = []
-    for key, spec in per_key.items():
-        t = found.get(key, found.get("") if key in ("", "sample", "image") else None)
-        probe = f"contract:{key or 'sample'}"
-        if t is None:
-            out.append(sp.Outcome("structure", probe, False, f"contract for {key!r}: no such array after the stage",
-                                  {"keys": sorted(found)}, expected=f"an array at {key!r}", observed=f"arrays: {sorted(found)}"))
-            continue
-        for item in _CONTRACT_KEYS:
-            if item in spec:
-                out.append(_contract_item(probe, item, spec[item], t, f"{key or 'sample'}"))
-    return out
-
-
-def _contract_item(probe: str, item: str, want: Any, t: torch.Tensor, key: str) -> sp.Outcome:
-    got: Any
-    if item == "dtype":
-        name = _dtype_name(want, probe)
-        got = str(t.dtype).replace("torch.", "")
-        if name == "float":
-            ok = t.is_floating_point()
-        elif name == "int":
-            ok = not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
-        else:
-            ok = got == name
-    elif item == "shape":
-        got = list(t.shape)
-        ok = len(got) == len(want) and all(w is None or w == -1 or w == g for w, g in zip(want, got))
-    elif item == "layout":
-        got = sp.layout(t) or "ambiguous"
-        ok = t.dim() == len(want) and ("C" not in want or t.shape[want.index("C")] in (1, 3, 4)) and got in (want, "ambiguous")
-    else:
-        x = t.double()
-        fin = x[torch.isfinite(x)]
-        got = [float(fin.min()), float(fin.max())] if fin.numel() else None
-        tol = 1e-6 * max(1.0, float(want[1]) - float(want[0]))
-        ok = got is not None and fin.numel() == x.numel() and got[0] >= want[0] - tol and got[1] <= want[1] + tol
-    category = "numeric" if item == "range" else "structure"
-    msg = f"{key}.{item}: expected {want}, observed {got}"
-    return sp.Outcome(category, f"{probe}.{item}", ok, msg, {"expected": str(want), "observed": str(got)},
-                      expected=f"{key} {item} {want}", observed=f"{got}")
-
 
 def _user(stage: str, before: Any, after: Any, probes: dict[str, tuple[str, Probe]]) -> list[sp.Outcome]:
     out = []
@@ -260,7 +169,7 @@ def _row(stage: str, sample: Any, seen: sp.Seen, track: sp.Track, notes: list[st
         row["image"] = {"key": seen.image[0] or "sample", **seen.stats}
     if seen.mask is not None:
         t = seen.mask[1]
-        row["mask"] = {"key": seen.mask[0], "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+        row["mask"] = {"key": seen.mask[0], "shape": list(t.shape), "dtype": sp.dtype_name(t.dtype),
                        "layout": sp.layout(t)}
     row["image_transform"] = track.moves
     row["notes"] = notes
@@ -283,14 +192,14 @@ def _describe(row: dict[str, Any]) -> str:
 def _probe_stage(stage: str, fn: Callable, samples: tuple[Any, Any], seen: tuple[sp.Seen, sp.Seen | None], track: sp.Track,
                  probes: dict[str, tuple[str, Probe]], contract: dict[str, Any]) -> list[sp.Outcome]:
     before, after = seen
-    outs = _safely("structure", sp.structure, stage, before, after)
+    outs = _safely("structure", structure, stage, before, after)
     if after is None:
         return outs
-    outs += _safely("structure", _contract, stage, after, contract)
-    outs += _safely("numeric", sp.numeric, stage, before, after)
-    outs += _safely("relationships", sp.relationships, stage, before, after, track)  # moves the known-colour box
-    outs += _safely("semantics", sp.semantics, stage, after, track)
-    outs += _safely("provenance", sp.provenance, stage, fn, track)
+    outs += _safely("structure", contract_outcomes, stage, after, contract)
+    outs += _safely("numeric", numeric, stage, before, after)
+    outs += _safely("relationships", relationships, stage, before, after, track)  # moves the known-colour box
+    outs += _safely("semantics", semantics, stage, after, track)
+    outs += _safely("provenance", provenance, stage, fn, track)
     outs += _user(stage, *samples, probes)
     return outs
 
@@ -327,14 +236,67 @@ def _findings(stage: str, outs: list[sp.Outcome], failed: dict[str, str], checke
     return rows
 
 
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
 def _raised(stage: str, exc: BaseException, before: Any, seen: sp.Seen) -> Check:
     frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     at = f" at {frame.filename}:{frame.lineno} in {frame.name}" if frame else ""
     ev = {"exception": type(exc).__name__, "message": str(exc)[:300], "location": at.strip(),
           "input": {"key": seen.image[0] or "sample", **seen.stats} if seen.image and seen.stats else type(before).__name__}
-    return check(stage, "stage.raised", Status.FAIL, f"{type(exc).__name__}: {str(exc)[:200]}{at}", ev,
-                 expected="the stage returns the next sample", observed=f"{type(exc).__name__}: {str(exc)[:200]}",
+    return check(stage, "stage.raised", Status.FAIL, f"{_error(exc)}{at}", ev,
+                 expected="the stage returns the next sample", observed=_error(exc),
                  hint="details['trace'] shows the sample as it entered this stage")
+
+
+@dataclass
+class _Walk:
+    """The walk's state: what the probes carry between stages, the findings and trace rows so far, where each
+    failing probe first failed and which stages checked each category."""
+
+    track: sp.Track
+    probes: dict[str, tuple[str, Probe]]
+    contracts: dict[str, dict[str, dict[str, Any]]]
+    checks: list[Check] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    checked: dict[str, list[str]] = field(default_factory=lambda: {c: [] for c in sp.CATEGORIES})
+
+    def start(self, sample: Any) -> tuple[Any, sp.Seen]:
+        """The caller's sample copied, read, and recorded as the "(input)" row."""
+        current = sp.clone(sample)
+        seen = sp.look(current)
+        self.rows.append(_row("(input)", sample, seen, self.track, []))
+        return current, seen
+
+    def run(self, named: list[tuple[str, Callable]], current: Any, seen: sp.Seen) -> None:
+        for name, fn in named:
+            nxt = self.step(name, fn, current, seen)
+            if nxt is None:
+                break
+            current, seen = nxt
+
+    def step(self, name: str, fn: Callable, current: Any, seen: sp.Seen) -> tuple[Any, sp.Seen] | None:
+        """Run one stage on a copy and probe it; the next sample, or None when the walk stops here."""
+        try:
+            after = fn(sp.clone(current))
+        except Exception as exc:  # noqa: BLE001 - the user's stage raising is the finding
+            self.checks.append(_raised(name, exc, current, seen))
+            self.rows.append({"stage": name, "raised": _error(exc)})
+            return None
+        self.track.moves = None
+        seen_after = None if after is None else sp.look(after)
+        outs = _probe_stage(name, fn, (current, after), (seen, seen_after), self.track, self.probes,
+                            self.contracts.get(name, {}))
+        notes = [o.message for o in outs if o.ok is None]
+        if seen_after is None:
+            self.rows.append({"stage": name, "type": "NoneType", "notes": notes})
+        else:
+            self.rows.append(_row(name, after, seen_after, self.track, notes))
+        self.checks.append(check(name, "stage.trace", Status.PASS, _describe(self.rows[-1]), {"row": len(self.rows) - 1}))
+        self.checks += _findings(name, outs, self.failed, self.checked)
+        return None if after is None or seen_after is None else (after, seen_after)
 
 
 def _seed(seed: int) -> None:
@@ -343,6 +305,17 @@ def _seed(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
     np.random.seed(seed)
     random.seed(seed)
+
+
+def _report(walk: _Walk, seed: int, names: list[str]) -> Report:
+    """The walk's findings, then one SKIPPED finding per category no probe could check."""
+    unverified = [c for c in sp.CATEGORIES if not walk.checked[c]]
+    checks = walk.checks + [check("(all stages)", "stage.unverified", Status.SKIPPED, f"{c.upper()} not verified: {_MISSING[c]}")
+                            for c in unverified]
+    details = {"seed": seed, "stages": names, "trace": walk.rows, "checked": walk.checked, "unverified": unverified}
+    effects = (f"none: each stage ran once on a copy of the sample with the global RNGs seeded ({seed}) and restored "
+               "afterwards; state kept inside your stage objects is not restored")
+    return compose(_NAME, checks, effects, details)
 
 
 def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = None,
@@ -362,41 +335,12 @@ def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = Non
                               f"but got {type(sample).__name__}")
     named = _check_stages(stages)
     user = _check_probes(probes)
-    wants = _check_contracts(contracts, [n for n, _ in named])
+    wants = check_contracts(contracts, [n for n, _ in named])
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise InvalidArgument(f"Expected `seed` to be an int in [0, 2**32) but got {seed!r}")
-    track = _track(sample)
-    checks: list[Check] = []
-    failed: dict[str, str] = {}
-    checked: dict[str, list[str]] = {c: [] for c in sp.CATEGORIES}
-    current = sp.clone(sample)
-    seen = sp.look(current)
-    rows = [_row("(input)", sample, seen, track, [])]
+    walk = _Walk(_track(sample), user, wants)
+    current, seen = walk.start(sample)
     with guarded():
         _seed(seed)
-        for name, fn in named:
-            try:
-                after = fn(sp.clone(current))
-            except Exception as exc:  # noqa: BLE001 - the user's stage raising is the finding
-                checks.append(_raised(name, exc, current, seen))
-                rows.append({"stage": name, "raised": f"{type(exc).__name__}: {str(exc)[:200]}"})
-                break
-            track.moves = None
-            seen_after = None if after is None else sp.look(after)
-            outs = _probe_stage(name, fn, (current, after), (seen, seen_after), track, user, wants.get(name, {}))
-            if seen_after is None:
-                rows.append({"stage": name, "type": "NoneType", "notes": [o.message for o in outs if o.ok is None]})
-            else:
-                rows.append(_row(name, after, seen_after, track, [o.message for o in outs if o.ok is None]))
-            checks.append(check(name, "stage.trace", Status.PASS, _describe(rows[-1]), {"row": len(rows) - 1}))
-            checks += _findings(name, outs, failed, checked)
-            if after is None or seen_after is None:
-                break
-            current, seen = after, seen_after
-    unverified = [c for c in sp.CATEGORIES if not checked[c]]
-    checks += [check("(all stages)", "stage.unverified", Status.SKIPPED, f"{c.upper()} not verified: {_MISSING[c]}")
-               for c in unverified]
-    details = {"seed": seed, "stages": [n for n, _ in named], "trace": rows, "checked": checked, "unverified": unverified}
-    effects = (f"none: each stage ran once on a copy of the sample with the global RNGs seeded ({seed}) and restored "
-               "afterwards; state kept inside your stage objects is not restored")
-    return compose(_NAME, checks, effects, details)
+        walk.run(named, current, seen)
+    return _report(walk, seed, [n for n, _ in named])

@@ -11,7 +11,9 @@ References (``REFERENCES``): ``mlp`` (fc1 -> ReLU -> fc2 -> ReLU -> fc3 classifi
 ``embed``, ``blocks``, ``lm_head``; next-token targets, AdamW), ``regression`` (MLP, MSE, SGD), and
 ``pipeline`` (an image + mask preprocessing pipeline: a raw ``sample`` and its ``stages``, no model).
 Programs also carry what the shape and meaning instruments take (``inputs``, ``contracts``,
-``attention``, ``features``; ``sample``, ``stages``, ``stage_probes``, ``stage_contracts``).
+``attention``, ``features``; ``sample``, ``stages``, ``stage_probes``, ``stage_contracts``) and what the
+speed, memory, compilation and deployment instruments take (``loader_case``, ``perf_case``,
+``compile_case``, ``variants_case``).
 Every program is synthetic, built from ``seed`` through local generators, and leaves the global RNG
 untouched. ``FAULTS`` maps each fault name to its :class:`Fault` record, including where the
 instruments must localize it (``Fault.expected``).

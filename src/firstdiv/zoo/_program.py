@@ -11,6 +11,7 @@ the program does not depend on it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ TaskProbe = Callable[[torch.Tensor], torch.Tensor]
 StepFactory = Callable[[nn.Module, torch.optim.Optimizer, LossFn, Callable[[], Batch]], Callable[[], float]]
 #: what attention_check receives: ``(attention module, positional inputs, options)``
 AttentionCase = tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]
+#: what the speed, memory, compilation and deployment instruments receive (see :class:`Program`)
+LoaderCase = tuple[DataLoader, Callable[[Any], float], dict[str, Any]]
+PerfCase = tuple[Callable[[Any], float], Batch, dict[str, Any]]
+CompileCase = tuple[Callable[..., Any], list[torch.Tensor], dict[str, Any]]
+VariantsCase = tuple[dict[str, Any], torch.Tensor, dict[str, Any]]
 
 #: offsets that give the data, the weights and the loader their own generator streams for one seed
 _DATA, _WEIGHTS, _SHUFFLE = 0, 10_007, 20_011
@@ -56,10 +62,12 @@ class Recipe:
     ``loader`` (optional) turns the data into ``(DataLoader, fixed batch)``; ``train_step`` then draws
     the next batch from the loader each call. Otherwise the whole data is the one fixed batch.
 
-    The last three parts are what the shape and meaning instruments get, not user code:
-    ``contracts`` (module path, or "" for the output -> named axes, for tensor_trace), ``features_at``
-    (the module whose input is the penultimate activation, for feature_space) and ``attention``
-    (``(model, inputs) -> AttentionCase`` for attention_check).
+    The last parts are what the instruments get, not user code: ``contracts`` (module path, or "" for
+    the output -> named axes, for tensor_trace), ``features_at`` (the module whose input is the
+    penultimate activation, for feature_space), ``attention`` (``(model, inputs) -> AttentionCase``
+    for attention_check), ``compile_case`` (``(model, data) -> CompileCase`` for compile_ledger: the
+    user's real input sequence and torch.compile options) and ``variants_case`` (``(model, inputs) ->
+    VariantsCase`` for compare_outputs; called on first access of :attr:`Program.variants_case`).
     """
 
     data: Callable[[torch.Generator], Data]
@@ -74,6 +82,8 @@ class Recipe:
     contracts: dict[str, str] | None = None
     features_at: str | None = None
     attention: Callable[[nn.Module, torch.Tensor], AttentionCase] | None = None
+    compile_case: Callable[[nn.Module, Data], CompileCase] | None = None
+    variants_case: Callable[[nn.Module, torch.Tensor], VariantsCase] | None = None
 
     def replace(self, **changes: Any) -> Recipe:
         return dataclasses.replace(self, **changes)
@@ -94,6 +104,17 @@ class Program:
     mode from the model as built (None when the forward cannot run). The ``pipeline`` reference has no
     model: it has ``sample`` (one raw example), ``stages`` (``[(name, callable), ...]``, each mapping a
     sample to the next), ``stage_probes`` and ``stage_contracts`` for stage_trace.
+
+    What the speed, memory, compilation and deployment instruments get (None where it does not apply).
+    ``step(batch)`` below is the program's own ``train_step`` code run on a given batch (the same
+    closure, fed that batch instead of the next one):
+    ``loader_case = (loader, step, {"batches": 8})`` for loader_timing (programs with a loader);
+    ``perf_case = (step, batch, {"model", "optimizer", "loss_fn", "repeats": 6, "warmup": 2})`` for
+    performance_ledger; ``compile_case = (model, inputs_seq, options)`` for compile_ledger (the
+    transformer: its real input sequence and torch.compile options such as ``backend``/``dynamic``);
+    ``variants_case = (variants, inputs, {"tolerances": ...})`` for compare_outputs (the regression: its
+    eager model and an int8 copy from :func:`firstdiv.instruments.variants.variants`, built on first
+    access from the model as it is then, and kept).
     """
 
     reference: str
@@ -115,6 +136,15 @@ class Program:
     stages: Any = None
     stage_probes: Any = None
     stage_contracts: Any = None
+    loader_case: LoaderCase | None = None
+    perf_case: PerfCase | None = None
+    compile_case: CompileCase | None = None
+    variants_builder: Callable[[], VariantsCase] | None = dataclasses.field(default=None, repr=False)
+
+    @functools.cached_property
+    def variants_case(self) -> VariantsCase | None:
+        """``(variants, inputs, options)`` for compare_outputs, built by ``variants_builder`` on first access."""
+        return None if self.variants_builder is None else self.variants_builder()
 
     def evidence(self) -> dict[str, Any]:
         """The DESIGN evidence keys this program has (those that are not None)."""
@@ -186,6 +216,27 @@ def _next_batch(data: Data, loader: DataLoader | None) -> Callable[[], Batch]:
     return lambda: next(stream)
 
 
+class Feed:
+    """What the user's ``train_step`` draws its batch from: the program's next batch, or the one batch
+    :meth:`step` hands it. One ``train_step`` closure then serves both the user's loop and ``step(batch)``."""
+
+    def __init__(self, next_batch: Callable[[], Batch]) -> None:
+        self.next_batch, self.given = next_batch, None
+
+    def __call__(self) -> Batch:
+        return self.next_batch() if self.given is None else self.given
+
+    def step(self, train_step: Callable[[], float]) -> Callable[[Any], float]:
+        """``step(batch)``: ``train_step()`` run on ``batch``; returns what it returns."""
+        def step(batch: Any) -> float:
+            self.given = batch
+            try:
+                return train_step()
+            finally:
+                self.given = None
+        return step
+
+
 def _features(model: nn.Module, inputs: torch.Tensor, at: str | None) -> torch.Tensor | None:
     """The input of module ``at`` (the penultimate activations) for ``inputs``, as ``[N, D]``; computed
     under no_grad in eval mode, every module's mode restored. None when ``at`` is missing or the
@@ -221,6 +272,16 @@ def _views(model: nn.Module, batch: Batch, recipe: Recipe) -> dict[str, Any]:
             "features": _features(model, inputs, recipe.features_at)}
 
 
+def _cases(model: nn.Module, optimizer: torch.optim.Optimizer, data: Data, loader: DataLoader | None, batch: Batch,
+           recipe: Recipe, step: Callable[[Any], float]) -> dict[str, Any]:
+    """The Program fields for the speed, memory, compilation and deployment instruments."""
+    perf = {"model": model, "optimizer": optimizer, "loss_fn": recipe.loss_fn, "repeats": 6, "warmup": 2}
+    return {"loader_case": None if loader is None else (loader, step, {"batches": 8}),
+            "perf_case": (step, batch, perf),
+            "compile_case": None if recipe.compile_case is None else recipe.compile_case(model, data),
+            "variants_builder": None if recipe.variants_case is None else functools.partial(recipe.variants_case, model, batch[0])}
+
+
 def assemble(reference: str, fault: str | None, seed: int, recipe: Recipe) -> Program:
     """Run the recipe's user code in order under ``seed``; the global RNG is left as it was."""
     data = recipe.data(torch.Generator().manual_seed(seed + _DATA))
@@ -232,9 +293,11 @@ def assemble(reference: str, fault: str | None, seed: int, recipe: Recipe) -> Pr
         recipe.after_optimizer(model, weights)
     loader, batch = (None, (data.inputs, data.targets)) if recipe.loader is None else \
         recipe.loader(data, torch.Generator().manual_seed(seed + _SHUFFLE))
-    train_step = recipe.train_step(model, optimizer, recipe.loss_fn, _next_batch(data, loader))
+    feed = Feed(_next_batch(data, loader))
+    train_step = recipe.train_step(model, optimizer, recipe.loss_fn, feed)
     return Program(reference, fault, seed, model, optimizer, batch, recipe.loss_fn, train_step,
-                   recipe.eval_fn, data.task_probe, loader, **_views(model, batch, recipe))
+                   recipe.eval_fn, data.task_probe, loader, **_views(model, batch, recipe),
+                   **_cases(model, optimizer, data, loader, batch, recipe, feed.step(train_step)))
 
 
 def assemble_pipeline(reference: str, fault: str | None, seed: int, parts: dict[str, Any]) -> Program:

@@ -1,5 +1,5 @@
 """The fault catalog: what each fault is, which reference it applies to, where it comes from, and
-which instrument must localize it where (the issue 5 and issue 6 tables, as data the catalog tests
+which instrument must localize it where (the issue 5, 6 and 7 tables, as data the catalog tests
 assert). The data-pipeline faults are described by :mod:`firstdiv.zoo.pipeline` itself."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ class Expect:
     """An instrument must report its first divergence at ``where`` with ``kind``.
 
     ``where`` is a parameter name, a module path, an attribute path, a ledger link / claim / check
-    level name in CAPITALS, ``"vectors"`` (feature_space) or a pipeline stage name;
+    level name in CAPITALS, ``"vectors"`` (feature_space), a pipeline stage name, a loader phase
+    (loader_timing), ``"step"`` (performance_ledger) or ``"<variant>:<module path>"`` (compare_outputs);
     ``kind`` is None where only the link or claim is fixed.
     """
 
@@ -123,5 +124,20 @@ _FEATURES_FAULTS = (
            Expect(_FEATURES, "vectors", "features.collapse_zero")),
 )
 
+_SPEED = (
+    _fault("sleeping_getitem", "cnn", "book",
+           "the Dataset's __getitem__ decodes each example with a 20 ms pause in the main process, starving the training step.",
+           Expect("loader_timing", "read_decode_transform", "loader.starved")),
+    _fault("appended_loss", "mlp", "book",
+           "train_step appends the loss tensor (not loss.item()) to a history list, keeping every step's graph alive.",
+           Expect("performance_ledger", "step", "memory.growth")),
+    _fault("recompiling_shapes", "transformer", "book",
+           "the compiled language model serves batches of 4 to 12 tokens with dynamic=False: one recompilation per new length.",
+           Expect("compile_ledger", "STABLE", "compile.recompiles")),
+    _fault("int8_divergence", "regression", "book",
+           "a feature recorded in kilometres gives fc1 weights 1000x the rest; per-tensor int8 rounds the others to zero.",
+           Expect("compare_outputs", "int8:fc1", "outputs.diverged")),
+)
+
 #: fault name -> :class:`Fault`, in the issues' table order
-FAULTS: dict[str, Fault] = {fault.name: fault for fault in (*_CATALOG, *_SHAPES, *_PIPELINE, *_FEATURES_FAULTS)}
+FAULTS: dict[str, Fault] = {fault.name: fault for fault in (*_CATALOG, *_SHAPES, *_PIPELINE, *_FEATURES_FAULTS, *_SPEED)}

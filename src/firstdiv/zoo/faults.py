@@ -6,8 +6,8 @@ remove activation, change learning rate, change loss, change weight initialisati
 change labels); "book" faults are the failures the book's appendix and chapter 31 describe.
 The catalog itself (what each fault is and where the instruments must localize it) is
 :data:`firstdiv.zoo.catalog.FAULTS`; this module holds the code of the bugs, the faults of shape and
-meaning live in :mod:`firstdiv.zoo.shape_faults`, and the data-pipeline faults in
-:mod:`firstdiv.zoo.pipeline`.
+meaning live in :mod:`firstdiv.zoo.shape_faults`, those of speed, memory, compilation and deployment in
+:mod:`firstdiv.zoo.speed_faults`, and the data-pipeline faults in :mod:`firstdiv.zoo.pipeline`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _program, models, references, shape_faults
+from . import _program, models, references, shape_faults, speed_faults
 from ._program import Batch, Data, LossFn, Recipe
 
 Injection = Callable[[Recipe], Recipe]
@@ -247,4 +247,5 @@ INJECTIONS: dict[str, Injection] = {
     "remove_bias": lambda r: r.replace(model=LinearRegressor, data=offset_regression_data),
     "change_loss": lambda r: r.replace(loss_fn=mse_on_first_output),
     **shape_faults.INJECTIONS,
+    **speed_faults.INJECTIONS,
 }

@@ -15,13 +15,16 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from . import models
-from ._program import AttentionCase, Batch, Data, LossFn, Recipe, seeded
+from ._program import AttentionCase, Batch, CompileCase, Data, LossFn, Recipe, VariantsCase, seeded
 
 CLASSES = 4
 IGNORE_INDEX = -100
 PAD = 0  # the language model's padding id; the synthetic corpus never emits it
 VOCAB, CONTEXT, LM_BATCH = 16, 12, 16
 MLP_LR, REGRESSION_LR = 0.5, 0.05
+CNN_BATCH = 4  # the cnn loader's batch size: small, so a slow Dataset shows within a few batches
+#: the transformer's deployed input sequence: COMPILE_BATCHES batches of COMPILE_ROWS sequences
+COMPILE_BATCHES, COMPILE_ROWS = 3, 5
 
 
 # ---- the user's training step and evaluation --------------------------------------------------
@@ -100,9 +103,10 @@ def cnn_data(gen: torch.Generator, n: int = 256) -> Data:
     return Data(images, brightest_quadrant(images), brightest_quadrant)
 
 
-def cnn_loader(data: Data, gen: torch.Generator) -> tuple[DataLoader, Batch]:
-    """Shuffled batches of 32 (shuffling from ``gen``); the fixed batch is the first 32 examples."""
-    loader = DataLoader(TensorDataset(data.inputs, data.targets), batch_size=32, shuffle=True, generator=gen)
+def cnn_loader(data: Data, gen: torch.Generator, dataset: type[TensorDataset] = TensorDataset) -> tuple[DataLoader, Batch]:
+    """Shuffled batches of CNN_BATCH from a ``dataset`` over the data (shuffling from ``gen``, no worker
+    processes); the fixed batch is the first 32 examples."""
+    loader = DataLoader(dataset(data.inputs, data.targets), batch_size=CNN_BATCH, shuffle=True, generator=gen)
     return loader, (data.inputs[:32], data.targets[:32])
 
 
@@ -173,6 +177,27 @@ def first_attention(model: models.TinyCausalLM, tokens: torch.Tensor) -> Attenti
     return block.attn, (hidden,), {"num_heads": block.attn.heads, "causal": True}
 
 
+# ---- what the speed, memory, compilation and deployment instruments get ---------------------------
+
+def lm_compile_case(model: nn.Module, data: Data, lengths: tuple[int, ...] = (CONTEXT,) * COMPILE_BATCHES,
+                    dynamic: bool | None = None) -> CompileCase:
+    """The language model as the user compiles it and the batches it then serves: batch i holds
+    sequences ``[COMPILE_ROWS * i, COMPILE_ROWS * (i + 1))`` cut to ``lengths[i]`` tokens; the eager
+    backend (guards and recompilations do not depend on the backend) and ``dynamic``."""
+    rows = COMPILE_ROWS
+    inputs_seq = [data.inputs[rows * i:rows * (i + 1), :length].clone() for i, length in enumerate(lengths)]
+    return model, inputs_seq, {"backend": "eager", "dynamic": dynamic}
+
+
+def int8_variants(model: nn.Module, inputs: torch.Tensor) -> VariantsCase:
+    """The model as trained (eager) and its dynamic int8 copy, with the per-variant tolerances
+    :func:`firstdiv.instruments.variants.variants` gives them."""
+    from ..instruments.variants import variants  # on first use only: building a program needs no instrument
+
+    built, tolerances = variants(model, kinds=("eager", "int8"))
+    return built, inputs, {"tolerances": tolerances}
+
+
 # ---- the five programs -------------------------------------------------------------------------
 
 def replace_head(model: models.FineTuneClassifier, gen: torch.Generator) -> None:
@@ -204,13 +229,14 @@ def transformer_recipe() -> Recipe:
     return Recipe(data=lm_data, model=lambda: models.TinyCausalLM(VOCAB, context=CONTEXT), loss_fn=lm_loss,
                   optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=1e-2),
                   train_step=standard_step, eval_fn=evaluate_accuracy,
-                  contracts=LM_CONTRACTS, features_at="lm_head", attention=first_attention)
+                  contracts=LM_CONTRACTS, features_at="lm_head", attention=first_attention, compile_case=lm_compile_case)
 
 
 def regression_recipe() -> Recipe:
     return Recipe(data=regression_data, model=models.MLPRegressor, loss_fn=F.mse_loss,
                   optimizer=lambda model: torch.optim.SGD(model.parameters(), lr=REGRESSION_LR),
-                  train_step=standard_step, eval_fn=evaluate_mse, contracts=REGRESSION_CONTRACTS, features_at="fc3")
+                  train_step=standard_step, eval_fn=evaluate_mse, contracts=REGRESSION_CONTRACTS, features_at="fc3",
+                  variants_case=int8_variants)
 
 
 RECIPES: dict[str, Callable[[], Recipe]] = {
