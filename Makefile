@@ -26,6 +26,8 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/record_overhead.py
 	$(PY) benchmarks/parallel_efficiency.py
+	$(PY) benchmarks/fault_catalog.py
+	$(PY) benchmarks/trace_overhead.py
 
 clean:
 	rm -rf $(VENV) .firstdiv .pytest_cache

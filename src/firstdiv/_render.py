@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 from typing import Any, Iterable
 
@@ -61,7 +62,12 @@ def to_text(renderable: Any, width: int = 100) -> str:
 
 
 def to_html(renderable: Any) -> str:
-    """Self-contained HTML; rich escapes every user string."""
+    """Self-contained HTML. A Report gets the report page (firstdiv.html, a notebook-sized fragment) when jinja2
+    and matplotlib are installed; anything else, or a Report without them, rich's export. Both escape every user string."""
+    if isinstance(renderable, Report) and all(importlib.util.find_spec(m) for m in ("jinja2", "matplotlib")):
+        from .html import to_html as page
+
+        return page(renderable, fragment=True)
     console = Console(width=100, file=io.StringIO(), record=True, color_system="truecolor")
     console.print(renderable)
     return console.export_html(inline_styles=True)

@@ -46,11 +46,14 @@ class Link:
 
 
 def _user_frame(stack: Any) -> str:
-    """``file.py:12 in fn: code`` for the innermost frame outside torch (the last one if all are torch's)."""
+    """``file.py:12 in fn: code`` for the innermost frame of the user's own code: outside torch and
+    outside installed libraries (a library that wraps ``print``, as Ray's tqdm patch does once Ray is
+    running, would otherwise take the blame); failing that, outside torch; failing that, the last."""
     frames = list(stack or [])
     if not frames:
         return ""
-    user = [f for f in frames if "/torch/" not in str(f.filename)] or frames
+    outside_torch = [f for f in frames if "/torch/" not in str(f.filename)]
+    user = [f for f in outside_torch if "-packages/" not in str(f.filename)] or outside_torch or frames
     f = user[-1]
     line = (f.line or "").strip()
     return f"{str(f.filename).rsplit('/', 1)[-1]}:{f.lineno} in {f.name}" + (f": {line}" if line else "")
