@@ -1,0 +1,116 @@
+"""`firstdiv report`: a self-contained HTML page for a sweep, a comparison of two sweeps, an incident,
+or a report saved with --json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ._cli_common import EXIT_OK, json_option, store_option
+from .errors import InvalidArgument, NotFound
+
+INCIDENT_PREFIX = "incident:"
+
+
+@click.command("report")
+@click.argument("refs", nargs=-1, required=True, metavar="SWEEP [SWEEP_B] | incident:REF | REPORT.json")
+@click.option("--html", "html_path", default="report.html", show_default=True, type=click.Path(dir_okay=False),
+              help="Where to write the page ('-' writes it to stdout).")
+@click.option("--metric", default="val_loss", show_default=True, help="The metric two sweeps are compared on.")
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the comparison.")
+@click.option("--title", default=None, help="Page title (default: what the page shows).")
+@store_option
+@json_option
+def report_command(refs: tuple[str, ...], html_path: str, metric: str, alpha: float, title: str | None,
+                   store: str | None, as_json: bool) -> int:
+    """Write a self-contained HTML page (inline CSS and SVG plots, no scripts, nothing fetched).
+
+    One sweep gives its identity, noise floor, seed distributions and learning curves; two sweeps
+    (BASELINE CANDIDATE) give their comparison: verdict, what changed, paired deltas per seed, both
+    sides' distributions and curves. incident:REF gives an incident worksheet; a JSON file written by
+    any command's --json gives that report's page. The page is written to --html (default
+    report.html in the current directory) and its path printed; --json prints what was written.
+    """
+    if html_path == "-" and as_json:
+        raise click.UsageError("--html - writes the page to stdout, where --json writes JSON: choose one")
+    kind, obj, payload = _load(refs, metric=metric, alpha=alpha, store=store)
+    from .html import to_html, write_html
+
+    if html_path == "-":
+        sys.stdout.write(to_html(obj, title=title))
+        return EXIT_OK
+    target = write_html(obj, html_path, title=title).resolve()
+    if as_json:
+        click.echo(json.dumps({"html": str(target), "kind": kind, "bytes": target.stat().st_size, **payload},
+                              indent=2, default=str))
+    else:
+        click.echo(f"wrote {kind} page {target} ({target.stat().st_size / 1024:.0f} kB)")
+    return EXIT_OK
+
+
+def _load(refs: tuple[str, ...], *, metric: str, alpha: float, store: str | None) -> tuple[str, Any, dict[str, Any]]:
+    if len(refs) > 2:
+        raise click.UsageError(f"Expected one sweep, two sweeps (baseline candidate), incident:REF or a report .json, "
+                               f"but got {len(refs)} arguments")
+    special = [r for r in refs if r.startswith(INCIDENT_PREFIX) or r.endswith(".json")]
+    if special and len(refs) > 1:
+        raise click.UsageError(f"{special[0]!r} is a page of its own: give it alone")
+    if refs[0].startswith(INCIDENT_PREFIX):
+        return _incident(refs[0][len(INCIDENT_PREFIX):], store)
+    if refs[0].endswith(".json"):
+        return _saved_report(Path(refs[0]))
+    from .lab.store import Store
+
+    with Store(store, create=False) as st:
+        if len(refs) == 1:
+            from .html import load_sweep
+
+            result = load_sweep(refs[0], st)
+            return "sweep", result, {"sweep": result.to_dict()}
+        from .html import comparison_view
+
+        view = comparison_view(refs[0], refs[1], metric=metric, store=st, alpha=alpha)
+    return "comparison", view, {"verdict": view.comparison.verdict, "direction": view.comparison.direction,
+                                "report": view.comparison.to_dict()}
+
+
+def _incident(ref: str, store: str | None) -> tuple[str, Any, dict[str, Any]]:
+    if not ref.strip():
+        raise InvalidArgument("Expected incident:REF with the incident's id (see `firstdiv incident list`)")
+    try:
+        from . import incident
+    except ImportError as exc:
+        raise InvalidArgument(f"Incident pages need firstdiv.incident, which this firstdiv cannot import ({exc})") from None
+    show = getattr(incident, "incident_show", None)
+    if show is None:
+        raise InvalidArgument("This firstdiv's incident module has no incident_show(); upgrade firstdiv")
+    found = show(ref, store=store)
+    data = found.to_dict() if callable(getattr(found, "to_dict", None)) else found
+    return "incident", found, {"incident": data}
+
+
+def _saved_report(path: Path) -> tuple[str, Any, dict[str, Any]]:
+    """A report saved with --json: Report.to_dict() itself, or a command's JSON holding it under 'report'."""
+    from .lab import compare  # noqa: F401 - registers Comparison so from_dict rebuilds it
+    from .report import Report
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NotFound(f"No report file {path}; write one with any command's --json (> {path.name})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidArgument(f"Cannot read {path} as a report saved with --json: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("report"), dict):
+        data = data["report"]
+    if not isinstance(data, dict) or "instrument" not in data or "status" not in data:
+        raise InvalidArgument(f"{path} is JSON but not a report (no 'instrument' and 'status'); "
+                              "save one with an instrument's or command's --json")
+    try:
+        report = Report.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{path} holds a malformed report ({type(exc).__name__}: {exc})") from None
+    return "report", report, {"report": report.to_dict()}
