@@ -14,7 +14,6 @@ from ._cli_common import console as _console
 from ._cli_common import emit as _emit
 from .errors import FirstdivError
 
-
 #: Commands defined in their own modules, imported only when invoked (or listed by --help), so
 #: that `firstdiv sweep` does not pay for scipy.stats and torch it does not use.
 LAZY_COMMANDS = {
@@ -22,9 +21,13 @@ LAZY_COMMANDS = {
     "bisect": "firstdiv.lab.commands:bisect_command",
     "curves": "firstdiv.lab.curves:curves_command",
     "determinism": "firstdiv.lab.commands:determinism_command",
+    "diagnose": "firstdiv.diagnosis:diagnose_command",
     "factorial": "firstdiv.lab.factorial:factorial_command",
     "gate": "firstdiv.lab.commands:gate_cli",
+    "incident": "firstdiv.incident:incident_command",
+    "report": "firstdiv.report_cli:report_command",
     "rng-audit": "firstdiv.lab.rng_audit:rng_audit_command",
+    "route": "firstdiv.routing:route_command",
 }
 
 

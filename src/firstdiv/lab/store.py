@@ -22,6 +22,7 @@ DEFAULT_STORE = Path(".firstdiv") / "runs.db"
 
 # Append-only. Each entry migrates version i to i+1; never edit a released entry.
 # History: 1 — runs, sweeps, sweep_seeds (firstdiv 0.1).
+#          2 — incidents: the failure notebook (firstdiv.incident); one JSON worksheet per row.
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,6 +51,17 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (sweep_id, seed)
     );
     CREATE INDEX sweeps_by_name ON sweeps(name, created);
+    """,
+    """
+    CREATE TABLE incidents (
+        id TEXT PRIMARY KEY,
+        title TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('open', 'closed')),
+        created TEXT NOT NULL,
+        updated TEXT NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX incidents_by_status ON incidents(status, created);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -276,3 +288,38 @@ class Store:
 
     def count_runs(self) -> int:
         return int(self._rows("SELECT COUNT(*) FROM runs")[0][0])
+
+    # -- incidents (the failure notebook; see firstdiv.incident) ----------------------------------
+
+    def add_incident(self, record: dict[str, Any]) -> bool:
+        """Insert one incident worksheet (``record`` holds id, title, status, created, updated); False if the id is taken."""
+        try:
+            with self._write() as conn:
+                conn.execute("INSERT INTO incidents VALUES (?, ?, ?, ?, ?, ?)",
+                             (record["id"], record["title"], record["status"], record["created"], record["updated"],
+                              json.dumps(record)))
+        except sqlite3.IntegrityError:
+            return False
+        except sqlite3.DatabaseError as exc:
+            raise self._broken(exc) from None
+        return True
+
+    def replace_incident(self, record: dict[str, Any], *, was: str) -> bool:
+        """Overwrite an incident only while its status is still ``was``; False when another writer got there first."""
+        try:
+            with self._write() as conn:
+                cur = conn.execute("UPDATE incidents SET title=?, status=?, updated=?, record=? WHERE id=? AND status=?",
+                                   (record["title"], record["status"], record["updated"], json.dumps(record),
+                                    record["id"], was))
+                return cur.rowcount == 1
+        except sqlite3.DatabaseError as exc:
+            raise self._broken(exc) from None
+
+    def incidents(self, status: str | None = None, *, id_prefix: str = "") -> list[dict[str, Any]]:
+        """Incident records, oldest first; ``status`` 'open'/'closed' filters, ``id_prefix`` matches ids."""
+        query, params = "SELECT record FROM incidents WHERE id LIKE ? ESCAPE '\\'", [
+            id_prefix.replace("%", r"\%").replace("_", r"\_") + "%"]
+        if status is not None:
+            query += " AND status=?"
+            params.append(status)
+        return [json.loads(r[0]) for r in self._rows(query + " ORDER BY created, id", tuple(params))]

@@ -1,0 +1,553 @@
+"""Run the escalation ladder over the evidence at hand, stop at the first divergence, and pre-fill the incident
+worksheet (appendix: "When to escalate", "The one-bug rule", "A reusable incident worksheet").
+
+>>> ws = firstdiv.diagnose(model=model, batch=(x, y), loss_fn=loss_fn, optimizer=opt, symptom="loss is flat")
+>>> ws.status, ws.first_divergence.where      # FAIL, "four_structures:head.weight"
+>>> print(ws.to_markdown())                   # paste into an issue
+
+The order ("Start cheap. Escalate only when the cheaper instrument passes."), rung by rung:
+
+1. print / assert tensor facts: ``evidence_packet`` records the minimum packet first, because "Preserve
+   observations before your intervention destroys the failing state"; then ``tensor_facts`` asserts on that
+   packet the facts no design intends: the loss on the known batch is a finite scalar tensor (kinds
+   ``facts.nonfinite_loss``, ``facts.unusable_loss``, where ``"loss"``). A NaN loss found here is not later
+   mistaken for a zero gradient by the graph instruments.
+2. known-sample contract: ``stage_trace`` walks one known sample through the preprocessing stages. Chapter 31:
+   "first print the exact input it received"; the model may be answering an unintended input correctly.
+3. graph / ownership inspection: ``four_structures`` (reads the Python, registered and optimizer structures by
+   identity; one forward, no backward) before ``reachability`` (a forward plus ``autograd.grad``). Ownership is
+   the cheaper read and section 15 routes "the head never moves" to it.
+4. controlled one-step probe: ``step_probe`` (one step on a copy; the user's ``train_step`` twice, restored).
+5. tiny-batch capability test: ``learning_ledger`` before ``six_claims``. The ledger walks TASK -> OBJECTIVE ->
+   ... and stops at the first failing link, so a target or objective bug costs it one forward; its
+   CAPABILITY link (the tiny-batch overfit) runs only after every earlier link passed. ``six_claims`` probes
+   representation, initialization and evaluation mode, which chapter 31 says to consider "only after those
+   checks" (alignment, objective, ownership); it names the mechanism behind a CAPABILITY failure when run.
+6. hooks / detailed activation inspection, least instrumented first: ``shape_ledger`` (shapes at shape-changing
+   modules, derived before execution; it names the culprit of a flatten mismatch), ``attention_check`` (one
+   module the user pointed at, on a copy), ``tensor_trace`` (every module and functional op, plus an arange
+   layout probe on a copy), ``feature_space`` (interpreting activation vectors only makes sense once the
+   tensors that carry them are right).
+7. profiler / allocator / compiler: ``loader_timing`` (first ask whether the loop waits for batches),
+   ``performance_ledger`` (phase times, allocator, live-tensor growth), ``compile_ledger`` ("Begin with eager.
+   If eager is already wrong, compilation is not the first problem"), ``compare_outputs`` (eager vs compiled,
+   exported, quantized variants on fixed inputs).
+8. multi-seed comparison: never run here (it needs runs at several seeds: the lab's ``sweep`` and ``compare``);
+   always listed under NOT CHECKED.
+
+An instrument whose evidence is missing is not run and is listed as "not checked: needs X". With
+``stop_at_first`` (the one-bug rule) nothing after the first FAIL runs; those instruments are listed as not
+reached. WARN never stops the ladder.
+
+Evidence keys: the DESIGN keys ``model``, ``batch`` (one known batch: ``(inputs, targets)`` or a dict),
+``loss_fn``, ``optimizer``, ``loader``, ``train_step``, ``eval_fn``, ``task_probe``, and these extra ones
+(:data:`EXTRA_KEYS`): ``inputs`` (what ``model`` receives; default: the batch's inputs), ``contracts``
+(``{module path: "B T D"}`` for tensor_trace), ``attention`` (``(module, inputs)`` or ``(module, inputs,
+options)`` for attention_check), ``sample`` + ``stages`` (+ ``stage_probes``, ``stage_contracts``) for
+stage_trace, ``features`` (vectors along the last axis, for feature_space), ``step`` (``step(batch)``: one
+training step on a given batch: the consumer loader_timing times and the step performance_ledger measures;
+without it loader_timing consumes with a forward/backward/step of a deep copy of ``model`` and
+performance_ledger measures ``train_step()``), ``compile_inputs`` (+ ``compile_options``) for compile_ledger on
+``model``, ``variants`` + ``variant_inputs`` (+ ``variant_options``) for compare_outputs. None counts as absent.
+
+The worksheet's ``first_divergence`` is the first FAIL's divergence with ``where`` written
+``"<instrument>:<where>"`` (e.g. ``"four_structures:head.weight"``, ``"compare_outputs:int8:fc1"``: split at
+the first colon), because a bare ``LEVEL_2`` or ``loss`` does not say which instrument it belongs to;
+``details["first_divergence"]`` holds the same fields plus ``instrument`` and ``instrument_where`` (the
+instrument's own ``where``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ._cli_common import EXIT_FOUND, EXIT_OK, emit, json_option
+from ._worksheet import ALL_GREEN, Worksheet, contract_of, play_for
+from .errors import InvalidArgument
+from .report import Divergence, Finding, Report, Status, skipped
+
+__all__ = ["EVIDENCE_KEYS", "EXTRA_KEYS", "ORDER", "Worksheet", "diagnose", "diagnose_command"]
+
+EVIDENCE_KEYS = ("model", "batch", "loss_fn", "optimizer", "loader", "train_step", "eval_fn", "task_probe")
+EXTRA_KEYS = {
+    "inputs": "what model(...) receives (default: the batch's inputs)",
+    "contracts": "{module path: 'B T D'} named axes for tensor_trace",
+    "attention": "(module, inputs) or (module, inputs, options) for attention_check",
+    "sample": "one raw sample for stage_trace", "stages": "[(name, fn), ...] preprocessing stages for stage_trace",
+    "stage_probes": "probes for stage_trace", "stage_contracts": "per-stage contracts for stage_trace",
+    "features": "representation vectors (coordinates on the last axis) for feature_space",
+    "step": "step(batch): one training step on a given batch (loader_timing's consumer, performance_ledger's step)",
+    "compile_inputs": "the real input sequence for compile_ledger(model, ...)", "compile_options": "compile_ledger options",
+    "variants": "{name: model or callable} for compare_outputs", "variant_inputs": "fixed inputs for compare_outputs",
+    "variant_options": "compare_outputs options",
+}
+_R = ("print / assert tensor facts", "known-sample contract", "graph / ownership inspection", "controlled one-step probe",
+      "tiny-batch capability test", "hooks / detailed activation inspection", "profiler / allocator snapshot / compiler logs",
+      "multi-seed comparison")
+_TRAINING = ("model", "batch", "loss_fn", "optimizer")
+_SEEDS = {"instrument": "multi-seed comparison", "rung": _R[7],
+          "needs": "runs at several seeds: `firstdiv sweep file.py:train --seeds 0-11`, then `firstdiv compare A B` "
+                   "(diagnose inspects one run)"}
+
+
+@dataclass(frozen=True)
+class _Rung:
+    """One instrument on the ladder: what it needs (a key, or a tuple of alternatives) and how it is called."""
+
+    name: str
+    rung: str
+    needs: tuple[str | tuple[str, ...], ...]
+    call: Callable[[dict[str, Any], dict[str, Report]], Report]
+    test: str  # the call a regression test asserts `.ok` on
+
+    def missing(self, ev: dict[str, Any]) -> str:
+        absent = [need if isinstance(need, str) else " or ".join(need) for need in self.needs
+                  if not any(k in ev for k in ((need,) if isinstance(need, str) else need))]
+        return ", ".join(absent)
+
+
+def _fi():  # the instruments load lazily: `firstdiv --help` must not import torch
+    import firstdiv
+    return firstdiv
+
+
+def _opt(ev: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: ev[k] for k in keys if k in ev}
+
+
+def _inputs(ev: dict[str, Any]) -> Any:
+    if "inputs" in ev:
+        return ev["inputs"]
+    from .instruments._batch import split_batch
+    return split_batch(ev["batch"], ev.get("model")).inputs
+
+
+def _packet(ev: dict[str, Any], _: dict[str, Report]) -> Report:
+    return _fi().evidence_packet(**_opt(ev, *EVIDENCE_KEYS))
+
+
+def _tensor_facts(ev: dict[str, Any], reports: dict[str, Report]) -> Report:
+    packet = reports["evidence_packet"].details
+    loss = packet.get("packet", {}).get("loss")
+    if loss is None:
+        note = packet.get("notes", {}).get("loss", "the packet has no loss section")
+        return skipped("tensor_facts", f"no loss to assert on ({note}); the later instruments localize it")
+    value, problem = loss.get("value"), loss.get("problem")
+    seen = {"value": value, "requires_grad": loss.get("requires_grad"), "grad_fn": loss.get("grad_fn")}
+    if problem:
+        return _facts_fail("facts.unusable_loss", "a 0-d floating-point loss tensor", problem, seen)
+    if value is None or not math.isfinite(value):
+        return _facts_fail("facts.nonfinite_loss", "a finite loss on the known batch", f"loss = {value}", seen)
+    return Report("tensor_facts", Status.PASS, findings=(Finding("loss", "facts.loss_finite", Status.PASS,
+                  f"loss {value:.6g} is a finite scalar (requires_grad {seen['requires_grad']}, grad_fn {seen['grad_fn']})",
+                  seen),), details={"asserted": ["the loss on the known batch is a finite scalar tensor"]})
+
+
+def _facts_fail(kind: str, expected: str, observed: str, seen: dict[str, Any]) -> Report:
+    div = Divergence("loss", kind, expected, observed, "read the evidence packet's loss section; see HYPOTHESES")
+    return Report("tensor_facts", Status.FAIL, div, (Finding("loss", kind, Status.FAIL, f"{expected} expected; {observed}",
+                  seen),), details={"asserted": ["the loss on the known batch is a finite scalar tensor"]})
+
+
+def _loader(ev: dict[str, Any], _: dict[str, Report]) -> Report:
+    step = ev.get("step")
+    if step is None and all(k in ev for k in ("model", "loss_fn", "optimizer")):
+        step = _copy_consumer(ev["model"], ev["optimizer"], ev["loss_fn"])
+    return _fi().loader_timing(ev["loader"], step, batches=8)
+
+
+def _copy_consumer(model: Any, optimizer: Any, loss_fn: Any) -> Callable[[Any], float]:
+    """One forward/backward/step of a deep copy per batch: the consumer when no ``step`` was given."""
+    import torch
+
+    from .instruments._batch import compute_loss
+    from .instruments._state import detached_copy
+
+    work, opt = detached_copy(model, optimizer)
+
+    def step(batch: Any) -> float:
+        opt.zero_grad(set_to_none=True)
+        _, loss = compute_loss(work, batch, loss_fn)
+        loss.backward()
+        if not isinstance(opt, torch.optim.LBFGS):
+            opt.step()
+        return float(loss.detach())
+    return step
+
+
+def _performance(ev: dict[str, Any], _: dict[str, Report]) -> Report:
+    objects = _opt(ev, "model", "optimizer", "loss_fn")
+    if "step" in ev and "batch" in ev:
+        return _fi().performance_ledger(ev["step"], ev["batch"], **objects)
+    if "train_step" in ev:
+        return _fi().performance_ledger(ev["train_step"], None, **objects)
+    return skipped("performance_ledger", "step(batch) needs a batch to run on: pass batch=(inputs, targets), or "
+                                         "train_step=<a zero-argument step>")
+
+
+def _attention(ev: dict[str, Any], _: dict[str, Report]) -> Report:
+    module, inputs, *rest = ev["attention"]
+    return _fi().attention_check(module, inputs, **(rest[0] if rest else {}))
+
+
+LADDER: tuple[_Rung, ...] = (
+    _Rung("evidence_packet", _R[0], (("model", "batch", "loader"),), _packet,
+          "torch.isfinite(loss_fn(model(inputs), targets)).all()"),
+    _Rung("tensor_facts", _R[0], ("model", "batch", "loss_fn"), _tensor_facts,
+          "torch.isfinite(loss_fn(model(inputs), targets)).all()"),
+    _Rung("stage_trace", _R[1], ("sample", "stages"), lambda ev, _: _fi().stage_trace(
+        ev["sample"], ev["stages"], probes=ev.get("stage_probes"), contracts=ev.get("stage_contracts")),
+        "firstdiv.stage_trace(sample, stages, probes=probes, contracts=contracts).ok"),
+    _Rung("four_structures", _R[2], ("model",), lambda ev, _: _fi().four_structures(
+        ev["model"], ev.get("optimizer"), ev.get("batch"), ev.get("loss_fn") if "batch" in ev else None),
+        "firstdiv.four_structures(model, optimizer, batch, loss_fn).ok"),
+    _Rung("reachability", _R[2], ("model", "batch", "loss_fn"), lambda ev, _: _fi().reachability(
+        ev["model"], ev["batch"], ev["loss_fn"]), "firstdiv.reachability(model, batch, loss_fn).ok"),
+    _Rung("step_probe", _R[3], _TRAINING, lambda ev, _: _fi().step_probe(
+        ev["model"], ev["batch"], ev["loss_fn"], ev["optimizer"], train_step=ev.get("train_step")),
+        "firstdiv.step_probe(model, batch, loss_fn, optimizer, train_step=train_step).ok"),
+    _Rung("learning_ledger", _R[4], _TRAINING, lambda ev, _: _fi().learning_ledger(
+        ev["model"], ev["batch"], ev["loss_fn"], ev["optimizer"], task_probe=ev.get("task_probe")),
+        "firstdiv.learning_ledger(model, batch, loss_fn, optimizer, task_probe=task_probe).ok"),
+    _Rung("six_claims", _R[4], _TRAINING, lambda ev, _: _fi().six_claims(
+        ev["model"], ev["batch"], ev["loss_fn"], ev["optimizer"], eval_fn=ev.get("eval_fn")),
+        "firstdiv.six_claims(model, batch, loss_fn, optimizer, eval_fn=eval_fn).ok"),
+    _Rung("shape_ledger", _R[5], ("model", ("inputs", "batch")), lambda ev, _: _fi().shape_ledger(ev["model"], _inputs(ev)),
+          "firstdiv.shape_ledger(model, inputs).ok"),
+    _Rung("attention_check", _R[5], ("attention",), _attention, "firstdiv.attention_check(module, inputs, **options).ok"),
+    _Rung("tensor_trace", _R[5], ("model", ("inputs", "batch")), lambda ev, _: _fi().tensor_trace(
+        ev["model"], _inputs(ev), contracts=ev.get("contracts")), "firstdiv.tensor_trace(model, inputs, contracts=contracts).ok"),
+    _Rung("feature_space", _R[5], ("features",), lambda ev, _: _fi().feature_space(ev["features"]),
+          "firstdiv.feature_space(features).ok"),
+    _Rung("loader_timing", _R[6], ("loader",), _loader, "firstdiv.loader_timing(loader, step, batches=8).ok"),
+    _Rung("performance_ledger", _R[6], (("train_step", "step"),), _performance,
+          "firstdiv.performance_ledger(train_step).ok"),
+    _Rung("compile_ledger", _R[6], ("model", "compile_inputs"), lambda ev, _: _fi().compile_ledger(
+        ev["model"], ev["compile_inputs"], **ev.get("compile_options", {})), "firstdiv.compile_ledger(model, compile_inputs).ok"),
+    _Rung("compare_outputs", _R[6], ("variants", "variant_inputs"), lambda ev, _: _fi().compare_outputs(
+        ev["variants"], ev["variant_inputs"], **ev.get("variant_options", {})),
+        "firstdiv.compare_outputs(variants, variant_inputs).ok"),
+)
+#: the instruments in the order diagnose runs them
+ORDER: tuple[str, ...] = tuple(r.name for r in LADDER)
+
+
+def diagnose(*, symptom: str | None = None, expected: str | None = None, stop_at_first: bool = True,
+             **evidence: Any) -> Worksheet:
+    """Run the applicable instruments in the escalation order (module docstring), stop at the first FAIL unless
+    ``stop_at_first=False`` (then everything runs and the first FAIL is still the first divergence), and return
+    the pre-filled incident worksheet. ``symptom`` and ``expected`` are the user's words, copied as given.
+
+    Evidence (keyword arguments; None counts as absent): the DESIGN keys ``model``, ``batch``, ``loss_fn``,
+    ``optimizer``, ``loader``, ``train_step``, ``eval_fn``, ``task_probe`` and the extra keys of :data:`EXTRA_KEYS`
+    (module docstring: what each is for and which instrument takes it).
+
+    Status: FAIL at a divergence; WARN when nothing failed but an instrument warned or had its evidence and still
+    could not run; PASS otherwise (a clean bill listing what was and was not checked); SKIPPED when no instrument
+    had its evidence or none could check anything. Malformed evidence raises :class:`~firstdiv.errors.InvalidArgument`.
+    """
+    for name, text in (("symptom", symptom), ("expected", expected)):
+        if text is not None and not isinstance(text, str):
+            raise InvalidArgument(f"Expected `{name}` to be a string or None but got {type(text).__name__}")
+    if not isinstance(stop_at_first, bool):
+        raise InvalidArgument(f"Expected `stop_at_first` to be True or False but got {stop_at_first!r}")
+    ev = _validated(evidence)
+    reports: dict[str, Report] = {}
+    observations: list[dict[str, Any]] = []
+    not_checked: list[dict[str, str]] = []
+    not_reached: list[str] = []
+    first: dict[str, Any] | None = None
+    for rung in LADDER:
+        needs = rung.missing(ev)
+        if needs:
+            not_checked.append({"instrument": rung.name, "rung": rung.rung, "needs": needs})
+        elif first is not None and stop_at_first:
+            not_reached.append(rung.name)
+        else:
+            report, seconds = _run(rung, ev, reports)
+            reports[rung.name] = report
+            observations.append(_observation(rung, report, seconds))
+            if report.status is Status.FAIL and first is None:
+                first = observations[-1]
+    not_checked.append(dict(_SEEDS))
+    return _worksheet(symptom, expected, ev, reports, observations, not_checked, not_reached, first)
+
+
+def _run(rung: _Rung, ev: dict[str, Any], reports: dict[str, Report]) -> tuple[Report, float]:
+    """Run one instrument; what it raises becomes a SKIPPED observation (the rest of the ladder still runs)."""
+    from .instruments._batch import describe_error
+
+    start = time.perf_counter()
+    try:
+        report = rung.call(ev, reports)
+    except InvalidArgument as exc:
+        report = skipped(rung.name, f"the evidence does not suit {rung.name}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - user code or an instrument bug: recorded, never a crash of the ladder
+        report = skipped(rung.name, f"{rung.name} raised {describe_error(exc)}")
+    return report, time.perf_counter() - start
+
+
+def _observation(rung: _Rung, report: Report, seconds: float) -> dict[str, Any]:
+    div = report.first_divergence
+    contract = contract_of(rung.name, div.kind if div else "")
+    return {"instrument": rung.name, "rung": rung.rung, "contract": contract, "status": report.status.value,
+            "summary": _summary(report), "where": div.where if div else None, "kind": div.kind if div else None,
+            "seconds": seconds}
+
+
+def _short(value: Any, limit: int = 90) -> str:
+    text = f"{value:.6g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _summary(report: Report) -> str:
+    """One line: the divergence, the reason it could not run, or the count of checks and the first warning."""
+    div = report.first_divergence
+    if report.status is Status.FAIL and div is not None:
+        return _short(f"{div.where} [{div.kind}]: expected {_short(div.expected, 60)}; observed {_short(div.observed, 80)}", 200)
+    if report.status is Status.SKIPPED:
+        return _short(report.reason, 200)
+    counts = {s: sum(f.status is s for f in report.findings) for s in Status}
+    n = len(report.findings)
+    text = f"{n} check{'s' * (n != 1)}: {counts[Status.PASS]} pass" + "".join(
+        f", {counts[s]} {s.value.lower()}" for s in (Status.WARN, Status.SKIPPED) if counts[s])
+    warn = next((f for f in report.findings if f.status is Status.WARN), None)
+    return _short(text + (f"; WARN {warn.where}: {warn.message}" if warn else ""), 200)
+
+
+# ---- evidence -------------------------------------------------------------------------------------------------------------
+
+
+def _validated(evidence: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(evidence) - set(EVIDENCE_KEYS) - set(EXTRA_KEYS))
+    if unknown:
+        raise InvalidArgument(f"Expected evidence keys among {', '.join((*EVIDENCE_KEYS, *EXTRA_KEYS))} but got "
+                              + ", ".join(map(repr, unknown)))
+    ev = {k: v for k, v in evidence.items() if v is not None}
+    if not ev:
+        return ev
+    from .instruments import _batch
+
+    for key, check in (("model", _batch.check_model), ("optimizer", _batch.check_optimizer), ("loss_fn", _batch.check_loss_fn)):
+        if key in ev:
+            check(ev[key])
+    for key in ("train_step", "eval_fn", "step"):
+        if key in ev:
+            _batch.check_callable(ev[key], key)
+    if "batch" in ev:
+        _batch.split_batch(ev["batch"], ev.get("model"))
+    probe = ev.get("task_probe")
+    if probe is not None and not callable(probe) and not (isinstance(probe, (tuple, list)) and len(probe) == 2):
+        raise InvalidArgument("Expected `task_probe` to be a callable inputs -> expected targets or a tuple "
+                              f"(known_inputs, known_targets) but got {type(probe).__name__}")
+    if "loader" in ev and not hasattr(ev["loader"], "__iter__"):
+        raise InvalidArgument(f"Expected `loader` to be an iterable of batches but got {type(ev['loader']).__name__}")
+    attention = ev.get("attention")
+    if attention is not None and not (isinstance(attention, (tuple, list)) and len(attention) in (2, 3)
+                                      and (len(attention) == 2 or isinstance(attention[2], dict))):
+        raise InvalidArgument("Expected `attention` to be (module, inputs) or (module, inputs, options dict) but got "
+                              f"{type(attention).__name__}")
+    for key in ("compile_options", "variant_options", "contracts", "variants"):
+        if key in ev and not isinstance(ev[key], dict):
+            raise InvalidArgument(f"Expected `{key}` to be a dict but got {type(ev[key]).__name__}")
+    return ev
+
+
+def _describe(value: Any) -> str:
+    import torch
+
+    if torch.is_tensor(value):
+        return f"{list(value.shape)} {str(value.dtype).replace('torch.', '')} on {value.device}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (tuple, list)) and len(value) <= 8:
+        return "(" + ", ".join(_describe(v) for v in value) + ")"
+    if callable(value):
+        return getattr(value, "__qualname__", type(value).__name__)
+    return type(value).__name__
+
+
+def _reproduction(ev: dict[str, Any], reports: dict[str, Report]) -> dict[str, Any]:
+    """The evidence given, as plain text: the smallest reproduction this diagnosis ran on."""
+    out: dict[str, Any] = {}
+    model = ev.get("model")
+    if model is not None:
+        params = list(model.parameters())
+        out["model"] = (f"{type(model).__name__} ({len(params)} parameter tensors, {sum(p.numel() for p in params)} elements, "
+                        f"{'train' if model.training else 'eval'} mode)")
+    if "optimizer" in ev:
+        groups = ev["optimizer"].param_groups
+        out["optimizer"] = f"{type(ev['optimizer']).__name__} ({len(groups)} group(s), lr {[g.get('lr') for g in groups]})"
+    if "batch" in ev:
+        from .instruments._batch import split_batch
+        b = split_batch(ev["batch"], model)
+        out["batch"] = f"inputs {_describe(b.inputs)}; targets {_describe(b.targets)}"
+    loss = reports.get("evidence_packet")
+    value = None if loss is None else loss.details.get("packet", {}).get("loss", {}).get("value")
+    if value is not None:
+        out["loss on the batch"] = value
+    if "loader" in ev:
+        loader = ev["loader"]
+        out["loader"] = (f"{type(loader).__name__} (batch_size {getattr(loader, 'batch_size', '?')}, num_workers "
+                         f"{getattr(loader, 'num_workers', '?')}, dataset {type(getattr(loader, 'dataset', None)).__name__})")
+    for key in ("train_step", "eval_fn", "task_probe", "step", "loss_fn"):
+        if key in ev:
+            out[key] = _describe(ev[key])
+    for key in ("inputs", "sample", "features", "variant_inputs", "contracts"):
+        if key in ev:
+            out[key] = _describe(ev[key])
+    if "stages" in ev:
+        stages = ev["stages"]
+        out["stages"] = ", ".join(str(s[0]) for s in stages) if isinstance(stages, (list, tuple)) else ", ".join(map(str, stages))
+    if "attention" in ev:
+        out["attention"] = f"{type(ev['attention'][0]).__name__} on {_describe(ev['attention'][1])}"
+    if "variants" in ev:
+        out["variants"] = ", ".join(map(str, ev["variants"]))
+    out["given"] = sorted(ev)
+    return out
+
+
+# ---- the worksheet ----------------------------------------------------------------------------------------------------------
+
+
+def _worksheet(symptom: str | None, expected: str | None, ev: dict[str, Any], reports: dict[str, Report],
+               observations: list[dict[str, Any]], not_checked: list[dict[str, str]], not_reached: list[str],
+               first: dict[str, Any] | None) -> Worksheet:
+    ran = [o for o in observations if o["status"] != Status.SKIPPED.value]
+    not_checked = [*({"instrument": o["instrument"], "rung": o["rung"], "needs": "evidence it could use; it ran and said: "
+                      + o["summary"]} for o in observations if o["status"] == Status.SKIPPED.value), *not_checked]
+    details: dict[str, Any] = {
+        "symptom": symptom, "expected": expected, "reproduction": _reproduction(ev, reports),
+        "first_contract": first["contract"] if first else None,
+        "contracts_checked": list(dict.fromkeys(o["contract"] for o in ran)), "observations": observations,
+        "first_divergence": None, "hypotheses": [], "distinguishing_experiment": None, "playbook_key": None,
+        "must_change": [], "must_not_change": [], "checked": [o["instrument"] for o in ran],
+        "not_checked": not_checked, "not_reached": not_reached, "order": list(ORDER), "warning": ALL_GREEN,
+        "reports": {name: r.to_dict() for name, r in reports.items()},
+    }
+    div = None
+    if first is not None:
+        own = reports[first["instrument"]].first_divergence
+        assert own is not None  # a FAIL report always carries one
+        div = Divergence(f"{first['instrument']}:{own.where}", own.kind, own.expected, own.observed, own.hint)
+        details["first_divergence"] = {"instrument": first["instrument"], "instrument_where": own.where, **div.to_dict()}
+        details.update(play_for(own.kind, own.where))
+    rung = next((r for r in LADDER if first and r.name == first["instrument"]), None)
+    details.update(_placeholders(details, rung))
+    findings = tuple(Finding(o["instrument"], f"diagnose.{o['contract'].replace(' ', '_')}", Status(o["status"]), o["summary"],
+                             {k: o[k] for k in ("rung", "contract", "where", "kind", "seconds")}) for o in observations)
+    side = "; ".join(f"{name}: {r.side_effects}" for name, r in reports.items() if r.side_effects != "none") or "none"
+    status, reason = _status(observations, not_checked, first)
+    return Worksheet("diagnose", status, div, findings, side, reason, details)
+
+
+def _status(observations: list[dict[str, Any]], not_checked: list[dict[str, str]],
+            first: dict[str, Any] | None) -> tuple[Status, str]:
+    if first is not None:
+        return Status.FAIL, ""
+    statuses = {o["status"] for o in observations}
+    if statuses <= {Status.SKIPPED.value}:
+        needs = "; ".join(f"{n['instrument']} needs {n['needs']}" for n in not_checked[:-1])
+        what = "no instrument could check anything" if observations else "no instrument had its evidence"
+        return Status.SKIPPED, f"{what}: {needs or 'pass model=..., batch=(inputs, targets), loss_fn=..., optimizer=...'}"
+    # an instrument that had its evidence but could not run (user code raised) is not part of a clean bill
+    return (Status.WARN if statuses & {Status.WARN.value, Status.SKIPPED.value} else Status.PASS), ""
+
+
+def _placeholders(details: dict[str, Any], rung: _Rung | None) -> dict[str, str]:
+    div = details["first_divergence"]
+    if div is None:
+        return {"intervention": "none: no divergence was found in what was checked",
+                "verification": "[fill in] nothing to verify; if the symptom persists, supply the evidence listed under "
+                                "NOT CHECKED and rerun diagnose",
+                "regression_test": "[fill in] keep this diagnosis as a test: assert firstdiv.diagnose(**evidence).ok"}
+    at = div["where"]
+    change = details["must_change"][0] if details["must_change"] else "the MUST CHANGE measurement"
+    return {
+        "intervention": f"[fill in] change exactly one mechanism at {at}: the one hypothesis the distinguishing experiment "
+                        "supports. Do not also change input layout, layer dimensions, learning rate, optimizer or "
+                        "normalization in the same edit (the one-bug rule).",
+        "verification": f"[fill in after the repair] rerun diagnose on the same evidence: the divergence at {at} is gone for "
+                        "the predicted reason (MUST CHANGE measured), MUST NOT CHANGE measured unchanged; a new first "
+                        "divergence is the next bug. Repeat the final check once without instruments.",
+        "regression_test": f"[fill in] a test that fails today and passes after the repair: assert {rung.test if rung else 'the instrument passes'}"
+                           f", and assert the MUST CHANGE measurement ({change})",
+    }
+
+
+# ---- command line -------------------------------------------------------------------------------------------------------------
+
+
+def _load_case(target: str) -> Callable[[], Any]:
+    where, sep, name = target.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise InvalidArgument(f"Expected CASE like path/to/case.py:make_evidence but got {target!r}")
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise InvalidArgument(f"Case file {where!r} does not exist (relative to {Path.cwd()})")
+        module_name = f"_firstdiv_case_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(module_name, path.resolve())
+        if spec is None or spec.loader is None:
+            raise InvalidArgument(f"Cannot import {where!r} as a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # noqa: BLE001 - the user's case file: any failure is an input error
+            sys.modules.pop(module_name, None)
+            raise InvalidArgument(f"Importing {where!r} raised {type(exc).__name__}: {exc}") from None
+    else:
+        try:
+            module = importlib.import_module(where)
+        except Exception as exc:  # noqa: BLE001 - the user's module: any failure is an input error
+            raise InvalidArgument(f"Cannot import module {where!r} ({type(exc).__name__}: {exc}); use path/to/case.py:{name}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise InvalidArgument(f"{where} has no function {name!r}; define {name}() returning a dict of evidence "
+                              "(model=..., batch=..., loss_fn=..., optimizer=...)")
+    return fn
+
+
+def _case_evidence(target: str) -> dict[str, Any]:
+    fn = _load_case(target)
+    try:
+        evidence = fn()
+    except Exception as exc:  # noqa: BLE001 - the user's function: any failure is an input error
+        raise InvalidArgument(f"{target}() raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if not isinstance(evidence, dict) or not all(isinstance(k, str) for k in evidence):
+        raise InvalidArgument(f"Expected {target}() to return a dict of evidence (model=..., batch=...) but got "
+                              f"{type(evidence).__name__}")
+    if not evidence:
+        raise InvalidArgument(f"{target}() returned an empty dict; return the evidence at hand (model=..., batch=..., ...)")
+    return dict(evidence)
+
+
+@click.command("diagnose")
+@click.argument("case")
+@click.option("--symptom", default=None, help="What exactly was observed (overrides the case's 'symptom').")
+@click.option("--expected", default=None, help="What was expected instead (overrides the case's 'expected').")
+@click.option("--all", "run_all", is_flag=True, help="Run every applicable instrument; still report the first divergence.")
+@json_option
+def diagnose_command(case: str, symptom: str | None, expected: str | None, run_all: bool, as_json: bool) -> int:
+    """Run the escalation ladder on the evidence CASE returns (path/to/case.py:make_evidence: a function returning
+    a dict of model, batch, loss_fn, optimizer, ..., optionally 'symptom' and 'expected') and print the incident
+    worksheet. Exit 1 when a divergence was found, 0 when none, 2 on a bad CASE."""
+    evidence = _case_evidence(case)
+    symptom = symptom if symptom is not None else evidence.pop("symptom", None)
+    expected = expected if expected is not None else evidence.pop("expected", None)
+    evidence.pop("symptom", None)
+    evidence.pop("expected", None)
+    worksheet = diagnose(symptom=symptom, expected=expected, stop_at_first=not run_all, **evidence)
+    emit(worksheet, as_json)
+    return EXIT_FOUND if worksheet.status is Status.FAIL else EXIT_OK
