@@ -12,8 +12,9 @@ from click.testing import CliRunner
 from harness import failing, watched
 
 from firstdiv import zoo
+from firstdiv._playbook import play_for
 from firstdiv._render import to_text
-from firstdiv._worksheet import CONTRACTS, FIELDS, contract_of, play_for
+from firstdiv._worksheet import CONTRACTS, FIELDS, contract_of
 from firstdiv.diagnosis import ORDER, Worksheet, diagnose, diagnose_command
 from firstdiv.errors import InvalidArgument
 from firstdiv.instruments._state import Snapshot

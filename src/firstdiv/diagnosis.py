@@ -72,7 +72,8 @@ from typing import Any
 import click
 
 from ._cli_common import EXIT_FOUND, EXIT_OK, emit, json_option
-from ._worksheet import ALL_GREEN, Worksheet, contract_of, play_for
+from ._playbook import play_for
+from ._worksheet import ALL_GREEN, Worksheet, contract_of
 from .errors import InvalidArgument
 from .report import Divergence, Finding, Report, Status, skipped
 

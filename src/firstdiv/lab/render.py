@@ -118,8 +118,9 @@ def _stats_lines(d: dict[str, Any], metric: str) -> Iterable[Text]:
     cp = d.get("coupling")
     if cp and cp["gain"] is not None:
         note = "the shared seeds bought little: the two sides' randomness is not coupled" if cp["gain"] < 1.5 else ""
+        gain = "every seed moved by the same amount" if cp["gain"] > 1e4 else f"{cp['gain']:.1f}x tighter"
         yield Text(f"  pairing: stdev of deltas {cp['stdev_delta']:.4f} vs {cp['independent_stdev']:.4f} for independent "
-                   f"runs ({cp['gain']:.1f}x tighter){'; ' + note if note else ''}")
+                   f"runs ({gain}){'; ' + note if note else ''}")
     u = d["unpaired"]
     if u["p_value"] is not None:
         label = "unpaired (seeds do not match)" if d["design"] == "unpaired" else "unpaired, for contrast"
