@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._playbook import prefixes
+from ._render import _fmt
 from .report import Report
 
 #: the worksheet's fields, in the book's order, with the question each one answers
@@ -64,16 +65,6 @@ def contract_of(instrument: str, kind: str) -> str:
 
 
 # ---- presentation ---------------------------------------------------------------------------------------------------------
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return str(value)
 
 
 def _reproduction_lines(rep: dict[str, Any]) -> list[str]:
