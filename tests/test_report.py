@@ -229,3 +229,17 @@ def test_runs_lists_a_sweep_name_with_brackets(cli, tiny, tmp_path):
     proc = cli("runs", "--store", store, cwd=tmp_path, env={"COLUMNS": "300"})
     assert proc.returncode == 0, proc.stderr[-300:]
     assert "[/bold]odd" in proc.stdout
+
+
+def test_rendering_a_report_the_first_time_leaves_pythons_random_state_alone():
+    import subprocess
+    import sys
+
+    probe = ("import random, firstdiv\n"
+             "from firstdiv.report import Report, Status\n"
+             "r = Report('x', Status.PASS)\n"
+             "s = random.getstate(); str(r); a = s == random.getstate()\n"
+             "s = random.getstate(); r._repr_html_(); b = s == random.getstate()\n"
+             "print(a, b)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True"]  # rich draws getrandbits when first imported; the renderer gives the state back

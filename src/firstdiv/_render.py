@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import importlib.util
 import io
-from typing import Any, Iterable
+import random
+from collections.abc import Iterable
+from typing import Any
 
+# rich draws from Python's global RNG when first imported (rich.style: ``count(getrandbits(24))``);
+# rendering a report must not move the user's random state, so the import gives it back.
+_state = random.getstate()
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+random.setstate(_state)
+del _state
 
 from .report import Report, Status
 
