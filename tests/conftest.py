@@ -47,3 +47,16 @@ def cli():
 @pytest.fixture
 def tiny():
     return TINY
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run fastest on one intra-op thread, and do not spin-wait against other processes on a
+    shared machine; the caller's thread count comes back afterwards. Use it per module:
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -18,15 +18,11 @@ from firstdiv.instruments._state import Snapshot
 from firstdiv.instruments.compare_outputs import compare_outputs, fingerprint
 from firstdiv.instruments.variants import Unavailable, variants
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
+
 TESTS = str(Path(__file__).resolve().parent)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 class MLP(nn.Module):

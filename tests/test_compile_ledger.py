@@ -16,13 +16,9 @@ from firstdiv.instruments._compile_compare import compare
 from firstdiv.instruments._state import Snapshot
 from firstdiv.instruments.compile_ledger import LINKS, compile_ledger
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+
 
 
 # --- code written the way users write it ------------------------------------------------------------------------

@@ -7,7 +7,6 @@ import json
 import textwrap
 
 import pytest
-import torch
 from click.testing import CliRunner
 from harness import failing, watched
 
@@ -20,13 +19,9 @@ from firstdiv.errors import InvalidArgument
 from firstdiv.instruments._state import Snapshot
 from firstdiv.report import Report, Status
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+
 
 
 def _evidence(program, *extra):

@@ -12,13 +12,9 @@ from firstdiv.instruments import diagnostic_set as ds_module
 from firstdiv.instruments._state import Snapshot
 from firstdiv.instruments.diagnostic_set import SCHEMA_VERSION, DiagnosticSet, decision
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+
 
 
 class Classifier(nn.Module):

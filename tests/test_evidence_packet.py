@@ -17,13 +17,9 @@ from firstdiv.instruments._state import Snapshot
 from firstdiv.instruments.evidence_packet import load_packet, save_packet
 from firstdiv.report import Report, Status
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+
 
 
 class Net(nn.Module):

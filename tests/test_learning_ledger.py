@@ -19,18 +19,13 @@ from firstdiv import InvalidArgument, learning_ledger
 from firstdiv.instruments._state import Snapshot
 from firstdiv.report import Report, Status
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
+
 K, FEATURES, N = 4, 16, 64
 VOCAB, T = 16, 12
 LINKS = ["TASK", "OBJECTIVE", "DEPENDENCY", "GRADIENT", "OPTIMIZER_OWNERSHIP", "PARAMETER_UPDATE", "CAPABILITY"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and do not spin-wait on a shared machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # ---- small programs ----------------------------------------------------------------------------

@@ -22,13 +22,9 @@ from firstdiv.instruments._loader_setup import closure_state
 from firstdiv.instruments._state import Snapshot
 from firstdiv.instruments.loader_timing import loader_timing
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+
 
 
 class Sleepy(Dataset):

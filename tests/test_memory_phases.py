@@ -13,15 +13,11 @@ from firstdiv._render import to_text
 from firstdiv.instruments._state import Snapshot
 from firstdiv.instruments.memory_phases import ADVICE, memory_phases
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
+
 KiB = 1024
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def program(opt="adam", width=256, device="cpu"):

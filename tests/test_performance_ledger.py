@@ -16,13 +16,9 @@ from firstdiv.instruments._perf_timing import PHASES
 from firstdiv.instruments._state import Snapshot
 from firstdiv.instruments.performance_ledger import performance_ledger
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+
 
 
 def program(device="cpu"):

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from firstdiv import zoo
 from firstdiv.errors import InvalidArgument
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
+
 SEEDS = (0, 1, 2)
 
 # The issue 5, 6 and 7 tables: fault | reference | instrument -> where (kind); ... (the issue 6 table leaves
@@ -74,13 +76,6 @@ TRAINED = tuple(ref for ref in zoo.REFERENCES if ref != "pipeline")  # the refer
 ALL_PROGRAMS = [(ref, None) for ref in zoo.REFERENCES] + [(f.reference, name) for name, f in zoo.FAULTS.items()]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The programs are tiny: one thread is faster and does not spin against other processes."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _parse_expect(text: str) -> zoo.Expect:
