@@ -218,3 +218,34 @@ def test_global_randomness_inside_apply_is_named_with_the_fix():
                                apply=lambda p, x: torch.nn.functional.dropout(x @ p[0], 0.5), batch_size=8)
     with pytest.raises(InvalidArgument, match=r"global RNG.*draws="):
         functional.train_stack(fs, [0, 1], [Recorder(0, {}), Recorder(1, {})])
+
+
+def test_predicted_class_is_argmax_with_the_first_of_tied_maxima():
+    logits = torch.tensor([[[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [0.0, -1.0, 5.0, 5.0]]])
+    assert functional.predicted(logits).tolist() == [[1, 0, 2]]
+    wide = torch.randn(3, 50, 4).round()  # many ties
+    assert torch.equal(functional.predicted(wide), wide.argmax(-1))
+    assert torch.equal(functional.predicted(wide.transpose(1, 2).contiguous().transpose(1, 2)), wide.argmax(-1))
+
+
+@pytest.mark.parametrize("name", ["adamw", "adam", "sgd"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_stack_optimizer_follows_torch_optim_step_for_step(name, fused, monkeypatch):
+    monkeypatch.setattr(functional, "_has_fused", lambda *a: fused)
+    x, y = torch.randn(8, 2), torch.zeros(8, dtype=torch.int64)
+    fs = functional.Functional(data=(x, y, x, y), init=lambda g: [torch.zeros(2)], apply=lambda p, x: x,
+                               optimizer=name, lr=0.05, weight_decay=0.1)
+    gen = torch.Generator().manual_seed(0)
+    start = torch.randn(3, 64, generator=gen)
+    flat = start.clone()
+    opt = functional._Optimizer(fs, flat)
+    assert opt.fused == (fused and name != "sgd")
+    ref = start.clone().requires_grad_()
+    cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}[name]
+    ref_opt = cls([ref], lr=0.05, weight_decay=0.1, foreach=False)
+    for _ in range(25):
+        grad = torch.randn(3, 64, generator=gen)
+        opt.update(grad)
+        ref.grad = grad.clone()
+        ref_opt.step()
+    torch.testing.assert_close(flat, ref.detach(), rtol=1e-5, atol=1e-6)

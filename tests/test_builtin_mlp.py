@@ -99,3 +99,52 @@ def test_label_shift_pairs_inputs_with_later_labels():
 def test_bad_knob_values_are_rejected_with_the_key(sets):
     with pytest.raises(InvalidArgument, match=sets[0].split("=")[0]):
         resolve("builtin:mlp").config(sets=sets)
+
+
+def _plain_loss(params, x, y, keep, scale):
+    """The MLP written with nn.functional and autograd: the reference for the hand-written backward."""
+    w1, b1, w2, b2, w3, b3 = params
+    h = w1.shape[0]
+    a1 = torch.nn.functional.linear(x, w1, b1).relu() * keep[:, :h] * scale
+    a2 = torch.nn.functional.linear(a1, w2, b2).relu() * keep[:, h:] * scale
+    return torch.nn.functional.cross_entropy(torch.nn.functional.linear(a2, w3, b3), y)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3, 0.6])
+def test_stacked_mlp_forward_and_gradients_match_the_plain_layers(p):
+    cfg = resolve("builtin:mlp").config({"hidden": 9, "classes": 3, "in_dim": 5})
+    gen = torch.Generator().manual_seed(4)
+    params = [t.double().requires_grad_() for t in mlp.init_params(cfg, gen)]
+    x, y = torch.randn(17, 5, generator=gen, dtype=torch.float64), torch.randint(0, 3, (17,), generator=gen)
+    keep = mlp._keep(mlp._draw(gen, 17, hidden=9), hidden=9, p=p).double() if p else torch.ones(17, 18, dtype=torch.float64)
+    scale = 1.0 / (1.0 - p)
+    expected = torch.autograd.grad(_plain_loss(params, x, y, keep, scale), params)
+    logits = mlp.stacked_forward([t.unsqueeze(0) for t in params], x.unsqueeze(0), keep.unsqueeze(0), scale=scale)
+    assert logits.shape == (1, 17, 3)
+    loss = torch.nn.functional.cross_entropy(logits[0], y)
+    assert float(loss.detach()) == pytest.approx(float(_plain_loss(params, x, y, keep, scale).detach()), rel=1e-12)
+    for got, want in zip(torch.autograd.grad(loss, params), expected):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_dropout_decisions_drop_p_of_units_independently_of_how_the_bits_are_drawn():
+    from scipy import stats
+
+    gen = torch.Generator().manual_seed(0)
+    bits = mlp._draw(gen, 4000, hidden=32)
+    assert bits.shape == (4000, 16) and bits.dtype == torch.int64
+    keep = mlp._keep(bits, hidden=32, p=0.3)
+    assert keep.shape == (4000, 64) and set(keep.unique().tolist()) == {0.0, 1.0}
+    dropped = int((keep == 0).sum())
+    # p rounded up to a multiple of 2**-16: 19661 / 65536
+    assert stats.binomtest(dropped, keep.numel(), 19661 / 65536).pvalue > 1e-4
+    # each unit's rate, not only the total (a bad view of the 64-bit draws would skew some columns)
+    per_unit = (keep == 0).double().mean(0)
+    assert float(per_unit.min()) > 0.27 and float(per_unit.max()) < 0.33
+    # an odd hidden size uses the first 2 * hidden of the 16-bit fields
+    assert mlp._keep(mlp._draw(gen, 10, hidden=5), hidden=5, p=0.5).shape == (10, 10)
+    # filling a buffer row in place draws the very same bits as a fresh tensor (the stack's fast path)
+    row = torch.empty(4000, 16, dtype=torch.int64)
+    mlp._draw(torch.Generator().manual_seed(0), 4000, hidden=32, out=row)
+    assert torch.equal(row, bits)
+    assert mlp._keep(bits, hidden=32, p=0.0).all()  # p = 0 drops nothing

@@ -171,40 +171,60 @@ def forward(params: list[torch.Tensor], x: torch.Tensor, dropout: float, gen: to
 
     One seed is a stack of one: this runs the same code as training and the vectorized backend.
     """
-    keep = _masks(gen, x.shape[0], hidden=params[0].shape[0], p=dropout) if gen is not None and dropout > 0 else None
-    return stacked_forward([p.unsqueeze(0) for p in params], x.unsqueeze(0),
-                           None if keep is None else keep.unsqueeze(0))[0]
+    hidden = params[0].shape[0]
+    stacked = [p.unsqueeze(0) for p in params]
+    if gen is None or dropout == 0:
+        return stacked_forward(stacked, x.unsqueeze(0))[0]
+    keep = _keep(_draw(gen, x.shape[0], hidden=hidden), hidden=hidden, p=dropout).unsqueeze(0)
+    return stacked_forward(stacked, x.unsqueeze(0), keep, scale=1.0 / (1.0 - dropout))[0]
 
 
-def stacked_forward(params: list[torch.Tensor], x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+def stacked_forward(params: list[torch.Tensor], x: torch.Tensor, keep: torch.Tensor | None = None,
+                    scale: float = 1.0) -> torch.Tensor:
     """Logits [S, B, classes] for S seeds' params (w [S, out, in], b [S, out]) and inputs [S, B, in_dim].
 
-    ``keep`` [S, B, 2 * hidden] holds the two layers' dropout multipliers (0 or 1 / (1 - p)), or None.
+    ``keep`` [S, B, 2 * hidden] holds the two layers' dropout decisions (1 kept, 0 dropped), or None;
+    kept units are scaled by ``scale`` (1 / (1 - p)).
     """
-    return _StackedMLP.apply(x, keep, *params)
+    return _StackedMLP.apply(x, keep, scale, *params).transpose(1, 2)
 
 
 class _StackedMLP(torch.autograd.Function):
     """The three-layer MLP over a stack of seeds with its backward written out: batched matmuls and
-    per-seed sums only, so no value of one seed reaches another, in about a third of autograd's ops."""
+    per-seed sums only, so no value of one seed reaches another, in about a third of autograd's ops.
+
+    Dropout multiplies by the 0/1 decisions and the scale 1 / (1 - p) rides on the next layer's
+    matmul (``alpha``), which spares an elementwise pass in forward and two in backward. The logits
+    come out as [S, classes, B] (w3 @ a2^T: a few classes make a far faster matmul as rows than as
+    columns), which is also the layout cross-entropy reads.
+    """
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, keep: torch.Tensor | None, w1: torch.Tensor, b1: torch.Tensor,
-                w2: torch.Tensor, b2: torch.Tensor, w3: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, keep: torch.Tensor | None, scale: float, w1: torch.Tensor,
+                b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor, w3: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
         hidden = w1.shape[1]
         k1, k2 = (None, None) if keep is None else (keep[..., :hidden], keep[..., hidden:])
         a1 = _relu_drop(torch.baddbmm(b1.unsqueeze(1), x, w1.transpose(1, 2)), k1)
-        a2 = _relu_drop(torch.baddbmm(b2.unsqueeze(1), a1, w2.transpose(1, 2)), k2)
-        ctx.save_for_backward(x, a1, a2, w2, w3, k1, k2)
-        return torch.baddbmm(b3.unsqueeze(1), a2, w3.transpose(1, 2))
+        a2 = _relu_drop(torch.baddbmm(b2.unsqueeze(1), a1, w2.transpose(1, 2), alpha=scale), k2)
+        ctx.save_for_backward(x, a1, a2, w2, w3)
+        ctx.scale = scale
+        return torch.baddbmm(b3.unsqueeze(2), w3, a2.transpose(1, 2), alpha=scale)
 
     @staticmethod
     def backward(ctx: Any, g3: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, a1, a2, w2, w3, k1, k2 = ctx.saved_tensors
-        g2 = _relu_drop_grad(torch.bmm(g3, w3), a2, k2)
-        g1 = _relu_drop_grad(torch.bmm(g2, w2), a1, k1)
-        return (None, None, torch.bmm(g1.transpose(1, 2), x), g1.sum(1), torch.bmm(g2.transpose(1, 2), a1),
-                g2.sum(1), torch.bmm(g3.transpose(1, 2), a2), g3.sum(1))
+        x, a1, a2, w2, w3 = ctx.saved_tensors
+        s = ctx.scale  # g3: [S, classes, B]
+        # a = relu(z) * keep is > 0 exactly where the unit was kept and z > 0: the only places z gets a gradient.
+        g2 = _relu_grad(_scaled_bmm(g3.transpose(1, 2), w3, s, like=a2), a2)
+        g1 = _relu_grad(_scaled_bmm(g2, w2, s, like=a1), a1)
+        return (None, None, None, torch.bmm(g1.transpose(1, 2), x), g1.sum(1),
+                _scaled_bmm(g2.transpose(1, 2), a1, s, like=w2), g2.sum(1),
+                _scaled_bmm(g3, a2, s, like=w3), g3.sum(2))
+
+
+def _scaled_bmm(a: torch.Tensor, b: torch.Tensor, scale: float, *, like: torch.Tensor) -> torch.Tensor:
+    """``scale * (a @ b)`` in one batched matmul (``like`` has the result's shape; beta=0 ignores its values)."""
+    return torch.bmm(a, b) if scale == 1.0 else torch.baddbmm(like, a, b, beta=0.0, alpha=scale)
 
 
 def _relu_drop(z: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -212,18 +232,39 @@ def _relu_drop(z: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     return z if keep is None else z.mul_(keep)
 
 
-def _relu_drop_grad(grad: torch.Tensor, out: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    # out = relu(z) * keep, so d out / d z = keep where out > 0 and 0 elsewhere (keep > 0 there).
-    grad = grad if keep is None else grad.mul_(keep)
+def _relu_grad(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten.threshold_backward(grad, out, 0.0)
 
 
-def _masks(gen: torch.Generator, n: int, *, hidden: int, p: float) -> torch.Tensor:
-    """Dropout multipliers [n, 2 * hidden] for n examples: 0 with probability p, else 1 / (1 - p).
+def _draw(gen: torch.Generator, n: int, *, hidden: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Raw dropout bits for n examples: [n, ceil(hidden / 2)] int64, four 16-bit decisions per value
+    (written into ``out`` when given).
 
-    Drawn on the CPU generator on every device, so a seed's masks do not depend on the device.
+    One 64-bit draw serves four units (a float mask would take one 32-bit draw per unit, and the
+    draws are most of what a seed adds to a stack). Drawn on the CPU generator on every device, so a
+    seed's masks do not depend on the device.
     """
-    return torch.rand(n, 2 * hidden, generator=gen).ge_(p).div_(1.0 - p)
+    bits = torch.empty(n, -(-hidden // 2), dtype=torch.int64) if out is None else out
+    return bits.random_(-(2**63), None, generator=gen)
+
+
+def _keep(bits: torch.Tensor, *, hidden: int, p: float) -> torch.Tensor:
+    """Dropout decisions [..., 2 * hidden] (1.0 kept, 0.0 dropped) from raw bits [..., ceil(hidden / 2)].
+
+    A unit is dropped when its 16-bit draw is below ceil(p * 2**16), so the drop probability is ``p``
+    rounded up to a multiple of 2**-16 (0.3 -> 0.300003).
+    """
+    units = bits.view(torch.int16)[..., : 2 * hidden]
+    keep = torch.empty(units.shape, dtype=torch.float32, device=units.device)
+    return torch.ge(units, math.ceil(p * 65536) - 32768, out=keep)
+
+
+def _apply(params: list[torch.Tensor], x: torch.Tensor, bits: torch.Tensor | None, *, hidden: int,
+           p: float) -> torch.Tensor:
+    """The Functional's apply: stacked logits, with the batch's dropout bits turned into decisions."""
+    if bits is None:
+        return stacked_forward(params, x)
+    return stacked_forward(params, x, _keep(bits, hidden=hidden, p=p), scale=1.0 / (1.0 - p))
 
 
 def eval_contract(config: dict[str, Any]) -> dict[str, Any]:
@@ -251,17 +292,39 @@ def evaluate(params: list[torch.Tensor], data: Data, config: dict[str, Any], gen
 def evaluate_stack(params: list[torch.Tensor], gens: list[torch.Generator], *, data: Data,
                    config: dict[str, Any]) -> dict[str, torch.Tensor]:
     """:func:`evaluate` for S seeds at once: val_loss and val_acc, each a tensor [S]."""
-    n, s = config["eval_subset"] or config["n_val"], params[0].shape[0]
-    device = params[0].device
-    x = (data.x_val[:n].to(device) * config["eval_input_scale"]).expand(s, n, -1)
-    y = data.y_val[:n].to(device).expand(s, n)
-    keep = None
-    if config["eval_mode"] == "train" and config["dropout"] > 0:
-        keep = torch.stack([_masks(g, n, hidden=config["hidden"], p=config["dropout"]) for g in gens]).to(device)
-    logits = stacked_forward(params, x, keep)
-    loss = functional.losses("cross_entropy", logits, y, reduction=config["eval_reduction"])
-    acc = (logits.argmax(dim=-1) == y).to(torch.float64).mean(dim=1)
-    return {"val_loss": loss, "val_acc": acc}
+    return _Evaluator(data, config)(params, gens)
+
+
+class _Evaluator:
+    """The stacked evaluation of one config, keeping the validation inputs laid out for the stack
+    (a batched matmul copies a broadcast input on every call; one stack evaluates every epoch)."""
+
+    def __init__(self, data: Data, config: dict[str, Any]) -> None:
+        self.data, self.config = data, config
+        self.n = config["eval_subset"] or config["n_val"]
+        self._inputs: tuple[int, torch.device, torch.Tensor, torch.Tensor] | None = None
+
+    def inputs(self, s: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs [S, n, in_dim] (contiguous) and labels [S, n] for a stack of ``s`` seeds."""
+        if self._inputs is None or self._inputs[:2] != (s, device):
+            x = self.data.x_val[: self.n].to(device) * self.config["eval_input_scale"]
+            self._inputs = (s, device, x.expand(s, *x.shape).contiguous(),
+                            self.data.y_val[: self.n].to(device).expand(s, self.n))
+        return self._inputs[2], self._inputs[3]
+
+    @torch.no_grad()
+    def __call__(self, params: list[torch.Tensor], gens: list[torch.Generator]) -> dict[str, torch.Tensor]:
+        config, n = self.config, self.n
+        x, y = self.inputs(params[0].shape[0], params[0].device)
+        keep, scale = None, 1.0
+        if config["eval_mode"] == "train" and config["dropout"] > 0:
+            hidden, p = config["hidden"], config["dropout"]
+            keep = torch.stack([_keep(_draw(g, n, hidden=hidden), hidden=hidden, p=p) for g in gens]).to(x.device)
+            scale = 1.0 / (1.0 - p)
+        logits = stacked_forward(params, x, keep, scale=scale)
+        loss = functional.losses("cross_entropy", logits, y, reduction=config["eval_reduction"])
+        acc = (functional.predicted(logits) == y).to(torch.float64).mean(dim=1)
+        return {"val_loss": loss, "val_acc": acc}
 
 
 def spec(config: dict[str, Any], data: Data | None = None) -> functional.Functional:
@@ -273,10 +336,11 @@ def spec(config: dict[str, Any], data: Data | None = None) -> functional.Functio
     p = config["dropout"]
     return functional.Functional(
         data=(data.x_train, y, data.x_val, data.y_val),
-        init=functools.partial(init_params, config), apply=stacked_forward, stacked=True,
-        draws=functools.partial(_masks, hidden=config["hidden"], p=p) if p > 0 else None,
+        init=functools.partial(init_params, config), stacked=True,
+        apply=functools.partial(_apply, hidden=config["hidden"], p=p) if p > 0 else stacked_forward,
+        draws=functools.partial(_draw, hidden=config["hidden"]) if p > 0 else None,
         epochs=config["epochs"], batch_size=config["batch_size"], lr=config["lr"], optimizer=config["optimizer"],
-        weight_decay=config["weight_decay"], evaluate=functools.partial(evaluate_stack, data=data, config=config),
+        weight_decay=config["weight_decay"], evaluate=_Evaluator(data, config),
         data_identity=data.identity(), eval_contract=eval_contract(config), device=config["device"])
 
 

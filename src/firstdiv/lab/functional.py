@@ -30,6 +30,7 @@ contract, per-epoch curves, per-step gradient norms, throughput and the trained 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import time
 from dataclasses import dataclass
@@ -63,7 +64,8 @@ class Functional:
     ``apply(params, x)``: logits ``[B, ...]`` for one seed's params and inputs ``x [B, ...]``; firstdiv
     maps it over the stack with ``torch.func.vmap``. ``stacked=True`` says it already takes stacked
     params ``[S, ...]`` and inputs ``[S, B, ...]`` (and ``r`` [S, B, ...]). With ``draws``, the signature is
-    ``apply(params, x, r)``: ``r`` holds the batch's rows of ``draws(gen, n)``, which is called once per
+    ``apply(params, x, r)``: ``r`` holds the batch's rows of ``draws(gen, n)`` (or ``draws(gen, n, out=row)``
+    filling a buffer row in place, when it takes ``out``), which is called once per
     epoch with the seed's own generator (dropout masks, say), and is None at evaluation.
     ``loss``: ``"cross_entropy"``, ``"mse"`` or a per-seed ``(logits, y) -> scalar`` (mean over the batch).
     ``evaluate(params, gens)``: optional stacked evaluation returning ``{metric: tensor [S]}``; the
@@ -224,6 +226,12 @@ def losses(loss: str | Callable[[Tensor, Tensor], Tensor], out: Tensor, y: Tenso
     return per.sum(1) if reduction == "sum" else per.mean(1)
 
 
+def predicted(logits: Tensor) -> Tensor:
+    """The predicted class, ``logits.argmax(-1)`` (the first of tied maxima), through ``max``: argmax
+    over a few classes is several times slower on the CPU."""
+    return logits.max(dim=-1).indices
+
+
 @torch.no_grad()
 def evaluate(fs: Functional, params: list[Tensor], gens: list[dict[str, torch.Generator]]) -> dict[str, Tensor]:
     """Validation metrics per seed, each a tensor [S]."""
@@ -235,22 +243,31 @@ def evaluate(fs: Functional, params: list[Tensor], gens: list[dict[str, torch.Ge
     out = forward(fs, params, x, None)
     metrics = {"val_loss": losses(fs.loss, out, y)}
     if fs.loss == "cross_entropy":
-        metrics["val_acc"] = (out.argmax(-1) == y).to(torch.float64).reshape(s, -1).mean(1)
+        metrics["val_acc"] = (predicted(out) == y).to(torch.float64).reshape(s, -1).mean(1)
     return metrics
 
 
 class _Optimizer:
     """AdamW, Adam and SGD over a stack's flat parameters [S, L]: elementwise, so no value of one seed
-    touches another's. The arithmetic is torch.optim's single-tensor implementation, step for step."""
+    touches another's. Adam and AdamW run torch.optim's fused kernel (``fused=True``: one pass over the
+    stack per step) where this torch has it for the device, else torch.optim's single-tensor arithmetic."""
 
     def __init__(self, fs: Functional, flat: Tensor) -> None:
         self.fs, self.flat, self.step = fs, flat, 0
         self.m, self.v = torch.zeros_like(flat), torch.zeros_like(flat)
+        self.fused = fs.optimizer != "sgd" and _has_fused(fs.optimizer, flat.device.type)
+        self.steps = torch.zeros((), dtype=torch.float32, device=flat.device)
 
     @torch.no_grad()
     def update(self, grad: Tensor) -> None:
         fs, param = self.fs, self.flat
         self.step += 1
+        if self.fused:
+            self.steps.add_(1)
+            _FUSED[fs.optimizer]([param], [grad], [self.m], [self.v], [], [self.steps], lr=fs.lr, beta1=fs.betas[0],
+                                 beta2=fs.betas[1], weight_decay=fs.weight_decay, eps=fs.eps, amsgrad=False,
+                                 maximize=False)
+            return
         if fs.optimizer == "adamw":
             param.mul_(1 - fs.lr * fs.weight_decay)
         elif fs.weight_decay:
@@ -265,16 +282,47 @@ class _Optimizer:
         param.addcdiv_(self.m, denom, value=-fs.lr / (1 - b1 ** self.step))
 
 
+_FUSED: dict[str, Callable[..., None]] = {"adamw": getattr(torch, "_fused_adamw_", None),
+                                           "adam": getattr(torch, "_fused_adam_", None)}
+
+
+@functools.lru_cache(maxsize=None)
+def _has_fused(optimizer: str, device: str) -> bool:
+    """Whether torch.optim's fused kernel for ``optimizer`` runs on ``device`` here (CPU: torch >= 2.4)."""
+    kernel = _FUSED[optimizer]
+    if kernel is None:
+        return False
+    t = [torch.zeros(1, device=device) for _ in range(4)]
+    try:
+        kernel([t[0]], [t[1]], [t[2]], [t[3]], [], [torch.ones((), device=device)], lr=0.1, beta1=0.9, beta2=0.99,
+               weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
 def _epoch_inputs(fs: Functional, gens: list[dict[str, torch.Generator]], n: int,
                   buf: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """Each seed's batch order [S, n] and draws [S, n, ...] for one epoch (``buf``: last epoch's draws, reused)."""
     order = torch.stack([torch.randperm(n, generator=g["order"]) for g in gens]).to(fs.device)
     if fs.draws is None:
         return order, None
+    if buf is not None and buf.device.type == "cpu" and _fills(fs.draws):  # each seed's row drawn in place
+        for row, g in zip(buf, gens):
+            fs.draws(g["dropout"], n, out=row)
+        return order, buf
     rows = [fs.draws(g["dropout"], n) for g in gens]
     if buf is None or buf.shape[1:] != rows[0].shape or buf.dtype != rows[0].dtype:
         return order, torch.stack(rows).to(fs.device)
     return order, torch.stack(rows, out=buf) if buf.device == rows[0].device else buf.copy_(torch.stack(rows))
+
+
+def _fills(draws: Callable[..., Tensor]) -> bool:
+    """Whether ``draws`` takes ``out=``: it can then fill last epoch's buffer row by row, without a copy."""
+    try:
+        return "out" in inspect.signature(draws).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
 
 
 def _epoch(fs: Functional, stack: Stack, opt: _Optimizer, gens: list[dict[str, torch.Generator]],
@@ -286,12 +334,18 @@ def _epoch(fs: Functional, stack: Stack, opt: _Optimizer, gens: list[dict[str, t
     for start in range(0, n, bs):
         idx = order[:, start : start + bs]
         r = None if draws is None else draws[:, start : start + bs]
-        loss = losses(fs.loss, forward(fs, stack.views(), x[idx], r), y[idx])
+        loss = losses(fs.loss, forward(fs, stack.views(), rows(x, idx), r), rows(y, idx))
         (grad,) = torch.autograd.grad(loss.sum(), stack.flat)  # d(sum)/d(loss_s) = 1: each seed gets its own gradient
         step_norms.append(torch.linalg.vector_norm(grad, dim=1))
         opt.update(grad)
         step_losses.append(loss.detach())
     return torch.stack(step_losses).tolist(), torch.stack(step_norms).tolist(), draws
+
+
+def rows(t: Tensor, idx: Tensor) -> Tensor:
+    """``t[idx]`` for a stack's batch indices ``idx`` [S, B]: [S, B, ...] (index_select, several times
+    faster than advanced indexing with a 2-D index)."""
+    return t.index_select(0, idx.reshape(-1)).view(*idx.shape, *t.shape[1:])
 
 
 def train_stack(fs: Functional, seeds: Sequence[int], recs: Sequence[Any]) -> list[list[Tensor]]:
