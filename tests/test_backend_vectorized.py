@@ -24,11 +24,11 @@ IDENTITY_FIELDS = ("seed", "workload", "identity", "config_hash", "code", "env_h
                    "eval_contract", "eval_fields", "data_identity", "status", "error")
 
 
-def _run(backend, target, seeds, sets=(), ident=None, **options):
+def _run(backend, target, seeds, sets=(), ident=None, workers=None, **options):
     wl = resolve(target)
     ident = ident or identity(wl, wl.config(sets=list(sets)))
     out = []
-    backends.get(backend)(wl, list(seeds), ident, workers=None, done=out.append, options=options)
+    backends.get(backend)(wl, list(seeds), ident, workers=workers, done=out.append, options=options)
     return out, ident
 
 
@@ -249,3 +249,35 @@ def test_stack_optimizer_follows_torch_optim_step_for_step(name, fused, monkeypa
         ref.grad = grad.clone()
         ref_opt.step()
     torch.testing.assert_close(flat, ref.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_worker_processes_train_balanced_stacks_that_equal_the_serial_runs_bit_for_bit():
+    serial, ident = _run("serial", "builtin:mlp", range(10), MLP_FAST)
+    for chunk, sizes in ((None, [5] * 10), (3, [3] * 6 + [2] * 4)):  # 10 seeds, chunk 3 -> 4 stacks of 3, 3, 2, 2
+        options = {} if chunk is None else {"chunk": chunk}
+        stacked, _ = _run("vectorized", "builtin:mlp", range(10), ident=ident, workers=2, **options)
+        assert sorted(r.seed for r in stacked) == list(range(10))
+        by_seed = {r.seed: r for r in stacked}
+        assert [by_seed[s].extra["batch_seeds"] for s in range(10)] == sizes
+        assert {r.extra["where"] for r in stacked} == {"worker process"}
+        for a in serial:
+            _same(a, by_seed[a.seed])
+            assert a.state_hash == by_seed[a.seed].state_hash, (chunk, a.seed)
+
+
+def test_vectorized_split_balances_stacks_over_workers():
+    assert vectorized.split(list(range(10)), 4, 1) == [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9)]
+    assert vectorized.split(list(range(12)), 256, 2) == [tuple(range(6)), tuple(range(6, 12))]
+    assert [len(s) for s in vectorized.split(list(range(100)), 40, 2)] == [25] * 4
+    assert vectorized.split([7, 3], 256, 4) == [(7,), (3,)]  # never an empty stack
+
+
+def test_a_worker_dying_fails_only_the_seeds_of_the_stack_it_held(tmp_path):
+    res = firstdiv.sweep(f"{FUNCTIONAL}:crash_stack", "0-4", store=tmp_path / "runs.db", backend="vectorized",
+                         workers=2)
+    failed = {r.seed: r.error for r in res.failed}
+    assert sorted(failed) == [0, 1, 2] and sorted(res.ran) == [0, 1, 2, 3, 4]
+    assert "stack of seeds 0, 1, 2" in failed[0] and "exit code 3" in failed[0] and "--backend serial" in failed[0]
+    assert all(r.ok and r.extra["batch_seeds"] == 2 for r in res.records if r.seed in (3, 4))
+    again = firstdiv.sweep(f"{FUNCTIONAL}:crash_stack", "0-4", store=tmp_path / "runs.db", backend="serial")
+    assert again.ran == (0, 1, 2) and not again.failed  # alone, each of them trains

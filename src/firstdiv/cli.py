@@ -56,7 +56,7 @@ def cli() -> None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 @click.option("--name", default=None, help="Sweep name (default: derived from the changed config keys).")
 @click.option("--backend", default="serial", show_default=True, help="serial, process, vectorized or ray.")
-@click.option("--workers", type=int, default=None, help="Parallel workers for process/ray (default: CPU count).")
+@click.option("--workers", type=int, default=None, help="Parallel workers: process/ray (default: CPU count); vectorized (default 1: one process).")
 @click.option("--address", default=None, help="Ray cluster address for --backend ray (default: start a local Ray).")
 @click.option("--chunk", type=int, default=None, help="Seeds trained at once by --backend vectorized (default: by memory).")
 @click.option("--hypothesis", default=None, help="What you expect, declared before the runs.")
@@ -74,7 +74,7 @@ def sweep(target: str, seeds: str, sets: tuple[str, ...], name: str | None, back
 
     options = {k: v for k, v in (("address", address), ("chunk", chunk)) if v is not None} or None
     if backend in backends.BACKENDS:  # e.g. the process backend's workers import torch while this process does
-        backends.warm(backend, dict(options or {}))
+        backends.warm(backend, dict(options or {}), workers)
     from .lab.sweep import sweep as run_sweep
 
     result = run_sweep(target, seeds, sets=list(sets), name=name, store=store, backend=backend, workers=workers,

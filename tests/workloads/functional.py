@@ -69,3 +69,24 @@ def regress(config):
                       init=lambda gen: [torch.randn(5, 2, generator=gen), torch.zeros(2)], apply=_line,
                       loss=_huber if config["loss"] == "huber" else "mse", optimizer="sgd",
                       epochs=config["epochs"], batch_size=16, lr=config["lr"])
+
+
+def _dies_in_a_stack_of(params, x, size):
+    """Stacked apply that ends its interpreter in a stack of exactly ``size`` seeds (a segfault, say)."""
+    import os
+
+    if params[0].shape[0] == size:
+        os._exit(3)
+    return torch.bmm(x, params[0]) + params[1].unsqueeze(1)
+
+
+@firstdiv.workload(defaults={"lr": 0.05, "epochs": 2, "crash_stack": 3})
+@vectorizable
+def crash_stack(config):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=g)
+    y = (x @ torch.randn(4, 2, generator=g)).argmax(1)
+    return Functional(data=(x[:48], y[:48], x[48:], y[48:]),
+                      init=lambda gen: [torch.randn(4, 2, generator=gen), torch.zeros(2)],
+                      apply=functools.partial(_dies_in_a_stack_of, size=config["crash_stack"]), stacked=True,
+                      epochs=config["epochs"], batch_size=16, lr=config["lr"])

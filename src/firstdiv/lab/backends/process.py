@@ -1,12 +1,13 @@
 """Worker processes on this machine; each runs whole seeds, one at a time, at the sweep's thread count.
 
-Workers start once per sweep and stay busy: each is handed its next seed as soon as it reports the
-last, so start-up (importing torch) is paid once per worker, not once per seed. Where the platform
+Workers start once per sweep and stay busy: each is handed its next job as soon as it reports the
+last, so start-up (importing torch) is paid once per worker, not once per seed. A job is one seed
+here; the vectorized backend hands the same workers whole stacks of seeds (:func:`run_jobs`). Where the platform
 has a fork server, workers are forked from one that has torch and the runner already imported
 (started once per Python process and reused by later sweeps); elsewhere they are spawned.
 
-A worker that dies (``os._exit``, a segfault, the OOM killer) costs only the seed it held: that seed
-is recorded as failed with the exit code or signal, a fresh worker takes its place and the sweep
+A worker that dies (``os._exit``, a segfault, the OOM killer) costs only the job it held: its seeds
+are recorded as failed with the exit code or signal, a fresh worker takes its place and the sweep
 goes on. Workers ignore SIGINT; on Ctrl-C the parent stops them and re-raises, every finished run
 already recorded.
 """
@@ -30,42 +31,57 @@ from . import Done, cpus, crashed, load, portable
 #: is imported by the first optimizer a run builds (about 1 s). As with spawn, each worker still
 #: imports the user's script (``__main__``) again: keep its heavy imports inside ``if __name__ == ...``.
 PRELOAD = ["torch", "torch._dynamo", "torch.optim", "numpy", "firstdiv.lab.runner", "firstdiv.lab.builtin_mlp",
+           "firstdiv.lab.backends.vectorized",
            "firstdiv.lab.backends.process"]
 _STOP_SECONDS = 5.0
 _START_ATTEMPTS = 3  # consecutive workers dying before they load the workload: the sweep cannot run
+
+
+#: A job: the seeds one worker trains before it reports, one seed or one stack.
+Job = tuple[int, ...]
 
 
 @dataclass
 class _Worker:
     proc: Any
     conn: Connection
-    seed: int | None = None
-    ready: bool = False  # it loaded the workload: a death from now on is the seed's doing
+    job: Job | None = None
+    ready: bool = False  # it loaded the workload: a death from now on is the job's doing
 
 
 def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers: int | None, done: Done,
         options: dict[str, Any]) -> None:
     threads = int(ident["env"]["threads"])
-    n = min(workers or max(1, cpus() // threads), len(seeds))
-    pool = _Pool(workload, ident, threads)
-    queue = deque(seeds)
+    run_jobs(workload, [(seed,) for seed in seeds], ident, workers=workers or max(1, cpus() // threads), done=done)
+
+
+def run_jobs(workload: Workload, jobs: list[Job], ident: dict[str, Any], *, workers: int, done: Done,
+             stacked: bool = False) -> None:
+    """Train ``jobs`` on up to ``workers`` processes, passing each record to ``done`` as its job ends.
+
+    ``stacked``: each job is one stack of seeds trained at once (the vectorized backend's loop);
+    otherwise each job is a single seed run as the serial backend would.
+    """
+    threads = int(ident["env"]["threads"])
+    pool = _Pool(workload, ident, threads, stacked)
+    queue = deque(jobs)
     try:
-        for _ in range(n):
+        for _ in range(min(workers, len(jobs))):
             pool.give(pool.start(), queue)
         while pool.busy():
             for worker, outcome in pool.outcomes():
-                if isinstance(outcome, RunRecord):
-                    done(outcome)
-                elif worker.ready:  # it died holding this seed: the seed's failure, not the sweep's
-                    done(crashed(workload, worker.seed, ident, f"worker process died while running seed {worker.seed} "
-                                 f"({outcome}): the workload ended its interpreter (os._exit, a segfault or out of "
-                                 "memory); rerun that seed alone with --backend serial to see where"))
-                else:  # it died before it could load the workload: the seed goes back in the queue
-                    pool.failed_start(outcome, worker.seed, queue)
-                worker.seed = None
+                if isinstance(outcome, list):
+                    for record in outcome:
+                        done(record)
+                elif worker.ready:  # it died holding this job: the job's failure, not the sweep's
+                    for seed in worker.job or ():
+                        done(crashed(workload, seed, ident, _died(worker.job or (), outcome)))
+                else:  # it died before it could load the workload: the job goes back in the queue
+                    pool.failed_start(outcome, worker.job, queue)
+                worker.job = None
                 if worker.proc.is_alive():
                     pool.give(worker, queue)
-                else:  # a fresh worker takes the remaining seeds
+                else:  # a fresh worker takes the remaining jobs
                     pool.drop(worker)
                     if queue:
                         pool.give(pool.start(), queue)
@@ -73,7 +89,14 @@ def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers:
         pool.close()
 
 
-def warm(options: dict[str, Any]) -> None:
+def _died(job: Job, how: str) -> str:
+    held = f"seed {job[0]}" if len(job) == 1 else f"the stack of seeds {', '.join(map(str, job))}"
+    alone = "that seed" if len(job) == 1 else "one of them"
+    return (f"worker process died while running {held} ({how}): the workload ended its interpreter (os._exit, "
+            f"a segfault or out of memory); rerun {alone} alone with --backend serial to see where")
+
+
+def warm(options: dict[str, Any], workers: int | None = None) -> None:
     """Start the fork server now, so that it imports torch while the sweep imports the workload."""
     if context().get_start_method() == "forkserver":
         from multiprocessing import forkserver
@@ -93,10 +116,10 @@ def context() -> Any:
 class _Pool:
     """Workers, each holding at most one seed; a dead worker is noticed by its sentinel or a closed pipe."""
 
-    def __init__(self, workload: Workload, ident: dict[str, Any], threads: int) -> None:
+    def __init__(self, workload: Workload, ident: dict[str, Any], threads: int, stacked: bool = False) -> None:
         self.ctx = context()
         self.target = workload.target
-        self.args = (workload.target, portable(workload), ident, threads, dict(os.environ))
+        self.args = (workload.target, portable(workload), ident, threads, dict(os.environ), stacked)
         self.workers: list[_Worker] = []
         self.retired: list[_Worker] = []
         self.start_failures = 0
@@ -110,36 +133,36 @@ class _Pool:
         self.workers.append(worker)
         return worker
 
-    def give(self, worker: _Worker, queue: deque[int]) -> None:
-        """Hand ``worker`` its next seed, or tell it to exit when none is left."""
-        worker.seed = queue.popleft() if queue else None
+    def give(self, worker: _Worker, queue: deque[Job]) -> None:
+        """Hand ``worker`` its next job, or tell it to exit when none is left."""
+        worker.job = queue.popleft() if queue else None
         try:
-            worker.conn.send(worker.seed)
+            worker.conn.send(worker.job)
         except OSError:
-            pass  # it died between two seeds; its sentinel reports it (with the seed it now holds)
-        if worker.seed is None:  # it exits on its own; joined in close() so the others are not kept waiting
+            pass  # it died between two jobs; its sentinel reports it (with the job it now holds)
+        if worker.job is None:  # it exits on its own; joined in close() so the others are not kept waiting
             self.workers.remove(worker)
             self.retired.append(worker)
 
     def busy(self) -> bool:
-        return any(w.seed is not None for w in self.workers)
+        return any(w.job is not None for w in self.workers)
 
-    def outcomes(self) -> list[tuple[_Worker, RunRecord | str]]:
-        """Block until some busy worker reports: its record, or how it died ('exit code 3')."""
-        busy = [w for w in self.workers if w.seed is not None]
+    def outcomes(self) -> list[tuple[_Worker, list[RunRecord] | str]]:
+        """Block until some busy worker reports: its job's records, or how it died ('exit code 3')."""
+        busy = [w for w in self.workers if w.job is not None]
         ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy]))
-        found: list[tuple[_Worker, RunRecord | str]] = []
+        found: list[tuple[_Worker, list[RunRecord] | str]] = []
         for w in busy:
             try:
-                record = None
-                while record is None and w.conn.poll():  # a closed pipe polls True and raises EOFError
+                records = None
+                while records is None and w.conn.poll():  # a closed pipe polls True and raises EOFError
                     msg = w.conn.recv()
-                    if isinstance(msg, RunRecord):
-                        record = msg
+                    if isinstance(msg, list):
+                        records = msg
                     else:
                         self._hello(w, msg)
-                if record is not None:
-                    found.append((w, record))
+                if records is not None:
+                    found.append((w, records))
                 elif w.proc.sentinel in ready:
                     raise EOFError
             except (EOFError, OSError):
@@ -155,9 +178,9 @@ class _Pool:
         worker.ready = True
         self.start_failures = 0
 
-    def failed_start(self, why: str, seed: int | None, queue: deque[int]) -> None:
-        if seed is not None:
-            queue.appendleft(seed)
+    def failed_start(self, why: str, job: Job | None, queue: deque[Job]) -> None:
+        if job is not None:
+            queue.appendleft(job)
         self.start_failures += 1
         if self.start_failures >= _START_ATTEMPTS:
             raise WorkloadError(f"Worker processes die while starting, before any seed runs ({why}); "
@@ -199,27 +222,38 @@ def _death(code: int | None) -> str:
 
 
 def _serve(conn: Connection, target: str, located: str, ident: dict[str, Any], threads: int,
-           environ: dict[str, str]) -> None:
-    """A worker's life: load the workload once, then train each seed it is sent until told to stop."""
+           environ: dict[str, str], stacked: bool = False) -> None:
+    """A worker's life: load the workload once, then train each job it is sent until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops us
     os.environ.clear()  # the fork server's environment is from when it started; the sweep's is now
     os.environ.update(environ)
     import torch
 
-    from ..runner import run_seed
-
     torch.set_num_threads(threads)
     try:
         workload = load(target, located)
+        train = _stack_trainer(workload, ident) if stacked else _seed_trainer(workload, ident)
     except Exception as exc:  # noqa: BLE001 (any failure to load is reported, and stops the sweep)
         conn.send(("loaded", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("loaded", None))
     while True:
         try:
-            seed = conn.recv()
+            job = conn.recv()
         except (EOFError, OSError):
             return  # the parent is gone
-        if seed is None:
+        if job is None:
             return
-        conn.send(run_seed(workload, seed, ident))
+        conn.send(train(list(job)))
+
+
+def _seed_trainer(workload: Workload, ident: dict[str, Any]) -> Any:
+    from ..runner import run_seed
+
+    return lambda seeds: [run_seed(workload, seeds[0], ident)]
+
+
+def _stack_trainer(workload: Workload, ident: dict[str, Any]) -> Any:
+    from . import vectorized
+
+    return vectorized.stack_trainer(workload, ident)

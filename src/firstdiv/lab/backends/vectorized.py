@@ -6,18 +6,27 @@ loop, so a seed's record is the same whichever backend ran it and whichever seed
 
 ``backend_options``: ``chunk``, the most seeds in one stack (default: as many as fit in
 :data:`MEMORY_BUDGET` of working memory, estimated from the model and data, at most
-:data:`MAX_CHUNK`). Chunks run one after another and each chunk's records reach ``done`` as soon as
-it finishes. The stack runs in this process at the sweep's thread count (``workers`` is not used);
-the caller's thread count and global RNG states are restored afterwards.
+:data:`MAX_CHUNK`). Each stack's records reach ``done`` as soon as it finishes.
+
+``workers`` (default 1): with one, the stacks run one after another in this process at the sweep's
+thread count, and the caller's thread count and global RNG states are restored afterwards. With N,
+the seeds are split into stacks of balanced size (at most ``chunk``, a multiple of N of them) that
+N worker processes of the process backend train side by side, each at the sweep's thread count and
+holding one stack at a time. Workers pay a start-up (a fork server importing torch, once per Python
+process, then building the data once per worker), so they pay off for large sweeps or when the fork
+server is already running; a worker that dies fails only the seeds of the stack it held.
 """
 
 from __future__ import annotations
 
+import math
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..._globals import preserved_globals
@@ -46,10 +55,50 @@ def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers:
             for seed in seeds:
                 done(_record(Recorder(seed, ident["config"]), workload, ident, 0.0, describe(exc), len(seeds), 0))
             return
+        stacks = split(seeds, size, workers or 1)
+        if len(stacks) > 1 and (workers or 1) > 1:
+            from . import process
+
+            process.run_jobs(workload, stacks, ident, workers=workers or 1, done=done, stacked=True)
+            return
         setup = (timer() - start) / len(seeds)  # building the data once serves every seed
-        for part in [seeds[i : i + size] for i in range(0, len(seeds), size)]:
-            for rec in train_chunk(workload, fs, part, ident, size, setup):
+        for part in stacks:
+            for rec in train_chunk(workload, fs, list(part), ident, size, setup):
                 done(rec)
+
+
+def warm(options: dict[str, Any], workers: int | None = None) -> None:
+    """With worker processes, start the process backend's fork server while the sweep imports the workload."""
+    if workers is not None and workers > 1:
+        from . import process
+
+        process.warm(options, workers)
+
+
+def split(seeds: list[int], size: int, workers: int) -> list[tuple[int, ...]]:
+    """The stacks of a sweep: runs of at most ``size`` seeds; for several workers, a multiple of
+    ``workers`` stacks of balanced size, so that every worker gets the same share."""
+    if workers <= 1:
+        return [tuple(seeds[i : i + size]) for i in range(0, len(seeds), size)]
+    count = min(len(seeds), workers * math.ceil(math.ceil(len(seeds) / size) / workers))
+    return [tuple(int(s) for s in part) for part in np.array_split(np.asarray(seeds, dtype=np.int64), count)]
+
+
+def stack_trainer(workload: Workload, ident: dict[str, Any]) -> Callable[[list[int]], list[RunRecord]]:
+    """What a worker process runs for each stack it is handed: the functional built once, then
+    :func:`train_chunk` per stack (the first stack's seeds share the build time)."""
+    spec = require_functional(workload)
+    start = timer()
+    fs = functional.build(spec, ident["config"])
+    setup = [timer() - start]
+
+    def train(seeds: list[int]) -> list[RunRecord]:
+        with isolated(int(ident["env"]["threads"])):
+            records = train_chunk(workload, fs, seeds, ident, len(seeds), setup[0] / len(seeds), workers=True)
+        setup[0] = 0.0
+        return records
+
+    return train
 
 
 def check(workload: Workload, options: dict[str, Any]) -> tuple[functional.SpecFn, int | None]:
@@ -84,7 +133,7 @@ def isolated(threads: int) -> Any:
 
 
 def train_chunk(workload: Workload, fs: functional.Functional, seeds: list[int], ident: dict[str, Any],
-                size: int, setup: float = 0.0) -> list[RunRecord]:
+                size: int, setup: float = 0.0, workers: bool = False) -> list[RunRecord]:
     """Train ``seeds`` as one stack; each record gets an equal share of the stack's wall time."""
     recs = [Recorder(seed, ident["config"]) for seed in seeds]
     start = timer()
@@ -94,14 +143,16 @@ def train_chunk(workload: Workload, fs: functional.Functional, seeds: list[int],
     except Exception as exc:  # the stack failed: every seed in it is a failed run carrying the error
         error = describe(exc)
     wall = timer() - start
-    return [_record(rec, workload, ident, setup + wall / len(seeds), error, len(seeds), wall, size) for rec in recs]
+    return [_record(rec, workload, ident, setup + wall / len(seeds), error, len(seeds), wall, size, workers)
+            for rec in recs]
 
 
 def _record(rec: Recorder, workload: Workload, ident: dict[str, Any], wall: float, error: str | None,
-            batch: int, batch_seconds: float, chunk: int | None = None) -> RunRecord:
+            batch: int, batch_seconds: float, chunk: int | None = None, workers: bool = False) -> RunRecord:
     out = build_record(rec, workload=workload.target, identity=ident, wall=wall,
                        status="failed" if error else "ok", error=error)
     extra = {"backend": "vectorized", "batch_seeds": batch, "batch_seconds": batch_seconds, "chunk": chunk,
+             "where": "worker process" if workers else "sweep process",
              "time_share": "each seed is charged 1/batch_seeds of the stack's time"}
     return replace(out, extra={**out.extra, **extra})
 
