@@ -27,11 +27,13 @@ from ..record import RunRecord
 from ..workload import Workload
 from . import Done, cpus, crashed, load, portable
 
-#: What the fork server imports once, so that a forked worker starts in milliseconds. torch._dynamo
-#: is imported by the first optimizer a run builds (about 1 s). As with spawn, each worker still
-#: imports the user's script (``__main__``) again: keep its heavy imports inside ``if __name__ == ...``.
-PRELOAD = ["torch", "torch._dynamo", "torch.optim", "numpy", "firstdiv.lab.runner", "firstdiv.lab.builtin_mlp",
-           "firstdiv.lab.backends.vectorized",
+#: What the fork server imports once, so that a forked worker starts in milliseconds. Not
+#: torch._dynamo (0.8 s): the fork server's start is on the critical path of a command-line sweep
+#: (it runs while this process imports torch), workloads described functionally never need it, and
+#: one built on torch.optim imports it in each worker at its first optimizer, the workers side by
+#: side. As with spawn, each worker still imports the user's script (``__main__``) again: keep its
+#: heavy imports inside ``if __name__ == "__main__":``.
+PRELOAD = ["torch", "numpy", "firstdiv.lab.runner", "firstdiv.lab.builtin_mlp", "firstdiv.lab.backends.vectorized",
            "firstdiv.lab.backends.process"]
 _STOP_SECONDS = 5.0
 _START_ATTEMPTS = 3  # consecutive workers dying before they load the workload: the sweep cannot run
