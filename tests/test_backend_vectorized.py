@@ -281,3 +281,29 @@ def test_a_worker_dying_fails_only_the_seeds_of_the_stack_it_held(tmp_path):
     assert all(r.ok and r.extra["batch_seeds"] == 2 for r in res.records if r.seed in (3, 4))
     again = firstdiv.sweep(f"{FUNCTIONAL}:crash_stack", "0-4", store=tmp_path / "runs.db", backend="serial")
     assert again.ran == (0, 1, 2) and not again.failed  # alone, each of them trains
+
+
+def test_draws_that_take_out_fill_the_buffer_and_give_the_same_runs_as_draws_that_do_not():
+    x, y = torch.randn(60, 3, generator=torch.Generator().manual_seed(1)), torch.arange(60) % 2
+
+    def fresh(gen, n):
+        return torch.rand(n, 4, generator=gen).ge_(0.5).div_(0.5)
+
+    def fills(gen, n, out=None):
+        return torch.rand(n, 4, generator=gen, out=out).ge_(0.5).div_(0.5)
+
+    def ignores_out(gen, n, out=None):  # takes out= but returns a tensor of its own
+        return fresh(gen, n)
+
+    def apply(params, x, r):
+        h = torch.tanh(x @ params[0])
+        return (h if r is None else h * r) @ params[1]
+
+    results = []
+    for draws in (fresh, fills, ignores_out):
+        fs = functional.Functional(data=(x, y, x, y), draws=draws, apply=apply, epochs=3, batch_size=16,
+                                   init=lambda g: [torch.randn(3, 4, generator=g), torch.randn(4, 2, generator=g)])
+        recs = [Recorder(s, {}) for s in (0, 1)]
+        functional.train_stack(fs, [0, 1], recs)
+        results.append([r.rows for r in recs])
+    assert results[0] == results[1] == results[2]

@@ -309,7 +309,9 @@ def _epoch_inputs(fs: Functional, gens: list[dict[str, torch.Generator]], n: int
         return order, None
     if buf is not None and buf.device.type == "cpu" and _fills(fs.draws):  # each seed's row drawn in place
         for row, g in zip(buf, gens):
-            fs.draws(g["dropout"], n, out=row)
+            got = fs.draws(g["dropout"], n, out=row)
+            if got is not row:  # it took `out` but returned its own tensor: that one holds the draws
+                row.copy_(got)
         return order, buf
     rows = [fs.draws(g["dropout"], n) for g in gens]
     if buf is None or buf.shape[1:] != rows[0].shape or buf.dtype != rows[0].dtype:
