@@ -25,6 +25,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/record_overhead.py
+	$(PY) benchmarks/vectorized_speed.py
 	$(PY) benchmarks/parallel_efficiency.py
 	$(PY) benchmarks/fault_catalog.py
 	$(PY) benchmarks/trace_overhead.py
