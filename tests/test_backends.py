@@ -22,6 +22,7 @@ from conftest import ok_seeds
 
 ROOT = Path(__file__).resolve().parent.parent
 CRASHY = str(ROOT / "tests" / "workloads" / "crashy.py")
+FUNCTIONAL = str(ROOT / "tests" / "workloads" / "functional.py")
 MLP_SETS = ["epochs=3", "n_train=600"]
 SEEDS = "0-5"
 
@@ -222,9 +223,14 @@ def _descendants(pid):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the worker processes")
-def test_ctrl_c_on_process_backend_exits_130_stops_workers_keeps_runs_and_resumes(tiny, cli, tmp_path, store_path):
-    args = ["sweep", f"{tiny}:train", "--seeds", "0-7", "--set", "sleep=0.2", "--backend", "process", "--workers", "2",
-            "--store", str(store_path)]
+@pytest.mark.parametrize("backend", ["process", "vectorized"])
+def test_ctrl_c_with_worker_processes_exits_130_stops_workers_keeps_runs_and_resumes(backend, tiny, cli, tmp_path,
+                                                                                      store_path):
+    if backend == "process":
+        work = [f"{tiny}:train", "--set", "sleep=0.2"]
+    else:  # stacks of one seed, each long enough to be interrupted
+        work = [f"{FUNCTIONAL}:train", "--set", "epochs=60", "--chunk", "1"]
+    args = ["sweep", *work, "--seeds", "0-7", "--backend", backend, "--workers", "2", "--store", str(store_path)]
     env = dict(os.environ)
     env.pop("FIRSTDIV_STORE", None)
     # Its own process group, so that SIGINT reaches every process of the sweep, as Ctrl-C at a terminal does.
