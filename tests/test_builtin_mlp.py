@@ -148,3 +148,13 @@ def test_dropout_decisions_drop_p_of_units_independently_of_how_the_bits_are_dra
     mlp._draw(torch.Generator().manual_seed(0), 4000, hidden=32, out=row)
     assert torch.equal(row, bits)
     assert mlp._keep(bits, hidden=32, p=0.0).all()  # p = 0 drops nothing
+
+
+def test_dropout_zero_trains_without_draws_and_eval_in_train_mode_draws_masks():
+    no_drop, _, _ = fit(0, dropout=0.0)
+    again, _, _ = fit(0, dropout=0.0)
+    dropped, _, _ = fit(0)
+    assert no_drop.rows == again.rows and no_drop.rows != dropped.rows
+    train_mode, _, _ = fit(0, eval_mode="train")
+    assert [r["train_loss"] for r in train_mode.rows] == [r["train_loss"] for r in dropped.rows]  # same training
+    assert [r["val_loss"] for r in train_mode.rows] != [r["val_loss"] for r in dropped.rows]  # masks at evaluation

@@ -172,11 +172,8 @@ def forward(params: list[torch.Tensor], x: torch.Tensor, dropout: float, gen: to
     One seed is a stack of one: this runs the same code as training and the vectorized backend.
     """
     hidden = params[0].shape[0]
-    stacked = [p.unsqueeze(0) for p in params]
-    if gen is None or dropout == 0:
-        return stacked_forward(stacked, x.unsqueeze(0))[0]
-    keep = _keep(_draw(gen, x.shape[0], hidden=hidden), hidden=hidden, p=dropout).unsqueeze(0)
-    return stacked_forward(stacked, x.unsqueeze(0), keep, scale=1.0 / (1.0 - dropout))[0]
+    bits = _draw(gen, x.shape[0], hidden=hidden).unsqueeze(0) if gen is not None and dropout > 0 else None
+    return _apply([p.unsqueeze(0) for p in params], x.unsqueeze(0), bits, hidden=hidden, p=dropout)[0]
 
 
 def stacked_forward(params: list[torch.Tensor], x: torch.Tensor, keep: torch.Tensor | None = None,
@@ -201,7 +198,8 @@ class _StackedMLP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, keep: torch.Tensor | None, scale: float, w1: torch.Tensor,
-                b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor, w3: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
+                b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor, w3: torch.Tensor,
+                b3: torch.Tensor) -> torch.Tensor:
         hidden = w1.shape[1]
         k1, k2 = (None, None) if keep is None else (keep[..., :hidden], keep[..., hidden:])
         a1 = _relu_drop(torch.baddbmm(b1.unsqueeze(1), x, w1.transpose(1, 2)), k1)
@@ -259,10 +257,11 @@ def _keep(bits: torch.Tensor, *, hidden: int, p: float) -> torch.Tensor:
     return torch.ge(units, math.ceil(p * 65536) - 32768, out=keep)
 
 
-def _apply(params: list[torch.Tensor], x: torch.Tensor, bits: torch.Tensor | None, *, hidden: int,
+def _apply(params: list[torch.Tensor], x: torch.Tensor, bits: torch.Tensor | None = None, *, hidden: int,
            p: float) -> torch.Tensor:
-    """The Functional's apply: stacked logits, with the batch's dropout bits turned into decisions."""
-    if bits is None:
+    """The Functional's apply: stacked logits, with the batch's dropout bits (None: no dropout)
+    turned into decisions."""
+    if bits is None or p == 0:
         return stacked_forward(params, x)
     return stacked_forward(params, x, _keep(bits, hidden=hidden, p=p), scale=1.0 / (1.0 - p))
 
@@ -316,12 +315,11 @@ class _Evaluator:
     def __call__(self, params: list[torch.Tensor], gens: list[torch.Generator]) -> dict[str, torch.Tensor]:
         config, n = self.config, self.n
         x, y = self.inputs(params[0].shape[0], params[0].device)
-        keep, scale = None, 1.0
-        if config["eval_mode"] == "train" and config["dropout"] > 0:
-            hidden, p = config["hidden"], config["dropout"]
-            keep = torch.stack([_keep(_draw(g, n, hidden=hidden), hidden=hidden, p=p) for g in gens]).to(x.device)
-            scale = 1.0 / (1.0 - p)
-        logits = stacked_forward(params, x, keep, scale=scale)
+        hidden, p = config["hidden"], config["dropout"]
+        bits = None
+        if config["eval_mode"] == "train" and p > 0:
+            bits = torch.stack([_draw(g, n, hidden=hidden) for g in gens]).to(x.device)
+        logits = _apply(params, x, bits, hidden=hidden, p=p)
         loss = functional.losses("cross_entropy", logits, y, reduction=config["eval_reduction"])
         acc = (functional.predicted(logits) == y).to(torch.float64).mean(dim=1)
         return {"val_loss": loss, "val_acc": acc}
@@ -337,7 +335,7 @@ def spec(config: dict[str, Any], data: Data | None = None) -> functional.Functio
     return functional.Functional(
         data=(data.x_train, y, data.x_val, data.y_val),
         init=functools.partial(init_params, config), stacked=True,
-        apply=functools.partial(_apply, hidden=config["hidden"], p=p) if p > 0 else stacked_forward,
+        apply=functools.partial(_apply, hidden=config["hidden"], p=p),
         draws=functools.partial(_draw, hidden=config["hidden"]) if p > 0 else None,
         epochs=config["epochs"], batch_size=config["batch_size"], lr=config["lr"], optimizer=config["optimizer"],
         weight_decay=config["weight_decay"], evaluate=_Evaluator(data, config),

@@ -286,7 +286,7 @@ _FUSED: dict[str, Callable[..., None]] = {"adamw": getattr(torch, "_fused_adamw_
                                            "adam": getattr(torch, "_fused_adam_", None)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _has_fused(optimizer: str, device: str) -> bool:
     """Whether torch.optim's fused kernel for ``optimizer`` runs on ``device`` here (CPU: torch >= 2.4)."""
     kernel = _FUSED[optimizer]

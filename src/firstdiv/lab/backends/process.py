@@ -2,9 +2,10 @@
 
 Workers start once per sweep and stay busy: each is handed its next job as soon as it reports the
 last, so start-up (importing torch) is paid once per worker, not once per seed. A job is one seed
-here; the vectorized backend hands the same workers whole stacks of seeds (:func:`run_jobs`). Where the platform
-has a fork server, workers are forked from one that has torch and the runner already imported
-(started once per Python process and reused by later sweeps); elsewhere they are spawned.
+here; the vectorized backend hands the same workers whole stacks of seeds (:func:`run_jobs`).
+Where the platform has a fork server, workers are forked from one that has torch and the runner
+already imported (started once per Python process and reused by later sweeps); elsewhere they are
+spawned.
 
 A worker that dies (``os._exit``, a segfault, the OOM killer) costs only the job it held: its seeds
 are recorded as failed with the exit code or signal, a fresh worker takes its place and the sweep
@@ -116,7 +117,7 @@ def context() -> Any:
 
 
 class _Pool:
-    """Workers, each holding at most one seed; a dead worker is noticed by its sentinel or a closed pipe."""
+    """Workers, each holding at most one job; a dead worker is noticed by its sentinel or a closed pipe."""
 
     def __init__(self, workload: Workload, ident: dict[str, Any], threads: int, stacked: bool = False) -> None:
         self.ctx = context()

@@ -56,10 +56,10 @@ def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers:
                 done(_record(Recorder(seed, ident["config"]), workload, ident, 0.0, describe(exc), len(seeds), 0))
             return
         stacks = split(seeds, size, workers or 1)
-        if len(stacks) > 1 and (workers or 1) > 1:
+        if workers is not None and workers > 1 and len(stacks) > 1:
             from . import process
 
-            process.run_jobs(workload, stacks, ident, workers=workers or 1, done=done, stacked=True)
+            process.run_jobs(workload, stacks, ident, workers=workers, done=done, stacked=True)
             return
         setup = (timer() - start) / len(seeds)  # building the data once serves every seed
         for part in stacks:
@@ -90,12 +90,13 @@ def stack_trainer(workload: Workload, ident: dict[str, Any]) -> Callable[[list[i
     spec = require_functional(workload)
     start = timer()
     fs = functional.build(spec, ident["config"])
-    setup = [timer() - start]
+    setup = timer() - start
 
     def train(seeds: list[int]) -> list[RunRecord]:
+        nonlocal setup
         with isolated(int(ident["env"]["threads"])):
-            records = train_chunk(workload, fs, seeds, ident, len(seeds), setup[0] / len(seeds), workers=True)
-        setup[0] = 0.0
+            records = train_chunk(workload, fs, seeds, ident, len(seeds), setup / len(seeds), workers=True)
+        setup = 0.0
         return records
 
     return train
