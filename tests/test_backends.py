@@ -302,3 +302,18 @@ def test_missing_ray_is_a_usage_error_with_the_install_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [("firstdiv: error: --backend ray needs Ray, which is not installed "
                                                  "here; install it with: pip install 'firstdiv[ray]'")]
     assert not (tmp_path / "runs.db").exists(), "nothing is written when the backend cannot run"
+
+
+@pytest.mark.skipif("forkserver" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork server")
+def test_fork_server_preloads_torch_optim_imports_only_for_workloads_that_may_use_them(monkeypatch):
+    import multiprocessing.context as mpc
+
+    from firstdiv.lab.backends import process
+
+    seen = []
+    monkeypatch.setattr(mpc.ForkServerContext, "set_forkserver_preload", lambda self, names: seen.append(list(names)))
+    process.context("builtin:mlp")
+    process.context(f"{CRASHY}:train")
+    process.context(None)
+    assert "torch" in seen[0] and "torch._dynamo" not in seen[0]  # built-in workloads never build a torch.optim
+    assert "torch._dynamo" in seen[1] and "torch._dynamo" in seen[2]

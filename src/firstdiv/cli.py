@@ -74,7 +74,7 @@ def sweep(target: str, seeds: str, sets: tuple[str, ...], name: str | None, back
 
     options = {k: v for k, v in (("address", address), ("chunk", chunk)) if v is not None} or None
     if backend in backends.BACKENDS:  # e.g. the process backend's workers import torch while this process does
-        backends.warm(backend, dict(options or {}), workers)
+        backends.warm(backend, dict(options or {}), workers, target)
     from .lab.sweep import sweep as run_sweep
 
     result = run_sweep(target, seeds, sets=list(sets), name=name, store=store, backend=backend, workers=workers,

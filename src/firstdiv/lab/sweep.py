@@ -132,7 +132,8 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
     if name is not None and not name.strip():
         raise InvalidArgument("Expected a non-empty --name")
     options = dict(backend_options or {})
-    backends.warm(backend, options, workers)  # e.g. a fork server importing torch while this process imports the workload
+    # e.g. a fork server importing torch while this process imports the workload
+    backends.warm(backend, options, workers, target if isinstance(target, str) else target.target)
     workload = target if isinstance(target, Workload) else resolve(target)
     cfg = workload.config(config, sets)
     backends.check(backend, workload, options)

@@ -6,7 +6,7 @@ calling thread (the store is written there). A seed's record must not depend on 
 ran it nor on which other seeds shared its batch: that is what makes every comparison safe.
 A workload failure is a failed record, never an exception; an interrupt (KeyboardInterrupt) stops
 the sweep with every finished run already passed to ``done``. A backend module may also define
-``warm(options, workers)``, called before the workload is imported, to start slow machinery early.
+``warm(options, workers, target)``, called before the workload is imported, to start slow machinery early.
 """
 
 from __future__ import annotations
@@ -52,13 +52,14 @@ def check(name: str, workload: Workload, options: dict[str, Any]) -> None:
         refuse(workload, options)
 
 
-def warm(name: str, options: dict[str, Any], workers: int | None = None) -> None:
+def warm(name: str, options: dict[str, Any], workers: int | None = None, target: str | None = None) -> None:
     """Let a backend start slow machinery early (the process backend's fork server imports torch
-    while the sweep imports the workload); a backend module opts in with ``warm(options, workers)``."""
+    while the sweep imports the workload ``target``); a backend module opts in with
+    ``warm(options, workers, target)``."""
     module = importlib.import_module(BACKENDS[name].partition(":")[0])
     start = getattr(module, "warm", None)
     if start is not None:
-        start(options, workers)
+        start(options, workers, target)
 
 
 def cpus() -> int:

@@ -28,14 +28,15 @@ from ..record import RunRecord
 from ..workload import Workload
 from . import Done, cpus, crashed, load, portable
 
-#: What the fork server imports once, so that a forked worker starts in milliseconds. Not
-#: torch._dynamo (0.8 s): the fork server's start is on the critical path of a command-line sweep
-#: (it runs while this process imports torch), workloads described functionally never need it, and
-#: one built on torch.optim imports it in each worker at its first optimizer, the workers side by
-#: side. As with spawn, each worker still imports the user's script (``__main__``) again: keep its
-#: heavy imports inside ``if __name__ == "__main__":``.
+#: What the fork server imports once, so that a forked worker starts in milliseconds. As with
+#: spawn, each worker still imports the user's script (``__main__``) again: keep its heavy imports
+#: inside ``if __name__ == "__main__":``.
 PRELOAD = ["torch", "numpy", "firstdiv.lab.runner", "firstdiv.lab.builtin_mlp", "firstdiv.lab.backends.vectorized",
            "firstdiv.lab.backends.process"]
+#: Also preloaded unless the sweep is of a built-in workload: torch._dynamo, which the first
+#: torch.optim step of a run imports (0.8 s, in every fresh worker). Built-in workloads never need
+#: it, and on the command line the fork server's start is on the critical path.
+OPTIM_PRELOAD = ["torch._dynamo", "torch.optim"]
 _STOP_SECONDS = 5.0
 _START_ATTEMPTS = 3  # consecutive workers dying before they load the workload: the sweep cannot run
 
@@ -99,19 +100,21 @@ def _died(job: Job, how: str) -> str:
             f"a segfault or out of memory); rerun {alone} alone with --backend serial to see where")
 
 
-def warm(options: dict[str, Any], workers: int | None = None) -> None:
+def warm(options: dict[str, Any], workers: int | None = None, target: str | None = None) -> None:
     """Start the fork server now, so that it imports torch while the sweep imports the workload."""
-    if context().get_start_method() == "forkserver":
+    if context(target).get_start_method() == "forkserver":
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
 
 
-def context() -> Any:
-    """A fork server with torch preloaded where there is one (Linux, macOS), else spawn."""
+def context(target: str | None = None) -> Any:
+    """A fork server with torch preloaded where there is one (Linux, macOS), else spawn. ``target``:
+    the sweep's workload, which decides whether torch.optim's imports are preloaded too."""
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)  # only read when the fork server first starts
+        builtin = target is not None and target.startswith("builtin:")
+        ctx.set_forkserver_preload(PRELOAD if builtin else PRELOAD + OPTIM_PRELOAD)  # read when the server starts
         return ctx
     return mp.get_context("spawn")
 
@@ -120,7 +123,7 @@ class _Pool:
     """Workers, each holding at most one job; a dead worker is noticed by its sentinel or a closed pipe."""
 
     def __init__(self, workload: Workload, ident: dict[str, Any], threads: int, stacked: bool = False) -> None:
-        self.ctx = context()
+        self.ctx = context(workload.target)
         self.target = workload.target
         self.args = (workload.target, portable(workload), ident, threads, dict(os.environ), stacked)
         self.workers: list[_Worker] = []

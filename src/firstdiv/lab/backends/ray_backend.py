@@ -37,7 +37,7 @@ def ray_module() -> Any:
     return ray
 
 
-def warm(options: dict[str, Any], workers: int | None = None) -> None:
+def warm(options: dict[str, Any], workers: int | None = None, target: str | None = None) -> None:
     """Called before the store is opened: a missing Ray is a usage error that writes nothing."""
     ray_module()
 

@@ -67,12 +67,12 @@ def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers:
                 done(rec)
 
 
-def warm(options: dict[str, Any], workers: int | None = None) -> None:
+def warm(options: dict[str, Any], workers: int | None = None, target: str | None = None) -> None:
     """With worker processes, start the process backend's fork server while the sweep imports the workload."""
     if workers is not None and workers > 1:
         from . import process
 
-        process.warm(options, workers)
+        process.warm(options, workers, target)
 
 
 def split(seeds: list[int], size: int, workers: int) -> list[tuple[int, ...]]:
