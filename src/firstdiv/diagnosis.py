@@ -339,20 +339,9 @@ def _validated(evidence: dict[str, Any]) -> dict[str, Any]:
         return ev
     from .instruments import _batch
 
-    for key, check in (("model", _batch.check_model), ("optimizer", _batch.check_optimizer), ("loss_fn", _batch.check_loss_fn)):
-        if key in ev:
-            check(ev[key])
-    for key in ("train_step", "eval_fn", "step"):
-        if key in ev:
-            _batch.check_callable(ev[key], key)
+    _batch.check_evidence(ev, callables=("train_step", "eval_fn", "step"))
     if "batch" in ev:
         _batch.split_batch(ev["batch"], ev.get("model"))
-    probe = ev.get("task_probe")
-    if probe is not None and not callable(probe) and not (isinstance(probe, (tuple, list)) and len(probe) == 2):
-        raise InvalidArgument("Expected `task_probe` to be a callable inputs -> expected targets or a tuple "
-                              f"(known_inputs, known_targets) but got {type(probe).__name__}")
-    if "loader" in ev and not hasattr(ev["loader"], "__iter__"):
-        raise InvalidArgument(f"Expected `loader` to be an iterable of batches but got {type(ev['loader']).__name__}")
     attention = ev.get("attention")
     if attention is not None and not (isinstance(attention, (tuple, list)) and len(attention) in (2, 3)
                                       and (len(attention) == 2 or isinstance(attention[2], dict))):

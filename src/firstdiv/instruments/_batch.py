@@ -59,6 +59,23 @@ def check_callable(value: Any, name: str) -> Callable[..., Any]:
     return value
 
 
+def check_evidence(ev: dict[str, Any], callables: tuple[str, ...] = ("train_step", "eval_fn")) -> None:
+    """The evidence keys every instrument reads alike: model, optimizer, loss_fn, the named callables,
+    ``task_probe`` (callable or a (inputs, targets) pair) and ``loader`` (an iterable of batches)."""
+    for key, check in (("model", check_model), ("optimizer", check_optimizer), ("loss_fn", check_loss_fn)):
+        if key in ev:
+            check(ev[key])
+    for key in callables:
+        if key in ev:
+            check_callable(ev[key], key)
+    probe = ev.get("task_probe")
+    if probe is not None and not callable(probe) and not (isinstance(probe, (tuple, list)) and len(probe) == 2):
+        raise InvalidArgument("Expected `task_probe` to be a callable inputs -> expected targets or a tuple "
+                              f"(known_inputs, known_targets) but got {type(probe).__name__}")
+    if "loader" in ev and not hasattr(ev["loader"], "__iter__"):
+        raise InvalidArgument(f"Expected `loader` to be an iterable of batches but got {type(ev['loader']).__name__}")
+
+
 def check_loss_fn(loss_fn: Any) -> Callable[..., Any]:
     """``loss_fn`` must be a callable ``(outputs, targets) -> scalar loss``."""
     return check_callable(loss_fn, "loss_fn")

@@ -45,7 +45,7 @@ from torch import nn
 
 from ..errors import InvalidArgument
 from ..report import Finding, Report, Status
-from ._batch import Batch, check_callable, check_loss_fn, check_model, check_optimizer, compute_loss, loss_problem, split_batch
+from ._batch import Batch, check_evidence, compute_loss, loss_problem, split_batch
 from ._ledger_common import Ctx, err, infer_task, is_int, seed_copies
 from ._state import detached_copy, guarded
 
@@ -91,21 +91,7 @@ def _validated(evidence: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise InvalidArgument(f"Expected evidence keys among {', '.join(EVIDENCE_KEYS)} but got {', '.join(map(repr, unknown))}")
     ev = {k: v for k, v in evidence.items() if v is not None}
-    if "model" in ev:
-        check_model(ev["model"])
-    if "optimizer" in ev:
-        check_optimizer(ev["optimizer"])
-    if "loss_fn" in ev:
-        check_loss_fn(ev["loss_fn"])
-    for key in ("train_step", "eval_fn"):
-        if key in ev:
-            check_callable(ev[key], key)
-    probe = ev.get("task_probe")
-    if probe is not None and not callable(probe) and not (isinstance(probe, (tuple, list)) and len(probe) == 2):
-        raise InvalidArgument("Expected `task_probe` to be a callable inputs -> expected targets or a tuple "
-                              f"(known_inputs, known_targets) but got {type(probe).__name__}")
-    if "loader" in ev and not hasattr(ev["loader"], "__iter__"):
-        raise InvalidArgument(f"Expected `loader` to be an iterable of batches but got {type(ev['loader']).__name__}")
+    check_evidence(ev)
     if "batch" in ev:
         ev["batch"] = split_batch(ev["batch"], ev.get("model"))
     return ev
