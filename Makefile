@@ -18,6 +18,7 @@ demo: $(STAMP)
 	$(VENV)/bin/firstdiv demo
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)

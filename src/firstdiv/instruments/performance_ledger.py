@@ -187,7 +187,10 @@ def _memory_checks(run: pt.StepRun, device: torch.device, details: dict) -> list
 def _rising(series: list[int]) -> tuple[bool, float, list[int]]:
     """(rose at every iteration, least-squares bytes/iteration, increments)."""
     steps = [b - a for a, b in itertools.pairwise(series)]
-    slope = float(np.polyfit(np.arange(len(series)), np.asarray(series, dtype=float), 1)[0]) if len(series) > 1 else 0.0
+    # Byte counts are integers: a fit in floating point returns 3.999999999999949 for a steady 4 bytes per
+    # iteration, so the slope is fitted on the series relative to its first value and rounded to a micro-byte.
+    base = np.asarray(series, dtype=float) - (series[0] if series else 0)
+    slope = round(float(np.polyfit(np.arange(len(series)), base, 1)[0]), 6) if len(series) > 1 else 0.0
     return (len(steps) >= 3 and all(d > 0 for d in steps)), slope, steps
 
 
