@@ -1,87 +1,88 @@
-"""Scrub secrets from text and JSON before anything is stored (chapter 31: "Save the exact error
-message without secrets").
+"""Scrub secrets from text and JSON before anything is stored or shown on a page (chapter 31: "Save the
+exact error message without secrets").
 
-Rules, applied by :class:`Scrubber` (:func:`scrub_text`, :func:`scrub_json`) to every string (and, in JSON, every key and value):
+Rules, applied by :class:`Scrubber` (:func:`scrub_text`, :func:`scrub_json`) to every string (and, in
+JSON, every key and value). The secret's value goes, replaced by ``[redacted]``; what labels it stays,
+so a reader sees what was there.
 
-Tokens, replaced by ``[redacted]`` wherever they appear:
+Tokens, replaced whole wherever they appear (:mod:`firstdiv._secret_shapes`):
   Hugging Face ``hf_…``; GitHub ``ghp_/gho_/ghu_/ghs_/ghr_…`` and ``github_pat_…``; OpenAI/Anthropic
   style ``sk-…`` (and Stripe ``sk_live_/sk_test_/rk_…``); AWS access key ids ``AKIA…``/``ASIA…``;
-  Slack ``xox?-…``; Google ``AIza…``; GitLab ``glpat-…``; npm ``npm_…``; PyPI ``pypi-…``; JSON web
-  tokens ``eyJ….eyJ….…``;
-  ``-----BEGIN … PRIVATE KEY-----`` blocks (to the END line, or to the end of the text when cut off).
+  Slack ``xox?-…``; Google ``AIza…`` and OAuth ``ya29.…``; GitLab ``glpat-…``; npm ``npm_…``; PyPI
+  ``pypi-…``; Databricks ``dapi…``; JSON web tokens ``eyJ….….…``; ``-----BEGIN … PRIVATE KEY-----``
+  blocks (also PGP ``… PRIVATE KEY BLOCK``; to the END line, or to the end of the text when cut off);
+  and the vendor shapes of detect-secrets' regex plugins (Twilio, SendGrid, Telegram, Discord,
+  Mailchimp, Square, Azure storage, Artifactory, IBM, SoftLayer, Cloudant; :mod:`firstdiv._secret_vendor`
+  says which plugins are left out and why).
 Credentials kept apart from their label (the label stays, the value goes):
-  ``Bearer <token>``, ``Authorization: <scheme> <credential>``, ``scheme://user:<password>@host``,
-  command-line flags ``--token X`` / ``--password X`` / ``--secret X`` / ``--api-key X``, and
-  assignments ``NAME=value`` / ``NAME: value`` / ``"NAME": "value"`` whose NAME is secret-like: it
-  contains ``password``/``passwd``/``secret``/``credential``, or is ``token``/``pwd``/``auth``/
-  ``authorization``/``cookie``/``apikey``/``api_key``/``api-key``, or ends in ``_token``/``-token``/``_key``/``-key``/``_pwd`` (so
-  ``HF_TOKEN=``, ``AWS_SECRET_ACCESS_KEY=``, ``db_password:`` are scrubbed). Tokenizer settings are not
-  secrets and stay: ``pad_token``, ``eos_token``, ``bos_token``, ``unk_token``, ``sep_token``,
-  ``cls_token``, ``mask_token``, also as the last part of a dotted name (``tokenizer.pad_token``);
-  ``max_tokens``, ``num_tokens``, ``token_count`` never match.
+  webhook URLs (Slack, Discord, Teams: the path after the host goes); ``Bearer <token>``,
+  ``Authorization: <scheme> <credential>``, ``Cookie:`` / ``Set-Cookie:`` (the rest of the line);
+  ``scheme://user:<password>@host``, also with an empty user (``redis://:PW@host``) and with ``@`` in
+  the password; ``mysql … -pPW``, ``sshpass -p PW``, ``curl -u user:PW``, ``docker login … -p PW``,
+  ``redis-cli … -a PW``, ``openssl … -passin pass:PW``, ``wandb login KEY``; ``.netrc`` entries
+  (``machine H login U password PW``); ``--NAME value`` flags and assignments ``NAME=value`` /
+  ``NAME: value`` / ``"NAME": "value"`` whose NAME is secret-like. Names are split into words
+  (``accessToken`` -> access token; :mod:`firstdiv._secret_names`): secret-like is a name containing
+  password/passwd/passphrase/secret/credential, the one-word names token, pwd, auth, authorization,
+  cookie, apikey, sshpass, dsn, and a longer name ending in the word token, key, pwd, auth,
+  authorization, cookie, apikey, dsn, signature or pat (``HF_TOKEN``, ``refreshToken``,
+  ``X-Amz-Signature``, ``AccountKey``, ``Set-Cookie``). As URL query parameters ``key``, ``sig``,
+  ``signature``, ``pass`` and ``pw`` are secrets too (``?key=``, ``&sig=``), elsewhere not
+  (``key=val_loss``). Not secrets: tokenizer and generation settings (``pad_token``, ``eos_token``,
+  ``next_token``, ... ``max_tokens``, ``token_type_ids``), keys of tables, caches and sorts
+  (``sort_key``, ``primary_key``, ``cache_key``, ``foreign_key``, ``public_key``, ...), and names whose
+  last word says they are about a secret (``password_file``, ``token_type``, ``secret_name``, ``key_id``).
 JSON: a value under a secret-like key is replaced whole, whatever its type.
 No environment dumps: a dict is an environment dump when its key is ``env``/``environ``/
   ``environment``/``env_vars``/``environment_variables``/``os.environ`` or when it holds two or more of
   PATH, HOME, USER, SHELL, PWD, LOGNAME, HOSTNAME, TERM, LANG. In a dump, every key shaped like an
   environment variable (``UPPER_CASE``) is dropped unless it is on the diagnostic allowlist below
   and not secret-like; lower-case keys (firstdiv's own environment summary: python, torch, device)
-  are kept, scrubbed like any other value. A pasted dump in text (two or more ``NAME=value`` lines
-  naming the markers above, or any text under an env key) loses its non-allowlisted lines the same
-  way. Allowlist: names starting with CUDA_, CUBLAS_, CUDNN_,
+  are kept, scrubbed like any other value. A pasted dump in text (``NAME=value`` assignments naming
+  two or more of the markers above, or any text under an env key) loses its non-allowlisted
+  assignments the same way, wherever they stand: one a line, after ``export``/``declare -x``, after
+  a log prefix (``[rank0]:``), or several on one line after other text; a line left with nothing
+  but its prefix is dropped. Allowlist: names starting with CUDA_, CUBLAS_, CUDNN_,
   NCCL_, NVIDIA_, TORCH_, PYTORCH_, TORCHINDUCTOR_, TORCHDYNAMO_, OMP_, MKL_, OPENBLAS_, KMP_, XLA_,
   HF_, TRANSFORMERS_, TOKENIZERS_, and PYTHONHASHSEED, WORLD_SIZE, RANK, LOCAL_RANK, MASTER_PORT.
+Run records and sweeps (:func:`scrub_record`, :func:`scrub_sweep_info`): a run's error, hypothesis and
+  success criterion and a sweep's declared hypothesis and success criterion, before they are stored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from . import _secret_vendor
+from ._secret_names import secret_name
+from ._secret_shapes import FLAG, LABELLED, PRIVATE_KEY, TOKENS
+
+__all__ = ["ENV_KEYS", "REDACTED", "Scrubber", "scrub_json", "scrub_record", "scrub_sweep_info", "scrub_text",
+           "secret_name"]
 
 REDACTED = "[redacted]"
 
-_TOKEN_PATTERNS = (
-    r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{16,}",
-    r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",
-    r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
-    r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{16,}",
-    r"(?<![A-Za-z0-9])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",
-    r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])",
-    r"(?<![A-Za-z0-9])xox[abprs]-[A-Za-z0-9\-]{10,}",
-    r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_\-]{35}",
-    r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_\-]{20,}",
-    r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}",
-    r"(?<![A-Za-z0-9])pypi-[A-Za-z0-9_\-]{50,}",
-    r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # a JSON web token
-)
-_TOKENS = re.compile("|".join(_TOKEN_PATTERNS))
-_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|.*\Z)", re.DOTALL)
-_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*")
-_AUTH_HEADER = re.compile(r"(?i)\b(authorization\s*[:=]\s*[\"']?(?:(?:basic|bearer|token|digest)\s+)?+)(?!\[redacted\])[^\s\"',;]+")
-_FLAG = re.compile(r"(?i)(?<![\w-])(--?(?:password|passwd|token|secret|api[_\-]key|access[_\-]key)\s+)(?!\[redacted\])[^\s\"']+")
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:)(?!\[redacted\]@)[^/\s@]+@")
 _NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
 _ASSIGNMENT = re.compile(
     rf"(?P<q>[\"']?)(?P<name>{_NAME})(?P=q)(?P<sep>\s*[=:]\s*)"
     r"(?P<value>\[redacted\]|\"[^\"\n]*\"|'[^'\n]*'|[^\s,;&\"'}\]\)]+)")
-_SECRET_NAME = re.compile(r"(?i)(?:password|passwd|secret|credential|^(?:token|pwd|auth|authorization|cookie|apikey|api[_\-]key)$"
-                          r"|[_\-](?:token|key|pwd)$)")
 #: "Authorization: Bearer x": the scheme word is not the secret; the Bearer/header rules take the credential
 _SCHEMES = frozenset({"basic", "bearer", "token", "digest"})
-_NOT_SECRET = frozenset({"pad_token", "eos_token", "bos_token", "unk_token", "sep_token", "cls_token", "mask_token"})
 
 ENV_KEYS = frozenset({"env", "environ", "environment", "env_vars", "environment_variables", "os.environ"})
 _ENV_MARKERS = frozenset({"PATH", "HOME", "USER", "SHELL", "PWD", "LOGNAME", "HOSTNAME", "TERM", "LANG"})
 _ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-_ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Z_][A-Z0-9_]*)=")
+#: one assignment of a pasted dump: at a line's start, after whitespace or a "[rank0]:" log prefix
+_ENV_ASSIGN = re.compile(r"(?:^|(?<=[\s\]])|(?<=\]:))(?:(?:export|declare\s+-x)\s+)?(?P<name>[A-Z_][A-Z0-9_]*)=",
+                         re.MULTILINE)
+#: what is left of a dump's line once its assignments are gone, when nothing worth keeping is left
+_BARE_LINE = re.compile(r"\s*(?:\[[^\]\n]*\]:?|\d+:)?\s*")
 _ENV_ALLOW_PREFIXES = ("CUDA_", "CUBLAS_", "CUDNN_", "NCCL_", "NVIDIA_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_",
                        "TORCHDYNAMO_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "XLA_", "HF_", "TRANSFORMERS_", "TOKENIZERS_")
 _ENV_ALLOW = frozenset({"PYTHONHASHSEED", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT"})
-
-
-def secret_name(name: str) -> bool:
-    """True for a key or variable name whose value is a credential (see module docstring)."""
-    return name.lower().rsplit(".", 1)[-1] not in _NOT_SECRET and bool(_SECRET_NAME.search(name))
 
 
 def _env_var_kept(name: str) -> bool:
@@ -97,36 +98,66 @@ class Scrubber:
 
     def text(self, value: str) -> str:
         value = self._env_lines(value)
-        value, n = _PRIVATE_KEY.subn(REDACTED, value)
+        value = self._whole(PRIVATE_KEY, value)
+        for pattern in LABELLED:
+            value = self._labelled(pattern, value)
+        value = self._whole(TOKENS, value)
+        value = FLAG.sub(self._flag, value)
+        # last: a vendor pattern that includes its label (Azure's "AccountKey=...") finds it already redacted
+        return self._vendor(self._assignments(value))
+
+    def _whole(self, pattern: re.Pattern[str], value: str) -> str:
+        value, n = pattern.subn(REDACTED, value)
         self.redacted += n
-        value, n = _TOKENS.subn(REDACTED, value)
+        return value
+
+    def _labelled(self, pattern: re.Pattern[str], value: str) -> str:
+        value, n = pattern.subn(lambda m: m.group("keep") + REDACTED, value)
         self.redacted += n
-        for pattern in (_BEARER, _AUTH_HEADER, _FLAG):
-            value, n = pattern.subn(lambda m: m.group(1) + REDACTED, value)
-            self.redacted += n
-        value, n = _URL_PASSWORD.subn(lambda m: m.group(1) + REDACTED + "@", value)
-        self.redacted += n
-        return self._assignments(value)
+        return value
+
+    def _flag(self, m: re.Match[str]) -> str:
+        if not secret_name(m.group("name")):
+            return m.group(0)
+        self.redacted += 1
+        return m.group("keep") + REDACTED
+
+    def _vendor(self, value: str) -> str:
+        spans = _secret_vendor.spans(value)
+        for start, end in reversed(spans):
+            value = value[:start] + REDACTED + value[end:]
+        self.redacted += len(spans)
+        return value
 
     def _env_lines(self, value: str, force: bool = False) -> str:
-        """Drop the lines of a pasted environment dump (``NAME=value`` lines) that are not on the allowlist."""
-        names = [m.group(1) for m in map(_ENV_LINE.match, value.splitlines()) if m]
-        if not names or not (force or len(_ENV_MARKERS & set(names)) >= 2):
+        """Drop the non-allowlisted assignments of a pasted environment dump (module docstring)."""
+        names = {m.group("name") for m in _ENV_ASSIGN.finditer(value)}
+        if not names or not (force or len(_ENV_MARKERS & names) >= 2):
             return value
-        kept = []
+        out = []
         for line in value.splitlines(keepends=True):
-            m = _ENV_LINE.match(line)
-            if m and not _env_var_kept(m.group(1)):
-                self.dropped += 1
+            body = line.rstrip("\r\n")
+            found = list(_ENV_ASSIGN.finditer(body))
+            # an assignment's value runs to the next assignment on its line (PATH=/a:/b HOME=/root)
+            ends = [m.start() for m in found[1:]] + [len(body)]
+            kept = [body[m.start():end] for m, end in zip(found, ends) if _env_var_kept(m.group("name"))]
+            gone = len(found) - len(kept)
+            if not gone:
+                out.append(line)
                 continue
-            kept.append(line)
-        return "".join(kept)
+            self.dropped += gone
+            rest = body[:found[0].start()] + "".join(kept)
+            if not _BARE_LINE.fullmatch(rest):
+                out.append(rest.rstrip() + line[len(body):])
+        return "".join(out)
 
     def _assignments(self, text: str) -> str:
         out, pos, start = [], 0, 0
         while m := _ASSIGNMENT.search(text, start):
             value = m.group("value")
-            if not secret_name(m.group("name")) or value.strip("\"'") in ("", REDACTED) or value.lower() in _SCHEMES:
+            query = not m.group("q") and m.start() > 0 and text[m.start() - 1] in "?&"  # ?key=..., &sig=...
+            if (not secret_name(m.group("name"), query=query) or value.strip("\"'") in ("", REDACTED)
+                    or value.lower() in _SCHEMES):
                 start = m.end("name")  # rescan what followed: "failed: password=x" holds an assignment in its value
                 continue
             self.redacted += 1
@@ -166,3 +197,25 @@ def scrub_text(value: str) -> str:
 def scrub_json(value: Any) -> Any:
     """A copy of ``value`` with secrets redacted and environment dumps reduced (module docstring)."""
     return Scrubber().json(value)
+
+
+_R = TypeVar("_R")
+#: the free text a run record carries: an exception's message and traceback, the declared intent
+_RECORD_TEXT = ("error", "hypothesis", "success")
+_SWEEP_TEXT = ("hypothesis", "success")
+
+
+def scrub_record(record: _R) -> _R:
+    """A run record (a dataclass) with its error, hypothesis and success criterion scrubbed; the same
+    object when there was nothing to scrub."""
+    changed = {}
+    for name in _RECORD_TEXT:
+        text = getattr(record, name, None)
+        if isinstance(text, str) and (clean := scrub_text(text)) != text:
+            changed[name] = clean
+    return dataclasses.replace(record, **changed) if changed else record  # type: ignore[type-var]
+
+
+def scrub_sweep_info(info: dict[str, Any]) -> dict[str, Any]:
+    """A sweep's info with its declared hypothesis and success criterion scrubbed (a copy)."""
+    return {k: scrub_text(v) if k in _SWEEP_TEXT and isinstance(v, str) else v for k, v in info.items()}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
+from .._secrets import scrub_text
 from ..report import Report, Status
 from . import _plots
 
@@ -107,7 +108,8 @@ def sweep_context(result: SweepResult) -> dict[str, Any]:
         "strips": strips, "more_metrics": more_metrics, "curves": bands, "more_curves": more_curves,
         "runs": _run_rows(records, result.metrics), "runs_hidden": max(0, len(records) - MAX_ROWS),
         "run_metrics": result.metrics,
-        "failed": [{"seed": r.seed, "error": r.error or "failed"} for r in result.failed],
+        # scrubbed here too: the result in memory, and stores written before errors were scrubbed on the way in
+        "failed": [{"seed": r.seed, "error": scrub_text(r.error) if r.error else "failed"} for r in result.failed],
     }
 
 
@@ -128,7 +130,7 @@ def sweep_identity(info: dict[str, Any], records: Sequence[RunRecord]) -> list[d
     ]
     for key in ("hypothesis", "success", "checkpoint_policy"):
         if info.get(key):
-            rows.append(_row(key.replace("_", " "), info[key]))
+            rows.append(_row(key.replace("_", " "), scrub_text(str(info[key]))))
     rows.append(_row("created", info.get("created")))
     return rows
 
@@ -162,13 +164,20 @@ def comparison_context(c: Comparison, baseline: SweepResult | None = None,
         "shared_seeds": seed_ranges(d["shared_seeds"]), "n_shared": len(d["shared_seeds"]),
         "identity_rows": _identity_rows(d["identity_detail"]),
         "stats_lines": [t.plain.strip() for t in _stats_lines(d, metric)],
-        "correctness": _correctness(d), "cost": d["cost"]["examples_per_s"], "declared": d["declared"],
+        "correctness": _correctness(d), "cost": d["cost"]["examples_per_s"], "declared": _declared(d["declared"]),
         "seeds_to_resolve": d["seeds_to_resolve"], "noise_floor": d["noise_floor"],
         "paired_plot": _paired_figure(d), "strips": [], "curves": [], "sides": baseline is not None and candidate is not None,
     })
     if baseline is not None and candidate is not None:
         ctx["strips"], ctx["curves"] = _side_figures(baseline, candidate, metric)
     return ctx
+
+
+def _declared(declared: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The candidate's declared hypothesis and criterion, without secrets (a store may predate scrubbing)."""
+    if not declared:
+        return declared
+    return {k: scrub_text(v) if k in ("hypothesis", "success") and isinstance(v, str) else v for k, v in declared.items()}
 
 
 def _identity_rows(detail: dict[str, Any]) -> list[dict[str, Any]]:

@@ -212,6 +212,9 @@ class Store:
 
     def upsert_sweep(self, name: str, identity: str, workload: str, info: dict[str, Any], seeds: list[int]) -> SweepInfo:
         """Create the sweep (or find the one with this name and identity) and add ``seeds`` to it."""
+        from .._secrets import scrub_sweep_info  # a declared hypothesis is shown on shareable pages
+
+        info = scrub_sweep_info(info)
         sweep_id = short_hash({"name": name, "identity": identity})
         try:
             with self._write() as conn:
@@ -261,6 +264,9 @@ class Store:
 
         A failed run is always replaced by a new attempt; ``replace`` also replaces ok runs.
         """
+        from .._secrets import scrub_record  # an error message can carry a token, a URL's password
+
+        record = scrub_record(record)
         payload = json.dumps(record.to_dict())
         try:
             with self._write() as conn:

@@ -116,6 +116,7 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
 
     Everything is validated before the store is opened, so bad input writes nothing.
     """
+    from .._secrets import scrub_text
     from .criteria import parse_criterion
     from .policy import parse_policy
 
@@ -144,7 +145,8 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
         sweep_name = name or default_name(workload, cfg)
         existing = st.find_sweep_exact(sweep_name, ident["identity"])
         for key, value in (("hypothesis", hypothesis), ("checkpoint_policy", checkpoint_policy)):
-            if existing is not None and value is not None and existing.info.get(key) != value:
+            # the store keeps a hypothesis scrubbed of secrets: the same declaration compares equal scrubbed
+            if existing is not None and value is not None and existing.info.get(key) not in (value, scrub_text(value)):
                 raise InvalidArgument(f"Sweep {sweep_name!r} was declared with another {key.replace('_', ' ')}; "
                                       "it is declared before the runs: use a new --name")
         info = {"config": cfg, "config_hash": ident["config_hash"], "code": ident["code"], "env": ident["env"],
