@@ -55,6 +55,7 @@ SHAPES = [
     ("SSHPASS=sshp4ss sshpass -e ssh gpu1", "sshp4ss", "SSHPASS=[redacted]"),
     ("db_passphrase: p4ssphr4se", "p4ssphr4se", "db_passphrase: [redacted]"),
     ("psql failed: password=hunter2 host=db", "hunter2", "password=[redacted] host=db"),
+    ("DB_PASS=Pa55w0rdX cloudant_pw: cl0ud4ntPw", "cl0ud4ntPw", "DB_PASS=[redacted] cloudant_pw: [redacted]"),
     ("--password=FlagPw1 --user bot", "FlagPw1", "--password=[redacted] --user bot"),
     ("--hub-token hubt0k3n --push", "hubt0k3n", "--hub-token [redacted] --push"),
     ("huggingface-cli login --token abcdef0123456789", "abcdef0123456789", "login --token [redacted]"),
@@ -153,6 +154,9 @@ LOOKALIKES = [
     "step=1000 loss=2.31 grad_norm=0.98 at 2024-01-01T12:30:45",
     "APIConnectionError: Connection error. TASK_ID=7 eos_token_id=2",
     "model.embed_tokens.weight: shape (32000, 4096)",
+    "forward_pass: 12.3 ms backward_pass=20.1 ms second_pass=on",
+    "token=None api_key: null HF_TOKEN=$HF_TOKEN password=${DB_PASSWORD} api_key=<your-key> secret=***",
+    'huggingface-cli login --token "$HF_TOKEN" --add-to-git-credential',
     "http://localhost:8080/metrics and https://user@example.com/path",
 ]
 
@@ -186,6 +190,12 @@ def test_json_keys_use_the_same_name_rules():
                                 "primary_key": "id", "cache_key": "3f2a", "cacheKey": "x",
                                 "nested": [{"refreshToken": "[redacted]", "max_tokens": 128}],
                                 "aws": {"secretAccessKey": "[redacted]", "accessKeyId": "AKID"}}
+
+
+def test_firstdivs_own_report_keys_survive_in_attached_json():
+    own = {"playbook_key": "optimizer.stale_parameter", "changed_token": 3, "eval_keys": ["eval_split"],
+           "config_hash": "9f86d081", "identity": "4b825dc642cb", "state_hash": "e3b0c442"}
+    assert scrub_json(own) == own
 
 
 def test_importing_firstdiv_does_not_import_the_detector():

@@ -9,6 +9,7 @@ leaked credential costs more than a hidden column name.
 
 from __future__ import annotations
 
+import functools
 import re
 
 #: a name containing one of these (words joined) is a secret unless its last word says it is about one
@@ -20,14 +21,18 @@ _EXACT = frozenset({"token", "pwd", "auth", "authorization", "cookie", "cookies"
 _QUERY_ONLY = frozenset({"key", "sig", "signature", "pass", "pw"})
 #: a last word that makes a longer name a secret (``refresh_token``, ``account_key``, ``set_cookie``)
 _LAST_WORDS = frozenset({"token", "key", "pwd", "auth", "authorization", "cookie", "cookies", "apikey", "dsn",
-                         "signature", "pat"})
+                         "signature", "pat", "pw", "pass"})
 #: ... unless the word before it says what kind of non-secret it is
 _NOT_SECRET_BEFORE = {
     # tokenizer and generation settings
     "token": frozenset({"pad", "eos", "bos", "unk", "sep", "cls", "mask", "start", "end", "sos", "eot", "eod",
                         "special", "image", "audio", "video", "unknown", "begin", "next", "prev", "previous", "last",
                         "first", "current", "cur", "new", "predicted", "pred", "generated", "sampled", "input",
-                        "output", "target", "max", "min", "num"}),
+                        "output", "target", "max", "min", "num", "changed", "per"}),
+    # passes of a model or a loop (forward_pass, second_pass)
+    "pass": frozenset({"forward", "backward", "fwd", "bwd", "first", "second", "third", "last", "final", "single",
+                       "multi", "one", "two", "num", "eval", "train", "val", "test", "max", "min", "next", "prev",
+                       "each", "per", "all", "high", "low", "band"}),
     # keys of tables, dicts, caches, sorts and attention
     "key": frozenset({"sort", "primary", "foreign", "partition", "cache", "group", "lookup", "hash", "dict", "index",
                       "metric", "monitor", "batch", "input", "output", "label", "target", "text", "image", "audio",
@@ -35,7 +40,7 @@ _NOT_SECRET_BEFORE = {
                       "data", "sample", "feature", "config", "state", "layer", "module", "param", "name", "map",
                       "public", "sequence", "seq", "cluster", "routing", "prompt", "message", "record", "event",
                       "composite", "unique", "natural", "object", "blob", "file", "path", "query", "attn",
-                      "attention", "kv", "sorting", "grouping", "dedup", "hotkey"}),
+                      "attention", "kv", "sorting", "grouping", "dedup", "playbook", "in", "out", "src", "tgt"}),
 }
 #: a last word saying the value is about a secret, not the secret (``password_file``, ``token_type``)
 _NOT_SECRET_LAST = frozenset({"file", "path", "dir", "stdin", "env", "cmd", "command", "prompt", "policy", "length",
@@ -50,6 +55,7 @@ def name_words(name: str) -> list[str]:
     return [w for w in re.split(r"[_\-\s]+", last.lower()) if w]
 
 
+@functools.lru_cache(maxsize=4096)  # a log repeats its names (step=, loss=) thousands of times
 def secret_name(name: str, *, query: bool = False) -> bool:
     """True for a key, variable or flag name whose value is a credential.
 

@@ -1,11 +1,12 @@
 """Vendor credential shapes from detect-secrets' maintained plugins (Twilio, SendGrid, Telegram, Discord,
-Mailchimp, Square, Azure storage, Artifactory, IBM, SoftLayer, Cloudant, npm, ...).
+Mailchimp, Square, Azure storage, Artifactory, Stripe, npm, Cloudant and SoftLayer URLs, ...).
 
 Only its regex plugins are used, as a table of patterns: its high-entropy plugins would take git SHAs and
 config hashes, which fill training logs and must stay; its keyword plugin is replaced by our name
 rules (:mod:`firstdiv._secret_names`); its IP plugin flags addresses, which are not credentials; its
 private-key plugin matches only the header line (we remove the whole block); and its JWT pattern ends
-lazily, which would leave a token's signature behind (we match whole tokens).
+lazily, which would leave a token's signature behind (we match whole tokens). The keyword=value patterns of
+its Cloudant, IBM and SoftLayer plugins are left to our name rules too (see ``_KEYWORD_FAMILY``).
 
 detect-secrets is imported the first time text is scrubbed, never on ``import firstdiv`` (it costs
 about 0.25 s and brings ``requests``). Without it installed, our own token rules still apply.
@@ -17,6 +18,10 @@ import functools
 import re
 
 _SKIPPED = frozenset({"IPPublicDetector", "JwtTokenDetector", "PrivateKeyDetector", "BasicAuthDetector"})
+#: how the keyword=value patterns of the Cloudant, IBM and SoftLayer plugins begin: our name rules take
+#: those assignments (``cloudant_password=``, ``ibm_cos_hmac_secret_access_key:``), and these patterns, tried
+#: at every position, would double the time to scrub a long log
+_KEYWORD_FAMILY = r"(?:(?<=\W)|(?<=^))"
 #: characters some plugins' patterns include around the token (Artifactory: ``(?:\s|=|:|"|^)AKC...``)
 _EDGES = " \t\r\n=:\"'"
 
@@ -31,7 +36,7 @@ def patterns() -> tuple[re.Pattern[str], ...]:
         return ()
     plugins = sorted(get_mapping_from_secret_type_to_class().values(), key=lambda cls: cls.__name__)
     return tuple(rx for cls in plugins if issubclass(cls, RegexBasedDetector) and cls.__name__ not in _SKIPPED
-                 for rx in cls.denylist)
+                 for rx in cls.denylist if not rx.pattern.startswith(_KEYWORD_FAMILY))
 
 
 def spans(text: str) -> list[tuple[int, int]]:

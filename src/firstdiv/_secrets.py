@@ -12,8 +12,8 @@ Tokens, replaced whole wherever they appear (:mod:`firstdiv._secret_shapes`):
   ``pypi-…``; Databricks ``dapi…``; JSON web tokens ``eyJ….….…``; ``-----BEGIN … PRIVATE KEY-----``
   blocks (also PGP ``… PRIVATE KEY BLOCK``; to the END line, or to the end of the text when cut off);
   and the vendor shapes of detect-secrets' regex plugins (Twilio, SendGrid, Telegram, Discord,
-  Mailchimp, Square, Azure storage, Artifactory, IBM, SoftLayer, Cloudant; :mod:`firstdiv._secret_vendor`
-  says which plugins are left out and why).
+  Mailchimp, Square, Azure storage, Artifactory, Stripe, npm, Cloudant and SoftLayer URLs;
+  :mod:`firstdiv._secret_vendor` says which plugins are left out and why).
 Credentials kept apart from their label (the label stays, the value goes):
   webhook URLs (Slack, Discord, Teams: the path after the host goes); ``Bearer <token>``,
   ``Authorization: <scheme> <credential>``, ``Cookie:`` / ``Set-Cookie:`` (the rest of the line);
@@ -24,13 +24,14 @@ Credentials kept apart from their label (the label stays, the value goes):
   ``NAME: value`` / ``"NAME": "value"`` whose NAME is secret-like. Names are split into words
   (``accessToken`` -> access token; :mod:`firstdiv._secret_names`): secret-like is a name containing
   password/passwd/passphrase/secret/credential, the one-word names token, pwd, auth, authorization,
-  cookie, apikey, sshpass, dsn, and a longer name ending in the word token, key, pwd, auth,
-  authorization, cookie, apikey, dsn, signature or pat (``HF_TOKEN``, ``refreshToken``,
+  cookie, apikey, sshpass, dsn, and a longer name ending in the word token, key, pwd, pw, pass, auth,
+  authorization, cookie, apikey, dsn, signature or pat (``HF_TOKEN``, ``refreshToken``, ``db_pass``,
   ``X-Amz-Signature``, ``AccountKey``, ``Set-Cookie``). As URL query parameters ``key``, ``sig``,
   ``signature``, ``pass`` and ``pw`` are secrets too (``?key=``, ``&sig=``), elsewhere not
   (``key=val_loss``). Not secrets: tokenizer and generation settings (``pad_token``, ``eos_token``,
   ``next_token``, ... ``max_tokens``, ``token_type_ids``), keys of tables, caches and sorts
-  (``sort_key``, ``primary_key``, ``cache_key``, ``foreign_key``, ``public_key``, ...), and names whose
+  (``sort_key``, ``primary_key``, ``cache_key``, ``foreign_key``, ``public_key``, ...), passes of a
+  model or loop (``forward_pass``, ``second_pass``), and names whose
   last word says they are about a secret (``password_file``, ``token_type``, ``secret_name``, ``key_id``).
 JSON: a value under a secret-like key is replaced whole, whatever its type.
 No environment dumps: a dict is an environment dump when its key is ``env``/``environ``/
@@ -69,8 +70,14 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
 _ASSIGNMENT = re.compile(
     rf"(?P<q>[\"']?)(?P<name>{_NAME})(?P=q)(?P<sep>\s*[=:]\s*)"
     r"(?P<value>\[redacted\]|\"[^\"\n]*\"|'[^'\n]*'|[^\s,;&\"'}\]\)]+)")
+#: every shape needs one of these (a sign, a flag, a run of 11 token characters or a keyword): most strings
+#: in a report's JSON ("grad norm 0.031", "layer1.weight") have none and skip the rules
+_CANDIDATE = re.compile(r"[=:@]|(?<!\S)-|[A-Za-z0-9_\-]{11,}|(?i:bearer|password|begin)")
 #: "Authorization: Bearer x": the scheme word is not the secret; the Bearer/header rules take the credential
 _SCHEMES = frozenset({"basic", "bearer", "token", "digest"})
+#: values that hold no credential: no value, a reference to where it lives ($HF_TOKEN, ${DB_PASSWORD}), a
+#: placeholder (<your-token>, ***)
+_NO_SECRET_VALUE = re.compile(r"(?i)(?:none|null|nil|true|false|undefined|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^<>]*>|\*+)")
 
 ENV_KEYS = frozenset({"env", "environ", "environment", "env_vars", "environment_variables", "os.environ"})
 _ENV_MARKERS = frozenset({"PATH", "HOME", "USER", "SHELL", "PWD", "LOGNAME", "HOSTNAME", "TERM", "LANG"})
@@ -97,6 +104,8 @@ class Scrubber:
     dropped: int = 0
 
     def text(self, value: str) -> str:
+        if not _CANDIDATE.search(value):
+            return value
         value = self._env_lines(value)
         value = self._whole(PRIVATE_KEY, value)
         for pattern in LABELLED:
@@ -117,7 +126,8 @@ class Scrubber:
         return value
 
     def _flag(self, m: re.Match[str]) -> str:
-        if not secret_name(m.group("name")):
+        value = m.group(0)[len(m.group("keep")):].strip("\"'")
+        if not secret_name(m.group("name")) or _NO_SECRET_VALUE.fullmatch(value):
             return m.group(0)
         self.redacted += 1
         return m.group("keep") + REDACTED
@@ -156,8 +166,9 @@ class Scrubber:
         while m := _ASSIGNMENT.search(text, start):
             value = m.group("value")
             query = not m.group("q") and m.start() > 0 and text[m.start() - 1] in "?&"  # ?key=..., &sig=...
-            if (not secret_name(m.group("name"), query=query) or value.strip("\"'") in ("", REDACTED)
-                    or value.lower() in _SCHEMES):
+            bare = value.strip("\"'")
+            if (not secret_name(m.group("name"), query=query) or bare in ("", REDACTED) or value.lower() in _SCHEMES
+                    or _NO_SECRET_VALUE.fullmatch(bare)):
                 start = m.end("name")  # rescan what followed: "failed: password=x" holds an assignment in its value
                 continue
             self.redacted += 1
