@@ -86,10 +86,15 @@ def sweep(target: str, seeds: str, sets: tuple[str, ...], name: str | None, back
 
 
 @cli.command()
+@click.option("--drop", "drop", default=None, metavar="RUN_ID", help="Delete one stored run (e.g. a damaged one).")
 @store_option
 @json_option
-def runs(store: str | None, as_json: bool) -> int:
+def runs(store: str | None, as_json: bool, drop: str | None = None) -> int:
     """List the stored sweeps with their identity hashes."""
+    if drop is not None:
+        from ._runs_drop import drop_run
+
+        return drop_run(store, drop, as_json)
     from rich.table import Table
     from rich.text import Text
 

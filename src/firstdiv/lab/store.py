@@ -1,8 +1,10 @@
 """The run store: SQLite in WAL mode, schema versioned, safe under concurrent writers.
 
-Runs are keyed by (identity, seed): two processes recording the same run insert it once.
-A sweep is a named, ordered set of seeds over one identity; its runs are looked up by that key, so
-re-running a sweep reuses every run already recorded and an interrupted sweep resumes.
+Runs carry their identity and seed: two processes recording the same run insert it once.
+A sweep is a named, ordered set of seeds over one identity; a seed reads the newest ok run of that
+identity (or the run it is pinned to, after a --force; see store_runs), so re-running a sweep
+reuses every run already recorded and an interrupted sweep resumes. Runs are appended; a sweep
+never changes the records another sweep reads.
 """
 
 from __future__ import annotations
@@ -11,60 +13,22 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Self
 
 from ..errors import NotFound, StoreError
+from . import store_runs, store_schema
 from .record import RunRecord, now_iso, short_hash
+from .store_schema import MIGRATIONS, SCHEMA_VERSION
+
+__all__ = ["DEFAULT_STORE", "MIGRATIONS", "SCHEMA_VERSION", "Store", "SweepInfo", "default_path"]
 
 DEFAULT_STORE = Path(".firstdiv") / "runs.db"
 
-# Append-only. Each entry migrates version i to i+1; never edit a released entry.
-# History: 1 — runs, sweeps, sweep_seeds (firstdiv 0.1).
-#          2 — incidents: the failure notebook (firstdiv.incident); one JSON worksheet per row.
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    CREATE TABLE runs (
-        id INTEGER PRIMARY KEY,
-        identity TEXT NOT NULL,
-        seed INTEGER NOT NULL,
-        workload TEXT NOT NULL,
-        status TEXT NOT NULL,
-        created TEXT NOT NULL,
-        record TEXT NOT NULL,
-        UNIQUE (identity, seed)
-    );
-    CREATE TABLE sweeps (
-        id TEXT PRIMARY KEY,
-        name TEXT NOT NULL,
-        identity TEXT NOT NULL,
-        workload TEXT NOT NULL,
-        created TEXT NOT NULL,
-        info TEXT NOT NULL,
-        UNIQUE (name, identity)
-    );
-    CREATE TABLE sweep_seeds (
-        sweep_id TEXT NOT NULL REFERENCES sweeps(id),
-        seed INTEGER NOT NULL,
-        PRIMARY KEY (sweep_id, seed)
-    );
-    CREATE INDEX sweeps_by_name ON sweeps(name, created);
-    """,
-    """
-    CREATE TABLE incidents (
-        id TEXT PRIMARY KEY,
-        title TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('open', 'closed')),
-        created TEXT NOT NULL,
-        updated TEXT NOT NULL,
-        record TEXT NOT NULL
-    );
-    CREATE INDEX incidents_by_status ON incidents(status, created);
-    """,
-)
-SCHEMA_VERSION = len(MIGRATIONS)
+# The schema and its append-only migrations live in store_schema; they are re-exported here.
+LOCK_PATIENCE_S = 60.0  # how long a command waits for another process's write lock before saying so
 
 
 @dataclass(frozen=True)
@@ -92,14 +56,48 @@ def default_path() -> Path:
     return Path(os.environ.get("FIRSTDIV_STORE") or DEFAULT_STORE)
 
 
-class Store:
-    """Open (and with ``create=True`` create) the store at ``path``; see module docstring."""
+def _locked(exc: Exception) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+
+def _unwritable(exc: StoreError) -> bool:
+    return str(exc).startswith("Cannot write the run store")
+
+
+def _connect_readonly(path: Path, patience: float) -> sqlite3.Connection:
+    """Open without writing. A WAL store needs its -shm file; in a directory where it cannot be
+    created, the file is read as immutable (nothing can write there either)."""
+    from urllib.parse import quote
+
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=patience, isolation_level=None)
+    try:
+        conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
+        return conn
+    except sqlite3.OperationalError as exc:
+        if _locked(exc):
+            raise
+        conn.close()
+    return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=patience, isolation_level=None)
+
+
+class Store:
+    """Open (and with ``create=True`` create) the store at ``path``; see module docstring.
+
+    ``create=False`` opens an existing store and, when it cannot be written (a read-only directory
+    or file), opens it read-only: reading commands still work, writes fail with "Cannot write".
+    ``readonly=True`` always opens it read-only. ``patience`` is how many seconds a command waits
+    for another process's lock.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True,
+                 readonly: bool = False, patience: float | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
-        self._create = create
+        self._create = create and not readonly
+        self.readonly = readonly
+        self.patience = LOCK_PATIENCE_S if patience is None else float(patience)
         if not self.path.exists():
-            if not create:
+            if not self._create:
                 raise NotFound(f"No run store at {self.path}; run `firstdiv sweep` first or pass --store PATH")
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,23 +107,31 @@ class Store:
         elif self.path.is_dir():
             raise StoreError(f"{self.path} is a directory, not a run store; pass a file path to --store")
         self._conn = self._connect()
-        self._open_with_retry()
+        try:
+            self._open_with_retry()
+        except StoreError as exc:
+            if self.readonly or create or not _unwritable(exc):
+                raise
+            # A store we may read but not write (read-only directory or file): reading needs no writes.
+            self._conn.close()
+            self.readonly = True
+            self._conn = self._connect()
+            self._open_with_retry()
 
-    def _open_with_retry(self, patience: float = 60.0) -> None:
+    def _open_with_retry(self) -> None:
         # Switching a new file to WAL takes an exclusive lock that SQLite's busy handler does not
         # wait for; several processes creating one store at once retry here instead of failing.
-        deadline = time.monotonic() + patience
+        deadline = time.monotonic() + self.patience
         delay = 0.01
         while True:
             try:
                 self._migrate()
                 return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
+                if not _locked(exc):
                     raise self._broken(exc) from None
                 if time.monotonic() > deadline:
-                    raise StoreError(f"The run store at {self.path} stayed locked for {patience:.0f} s; "
-                                     "another process holds it: wait for it or pass another --store PATH") from None
+                    raise self._broken(exc) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
@@ -133,8 +139,11 @@ class Store:
         # WAL is switched on only in _migrate, after the file is known to be ours: opening someone
         # else's database must not rewrite its header.
         try:
-            conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
-            conn.execute("PRAGMA busy_timeout = 60000")
+            if self.readonly:
+                conn = _connect_readonly(self.path, self.patience)
+            else:
+                conn = sqlite3.connect(self.path, timeout=self.patience, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.patience * 1000)}")
         except sqlite3.DatabaseError as exc:
             raise self._broken(exc) from None
         return conn
@@ -148,6 +157,9 @@ class Store:
 
     def _broken(self, exc: Exception) -> StoreError:
         text = str(exc)
+        if _locked(exc):
+            return StoreError(f"The run store at {self.path} is locked by another process (waited "
+                              f"{self.patience:.0f} s); wait for that command to finish, or pass another --store PATH")
         if "readonly" in text or "unable to open" in text:
             return StoreError(f"Cannot write the run store at {self.path} ({exc}); pass a writable --store PATH")
         return StoreError(f"{self.path} is not a readable firstdiv store ({exc}); move it aside or pass another --store PATH")
@@ -157,8 +169,7 @@ class Store:
             tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             version = 0
             if "meta" in tables:
-                row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-                version = int(row[0]) if row else 0
+                version = store_schema.read_version(self._conn, self.path)
             elif tables:
                 raise StoreError(f"{self.path} is a SQLite database but not a firstdiv store; pass another --store PATH")
             elif not self._create:
@@ -166,6 +177,12 @@ class Store:
             if version > SCHEMA_VERSION:
                 raise StoreError(f"{self.path} has store schema version {version}, newer than this firstdiv's "
                                  f"{SCHEMA_VERSION}; upgrade firstdiv (pip install -U firstdiv) to read it")
+            if self.readonly:
+                if version < SCHEMA_VERSION:
+                    raise StoreError(f"{self.path} has store schema version {version} and needs upgrading to "
+                                     f"{SCHEMA_VERSION}, which writes to it, but it is read-only here; run a firstdiv "
+                                     "command once where it is writable, or copy it and pass the copy to --store")
+                return
             if self._conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA synchronous = NORMAL")
@@ -173,14 +190,7 @@ class Store:
                 return
             with self._write():
                 current = self._conn.execute("SELECT name FROM sqlite_master WHERE name='meta'").fetchone()
-                version = 0
-                if current:
-                    row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-                    version = int(row[0]) if row else 0
-                for script in MIGRATIONS[version:]:
-                    for statement in filter(str.strip, script.split(";")):
-                        self._conn.execute(statement)
-                self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                store_schema.apply(self._conn, store_schema.read_version(self._conn, self.path) if current else 0)
         except sqlite3.OperationalError:
             raise
         except sqlite3.DatabaseError as exc:
@@ -194,7 +204,7 @@ class Store:
                 store._conn.execute("BEGIN IMMEDIATE")
                 return store._conn
 
-            def __exit__(self, exc_type: Any, *_: Any) -> None:
+            def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
                 store._conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
         return _Tx()
@@ -202,10 +212,10 @@ class Store:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *_: Any) -> None:
+    def __exit__(self, *_: object) -> None:
         self.close()
 
     # -- sweeps -------------------------------------------------------------------------------
@@ -220,7 +230,7 @@ class Store:
             with self._write() as conn:
                 conn.execute("INSERT OR IGNORE INTO sweeps VALUES (?, ?, ?, ?, ?, ?)",
                              (sweep_id, name, identity, workload, now_iso(), json.dumps(info)))
-                conn.executemany("INSERT OR IGNORE INTO sweep_seeds VALUES (?, ?)", [(sweep_id, s) for s in seeds])
+                conn.executemany("INSERT OR IGNORE INTO sweep_seeds (sweep_id, seed) VALUES (?, ?)", [(sweep_id, s) for s in seeds])
         except sqlite3.DatabaseError as exc:
             raise self._broken(exc) from None
         return self._sweep_by_id(sweep_id)
@@ -232,7 +242,15 @@ class Store:
     def _sweep_by_id(self, sweep_id: str) -> SweepInfo:
         row = self._rows("SELECT id, name, identity, workload, created, info FROM sweeps WHERE id=?", (sweep_id,))[0]
         seeds = tuple(r[0] for r in self._rows("SELECT seed FROM sweep_seeds WHERE sweep_id=? ORDER BY seed", (sweep_id,)))
-        return SweepInfo(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), seeds)
+        try:
+            info = json.loads(row[5])
+            if not isinstance(info, dict):
+                raise TypeError(f"a JSON {type(info).__name__}, not an object")
+        except (ValueError, TypeError) as exc:
+            raise StoreError(f"sweep {row[1]!r} (id {row[0]}) in {self.path} has a damaged description ({exc}); "
+                             f"move the store aside, or delete that sweep: sqlite3 {self.path} \"DELETE FROM "
+                             f"sweep_seeds WHERE sweep_id='{row[0]}'; DELETE FROM sweeps WHERE id='{row[0]}'\"") from None
+        return SweepInfo(row[0], row[1], row[2], row[3], row[4], info, seeds)
 
     def sweeps(self) -> list[SweepInfo]:
         ids = [r[0] for r in self._rows("SELECT id FROM sweeps ORDER BY created, id")]
@@ -255,14 +273,21 @@ class Store:
 
     # -- runs ---------------------------------------------------------------------------------
 
-    def recorded_seeds(self, identity: str) -> set[int]:
-        """Seeds with a successful run for this identity."""
+    def recorded_seeds(self, identity: str, *, sweep: SweepInfo | None = None) -> set[int]:
+        """Seeds with a successful run for this identity; with ``sweep``, as that sweep reads them
+        (a seed it pinned to a failed run is not recorded for it)."""
+        if sweep is not None:
+            try:
+                return store_runs.done_seeds(self._conn, sweep.id, identity)
+            except sqlite3.DatabaseError as exc:
+                raise self._broken(exc) from None
         return {r[0] for r in self._rows("SELECT seed FROM runs WHERE identity=? AND status='ok'", (identity,))}
 
-    def add(self, record: RunRecord, *, replace: bool = False) -> bool:
-        """Insert a run; returns False when an ok run with this identity and seed already exists.
+    def add(self, record: RunRecord, *, replace: bool = False, sweep: SweepInfo | None = None) -> bool:
+        """Record a run; returns False when an ok run with this identity and seed already exists.
 
-        A failed run is always replaced by a new attempt; ``replace`` also replaces ok runs.
+        A failed run is replaced by a new attempt. ``replace`` (--force) appends the new run and
+        points ``sweep`` at it; every other sweep keeps reading the runs it read before.
         """
         from .._secrets import scrub_record  # an error message can carry a token, a URL's password
 
@@ -270,27 +295,28 @@ class Store:
         payload = json.dumps(record.to_dict())
         try:
             with self._write() as conn:
-                row = conn.execute("SELECT status FROM runs WHERE identity=? AND seed=?",
-                                   (record.identity, record.seed)).fetchone()
-                if row and row[0] == "ok" and not replace:
-                    return False
-                conn.execute("INSERT OR REPLACE INTO runs (identity, seed, workload, status, created, record) "
-                             "VALUES (?, ?, ?, ?, ?, ?)",
-                             (record.identity, record.seed, record.workload, record.status, record.created, payload))
+                return store_runs.insert(conn, record, payload, replace=replace,
+                                         sweep_id=sweep.id if sweep is not None else None)
         except sqlite3.DatabaseError as exc:
             raise self._broken(exc) from None
-        return True
 
     def records(self, sweep: SweepInfo, *, include_failed: bool = False) -> list[RunRecord]:
         """The sweep's runs in seed order (only those recorded so far)."""
-        query = ("SELECT r.record FROM runs r JOIN sweep_seeds s ON r.seed = s.seed "
-                 "WHERE s.sweep_id=? AND r.identity=?" + ("" if include_failed else " AND r.status='ok'") +
-                 " ORDER BY r.seed")
-        return [RunRecord.from_dict(json.loads(r[0])) for r in self._rows(query, (sweep.id, sweep.identity))]
+        rows = self._rows(store_runs.VIEW, (sweep.identity, sweep.id))
+        return [store_runs.parse(run_id, payload, path=self.path, sweep=sweep.name, seed=seed)
+                for seed, run_id, status, payload in rows if include_failed or status == "ok"]
 
     def iter_runs(self) -> Iterator[RunRecord]:
-        for (payload,) in self._rows("SELECT record FROM runs ORDER BY id"):
-            yield RunRecord.from_dict(json.loads(payload))
+        for run_id, seed, payload in self._rows("SELECT id, seed, record FROM runs ORDER BY id"):
+            yield store_runs.parse(run_id, payload, path=self.path, sweep=None, seed=seed)
+
+    def drop_run(self, run_id: int) -> tuple[str, int, list[str]] | None:
+        """Delete run ``run_id`` (e.g. a damaged one): (identity, seed, sweeps holding that seed), or None."""
+        try:
+            with self._write() as conn:
+                return store_runs.drop(conn, int(run_id))
+        except sqlite3.DatabaseError as exc:
+            raise self._broken(exc) from None
 
     def count_runs(self) -> int:
         return int(self._rows("SELECT COUNT(*) FROM runs")[0][0])

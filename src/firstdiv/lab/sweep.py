@@ -155,12 +155,12 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
                 "declared_before": not st.recorded_seeds(ident["identity"]) if hypothesis or checkpoint_policy else None}
         info = existing.info if existing is not None else info
         info_sweep = st.upsert_sweep(sweep_name, ident["identity"], workload.target, info, seed_list)
-        done = set() if force else st.recorded_seeds(ident["identity"])
+        done = set() if force else st.recorded_seeds(ident["identity"], sweep=info_sweep)
         todo = [s for s in seed_list if s not in done]
         failed: list[RunRecord] = []
 
         def record(rec: RunRecord) -> None:
-            st.add(rec, replace=force)
+            st.add(rec, replace=force, sweep=info_sweep)  # a forced run is appended: other sweeps keep theirs
             if not rec.ok:
                 failed.append(rec)
             if on_record is not None:

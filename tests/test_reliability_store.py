@@ -1,0 +1,239 @@
+"""Issue 13, the store's part: --force never rewrites another sweep's runs, a damaged record is one
+error naming the run, a malformed schema version or a lock is said plainly, a read-only store can be
+read, firstdiv's own files are not code, terminal escapes never reach the terminal, a gate file
+cannot be tampered with, and an unreachable Ray cluster fails before anything is written."""
+
+import json
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TINY, run_cli
+
+from firstdiv.errors import StoreError
+from firstdiv.lab.store import SCHEMA_VERSION, Store
+from firstdiv.lab.sweep import sweep
+
+
+def _one_error_line(proc):
+    assert proc.returncode == 2, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, f"expected exactly one stderr line, got:\n{proc.stderr}"
+    assert lines[0].startswith("firstdiv: error: ") and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def wl(tmp_path):
+    """tiny.py outside any git tree: its code identity cannot move while other files are edited."""
+    path = tmp_path / "wl" / "tiny.py"
+    path.parent.mkdir()
+    shutil.copy(TINY, path)
+    return f"{path}:train"
+
+
+@pytest.fixture
+def sp(tmp_path):
+    return tmp_path / "store" / "runs.db"
+
+
+# -- item 2: --force appends, another sweep's records never change ----------------------------------
+
+def test_force_under_a_new_name_leaves_the_older_sweeps_records_untouched(wl, sp):
+    old = sweep(wl, "0-2", store=sp, name="old")
+    forced = sweep(wl, "0-2", store=sp, name="new", force=True)
+    assert forced.sweep.identity == old.sweep.identity and forced.ran == (0, 1, 2)
+    with Store(sp) as st:
+        old_now = st.records(st.find_sweep("old"))
+        new_now = st.records(st.find_sweep("new"))
+    assert [r.to_dict() for r in old_now] == [r.to_dict() for r in old.records]  # timestamps, throughput: all
+    assert [r.to_dict() for r in new_now] == [r.to_dict() for r in forced.records]
+    assert all(n.created > o.created for n, o in zip(new_now, old_now))
+
+    again = sweep(wl, "0-2", store=sp, name="old")  # the older sweep still reuses exactly its runs
+    assert again.ran == () and [r.to_dict() for r in again.records] == [r.to_dict() for r in old.records]
+
+
+def test_forcing_one_sweep_twice_keeps_one_record_per_seed_and_others_views(wl, sp):
+    sweep(wl, "0-1", store=sp, name="a")
+    b1 = sweep(wl, "0-1", store=sp, name="b", force=True)
+    b2 = sweep(wl, "0-1", store=sp, name="b", force=True)
+    with Store(sp) as st:
+        assert st.count_runs() == 4  # a's two runs and b's latest two: b's first forced pair was replaced
+        assert [r.created for r in st.records(st.find_sweep("b"))] == [r.created for r in b2.records]
+        assert all(r.created not in {x.created for x in b1.records} for r in st.records(st.find_sweep("a")))
+    c = sweep(wl, "0-2", store=sp, name="c")  # a new plain sweep reads the newest ok runs, runs only seed 2
+    assert c.ran == (2,) and [r.created for r in c.records[:2]] == [r.created for r in b2.records]
+
+
+def test_version_2_store_migrates_keeping_every_run_and_sweep(tmp_path, wl, sp):
+    from firstdiv.lab import store_schema
+
+    first = sweep(wl, "0-1", store=sp, name="main")
+    v2 = tmp_path / "v2.db"
+    with sqlite3.connect(v2) as conn:  # a store as version 2 wrote it
+        for script in store_schema.MIGRATIONS[:2]:
+            conn.executescript(script)
+        conn.execute("INSERT INTO meta VALUES ('schema_version', '2')")
+        src = sqlite3.connect(sp)
+        for row in src.execute("SELECT id, identity, seed, workload, status, created, record FROM runs"):
+            conn.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+        for row in src.execute("SELECT id, name, identity, workload, created, info FROM sweeps"):
+            conn.execute("INSERT INTO sweeps VALUES (?, ?, ?, ?, ?, ?)", row)
+        for row in src.execute("SELECT sweep_id, seed FROM sweep_seeds"):
+            conn.execute("INSERT INTO sweep_seeds VALUES (?, ?)", row)
+        src.close()
+    conn.close()
+    with Store(v2) as st:
+        assert st._rows("SELECT value FROM meta WHERE key='schema_version'")[0][0] == str(SCHEMA_VERSION)
+        assert [r.to_dict() for r in st.records(st.find_sweep("main"))] == [r.to_dict() for r in first.records]
+    assert sweep(wl, "0-1", store=v2, name="main").ran == ()
+
+
+# -- item 5: a damaged record is one error naming the run; other sweeps stay usable -------------------
+
+def _damage(sp, sweep_name, seed, how):
+    """Flip what a byte flip does inside a run's JSON: break the syntax, or a field name."""
+    with sqlite3.connect(sp) as conn:
+        ident = conn.execute("SELECT identity FROM sweeps WHERE name=?", (sweep_name,)).fetchone()[0]
+        run_id, payload = conn.execute("SELECT id, record FROM runs WHERE identity=? AND seed=?", (ident, seed)).fetchone()
+        damaged = payload.replace('"final"', '"fin@l"') if how == "key" else payload[:40] + "\x01" + payload[41:]
+        conn.execute("UPDATE runs SET record=? WHERE id=?", (damaged, run_id))
+    conn.close()
+    return run_id
+
+
+@pytest.mark.parametrize("how", ["json", "key"])
+def test_damaged_record_is_a_store_error_naming_the_run(wl, sp, how):
+    sweep(wl, "0-1", store=sp, name="other", sets=["shift=0.5"])
+    sweep(wl, "0-1", store=sp, name="hurt")
+    run_id = _damage(sp, "hurt", 1, how)
+    with Store(sp) as st:
+        with pytest.raises(StoreError) as err:
+            st.records(st.find_sweep("hurt"))
+        assert len(st.records(st.find_sweep("other"))) == 2  # the other sweep reads as before
+    assert f"run {run_id} (sweep 'hurt', seed 1)" in str(err.value) and f"runs --drop {run_id}" in str(err.value)
+
+
+@pytest.mark.quality
+def test_damaged_record_fails_each_command_in_one_line_and_drop_then_rerun_repairs_it(tmp_path, wl, sp):
+    sweep(wl, "0-1", store=sp, name="base", sets=["shift=0.5"])
+    sweep(wl, "0-1", store=sp, name="cand", sets=["shift=0.6"])
+    sweep(wl, "0-1", store=sp, name="hurt")
+    run_id = _damage(sp, "hurt", 1, "json")
+
+    store = ["--store", str(sp)]
+    for args in (["runs"], ["compare", "base", "hurt"], ["report", "hurt", "--html", str(tmp_path / "r.html")],
+                 ["sweep", wl, "--seeds", "0-1", "--name", "hurt"], ["curves", "base", "hurt"]):
+        line = _one_error_line(run_cli(*args, *store, cwd=tmp_path))
+        assert f"run {run_id} (sweep 'hurt', seed 1)" in line and "damaged" in line, line
+        assert f"firstdiv runs --drop {run_id}" in line, line
+    ok = run_cli("compare", "base", "cand", *store, "--json", cwd=tmp_path)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["verdict"], ok.stderr  # the other sweeps are untouched
+
+    dropped = run_cli("runs", "--drop", str(run_id), *store, cwd=tmp_path)
+    assert dropped.returncode == 0 and "seed 1" in dropped.stdout and "'hurt'" in dropped.stdout, dropped.stderr
+    again = run_cli("sweep", wl, "--seeds", "0-1", "--name", "hurt", *store, "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["ran"] == [1]
+    assert run_cli("runs", *store, cwd=tmp_path).returncode == 0
+
+
+def test_drop_of_an_unknown_run_id_is_a_usage_error(tmp_path, wl, sp):
+    sweep(wl, "0", store=sp)
+    assert "No run with id 99" in _one_error_line(run_cli("runs", "--drop", "99", "--store", sp, cwd=tmp_path))
+    assert "integer id" in _one_error_line(run_cli("runs", "--drop", "x", "--store", sp, cwd=tmp_path))
+
+
+# -- item 14: a schema version that is not an integer -------------------------------------------------
+
+def test_schema_version_that_is_not_an_integer_is_one_line(tmp_path, wl, sp):
+    sweep(wl, "0", store=sp)
+    with sqlite3.connect(sp) as conn:
+        conn.execute("UPDATE meta SET value='three' WHERE key='schema_version'")
+    conn.close()
+    before = sp.read_bytes()
+    with pytest.raises(StoreError, match="schema version 'three', not an integer"):
+        Store(sp)
+    for args in (["runs"], ["sweep", wl, "--seeds", "0"]):
+        assert "not an integer" in _one_error_line(run_cli(*args, "--store", sp, cwd=tmp_path))
+    assert sp.read_bytes() == before
+
+
+# -- item 15: read-only stores are readable; a lock says another process holds it ---------------------
+
+def test_readonly_open_reads_and_refuses_writes(wl, sp):
+    first = sweep(wl, "0-1", store=sp, name="main")
+    with Store(sp, readonly=True) as st:
+        assert [r.to_dict() for r in st.records(st.find_sweep("main"))] == [r.to_dict() for r in first.records]
+        with pytest.raises(StoreError, match="Cannot write the run store"):
+            st.upsert_sweep("x", "y", "z", {}, [1])
+
+
+def _as_nobody():
+    """Run a command as an unprivileged user: root ignores permission bits, so a read-only test as root is not real."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: cannot drop privileges to make a directory read-only")
+    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.mark.quality
+def test_store_in_a_readonly_directory_can_be_read_by_every_reading_command(wl):
+    prefix = _as_nobody()
+    base = Path(tempfile.mkdtemp(prefix="firstdiv-ro-"))  # not under pytest's 0700 tmp dir: nobody must reach it
+    try:
+        sp = base / "store" / "runs.db"
+        shutil.copy(wl.rpartition(":")[0], base / "tiny.py")
+        wl = f"{base / 'tiny.py'}:train"
+        sweep(wl, "0-1", store=sp, name="a")
+        sweep(wl, "0-1", store=sp, name="b", sets=["shift=0.5"])
+        for p in (base, *base.rglob("*")):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        (base / "store").chmod(0o555)
+        out = base / "out"
+        out.mkdir(mode=0o777)
+        out.chmod(0o777)
+        before = {p.name: p.read_bytes() for p in (base / "store").iterdir()}
+        env = {k: v for k, v in os.environ.items() if k != "FIRSTDIV_STORE"}
+        env.update(HOME=str(out), COLUMNS="120", PYTHONDONTWRITEBYTECODE="1")
+        for args in (["runs"], ["compare", "a", "b"], ["curves", "a", "b"],
+                     ["report", "a", "b", "--html", str(out / "r.html")]):
+            proc = subprocess.run([*prefix, sys.executable, "-m", "firstdiv", *args, "--store", str(sp)], cwd=out,
+                                  env=env, check=False, capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 0, (args, proc.stderr)
+        proc = subprocess.run([*prefix, sys.executable, "-m", "firstdiv", "sweep", wl, "--seeds", "5", "--name", "a",
+                               "--store", str(sp)], cwd=out, env=env, check=False, capture_output=True, text=True, timeout=120)
+        assert "Cannot write the run store" in _one_error_line(proc)
+        assert {p.name: p.read_bytes() for p in (base / "store").iterdir()} == before
+    finally:
+        for p in (base, *base.rglob("*")):
+            if p.is_dir():
+                p.chmod(stat.S_IRWXU)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_lock_held_by_another_process_is_reported_as_such(wl, sp):
+    sweep(wl, "0", store=sp, name="main")
+    holder = sqlite3.connect(sp, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another writer in the middle of a long transaction
+    try:
+        with Store(sp, patience=0.3) as st:
+            start = time.monotonic()
+            with pytest.raises(StoreError) as err:
+                st.upsert_sweep("other", "ident", "w", {}, [0])
+            assert time.monotonic() - start < 5
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    message = str(err.value)
+    assert "locked by another process" in message and "not a readable" not in message and "move it aside" not in message
