@@ -17,7 +17,6 @@ import pytest
 from click.testing import CliRunner
 
 import firstdiv.incident as incident_mod
-import firstdiv.lab.store as store_mod
 from firstdiv._secrets import Scrubber, scrub_json
 from firstdiv.errors import InvalidArgument, NotFound, StoreError
 from firstdiv.incident import (
@@ -398,25 +397,28 @@ def _run_record(seed: int) -> RunRecord:
                      grad_norm={}, throughput={}, wall_seconds=0.1, created="2024-01-01T00:00:00")
 
 
-def test_migration_from_the_previous_schema_keeps_runs_and_adds_incidents(store_path, monkeypatch):
-    with monkeypatch.context() as m:  # a store written by the firstdiv before incidents existed
-        m.setattr(store_mod, "MIGRATIONS", MIGRATIONS[:1])
-        m.setattr(store_mod, "SCHEMA_VERSION", 1)
-        with Store(store_path) as st:
-            st.upsert_sweep("s", "ident", "w.py:train", {"config": {}}, [0, 1, 2])
-            for seed in (0, 1, 2):
-                st.add(_run_record(seed))
-    conn = sqlite3.connect(store_path)
-    old_runs = conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+def test_migration_from_the_previous_schema_keeps_runs_and_adds_incidents(store_path):
+    store_path.parent.mkdir(parents=True)
+    v1_runs = "SELECT id, identity, seed, workload, status, created, record FROM runs ORDER BY id"
+    conn = sqlite3.connect(store_path)  # a store as the firstdiv before incidents (schema 1) wrote it
+    conn.executescript(MIGRATIONS[0])
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    conn.execute("INSERT INTO sweeps VALUES ('s1', 's', 'ident', 'w.py:train', '2024-01-01T00:00:00', ?)",
+                 (json.dumps({"config": {}}),))
+    for seed in (0, 1, 2):
+        rec = _run_record(seed)
+        conn.execute("INSERT INTO runs (identity, seed, workload, status, created, record) VALUES (?, ?, ?, ?, ?, ?)",
+                     (rec.identity, seed, rec.workload, rec.status, rec.created, json.dumps(rec.to_dict())))
+        conn.execute("INSERT INTO sweep_seeds VALUES ('s1', ?)", (seed,))
+    conn.commit()
+    old_runs = conn.execute(v1_runs).fetchall()
     conn.close()
-    assert "incidents" not in tables and len(old_runs) == 3
 
     assert incident_list(store_path) == []  # opening migrates
     inc = incident_new(store_path, symptom="after migration")
     conn = sqlite3.connect(store_path)
     assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
-    assert conn.execute("SELECT * FROM runs ORDER BY id").fetchall() == old_runs
+    assert conn.execute(v1_runs).fetchall() == old_runs
     conn.close()
     assert "CREATE TABLE incidents" in MIGRATIONS[1]
     with Store(store_path) as st:
