@@ -75,6 +75,7 @@ from ._cli_common import EXIT_FOUND, EXIT_OK, emit, json_option
 from ._playbook import play_for
 from ._worksheet import ALL_GREEN, Worksheet, contract_of
 from .errors import InvalidArgument
+from .instruments._user_hooks import reports_user_hooks
 from .report import Divergence, Finding, Report, Status, skipped
 
 __all__ = ["EVIDENCE_KEYS", "EXTRA_KEYS", "ORDER", "Worksheet", "diagnose", "diagnose_command"]
@@ -243,6 +244,7 @@ LADDER: tuple[_Rung, ...] = (
 ORDER: tuple[str, ...] = tuple(r.name for r in LADDER)
 
 
+@reports_user_hooks
 def diagnose(*, symptom: str | None = None, expected: str | None = None, stop_at_first: bool = True,
              **evidence: Any) -> Worksheet:
     """Run the applicable instruments in the escalation order (module docstring), stop at the first FAIL unless

@@ -44,6 +44,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._copying import model_copy
+
 # --- fresh code objects ---------------------------------------------------------------------------------------
 
 
@@ -112,14 +114,14 @@ class Target:
         self.shared_code = False  # True when the top frame's code object is the user's (compiled as given)
         self.span: tuple[str, int, int] = ("", 0, -1)  # (file, first, last line) of the code compiled fresh
         if isinstance(fn, nn.Module):  # two copies: a module that keeps state (a call counter) evolves in each
-            self.work: Any = copy.deepcopy(fn)
+            self.work: Any = model_copy(fn)
             self.kind = "module"
-            self.eager: Callable[..., Any] = copy.deepcopy(fn)
+            self.eager: Callable[..., Any] = model_copy(fn)
         elif isinstance(fn, types.MethodType) and isinstance(fn.__self__, nn.Module) \
                 and isinstance(fn.__func__, types.FunctionType):
-            self.work = copy.deepcopy(fn.__self__)
+            self.work = model_copy(fn.__self__)
             self.kind = "method"
-            self.eager = types.MethodType(fn.__func__, copy.deepcopy(fn.__self__))
+            self.eager = types.MethodType(fn.__func__, model_copy(fn.__self__))
         else:
             self.work = None
             self.kind = "function" if isinstance(fn, types.FunctionType) else "callable"

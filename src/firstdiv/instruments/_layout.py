@@ -23,6 +23,7 @@ from torch import nn
 
 from ..report import Status
 from ._checks import Check, check
+from ._copying import model_copy
 from ._trace import Row, exception_line, is_builtin, op_name, tensors
 
 _RESHAPES = (torch.Tensor.view, torch.Tensor.reshape, torch.reshape, torch.Tensor.flatten, torch.flatten,
@@ -200,7 +201,7 @@ def arange_probe(root: nn.Module, args: tuple, kwargs: dict, order: dict[str, in
     """Probe 2 on a deep copy: user modules whose output rearranges an input are re-run on arange values.
     Returns the ``(order, check)`` findings and the probe's statistics (``skipped`` when it could not run)."""
     try:
-        twin, (a2, k2) = copy.deepcopy(root), copy.deepcopy((args, kwargs))
+        twin, (a2, k2) = model_copy(root), copy.deepcopy((args, kwargs))
     except Exception as exc:  # noqa: BLE001 - an uncopyable model only skips the probe
         return [], {"skipped": f"the model could not be deep-copied ({exception_line(exc)})"}
     probe = _ArangeProbe(order)

@@ -5,13 +5,13 @@ evidence)`` or ``(kind or "", evidence)``; six_claims turns the first kind into 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 from torch import nn
 
 from ._batch import Batch, compute_loss, loss_problem
+from ._copying import model_copy
 from ._measured_step import SEED
 
 
@@ -103,7 +103,7 @@ def regression_checks(out: torch.Tensor, t: torch.Tensor, loss_fn: Any, loss0: f
 
 def descent(model: nn.Module, batch: Batch, loss_fn: Any, grads: dict[str, torch.Tensor | None]) -> tuple[str, dict]:
     """Step a deep copy along -grad (three sizes); the loss must fall for at least one. Returns (kind, ev)."""
-    probe = copy.deepcopy(model)
+    probe = model_copy(model)
     pairs = [(p, grads[n]) for n, p in probe.named_parameters()
              if grads.get(n) is not None and bool(torch.isfinite(grads[n]).all())]
     gnorm = sum(float(g.double().pow(2).sum()) for _, g in pairs) ** 0.5

@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._copying import kept_derived
+from ._copying import model_copy as copied
 from ._python_graph import hidden_objects
 
 _MODULE_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
@@ -356,7 +358,8 @@ def guarded(*objects: Any) -> Iterator[Snapshot]:
     restore all of it on exit, also when the body raises."""
     snap = Snapshot.take(*objects)
     try:
-        yield snap
+        with kept_derived(*objects):  # reparametrization hooks replace module.weight on every forward
+            yield snap
     finally:
         snap.restore()
 
@@ -365,7 +368,7 @@ def detached_copy(model: nn.Module, optimizer: torch.optim.Optimizer | None = No
     """Deep-copy a model and its optimizer together, so the copy's optimizer owns the copy's
     parameters by identity (and stale parameters it owned stay stale in the copy); optimizer attributes
     that pickling drops (LBFGS's ``_params``, ``_numel_cache``) are rebuilt, so the copy can step."""
-    model_copy, opt_copy = copy.deepcopy((model, optimizer))
+    model_copy, opt_copy = copied((model, optimizer))  # also with non-leaf derived attributes
     if optimizer is not None:
         _restore_lost_attributes(optimizer, opt_copy)
     return model_copy, opt_copy

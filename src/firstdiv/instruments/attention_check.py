@@ -95,11 +95,13 @@ from ._attention_setup import (
 )
 from ._checks import Check, compose
 from ._state import detached_copy, guarded
+from ._user_hooks import reports_user_hooks
 
 _NAME = "attention_check"
 LEVELS = ("LEVEL_1", "LEVEL_2", "LEVEL_3", "LEVEL_4")
 
 
+@reports_user_hooks
 def attention_check(attn: Any, inputs: Any, *, num_heads: int | None = None, causal: bool | None = None,
                     key_padding_mask: torch.Tensor | None = None, atol: float = 1e-5) -> Report:
     """Check an attention module or function at four levels and report the earliest that fails.

@@ -53,6 +53,7 @@ from ._compare_layers import (
 )
 from ._compare_values import Run, Tolerance, as_tolerance, call_once, clone_tree, compare, split_inputs
 from ._state import guarded
+from ._user_hooks import reports_user_hooks
 from .variants import Unavailable
 
 __all__ = ["Tolerance", "compare_outputs", "fingerprint"]
@@ -278,6 +279,7 @@ def _side_effects(names: dict[str, Any], effects: list[str], before: dict[str, i
     return "; ".join(parts + effects)
 
 
+@reports_user_hooks
 def compare_outputs(variants: dict[str, Any], inputs: Any, *, reference: str | None = None, rtol: float = 1e-4,
                     atol: float = 1e-5, tolerances: dict[str, Any] | None = None, layers: bool = True,
                     preprocessing: dict[str, dict] | None = None, generation: dict[str, dict] | None = None) -> Report:

@@ -66,6 +66,7 @@ from ._compile_compare import Comparison, clone_args, compare, describe_call
 from ._compile_links import Link, captured_link, stable_link, timed, worth_it_link
 from ._state import guarded
 from ._trace import call_args
+from ._user_hooks import reports_user_hooks
 
 __all__ = ["compile_ledger"]
 
@@ -208,6 +209,7 @@ def _num(x: float) -> float | str:
 # --- public -------------------------------------------------------------------------------------------------
 
 
+@reports_user_hooks(count=False)  # a counting wrapper would change what torch.compile guards on
 def compile_ledger(fn: nn.Module | Callable[..., Any], inputs_seq: list[Any], *, backend: str | Callable = "inductor",
                    rtol: float = 1e-4, atol: float = 1e-5, cache_limit: int | None = None, dynamic: bool | None = None,
                    fullgraph_required: bool = False, repeats: int = 10, payoff_calls: float = 1000) -> Report:

@@ -48,6 +48,7 @@ from ..report import Finding, Report, Status
 from ._batch import Batch, check_evidence, compute_loss, loss_problem, split_batch
 from ._ledger_common import Ctx, err, infer_task, is_int, seed_copies
 from ._state import detached_copy, guarded
+from ._user_hooks import reports_user_hooks
 
 __all__ = ["EVIDENCE_KEYS", "FORMAT_VERSION", "evidence_packet", "load_packet", "save_packet"]
 
@@ -64,6 +65,7 @@ NEEDS = {"batch": ("batch",), "model": ("model",), "loss": ("model", "batch", "l
          "parameters": ("model",), "optimizer": ("optimizer",), "step": ("model", "batch", "loss_fn", "optimizer")}
 
 
+@reports_user_hooks
 def evidence_packet(**evidence: Any) -> Report:
     """Capture the minimum evidence packet for a training problem from the evidence at hand.
 

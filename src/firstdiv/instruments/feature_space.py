@@ -40,6 +40,7 @@ from ..errors import InvalidArgument
 from ..report import Report, Status, skipped
 from ._checks import Check, check, compose
 from ._state import guarded
+from ._user_hooks import reports_user_hooks
 
 _NAME = "feature_space"
 ZERO_RELATIVE = 1e-6       # a vector is zero when its norm <= this times the largest norm
@@ -305,6 +306,7 @@ def _invariance_rows(encoder: Callable, inputs: Any, specs: dict, axis: int) -> 
     return rows
 
 
+@reports_user_hooks
 def feature_space(vectors: Any, axis: int = -1, *, encoder: Callable | None = None, inputs: Any = None,
                   invariances: dict[str, Any] | None = None) -> Report:
     """Inspect a tensor of representation vectors whose coordinates lie along ``axis``.

@@ -34,6 +34,7 @@ from ._batch import check_loss_fn, check_model, check_optimizer, compute_loss, l
 from ._checks import graph_leaves
 from ._python_graph import Hidden, Registry, hidden_modules, python_graph
 from ._state import guarded
+from ._user_hooks import reports_user_hooks
 
 __all__ = ["INSTRUMENT", "four_structures", "hidden_modules"]  # hidden_modules: re-exported from _python_graph
 
@@ -316,6 +317,7 @@ def _divergence(f: Finding) -> Divergence:
     return Divergence(f.where, f.check, expected, f.message, hint.replace("{attr}", attr))
 
 
+@reports_user_hooks
 def four_structures(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any = None,
                     loss_fn: Any = None) -> Report:
     """Reconcile the four structures of a module (Python, registered, autograd, optimizer) by identity.

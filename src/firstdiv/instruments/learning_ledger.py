@@ -29,6 +29,7 @@ from ._ledger_links import check_dependency, check_gradient, check_ownership, ch
 from ._ledger_objective import check_objective
 from ._ledger_task import check_task
 from ._state import detached_copy, guarded
+from ._user_hooks import reports_user_hooks
 
 __all__ = ["learning_ledger"]
 
@@ -38,6 +39,7 @@ _CHECKS: dict[str, Callable[[Ctx], LinkResult]] = {
 }
 
 
+@reports_user_hooks
 def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
                     optimizer: torch.optim.Optimizer, *, task_probe: Any = None, task: str = "auto",
                     overfit_steps: int = 200, overfit_batch: Any = None,

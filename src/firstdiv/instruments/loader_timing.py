@@ -68,6 +68,7 @@ from ._loader_measure import (
 )
 from ._loader_setup import check_count, check_loader, check_sweep, closure_state, kept_loader, rebuild
 from ._state import Snapshot, guarded
+from ._user_hooks import reports_user_hooks
 
 _NAME = "loader_timing"
 
@@ -83,6 +84,7 @@ class _Main:
     step_given: bool
 
 
+@reports_user_hooks
 def loader_timing(loader: Any, step: Callable[[Any], Any] | None = None, *, batches: int = 20,
                   sweep: dict[str, list[Any]] | None = None, warmup: int = 1) -> Report:
     """Time the wait for each batch against the work done on it, split the producer into its phases, and

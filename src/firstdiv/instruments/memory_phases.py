@@ -46,6 +46,7 @@ from ..report import Report, Status
 from . import _batch
 from ._checks import Check, check, compose
 from ._memory import LiveTensors, cuda_memory, fmt_bytes, is_oom, rss
+from ._user_hooks import reports_user_hooks
 
 _NAME = "memory_phases"
 _BEFORE = "before_first_phase"
@@ -391,6 +392,7 @@ def _compose(mp: MemoryPhases) -> Report:
     return compose(_NAME, checks, "; ".join(effects), details)
 
 
+@reports_user_hooks
 def memory_phases(model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, *,
                   cap_bytes: int | None = None, suppress: bool = False) -> MemoryPhases:
     """A context manager (also usable as a decorator) that names the phase in which memory runs out.

@@ -41,6 +41,7 @@ from . import _perf_timing as pt
 from ._checks import Check, check, compose
 from ._memory import OOM_ERRORS, fmt_bytes
 from ._state import guarded
+from ._user_hooks import reports_user_hooks
 
 _NAME = "performance_ledger"
 _PROFILED_CALLS = 3
@@ -266,6 +267,7 @@ def _effects(run: pt.StepRun | None, model: Any, optimizer: Any, phased: bool, d
     return "; ".join(parts) or "none"
 
 
+@reports_user_hooks
 def performance_ledger(step: Callable[..., Any] | None, batch: Any = None, *, warmup: int = 2, repeats: int = 10,
                        phases: bool = True, model: nn.Module | None = None,
                        optimizer: torch.optim.Optimizer | None = None, loss_fn: Callable[..., Any] | None = None,

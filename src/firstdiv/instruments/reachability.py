@@ -27,6 +27,7 @@ from ..report import Report, Status, skipped
 from . import _batch
 from ._checks import Check, check, compose, grad_state, graph_leaves, label, unique_params
 from ._state import guarded
+from ._user_hooks import reports_user_hooks
 
 _NAME = "reachability"
 _EFFECTS = "none"  # one forward pass + autograd.grad (no .grad written) under guarded(); hooks removed in finally
@@ -319,6 +320,7 @@ def _validate(model: Any, batch: Any, loss_fn: Any, loss: Any) -> str:
     return "batch"
 
 
+@reports_user_hooks
 def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, *,
                  loss: torch.Tensor | None = None) -> Report:
     """For every parameter: is it on the loss's autograd graph, and what gradient does it get?

@@ -37,6 +37,7 @@ from ._flatten_culprit import functional_linear, input_check
 from ._geometry import OP_FUNCS, PASS_NAMES, Entry, Ledger
 from ._state import guarded
 from ._trace import Recorder, call_args, exception_line
+from ._user_hooks import reports_user_hooks
 
 __all__ = ["shape_ledger"]
 
@@ -87,6 +88,7 @@ def _raised_after(rec: Recorder, exc: Exception) -> Check:
                  expected="the forward pass completes", observed=exception_line(exc))
 
 
+@reports_user_hooks
 def shape_ledger(model: nn.Module, inputs: Any) -> Report:
     """Derive every layer's output geometry before it runs and compare with what it produced.
 

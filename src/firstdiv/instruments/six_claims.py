@@ -23,7 +23,6 @@ and grad mode. A claim without evidence is SKIPPED with the reason, never PASS.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +31,12 @@ from torch import nn
 
 from ..report import Divergence, Finding, Report, Status
 from ._batch import Batch, UserCodeError, check_callable, check_loss_fn, check_model, check_optimizer, loss_problem, split_batch
+from ._copying import model_copy
 from ._measured_step import Measured, measure, weighted_layers
 from ._objective_probes import Recording, class_checks, descent, infer_task, regression_checks
 from ._python_graph import hidden_modules
 from ._state import guarded
+from ._user_hooks import reports_user_hooks
 
 INSTRUMENT = "six_claims"
 CLAIMS = ("REPRESENTATION", "COMPUTATION", "OBJECTIVE", "DIFFERENTIATION", "UPDATE", "EVALUATION")
@@ -91,7 +92,7 @@ def _representation(model: nn.Module, batch: Batch) -> Claim:
         return _skip(name, check, f"inputs are {x.dtype} (e.g. token ids): a mixture of two inputs is not an input",
                      dtype=str(x.dtype))
     try:
-        worst, spread, pairs = _affine_error(copy.deepcopy(model).eval(), x)
+        worst, spread, pairs = _affine_error(model_copy(model).eval(), x)
     except Exception as exc:  # noqa: BLE001 - the model refused a mixed input: no evidence, not a crash
         return _skip(name, check, f"the model raised {type(exc).__name__} on a mixture of inputs: {exc}")
     if worst is None:
@@ -310,7 +311,7 @@ def _mode_dependent(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def _run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool) -> tuple[list[str], list[str], int]:
     """eval_fn on a deep copy: names of mode-dependent modules that ran in train / eval mode, root calls."""
-    probe = copy.deepcopy(model)
+    probe = model_copy(model)
     if train_first:
         probe.train()
     seen: dict[str, bool] = {}
@@ -360,6 +361,7 @@ def _evaluation(model: nn.Module, batch: Any, eval_fn: Any) -> Claim:
 
 # ---- the report --------------------------------------------------------------------------------
 
+@reports_user_hooks
 def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.optim.Optimizer, *,
                eval_fn: Any = None) -> Report:
     """Audit the six claims of a raw network, one finding per claim, in order; the first failing claim

@@ -54,6 +54,7 @@ from ._stage_contracts import check_contracts, contract_outcomes
 from ._stage_semantics import provenance, relationships, semantics
 from ._stage_structure import numeric, structure
 from ._state import guarded
+from ._user_hooks import reports_user_hooks
 
 _NAME = "stage_trace"
 _ALIASES = {"structure": "structure", "numeric": "numeric", "numeric interpretation": "numeric",
@@ -318,6 +319,7 @@ def _report(walk: _Walk, seed: int, names: list[str]) -> Report:
     return compose(_NAME, checks, effects, details)
 
 
+@reports_user_hooks
 def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = None,
                 contracts: dict[str, dict[str, dict[str, Any]]] | None = None, seed: int = 0) -> Report:
     """Walk ``sample`` (a tensor, numpy array, or dict like ``{"image", "mask", "label", "meta"}``) through

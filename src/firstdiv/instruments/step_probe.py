@@ -24,6 +24,7 @@ from . import _batch
 from ._checks import Check, Collected, below_rounding, check, compose, grad_state, label, norm, unique_params
 from ._state import detached_copy, guarded
 from ._train_step_watch import StepWatch
+from ._user_hooks import reports_user_hooks
 
 _NAME = "step_probe"
 _COPY_EFFECT = "one sacrificial optimizer step on a deep copy of the model and optimizer"
@@ -208,6 +209,7 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
 # --- public -----------------------------------------------------------------------------------------------------
 
 
+@reports_user_hooks
 def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
                optimizer: torch.optim.Optimizer, *, train_step: Callable[[], Any] | None = None,
                lr_rtol: float = 1e-4) -> Report:

@@ -53,6 +53,7 @@ from ._layout import ReshapeWatch as _ReshapeWatch  # the name benchmarks/trace_
 from ._layout import arange_probe, moved_by_reshape
 from ._state import guarded
 from ._trace import Recorder, call_args
+from ._user_hooks import reports_user_hooks
 
 __all__ = ["moved_by_reshape", "tensor_trace"]  # moved_by_reshape: re-exported from _layout (the reshape rule alone)
 
@@ -79,6 +80,7 @@ def _first_outputs(rec: Recorder) -> dict[str, int]:
     return order
 
 
+@reports_user_hooks
 def tensor_trace(model: nn.Module | Callable[..., Any], inputs: Any, *, contracts: dict[str, Any] | None = None,
                  layout_probe: bool = True) -> Report:
     """Trace one forward pass: shape, dtype, device, stride and contiguity at every module boundary and

@@ -28,7 +28,6 @@ A kind that cannot be built for this model (``torch.export`` refusing data-depen
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import os
 import re
@@ -44,6 +43,7 @@ from ..errors import InvalidArgument
 from ._batch import check_model, describe_error
 from ._compare_layers import train_mode_modules
 from ._compare_values import Tolerance, split_inputs
+from ._copying import folded, model_copy
 from ._reload_worker import FreshProcessVariant
 from ._state import guarded
 
@@ -79,7 +79,7 @@ def _describe(obj: Any, text: str) -> Any:
 
 def _copy(model: nn.Module) -> nn.Module:
     try:
-        return copy.deepcopy(model)
+        return model_copy(model)
     except Exception as exc:  # noqa: BLE001 - every variant is built from a copy; say why there is none
         raise InvalidArgument(f"Expected `model` to be deep-copyable (variants are built from copies) but copying raised "
                               f"{describe_error(exc)}") from None
@@ -144,6 +144,7 @@ def _int8(model: nn.Module, **_: Any) -> Any:
                                    f"variant with torchao and pass it in the variants dict", failed=False)
     twin = _copy(model)
     modes = {name: m.training for name, m in twin.named_modules()}
+    folds = folded(twin)  # a deployment folds spectral/weight norm and parametrizations before quantizing
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notices, on every call
@@ -154,7 +155,7 @@ def _int8(model: nn.Module, **_: Any) -> Any:
         if name in modes:
             m.training = modes[name]
     return _describe(quantized, "int8: torch.ao.quantization.quantize_dynamic(copy, {nn.Linear}, dtype=torch.qint8) "
-                                "(per-tensor scales)")
+                                "(per-tensor scales)" + (f"; reparametrizations folded first: {', '.join(folds)}" if folds else ""))
 
 
 _BUILDERS = {"eager": _eager, "compiled": _compiled, "reloaded": _reloaded, "export": _export, "int8": _int8}
