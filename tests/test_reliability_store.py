@@ -237,3 +237,34 @@ def test_lock_held_by_another_process_is_reported_as_such(wl, sp):
         holder.close()
     message = str(err.value)
     assert "locked by another process" in message and "not a readable" not in message and "move it aside" not in message
+
+
+# -- item 18: control characters in names are shown, never obeyed ------------------------------------
+
+EVIL = "x\x1b]0;pwned\x07\x1b[2J\x9b31m"
+
+
+def test_terminal_escapes_in_a_name_never_reach_the_terminal_and_json_stays_exact(tmp_path, wl, sp):
+    store = ["--store", str(sp)]
+    printed = run_cli("sweep", wl, "--seeds", "0-1", "--name", EVIL, *store, cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    other = run_cli("sweep", wl, "--seeds", "0-1", "--set", "shift=0.5", "--name", "plain", *store, cwd=tmp_path)
+    assert other.returncode == 0, other.stderr
+    outputs = {"sweep": printed, "runs": run_cli("runs", *store, cwd=tmp_path),
+               "compare": run_cli("compare", EVIL, "plain", *store, cwd=tmp_path),
+               "report": run_cli("report", EVIL, "--html", str(tmp_path / f"{EVIL}.html"), *store, cwd=tmp_path)}
+    for command, proc in outputs.items():
+        assert proc.returncode == 0, (command, proc.stderr)
+        text = proc.stdout + proc.stderr
+        assert not any(c in text for c in "\x1b\x07\x9b"), (command, text)
+        assert "x␛]0;pwned" in text, (command, text)  # made visible, not dropped: the user sees what is there
+    listed = json.loads(run_cli("runs", *store, "--json", cwd=tmp_path).stdout)
+    assert EVIL in [s["name"] for s in listed["sweeps"]]  # stored and exported exactly as given
+    with Store(sp) as st:
+        assert st.find_sweep(EVIL).name == EVIL
+
+
+def test_str_of_a_result_shows_control_characters_visibly(wl, sp):
+    result = sweep(wl, "0", store=sp, name=EVIL)
+    text = str(result)
+    assert "\x1b" not in text and "x␛]0;pwned" in text

@@ -17,10 +17,20 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print machin
 
 
 def console() -> Console:
-    out = Console(highlight=False, soft_wrap=False)
+    """The command line's stdout console; control characters in printed data are shown, not obeyed."""
+    from ._render import safe_console
+
+    out = safe_console(highlight=False, soft_wrap=False)
     if not out.is_terminal and "COLUMNS" not in os.environ:
-        out = Console(highlight=False, soft_wrap=False, width=120)  # logs and pipes: no 80-column folding
+        out = safe_console(highlight=False, soft_wrap=False, width=120)  # logs and pipes: no 80-column folding
     return out
+
+
+def echo(text: str, err: bool = False) -> None:
+    """click.echo for lines that carry user data (names, paths): control characters made visible."""
+    from ._render import visible
+
+    click.echo(visible(text), err=err)
 
 
 def emit(obj: Any, as_json: bool, payload: dict[str, Any] | None = None) -> None:

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from ._cli_common import EXIT_OK
+from ._cli_common import EXIT_OK, echo
 from .errors import InvalidArgument, NotFound
 
 
@@ -31,5 +31,5 @@ def drop_run(store: str | None, run_id: str, as_json: bool) -> int:
                                "sweeps": sweeps}, indent=2))
         return EXIT_OK
     held = f" (sweeps {', '.join(repr(s) for s in sweeps)})" if sweeps else ""
-    click.echo(f"dropped run {rid}, seed {seed} of identity {identity}{held}; rerun the sweep to record seed {seed} again")
+    echo(f"dropped run {rid}, seed {seed} of identity {identity}{held}; rerun the sweep to record seed {seed} again")
     return EXIT_OK

@@ -3,14 +3,18 @@ or a report saved with --json."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ._cli_common import EXIT_OK, json_option, store_option
+from ._cli_common import EXIT_OK, echo, json_option, store_option
 from .errors import InvalidArgument, NotFound
 
 INCIDENT_PREFIX = "incident:"
@@ -40,16 +44,30 @@ def report_command(refs: tuple[str, ...], html_path: str, metric: str, alpha: fl
     kind, obj, payload = _load(refs, metric=metric, alpha=alpha, store=store)
     from .html import to_html, write_html
 
-    if html_path == "-":
-        sys.stdout.write(to_html(obj, title=title))
-        return EXIT_OK
-    target = write_html(obj, html_path, title=title).resolve()
+    with _warnings_shown_safely():
+        if html_path == "-":
+            sys.stdout.write(to_html(obj, title=title))
+            return EXIT_OK
+        target = write_html(obj, html_path, title=title).resolve()
     if as_json:
         click.echo(json.dumps({"html": str(target), "kind": kind, "bytes": target.stat().st_size, **payload},
                               indent=2, default=str))
     else:
-        click.echo(f"wrote {kind} page {target} ({target.stat().st_size / 1024:.0f} kB)")
+        echo(f"wrote {kind} page {target} ({target.stat().st_size / 1024:.0f} kB)")  # the path is user data
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _warnings_shown_safely() -> Iterator[None]:
+    """Warnings raised while drawing quote user strings (matplotlib names a sweep's control characters
+    it has no glyph for): those glyph notes are dropped (the page shows the name escaped), others are
+    printed with their control characters made visible."""
+    with warnings.catch_warnings(record=True) as caught:  # the filters in force stay as they are
+        yield
+    for w in caught:
+        text = str(w.message)
+        if not re.match(r"Glyph \d+ .* missing from font", text):
+            echo(f"firstdiv: warning: {text.splitlines()[0] if text else w.category.__name__}", err=True)
 
 
 def _load(refs: tuple[str, ...], *, metric: str, alpha: float, store: str | None) -> tuple[str, Any, dict[str, Any]]:

@@ -180,11 +180,13 @@ def _progress(enabled: bool, total: int, label: str) -> Any:
 
     if not enabled or total == 0 or not sys.stderr.isatty():
         return nullcontext(None)  # a bar is for a person at a terminal, not for logs
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    return Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    console=Console(file=sys.stderr), transient=True)
+    from .._render import safe_console
+
+    text = label.replace("{", "{{").replace("}", "}}")  # a sweep name is data: not markup, not a format field
+    return Progress(TextColumn(text, style="bold", markup=False), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=safe_console(file=sys.stderr), transient=True)
 
 
 def _execute(workload: Workload, seeds: list[int], ident: dict[str, Any], backend: str, workers: int | None,
