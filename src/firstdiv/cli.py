@@ -74,6 +74,7 @@ def sweep(target: str, seeds: str, sets: tuple[str, ...], name: str | None, back
 
     options = {k: v for k, v in (("address", address), ("chunk", chunk)) if v is not None} or None
     if backend in backends.BACKENDS:  # e.g. the process backend's workers import torch while this process does
+        backends.check_options(backend, dict(options or {}))  # --chunk or --address where they do nothing
         backends.warm(backend, dict(options or {}), workers, target)
     from .lab.sweep import sweep as run_sweep
 
@@ -82,7 +83,7 @@ def sweep(target: str, seeds: str, sets: tuple[str, ...], name: str | None, back
                        hypothesis=hypothesis, success=success, checkpoint_policy=checkpoint_policy, force=force,
                        progress=not as_json)
     _emit(result, as_json)
-    return EXIT_FOUND if result.failed else EXIT_OK
+    return EXIT_FOUND if result.failed or result.diverged else EXIT_OK
 
 
 @cli.command()
@@ -148,11 +149,13 @@ def _short_code(code: dict[str, Any]) -> str:
 
 
 def _comparison_json(c: Any) -> dict[str, Any]:
+    from .lab.record import jsonable
+
     d = c.details
-    return {**{k: d[k] for k in ("verdict", "direction", "identity", "metric", "design", "shared_seeds",
-                                 "paired", "unpaired", "noise_floor", "noise_ratio", "seeds_to_resolve",
-                                 "baseline", "candidate", "cost", "declared", "identity_detail")},
-            "report": c.to_dict()}
+    return jsonable({**{k: d[k] for k in ("verdict", "direction", "identity", "metric", "design", "shared_seeds",
+                                          "paired", "unpaired", "noise_floor", "noise_ratio", "seeds_to_resolve",
+                                          "diverged", "baseline", "candidate", "cost", "declared", "identity_detail")},
+                     "report": c.to_dict()})
 
 
 @cli.command()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from . import functional
+from .builtin_checks import CHOICES, validate  # noqa: F401 (the workload's spec names them here)
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "n_train": 3000,
@@ -55,51 +57,6 @@ EXTRA_CONFIG: dict[str, Any] = {
 EVAL_KEYS = ("eval_mode", "eval_subset", "eval_input_scale", "eval_reduction")
 #: Keys that change how the run executes, not what it computes: they go into the environment.
 EXEC_KEYS = ("threads", "device")
-
-CHOICES = {
-    "optimizer": ("adamw", "adam", "sgd"),
-    "eval_mode": ("eval", "train"),
-    "eval_reduction": ("mean", "sum"),
-}
-
-def validate(config: dict[str, Any]) -> None:
-    """Raise ValueError naming the key when a value is outside what the workload supports."""
-    if config["val_noise"] is not None and (isinstance(config["val_noise"], bool)
-                                            or not isinstance(config["val_noise"], (int, float))):
-        raise ValueError(f"`val_noise` must be a number in [0, 1) or null but got {config['val_noise']!r}")
-    positive = ("n_train", "n_val", "in_dim", "hidden", "classes", "epochs", "batch_size")
-    for key in positive:
-        if config[key] < 1:
-            raise ValueError(f"`{key}` must be >= 1 but got {config[key]}")
-    if config["classes"] < 2:
-        raise ValueError(f"`classes` must be >= 2 but got {config['classes']}")
-    for key in ("noise", "val_noise", "dropout"):
-        value = config[key]
-        if value is not None and not 0.0 <= value < 1.0:
-            raise ValueError(f"`{key}` must be in [0, 1) but got {value}")
-    if config["lr"] <= 0:
-        raise ValueError(f"`lr` must be > 0 but got {config['lr']}")
-    if config["weight_decay"] < 0:
-        raise ValueError(f"`weight_decay` must be >= 0 but got {config['weight_decay']}")
-    if not 0 <= config["eval_subset"] <= config["n_val"]:
-        raise ValueError(f"`eval_subset` must be in [0, n_val={config['n_val']}] but got {config['eval_subset']}")
-    if config["device"] != "cpu" and not _device_available(config["device"]):
-        raise ValueError(f"`device` {config['device']!r} is not available here (torch.cuda.is_available() is "
-                         f"{torch.cuda.is_available()}); use device=cpu")
-    if config["threads"] < 1:
-        raise ValueError(f"`threads` must be >= 1 but got {config['threads']}")
-    for key, allowed in CHOICES.items():
-        if config[key] not in allowed:
-            raise ValueError(f"`{key}` must be one of {', '.join(allowed)} but got {config[key]!r}")
-
-
-def _device_available(device: str) -> bool:
-    try:
-        torch.empty(0, device=device)
-    except (RuntimeError, AssertionError):
-        return False
-    return True
-
 
 @dataclass(frozen=True)
 class Data:
@@ -158,7 +115,7 @@ def init_params(config: dict[str, Any], gen: torch.Generator) -> list[torch.Tens
     """nn.Linear's default init (uniform in +-1/sqrt(fan_in)), drawn from ``gen`` in a fixed order."""
     dims = [config["in_dim"], config["hidden"], config["hidden"], config["classes"]]
     params = []
-    for fan_in, fan_out in zip(dims[:-1], dims[1:]):
+    for fan_in, fan_out in itertools.pairwise(dims):
         bound = 1.0 / math.sqrt(fan_in)
         w = (torch.rand(fan_out, fan_in, generator=gen) * 2 - 1) * bound
         b = (torch.rand(fan_out, generator=gen) * 2 - 1) * bound

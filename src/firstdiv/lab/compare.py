@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidArgument, NotFound
 from ..report import Divergence, Finding, Report, Status
 from . import stats
-from .criteria import grade, parse_criterion
+from .criteria import MET, NOT_MET, UNRESOLVED, grade, parse_criterion
 from .record import RunRecord
 from .store import Store, SweepInfo
 from .sweep import SweepResult
@@ -50,7 +52,10 @@ def load_side(ref: Any, store: Store | None, label: str) -> Side:
             raise InvalidArgument("Comparing sweeps by name needs a store (pass store=)")
         info = store.find_sweep(ref)
         return Side(info.name, tuple(store.records(info)), info.info)
-    records = tuple(ref)
+    try:
+        records = tuple(ref)
+    except TypeError:  # None, a number: not a side at all
+        records = ()
     if records and all(isinstance(r, RunRecord) for r in records):
         return Side(label, records, {"hypothesis": records[0].hypothesis, "success": records[0].success})
     raise InvalidArgument(f"Expected the {label} to be a sweep name, a SweepResult or run records but got {type(ref).__name__}")
@@ -126,8 +131,10 @@ def compare(baseline: Any, candidate: Any, *, metric: str = "val_loss",
     Verdict order (DESIGN.md): eval fingerprint differs -> MEASUREMENT_CHANGED; difference not
     resolved at ``alpha`` -> NOT_RESOLVED (with seeds needed); else SYSTEM_CHANGED with direction.
     """
-    if not 0 < alpha < 1:
-        raise InvalidArgument(f"Expected alpha in (0, 1) but got {alpha}")
+    if not isinstance(metric, str) or not metric:
+        raise InvalidArgument(f"Expected `metric` to be a metric name such as 'val_loss' but got {metric!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise InvalidArgument(f"Expected alpha in (0, 1) but got {alpha!r}")
     needs_store = any(isinstance(ref, (str, SweepInfo)) for ref in (baseline, candidate))
     owned = needs_store and not isinstance(store, Store)
     st = Store(store, create=False) if owned else store
@@ -152,8 +159,12 @@ def compare(baseline: Any, candidate: Any, *, metric: str = "val_loss",
 def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Generator) -> Comparison:
     hib = higher_is_better(metric, base.records + cand.records)
     ident = identity(base.records, cand.records)
-    bvals = {r.seed: r.final[metric] for r in base.records}
-    cvals = {r.seed: r.final[metric] for r in cand.records}
+    allb = {r.seed: r.final[metric] for r in base.records}
+    allc = {r.seed: r.final[metric] for r in cand.records}
+    diverged = _divergence(metric, allb, allc)
+    # the statistics read the finite values; a non-finite one is a diverged run, judged apart
+    bvals = {s: v for s, v in allb.items() if math.isfinite(v)}
+    cvals = {s: v for s, v in allc.items() if math.isfinite(v)}
     shared = sorted(set(bvals) & set(cvals))
     floor = stats.describe(list(bvals.values()))
     unp = stats.unpaired(list(bvals.values()), list(cvals.values()), rng=rng, confidence=1 - alpha)
@@ -168,6 +179,8 @@ def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Gen
     direction = None if not resolved else ("worse" if sign > 0 else "better" if sign < 0 else None)
     if ident["eval_fingerprint"]["state"] == CHANGED:
         verdict, direction, resolved = MEASUREMENT_CHANGED, None, False  # stop there: no model-level reading
+    elif diverged is not None and diverged["direction"] is not None:
+        verdict, direction, resolved = SYSTEM_CHANGED, diverged["direction"], True  # a diverged run is no noise
     elif not resolved or direction is None:
         verdict, direction = NOT_RESOLVED, None
     else:
@@ -190,11 +203,36 @@ def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Gen
         "paired": pair, "unpaired": unp, "resolved": resolved, "coupling": coupling, "seeds_to_resolve": need,
         "noise_floor": {"spread": floor.get("spread"), "stdev": floor.get("stdev"), "n": floor.get("n")},
         "noise_ratio": abs(delta) / spread if spread and delta is not None else None,
+        "diverged": diverged,
         "baseline": _summaries(base.records), "candidate": _summaries(cand.records),
         "cost": _cost(base.records, cand.records),
-        "declared": _declared(cand, metric, test, spread, resolved, direction, verdict),
+        "declared": _declared(cand, metric, test, spread, resolved, direction, verdict, diverged),
     }
     return _report(details, ident)
+
+
+def _divergence(metric: str, base: dict[int, float], cand: dict[int, float]) -> dict[str, Any] | None:
+    """Which seeds of each side ended with a non-finite ``metric``, and what that says: the side
+    whose runs diverged on a larger share of its seeds is the worse one (None: equal shares)."""
+    bad_b = sorted(s for s, v in base.items() if not math.isfinite(v))
+    bad_c = sorted(s for s, v in cand.items() if not math.isfinite(v))
+    if not bad_b and not bad_c:
+        return None
+    share_b, share_c = len(bad_b) / len(base), len(bad_c) / len(cand)
+    direction = "worse" if share_c > share_b else "better" if share_c < share_b else None
+    parts = [f"{side} {metric} non-finite on {len(bad)} of {len(vals)} seeds ({_seed_list(bad)})"
+             for side, bad, vals in (("candidate", bad_c, cand), ("baseline", bad_b, base)) if bad]
+    text = "diverged: " + "; ".join(parts)
+    if direction is None:
+        text += ("; no finite values to compare" if len(bad_b) == len(base)
+                 else "; the seeds that diverged on both sides are left out of the statistics")
+    return {"direction": direction, "baseline_seeds": bad_b, "candidate_seeds": bad_c, "n_baseline": len(base),
+            "n_candidate": len(cand), "text": text}
+
+
+def _seed_list(seeds: list[int]) -> str:
+    shown = ", ".join(map(str, seeds[:8]))
+    return ("seed " if len(seeds) == 1 else "seeds ") + shown + (" ..." if len(seeds) > 8 else "")
 
 
 def _coupling(pair: dict[str, Any], b: list[float], c: list[float]) -> dict[str, Any]:
@@ -206,11 +244,16 @@ def _coupling(pair: dict[str, Any], b: list[float], c: list[float]) -> dict[str,
 
 
 def _summaries(records: Sequence[RunRecord]) -> dict[str, Any]:
+    """Per metric, the finite values described and the non-finite ones counted (``nonfinite``)."""
     metrics: dict[str, list[float]] = {}
     for r in records:
         for k, v in r.final.items():
             metrics.setdefault(k, []).append(v)
-    return {"name_seeds": [r.seed for r in records], "metrics": {k: stats.describe(v) for k, v in metrics.items()}}
+    out = {}
+    for k, v in metrics.items():
+        out[k] = {**stats.describe([x for x in v if math.isfinite(x)]),
+                  "nonfinite": sum(not math.isfinite(x) for x in v)}
+    return {"name_seeds": [r.seed for r in records], "metrics": out}
 
 
 def _cost(base: Sequence[RunRecord], cand: Sequence[RunRecord]) -> dict[str, Any]:
@@ -221,7 +264,7 @@ def _cost(base: Sequence[RunRecord], cand: Sequence[RunRecord]) -> dict[str, Any
 
 
 def _declared(cand: Side, metric: str, test: dict[str, Any], spread: float | None, resolved: bool,
-              direction: str | None, verdict: str) -> dict[str, Any] | None:
+              direction: str | None, verdict: str, diverged: dict[str, Any] | None = None) -> dict[str, Any] | None:
     hyp, success = cand.info.get("hypothesis"), cand.info.get("success")
     if not hyp and not success:
         return None
@@ -236,8 +279,19 @@ def _declared(cand: Side, metric: str, test: dict[str, Any], spread: float | Non
     if crit.metric != metric:
         return {**out, "result": "UNRESOLVED",
                 "why": f"the criterion is about {crit.metric}; rerun compare with --metric {crit.metric}"}
+    if diverged is not None and diverged["direction"] is not None:
+        return {**out, **_grade_diverged(crit.form, diverged)}
     graded = grade(crit, ci=(test["ci_low"], test["ci_high"]), noise_floor=spread, resolved=resolved, direction=direction)
     return {**out, **graded}
+
+
+def _grade_diverged(form: str, diverged: dict[str, Any]) -> dict[str, Any]:
+    """A criterion when one side diverged: its delta is not a number, so only the direction grades."""
+    if form == "improves":
+        return {"result": MET if diverged["direction"] == "better" else NOT_MET, "why": diverged["text"]}
+    if diverged["direction"] == "worse":
+        return {"result": NOT_MET, "why": f"{diverged['text']}; a non-finite delta meets no bound"}
+    return {"result": UNRESOLVED, "why": f"{diverged['text']}; the delta from a diverged baseline is not a number"}
 
 
 def _report(details: dict[str, Any], ident: dict[str, Any]) -> Comparison:
@@ -246,8 +300,13 @@ def _report(details: dict[str, Any], ident: dict[str, Any]) -> Comparison:
                         f"{v['baseline']} -> {v['candidate']} {v['state']}", {"fields": v["fields"]})
                 for link, v in ident.items()]
     test = details["paired"] or details["unpaired"]
+    delta = "-" if test["mean_delta"] is None else f"{test['mean_delta']:+.4g}"
     findings.append(Finding(metric, details["design"], Status.PASS if not details["resolved"] else Status.WARN,
-                            f"mean delta {test['mean_delta']:+.4g}, p={test['p_value']}", test))
+                            f"mean delta {delta}, p={test['p_value']}", test))
+    diverged = details["diverged"]
+    if diverged is not None:
+        findings.append(Finding(metric, "diverged runs", Status.FAIL if diverged["direction"] == "worse" else Status.WARN,
+                                diverged["text"], diverged))
     div = None
     status = Status.PASS
     if verdict == MEASUREMENT_CHANGED:
@@ -258,9 +317,13 @@ def _report(details: dict[str, Any], ident: dict[str, Any]) -> Comparison:
         status = Status.FAIL
     elif verdict == SYSTEM_CHANGED:
         changed = [k for k in ("config", "code", "data", "env") if ident[k]["state"] == CHANGED]
-        div = Divergence(metric, f"system.changed.{details['direction']}",
-                         f"within seed noise (baseline spread {details['noise_floor']['spread']:.4g})",
-                         f"mean delta {test['mean_delta']:+.4g} (p={test['p_value']:.3g})",
-                         "changed: " + (", ".join(changed) if changed else "no recorded field (look for an unrecorded cause)"))
+        hint = "changed: " + (", ".join(changed) if changed else "no recorded field (look for an unrecorded cause)")
+        if diverged is not None and diverged["direction"] is not None:
+            div = Divergence(metric, f"system.changed.{details['direction']}", f"finite {metric} on every seed",
+                             diverged["text"], hint)
+        else:
+            div = Divergence(metric, f"system.changed.{details['direction']}",
+                             f"within seed noise (baseline spread {details['noise_floor']['spread']:.4g})",
+                             f"mean delta {test['mean_delta']:+.4g} (p={test['p_value']:.3g})", hint)
         status = Status.FAIL if details["direction"] == "worse" else Status.WARN
     return Comparison("compare", status, div, tuple(findings), side_effects="none (read-only)", details=details)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import InvalidArgument
 from .workload import Workload
@@ -46,7 +47,7 @@ def _read_file(path: Path) -> dict[str, Any]:
     except ValueError as exc:  # json.JSONDecodeError and yaml.YAMLError's parse errors
         raise InvalidArgument(f"Config file {str(path)!r} is not valid {path.suffix[1:].upper()}: "
                               f"{str(exc).splitlines()[0]}") from None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (any other parser failure is still the file's, reported in one line)
         raise InvalidArgument(f"Config file {str(path)!r} could not be parsed: {str(exc).splitlines()[0]}") from None
     if data is None:
         return {}

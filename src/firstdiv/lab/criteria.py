@@ -16,9 +16,9 @@ from ..errors import InvalidArgument
 MET, NOT_MET, UNRESOLVED = "MET", "NOT MET", "UNRESOLVED"
 _METRIC = r"(?P<metric>[A-Za-z_][\w.\-/]*)"
 _FORMS = (
-    ("within_noise", re.compile(rf"^{_METRIC}\s+(?:delta\s+)?(?:is\s+)?within\s+(?:the\s+)?noise(?:\s+floor)?$", re.I)),
-    ("bound", re.compile(rf"^{_METRIC}\s+delta\s*(?P<op><=|>=|<|>)\s*(?P<value>[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)$", re.I)),
-    ("improves", re.compile(rf"^{_METRIC}\s+improves$", re.I)),
+    ("within_noise", re.compile(rf"^{_METRIC}\s+(?:delta\s+)?(?:is\s+)?within\s+(?:the\s+)?noise(?:\s+floor)?$", re.IGNORECASE)),
+    ("bound", re.compile(rf"^{_METRIC}\s+delta\s*(?P<op><=|>=|<|>)\s*(?P<value>[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)$", re.IGNORECASE)),
+    ("improves", re.compile(rf"^{_METRIC}\s+improves$", re.IGNORECASE)),
 )
 FORMS_HELP = "'METRIC delta within noise', 'METRIC delta < X' (or <=, >, >=), or 'METRIC improves'"
 

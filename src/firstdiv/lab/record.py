@@ -9,9 +9,11 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -215,14 +217,19 @@ class RunRecord:
     state_hash: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Strict JSON: a non-finite metric value is kept as the string "nan", "inf" or "-inf"."""
+        data = asdict(self)
+        for key in _NUMERIC_FIELDS:
+            data[key] = jsonable(data[key])
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         """Tolerates fields written by a newer firstdiv: they are kept under ``extra['unknown']``."""
         known = {f.name for f in fields(cls)}
         unknown = {k: v for k, v in data.items() if k not in known}
-        record = cls(**{k: v for k, v in data.items() if k in known})
+        data = {k: _from_json(v) if k in _NUMERIC_FIELDS else v for k, v in data.items() if k in known}
+        record = cls(**data)
         if unknown:
             record.extra.setdefault("unknown", {}).update(unknown)
         return record
@@ -231,9 +238,48 @@ class RunRecord:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    def nonfinite(self) -> dict[str, dict[str, Any]]:
+        """Final metrics that are NaN or infinite: per metric its value and the first epoch whose
+        logged value was non-finite (None for a metric set only with ``rec.metric``)."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, value in self.final.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                curve = self.curves.get(name, [])
+                epoch = next((i for i, v in enumerate(curve) if not math.isfinite(v)), None)
+                out[name] = {"value": value, "epoch": epoch}
+        return out
+
+
+#: Record fields that hold metric values (which may be NaN or infinite, and are encoded for JSON).
+_NUMERIC_FIELDS = ("curves", "final", "grad_norm", "throughput")
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with every NaN/infinite float replaced by "nan", "inf" or "-inf" (JSON has no
+    spelling for them, and a strict reader rejects Python's NaN/Infinity tokens)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def _from_json(value: Any) -> Any:
+    """Undo :func:`jsonable` in a metric field (where a string is never anything but these three)."""
+    if isinstance(value, str) and value in _NONFINITE:
+        return _NONFINITE[value]
+    if isinstance(value, dict):
+        return {k: _from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    return value
+
 
 def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
 
 
 def build_record(rec: Recorder, *, workload: str, identity: dict[str, Any], wall: float,

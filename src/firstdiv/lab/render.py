@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
+
+from .sweep import diverged_text
 
 if TYPE_CHECKING:
     from .compare import Comparison
@@ -42,11 +45,15 @@ def render_sweep(result: SweepResult) -> Iterable[Any]:
     yield Text.assemble(("SWEEP ", "bold"), f"{s.name}  ", (f"[{s.id}]", "dim"), f"  {s.workload}  ",
                         f"config {s.info.get('config_hash')}  env {s.info.get('env_hash')}  "
                         f"code {s.info.get('code', {}).get('version')}")
+    diverged = result.diverged
     yield Text(f"  {len(result.records)} runs: {len(result.ran)} ran now, {len(result.reused)} reused from "
-               f"{result.store_path}" + (f", {len(result.failed)} FAILED" if result.failed else ""))
+               f"{result.store_path}" + (f", {len(result.failed)} FAILED" if result.failed else "")
+               + (f", {len(diverged)} DIVERGED" if diverged else ""))
     yield noise_floor_table(result.summary(), f"identical config, {len(result.records)} seeds")
     for r in result.failed:
         yield Text(f"  seed {r.seed} FAILED: {r.error}", style="bold red")
+    for r in diverged:
+        yield Text(f"  seed {r.seed} DIVERGED: {diverged_text(r).removeprefix('diverged: ')}", style="bold red")
     if len(result.records) == 1:
         yield Text("  one seed gives no noise floor: rerun with --seeds 0-11", style="yellow")
 
@@ -85,9 +92,9 @@ def render_comparison_body(c: Comparison) -> Iterable[Any]:
     yield Text("CORRECTNESS   (median [min..max])", style="bold")
     bm, cm = d["baseline"]["metrics"], d["candidate"]["metrics"]
     for name in [m for m in bm if m in cm and m != "examples_per_s"]:
-        b, k = bm[name], cm[name]
-        yield Text(f"  {name:<12}{_num(b['median'])} [{_num(b['min'])}..{_num(b['max'])}]  ->  "
-                   f"{_num(k['median'])} [{_num(k['min'])}..{_num(k['max'])}]")
+        yield Text(f"  {name:<12}{_spread(bm[name])}  ->  {_spread(cm[name])}")
+    if d.get("diverged"):
+        yield Text(f"  {d['diverged']['text']}", style="bold red" if d["diverged"]["direction"] == "worse" else "yellow")
     yield from _stats_lines(d, metric)
     yield Text("")
     yield Text("COST   (median)", style="bold")
@@ -104,6 +111,13 @@ def render_comparison_body(c: Comparison) -> Iterable[Any]:
         yield Text(f"  result:     {dec['result']}  ({dec['why']})")
     yield Text("")
     yield _verdict_line(d)
+
+
+def _spread(s: dict[str, Any]) -> str:
+    """median [min..max] of the finite values, then how many seeds ended non-finite."""
+    text = f"{_num(s['median'])} [{_num(s['min'])}..{_num(s['max'])}]" if s.get("n") else "-"
+    bad = s.get("nonfinite", 0)
+    return text + (f" +{bad} non-finite" if bad else "")
 
 
 def _stats_lines(d: dict[str, Any], metric: str) -> Iterable[Text]:
@@ -139,6 +153,11 @@ def _verdict_line(d: dict[str, Any]) -> Text:
     if verdict == "MEASUREMENT_CHANGED":
         line.append(f": eval path differs in {', '.join(ident['eval_fingerprint']['fields']) or 'its fingerprint'}; "
                     "the numbers measure different things")
+    elif _diverged_decides(d):
+        changed = [k for k in ("config", "code", "data", "env") if ident[k]["state"] == "CHANGED"]
+        if verdict == "SYSTEM_CHANGED":
+            line.append(f" ({d['direction']})")
+        line.append(f": {d['diverged']['text']}; changed {', '.join(changed) if changed else 'nothing recorded'}")
     elif verdict == "NOT_RESOLVED":
         need = d["seeds_to_resolve"]
         u = d["unpaired"]
@@ -154,3 +173,12 @@ def _verdict_line(d: dict[str, Any]) -> Text:
         changed = [k for k in ("config", "code", "data", "env") if ident[k]["state"] == "CHANGED"]
         line.append(f" ({d['direction']}): changed {', '.join(changed) if changed else 'nothing recorded'}")
     return line
+
+
+def _diverged_decides(d: dict[str, Any]) -> bool:
+    """The verdict comes from diverged runs: one side diverged on more of its seeds, or nothing finite is left."""
+    div = d.get("diverged")
+    if div is None:
+        return False
+    u = d["unpaired"]
+    return div["direction"] is not None or not u["n_base"] or not u["n_cand"]

@@ -6,7 +6,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-
 from .._globals import preserved_globals
 from .env import code_version, env_hash, environment
 from .record import Recorder, RunRecord, build_record, short_hash, timer
@@ -29,6 +28,17 @@ def identity(workload: Workload, config: dict[str, Any], *, store_path: Path | N
     }
 
 
+def describe(exc: BaseException) -> str:
+    """The one-line error a failed record carries: what was raised and where, e.g.
+    "RuntimeError: boom at train.py:12" or "SystemExit(3) at train.py:9" (sys.exit ends no sweep)."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+    if isinstance(exc, Exception):
+        return f"{type(exc).__name__}: {exc}{where}"
+    args = ", ".join(map(repr, exc.args))
+    return f"{type(exc).__name__}({args}){where}"
+
+
 def run_seed(workload: Workload, seed: int, ident: dict[str, Any]) -> RunRecord:
     """Train one seed; a workload exception becomes a failed record carrying the error.
 
@@ -47,10 +57,9 @@ def run_seed(workload: Workload, seed: int, ident: dict[str, Any]) -> RunRecord:
                         rec.metric(name, value)
             if not rec.rows and not rec.final:
                 status, error = "failed", "the workload reported no metrics: call rec.log(...) or return a dict of numbers"
-        except Exception as exc:  # a broken workload is a recorded outcome, not a crash of the sweep
-            status = "failed"
-            tb = traceback.extract_tb(exc.__traceback__)
-            where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-            error = f"{type(exc).__name__}: {exc}{where}"
+        except KeyboardInterrupt:
+            raise  # Ctrl-C stops the sweep; every finished run is already recorded
+        except BaseException as exc:  # noqa: BLE001 (sys.exit() in a workload fails its run, not the sweep)
+            status, error = "failed", describe(exc)
     return build_record(rec, workload=workload.target, identity=ident, wall=timer() - start,
                         status=status, error=error)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -22,6 +23,11 @@ def describe(values: Sequence[float]) -> dict[str, float]:
     arr = np.asarray(values, dtype=np.float64)
     if arr.size == 0:
         return {"n": 0}
+    with np.errstate(invalid="ignore"):  # an infinite value (a diverged run) makes stdev nan: said, not warned
+        return _describe(arr)
+
+
+def _describe(arr: np.ndarray) -> dict[str, float]:
     return {
         "n": int(arr.size),
         "median": float(np.median(arr)),

@@ -2,36 +2,53 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from ..errors import InvalidArgument
 from ..report import Divergence, Finding, Report, Status
 from . import backends, stats
-from .record import RunRecord
+from .record import RunRecord, jsonable
 from .runner import identity
 from .store import Store, SweepInfo
 from .workload import Workload, resolve
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+#: The largest seed a run record can hold (SQLite's INTEGER is a signed 64-bit number).
+MAX_SEED = 2**63 - 1
 
 
-def parse_seeds(text: str | Iterable[int]) -> list[int]:
-    """'0-11', '0,3,5' or '0-3,8' -> sorted unique seeds; an iterable of ints passes through."""
-    if not isinstance(text, str):
-        seeds = list(text)
-        if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-            raise InvalidArgument(f"Expected `seeds` to be non-empty non-negative integers but got {seeds!r}")
-        return sorted(set(seeds))
+def parse_seeds(text: str | int | Iterable[int]) -> list[int]:
+    """'0-11', '0,3,5' or '0-3,8' -> sorted unique seeds; one integer or an iterable of integers
+    (numpy's included) passes through."""
+    if isinstance(text, str):
+        return _parse_seed_text(text)
+    if isinstance(text, numbers.Integral) and not isinstance(text, bool):
+        text = [text]
+    try:
+        seeds = list(text)  # type: ignore[arg-type]
+    except TypeError:
+        raise InvalidArgument(f"Expected `seeds` like '0-11', '0,3,5' or a list of integers but got {text!r}") from None
+    if not seeds or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) and 0 <= s <= MAX_SEED
+                            for s in seeds):
+        raise InvalidArgument(f"Expected `seeds` to be non-empty integers in [0, 2**63-1] but got {seeds!r}"[:300])
+    return sorted({int(s) for s in seeds})
+
+
+def _parse_seed_text(text: str) -> list[int]:
     seeds: set[int] = set()
     for part in text.split(","):
         m = _RANGE.match(part)
         if not m:
             raise InvalidArgument(f"Expected seeds like 0-11 or 0,3,5 but got {text!r}")
         lo, hi = int(m.group(1)), int(m.group(2) if m.group(2) is not None else m.group(1))
+        if hi > MAX_SEED:
+            raise InvalidArgument(f"Seed {hi} in {part.strip()!r} is out of range: seeds are integers in [0, 2**63-1]")
         if hi < lo:
             raise InvalidArgument(f"Seed range {part.strip()!r} is empty: write LOW-HIGH with LOW <= HIGH")
         if hi - lo > 100_000:
@@ -61,6 +78,11 @@ class SweepResult:
     def values(self, metric: str) -> list[float]:
         return [r.final[metric] for r in self.records if metric in r.final]
 
+    @property
+    def diverged(self) -> tuple[RunRecord, ...]:
+        """Runs that completed with a NaN or infinite final metric (see ``RunRecord.nonfinite``)."""
+        return tuple(r for r in self.records if r.ok and r.nonfinite())
+
     def summary(self) -> dict[str, dict[str, float]]:
         """The noise floor: per metric, median/stdev/min/max/spread over seeds."""
         return {m: stats.describe(self.values(m)) for m in self.metrics}
@@ -70,21 +92,31 @@ class SweepResult:
                             f"spread {s['spread']:.3g} over {s['n']} seeds", s)
                     for m, s in self.summary().items() if s.get("n")]
         findings += [Finding(f"seed {r.seed}", "run", Status.FAIL, r.error or "failed") for r in self.failed]
+        findings += [Finding(f"seed {r.seed}", "run", Status.FAIL, diverged_text(r), jsonable(r.nonfinite()))
+                     for r in self.diverged]
         div = None
         if self.failed:
             r = self.failed[0]
             div = Divergence(f"seed {r.seed}", "run.failed", "the workload completes", r.error or "failed",
                              "rerunning the same command retries only the failed seeds; a fix to the code is a new "
                              "code version, so its sweep starts fresh")
+        elif self.diverged:
+            r = self.diverged[0]
+            div = Divergence(f"seed {r.seed}", "run.diverged", "finite metrics", diverged_text(r),
+                             "the run completed but its metrics are not numbers: its curves show the first epoch "
+                             "that went non-finite (a smaller lr or gradient clipping are the usual repairs)")
         return Report("sweep", Status.FAIL if div else Status.PASS, div, tuple(findings),
                       side_effects="none (runs recorded in the store)", details=self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sweep": self.sweep.to_dict(), "store": self.store_path, "ran": list(self.ran),
-                "reused": list(self.reused), "failed": [{"seed": r.seed, "error": r.error} for r in self.failed],
-                "summary": self.summary(), "seeds": [r.seed for r in self.records],
-                "runs": [{"seed": r.seed, "final": r.final, "eval_fingerprint": r.eval_fingerprint,
-                          "created": r.created} for r in self.records]}
+        """JSON-safe: a NaN or infinite value is the string "nan", "inf" or "-inf"."""
+        return jsonable({
+            "sweep": self.sweep.to_dict(), "store": self.store_path, "ran": list(self.ran),
+            "reused": list(self.reused), "failed": [{"seed": r.seed, "error": r.error} for r in self.failed],
+            "diverged": [{"seed": r.seed, "metrics": r.nonfinite()} for r in self.diverged],
+            "summary": self.summary(), "seeds": [r.seed for r in self.records],
+            "runs": [{"seed": r.seed, "final": r.final, "eval_fingerprint": r.eval_fingerprint,
+                      "created": r.created} for r in self.records]})
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
         from .render import render_sweep
@@ -95,6 +127,13 @@ class SweepResult:
         from .._render import to_text
 
         return to_text(self)
+
+
+def diverged_text(record: RunRecord) -> str:
+    """'diverged: val_loss nan from epoch 3, train_loss inf from epoch 2' (epochs count logged rows from 0)."""
+    parts = [f"{name} {info['value']}" + ("" if info["epoch"] is None else f" from epoch {info['epoch']}")
+             for name, info in record.nonfinite().items()]
+    return "diverged: " + ", ".join(parts)
 
 
 def default_name(workload: Workload, config: dict[str, Any]) -> str:
@@ -120,10 +159,13 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
     from .criteria import parse_criterion
     from .policy import parse_policy
 
+    _check_arguments(target, config, sets, backend, workers, backend_options,
+                     name=name, hypothesis=hypothesis, success=success, checkpoint_policy=checkpoint_policy)
+    sets = [sets] if isinstance(sets, str) else sets  # one "k=v" string, not a sequence of characters
+    workers = int(workers) if workers is not None else None  # numpy integers too
     seed_list = parse_seeds(seeds)
     backends.get(backend)  # an unknown backend is a usage error before anything is written
-    if workers is not None and workers < 1:
-        raise InvalidArgument(f"Expected --workers >= 1 but got {workers}")
+    backends.check_options(backend, dict(backend_options or {}))
     if (hypothesis is None) != (success is None):
         raise InvalidArgument("Declare both --hypothesis and --success (the criterion that grades it), or neither")
     if success is not None:
@@ -173,6 +215,29 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
     finally:
         if owned:
             st.close()
+
+
+def _check_arguments(target: Any, config: Any, sets: Any, backend: Any, workers: Any, backend_options: Any,
+                     **texts: Any) -> None:
+    """Wrong types from Python callers: one line naming the argument, before anything runs."""
+    if not isinstance(target, (str, Workload)):
+        raise InvalidArgument(f"Expected `target` to be a string like builtin:mlp, path/to/file.py:train or "
+                              f"module:train but got {target!r}")
+    if config is not None and not isinstance(config, dict):
+        raise InvalidArgument(f"Expected `config` to be a dict of overrides but got {type(config).__name__}; "
+                              "for 'k=v' strings use sets=")
+    if sets is not None and not isinstance(sets, str) and (
+            not isinstance(sets, (list, tuple)) or not all(isinstance(item, str) for item in sets)):
+        raise InvalidArgument(f"Expected `sets` to be 'KEY=VALUE' strings (a list of them) but got {sets!r}")
+    if not isinstance(backend, str):
+        raise InvalidArgument(f"Expected `backend` to be a backend name such as 'serial' but got {backend!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1):
+        raise InvalidArgument(f"Expected --workers to be an integer >= 1 but got {workers!r}")
+    if backend_options is not None and not isinstance(backend_options, dict):
+        raise InvalidArgument(f"Expected `backend_options` to be a dict but got {type(backend_options).__name__}")
+    for key, value in texts.items():
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgument(f"Expected `{key}` to be a string but got {type(value).__name__}")
 
 
 def _progress(enabled: bool, total: int, label: str) -> Any:

@@ -14,16 +14,21 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import InvalidArgument, WorkloadError
 
 TrainFn = Callable[[int, dict[str, Any], Any], Any]
 #: Execution settings: recorded in the environment, not in the config hash.
 EXEC_KEYS = ("threads",)
+#: The most intra-op threads a run may ask for: far beyond any CPU count here, far below the
+#: counts at which OpenMP fails to allocate its thread pool (threads=100000 aborts the run).
+MAX_THREADS = 1024
 
 
 @dataclass(frozen=True)
@@ -33,21 +38,25 @@ class WorkloadSpec:
     exec_keys: tuple[str, ...] = EXEC_KEYS
     validate: Callable[[dict[str, Any]], None] | None = None
     choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    nonfinite: tuple[str, ...] = ()
 
 
 def workload(defaults: dict[str, Any] | None = None, *, eval_keys: tuple[str, ...] = (),
              exec_keys: tuple[str, ...] = EXEC_KEYS,
-             validate: Callable[[dict[str, Any]], None] | None = None) -> Callable[[TrainFn], TrainFn]:
+             validate: Callable[[dict[str, Any]], None] | None = None,
+             nonfinite: tuple[str, ...] = ()) -> Callable[[TrainFn], TrainFn]:
     """Decorate a ``train(seed, config, rec)`` function with its default config.
 
     ``eval_keys`` name config keys that change only the measurement (they belong in the eval
     contract, not the config hash); ``exec_keys`` name execution settings such as thread counts.
-    ``validate(config)`` may raise ValueError with a message naming the key.
+    ``validate(config)`` may raise ValueError with a message naming the key. A value set to NaN or
+    infinity is refused unless its key is named in ``nonfinite`` (e.g. ``("max_grad_norm",)``) or
+    its default is itself non-finite.
     """
 
     def wrap(fn: TrainFn) -> TrainFn:
         fn.__firstdiv__ = WorkloadSpec(dict(defaults) if defaults is not None else None,  # type: ignore[attr-defined]
-                                       tuple(eval_keys), tuple(exec_keys), validate)
+                                       tuple(eval_keys), tuple(exec_keys), validate, nonfinite=tuple(nonfinite))
         return fn
 
     return wrap
@@ -65,19 +74,52 @@ class Workload:
         """The full config: defaults, then ``overrides`` (a dict), then ``sets`` ("key=value" strings)."""
         config = dict(self.spec.defaults or {})
         config.setdefault("threads", 1)
+        if overrides is not None and not isinstance(overrides, dict):
+            raise InvalidArgument(f"Expected `config` to be a dict of key: value overrides but got "
+                                  f"{type(overrides).__name__}; for 'k=v' strings use sets=")
+        if isinstance(sets, str):  # one "k=v" string, not a sequence of characters
+            sets = [sets]
+        given: list[str] = []
         for key, value in (overrides or {}).items():
             config[key] = self._coerce(key, value, from_text=False)
+            given.append(key)
         for item in sets or []:
+            if not isinstance(item, str):
+                raise InvalidArgument(f"Expected each of `sets` to be a 'KEY=VALUE' string but got {item!r}")
             key, sep, text = item.partition("=")
             if not sep or not key.strip():
                 raise InvalidArgument(f"Expected --set KEY=VALUE but got {item!r}")
             config[key.strip()] = self._coerce(key.strip(), text.strip(), from_text=True)
+            given.append(key.strip())
+        self._check_values(config, given)
         if self.spec.validate is not None:
-            try:
-                self.spec.validate(config)
-            except ValueError as exc:
-                raise InvalidArgument(f"Bad config for {self.target}: {exc}") from None
+            self._run_validate(config)
         return config
+
+    def _check_values(self, config: dict[str, Any], given: list[str]) -> None:
+        """Refuse what would make every run meaningless or kill it: NaN/inf where the workload did not
+        declare it may take one, and thread counts OpenMP cannot start."""
+        defaults = self.spec.defaults or {}
+        for key in dict.fromkeys(given):
+            if key in self.spec.nonfinite or _nonfinite(defaults.get(key)):
+                continue
+            if _nonfinite(config[key]):
+                hint = "" if self.target.startswith("builtin:") else \
+                    f" (a workload that accepts it declares @firstdiv.workload(nonfinite=({key!r},)))"
+                raise InvalidArgument(f"Config key {key!r} is {config[key]!r}, not a finite number; give a finite value{hint}")
+        threads = config.get("threads")
+        if "threads" in self.spec.exec_keys and isinstance(threads, int) and not 1 <= threads <= MAX_THREADS:
+            raise InvalidArgument(f"Config key 'threads' must be in [1, {MAX_THREADS}] but got {threads}")
+
+    def _run_validate(self, config: dict[str, Any]) -> None:
+        assert self.spec.validate is not None
+        try:
+            self.spec.validate(config)
+        except ValueError as exc:
+            raise InvalidArgument(f"Bad config for {self.target}: {_first_line(exc)}") from None
+        except (TypeError, KeyError) as exc:  # a value of a type the hook did not expect
+            raise InvalidArgument(f"Bad config for {self.target}: its validate hook raised {type(exc).__name__}: "
+                                  f"{_first_line(exc)}; check the types of the values you set") from None
 
     def _coerce(self, key: str, value: Any, *, from_text: bool) -> Any:
         defaults = self.spec.defaults
@@ -95,6 +137,22 @@ class Workload:
         evals = {k: v for k, v in config.items() if k in self.spec.eval_keys}
         execs = {k: v for k, v in config.items() if k in self.spec.exec_keys}
         return train, evals, execs
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _nonfinite(value: Any) -> bool:
+    """True for a NaN or infinite float, also inside a list, tuple or dict value."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return any(_nonfinite(v) for v in value)
+    if isinstance(value, dict):
+        return any(_nonfinite(v) for v in value.values())
+    return False
 
 
 def _parse_free(text: Any) -> Any:
@@ -128,7 +186,13 @@ def _parse_typed(key: str, value: Any, template: Any) -> Any:
             return str(value)
     except (ValueError, KeyError):
         raise InvalidArgument(f"Config key {key!r} expects {kind.__name__} (like {template!r}) but got {value!r}") from None
-    return _parse_free(value)
+    parsed = _parse_free(value)
+    if (isinstance(template, (list, tuple)) and not isinstance(parsed, (list, tuple))) or \
+            (isinstance(template, dict) and not isinstance(parsed, dict)):
+        example = json.dumps(template, default=str)
+        raise InvalidArgument(f"Config key {key!r} expects a {kind.__name__} (like {example}) but got {value!r}; "
+                              f"write it as JSON, e.g. --set {key}={example.replace(' ', '')}")
+    return parsed
 
 
 def _builtin_mlp() -> Workload:
@@ -182,7 +246,7 @@ def _load_file(path: Path, target: str) -> tuple[Any, Path]:
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (whatever the user's module raises on import is reported in one line)
         del sys.modules[mod_name]
         raise WorkloadError(f"Importing {str(path)!r} raised {type(exc).__name__}: {exc}") from None
     finally:
@@ -199,7 +263,7 @@ def _load_module(name: str, target: str) -> tuple[Any, Path]:
     except ImportError as exc:
         raise WorkloadError(f"Cannot import module {name!r} for target {target!r} ({exc}); install it, run from the "
                             f"directory that holds it (working directory: {Path.cwd()}), or use path/to/file.py:train") from None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (whatever the user's module raises on import is reported in one line)
         raise WorkloadError(f"Importing {name!r} raised {type(exc).__name__}: {exc}") from None
     finally:
         if added:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ...errors import InvalidArgument
 from ..record import RunRecord
@@ -34,6 +35,23 @@ BACKENDS = {
     "vectorized": "firstdiv.lab.backends.vectorized:run",
     "ray": "firstdiv.lab.backends.ray_backend:run",
 }
+
+
+#: The ``backend_options`` each backend reads, and the flag that sets each on the command line. An
+#: option a backend does not read would do nothing there, so it is refused rather than ignored.
+OPTIONS: dict[str, tuple[str, ...]] = {"serial": (), "process": (), "vectorized": ("chunk",), "ray": ("address",)}
+def check_options(name: str, options: dict[str, Any]) -> None:
+    """Refuse an option that backend ``name`` would ignore, naming the backend it is for."""
+    accepted = OPTIONS.get(name, ())
+    for key in options:
+        if key in accepted:
+            continue
+        owners = [backend for backend, keys in OPTIONS.items() if key in keys]
+        if owners:
+            raise InvalidArgument(f"--{key} applies only to --backend {' or '.join(owners)}, not {name}: drop it "
+                                  f"or use --backend {owners[0]}")
+        takes = ", ".join(accepted) if accepted else "no options"
+        raise InvalidArgument(f"Unknown option {key!r} for the {name} backend; it takes {takes}")
 
 
 def get(name: str) -> Backend:

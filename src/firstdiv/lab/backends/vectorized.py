@@ -20,10 +20,8 @@ server is already running; a worker that dies fails only the seeds of the stack 
 from __future__ import annotations
 
 import math
-import traceback
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,6 +31,7 @@ from ..._globals import preserved_globals
 from ...errors import InvalidArgument
 from .. import functional
 from ..record import Recorder, RunRecord, build_record, timer
+from ..runner import describe
 from ..workload import Workload
 from . import Done
 
@@ -51,7 +50,9 @@ def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers:
         try:
             fs = functional.build(spec, ident["config"])
             size = chunk or default_chunk(fs)  # runs init and one forward: fails where training would
-        except Exception as exc:  # a broken spec fails every seed, as it would in the serial backend
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 (a broken spec, or sys.exit() in it, fails every seed)
             for seed in seeds:
                 done(_record(Recorder(seed, ident["config"]), workload, ident, 0.0, describe(exc), len(seeds), 0))
             return
@@ -141,7 +142,9 @@ def train_chunk(workload: Workload, fs: functional.Functional, seeds: list[int],
     error = None
     try:
         functional.train_stack(fs, seeds, recs)
-    except Exception as exc:  # the stack failed: every seed in it is a failed run carrying the error
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 (the stack failed, also by sys.exit(): each seed in it failed)
         error = describe(exc)
     wall = timer() - start
     return [_record(rec, workload, ident, setup + wall / len(seeds), error, len(seeds), wall, size, workers)
@@ -156,13 +159,6 @@ def _record(rec: Recorder, workload: Workload, ident: dict[str, Any], wall: floa
              "where": "worker process" if workers else "sweep process",
              "time_share": "each seed is charged 1/batch_seeds of the stack's time"}
     return replace(out, extra={**out.extra, **extra})
-
-
-def describe(exc: BaseException) -> str:
-    """The one-line error a failed record carries: type, message and where it was raised."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def default_chunk(fs: functional.Functional, budget: int = MEMORY_BUDGET) -> int:
