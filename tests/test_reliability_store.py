@@ -6,6 +6,7 @@ cannot be tampered with, and an unreachable Ray cluster fails before anything is
 import json
 import os
 import shutil
+import socket
 import sqlite3
 import stat
 import subprocess
@@ -268,3 +269,39 @@ def test_str_of_a_result_shows_control_characters_visibly(wl, sp):
     result = sweep(wl, "0", store=sp, name=EVIL)
     text = str(result)
     assert "\x1b" not in text and "x␛]0;pwned" in text
+
+
+# -- item 6: an unreachable Ray address fails at once, before anything is written ---------------------
+
+def _closed_port():
+    with socket.socket() as s:  # bound then closed: nothing listens there now
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ray_probe_accepts_a_listening_address_and_refuses_a_closed_one():
+    from firstdiv.errors import InvalidArgument
+    from firstdiv.lab.backends.ray_backend import probe
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        probe(f"127.0.0.1:{server.getsockname()[1]}")
+        probe(f"ray://127.0.0.1:{server.getsockname()[1]}")
+    port = _closed_port()
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(InvalidArgument, match="Cannot reach the Ray cluster"):
+            probe(address, timeout=2)
+    with pytest.raises(InvalidArgument, match="Expected --address like"):
+        probe("127.0.0.1:notaport")
+
+
+def test_sweep_on_an_unreachable_ray_address_is_one_line_exit_2_and_writes_nothing(tmp_path, wl, sp):
+    pytest.importorskip("ray")
+    start = time.monotonic()
+    proc = run_cli("sweep", wl, "--seeds", "0-1", "--backend", "ray", "--address", f"127.0.0.1:{_closed_port()}",
+                   "--store", sp, cwd=tmp_path, timeout=120)
+    assert time.monotonic() - start < 60
+    line = _one_error_line(proc)
+    assert "Cannot reach the Ray cluster" in line and "127.0.0.1" in line
+    assert not sp.exists() and not sp.parent.exists()

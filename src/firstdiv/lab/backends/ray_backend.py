@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from collections import deque
 from typing import Any
@@ -40,6 +41,50 @@ def ray_module() -> Any:
 def warm(options: dict[str, Any], workers: int | None = None, target: str | None = None) -> None:
     """Called before the store is opened: a missing Ray is a usage error that writes nothing."""
     ray_module()
+
+
+#: Seconds to wait for a cluster's port to answer. Ray's own connect retries for minutes.
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check(workload: Workload, options: dict[str, Any]) -> None:
+    """Before the store is opened: an --address nobody answers on is a usage error that writes nothing."""
+    address = options.get("address")
+    if address:
+        probe(str(address))
+
+
+def probe(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Open (and close) a TCP connection to a Ray address: ray://HOST[:PORT] (client, default port
+    10001) or HOST[:PORT] (the cluster's GCS, default 6379). 'auto' and 'local' are Ray's own lookups."""
+    if address in ("auto", "local"):
+        return
+    client = address.startswith("ray://")
+    where = address[len("ray://"):] if client else address
+    host, port = _host_port(where.split("/", 1)[0], 10001 if client else 6379, address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
+        raise InvalidArgument(f"Cannot reach the Ray cluster at {address!r} ({host}:{port}: {why} within "
+                              f"{timeout:g} s); check the address (ray://HOST:10001 or HOST:6379) and that the "
+                              "cluster is up, or omit --address to start a local Ray") from None
+
+
+def _host_port(where: str, default: int, address: str) -> tuple[str, int]:
+    if where.startswith("["):  # [IPv6]:port
+        host, _, rest = where[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port_text = where.rpartition(":") if ":" in where else (where, "", "")
+    try:
+        port = int(port_text) if port_text else default
+        if not (host and 0 < port < 65536):
+            raise ValueError
+    except ValueError:
+        raise InvalidArgument(f"Expected --address like ray://HOST:10001 or HOST:6379 but got {address!r}") from None
+    return host, port
 
 
 def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers: int | None, done: Done,
