@@ -19,6 +19,7 @@ from harness import CALLS, assert_no_trace, watched
 from torch import nn
 from torch.nn.utils import parametrizations
 
+import firstdiv
 from firstdiv.instruments._copying import model_copy
 from firstdiv.instruments.variants import variants
 from firstdiv.report import Report, Status
@@ -166,3 +167,25 @@ def test_int8_variant_of_a_reparametrized_model(kind):
         assert torch.equal(model(x), expected)
         error = (built["int8"](x) - expected).abs().max() / expected.abs().max()
     assert float(error) < 0.05
+
+
+def test_model_stays_deep_copyable_after_an_instrument_ran_it():
+    """Before any training forward the legacy hooks' weight is a leaf and the model deep-copies; an
+    instrument that runs the model's forward must leave it so (not with a fresh non-leaf weight)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = legacy_spectral_cnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batch = (torch.randn(8, 1, 12, 12, generator=torch.Generator().manual_seed(0)), torch.arange(8) % 4)
+    firstdiv.four_structures(model, optimizer, batch, F.cross_entropy)
+    copy.deepcopy(model)
+
+
+@pytest.mark.quality  # the whole ladder: ten to twenty seconds per model
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.parametrize("kind", ["legacy_spectral_cnn", "parametrized_mlp"])
+def test_diagnose_on_a_reparametrized_model(kind):
+    program = build(kind)
+    out = assert_no_trace(lambda: firstdiv.diagnose(**program.evidence()), watched(program))
+    assert isinstance(out, Report), f"diagnose raised on {kind}: {out!r}"
+    assert out.status is not Status.FAIL, out.first_divergence

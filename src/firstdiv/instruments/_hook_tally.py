@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +30,9 @@ _TENSOR_HOOKS = {"_backward_hooks": "gradient hook", "_post_accumulate_grad_hook
 _GLOBAL_HOOKS = {"_global_forward_pre_hooks": "global forward pre-hook", "_global_forward_hooks": "global forward hook",
                  "_global_backward_pre_hooks": "global backward pre-hook", "_global_backward_hooks": "global backward hook"}
 _CLOSURE_DEPTH = 3  # how far a train_step's closure (and the closures it holds) is searched for modules
+_MAX_ITEMS = 256  # items looked at per container or object: a dataset held in a list is not walked example by example
+#: never walked: values, tensors, and Python modules (a closure holding ``np`` must not walk numpy)
+_OPAQUE = (torch.Tensor, str, bytes, int, float, complex, bool, type(None), types.ModuleType)
 
 
 def _torch_hook(hook: Any) -> bool:
@@ -65,25 +70,25 @@ class _Counted:
 def _reach(value: Any, depth: int, seen: set[int], out: list[nn.Module]) -> None:
     """Modules ``value`` reaches: itself, container items, a bound method's ``__self__``, a function's closure
     cells, a partial's arguments, a plain object's attributes (a train_step closing over a model)."""
-    if id(value) in seen or depth > _CLOSURE_DEPTH or isinstance(value, (torch.Tensor, str, bytes, int, float)):
+    if id(value) in seen or depth > _CLOSURE_DEPTH or isinstance(value, _OPAQUE):
         return
     seen.add(id(value))
     if isinstance(value, nn.Module):
         out.append(value)
         return
     if isinstance(value, dict):
-        items: list[Any] = list(value.values())
+        items: list[Any] = list(itertools.islice(value.values(), _MAX_ITEMS))
     elif isinstance(value, (list, tuple)):
-        items = list(value)
+        items = list(value[:_MAX_ITEMS])
     elif isinstance(value, functools.partial):
         items = [value.func, *value.args, *value.keywords.values()]
     elif hasattr(value, "__self__") and hasattr(value, "__func__"):
         items = [value.__self__, value.__func__]
     elif hasattr(value, "__code__"):
-        items = [cell.cell_contents for cell in value.__closure__ or () if _filled(cell)]
+        items = [cell.cell_contents for cell in getattr(value, "__closure__", None) or () if _filled(cell)]
     else:
         items = [] if isinstance(value, type) else list(getattr(value, "__dict__", {}).values())
-    for item in items:
+    for item in items[:_MAX_ITEMS]:
         _reach(item, depth + 1, seen, out)
 
 
