@@ -305,3 +305,71 @@ def test_sweep_on_an_unreachable_ray_address_is_one_line_exit_2_and_writes_nothi
     line = _one_error_line(proc)
     assert "Cannot reach the Ray cluster" in line and "127.0.0.1" in line
     assert not sp.exists() and not sp.parent.exists()
+
+
+# -- item 3: firstdiv's own files are not code; other untracked files are listed, not hashed ----------
+
+def _git_repo(root):
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(TINY, root / "train.py")
+    for args in (["init", "-q"], ["add", "train.py"],
+                 ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "workload"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+    return root
+
+
+def test_reports_gate_files_and_stores_written_in_the_tree_do_not_change_the_code_version(tmp_path):
+    from firstdiv.lab.env import code_version
+
+    repo = _git_repo(tmp_path / "repo")
+    clean = code_version(repo / "train.py")
+    assert clean["dirty"] is False and "+dirty" not in clean["version"]
+    (repo / "report.html").write_text('<!doctype html><html><head><meta name="generator" content="firstdiv 0.1">')
+    (repo / "gate.json").write_text(json.dumps({"format": "firstdiv.gate", "version": 1}, indent=2))
+    Store(repo / "elsewhere.db").close()  # a store outside .firstdiv/, with no --store exclusion given
+    (repo / "notes.txt").write_text("what I tried\n")
+    (repo / "data.csv").write_text("1,2\n")
+    after = code_version(repo / "train.py")
+    assert after["version"] == clean["version"] and after["dirty"] is False
+    assert after["untracked"] == ["data.csv", "notes.txt"]  # listed in the record, not hashed
+
+    (repo / "helper.py").write_text("X = 1\n")  # untracked source is code
+    assert "+dirty" in code_version(repo / "train.py")["version"]
+
+
+def test_untracked_file_the_workload_imports_is_code_whatever_its_name(tmp_path):
+    from firstdiv.lab.env import code_version
+
+    repo = _git_repo(tmp_path / "repo")
+    (repo / "settings.cfg").write_text("lr = 0.1\n")
+    assert code_version(repo / "train.py", closure=())["dirty"] is False
+    assert code_version(repo / "train.py", closure=(repo / "settings.cfg",))["dirty"] is True
+
+
+def test_report_written_next_to_committed_code_leaves_the_next_sweep_reusing_everything(tmp_path):
+    repo = _git_repo(tmp_path / "repo")
+    args = ["sweep", "train.py:train", "--seeds", "0-1", "--name", "main", "--json"]
+    first = run_cli(*args, cwd=repo)
+    assert first.returncode == 0, first.stderr
+    page = run_cli("report", "main", cwd=repo)  # writes report.html into the work tree
+    assert page.returncode == 0 and (repo / "report.html").is_file(), page.stderr
+    second = run_cli(*args, cwd=repo)
+    assert second.returncode == 0, second.stderr
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert b["sweep"]["code"]["version"] == a["sweep"]["code"]["version"] and "+dirty" not in a["sweep"]["code"]["version"]
+    assert b["ran"] == [] and b["reused"] == [0, 1]
+
+
+def test_a_committed_report_rewritten_by_firstdiv_is_not_a_code_change_but_an_edit_is(tmp_path):
+    from firstdiv.lab.env import code_version
+
+    repo = _git_repo(tmp_path / "repo")
+    page = '<!doctype html><html><head><meta name="generator" content="firstdiv 0.1"><title>{}</title>'
+    (repo / "report.html").write_text(page.format("first"))
+    for args in (["add", "report.html"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "page"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    clean = code_version(repo / "train.py")
+    (repo / "report.html").write_text(page.format("second"))
+    assert code_version(repo / "train.py") == clean
+    (repo / "train.py").write_text((repo / "train.py").read_text() + "\n# edit\n")
+    assert "+dirty" in code_version(repo / "train.py")["version"]
