@@ -145,3 +145,26 @@ def test_a_stateful_hook_object_is_copied_with_the_model():
         assert program.model.fc1._forward_hooks[handle.id] is counter
     finally:
         handle.remove()
+
+
+@pytest.mark.parametrize("instrument", ["reachability", "step_probe", "learning_ledger"])
+def test_global_and_gradient_hooks_are_named_with_their_counts(instrument):
+    """A global module hook runs for every module (firstdiv's copies too: said so); a gradient hook on a
+    parameter runs on the user's tensor only (a deep copy drops tensor hooks)."""
+    from torch.nn.modules.module import register_module_forward_hook
+
+    program = zoo.build("mlp", seed=0)
+    counts: Counter[str] = Counter()
+    handles = [register_module_forward_hook(lambda m, args, out: counts.update(["global"])),
+               program.model.fc1.weight.register_hook(lambda grad: counts.update(["grad"]))]
+    try:
+        out = assert_no_trace(lambda: CALLS[instrument](program), watched(program))
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert counts["global"] > 0
+    assert re.search(rf"global forward hook {counts['global']}x\b", out.side_effects), out.side_effects
+    assert "global hooks run for every module" in out.side_effects
+    assert counts["grad"] > 0 or instrument == "learning_ledger"  # step_probe and reachability backward on the user's
+    if counts["grad"]:
+        assert re.search(rf"parameter fc1\.weight gradient hook {counts['grad']}x\b", out.side_effects), out.side_effects
