@@ -7,7 +7,9 @@ how to call it with them. A program without that evidence is not a case for that
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -143,14 +145,71 @@ def _raising_hook(calls: int) -> Callable[..., None]:
     return lambda module, args: hook()
 
 
+def _tensor_entry(t: torch.Tensor) -> tuple[Any, ...]:
+    """Identity and version counter of a tensor and of its ``.grad``: code holding ``p.grad`` (DDP bucket
+    views, accumulation buffers) and pending autograd graphs (saved tensors check the version) rely on both."""
+    grad = t.grad if t.is_leaf else None
+    return (id(t), t._version, None if grad is None else (id(grad), grad._version))
+
+
+def _plain(value: Any) -> Any:
+    return ("tensor", id(value), value._version) if torch.is_tensor(value) else copy.deepcopy(value)
+
+
+def _optimizer_entries(key: str, opt: torch.optim.Optimizer) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for g, group in enumerate(opt.param_groups):
+        out[f"{key} group {g}"] = {k: ([_tensor_entry(p) for p in v] if k == "params" else _plain(v))
+                                   for k, v in group.items()}
+    for p, state in opt.state.items():
+        out[f"{key} state of tensor {id(p)}"] = {k: _plain(v) for k, v in state.items()}
+    return out
+
+
+def _scheduler_types() -> tuple[type, ...]:
+    from torch.optim import lr_scheduler
+
+    return tuple(t for t in (getattr(lr_scheduler, "LRScheduler", None), lr_scheduler.ReduceLROnPlateau) if t)
+
+
+def independent_trace(objects: list[Any]) -> dict[str, Any]:
+    """What user code may hold on to, recorded without firstdiv's own Snapshot: identities and version
+    counters of every parameter, buffer and ``.grad``, optimizer state tensors' identities, param groups,
+    LR schedulers' and GradScalers' ``state_dict()`` (and ``get_scale()``), and Python's random state."""
+    out: dict[str, Any] = {"python random.getstate()": random.getstate()}
+    for i, obj in enumerate(objects):
+        key = f"{type(obj).__name__}[{i}]"
+        if isinstance(obj, nn.Module):
+            out.update({f"{key} parameter {n}": _tensor_entry(t) for n, t in obj.named_parameters(remove_duplicate=False)})
+            out.update({f"{key} buffer {n}": _tensor_entry(t) for n, t in obj.named_buffers(remove_duplicate=False)
+                        if t is not None})
+        elif isinstance(obj, torch.optim.Optimizer):
+            out.update(_optimizer_entries(key, obj))
+        elif isinstance(obj, torch.Tensor):
+            out[key] = _tensor_entry(obj)
+        elif isinstance(obj, torch.amp.GradScaler):
+            out[key] = (copy.deepcopy(obj.state_dict()), obj.get_scale())
+        elif isinstance(obj, _scheduler_types()):
+            out[key] = copy.deepcopy(obj.state_dict())
+    return out
+
+
+def _trace_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    keys = sorted(set(before) | set(after))
+    return [f"{k}: {before.get(k, 'absent')!r:.160} -> {after.get(k, 'absent')!r:.160}" for k in keys
+            if before.get(k) != after.get(k)]
+
+
 def assert_no_trace(call: Callable[[], Any], objects: list[Any]) -> Any:
-    """Run ``call``; assert ``objects`` and the global state are unchanged whether it returned or raised.
+    """Run ``call``; assert ``objects`` and the global state are unchanged whether it returned or raised,
+    both by firstdiv's own Snapshot (values, flags, hooks, RNGs) and by :func:`independent_trace`
+    (identities and version counters, which a Snapshot taken after the fact cannot see).
     Returns the result, or the exception it raised."""
-    before = Snapshot.take(*objects)
+    before, trace = Snapshot.take(*objects), independent_trace(objects)
     try:
         out: Any = call()
     except Exception as exc:  # noqa: BLE001 - the harness checks state after any failure
         out = exc
-    changed = before.diff(Snapshot.take(*objects))
+    changed = before.diff(Snapshot.take(*objects)) + _trace_changes(trace, independent_trace(objects))
     assert changed == [], f"instrument left a trace: {changed[:8]}"
     return out

@@ -7,7 +7,8 @@ import os
 from typing import Any
 
 import click
-from rich.console import Console
+
+from ._rich import Console
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 

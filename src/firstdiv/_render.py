@@ -5,21 +5,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 import io
-import random
 import re
 from collections.abc import Iterable
 from typing import Any
 
-# rich draws from Python's global RNG when first imported (rich.style: ``count(getrandbits(24))``);
-# rendering a report must not move the user's random state, so the import gives it back.
-_state = random.getstate()
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-random.setstate(_state)
-del _state
-
+from ._rich import Console, Table, Text  # rich without moving Python's global RNG (see _rich)
 from .report import Report, Status
 
 _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.WARN: "yellow", Status.SKIPPED: "dim"}

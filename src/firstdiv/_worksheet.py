@@ -135,9 +135,7 @@ class Worksheet(Report):
         return None if data is None else Report.from_dict(data)
 
     def __rich_body__(self) -> Iterable[Any]:
-        from rich.padding import Padding
-        from rich.table import Table
-        from rich.text import Text
+        from ._rich import Padding, Table, Text
 
         if not self.details.get("observations") and self.reason:
             return

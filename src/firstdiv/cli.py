@@ -96,9 +96,7 @@ def runs(store: str | None, as_json: bool, drop: str | None = None) -> int:
         from ._runs_drop import drop_run
 
         return drop_run(store, drop, as_json)
-    from rich.table import Table
-    from rich.text import Text
-
+    from ._rich import Table, Text
     from .lab.store import Store
 
     with Store(store, create=False) as st:

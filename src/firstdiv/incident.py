@@ -433,8 +433,7 @@ _VAGUE = "If you cannot fill in MUST CHANGE and MUST NOT CHANGE, the proposed re
 
 def _render(inc: Incident) -> Iterator[Any]:
     """The worksheet in the appendix's layout: headings in capitals, answers indented, empty ones as the question."""
-    from rich.padding import Padding
-    from rich.text import Text
+    from ._rich import Padding, Text
 
     closed = inc.status == "closed"
     yield Text.assemble(("PYTORCH INCIDENT  ", "bold"), (inc.id or "(not stored)", "bold cyan"), "  ",
@@ -465,7 +464,7 @@ def _render(inc: Incident) -> Iterator[Any]:
 
 
 def _footer(inc: Incident) -> Iterator[Any]:
-    from rich.text import Text
+    from ._rich import Text
 
     yield Text("")
     if (inc.intervention.strip() or inc.repair.strip()) and not (inc.must_change.strip() and inc.must_not_change.strip()):
@@ -481,8 +480,7 @@ def _footer(inc: Incident) -> Iterator[Any]:
 
 
 def _table(incidents: list[Incident], path: Path) -> Any:
-    from rich.table import Table
-    from rich.text import Text
+    from ._rich import Table, Text
 
     table = Table(box=None, header_style="bold", pad_edge=False, title=f"incidents in {path}", title_justify="left")
     for col in ("id", "status", "cause", "created", "title"):

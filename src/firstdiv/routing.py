@@ -208,8 +208,7 @@ def _no_match_reason(text: str, near: list[str]) -> str:
 
 # --- presentation ------------------------------------------------------------------------------------------------------
 def _render(report: Route) -> Iterable[Any]:
-    from rich.table import Table
-    from rich.text import Text
+    from ._rich import Table, Text
 
     d = report.details
     if not d.get("matches"):
@@ -247,8 +246,7 @@ def _render(report: Route) -> Iterable[Any]:
 
 
 def _reverse_table(view: dict[str, list[str]]) -> Any:
-    from rich.table import Table
-    from rich.text import Text
+    from ._rich import Table, Text
 
     by_symptom = {spec.symptom: spec for spec in ROUTES}
     table = Table(box=None, header_style="bold", pad_edge=False)

@@ -4,11 +4,15 @@ user's objects, a diff between two snapshots, and a guard that restores the snap
 Instruments observe through :func:`guarded` (restores even when they raise half-way); the test
 harness compares :class:`Snapshot` objects taken before and after every instrument call.
 
-Covered, per DESIGN.md: parameter and buffer values and identities, ``.grad`` (None vs tensor and its
-values), ``requires_grad``, module train/eval flags, registered hooks (module, tensor, optimizer and
+Covered, per DESIGN.md: parameter and buffer values, identities and version counters, ``.grad`` (None vs
+tensor, its identity and values), ``requires_grad``, module train/eval flags, registered hooks (module, tensor, optimizer and
 global), instance attributes added to modules or optimizers (monkey-patched methods), optimizer
-state and param groups (membership by identity and hyperparameters), devices, the global RNG states
-of torch (CPU and CUDA), numpy and ``random``, and torch's grad mode.
+state (its tensors by identity) and param groups (membership by identity and hyperparameters), devices,
+LR schedulers and GradScalers passed in or reachable from a passed callable (:mod:`._stateful`), the
+global RNG states of torch (CPU and CUDA), numpy and ``random``, and torch's grad mode.
+
+Restoring writes only what changed, into the original objects, and winds version counters back
+(:mod:`._state_values`), so code holding ``p.grad`` keeps its link and a pending ``backward()`` still runs.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from torch import nn
 from ._copying import kept_derived
 from ._copying import model_copy as copied
 from ._python_graph import hidden_objects
+from ._state_diff import _diff_globals, _diff_module, _diff_optimizer, _diff_tensor
+from ._state_values import put_back, version_of
+from ._stateful import StatefulState, is_stateful, reachable
 
 _MODULE_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
                       "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
@@ -53,20 +60,15 @@ class _TensorState:
     requires_grad: bool
     grad: torch.Tensor | None
     hooks: tuple[int, int]
+    version: int | None = None
+    grad_ref: torch.Tensor | None = None  # the original .grad object: restored into, never replaced
+    grad_version: int | None = None
 
     @classmethod
     def of(cls, t: torch.Tensor) -> _TensorState:
-        return cls(id(t), _clone(t), bool(t.requires_grad), _clone(t.grad) if t.is_leaf else None, _tensor_hooks(t))
-
-
-def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    if a.is_meta or b.is_meta:  # no values to compare: layout only
-        return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
-    return (a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
-            and bool(torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan())
-                                           and torch.equal(a.nan_to_num(), b.nan_to_num()))))
+        grad = t.grad if t.is_leaf else None
+        return cls(id(t), _clone(t), bool(t.requires_grad), _clone(grad), _tensor_hooks(t), version_of(t), grad,
+                   None if grad is None else version_of(grad))
 
 
 @dataclass
@@ -104,6 +106,7 @@ class _OptimizerState:
     state: dict[int, dict[str, Any]]
     hooks: tuple[int, int]
     attrs: frozenset[str]
+    originals: dict[int, tuple[dict[str, Any], dict[str, tuple[torch.Tensor, int | None]]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, opt: torch.optim.Optimizer) -> _OptimizerState:
@@ -114,7 +117,10 @@ class _OptimizerState:
         hooks = (len(getattr(opt, "_optimizer_step_pre_hooks", {}) or {}),
                  len(getattr(opt, "_optimizer_step_post_hooks", {}) or {}))
         params = {id(p): _TensorState.of(p) for g in opt.param_groups for p in g["params"]}
-        return cls(params, groups, members, state, hooks, frozenset(vars(opt)))
+        # the per-parameter dicts and their tensors themselves, so restoring keeps every identity
+        originals = {id(p): (s, {k: (v, version_of(v)) for k, v in s.items() if torch.is_tensor(v)})
+                     for p, s in opt.state.items()}
+        return cls(params, groups, members, state, hooks, frozenset(vars(opt)), originals)
 
 
 def _globals_state() -> dict[str, Any]:
@@ -139,6 +145,7 @@ class Snapshot:
     modules: dict[str, _ModuleState] = field(default_factory=dict)
     optimizers: dict[str, _OptimizerState] = field(default_factory=dict)
     tensors: dict[str, _TensorState] = field(default_factory=dict)
+    stateful: dict[str, StatefulState] = field(default_factory=dict)
     globals: dict[str, Any] = field(default_factory=dict)
     _models: dict[str, nn.Module] = field(default_factory=dict, repr=False)
     _opts: dict[str, torch.optim.Optimizer] = field(default_factory=dict, repr=False)
@@ -147,9 +154,14 @@ class Snapshot:
     @classmethod
     def take(cls, *objects: Any) -> Snapshot:
         """Snapshot ``objects``; a module brings along the tensors and modules it holds outside
-        PyTorch's registry (plain attributes, lists, dicts), which are the user's objects too."""
+        PyTorch's registry (plain attributes, lists, dicts), which are the user's objects too. LR schedulers
+        and GradScalers among ``objects`` or reachable from them (a ``train_step``'s closure, the globals it
+        names, a model's plain attributes) are snapshotted too, since running a user's step moves them."""
         snap = cls(globals=_globals_state())
-        for i, obj in enumerate(_with_hidden(_flatten(objects))):
+        flat = list(_flatten(objects))
+        for i, obj in enumerate(reachable(flat)):
+            snap.stateful[f"{type(obj).__name__}[{i}]"] = StatefulState.of(obj)
+        for i, obj in enumerate(_with_hidden(o for o in flat if not is_stateful(o))):
             if isinstance(obj, nn.Module):
                 snap._models[f"model[{i}]"] = obj
                 snap.modules[f"model[{i}]"] = _ModuleState.of(obj)
@@ -170,6 +182,8 @@ class Snapshot:
             out += _diff_optimizer(key, before, after.optimizers[key])
         for key, before in self.tensors.items():
             out += _diff_tensor(key, before, after.tensors[key])
+        for key, before in self.stateful.items():
+            out += [f"{key} {msg}" for msg in before.diff(after.stateful[key])] if key in after.stateful else []
         out += _diff_globals(self.globals, after.globals)
         return out
 
@@ -183,6 +197,8 @@ class Snapshot:
             for key, state in self.tensors.items():
                 if self._tensors[key].is_leaf:
                     _restore_tensor(self._tensors[key], state)
+            for state in self.stateful.values():
+                state.restore()
         g = self.globals
         torch.set_rng_state(g["torch_rng"])
         np.random.set_state(g["numpy_rng"])
@@ -210,111 +226,20 @@ def _flatten(objects: Iterable[Any]) -> Iterator[Any]:
             yield obj
 
 
-def _diff_tensor(where: str, a: _TensorState, b: _TensorState) -> list[str]:
-    out = []
-    if a.ident != b.ident:
-        out.append(f"{where}: replaced by a different tensor object")
-    if not _same(a.value, b.value):
-        out.append(f"{where}: value changed")
-    if a.requires_grad != b.requires_grad:
-        out.append(f"{where}: requires_grad {a.requires_grad} -> {b.requires_grad}")
-    if (a.grad is None) != (b.grad is None):
-        out.append(f"{where}: .grad {'None' if a.grad is None else 'tensor'} -> {'None' if b.grad is None else 'tensor'}")
-    elif not _same(a.grad, b.grad):
-        out.append(f"{where}: .grad values changed")
-    if a.hooks != b.hooks:
-        out.append(f"{where}: tensor hooks {a.hooks} -> {b.hooks}")
-    return out
-
-
-def _diff_module(key: str, a: _ModuleState, b: _ModuleState) -> list[str]:
-    out = []
-    for attr in ("params", "buffers", "children"):
-        if set(getattr(a, attr)) != set(getattr(b, attr)):
-            out.append(f"{key}: registered {attr} changed: {sorted(set(getattr(a, attr)) ^ set(getattr(b, attr)))}")
-    for name, ta in a.params.items():
-        if name in b.params:
-            out += _diff_tensor(f"{key} parameter {name}", ta, b.params[name])
-    for name, ta in a.buffers.items():
-        tb = b.buffers.get(name)
-        if (ta is None) != (tb is None):
-            out.append(f"{key} buffer {name}: None-ness changed")
-        elif ta is not None and tb is not None:
-            out += _diff_tensor(f"{key} buffer {name}", ta, tb)
-    for name, mode in a.training.items():
-        if name in b.training and b.training[name] != mode:
-            out.append(f"{key} module {name or '(root)'}: training {mode} -> {b.training[name]}")
-    for name, hooks in a.hooks.items():
-        if name in b.hooks and b.hooks[name] != hooks:
-            out.append(f"{key} module {name or '(root)'}: hook counts {hooks} -> {b.hooks[name]}")
-    for name, attrs in a.attrs.items():
-        if name in b.attrs and b.attrs[name] != attrs:
-            out.append(f"{key} module {name or '(root)'}: instance attributes changed {sorted(attrs ^ b.attrs[name])}")
-    return out
-
-
-def _diff_optimizer(key: str, a: _OptimizerState, b: _OptimizerState) -> list[str]:
-    out = []
-    for i, (pid, ta) in enumerate(a.params.items()):  # owned tensors, stale ones no longer in a model too
-        if pid in b.params:
-            out += [f"{key} owned tensor #{i}{msg}" for msg in _diff_tensor("", ta, b.params[pid])]
-    if a.members != b.members:
-        out.append(f"{key}: param group membership changed")
-    if len(a.groups) != len(b.groups) or any(_neq(ga, gb) for ga, gb in zip(a.groups, b.groups)):
-        out.append(f"{key}: param group settings changed")
-    if set(a.state) != set(b.state):
-        out.append(f"{key}: optimizer state gained/lost entries ({len(a.state)} -> {len(b.state)})")
-    else:
-        for pid, sa in a.state.items():
-            if _neq(sa, b.state[pid]):
-                out.append(f"{key}: optimizer state values changed")
-                break
-    if a.hooks != b.hooks:
-        out.append(f"{key}: step hook counts {a.hooks} -> {b.hooks}")
-    if a.attrs != b.attrs:
-        out.append(f"{key}: instance attributes changed {sorted(a.attrs ^ b.attrs)}")
-    return out
-
-
-def _neq(a: Any, b: Any) -> bool:
-    if torch.is_tensor(a) or torch.is_tensor(b):
-        return not (torch.is_tensor(a) and torch.is_tensor(b) and _same(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return set(a) != set(b) or any(_neq(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) != len(b) or any(_neq(x, y) for x, y in zip(a, b))
-    try:
-        return bool(a != b)
-    except Exception:  # noqa: BLE001 - incomparable objects count as changed only if not identical
-        return a is not b
-
-
-def _diff_globals(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    out = []
-    if not torch.equal(a["torch_rng"], b["torch_rng"]):
-        out.append("torch CPU RNG state changed")
-    na, nb = a["numpy_rng"], b["numpy_rng"]
-    if na[0] != nb[0] or not np.array_equal(na[1], nb[1]) or tuple(na[2:]) != tuple(nb[2:]):
-        out.append("numpy global RNG state changed")
-    if a["python_rng"] != b["python_rng"]:
-        out.append("Python random state changed")
-    if a["grad_enabled"] != b["grad_enabled"]:
-        out.append(f"grad mode {a['grad_enabled']} -> {b['grad_enabled']}")
-    if a["global_hooks"] != b["global_hooks"]:
-        out.append(f"global module hooks {a['global_hooks']} -> {b['global_hooks']}")
-    if "cuda_rng" in a and "cuda_rng" in b and any(not torch.equal(x, y) for x, y in zip(a["cuda_rng"], b["cuda_rng"])):
-        out.append("CUDA RNG state changed")
-    return out
-
-
 def _restore_tensor(t: torch.Tensor, s: _TensorState) -> None:
-    if t.shape == s.value.shape:
-        t.data.copy_(s.value)
-    else:
-        t.data = s.value.clone()
-    t.requires_grad_(s.requires_grad) if t.is_leaf else None
-    if t.is_leaf:
-        t.grad = None if s.grad is None else s.grad.clone()
+    """Values into ``t`` itself where they differ; ``.grad`` back to its original object (or None)."""
+    put_back(t, s.value, s.version)
+    if not t.is_leaf:
+        return
+    if t.requires_grad != s.requires_grad:
+        t.requires_grad_(s.requires_grad)
+    if s.grad_ref is None or s.grad is None:
+        if t.grad is not None:
+            t.grad = None
+        return
+    put_back(s.grad_ref, s.grad, s.grad_version)  # before re-attaching: its layout must match t's again
+    if t.grad is not s.grad_ref:
+        t.grad = s.grad_ref
 
 
 def _restore_module(model: nn.Module, s: _ModuleState) -> None:
@@ -348,8 +273,14 @@ def _restore_optimizer(opt: torch.optim.Optimizer, s: _OptimizerState) -> None:
         delattr(opt, key)
     opt.state.clear()
     for pid, st in s.state.items():
-        if pid in by_id:
-            opt.state[by_id[pid]] = {k: (v.clone() if torch.is_tensor(v) else copy.deepcopy(v)) for k, v in st.items()}
+        if pid in by_id:  # the original per-parameter dict and tensors, values copied in where they differ
+            entry, tensors = s.originals[pid]
+            entry.clear()
+            for k, v in st.items():
+                entry[k] = tensors[k][0] if k in tensors else copy.deepcopy(v)
+                if k in tensors:
+                    put_back(tensors[k][0], v, tensors[k][1])
+            opt.state[by_id[pid]] = entry
 
 
 @contextmanager

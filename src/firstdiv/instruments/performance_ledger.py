@@ -240,7 +240,7 @@ def _caller(step: Callable, batch: Any) -> Callable[[Any], Any]:
 def _measure_step(step: Callable, batch: Any, model: Any, optimizer: Any, warmup: int, repeats: int, profile: bool,
                   sync: Callable[[], None], device: torch.device) -> pt.StepRun:
     call, fetch = _caller(step, batch), _fetcher(batch)
-    with guarded(model, optimizer):
+    with guarded(model, optimizer, step):  # step: the LR schedulers and GradScalers it holds
         run = pt.run_step(call, fetch, warmup, repeats, sync, device)
         if profile:
             run.profile = pt.profile_top(call, fetch, _PROFILED_CALLS, sync, device)
@@ -255,8 +255,9 @@ def _effects(run: pt.StepRun | None, model: Any, optimizer: Any, phased: bool, d
         n = sum(run.calls.values())
         parts.append(f"step called {n} times on your objects ({', '.join(f'{v} {k}' for k, v in run.calls.items())}) "
                      "inside guarded(): parameters, .grad, optimizer state, train flags, RNG states and grad mode "
-                     "restored afterwards; objects your step appends to or reaches beyond the model and optimizer "
-                     "(lists, loggers, LR schedulers, iterators) are not restored")
+                     "restored afterwards, and the LR schedulers and GradScalers the step holds (closure, globals it "
+                     "names, attributes of its object); other objects your step appends to or reaches (lists, "
+                     "loggers, iterators) are not restored")
         if model is None or optimizer is None:
             parts.append("model=/optimizer= not given, so their state was NOT restored: pass them to have it restored")
     if phased:

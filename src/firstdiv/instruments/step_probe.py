@@ -29,8 +29,9 @@ from ._user_hooks import reports_user_hooks
 _NAME = "step_probe"
 _COPY_EFFECT = "one sacrificial optimizer step on a deep copy of the model and optimizer"
 _WATCH_EFFECT = ("; train_step called twice on your objects (.grad set to None first); every parameter, .grad, "
-                 "optimizer state, train flag and RNG state restored afterwards (objects it reaches beyond the "
-                 "model and optimizer, such as LR schedulers or loader iterators, are not)")
+                 "optimizer state, train flag and RNG state restored afterwards, and so are the LR schedulers and "
+                 "GradScalers it holds (closure, globals it names, attributes of its object); other objects it "
+                 "reaches (loader iterators, lists, loggers, schedulers held only inside those) are not")
 
 
 # --- the controlled step on a copy -------------------------------------------------------------------------------
@@ -234,7 +235,7 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
         return skipped(_NAME, "the model has no parameters, so there is nothing to step; pass the module that owns "
                               "the trainable parameters")
     effects = _COPY_EFFECT
-    with guarded(model, optimizer):
+    with guarded(model, optimizer, train_step):  # train_step: the schedulers and scalers it steps
         try:
             ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol))
         except _batch.UserCodeError as exc:

@@ -6,10 +6,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
+from .._rich import Console, Table, Text
 from . import builtin_mlp as mlp
 from . import stats
 from .compare import compare

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
-from rich.text import Text
-
+from .._rich import Console, Text
 from .bisect import bisect
 from .demo import _heading, _say
 from .store import Store

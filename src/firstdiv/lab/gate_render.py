@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from rich.text import Text
+from .._rich import Text
 
 if TYPE_CHECKING:
     from .gate import Gate, GateCheck

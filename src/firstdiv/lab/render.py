@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-from rich.text import Text
-
+from .._rich import Table, Text
 from .sweep import diverged_text
 
 if TYPE_CHECKING:

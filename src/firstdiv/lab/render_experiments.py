@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-from rich.text import Text
-
+from .._rich import Table, Text
 from ..report import Status
 from .render import _num, _short
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from rich.table import Table
-from rich.text import Text
+from .._rich import Table, Text
 
 _DECISION_STYLE = {"SAME": "green", "DIFFERENT": "bold red", "UNKNOWN": "yellow"}
 

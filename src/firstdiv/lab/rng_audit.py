@@ -123,8 +123,7 @@ class RngAuditReport(Report):
         return {row["rng"]: dict(zip(self.details["columns"], _row_texts(row))) for row in self.details["rows"]}
 
     def __rich_body__(self) -> Iterable[Any]:
-        from rich.table import Table
-        from rich.text import Text
+        from .._rich import Table, Text
 
         d = self.details
         yield Text(f"  {d['source']}; {d['items']} items per pass, two passes each after torch.manual_seed({d['seed']})")
