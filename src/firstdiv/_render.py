@@ -74,7 +74,7 @@ def safe_console(**kwargs: Any) -> Console:
 
 @functools.cache
 def _safe_class() -> type:
-    from rich.segment import Segment
+    from ._rich import Segment
 
     class SafeConsole(Console):  # type: ignore[misc, valid-type]
         def render(self, renderable: Any, options: Any = None) -> Iterable[Any]:

@@ -22,7 +22,7 @@ del _saved
 _WHERE = {
     "Console": "rich.console", "Table": "rich.table", "Text": "rich.text", "Padding": "rich.padding",
     "Progress": "rich.progress", "BarColumn": "rich.progress", "MofNCompleteColumn": "rich.progress",
-    "TextColumn": "rich.progress", "TimeRemainingColumn": "rich.progress",
+    "TextColumn": "rich.progress", "TimeRemainingColumn": "rich.progress", "Segment": "rich.segment",
 }
 
 
