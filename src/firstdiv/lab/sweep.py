@@ -156,24 +156,13 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
     Everything is validated before the store is opened, so bad input writes nothing.
     """
     from .._secrets import scrub_text
-    from .criteria import parse_criterion
-    from .policy import parse_policy
 
     _check_arguments(target, config, sets, backend, workers, backend_options,
                      name=name, hypothesis=hypothesis, success=success, checkpoint_policy=checkpoint_policy)
+    seed_list = parse_seeds(seeds)
     sets = [sets] if isinstance(sets, str) else sets  # one "k=v" string, not a sequence of characters
     workers = int(workers) if workers is not None else None  # numpy integers too
-    seed_list = parse_seeds(seeds)
-    backends.get(backend)  # an unknown backend is a usage error before anything is written
-    backends.check_options(backend, dict(backend_options or {}))
-    if (hypothesis is None) != (success is None):
-        raise InvalidArgument("Declare both --hypothesis and --success (the criterion that grades it), or neither")
-    if success is not None:
-        parse_criterion(success)
-    if checkpoint_policy is not None:
-        checkpoint_policy = str(parse_policy(checkpoint_policy))
-    if name is not None and not name.strip():
-        raise InvalidArgument("Expected a non-empty --name")
+    checkpoint_policy = _declarations(backend, backend_options, name, hypothesis, success, checkpoint_policy)
     options = dict(backend_options or {})
     # e.g. a fork server importing torch while this process imports the workload
     backends.warm(backend, options, workers, target if isinstance(target, str) else target.target)
@@ -240,13 +229,31 @@ def _check_arguments(target: Any, config: Any, sets: Any, backend: Any, workers:
             raise InvalidArgument(f"Expected `{key}` to be a string but got {type(value).__name__}")
 
 
+def _declarations(backend: str, backend_options: dict[str, Any] | None, name: str | None, hypothesis: str | None,
+                  success: str | None, checkpoint_policy: str | None) -> str | None:
+    """Usage errors found before anything is written; returns the checkpoint policy in its canonical form."""
+    from .criteria import parse_criterion
+    from .policy import parse_policy
+
+    backends.get(backend)  # an unknown backend
+    backends.check_options(backend, dict(backend_options or {}))  # an option this backend would ignore
+    if (hypothesis is None) != (success is None):
+        raise InvalidArgument("Declare both --hypothesis and --success (the criterion that grades it), or neither")
+    if success is not None:
+        parse_criterion(success)
+    if name is not None and not name.strip():
+        raise InvalidArgument("Expected a non-empty --name")
+    return str(parse_policy(checkpoint_policy)) if checkpoint_policy is not None else None
+
+
 def _progress(enabled: bool, total: int, label: str) -> Any:
     import sys
 
     if not enabled or total == 0 or not sys.stderr.isatty():
         return nullcontext(None)  # a bar is for a person at a terminal, not for logs
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     from .._render import safe_console
-    from .._rich import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     text = label.replace("{", "{{").replace("}", "}}")  # a sweep name is data: not markup, not a format field
     return Progress(TextColumn(text, style="bold", markup=False), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
