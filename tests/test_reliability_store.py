@@ -373,3 +373,88 @@ def test_a_committed_report_rewritten_by_firstdiv_is_not_a_code_change_but_an_ed
     assert code_version(repo / "train.py") == clean
     (repo / "train.py").write_text((repo / "train.py").read_text() + "\n# edit\n")
     assert "+dirty" in code_version(repo / "train.py")["version"]
+
+
+# -- items 14 and 19: gate files with mistyped fields or tampered values ------------------------------
+
+@pytest.fixture
+def gated(tmp_path, wl, sp):
+    """A gate calibrated at alpha 0.25 on 4 seeds (the fewest that alpha allows: fast), saved to a file."""
+    from firstdiv.lab.gate import Gate
+
+    result = sweep(wl, "0-3", store=sp, name="base")
+    gate = Gate.calibrate(result, alpha=0.25)
+    path = gate.save(tmp_path / "gate.json")
+    return gate, path, json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("threshold", "1.0", "field 'threshold' should be a number but is a string"),
+    ("metric", 5, "field 'metric' should be a string"),
+    ("higher_is_better", "no", "field 'higher_is_better' should be true or false"),
+    ("rank", 2.5, "field 'rank' should be an integer"),
+    ("calibration_seeds", "0123", "field 'calibration_seeds' should be a list of integers"),
+    ("config", [1], "field 'config' should be an object"),
+    ("holdout", "x", "field 'holdout' should be an object"),
+    ("holdout", {"n": 3}, "field 'holdout.false_alarms' should be an integer but is missing"),
+    ("eval_contract", [1], "field 'eval_contract' should be an object"),
+])
+def test_gate_file_with_a_mistyped_field_is_one_clear_error(gated, field, value, says):
+    from firstdiv.errors import InvalidArgument
+    from firstdiv.lab.gate import Gate
+
+    _, path, data = gated
+    path.write_text(json.dumps({**data, field: value}))
+    with pytest.raises(InvalidArgument) as err:
+        Gate.load(path)
+    assert says in str(err.value) and str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_gate_check_of_a_mistyped_file_is_one_line_exit_2(tmp_path, gated, sp):
+    _, path, data = gated
+    path.write_text(json.dumps({**data, "threshold": str(data["threshold"])}))
+    line = _one_error_line(run_cli("gate", "check", path, "base", "--store", sp, cwd=tmp_path))
+    assert "field 'threshold' should be a number" in line
+
+
+def _scaled(data, factor):
+    values = [v * factor for v in data["calibration_values"]]
+    return {**data, "calibration_values": values, "threshold": data["threshold"] * factor}
+
+
+def test_gate_file_scaled_consistently_without_its_digest_is_refused(gated):
+    from firstdiv.errors import InvalidArgument
+    from firstdiv.lab.gate import Gate
+
+    _, path, data = gated
+    path.write_text(json.dumps(_scaled(data, 1.5)))  # threshold still follows from the values: only the digest tells
+    with pytest.raises(InvalidArgument, match="calibration_digest .* does not match .* edited after calibration"):
+        Gate.load(path)
+    path.write_text(json.dumps({k: v for k, v in data.items() if k != "calibration_digest"}))
+    with pytest.raises(InvalidArgument, match="has no calibration_digest"):
+        Gate.load(path)
+
+
+def test_gate_file_tampered_with_a_recomputed_digest_is_caught_against_the_store(tmp_path, gated, sp):
+    from firstdiv.lab.gate_digest import digest
+
+    gate, path, data = gated
+    forged = _scaled(data, 1.5)
+    forged["calibration_digest"] = digest(forged)
+    path.write_text(json.dumps(forged))
+    line = _one_error_line(run_cli("gate", "check", path, "base", "--store", sp, cwd=tmp_path))
+    seed, value = gate.calibration_seeds[0], gate.calibration_values[0]
+    assert f"calibration seed {seed} has val_loss {value * 1.5!r} in the gate file but {value!r} in the store" in line
+
+    path.write_text(json.dumps(data))  # the genuine file checks as before
+    honest = run_cli("gate", "check", path, "base", "--store", sp, "--json", cwd=tmp_path)
+    assert honest.returncode in (0, 1) and json.loads(honest.stdout)["instrument"] == "gate", honest.stderr
+
+
+def test_version_1_gate_file_without_a_digest_still_loads(gated):
+    from firstdiv.lab.gate import Gate
+
+    gate, path, data = gated
+    old = {k: v for k, v in data.items() if k not in ("calibration_digest", "calibration_identity")}
+    path.write_text(json.dumps({**old, "version": 1}))
+    assert Gate.load(path).threshold == gate.threshold

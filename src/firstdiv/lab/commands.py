@@ -127,8 +127,10 @@ def calibrate(sweep_name: str, alpha: float, holdout_seeds: str | None, metric: 
 def check(gate_file: str, ref: str, seeds: str | None, sets: tuple[str, ...], store: str | None, as_json: bool) -> int:
     """Check a stored sweep's runs, or run a target at --seeds with the gate's config, against the gate."""
     from .gate import Gate
+    from .gate_digest import verify_gate_file
 
     gate = Gate.load(gate_file)
+    verify_gate_file(gate, gate_file, store)  # consistent tampering: the store still has the real values
     records = _stored(ref, store)
     if records is not None:
         if seeds is not None or sets:

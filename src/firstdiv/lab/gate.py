@@ -17,9 +17,10 @@ import json
 import math
 import numbers
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -27,6 +28,7 @@ from scipy import stats as sps
 from ..errors import InvalidArgument, NotFound
 from ..report import Divergence, Finding, Report, Status
 from .compare import higher_is_better
+from .gate_digest import check_types, digest, verify_digest
 from .gate_render import holdout_text, margin_text, rule_text, run_text, seed_text, value_text
 from .record import RunRecord, now_iso
 from .store import Store
@@ -34,7 +36,8 @@ from .sweep import SweepResult, parse_seeds
 
 GATE_FORMAT = "firstdiv.gate"
 # Gate file versions, append-only history: 1 — firstdiv 0.1 (conformal threshold, held-out check).
-GATE_VERSION = 1
+#   2 — calibration_identity (the calibration runs' identities) and calibration_digest (gate_digest).
+GATE_VERSION = 2
 CONFIDENCE = 0.95  # of the held-out false-alarm interval
 
 
@@ -124,6 +127,7 @@ class Gate:
     calibration_sweep: str | None = None
     holdout: dict[str, Any] | None = None
     created: str = ""
+    calibration_identity: str | None = None
 
     @property
     def n(self) -> int:
@@ -164,7 +168,7 @@ class Gate:
                        tuple(float(r.final[metric]) for r in records), first.workload, dict(first.config),
                        first.config_hash, first.eval_fingerprint, first.eval_contract,
                        _joined(r.env_hash for r in records), _joined(r.code.get("version") for r in records),
-                       label, None, now_iso())
+                       label, None, now_iso(), _joined(r.identity for r in records))
             return gate if holdout is None else replace(gate, holdout=_holdout(gate, holdout, st, label))
         finally:
             if owned:
@@ -197,7 +201,7 @@ class Gate:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["calibration_seeds"], out["calibration_values"] = list(self.calibration_seeds), list(self.calibration_values)
-        return {"format": GATE_FORMAT, "version": GATE_VERSION, **out}
+        return {"format": GATE_FORMAT, "version": GATE_VERSION, **out, "calibration_digest": digest(out)}
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "gate data") -> Gate:
@@ -214,6 +218,7 @@ class Gate:
         missing = [f.name for f in fields(cls)[:7] if f.name not in data]
         if missing:
             raise InvalidArgument(f"{source} is missing {', '.join(missing)}; {fix}")
+        check_types(data, source, fix)
         try:
             kw = {k: v for k, v in data.items() if k in names}
             kw["calibration_seeds"] = tuple(int(s) for s in kw["calibration_seeds"])
@@ -225,6 +230,7 @@ class Gate:
         if expected != (gate.threshold, gate.rank) or len(gate.calibration_seeds) != gate.n:
             raise InvalidArgument(f"{source}: threshold {gate.threshold!r} (rank {gate.rank}) does not follow from its "
                                   f"calibration values (expected {expected[0]!r}, rank {expected[1]}); {fix}")
+        verify_digest(data, source, fix)
         return gate
 
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -310,6 +310,14 @@ class Store:
         for run_id, seed, payload in self._rows("SELECT id, seed, record FROM runs ORDER BY id"):
             yield store_runs.parse(run_id, payload, path=self.path, sweep=None, seed=seed)
 
+    def metric_values(self, identities: list[str], seed: int, metric: str) -> list[float]:
+        """``final[metric]`` of every ok run of ``seed`` under one of ``identities``, oldest first."""
+        marks = ",".join("?" * len(identities))
+        rows = self._rows(f"SELECT id, record FROM runs WHERE seed=? AND status='ok' AND identity IN ({marks}) ORDER BY id",
+                          (seed, *identities))
+        values = (store_runs.parse(i, p, path=self.path, sweep=None, seed=seed).final.get(metric) for i, p in rows)
+        return [float(v) for v in values if v is not None]
+
     def drop_run(self, run_id: int) -> tuple[str, int, list[str]] | None:
         """Delete run ``run_id`` (e.g. a damaged one): (identity, seed, sweeps holding that seed), or None."""
         try:
