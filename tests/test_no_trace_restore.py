@@ -198,6 +198,9 @@ def _amp_program(where: str):
 _RUNNERS = {
     "step_probe": lambda m, o, b, s: firstdiv.step_probe(m, b, nn.functional.cross_entropy, o, train_step=s),
     "performance_ledger": lambda m, o, b, s: firstdiv.performance_ledger(s, None, model=m, optimizer=o, repeats=3),
+    "loader_timing": lambda m, o, b, s: firstdiv.loader_timing(
+        torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*b), batch_size=4), step=lambda _batch: s(),
+        batches=2, warmup=1),
     "diagnose": lambda m, o, b, s: firstdiv.diagnose(model=m, optimizer=o, batch=b, loss_fn=nn.functional.cross_entropy,
                                                      train_step=s, stop_at_first=False),
 }
@@ -209,6 +212,7 @@ def test_train_step_scheduler_and_scaler_are_given_back(runner, where):
     model, opt, sched, scaler, batch, step = _amp_program(where)
     report = assert_no_trace(lambda: _RUNNERS[runner](model, opt, batch, step), [model, opt, sched, scaler])
     assert isinstance(report, firstdiv.Report), report
+    assert "GradScalers" in report.side_effects  # says what it restored beyond the model and optimizer
     assert (scaler.get_scale(), scaler._scale, sched.last_epoch, sched.get_last_lr(), opt.param_groups[0]["lr"]) == (
         1024.0, None, 0, [0.1], 0.1)
     step()  # the user's next step starts from their own state: the scale doubles from 1024 once

@@ -11,8 +11,8 @@ through something else (a loader iterator, a logger, a C extension) are not foun
 from __future__ import annotations
 
 import copy
-import functools
 import types
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -20,13 +20,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._loader_setup import _SKIP
+from ._loader_setup import _children as step_children
 from ._python_graph import _INTERNAL
 from ._state_values import neq, put_back, same, version_of
 
 _MAX_DEPTH = 4  # step -> helper function -> trainer object -> its attribute -> a container in it
 _MAX_OBJECTS = 2000  # a walk never costs more than this many objects, however large the user's globals are
-_MAX_ITEMS = 64  # containers longer than this are data (a dataset, a log), not where a scheduler is kept
-_LEAVES = (torch.Tensor, torch.optim.Optimizer, type, types.ModuleType, str, bytes, int, float, complex, bool)
+_LEAVES = (*_SKIP, torch.optim.Optimizer)
 
 
 def _scheduler_types() -> tuple[type, ...]:
@@ -41,13 +42,13 @@ def is_stateful(obj: Any) -> bool:
 
 
 def _function_refs(fn: types.FunctionType) -> list[Any]:
-    code, out = fn.__code__, list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
+    out = list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
     for cell in fn.__closure__ or ():
         try:
             out.append(cell.cell_contents)
         except ValueError:  # a cell whose variable is not bound yet
             pass
-    codes = [code]
+    codes = [fn.__code__]
     while codes:  # names used by nested lambdas and comprehensions resolve in the same globals
         c = codes.pop()
         out += [fn.__globals__[n] for n in c.co_names if n in fn.__globals__]
@@ -56,21 +57,13 @@ def _function_refs(fn: types.FunctionType) -> list[Any]:
 
 
 def _children(obj: Any) -> list[Any]:
-    """What one step of the walk reaches from ``obj``."""
+    """What one step of the walk reaches from ``obj``: loader_timing's walk of a step's closure, with the
+    names nested code uses, and only a module's plain attributes (its registry holds no schedulers)."""
     if isinstance(obj, types.FunctionType):
         return _function_refs(obj)
-    if isinstance(obj, types.MethodType):
-        return [obj.__self__, obj.__func__]
-    if isinstance(obj, functools.partial):
-        return [obj.func, *obj.args, *obj.keywords.values()]
-    if isinstance(obj, dict):
-        return list(obj.values())[:_MAX_ITEMS] if len(obj) <= _MAX_ITEMS else []
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return list(obj) if len(obj) <= _MAX_ITEMS else []
-    if isinstance(obj, nn.Module):  # plain attributes only: the registry holds tensors and modules, not schedulers
+    if isinstance(obj, nn.Module):
         return [v for k, v in vars(obj).items() if k not in _INTERNAL]
-    attrs = getattr(obj, "__dict__", None)
-    return list(attrs.values()) if isinstance(attrs, dict) else []
+    return step_children(obj)
 
 
 def reachable(roots: Iterable[Any]) -> list[Any]:
@@ -78,16 +71,16 @@ def reachable(roots: Iterable[Any]) -> list[Any]:
     once, in the order found. Models and optimizers are not searched beyond their plain attributes."""
     found: dict[int, Any] = {}
     seen: set[int] = set()
-    frontier = [(obj, 0) for obj in roots]
+    frontier = deque((obj, 0) for obj in roots)
     while frontier and len(seen) < _MAX_OBJECTS:
-        obj, depth = frontier.pop(0)
+        obj, depth = frontier.popleft()
         if id(obj) in seen or obj is None:
             continue
         seen.add(id(obj))
         if is_stateful(obj):
             found.setdefault(id(obj), obj)
         elif depth < _MAX_DEPTH and not isinstance(obj, _LEAVES) and not (depth and isinstance(obj, nn.Module)):
-            frontier += [(child, depth + 1) for child in _children(obj)]
+            frontier.extend((child, depth + 1) for child in _children(obj))
     return list(found.values())
 
 

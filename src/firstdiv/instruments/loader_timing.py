@@ -103,7 +103,7 @@ def loader_timing(loader: Any, step: Callable[[Any], Any] | None = None, *, batc
     controls = check_sweep(sweep)
     objects = closure_state(step) if step is not None else []
     calls = 0
-    with guarded(*objects), kept_loader(loader) as rewind:
+    with guarded(*objects, step), kept_loader(loader) as rewind:  # step: the schedulers and scalers it holds
         rng = Snapshot.take()
         main = _measure_main(loader, step, batches, warmup)
         calls += len(main.run.waits) + (main.run.error_in == "step")
@@ -184,11 +184,11 @@ def _side_effects(step: Any, objects: list[Any], calls: int, main: _Main) -> str
         if objects:
             names = ", ".join(type(o).__name__ for o in objects[:6]) + (", ..." if len(objects) > 6 else "")
             parts.append(f"step called {calls} times on your objects; the {len(objects)} modules/optimizers it reaches "
-                         f"({names}), their gradients and the RNG states restored afterwards; anything else it changes "
-                         f"(counters, schedulers, lists) stays changed")
+                         f"({names}), their gradients, the LR schedulers and GradScalers it holds and the RNG states "
+                         f"restored afterwards; anything else it changes (counters, lists) stays changed")
         else:
             parts.append(f"step called {calls} times; no module or optimizer found in what it closes over, so whatever "
-                         f"it changes stays changed (the RNG states are restored)")
+                         f"it changes stays changed (the RNG states, LR schedulers and GradScalers are restored)")
     if main.one_shot:
         parts.append(f"took {len(main.run.waits)} batches from your iterator (an iterator cannot be rewound)")
     return "; ".join(parts) or "none"
