@@ -227,3 +227,17 @@ def test_scheduler_and_scaler_passed_directly_are_guarded():
         step(), step()
     assert (scaler.get_scale(), scaler._scale, sched.state_dict(), opt.param_groups[0]["lr"]) == before
     assert before[1] is not None  # the same scale tensor object, its value copied back
+
+
+def test_a_scheduler_whose_state_cannot_be_saved_does_not_stop_the_guard():
+    class Unsaveable(torch.optim.lr_scheduler.StepLR):
+        def state_dict(self):
+            raise RuntimeError("custom scheduler without a state_dict")
+
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = Unsaveable(opt, step_size=1)
+    with guarded(model, opt, sched):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == 0.1  # the optimizer's own snapshot still gives its lr back

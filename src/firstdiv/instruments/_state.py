@@ -160,7 +160,10 @@ class Snapshot:
         snap = cls(globals=_globals_state())
         flat = list(_flatten(objects))
         for i, obj in enumerate(reachable(flat)):
-            snap.stateful[f"{type(obj).__name__}[{i}]"] = StatefulState.of(obj)
+            try:
+                snap.stateful[f"{type(obj).__name__}[{i}]"] = StatefulState.of(obj)
+            except Exception:  # noqa: BLE001, S112 - a custom scheduler whose state cannot be saved is not restored
+                continue
         for i, obj in enumerate(_with_hidden(o for o in flat if not is_stateful(o))):
             if isinstance(obj, nn.Module):
                 snap._models[f"model[{i}]"] = obj
