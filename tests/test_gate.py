@@ -40,7 +40,7 @@ def test_conformal_rank_by_hand():
     assert conformal_rank(19, 0.05) == 19  # ceil(20 * 0.95) = 19: the largest of 19
     assert conformal_rank(20, 0.05) == 20  # ceil(21 * 0.95) = ceil(19.95)
     assert conformal_rank(20, 0.10) == 19  # ceil(21 * 0.9) = ceil(18.9)
-    assert conformal_rank(8, 0.10) == 9 > 8  # too few: 1/alpha - 1 = 9 needed
+    assert conformal_rank(8, 0.10) == 9  # too few: more than the 8 values, 1/alpha - 1 = 9 needed
     assert [seeds_needed(a) for a in (0.05, 0.1, 0.2, 0.3, 0.5)] == [19, 9, 4, 3, 1]
 
 
@@ -349,9 +349,9 @@ def test_builtin_mlp_gate_passes_healthy_and_fails_lr_x10(tmp_path):
     assert gate.rank == 20 and h["n"] == 20 and h["ci_low"] <= h["rate"] <= h["ci_high"]
     healthy_run = sweep("builtin:mlp", "999", config=gate.config, store=store)
     lr10_run = sweep("builtin:mlp", "999", config={**gate.config, "lr": 0.2}, store=store)
-    lines = [f"0-19 | 20-39: threshold {gate.threshold:.4f} held-out {h['false_alarms']}/20 "
-             f"[{h['ci_low']:.3f}, {h['ci_high']:.3f}] p={h['p_value']:.3g}; seed 999 healthy margin "
-             f"{gate.check(healthy_run).margin:+.4f}, lr x10 margin {gate.check(lr10_run).margin:+.4f}"]
+    lines = [(f"0-19 | 20-39: threshold {gate.threshold:.4f} held-out {h['false_alarms']}/20 "
+              f"[{h['ci_low']:.3f}, {h['ci_high']:.3f}] p={h['p_value']:.3g}; seed 999 healthy margin "
+              f"{gate.check(healthy_run).margin:+.4f}, lr x10 margin {gate.check(lr10_run).margin:+.4f}")]
     assert gate.check(lr10_run).margin < -0.2 and gate.check(lr10_run).first_divergence.kind == "gate.exceeded"
     if not gate.calibrated:
         gate = Gate.calibrate(sweep("builtin:mlp", "0-39", store=store, name="mlp-base-40"), alpha=0.05,

@@ -15,12 +15,10 @@ import time
 import traceback
 
 import pytest
+from conftest import ok_seeds
 
 from firstdiv.errors import NotFound, StoreError
 from firstdiv.lab.store import SCHEMA_VERSION, Store
-
-from conftest import ok_seeds
-
 
 # -- helpers ------------------------------------------------------------------------------------
 
@@ -68,8 +66,9 @@ def _make_store(path, seeds=(0, 1, 2)):
 def _concurrent_sweep(target, seeds, name, store, barrier, queue):
     """Worker (spawned): warm the imports, wait for the others, then sweep into the shared store."""
     try:
-        from firstdiv.lab.sweep import sweep
         import torch  # noqa: F401  (import cost before the barrier so all writers really overlap)
+
+        from firstdiv.lab.sweep import sweep
 
         barrier.wait(timeout=120)
         start = time.time()
@@ -77,12 +76,12 @@ def _concurrent_sweep(target, seeds, name, store, barrier, queue):
         queue.put({"name": name, "seeds": seeds, "ran": list(res.ran), "reused": list(res.reused),
                    "records": [r.seed for r in res.records], "identity": res.sweep.identity,
                    "start": start, "end": time.time(), "error": None})
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - a child process reports whatever stopped it to the parent
         queue.put({"name": name, "error": traceback.format_exc()})
 
 
 def test_concurrent_writers_lose_and_duplicate_nothing(store_path, tiny):
-    plan = [("shared", list(range(0, 8))), ("shared", list(range(4, 12))),
+    plan = [("shared", list(range(8))), ("shared", list(range(4, 12))),
             ("other", list(range(8, 16))), ("evens", list(range(0, 20, 2)))]
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(len(plan)), ctx.Queue()
@@ -118,7 +117,7 @@ def test_concurrent_writers_lose_and_duplicate_nothing(store_path, tiny):
         assert sorted(r.seed for r in st.iter_runs()) == expected
         sweeps = {s.name: s for s in st.sweeps()}
         assert sorted(sweeps) == ["evens", "other", "shared"]
-        want = {"shared": list(range(0, 12)), "other": list(range(8, 16)), "evens": list(range(0, 20, 2))}
+        want = {"shared": list(range(12)), "other": list(range(8, 16)), "evens": list(range(0, 20, 2))}
         for name, seeds in want.items():
             assert list(sweeps[name].seeds) == seeds, name
             assert [r.seed for r in st.records(sweeps[name])] == seeds, name
@@ -195,9 +194,8 @@ def test_store_damaged_past_first_page_gives_store_error(tmp_path, cli):
     assert path.read_bytes() == before
     assert proc.returncode == 2, proc.stderr
     _one_error_line(proc)
-    with pytest.raises(StoreError):
-        with Store(path) as st:
-            st.sweeps()
+    with pytest.raises(StoreError), Store(path) as st:
+        st.sweeps()
 
 
 def test_newer_schema_version_is_refused_naming_both_versions(tmp_path, cli):
@@ -391,7 +389,7 @@ def test_fresh_store_has_current_schema_version_and_wal(store_path):
 def test_ctrl_c_exits_130_keeps_recorded_runs_and_resumes(store_path, tiny, cli, tmp_path):
     args = ["sweep", f"{tiny}:train", "--seeds", "0-7", "--set", "sleep=0.2", "--store", str(store_path)]
     proc = subprocess.Popen([sys.executable, "-m", "firstdiv", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509 - no threads yet
     deadline = time.time() + 60
     while time.time() < deadline and len(ok_seeds(store_path)) < 2:
         time.sleep(0.1)
