@@ -8,7 +8,7 @@ import sqlite3
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, TINY
 
 import firstdiv
 from firstdiv.lab.store import Store
@@ -126,7 +126,7 @@ def test_bad_config_values_exit_2_with_one_line_and_write_nothing(cli, tmp_path,
     ("builtin:mlp", {"threads": "100000"}, "threads"),
     ("builtin:mlp", {"n_train": "10000000000"}, "GiB"),
     (DIVERGE, {"shift": "inf"}, "nonfinite=('shift',)"),
-    (f"{UNRULY}:exits", {"code": "NaN"}, "'code'"),  # no declared type: parsed as JSON, still refused
+    (f"{TINY}:free", {"offset": "NaN"}, "'offset'"),  # no declared defaults: parsed as JSON, still refused
 ])
 @pytest.mark.parametrize("how", ["sets", "config"])
 def test_bad_config_values_are_refused_from_sets_and_from_dicts(tmp_path, target, settings, needle, how):
