@@ -251,9 +251,8 @@ def _progress(enabled: bool, total: int, label: str) -> Any:
 
     if not enabled or total == 0 or not sys.stderr.isatty():
         return nullcontext(None)  # a bar is for a person at a terminal, not for logs
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from .._render import safe_console
+    from .._rich import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     text = label.replace("{", "{{").replace("}", "}}")  # a sweep name is data: not markup, not a format field
     return Progress(TextColumn(text, style="bold", markup=False), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
