@@ -35,7 +35,7 @@ def run_cli(*args, cwd=None, env=None, timeout=300):
     full_env.pop("FIRSTDIV_STORE", None)
     full_env.update(env or {})
     full_env.setdefault("COLUMNS", "120")
-    return subprocess.run([sys.executable, "-m", "firstdiv", *map(str, args)], cwd=cwd, env=full_env,
+    return subprocess.run([sys.executable, "-m", "firstdiv", *map(str, args)], check=False, cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -12,13 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ok_seeds
 
 import firstdiv
 from firstdiv.lab import backends
 from firstdiv.lab import sweep as sweep_module
 from firstdiv.lab.store import Store
-
-from conftest import ok_seeds
 
 ROOT = Path(__file__).resolve().parent.parent
 CRASHY = str(ROOT / "tests" / "workloads" / "crashy.py")
@@ -236,7 +235,7 @@ def test_ctrl_c_with_worker_processes_exits_130_stops_workers_keeps_runs_and_res
     # Its own process group, so that SIGINT reaches every process of the sweep, as Ctrl-C at a terminal does.
     proc = subprocess.Popen([sys.executable, "-m", "firstdiv", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509 (the child must take Ctrl-C as a user's shell gives it)
     try:
         deadline = time.monotonic() + 90
         while len(ok_seeds(store_path)) < 2:

@@ -3,12 +3,11 @@
 import json
 
 import pytest
+from conftest import ROOT
 
 import firstdiv
 from firstdiv.errors import InvalidArgument
 from firstdiv.lab.bisect import bisect
-
-from conftest import ROOT
 
 LAB = str(ROOT / "tests" / "workloads" / "lab.py")
 

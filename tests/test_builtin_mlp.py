@@ -44,7 +44,7 @@ def test_label_noise_rate_and_val_noise_nesting():
 def test_same_seed_is_bit_identical_and_other_seed_is_not():
     rec_a, pa, _ = fit(3)
     rec_b, pb, _ = fit(3)
-    rec_c, pc, _ = fit(4)
+    rec_c, _, _ = fit(4)
     assert rec_a.rows == rec_b.rows and all(torch.equal(x, y) for x, y in zip(pa, pb))
     assert rec_a.rows != rec_c.rows
 

@@ -1,7 +1,6 @@
 """Every experiment command: bad input is one line on stderr, exit code 2, and nothing written."""
 
 import pytest
-
 from conftest import ROOT
 
 LAB = str(ROOT / "tests" / "workloads" / "lab.py")

@@ -4,12 +4,11 @@ import json
 
 import pytest
 import torch
+from conftest import ROOT
 
 import firstdiv
 from firstdiv.errors import InvalidArgument
 from firstdiv.lab.workload import resolve
-
-from conftest import ROOT
 
 LAB = str(ROOT / "tests" / "workloads" / "lab.py")
 

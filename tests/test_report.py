@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from rich.errors import MarkupError
 
 import firstdiv
 from firstdiv import Comparison, Divergence, Finding, FirstdivError, InvalidArgument, Report, Status

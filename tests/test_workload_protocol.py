@@ -49,7 +49,7 @@ def test_file_target_and_record_fields(repo):
     rec = result.records[0]
     assert rec.config["lr"] == 0.2 and rec.config["threads"] == 1
     assert rec.curves["val_loss"] == [pytest.approx(1.2)] * 2 and rec.final["val_loss"] == pytest.approx(1.2)
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
     assert rec.code["commit"] == head and rec.code["dirty"] is False  # the store inside the tree is not a change
     assert rec.data_identity == "v1"
     assert rec.eval_fields == ["indices", "mode"] and rec.eval_fingerprint
@@ -148,7 +148,7 @@ def test_resume_reuses_recorded_seeds(tiny, store_path):
 def test_process_backend_matches_serial(tiny, tmp_path):
     serial = firstdiv.sweep(f"{tiny}:train", "0-3", store=tmp_path / "a.db")
     proc = firstdiv.sweep(f"{tiny}:train", "0-3", store=tmp_path / "b.db", backend="process", workers=2)
-    strip = lambda r: (r.seed, r.curves, r.identity, r.eval_fingerprint, r.config_hash)  # noqa: E731
+    strip = lambda r: (r.seed, r.curves, r.identity, r.eval_fingerprint, r.config_hash)
     assert [strip(r) for r in serial.records] == [strip(r) for r in proc.records]
 
 

@@ -12,7 +12,8 @@ imports nothing heavy here: the gate (numpy, scipy, the lab) is imported when th
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps

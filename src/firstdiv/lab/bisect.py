@@ -9,8 +9,9 @@ culprit alone on the baseline, and revert it alone from the candidate.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import InvalidArgument
 from ..report import Divergence, Finding, Report, Status

@@ -124,7 +124,7 @@ def _e5(wl: Any, base: Any, st: Store, console: Console | None, progress: bool) 
     cmp = compare(base, cand, metric="val_loss")
     bs, cs = stats.describe(base.values("val_loss")), stats.describe(cand.values("val_loss"))
     unp, pair = cmp.unpaired, cmp.paired
-    table, deltas = _paired_table(base, cand)
+    table, _ = _paired_table(base, cand)
     _say(console,
          Text(f"  Unpaired:  A median {bs['median']:.4f} [{bs['min']:.4f}..{bs['max']:.4f}]   "
               f"B median {cs['median']:.4f} [{cs['min']:.4f}..{cs['max']:.4f}]\n"

@@ -7,7 +7,8 @@ curves diverge, and the size of the difference relative to the seed noise floor.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..errors import InvalidArgument
 from ..report import Divergence, Finding, Report, Status

@@ -232,7 +232,7 @@ def _plan(obj: Any, seed: Any, items: Any, batch_size: Any) -> Plan | Report:
         raise InvalidArgument("`batch_size` cannot override a DataLoader built with batch_sampler=; leave it None")
     try:
         n = len(ds)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (the user's __len__: a SKIPPED report)
         return skipped(INSTRUMENT, f"len(dataset) raised {type(exc).__name__}: {exc}; make __len__ return the item count")
     if n == 0:
         return skipped(INSTRUMENT, "the dataset is empty; audit a dataset with at least one item")
@@ -245,12 +245,12 @@ def _run(plan: Plan, workers: int, repair: bool) -> list[list[dict[str, Any]]]:
     where = f"num_workers={workers}" + (" with the repair" if repair else "")
     try:
         inner = copy.deepcopy(plan.dataset)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (any copy failure is the dataset's, said in one line)
         raise _PassError(f"copy.deepcopy(dataset) raised {type(exc).__name__}: {exc}; the audit runs on a copy to leave "
                          "yours untouched: make the dataset deep-copyable (define __deepcopy__)") from None
     try:
         passes = run_setting(plan, inner, workers, repair)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (worker failures arrive as any type)
         last = ([x.strip() for x in str(exc).splitlines() if x.strip()] or [type(exc).__name__])[-1]  # worker tracebacks
         if not last.startswith(type(exc).__name__):
             last = f"{type(exc).__name__}: {last}"
@@ -327,7 +327,7 @@ def load_target(target: str) -> Any:
         raise WorkloadError(f"{where} has no function {name!r}; define {name}() returning a Dataset or DataLoader")
     try:
         obj = fn()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (the user's factory failing is one line)
         raise WorkloadError(f"Calling {name}() from {where} raised {type(exc).__name__}: {exc}; it must take no "
                             "arguments and return a Dataset or DataLoader") from None
     if not isinstance(obj, DataLoader) and (isinstance(obj, (str, bytes))
