@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 from conftest import run_cli
 
@@ -95,7 +96,11 @@ def test_e8_equal_endpoints_hide_different_trajectories(demo):
     assert e8["endpoints"]["best"]["resolved"] is True and e8["endpoints"]["best"]["direction"] == "better"
     assert len(e8["separation"]["resolved_epochs"]) >= 5
     assert e8["budget_warning"] is True
-    assert e8["shape"]["candidate"]["best_epoch"] > e8["shape"]["baseline"]["best_epoch"]
+    # The lower learning rate reaches its best epoch later, seed by seed (the median band's argmin can tie on a
+    # plateau: both sit at epoch 9 today while the per-seed best epochs are a median 8.5 vs 11.5).
+    best = e8["best_epochs"]
+    assert np.median(best["candidate"]) > np.median(best["baseline"])
+    assert sum(c > b for b, c in zip(best["baseline"], best["candidate"])) >= 5
 
 
 def test_e9_bisection_names_lr_and_confirms_it_alone(demo):

@@ -57,7 +57,8 @@ def e8(wl: Any, st: Store, console: Console | None, progress: bool) -> dict[str,
     return {"separation": sep, "endpoints": {k: {x: v[x] for x in ("mean_delta", "resolved", "direction")}
                                              for k, v in ends.items()},
             "declared_policy": d["verdict"], "post_hoc_policy": p["verdict"], "budget_warning": bool(budget),
-            "shape": d["shape"]}
+            "shape": d["shape"], "best_epochs": {side: d["endpoints"]["best"][side]["epochs"]
+                                                 for side in ("baseline", "candidate")}}
 
 
 def e10(wl: Any, base: Any, st: Store, console: Console | None, progress: bool) -> dict[str, Any]:
