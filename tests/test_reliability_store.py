@@ -131,7 +131,12 @@ def test_damaged_record_fails_each_command_in_one_line_and_drop_then_rerun_repai
     run_id = _damage(sp, "hurt", 1, "json")
 
     store = ["--store", str(sp)]
-    for args in (["runs"], ["compare", "base", "hurt"], ["report", "hurt", "--html", str(tmp_path / "r.html")],
+    listed = run_cli("runs", *store, cwd=tmp_path)  # the listing goes on: the readable sweeps, then the damaged one named
+    assert listed.returncode == 0 and "sweep hurt" in listed.stdout, listed.stderr
+    assert f"firstdiv runs --drop {run_id}" in " ".join(listed.stdout.split()), listed.stdout
+    listing = json.loads(run_cli("runs", *store, "--json", cwd=tmp_path).stdout)
+    assert [s["name"] for s in listing["sweeps"]] == ["base", "cand"] and [d["name"] for d in listing["damaged"]] == ["hurt"]
+    for args in (["compare", "base", "hurt"], ["report", "hurt", "--html", str(tmp_path / "r.html")],
                  ["sweep", wl, "--seeds", "0-1", "--name", "hurt"], ["curves", "base", "hurt"]):
         line = _one_error_line(run_cli(*args, *store, cwd=tmp_path))
         assert f"run {run_id} (sweep 'hurt', seed 1)" in line and "damaged" in line, line

@@ -100,11 +100,11 @@ def runs(store: str | None, as_json: bool, drop: str | None = None) -> int:
     from .lab.store import Store
 
     with Store(store, create=False) as st:
-        sweeps = st.sweeps()
-        rows = [(s, st.records(s, include_failed=True)) for s in sweeps]
+        rows, damaged = _sweep_rows(st)
     if as_json:
         _emit(None, True, {"store": str(st.path), "sweeps": [
-            {**s.to_dict(), "runs": sum(r.ok for r in recs), "failed": sum(not r.ok for r in recs)} for s, recs in rows]})
+            {**s.to_dict(), "runs": sum(r.ok for r in recs), "failed": sum(not r.ok for r in recs)} for s, recs in rows],
+            "damaged": [{**s.to_dict(), "error": why} for s, why in damaged]})
         return EXIT_OK
     table = Table(box=None, header_style="bold", pad_edge=False, title=f"sweeps in {st.path}", title_justify="left")
     for col in ("name", "id", "workload", "runs", "config", "eval fp", "env", "code", "created"):
@@ -115,8 +115,23 @@ def runs(store: str | None, as_json: bool, drop: str | None = None) -> int:
         runs_text = f"{ok}/{len(s.seeds)}" + (f" ({len(recs) - ok} failed)" if len(recs) > ok else "")
         table.add_row(Text(s.name), s.id[:8], Text(s.workload), runs_text, s.info.get("config_hash", "")[:8], ",".join(fps),
                       s.info.get("env_hash", "")[:8], _short_code(s.info.get("code", {})), s.created[5:16].replace("T", " "))
-    _console().print(table if rows else f"no sweeps in {st.path}")
+    _console().print(table if rows else f"no {'readable ' if damaged else ''}sweeps in {st.path}")
+    for s, why in damaged:  # the other sweeps stay listed and usable; each damaged one is named with its repair
+        _console().print(Text(f"sweep {s.name} ({s.id[:8]}) not listed: {why}"))
     return EXIT_OK
+
+
+def _sweep_rows(st: Any) -> tuple[list[tuple[Any, list[Any]]], list[tuple[Any, str]]]:
+    """(sweep, its records) for every readable sweep, and (sweep, the error) for each with a damaged run."""
+    from .errors import StoreError
+
+    rows, damaged = [], []
+    for s in st.sweeps():
+        try:
+            rows.append((s, st.records(s, include_failed=True)))
+        except StoreError as exc:
+            damaged.append((s, str(exc)))
+    return rows, damaged
 
 
 @cli.command()
