@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT, TINY
 
 import firstdiv
+from firstdiv.lab.render import render_comparison_body
 from firstdiv.lab.store import Store
 
 UNRULY = str(ROOT / "tests" / "workloads" / "unruly.py")
@@ -95,6 +96,8 @@ def test_compare_reads_divergence_by_side_and_keeps_the_verdict_order(tmp_path):
     assert "baseline val_loss non-finite on 1 of 4 seeds (seed 2)" in str(better)
     worse = firstdiv.compare(some, every)
     assert (worse.verdict, worse.direction) == ("SYSTEM_CHANGED", "worse")
+    head = next(iter(render_comparison_body(worse))).plain  # the RUN ... BASELINE ... line the command prints
+    assert head.endswith("(no shared seeds with finite values: unpaired)"), head  # the seeds are shared; values are not
     neither = firstdiv.compare(every, every_too)
     assert neither.verdict == "NOT_RESOLVED" and "no finite values to compare" in str(neither)
     assert firstdiv.compare(ok, other_eval).verdict == "MEASUREMENT_CHANGED"  # the measurement is read first

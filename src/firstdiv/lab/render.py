@@ -77,12 +77,21 @@ def _short(v: Any) -> str:
     return str(v)
 
 
+def _design_text(d: dict[str, Any], shared: int) -> str:
+    """How the seeds were used; ``shared`` counts the shared seeds with a finite value on both sides."""
+    if d["design"] == "paired":
+        return f"{shared} shared seeds"
+    finite = " with finite values" if d.get("diverged") else ""
+    if shared == 1:
+        return f"1 shared seed{finite}: too few to pair, unpaired"
+    return f"no shared seeds{finite}: unpaired"
+
+
 def render_comparison_body(c: Comparison) -> Iterable[Any]:
     d = c.details
     metric = d["metric"]
     shared = len(d["shared_seeds"])
-    yield Text(f"RUN {d['candidate_name']}   BASELINE {d['baseline_name']}   "
-               + (f"({shared} shared seeds)" if d["design"] == "paired" else "(no shared seeds: unpaired)"), style="bold")
+    yield Text(f"RUN {d['candidate_name']}   BASELINE {d['baseline_name']}   ({_design_text(d, shared)})", style="bold")
     yield Text("")
     yield Text("IDENTITY", style="bold")
     yield from _ident_rows(c)
