@@ -40,6 +40,8 @@ BACKENDS = {
 #: The ``backend_options`` each backend reads, and the flag that sets each on the command line. An
 #: option a backend does not read would do nothing there, so it is refused rather than ignored.
 OPTIONS: dict[str, tuple[str, ...]] = {"serial": (), "process": (), "vectorized": ("chunk",), "ray": ("address",)}
+
+
 def check_options(name: str, options: dict[str, Any]) -> None:
     """Refuse an option that backend ``name`` would ignore, naming the backend it is for."""
     accepted = OPTIONS.get(name, ())
