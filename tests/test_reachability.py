@@ -258,3 +258,15 @@ def test_no_trace_when_loss_fn_raises_on_its_second_call_or_forward_raises():
     assert failed.status is Status.SKIPPED and "the model raised ValueError: forward failed" in failed.reason
     assert "test_reachability.py" in failed.reason  # the user's own frame is named
     assert before.diff(Snapshot.take(broken)) == [] and torch._C._len_torch_function_stack() == 0
+
+
+def test_users_frame_is_named_when_their_project_folder_is_called_firstdiv(tmp_path, monkeypatch):
+    # A checkout of this project, or any user folder named like it, is still the user's code.
+    project = tmp_path / "firstdiv" / "myproject"
+    project.mkdir(parents=True)
+    (project / "userloss.py").write_text("def loss(out, y):\n    raise ValueError('bad target')\n")
+    monkeypatch.syspath_prepend(str(project))
+    import userloss
+
+    failed = reachability(seeded(MLP), data(), userloss.loss)
+    assert failed.status is Status.SKIPPED and "(at userloss.py:2 in loss)" in failed.reason, failed.reason

@@ -190,7 +190,11 @@ def _as_nobody():
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         pytest.skip("running as root without setpriv: cannot drop privileges to make a directory read-only")
-    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import firstdiv"], check=False, capture_output=True, text=True)
+    if probe.returncode != 0:  # e.g. the checkout sits in a 0700 folder: the unprivileged user cannot import it
+        pytest.skip(f"an unprivileged user cannot import firstdiv from {sys.executable}: {probe.stderr.strip()[-120:]}")
+    return prefix
 
 
 @pytest.mark.quality

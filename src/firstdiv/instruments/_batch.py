@@ -28,6 +28,7 @@ If ``inputs`` is itself a dict, the model is called as ``model(**inputs)``.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,10 @@ from torch import nn
 from ..errors import FirstdivError, InvalidArgument
 
 INPUT_KEYS = ("inputs", "input", "x")
+#: Where torch and firstdiv themselves live: a frame under either is not the user's code. By package
+#: folder, not by a "/firstdiv/" in the path, which a user's own checkout or project folder may contain.
+_LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep
+                      for f in (torch.__file__, os.path.dirname(os.path.abspath(__file__))))
 TARGET_KEYS = ("targets", "target", "labels", "y")
 
 
@@ -162,7 +167,7 @@ def _origin(exc: BaseException) -> str:
     tb, found = exc.__traceback__, ""
     while tb is not None:
         path = tb.tb_frame.f_code.co_filename
-        if "/torch/" not in path and "/firstdiv/" not in path:
+        if not os.path.abspath(path).startswith(_LIBRARY_DIRS):
             found = f" (at {path.rsplit('/', 1)[-1]}:{tb.tb_lineno} in {tb.tb_frame.f_code.co_name})"
         tb = tb.tb_next
     return found

@@ -5,6 +5,7 @@ the user's input sequence, and what compiling cost and bought (the rules are in
 from __future__ import annotations
 
 import collections
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -52,7 +53,8 @@ def _user_frame(stack: Any) -> str:
     frames = list(stack or [])
     if not frames:
         return ""
-    outside_torch = [f for f in frames if "/torch/" not in str(f.filename)]
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep  # by folder: a user path may say "/torch/"
+    outside_torch = [f for f in frames if not os.path.abspath(str(f.filename)).startswith(torch_dir)]
     user = [f for f in outside_torch if "-packages/" not in str(f.filename)] or outside_torch or frames
     f = user[-1]
     line = (f.line or "").strip()
