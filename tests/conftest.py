@@ -1,3 +1,4 @@
+import difflib
 import os
 import sqlite3
 import subprocess
@@ -60,3 +61,33 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite the expected files under tests/golden/ instead of comparing with them")
+
+
+@pytest.fixture
+def golden(request):
+    """``golden(name, text)``: ``text`` must equal tests/golden/NAME byte for byte; a mismatch fails with a
+    unified diff, a missing file fails too (it is never created silently). With ``--update-golden`` the file
+    is written instead: review the change with ``git diff tests/golden`` before committing it."""
+    update = request.config.getoption("--update-golden")
+
+    def check(name, text):
+        path, actual = ROOT / "tests" / "golden" / name, text.encode("utf-8")
+        if update:
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(actual)
+            return
+        if not path.exists():
+            pytest.fail(f"no golden file {path}: run pytest with --update-golden to write it, then review it", pytrace=False)
+        expected = path.read_bytes()
+        if actual != expected:
+            diff = difflib.unified_diff(expected.decode("utf-8").splitlines(keepends=True), text.splitlines(keepends=True),
+                                        fromfile=f"tests/golden/{name} (expected)", tofile=f"{name} (actual)")
+            pytest.fail(f"output differs from tests/golden/{name}:\n{''.join(diff)}\nIf the change is intended, rerun "
+                        "with --update-golden and review `git diff tests/golden`.", pytrace=False)
+
+    return check
