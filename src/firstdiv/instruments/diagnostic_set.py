@@ -42,10 +42,10 @@ from torch import nn
 
 from ..errors import InvalidArgument
 from ..report import Report, Status
-from ._batch import describe_error
-from ._checks import Check, check, compose
-from ._compare_layers import listed, train_mode_modules
-from ._compare_values import Tolerance, call_once, compare, leaves, split_inputs
+from ._core.batch import describe_error
+from ._core.checks import Check, check, compose
+from ._core.layers import listed, train_mode_modules
+from ._core.outputs import Tolerance, call_once, compare, leaves, split_inputs
 
 __all__ = ["CATEGORIES", "SCHEMA_VERSION", "DiagnosticSet"]
 

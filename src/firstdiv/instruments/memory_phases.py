@@ -15,7 +15,7 @@ program is in and the memory at every phase boundary:
 
 Memory: CUDA allocated / reserved / peak allocated since the previous boundary when ``model`` lives on CUDA (or
 CUDA is in use), else the bytes of live tensors created inside the context (a storage-counting
-TorchDispatchMode, :class:`~firstdiv.instruments._memory.LiveTensors`) and the process RSS. ``cap_bytes`` caps
+TorchDispatchMode, :class:`~firstdiv.instruments._core.memory.LiveTensors`) and the process RSS. ``cap_bytes`` caps
 those live bytes: an operator that would exceed it raises ``torch.OutOfMemoryError`` -- the injected
 allocation failure that makes OOM-by-phase testable on CPU.
 
@@ -43,10 +43,10 @@ from torch.overrides import TorchFunctionMode
 
 from ..errors import InvalidArgument
 from ..report import Report, Status
-from . import _batch
-from ._checks import Check, check, compose
-from ._memory import LiveTensors, cuda_memory, fmt_bytes, is_oom, rss
-from ._user_hooks import reports_user_hooks
+from ._core import batch as _batch
+from ._core.checks import Check, check, compose
+from ._core.memory import LiveTensors, cuda_memory, fmt_bytes, is_oom, rss
+from ._core.user_hooks import reports_user_hooks
 
 _NAME = "memory_phases"
 _BEFORE = "before_first_phase"
