@@ -13,8 +13,8 @@ from torch import nn
 from firstdiv import InvalidArgument, Report, Status
 from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.compile_ledger import LINKS, compile_ledger
-from firstdiv.instruments.compile_ledger._capture import guard_category, numeric_value_guard
 from firstdiv.instruments.compile_ledger._compare import compare
+from firstdiv.instruments.compile_ledger._guards import guard_category, numeric_value_guard
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 

@@ -16,18 +16,10 @@ import torch
 
 from ...report import Status
 from .._core.batch import describe_error
-from ._capture import (
-    Event,
-    compile_id_of,
-    effective_limit,
-    fresh_profile,
-    guard_category,
-    guard_text,
-    numeric_value_guard,
-    recording,
-)
+from ._capture import Event, effective_limit, fresh_profile, recording
 from ._compare import clone_args
 from ._context import Ctx
+from ._guards import compile_id_of, guard_category, guard_text, numeric_value_guard
 
 
 @dataclass

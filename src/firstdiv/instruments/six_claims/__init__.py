@@ -45,6 +45,7 @@ from .._core.python_graph import hidden_modules
 from .._core.state import guarded
 from .._core.user_hooks import reports_user_hooks
 from ._measured_step import Measured, measure, weighted_layers
+from ._model_probes import ALPHA, activations, affine_error, mode_dependent, run_eval
 from ._objective_probes import Recording, class_checks, descent, infer_task, regression_checks
 
 INSTRUMENT = "six_claims"
@@ -83,15 +84,6 @@ def _units(m: nn.Module, w: torch.Tensor) -> torch.Tensor:
 
 # ---- REPRESENTATION ----------------------------------------------------------------------------
 
-def _flat(value: Any) -> torch.Tensor | None:
-    parts: list[torch.Tensor] = []
-    values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
-    for v in values:
-        if torch.is_tensor(v) and v.is_floating_point():
-            parts.append(v.detach().double().reshape(-1))
-    return torch.cat(parts) if parts else None
-
-
 def _representation(model: nn.Module, batch: Batch) -> Claim:
     name, check = "REPRESENTATION", "claim.representation.affine"
     x = batch.inputs
@@ -101,13 +93,13 @@ def _representation(model: nn.Module, batch: Batch) -> Claim:
         return _skip(name, check, f"inputs are {x.dtype} (e.g. token ids): a mixture of two inputs is not an input",
                      dtype=str(x.dtype))
     try:
-        worst, spread, pairs = _affine_error(model_copy(model).eval(), x)
+        worst, spread, pairs = affine_error(model_copy(model).eval(), x)
     except Exception as exc:  # noqa: BLE001 - the model refused a mixed input: no evidence, not a crash
         return _skip(name, check, f"the model raised {type(exc).__name__} on a mixture of inputs: {exc}")
     if worst is None:
         return _skip(name, check, "the model's output holds no floating-point tensor")
-    ev = {"relative_error": worst, "threshold": AFFINE_RTOL, "alpha": _ALPHA, "pairs": pairs, "output_spread": spread,
-          "activation_modules": _activations(model)}
+    ev = {"relative_error": worst, "threshold": AFFINE_RTOL, "alpha": ALPHA, "pairs": pairs, "output_spread": spread,
+          "activation_modules": activations(model)}
     if spread == 0:
         return _skip(name, check, "the output does not change with the input (spread 0), so affinity cannot be judged", **ev)
     if worst < AFFINE_RTOL:
@@ -120,38 +112,10 @@ def _representation(model: nn.Module, batch: Batch) -> Claim:
                  f"(affine would be < {AFFINE_RTOL:g})", ev)
 
 
-_ALPHA = 0.3  # mixing weight: f(a x1 + (1-a) x2) vs a f(x1) + (1-a) f(x2)
-
-
-def _affine_error(probe: nn.Module, x: torch.Tensor) -> tuple[float | None, float, int]:
-    """Largest ||f(mix) - mix(f)|| / ||f(x1) - f(x2)|| over input pairs (batch vs rolled batch, x vs -x, 3x vs -3x),
-    the largest output spread, and the number of pairs."""
-    others = [x.roll(1, 0)] if x.dim() and x.shape[0] > 1 else []
-    pairs = [(x, o) for o in others if not torch.equal(o, x)] + [(x, -x), (3 * x, -3 * x)]
-    a, worst, spread = _ALPHA, 0.0, 0.0
-    with torch.no_grad():
-        for x1, x2 in pairs:
-            f1, f2, fm = _flat(probe(x1)), _flat(probe(x2)), _flat(probe(a * x1 + (1 - a) * x2))
-            if f1 is None or f2 is None or fm is None:
-                return None, 0.0, len(pairs)
-            gap = float((f1 - f2).norm())
-            if gap > 0:
-                spread = max(spread, gap)
-                worst = max(worst, float((fm - (a * f1 + (1 - a) * f2)).norm()) / gap)
-    return worst, spread, len(pairs)
-
-
-def _activations(model: nn.Module) -> int:
-    kinds = (nn.ReLU, nn.GELU, nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.ELU, nn.SiLU, nn.Softplus, nn.Mish, nn.PReLU,
-             nn.SELU, nn.Hardtanh, nn.LayerNorm, nn.Softmax)
-    return sum(1 for m in model.modules() if isinstance(m, kinds))
-
-
 # ---- COMPUTATION -------------------------------------------------------------------------------
 
 def _row_spread(rows: torch.Tensor) -> float:
     return float((rows - rows[0]).abs().max())
-
 
 
 def _symmetry(lname: str, m: nn.Module, run: Measured) -> tuple[dict[str, Any], bool] | None:
@@ -309,42 +273,17 @@ def _update(run: Measured) -> Claim:
     return Claim(name, Status.PASS, check, f"all {len(healthy)} parameters with a healthy gradient moved in one step", ev)
 
 
-# ---- EVALUATION --------------------------------------------------------------------------------
-
-def _mode_dependent(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Modules whose output depends on train/eval mode: Dropout with p > 0, norms tracking running stats."""
-    return [(n, m) for n, m in model.named_modules()
-            if (isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
-            or (isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats)]
-
-
-def _run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool) -> tuple[list[str], list[str], int]:
-    """eval_fn on a deep copy: names of mode-dependent modules that ran in train / eval mode, root calls."""
-    probe = model_copy(model)
-    if train_first:
-        probe.train()
-    seen: dict[str, bool] = {}
-    calls = [0]
-    handles = [m.register_forward_pre_hook(lambda mod, _i, n=n: seen.__setitem__(n, seen.get(n, False) or mod.training))
-               for n, m in _mode_dependent(probe)]
-    handles.append(probe.register_forward_pre_hook(lambda _m, _i: calls.__setitem__(0, calls[0] + 1)))
-    try:
-        eval_fn(probe, batch)
-    finally:
-        for h in handles:
-            h.remove()
-    return [n for n, t in seen.items() if t], [n for n, t in seen.items() if not t], calls[0]
-
+# ---- EVALUATION (probe: ._model_probes) ------------------------------------------------------
 
 def _evaluation(model: nn.Module, batch: Any, eval_fn: Any) -> Claim:
     name, check = "EVALUATION", "claim.evaluation"
     if eval_fn is None:
         return _skip(name, check, "pass eval_fn=(model, batch) -> metric to check that evaluation runs in eval mode")
-    modules = _mode_dependent(model)
+    modules = mode_dependent(model)
     try:
-        train, evald, calls = _run_eval(model, batch, eval_fn, train_first=False)
+        train, evald, calls = run_eval(model, batch, eval_fn, train_first=False)
         if not train and modules and model.training is False:
-            train2, _, _ = _run_eval(model, batch, eval_fn, train_first=True)
+            train2, _, _ = run_eval(model, batch, eval_fn, train_first=True)
         else:
             train2 = []
     except Exception as exc:  # noqa: BLE001 - user code failed; the other claims still stand

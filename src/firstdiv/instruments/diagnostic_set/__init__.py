@@ -27,7 +27,6 @@ Schema history: 1 -- first version.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import shutil
@@ -40,147 +39,29 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InvalidArgument
-from ..report import Report, Status
-from ._core.batch import describe_error
-from ._core.checks import Check, check, compose
-from ._core.layers import listed, train_mode_modules
-from ._core.outputs import Tolerance, call_once, compare, leaves, split_inputs
+from ...errors import InvalidArgument
+from ...report import Report, Status
+from .._core.batch import describe_error
+from .._core.checks import Check, check, compose
+from .._core.layers import listed, train_mode_modules
+from .._core.outputs import Tolerance, compare
+from ._examples import (
+    ABSTAIN,
+    CATEGORIES,
+    check_example,
+    decision,
+    expected_outputs,
+    fingerprint,
+    record,
+    run_example,
+    to_cpu,
+)
 
 __all__ = ["CATEGORIES", "SCHEMA_VERSION", "DiagnosticSet"]
 
 SCHEMA_VERSION = 1
-CATEGORIES = ("ordinary", "boundary", "missing_input", "abstention")
 INDEX, TENSORS = "index.json", "tensors.pt"
 _NAME = "diagnostic_set"
-_KEYS = {"name", "category", "inputs", "note", "abstain_class", "abstain_below"}
-_ABSTAIN = "abstain"
-
-
-# --- examples ------------------------------------------------------------------------------------------------------
-
-def _check_storable(value: Any, what: str) -> None:
-    for path, leaf in leaves(value, what).items():
-        if not (torch.is_tensor(leaf) or leaf is None or isinstance(leaf, (bool, int, float, str))):
-            raise InvalidArgument(f"Expected {what} to hold tensors, numbers, strings or None (in tuples, lists, dicts) but "
-                                  f"{path} is a {type(leaf).__name__}")
-
-
-def _check_example(i: int, ex: Any, seen: set[str]) -> dict[str, Any]:
-    if not isinstance(ex, dict):
-        raise InvalidArgument(f"Expected example {i} to be a dict with name, category, inputs, note but got {type(ex).__name__}")
-    unknown = sorted(set(ex) - _KEYS)
-    missing = [k for k in ("name", "category", "inputs") if k not in ex]
-    if unknown or missing:
-        raise InvalidArgument(f"Expected example {i} to have keys name, category, inputs, note (optional abstain_class, "
-                              f"abstain_below) but got {'unknown ' + str(unknown) if unknown else 'no ' + str(missing)}")
-    name = ex["name"]
-    if not isinstance(name, str) or not name.strip() or name in seen:
-        raise InvalidArgument(f"Expected example {i} to have a unique non-empty str name but got {name!r}")
-    if ex["category"] not in CATEGORIES:
-        raise InvalidArgument(f"Expected category of {name!r} to be one of {', '.join(CATEGORIES)} but got {ex['category']!r}")
-    note = ex.get("note", "")
-    if not isinstance(note, str):
-        raise InvalidArgument(f"Expected note of {name!r} to be a str but got {type(note).__name__}")
-    cls, below = ex.get("abstain_class"), ex.get("abstain_below")
-    if cls is not None and (isinstance(cls, bool) or not isinstance(cls, int)):
-        raise InvalidArgument(f"Expected abstain_class of {name!r} to be an int class index but got {cls!r}")
-    if below is not None and (isinstance(below, bool) or not isinstance(below, (int, float)) or not 0 < below <= 1):
-        raise InvalidArgument(f"Expected abstain_below of {name!r} to be a probability in (0, 1] but got {below!r}")
-    _check_storable(ex["inputs"], f"the inputs of {name!r}")
-    seen.add(name)
-    return {"name": name, "category": ex["category"], "note": note, "abstain_class": cls,
-            "abstain_below": None if below is None else float(below)}
-
-
-def _to_cpu(value: Any) -> Any:
-    if torch.is_tensor(value):
-        return value.detach().cpu().clone()
-    if isinstance(value, dict) or (hasattr(value, "items") and callable(value.items)):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return (tuple if isinstance(value, tuple) else list)(_to_cpu(v) for v in value)
-    to_tuple = getattr(value, "to_tuple", None)
-    return _to_cpu(to_tuple()) if callable(to_tuple) else value
-
-
-def _to_device(value: Any, device: torch.device | None) -> Any:
-    if device is None:
-        return value
-    if torch.is_tensor(value):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: _to_device(v, device) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to_device(v, device) for v in value)
-    return value
-
-
-def _device(model_or_fn: Any) -> torch.device | None:
-    if isinstance(model_or_fn, nn.Module):
-        t = next(iter(model_or_fn.parameters()), None)
-        if t is None:
-            t = next(iter(model_or_fn.buffers()), None)
-        return None if t is None else t.device
-    return None
-
-
-def fingerprint(outputs: Any) -> str:
-    """sha256 over each leaf's path, dtype, shape and bytes (tensors) or repr (other leaves)."""
-    h = hashlib.sha256()
-    for path, leaf in leaves(outputs).items():
-        h.update(path.encode())
-        if torch.is_tensor(leaf):
-            t = leaf.detach().cpu().contiguous()
-            h.update(f"{t.dtype}{list(t.shape)}".encode())
-            h.update(t.flatten().view(torch.uint8).numpy().tobytes())
-        else:
-            h.update(repr(leaf).encode())
-    return h.hexdigest()
-
-
-def decision(output: Any, abstain_class: int | None = None, abstain_below: float | None = None) -> Any:
-    """The decision an output makes (see the module docstring): "abstain", a label, a list of argmaxes, or None."""
-    if output is None:
-        return _ABSTAIN
-    if isinstance(output, (str, bool, int)):
-        return output
-    logits = next((t for t in leaves(output).values() if torch.is_tensor(t) and t.is_floating_point() and t.ndim >= 1
-                   and t.shape[-1] >= 2), None)
-    if logits is None:
-        return None
-    logits = logits.detach().double().cpu().reshape(-1, logits.shape[-1])
-    top = logits.argmax(-1).tolist()
-    prob = torch.softmax(logits, -1).max(-1).values.tolist()
-    out = []
-    for k, p in zip(top, prob):
-        abstain = (abstain_class is not None and k == abstain_class) or (abstain_below is not None and p < abstain_below)
-        out.append(_ABSTAIN if abstain else k)
-    return out[0] if len(out) == 1 else out
-
-
-def _run(model_or_fn: Any, inputs: Any) -> tuple[Any, str]:
-    args, kwargs = split_inputs(_to_device(inputs, _device(model_or_fn)))
-    run = call_once(model_or_fn, args, kwargs)
-    return (None, run.error) if run.error else (_to_cpu(run.output), "")
-
-
-def _record(meta: dict[str, Any], inputs: Any, outputs: Any) -> dict[str, Any]:
-    return {**meta, "input_keys": list(leaves(inputs, "inputs")), "output_keys": list(leaves(outputs)),
-            "output_fingerprint": fingerprint(outputs),
-            "decision": decision(outputs, meta.get("abstain_class"), meta.get("abstain_below"))}
-
-
-def _expected_outputs(model_or_fn: Any, entries: list[dict], inputs: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for e in entries:
-        value, error = _run(model_or_fn, inputs[e["name"]])
-        if error:
-            raise InvalidArgument(f"Expected model_or_fn to run on example {e['name']!r} but it raised {error}; nothing "
-                                  f"was written")
-        _check_storable(value, f"the output for {e['name']!r}")
-        out[e["name"]] = value
-    return out
 
 
 # --- disk ----------------------------------------------------------------------------------------------------------
@@ -263,7 +144,7 @@ def _now() -> str:
 def _decision_text(before: Any, after: Any) -> str:
     if before == after:
         return f"decision unchanged ({before})"
-    if _ABSTAIN in (before if isinstance(before, list) else [before]) or _ABSTAIN in (after if isinstance(after, list) else [after]):
+    if ABSTAIN in (before if isinstance(before, list) else [before]) or ABSTAIN in (after if isinstance(after, list) else [after]):
         return f"abstention decision changed: {before} -> {after}"
     return f"argmax changed: {before} -> {after}"
 
@@ -271,7 +152,7 @@ def _decision_text(before: Any, after: Any) -> str:
 def _example_check(entry: dict[str, Any], stored: dict[str, Any], model_or_fn: Any, tol: Tolerance) -> Check:
     name = entry["name"]
     ev: dict[str, Any] = {"category": entry["category"], "note": entry.get("note", "")}
-    value, error = _run(model_or_fn, stored["inputs"])
+    value, error = run_example(model_or_fn, stored["inputs"])
     if error:
         return check(name, "diagnostic.raised", Status.FAIL, f"[{entry['category']}] raised {error}", {**ev, "error": error},
                      expected="the stored outputs", observed=f"raised {error}",
@@ -355,12 +236,12 @@ class DiagnosticSet:
         if not isinstance(examples, (list, tuple)) or not examples:
             raise InvalidArgument(f"Expected `examples` to be a non-empty list of dicts but got {examples!r:.80}")
         seen: set[str] = set()
-        metas = [_check_example(i, ex, seen) for i, ex in enumerate(examples)]
-        inputs = {m["name"]: _to_cpu(ex["inputs"]) for m, ex in zip(metas, examples)}
-        outputs = _expected_outputs(model_or_fn, metas, inputs)
+        metas = [check_example(i, ex, seen) for i, ex in enumerate(examples)]
+        inputs = {m["name"]: to_cpu(ex["inputs"]) for m, ex in zip(metas, examples)}
+        outputs = expected_outputs(model_or_fn, metas, inputs)
         stored = {n: {"inputs": inputs[n], "expected": outputs[n]} for n in inputs}
         index = {"schema_version": SCHEMA_VERSION, "format": "firstdiv diagnostic set", "created": _now(), "updated": _now(),
-                 "torch": torch.__version__, "examples": [_record(m, inputs[m["name"]], outputs[m["name"]]) for m in metas]}
+                 "torch": torch.__version__, "examples": [record(m, inputs[m["name"]], outputs[m["name"]]) for m in metas]}
         _write(target, index, {"examples": stored})
         return cls(target, index, stored)
 
@@ -401,13 +282,13 @@ class DiagnosticSet:
             raise InvalidArgument(f"Expected `names` among the stored examples ({', '.join(n for n in self.names if n in self._stored)}) "
                                   f"but got {unknown[0]!r}")
         entries = [e for e in self._index["examples"] if e["name"] in chosen]
-        outputs = _expected_outputs(model_or_fn, entries, {n: self._stored[n]["inputs"] for n in chosen})
+        outputs = expected_outputs(model_or_fn, entries, {n: self._stored[n]["inputs"] for n in chosen})
         stored = {n: dict(v) for n, v in self._stored.items() if n in self.names}
         index = {**self._index, "updated": _now(), "torch": torch.__version__, "examples": []}
         for e in self._index["examples"]:
             if e["name"] in outputs:
                 stored[e["name"]]["expected"] = outputs[e["name"]]
-                e = _record({k: e.get(k) for k in ("name", "category", "note", "abstain_class", "abstain_below")},
+                e = record({k: e.get(k) for k in ("name", "category", "note", "abstain_class", "abstain_below")},
                             stored[e["name"]]["inputs"], outputs[e["name"]])
             index["examples"].append(e)
         _write(self.path, index, {"examples": stored})

@@ -41,65 +41,18 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
-from ..errors import InvalidArgument
-from ..report import Report, Status
-from ._core import batch as _batch
-from ._core.checks import Check, check, compose
-from ._core.memory import LiveTensors, cuda_memory, fmt_bytes, is_oom, rss
-from ._core.user_hooks import reports_user_hooks
+from ...errors import InvalidArgument
+from ...report import Report, Status
+from .._core import batch as _batch
+from .._core.checks import Check, check, compose
+from .._core.memory import LiveTensors, cuda_memory, fmt_bytes, is_oom, rss
+from .._core.user_hooks import reports_user_hooks
+from ._advice import ADVICE, RETAINED, advice
+
+__all__ = ["ADVICE", "MemoryPhases", "advice", "memory_phases"]
 
 _NAME = "memory_phases"
 _BEFORE = "before_first_phase"
-
-#: phase -> (what usually fills memory there, what reduces it, one measurement to take before changing a setting)
-ADVICE: dict[str, tuple[str, str, str]] = {
-    "loading": (
-        ("weights and initialization copies (a model built in float32 then cast, a state_dict loaded next to "
-         "freshly initialized weights)"),
-        ("build on the meta device or in the target dtype and load with torch.load(mmap=True) + "
-         "load_state_dict(assign=True); load shards one at a time; choose a smaller model"),
-        "parameter + buffer bytes of the model vs memory at the end of loading"),
-    "forward": (
-        "activations, logits or attention buffers",
-        ("lower the micro-batch size or sequence length, enable an efficient attention path "
-         "(scaled_dot_product_attention), use activation checkpointing, or select a smaller model"),
-        ("memory at forward start and end for this micro-batch and for half of it (activation bytes scale with "
-         "batch x sequence)")),
-    "backward": (
-        "saved activations plus the gradients being produced",
-        ("activation checkpointing, a smaller micro-batch with gradient accumulation for the same effective batch, "
-         "fewer trainable parameters (adapters / frozen layers)"),
-        "memory at backward start (saved activations) vs parameter-gradient bytes"),
-    "first_optimizer_step": (
-        "optimizer state allocated on the first step (Adam/AdamW: two tensors per parameter)",
-        ("a lighter optimizer policy (SGD, a factored or 8-bit optimizer), train an adapter or a subset of "
-         "parameters, or offload optimizer state explicitly"),
-        "optimizer state bytes per parameter byte (Adam: 2x in float32)"),
-    "optimizer_step": (
-        "a later optimizer step: its state already exists, so something else grew",
-        ("check for retained graphs (memory rising across steps) and fragmentation (reserved >> allocated) before "
-         "changing the optimizer"),
-        "memory at the start of each step over several steps"),
-    "evaluation": (
-        "a different batch or a generation cache",
-        ("check the evaluation batch size and sequence length, run under torch.no_grad() / torch.inference_mode(), "
-         "bound the generation cache"),
-        "evaluation batch shape vs training batch shape, and memory at evaluation start"),
-    "export": (
-        "temporary copies made during merge or export",
-        "export from a copy on CPU, merge layer by layer or in place, save in shards",
-        "memory before export vs the peak during export"),
-}
-_GENERIC = ("whatever this phase allocates", "measure this phase's boundaries and reduce what it holds",
-            "memory at this phase's start and end")
-_RETAINED = ("check for retained computation graphs: appending loss tensors (not loss.item()) or keeping logits of "
-             "every batch keeps memory rising across steps; a steadily rising curve is a leak, not a model that is "
-             "too large")
-
-
-def advice(phase: str) -> dict[str, str]:
-    cause, fix, measure = ADVICE.get(phase, _GENERIC)
-    return {"cause": cause, "fix": fix, "measure_first": measure, "also": _RETAINED}
 
 
 class _Backward(TorchFunctionMode):
@@ -316,7 +269,6 @@ class MemoryPhases(contextlib.ContextDecorator):
 
 # --- the report ---------------------------------------------------------------------------------------------------
 
-
 def _table(boundaries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per phase, in order of first appearance: how often it started, bytes at its first start and last end, and
     the largest rise from a start to the next boundary."""
@@ -354,7 +306,7 @@ def _growth_check(starts: list[int], measure: str) -> Check | None:
     if all(d > 0 for d in steps):
         return check("step", "memory.growth", Status.WARN,
                      f"{measure} at the start of each training forward pass rose at every one of {len(steps)} steps "
-                     f"(+{fmt_bytes(sum(steps) / len(steps))}/step): {_RETAINED}", ev)
+                     f"(+{fmt_bytes(sum(steps) / len(steps))}/step): {RETAINED}", ev)
     return check("step", "memory.growth", Status.PASS,
                  f"{measure} at the start of training forward passes did not rise at every step (increments {steps})", ev)
 
@@ -366,7 +318,7 @@ def _oom_check(oom: dict[str, Any]) -> Check:
     return check(phase, "memory.oom", Status.FAIL,
                  f"out of memory during {phase}: {oom['error']}. Usually {tip['cause']}. Measure first: "
                  f"{tip['measure_first']}. Then: {tip['fix']}", ev,
-                 expected=f"{phase} fits in memory", observed=oom["error"], hint=f"{tip['fix']}; {_RETAINED}")
+                 expected=f"{phase} fits in memory", observed=oom["error"], hint=f"{tip['fix']}; {RETAINED}")
 
 
 def _compose(mp: MemoryPhases) -> Report:
