@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from firstdiv.instruments._trace import Recorder, call_args
+from firstdiv.instruments._core.trace import Recorder, call_args
 from firstdiv.instruments.tensor_trace import _ReshapeWatch, tensor_trace
 from firstdiv.zoo import build
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import firstdiv
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 
 _TRAINING = ("model", "batch", "loss_fn", "optimizer")
 

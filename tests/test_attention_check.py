@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from firstdiv import InvalidArgument, Report, Status
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.attention_check import attention_check
 
 LEVELS = ("LEVEL_1", "LEVEL_2", "LEVEL_3", "LEVEL_4")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from firstdiv import Status
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.attention_check import attention_check
 
 pytest.importorskip("transformers", reason="transformers is a test dependency: pip install -e '.[dev]'")

@@ -12,11 +12,11 @@ import torch
 from torch import nn
 
 from firstdiv import InvalidArgument, Report, Status
-from firstdiv.instruments import variants as variants_module
-from firstdiv.instruments._compare_values import Tolerance, compare, split_inputs
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.outputs import Tolerance, compare, split_inputs
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.compare_outputs import compare_outputs, fingerprint
-from firstdiv.instruments.variants import Unavailable, variants
+from firstdiv.instruments.compare_outputs import variants as variants_module
+from firstdiv.instruments.compare_outputs.variants import Unavailable, variants
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 

@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from firstdiv import InvalidArgument, Report, Status
-from firstdiv.instruments._compile_capture import guard_category, numeric_value_guard
-from firstdiv.instruments._compile_compare import compare
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.compile_ledger import LINKS, compile_ledger
+from firstdiv.instruments.compile_ledger._compare import compare
+from firstdiv.instruments.compile_ledger._guards import guard_category, numeric_value_guard
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 

@@ -16,7 +16,7 @@ from firstdiv._render import to_text
 from firstdiv._worksheet import CONTRACTS, FIELDS, contract_of
 from firstdiv.diagnosis import ORDER, Worksheet, diagnose, diagnose_command
 from firstdiv.errors import InvalidArgument
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.report import Report, Status
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting

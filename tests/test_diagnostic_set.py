@@ -9,7 +9,7 @@ from torch import nn
 
 from firstdiv import InvalidArgument, Report, Status
 from firstdiv.instruments import diagnostic_set as ds_module
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.diagnostic_set import SCHEMA_VERSION, DiagnosticSet, decision
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from firstdiv import InvalidArgument, evidence_packet, learning_ledger
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.evidence_packet import load_packet, save_packet
 from firstdiv.report import Report, Status
 

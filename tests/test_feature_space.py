@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from firstdiv import InvalidArgument, Report, Status, feature_space, zoo
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.feature_space import dominant_threshold
 
 

@@ -9,7 +9,7 @@ from torch import nn
 
 from firstdiv import four_structures
 from firstdiv.errors import InvalidArgument
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.report import Report, Status
 
 

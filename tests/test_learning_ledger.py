@@ -16,7 +16,7 @@ from torch import nn
 
 import firstdiv
 from firstdiv import InvalidArgument, learning_ledger
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.report import Report, Status
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting

@@ -17,9 +17,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset, default_collate
 
 from firstdiv import InvalidArgument, Report, Status
-from firstdiv.instruments import _loader_checks as lc
-from firstdiv.instruments._loader_setup import closure_state
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.closure import closure_state
+from firstdiv.instruments._core.state import Snapshot
+from firstdiv.instruments.loader_timing import _checks as lc
 from firstdiv.instruments.loader_timing import loader_timing
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting

@@ -13,7 +13,7 @@ from harness import CALLS, Injected, assert_no_trace, failing, watched
 
 import firstdiv
 from firstdiv import zoo
-from firstdiv.instruments._copying import model_copy
+from firstdiv.instruments._core.copying import model_copy
 from firstdiv.report import Report, Status
 
 #: references with a model, in the order a case is looked for (the first that carries the evidence)

@@ -20,8 +20,8 @@ from torch import nn
 from torch.nn.utils import parametrizations
 
 import firstdiv
-from firstdiv.instruments._copying import model_copy
-from firstdiv.instruments.variants import variants
+from firstdiv.instruments._core.copying import model_copy
+from firstdiv.instruments.compare_outputs.variants import variants
 from firstdiv.report import Report, Status
 from firstdiv.zoo import models
 from firstdiv.zoo import references as refs

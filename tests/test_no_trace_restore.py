@@ -15,8 +15,8 @@ from torch import nn
 
 import firstdiv
 from firstdiv import zoo
-from firstdiv.instruments._batch import compute_loss
-from firstdiv.instruments._state import guarded
+from firstdiv.instruments._core.batch import compute_loss
+from firstdiv.instruments._core.state import guarded
 
 
 def _program_for(instrument: str):

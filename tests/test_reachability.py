@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from firstdiv import InvalidArgument, Report, Status, reachability
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 
 
 class MLP(nn.Module):

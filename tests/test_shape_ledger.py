@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from firstdiv import InvalidArgument, Report, Status
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.shape_ledger import shape_ledger
 
 

@@ -9,7 +9,7 @@ from torch import nn
 
 from firstdiv import six_claims
 from firstdiv.errors import InvalidArgument
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.six_claims import CLAIMS
 from firstdiv.report import Report, Status
 

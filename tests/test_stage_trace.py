@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from firstdiv import InvalidArgument, Report, Status, stage_trace
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.zoo import pipeline
 
 CATEGORIES = ["structure", "numeric", "semantics", "relationships", "provenance"]

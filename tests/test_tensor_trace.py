@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from firstdiv import InvalidArgument, Report, Status
-from firstdiv.instruments._state import Snapshot
+from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.tensor_trace import moved_by_reshape, tensor_trace
 
 LM_CONTRACTS = {"embed": "B T D", "blocks.0": "B T D", "lm_head": "B T V"}

@@ -52,7 +52,7 @@ _LAZY = {
     "memory_phases": "firstdiv.instruments.memory_phases",
     "compile_ledger": "firstdiv.instruments.compile_ledger",
     "compare_outputs": "firstdiv.instruments.compare_outputs",
-    "variants": "firstdiv.instruments.variants",
+    "variants": "firstdiv.instruments.compare_outputs.variants",
     "DiagnosticSet": "firstdiv.instruments.diagnostic_set",
     "route": "firstdiv.routing",
     "routes": "firstdiv.routing",

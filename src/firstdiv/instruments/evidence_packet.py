@@ -45,10 +45,10 @@ from torch import nn
 
 from ..errors import InvalidArgument
 from ..report import Finding, Report, Status
-from ._batch import Batch, check_evidence, compute_loss, loss_problem, split_batch
-from ._ledger_common import Ctx, err, infer_task, is_int, seed_copies
-from ._state import detached_copy, guarded
-from ._user_hooks import reports_user_hooks
+from ._core.batch import Batch, check_evidence, compute_loss, loss_problem, split_batch
+from ._core.state import detached_copy, guarded
+from ._core.task import Ctx, err, infer_task, is_int, seed_copies
+from ._core.user_hooks import reports_user_hooks
 
 __all__ = ["EVIDENCE_KEYS", "FORMAT_VERSION", "evidence_packet", "load_packet", "save_packet"]
 

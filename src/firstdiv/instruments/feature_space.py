@@ -21,7 +21,7 @@ vector's coordinates; every other axis enumerates vectors, so ``[B, T, D]`` with
   comparing ``encoder(inputs)`` with ``encoder(transform(inputs))`` by the named quantity.
 
 The tensor is read (a float64 copy), never modified. The encoder runs in its current train/eval mode
-under ``torch.no_grad()`` inside :func:`~firstdiv.instruments._state.guarded` (parameters, buffers,
+under ``torch.no_grad()`` inside :func:`~firstdiv.instruments._core.state.guarded` (parameters, buffers,
 modes, hooks, RNG states and grad mode restored), on copies of ``inputs``, with the same torch RNG
 state before every call so dropout in training mode draws the same masks.
 """
@@ -38,9 +38,9 @@ from torch import nn
 
 from ..errors import InvalidArgument
 from ..report import Report, Status, skipped
-from ._checks import Check, check, compose
-from ._state import guarded
-from ._user_hooks import reports_user_hooks
+from ._core.checks import Check, check, compose
+from ._core.state import guarded
+from ._core.user_hooks import reports_user_hooks
 
 _NAME = "feature_space"
 ZERO_RELATIVE = 1e-6       # a vector is zero when its norm <= this times the largest norm

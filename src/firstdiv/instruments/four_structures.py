@@ -30,13 +30,13 @@ import torch
 from torch import nn
 
 from ..report import Divergence, Finding, Report, Status
-from ._batch import check_loss_fn, check_model, check_optimizer, compute_loss, loss_problem, split_batch
-from ._checks import graph_leaves
-from ._python_graph import Hidden, Registry, hidden_modules, python_graph
-from ._state import guarded
-from ._user_hooks import reports_user_hooks
+from ._core.batch import check_loss_fn, check_model, check_optimizer, compute_loss, loss_problem, split_batch
+from ._core.checks import graph_leaves
+from ._core.python_graph import Hidden, Registry, hidden_modules, python_graph
+from ._core.state import guarded
+from ._core.user_hooks import reports_user_hooks
 
-__all__ = ["INSTRUMENT", "four_structures", "hidden_modules"]  # hidden_modules: re-exported from _python_graph
+__all__ = ["INSTRUMENT", "four_structures", "hidden_modules"]  # hidden_modules: re-exported from _core.python_graph
 
 INSTRUMENT = "four_structures"
 _LISTED = 8  # names listed in evidence before eliding
@@ -322,7 +322,7 @@ def four_structures(model: nn.Module, optimizer: torch.optim.Optimizer | None, b
                     loss_fn: Any = None) -> Report:
     """Reconcile the four structures of a module (Python, registered, autograd, optimizer) by identity.
 
-    ``batch`` (tuple ``(inputs, targets)`` or dict, see :mod:`firstdiv.instruments._batch`) and
+    ``batch`` (tuple ``(inputs, targets)`` or dict, see :mod:`firstdiv.instruments._core.batch`) and
     ``loss_fn`` ``(outputs, targets) -> loss`` are optional; with both, one forward pass and loss run on
     your model inside a guard (no backward, no step) to see what the autograd graph reaches.
     ``optimizer`` may be None (the OPTIMIZER structure is then SKIPPED).

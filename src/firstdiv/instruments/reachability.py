@@ -24,10 +24,10 @@ from torch.overrides import TorchFunctionMode
 
 from ..errors import InvalidArgument
 from ..report import Report, Status, skipped
-from . import _batch
-from ._checks import Check, check, compose, grad_state, graph_leaves, label, unique_params
-from ._state import guarded
-from ._user_hooks import reports_user_hooks
+from ._core import batch as _batch
+from ._core.checks import Check, check, compose, grad_state, graph_leaves, label, unique_params
+from ._core.state import guarded
+from ._core.user_hooks import reports_user_hooks
 
 _NAME = "reachability"
 _EFFECTS = "none"  # one forward pass + autograd.grad (no .grad written) under guarded(); hooks removed in finally

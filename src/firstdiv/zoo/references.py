@@ -191,8 +191,8 @@ def lm_compile_case(model: nn.Module, data: Data, lengths: tuple[int, ...] = (CO
 
 def int8_variants(model: nn.Module, inputs: torch.Tensor) -> VariantsCase:
     """The model as trained (eager) and its dynamic int8 copy, with the per-variant tolerances
-    :func:`firstdiv.instruments.variants.variants` gives them."""
-    from ..instruments.variants import variants  # on first use only: building a program needs no instrument
+    :func:`firstdiv.instruments.compare_outputs.variants.variants` gives them."""
+    from ..instruments.compare_outputs.variants import variants  # on first use only: building a program needs no instrument
 
     built, tolerances = variants(model, kinds=("eager", "int8"))
     return built, inputs, {"tolerances": tolerances}

@@ -1,0 +1,208 @@
+"""Shared evidence handling for the learning instruments: validate the evidence keys (DESIGN.md,
+"Evidence keys") and run one forward pass + loss on a batch, the same way in every instrument.
+
+API (stable; other instruments import it):
+
+- ``check_model(model)``, ``check_loss_fn(loss_fn)``, ``check_optimizer(optimizer)``,
+  ``check_callable(value, name)`` — raise :class:`~firstdiv.errors.InvalidArgument` with a one-line
+  message ("Expected `model` to be a torch.nn.Module but got int"); return the value unchanged.
+- ``split_batch(batch, model=None) -> Batch`` — normalise a batch into ``Batch(inputs, targets, as_kwargs)``;
+  raises InvalidArgument for anything else (``model`` decides whether a dict's targets key goes to forward).
+- ``forward(model, batch) -> outputs`` — ``model(inputs)``, or ``model(**inputs)`` for dict inputs.
+- ``compute_loss(model, batch, loss_fn) -> (outputs, loss)`` — forward, then ``loss_fn(outputs, targets)``;
+  :class:`UserCodeError` (a one-line reason naming shapes and the user's frame) when either raises.
+- ``loss_problem(loss) -> str | None`` — None when ``loss`` is a one-element real floating-point tensor, else a
+  one-line reason (for a FAIL/SKIPPED finding; never an exception).
+
+Accepted batches:
+
+- a tuple/list ``(inputs, targets)``, or ``(inputs,)`` (targets None);
+- a dict with an inputs key (``inputs``, ``input``, ``x``) and optionally a targets key
+  (``targets``, ``target``, ``labels``, ``y``): the model gets ``model(batch[inputs_key])``;
+- any other dict: the model gets ``model(**batch)`` (targets keys are left out unless ``forward``
+  names them or takes ``**kwargs``); the loss gets the targets value (or None when absent).
+
+If ``inputs`` is itself a dict, the model is called as ``model(**inputs)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...errors import FirstdivError, InvalidArgument
+
+INPUT_KEYS = ("inputs", "input", "x")
+#: Where torch and firstdiv themselves live: a frame under either is not the user's code. By package
+#: folder, not by a "/firstdiv/" in the path, which a user's own checkout or project folder may contain
+#: (firstdiv's folder is the parent of instruments/, two levels above this file).
+_LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep
+                      for f in (torch.__file__, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+TARGET_KEYS = ("targets", "target", "labels", "y")
+
+
+def _type_name(value: Any) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def check_model(model: Any) -> nn.Module:
+    """``model`` must be an ``nn.Module``."""
+    if not isinstance(model, nn.Module):
+        raise InvalidArgument(f"Expected `model` to be a torch.nn.Module but got {_type_name(model)}")
+    return model
+
+
+def check_callable(value: Any, name: str) -> Callable[..., Any]:
+    """``value`` (the evidence key ``name``) must be callable."""
+    if not callable(value):
+        raise InvalidArgument(f"Expected `{name}` to be callable but got {_type_name(value)}")
+    return value
+
+
+def check_evidence(ev: dict[str, Any], callables: tuple[str, ...] = ("train_step", "eval_fn")) -> None:
+    """The evidence keys every instrument reads alike: model, optimizer, loss_fn, the named callables,
+    ``task_probe`` (callable or a (inputs, targets) pair) and ``loader`` (an iterable of batches)."""
+    for key, check in (("model", check_model), ("optimizer", check_optimizer), ("loss_fn", check_loss_fn)):
+        if key in ev:
+            check(ev[key])
+    for key in callables:
+        if key in ev:
+            check_callable(ev[key], key)
+    probe = ev.get("task_probe")
+    if probe is not None and not callable(probe) and not (isinstance(probe, (tuple, list)) and len(probe) == 2):
+        raise InvalidArgument("Expected `task_probe` to be a callable inputs -> expected targets or a tuple "
+                              f"(known_inputs, known_targets) but got {type(probe).__name__}")
+    if "loader" in ev and not hasattr(ev["loader"], "__iter__"):
+        raise InvalidArgument(f"Expected `loader` to be an iterable of batches but got {type(ev['loader']).__name__}")
+
+
+def check_loss_fn(loss_fn: Any) -> Callable[..., Any]:
+    """``loss_fn`` must be a callable ``(outputs, targets) -> scalar loss``."""
+    return check_callable(loss_fn, "loss_fn")
+
+
+def check_optimizer(optimizer: Any) -> torch.optim.Optimizer:
+    """``optimizer`` must be a ``torch.optim.Optimizer``."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise InvalidArgument(f"Expected `optimizer` to be a torch.optim.Optimizer but got {_type_name(optimizer)}")
+    return optimizer
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A normalised batch. ``inputs`` goes to the model (as keywords when ``as_kwargs``), ``targets``
+    to the loss function (None when the batch has none)."""
+
+    inputs: Any
+    targets: Any
+    as_kwargs: bool
+
+
+def _takes(model: nn.Module, key: str) -> bool:
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == key or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _split_dict(batch: dict, model: nn.Module | None) -> Batch:
+    in_key = next((k for k in INPUT_KEYS if k in batch), None)
+    tgt_key = next((k for k in TARGET_KEYS if k in batch), None)
+    targets = batch[tgt_key] if tgt_key is not None else None
+    if in_key is not None:
+        inputs = batch[in_key]
+        return Batch(inputs, targets, isinstance(inputs, dict))
+    keep_target = tgt_key is not None and model is not None and _takes(model, tgt_key)
+    kwargs = {k: v for k, v in batch.items() if keep_target or k not in TARGET_KEYS}
+    return Batch(kwargs, targets, True)
+
+
+def split_batch(batch: Any, model: nn.Module | None = None) -> Batch:
+    """Normalise ``batch`` (see the module docstring); ``model`` decides whether a dict's targets key is
+    passed on to ``forward``. Raises InvalidArgument for anything else."""
+    if isinstance(batch, Batch):
+        return batch
+    if isinstance(batch, dict):
+        return _split_dict(batch, model)
+    if isinstance(batch, (tuple, list)) and len(batch) in (1, 2):
+        inputs = batch[0]
+        targets = batch[1] if len(batch) == 2 else None
+        return Batch(inputs, targets, isinstance(inputs, dict))
+    if isinstance(batch, (tuple, list)):
+        raise InvalidArgument(f"Expected `batch` to be a tuple (inputs, targets) or a dict but got a {type(batch).__name__} "
+                              f"of length {len(batch)}")
+    raise InvalidArgument(f"Expected `batch` to be a tuple (inputs, targets) or a dict but got {_type_name(batch)}")
+
+
+def forward(model: nn.Module, batch: Any) -> Any:
+    """Run the model on the batch's inputs: ``model(**inputs)`` for dict inputs, else ``model(inputs)``."""
+    b = split_batch(batch, model)
+    return model(**b.inputs) if b.as_kwargs else model(b.inputs)
+
+
+class UserCodeError(FirstdivError):
+    """The user's model or loss_fn raised on the evidence; instruments report it (SKIPPED, with this
+    one-line reason) instead of crashing deep inside torch."""
+
+
+def describe(value: Any) -> str:
+    """``[16, 3] float32`` for a tensor; the same for each item of a tuple/list/dict."""
+    if torch.is_tensor(value):
+        return f"{list(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(describe(v) for v in value) + ")"
+    return _type_name(value)
+
+
+def _origin(exc: BaseException) -> str:
+    """' (at file.py:12 in fn)': the innermost frame of the traceback outside torch and firstdiv."""
+    tb, found = exc.__traceback__, ""
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if not os.path.abspath(path).startswith(_LIBRARY_DIRS):
+            found = f" (at {path.rsplit('/', 1)[-1]}:{tb.tb_lineno} in {tb.tb_frame.f_code.co_name})"
+        tb = tb.tb_next
+    return found
+
+
+def describe_error(exc: BaseException) -> str:
+    """``RuntimeError: first line of the message (at user_file.py:12 in fn)``."""
+    text = str(exc).strip().splitlines()
+    head = f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+    return head + _origin(exc)
+
+
+def compute_loss(model: nn.Module, batch: Any, loss_fn: Callable[..., Any]) -> tuple[Any, Any]:
+    """Forward then ``loss_fn(outputs, targets)``; returns ``(outputs, loss)`` without checking the loss.
+    Raises :class:`UserCodeError` (one line: what raised, on which shapes, where) when either raises."""
+    b = split_batch(batch, model)
+    try:
+        outputs = forward(model, b)
+    except Exception as exc:
+        raise UserCodeError(f"the model raised {describe_error(exc)} on inputs {describe(b.inputs)}") from exc
+    try:
+        return outputs, loss_fn(outputs, b.targets)
+    except Exception as exc:
+        raise UserCodeError(f"loss_fn raised {describe_error(exc)} on outputs {describe(outputs)} and targets "
+                            f"{describe(b.targets)}") from exc
+
+
+def loss_problem(loss: Any) -> str | None:
+    """None when ``loss`` is a scalar floating-point tensor; otherwise one line saying what it is."""
+    if not torch.is_tensor(loss):
+        return f"loss_fn returned {_type_name(loss)}, not a tensor; return the loss tensor itself (not loss.item())"
+    if loss.numel() != 1:
+        return (f"loss_fn returned a tensor of shape {tuple(loss.shape)}, not a scalar; reduce it "
+                f"(e.g. .mean()) before backward")
+    if not loss.is_floating_point():
+        return f"loss_fn returned a {loss.dtype} tensor; gradients need a real floating-point loss"
+    return None

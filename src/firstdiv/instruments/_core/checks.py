@@ -1,0 +1,110 @@
+"""What the instruments share: a check with its divergence, the report composed from checks, the
+per-parameter gradient vocabulary (tied weights once, gradient state, rounding), and the leaves an
+autograd graph reaches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...report import Divergence, Finding, Report, Status
+
+
+@dataclass
+class Check:
+    """A finding plus, for failures, what was expected and observed (becomes the Divergence)."""
+
+    finding: Finding
+    expected: Any = ""
+    observed: Any = ""
+    hint: str = ""
+
+
+@dataclass
+class Collected:
+    """The checks one probe gathered, its details, and why it could not run ('' when it ran)."""
+
+    checks: list[Check] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+def check(where: str, kind: str, status: Status | str, message: str, evidence: dict | None = None, *,
+          expected: Any = "", observed: Any = "", hint: str = "") -> Check:
+    return Check(Finding(where, kind, Status(status), message, evidence or {}), expected, observed, hint)
+
+
+def compose(instrument: str, checks: list[Check], side_effects: str, details: dict, reason: str = "") -> Report:
+    """Status from the findings (FAIL > WARN > PASS); the first FAIL becomes the first divergence."""
+    findings = tuple(c.finding for c in checks)
+    first = next((c for c in checks if c.finding.status is Status.FAIL), None)
+    if reason:
+        status = Status.SKIPPED
+    elif first is not None:
+        status = Status.FAIL
+    elif any(f.status is Status.WARN for f in findings):
+        status = Status.WARN
+    else:
+        status = Status.PASS
+    div = None
+    if first is not None:
+        div = Divergence(first.finding.where, first.finding.check, first.expected, first.observed, first.hint)
+    return Report(instrument, status, div, findings, side_effects, reason, details)
+
+
+def unique_params(model: nn.Module) -> list[tuple[nn.Parameter, list[str]]]:
+    """Each parameter object once, in ``named_parameters`` order, with every name it has (tied weights)."""
+    seen: dict[int, tuple[nn.Parameter, list[str]]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        seen.setdefault(id(p), (p, []))[1].append(name)
+    return list(seen.values())
+
+
+def label(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} (tied: also {', '.join(names[1:])})"
+
+
+def norm(t: torch.Tensor) -> float:
+    return float(t.detach().double().norm()) if t.numel() else 0.0
+
+
+def grad_state(g: torch.Tensor | None) -> tuple[str, float | None]:
+    """('none' | 'nonfinite' | 'zero' | 'nonzero', norm or None) for a gradient tensor."""
+    if g is None:
+        return "none", None
+    if g.is_sparse:
+        g = g.coalesce().values()
+    if g.is_floating_point() and not bool(torch.isfinite(g).all()):
+        return "nonfinite", None
+    n = norm(g)
+    return ("zero" if n == 0.0 else "nonzero"), n
+
+
+_ROUNDING_MARGIN = 64.0  # momentum/averaging can shrink a step well below lr*|grad|; below this margin, silence
+
+
+def below_rounding(before: torch.Tensor, grad: torch.Tensor, group: dict | None) -> bool:
+    """True when the parameter is owned with lr > 0 but ``lr * |grad|`` is within 64x of float rounding of every
+    element, so even a correct step may leave it bit-identical (e.g. a conv bias followed by BatchNorm)."""
+    if group is None or not before.is_floating_point() or float(group["lr"]) == 0.0:
+        return False
+    step = float(group["lr"]) * grad.to_dense().detach().abs().to(before.dtype)
+    return not bool((step > _ROUNDING_MARGIN * torch.finfo(before.dtype).eps * before.detach().abs()).any())
+
+
+def graph_leaves(roots: list[Any]) -> dict[int, torch.Tensor]:
+    """Leaf tensors (``AccumulateGrad.variable``) reachable from the given ``grad_fn`` nodes, by id."""
+    stack, seen, leaves = [r for r in roots if r is not None], set(), {}
+    while stack:
+        node = stack.pop()
+        if node in seen:  # the nodes themselves, not their ids: a freed node's id can be reused
+            continue
+        seen.add(node)
+        var = getattr(node, "variable", None)
+        if isinstance(var, torch.Tensor):
+            leaves[id(var)] = var
+        stack.extend(n for n, _ in getattr(node, "next_functions", ()) if n is not None)
+    return leaves

@@ -1,0 +1,68 @@
+"""The objects a training step reaches: its closure cells, defaults, the globals it names, a bound method's
+object, a partial's arguments, and the attributes/items of plain objects and containers found there. The
+loader ledger restores the modules and optimizers found this way; the state snapshot walks the same edges."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+_SKIP = (str, bytes, int, float, complex, bool, type(None), torch.Tensor, type, types.ModuleType, torch.Generator)
+
+
+def closure_state(step: Any, depth: int = 4, limit: int = 2000) -> list[Any]:
+    """Modules and optimizers ``step`` reaches: its closure cells, defaults, the globals it names, a bound
+    method's object, a partial's arguments, and the attributes/items of plain objects and containers found
+    there, up to ``depth`` levels (``limit`` objects visited). The instrument restores these afterwards."""
+    found: dict[int, Any] = {}
+    seen: set[int] = set()
+    frontier = [step]
+    for _ in range(depth + 1):
+        nxt: list[Any] = []
+        for obj in frontier:
+            if id(obj) in seen or isinstance(obj, _SKIP) or len(seen) >= limit:
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, (nn.Module, torch.optim.Optimizer)):
+                found.setdefault(id(obj), obj)
+            else:
+                nxt.extend(_children(obj))
+        frontier = nxt
+    return list(found.values())
+
+
+def _children(obj: Any) -> list[Any]:
+    if isinstance(obj, types.FunctionType):
+        cells = [c.cell_contents for c in (obj.__closure__ or ()) if _filled(c)]
+        named = [obj.__globals__[n] for n in obj.__code__.co_names if n in obj.__globals__]
+        return cells + list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values()) + named
+    if isinstance(obj, types.MethodType):
+        return [obj.__self__, obj.__func__]
+    if isinstance(obj, Mapping):
+        return list(obj.values())[:200]
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return list(obj)[:200]
+    if hasattr(obj, "func") and hasattr(obj, "args") and hasattr(obj, "keywords"):  # functools.partial
+        return [obj.func, *obj.args, *obj.keywords.values()]
+    if dataclasses.is_dataclass(obj) and not hasattr(obj, "__dict__"):
+        return [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
+    if isinstance(obj, (DataLoader, Dataset)):
+        return []
+    attrs = getattr(obj, "__dict__", None)
+    if isinstance(attrs, dict):
+        return list(attrs.values())[:200] + ([type(obj).__call__] if callable(obj) else [])
+    return []
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:  # an empty cell: a variable not yet assigned
+        return False
+    return True

@@ -1,0 +1,128 @@
+"""Deep copies that work on every model practitioners write, and derived attributes kept by identity.
+
+The legacy reparametrizations (``nn.utils.spectral_norm``, ``nn.utils.weight_norm``) recompute a plain
+attribute (``module.weight``) from registered parameters (``weight_orig``; ``weight_g`` and ``weight_v``)
+in a forward pre-hook. After any forward with grad enabled that attribute is a non-leaf tensor, and
+``copy.deepcopy`` refuses non-leaf tensors ("Only Tensors created explicitly by the user ... support the
+deepcopy protocol"). A user caching an activation on a module (``self.last = out``) hits the same wall.
+
+:func:`model_copy` deep-copies with a memo that maps each such non-leaf attribute to a detached clone of
+its current value: the copy holds what the original holds, and its own pre-hook re-derives the
+attribute from the copy's parameters on the copy's next forward (``torch.nn.utils.parametrize``
+needs nothing: it derives the weight on access).
+
+:func:`kept_derived` puts those attributes back by identity after an instrument ran the user's model:
+each forward replaces ``module.weight`` with a new tensor, and code holding the old one (or a later
+``copy.deepcopy`` of the model) must find exactly what it found before.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from .python_graph import held, hidden_objects
+
+_MAX_DEPTH = 3  # how deep evidence containers (lists, tuples, dicts) are searched for modules
+
+
+def modules_in(objects: Iterable[Any], depth: int = 0) -> list[nn.Module]:
+    """Every module reachable from ``objects`` (modules, bound methods of modules, lists/tuples/dicts of
+    them): each module's submodules and the modules it holds outside the registry, each once."""
+    found: dict[int, nn.Module] = {}
+    for obj in objects:
+        obj = getattr(obj, "__self__", obj)  # a bound method such as model.forward
+        if isinstance(obj, nn.Module):
+            for sub in (obj, *hidden_objects(obj)):
+                if isinstance(sub, nn.Module):
+                    for m in sub.modules():
+                        found.setdefault(id(m), m)
+        elif depth < _MAX_DEPTH and isinstance(obj, (list, tuple, dict)):
+            items = obj.values() if isinstance(obj, dict) else obj
+            for m in modules_in(items, depth + 1):
+                found.setdefault(id(m), m)
+    return list(found.values())
+
+
+def _non_leaf_attributes(modules: list[nn.Module]) -> Iterator[torch.Tensor]:
+    """Non-leaf tensors held in modules' instance attributes (directly or in plain containers)."""
+    for module in modules:
+        for _, _, value in held(module, lambda key: True):
+            if isinstance(value, torch.Tensor) and not value.is_leaf:
+                yield value
+
+
+def copy_memo(objects: Iterable[Any]) -> dict[int, Any]:
+    """A ``copy.deepcopy`` memo mapping every non-leaf tensor attribute of the modules in ``objects`` to a
+    detached clone of its value (what the copy holds until its own forward re-derives it)."""
+    return {id(t): t.detach().clone() for t in _non_leaf_attributes(modules_in(objects))}
+
+
+def model_copy(obj: Any) -> Any:
+    """``copy.deepcopy(obj)`` that also copies models whose attributes hold non-leaf tensors (legacy
+    spectral_norm / weight_norm after a forward, cached activations); ``obj`` may be a module, a bound
+    method of one, or a tuple/list/dict holding modules and optimizers."""
+    return copy.deepcopy(obj, copy_memo([obj]))
+
+
+def _attribute_tensors(modules: list[nn.Module]) -> list[tuple[nn.Module, str, torch.Tensor]]:
+    return [(m, key, value) for m in modules for key, value in vars(m).items() if isinstance(value, torch.Tensor)]
+
+
+@contextmanager
+def kept_derived(*objects: Any) -> Iterator[None]:
+    """On exit, every tensor a module of ``objects`` held as a plain attribute on entry is that module's
+    attribute again, the very same object (a reparametrization hook replaces it on every forward)."""
+    saved = _attribute_tensors(modules_in(objects))
+    try:
+        yield
+    finally:
+        for module, key, value in saved:
+            if key not in module._parameters and key not in module._buffers:
+                module.__dict__[key] = value
+
+
+def folded(model: nn.Module) -> list[str]:
+    """Fold every reparametrization of ``model`` (a copy: this changes it) into a plain parameter holding its
+    current value, as a deployment does before quantizing (a quantized module keeps the float module's
+    pre-hooks, and a legacy hook would then look for ``weight_orig`` on a module that has none); returns the
+    tensors folded. ``parametrize.remove_parametrizations`` is not used: it deletes the property from the
+    module's class, which a deep copy shares with the user's model."""
+    from torch.nn.utils import parametrize
+    from torch.nn.utils.spectral_norm import SpectralNorm, remove_spectral_norm
+    from torch.nn.utils.weight_norm import WeightNorm, remove_weight_norm
+
+    done: list[str] = []
+    for path, module in list(model.named_modules()):
+        prefix = f"{path}." if path else ""
+        for hook in list(module._forward_pre_hooks.values()):
+            if isinstance(hook, (SpectralNorm, WeightNorm)):
+                (remove_spectral_norm if isinstance(hook, SpectralNorm) else remove_weight_norm)(module, hook.name)
+                done.append(prefix + hook.name)
+        if parametrize.is_parametrized(module):
+            done += [prefix + name for name in _fold_parametrized(module)]
+    return done
+
+
+def _fold_parametrized(module: nn.Module) -> list[str]:
+    """What ``remove_parametrizations(leave_parametrized=True)`` does, on this instance only."""
+    values = {}
+    with torch.no_grad():
+        for name, chain in module.parametrizations.items():
+            first = getattr(chain, "original", None)
+            first = getattr(chain, "original0", None) if first is None else first
+            values[name] = (getattr(module, name).detach().clone(), isinstance(first, nn.Parameter),
+                            bool(getattr(first, "requires_grad", False)))
+    del module._modules["parametrizations"]
+    module.__class__ = type(module).__bases__[0]  # parametrize subclasses the module's own class per instance
+    for name, (value, is_param, requires_grad) in values.items():
+        if is_param:
+            module.register_parameter(name, nn.Parameter(value, requires_grad=requires_grad))
+        else:
+            module.register_buffer(name, value)
+    return list(values)

@@ -1,0 +1,321 @@
+"""What "leave no trace" means, as code: a snapshot of everything an instrument may touch on the
+user's objects, a diff between two snapshots, and a guard that restores the snapshot on exit.
+
+Instruments observe through :func:`guarded` (restores even when they raise half-way); the test
+harness compares :class:`Snapshot` objects taken before and after every instrument call.
+
+Covered, per DESIGN.md: parameter and buffer values, identities and version counters, ``.grad`` (None vs
+tensor, its identity and values), ``requires_grad``, module train/eval flags, registered hooks (module, tensor, optimizer and
+global), instance attributes added to modules or optimizers (monkey-patched methods), optimizer
+state (its tensors by identity) and param groups (membership by identity and hyperparameters), devices,
+LR schedulers and GradScalers passed in or reachable from a passed callable (:mod:`._stateful`), the
+global RNG states of torch (CPU and CUDA), numpy and ``random``, and torch's grad mode.
+
+Restoring writes only what changed, into the original objects, and winds version counters back
+(:mod:`._state_values`), so code holding ``p.grad`` keeps its link and a pending ``backward()`` still runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .copying import kept_derived
+from .copying import model_copy as copied
+from .python_graph import hidden_objects
+from .state_diff import _diff_globals, _diff_module, _diff_optimizer, _diff_tensor
+from .state_values import put_back, version_of
+from .stateful import StatefulState, is_stateful, reachable
+
+_MODULE_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                      "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+                      "_load_state_dict_post_hooks")
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks", "_global_module_registration_hooks",
+                 "_global_parameter_registration_hooks", "_global_buffer_registration_hooks")
+
+
+def _clone(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().clone()
+
+
+def _tensor_hooks(t: torch.Tensor) -> tuple[int, int]:
+    hooks = getattr(t, "_backward_hooks", None)
+    post = getattr(t, "_post_accumulate_grad_hooks", None)
+    return (len(hooks) if hooks else 0, len(post) if post else 0)
+
+
+@dataclass
+class _TensorState:
+    ident: int
+    value: torch.Tensor
+    requires_grad: bool
+    grad: torch.Tensor | None
+    hooks: tuple[int, int]
+    version: int | None = None
+    grad_ref: torch.Tensor | None = None  # the original .grad object: restored into, never replaced
+    grad_version: int | None = None
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> _TensorState:
+        grad = t.grad if t.is_leaf else None
+        return cls(id(t), _clone(t), bool(t.requires_grad), _clone(grad), _tensor_hooks(t), version_of(t), grad,
+                   None if grad is None else version_of(grad))
+
+
+@dataclass
+class _ModuleState:
+    training: dict[str, bool]
+    params: dict[str, _TensorState]
+    buffers: dict[str, _TensorState | None]
+    hooks: dict[str, tuple[int, ...]]
+    attrs: dict[str, frozenset[str]]
+    hook_keys: dict[str, tuple[frozenset, ...]]
+    children: dict[str, int]
+    objects: dict[str, nn.Module]
+
+    @classmethod
+    def of(cls, model: nn.Module) -> _ModuleState:
+        mods = dict(model.named_modules(remove_duplicate=False))
+        return cls(
+            training={n: m.training for n, m in mods.items()},
+            params={n: _TensorState.of(p) for n, p in model.named_parameters(remove_duplicate=False)},
+            buffers={n: (None if b is None else _TensorState.of(b))
+                     for n, b in model.named_buffers(remove_duplicate=False)},
+            hooks={n: tuple(len(getattr(m, h, {}) or {}) for h in _MODULE_HOOK_DICTS) for n, m in mods.items()},
+            attrs={n: frozenset(vars(m)) for n, m in mods.items()},
+            hook_keys={n: tuple(frozenset(getattr(m, h, {}) or {}) for h in _MODULE_HOOK_DICTS) for n, m in mods.items()},
+            children={n: id(m) for n, m in mods.items()},
+            objects=mods,
+        )
+
+
+@dataclass
+class _OptimizerState:
+    params: dict[int, _TensorState]
+    groups: list[dict[str, Any]]
+    members: list[list[int]]
+    state: dict[int, dict[str, Any]]
+    hooks: tuple[int, int]
+    attrs: frozenset[str]
+    originals: dict[int, tuple[dict[str, Any], dict[str, tuple[torch.Tensor, int | None]]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, opt: torch.optim.Optimizer) -> _OptimizerState:
+        groups = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        members = [[id(p) for p in g["params"]] for g in opt.param_groups]
+        state = {id(p): {k: (_clone(v) if torch.is_tensor(v) else copy.deepcopy(v)) for k, v in s.items()}
+                 for p, s in opt.state.items()}
+        hooks = (len(getattr(opt, "_optimizer_step_pre_hooks", {}) or {}),
+                 len(getattr(opt, "_optimizer_step_post_hooks", {}) or {}))
+        params = {id(p): _TensorState.of(p) for g in opt.param_groups for p in g["params"]}
+        # the per-parameter dicts and their tensors themselves, so restoring keeps every identity
+        originals = {id(p): (s, {k: (v, version_of(v)) for k, v in s.items() if torch.is_tensor(v)})
+                     for p, s in opt.state.items()}
+        return cls(params, groups, members, state, hooks, frozenset(vars(opt)), originals)
+
+
+def _globals_state() -> dict[str, Any]:
+    from torch.nn.modules import module as _m
+
+    out: dict[str, Any] = {
+        "torch_rng": torch.get_rng_state(),
+        "numpy_rng": np.random.get_state(),
+        "python_rng": random.getstate(),
+        "grad_enabled": torch.is_grad_enabled(),
+        "global_hooks": tuple(len(getattr(_m, h, {}) or {}) for h in _GLOBAL_HOOKS),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+@dataclass
+class Snapshot:
+    """Everything an instrument must give back. ``diff`` lists what changed, in the user's names."""
+
+    modules: dict[str, _ModuleState] = field(default_factory=dict)
+    optimizers: dict[str, _OptimizerState] = field(default_factory=dict)
+    tensors: dict[str, _TensorState] = field(default_factory=dict)
+    stateful: dict[str, StatefulState] = field(default_factory=dict)
+    globals: dict[str, Any] = field(default_factory=dict)
+    _models: dict[str, nn.Module] = field(default_factory=dict, repr=False)
+    _opts: dict[str, torch.optim.Optimizer] = field(default_factory=dict, repr=False)
+    _tensors: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def take(cls, *objects: Any) -> Snapshot:
+        """Snapshot ``objects``; a module brings along the tensors and modules it holds outside
+        PyTorch's registry (plain attributes, lists, dicts), which are the user's objects too. LR schedulers
+        and GradScalers among ``objects`` or reachable from them (a ``train_step``'s closure, the globals it
+        names, a model's plain attributes) are snapshotted too, since running a user's step moves them."""
+        snap = cls(globals=_globals_state())
+        flat = list(_flatten(objects))
+        for i, obj in enumerate(reachable(flat)):
+            try:
+                snap.stateful[f"{type(obj).__name__}[{i}]"] = StatefulState.of(obj)
+            except Exception:  # noqa: BLE001, S112 - a custom scheduler whose state cannot be saved is not restored
+                continue
+        for i, obj in enumerate(_with_hidden(o for o in flat if not is_stateful(o))):
+            if isinstance(obj, nn.Module):
+                snap._models[f"model[{i}]"] = obj
+                snap.modules[f"model[{i}]"] = _ModuleState.of(obj)
+            elif isinstance(obj, torch.optim.Optimizer):
+                snap._opts[f"optimizer[{i}]"] = obj
+                snap.optimizers[f"optimizer[{i}]"] = _OptimizerState.of(obj)
+            elif isinstance(obj, torch.Tensor):
+                snap._tensors[f"tensor[{i}]"] = obj
+                snap.tensors[f"tensor[{i}]"] = _TensorState.of(obj)
+        return snap
+
+    def diff(self, after: Snapshot) -> list[str]:
+        """Human-readable differences between this snapshot (before) and ``after``."""
+        out: list[str] = []
+        for key, before in self.modules.items():
+            out += _diff_module(key, before, after.modules[key])
+        for key, before in self.optimizers.items():
+            out += _diff_optimizer(key, before, after.optimizers[key])
+        for key, before in self.tensors.items():
+            out += _diff_tensor(key, before, after.tensors[key])
+        for key, before in self.stateful.items():
+            out += [f"{key} {msg}" for msg in before.diff(after.stateful[key])] if key in after.stateful else []
+        out += _diff_globals(self.globals, after.globals)
+        return out
+
+    def restore(self) -> None:
+        """Put every captured value back in place (object identities are kept: values are copied in)."""
+        with torch.no_grad():
+            for key, state in self.modules.items():
+                _restore_module(self._models[key], state)
+            for key, state in self.optimizers.items():
+                _restore_optimizer(self._opts[key], state)
+            for key, state in self.tensors.items():
+                if self._tensors[key].is_leaf:
+                    _restore_tensor(self._tensors[key], state)
+            for state in self.stateful.values():
+                state.restore()
+        g = self.globals
+        torch.set_rng_state(g["torch_rng"])
+        np.random.set_state(g["numpy_rng"])
+        random.setstate(g["python_rng"])
+        torch.set_grad_enabled(g["grad_enabled"])
+        if "cuda_rng" in g:
+            torch.cuda.set_rng_state_all(g["cuda_rng"])
+
+
+def _with_hidden(objects: Iterable[Any]) -> list[Any]:
+    out: dict[int, Any] = {}
+    for obj in objects:
+        out.setdefault(id(obj), obj)
+        if isinstance(obj, nn.Module):
+            for extra in hidden_objects(obj):
+                out.setdefault(id(extra), extra)
+    return list(out.values())
+
+
+def _flatten(objects: Iterable[Any]) -> Iterator[Any]:
+    for obj in objects:
+        if isinstance(obj, (list, tuple)):
+            yield from _flatten(obj)
+        elif obj is not None:
+            yield obj
+
+
+def _restore_tensor(t: torch.Tensor, s: _TensorState) -> None:
+    """Values into ``t`` itself where they differ; ``.grad`` back to its original object (or None)."""
+    put_back(t, s.value, s.version)
+    if not t.is_leaf:
+        return
+    if t.requires_grad != s.requires_grad:
+        t.requires_grad_(s.requires_grad)
+    if s.grad_ref is None or s.grad is None:
+        if t.grad is not None:
+            t.grad = None
+        return
+    put_back(s.grad_ref, s.grad, s.grad_version)  # before re-attaching: its layout must match t's again
+    if t.grad is not s.grad_ref:
+        t.grad = s.grad_ref
+
+
+def _restore_module(model: nn.Module, s: _ModuleState) -> None:
+    mods = dict(model.named_modules(remove_duplicate=False))
+    for name, mode in s.training.items():
+        if name in mods:
+            mods[name].training = mode
+            for key in set(vars(mods[name])) - s.attrs[name]:  # monkey-patched methods, stray attributes
+                delattr(mods[name], key)
+            for hook_dict, keys in zip(_MODULE_HOOK_DICTS, s.hook_keys[name]):
+                d = getattr(mods[name], hook_dict, None)
+                for k in set(d or ()) - keys:
+                    del d[k]
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if name in s.params and id(p) == s.params[name].ident:
+            _restore_tensor(p, s.params[name])
+    for name, b in model.named_buffers(remove_duplicate=False):
+        st = s.buffers.get(name)
+        if st is not None and b is not None and id(b) == st.ident:
+            _restore_tensor(b, st)
+
+
+def _restore_optimizer(opt: torch.optim.Optimizer, s: _OptimizerState) -> None:
+    by_id = {id(p): p for g in opt.param_groups for p in g["params"]}
+    for pid, st in s.params.items():
+        if pid in by_id:
+            _restore_tensor(by_id[pid], st)
+    for g, saved in zip(opt.param_groups, s.groups):
+        g.update(copy.deepcopy(saved))
+    for key in set(vars(opt)) - s.attrs:
+        delattr(opt, key)
+    opt.state.clear()
+    for pid, st in s.state.items():
+        if pid in by_id:  # the original per-parameter dict and tensors, values copied in where they differ
+            entry, tensors = s.originals[pid]
+            entry.clear()
+            for k, v in st.items():
+                entry[k] = tensors[k][0] if k in tensors else copy.deepcopy(v)
+                if k in tensors:
+                    put_back(tensors[k][0], v, tensors[k][1])
+            opt.state[by_id[pid]] = entry
+
+
+@contextmanager
+def guarded(*objects: Any) -> Iterator[Snapshot]:
+    """Snapshot ``objects`` (modules, optimizers, lists of them) and the global RNGs and grad mode;
+    restore all of it on exit, also when the body raises."""
+    snap = Snapshot.take(*objects)
+    try:
+        with kept_derived(*objects):  # reparametrization hooks replace module.weight on every forward
+            yield snap
+    finally:
+        snap.restore()
+
+
+def detached_copy(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> tuple[nn.Module, Any]:
+    """Deep-copy a model and its optimizer together, so the copy's optimizer owns the copy's
+    parameters by identity (and stale parameters it owned stay stale in the copy); optimizer attributes
+    that pickling drops (LBFGS's ``_params``, ``_numel_cache``) are rebuilt, so the copy can step."""
+    model_copy, opt_copy = copied((model, optimizer))  # also with non-leaf derived attributes
+    if optimizer is not None:
+        _restore_lost_attributes(optimizer, opt_copy)
+    return model_copy, opt_copy
+
+
+def _restore_lost_attributes(original: torch.optim.Optimizer, copied: torch.optim.Optimizer) -> None:
+    """Optimizer pickling keeps only defaults/state/param_groups; attributes such as LBFGS's ``_params`` (a list
+    of the group's parameters) and ``_numel_cache`` are lost in the copy. Rebuild parameter lists from the
+    copy's own parameters; copy plain scalar attributes."""
+    twin = {id(p): q for g, h in zip(original.param_groups, copied.param_groups) for p, q in zip(g["params"], h["params"])}
+    for key in set(vars(original)) - set(vars(copied)):
+        value = getattr(original, key)
+        if isinstance(value, list) and value and all(id(v) in twin for v in value):
+            setattr(copied, key, [twin[id(v)] for v in value])
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            setattr(copied, key, value)

@@ -1,0 +1,138 @@
+"""The task a batch belongs to, shared by the learning ledger and the evidence packet: the context the
+inference reads (:class:`Ctx`), :func:`infer_task` itself and the small tensor helpers it needs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .batch import Batch
+
+TASKS = ("auto", "classification", "regression", "language_model")
+IGNORE_INDEX = -100  # PyTorch's default ignore_index for cross_entropy / nll_loss
+
+
+@dataclass
+class Ctx:
+    """Everything the links read. ``work``/``work_opt`` are a deep copy (the links may backward and step
+    them); ``model``/``optimizer`` are the user's objects, only read."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    work: nn.Module
+    work_opt: torch.optim.Optimizer
+    loss_fn: Callable[..., Any]
+    batch: Batch
+    outputs: Any
+    task_probe: Any = None
+    requested_task: str = "auto"
+    overfit_steps: int = 200
+    overfit_batch: Batch | None = None
+    reference_loss: Callable[..., Any] | None = None
+    loss: Any = None
+    task: str = "unknown"
+    task_note: str = ""
+    class_dim: int | None = None
+    num_classes: int | None = None
+    ignore_index: int = IGNORE_INDEX
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def seed_copies(seed: int = 0) -> None:
+    """Seed the RNGs the copies draw from (dropout, shuffles) so a run is reproducible. Unlike
+    ``torch.manual_seed`` this never queues a seed for a CUDA that is not initialised yet (that would
+    outlive the guard that restores the RNG states)."""
+    torch.default_generator.manual_seed(seed)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
+
+
+def err(exc: BaseException) -> str:
+    """One line naming an exception raised by user code."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def shape(x: Any) -> Any:
+    if torch.is_tensor(x):
+        return list(x.shape)
+    if isinstance(x, dict):
+        return {str(k): shape(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [shape(v) for v in x]
+    return type(x).__name__
+
+
+def is_int(t: Any) -> bool:
+    return torch.is_tensor(t) and not t.is_floating_point() and not t.is_complex() and t.dtype is not torch.bool
+
+
+def input_ids(b: Batch) -> torch.Tensor | None:
+    """The token ids of a language-model batch: the inputs tensor, or ``inputs['input_ids']``."""
+    x = b.inputs
+    if isinstance(x, dict):
+        x = x.get("input_ids", next((v for v in x.values() if is_int(v)), None))
+    return x if is_int(x) else None
+
+
+def _class_dims(o: torch.Tensor, t: torch.Tensor) -> list[int]:
+    if o.dim() != t.dim() + 1 or o.dim() < 2:
+        return []
+    dims = []
+    if tuple(o.shape[:1]) + tuple(o.shape[2:]) == tuple(t.shape):
+        dims.append(1)
+    if tuple(o.shape[:-1]) == tuple(t.shape) and o.dim() - 1 not in dims:
+        dims.append(o.dim() - 1)
+    return dims
+
+
+def infer_task(ctx: Ctx) -> None:
+    """Fill ``ctx.task``/``class_dim``/``num_classes``/``task_note`` from the requested task and the shapes.
+
+    auto: integer targets [N] + outputs [N, K] (or [N, K, ...] with targets [N, ...]) -> classification;
+    integer inputs [B, T] + integer targets [B, T] + outputs [B, T, V] -> language_model;
+    floating-point targets -> regression; anything else -> unknown (the task-specific checks are skipped).
+    """
+    o, t, req = ctx.outputs, ctx.batch.targets, ctx.requested_task
+    ctx.ignore_index = int(getattr(ctx.loss_fn, "ignore_index", IGNORE_INDEX))
+    described = f"outputs {shape(o)} {getattr(o, 'dtype', '')}, targets {shape(t)} {getattr(t, 'dtype', '')}".replace("torch.", "")
+    if req == "regression":
+        ctx.task, ctx.task_note = "regression", f"task='regression' given; {described}"
+        return
+    if not torch.is_tensor(o) or not o.is_floating_point() or not torch.is_tensor(t):
+        ctx.task = req if req != "auto" else "unknown"
+        ctx.task_note = f"cannot read a task from {described}: the task-specific checks need tensor outputs and targets"
+        return
+    dims = _class_dims(o, t) if is_int(t) else []
+    ids = input_ids(ctx.batch)
+    lm_like = ids is not None and tuple(ids.shape) == tuple(t.shape) and t.dim() == 2 and (o.dim() - 1) in dims
+    if req == "auto":
+        if dims:
+            req = "language_model" if lm_like else "classification"
+        elif t.is_floating_point():
+            req = "regression"
+        else:
+            ctx.task_note = f"cannot infer the task from {described}; pass task='classification'|'regression'|'language_model'"
+            return
+        how = "inferred"
+    else:
+        how = "given"
+    ctx.task = req
+    if req in ("classification", "language_model"):
+        if not dims:
+            ctx.task_note = (f"task={req!r} {how}, but {described} have no class axis (outputs should be targets' shape "
+                             f"plus one class axis, targets integer class ids); class checks skipped")
+            return
+        last = o.dim() - 1
+        class_dim = last if (req == "language_model" and last in dims) else 1 if 1 in dims else dims[0]
+        if o.shape[class_dim] < 2:
+            ctx.task_note = (f"task={req!r} {how} from {described}: one output column is a binary logit, not K class "
+                             f"scores; class checks skipped")
+            return
+        ctx.class_dim, ctx.num_classes = class_dim, int(o.shape[class_dim])
+    ctx.task_note = f"task={req!r} {how} from {described}" + (
+        f"; {ctx.num_classes} classes on axis {ctx.class_dim}" if ctx.num_classes else "")

@@ -1,0 +1,166 @@
+"""The learning ledger (appendix section 11): training runs but does not learn — walk the learning chain
+
+    TASK -> OBJECTIVE -> DEPENDENCY -> GRADIENT -> OPTIMIZER_OWNERSHIP -> PARAMETER_UPDATE -> CAPABILITY
+
+and stop at the first expected consequence that fails to appear. Each link is one finding with its
+evidence; the first failing link is the report's first divergence (``where`` = the link's name) and
+the links after it are reported as not reached. "Do not tune learning rate, architecture, precision or
+regularization while an earlier link remains unsupported": CAPABILITY, where tuning belongs, is last.
+
+The ledger is a state-mutating probe (backward, ``optimizer.step()``, training), so every mutation
+happens on deep copies; the user's model, optimizer and the global RNGs are left exactly as found.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...errors import InvalidArgument
+from ...report import Divergence, Finding, Report, Status
+from .._core.batch import (
+    check_callable,
+    check_loss_fn,
+    check_model,
+    check_optimizer,
+    describe,
+    describe_error,
+    forward,
+    split_batch,
+)
+from .._core.state import detached_copy, guarded
+from .._core.task import TASKS, Ctx, err, infer_task, seed_copies, shape
+from .._core.user_hooks import reports_user_hooks
+from ._capability import check_capability
+from ._common import LINKS, LinkResult, skipped_link
+from ._links import check_dependency, check_gradient, check_ownership, check_update
+from ._objective import check_objective
+from ._task import check_task
+
+__all__ = ["learning_ledger"]
+
+_CHECKS: dict[str, Callable[[Ctx], LinkResult]] = {
+    "TASK": check_task, "OBJECTIVE": check_objective, "DEPENDENCY": check_dependency, "GRADIENT": check_gradient,
+    "OPTIMIZER_OWNERSHIP": check_ownership, "PARAMETER_UPDATE": check_update, "CAPABILITY": check_capability,
+}
+
+
+@reports_user_hooks
+def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
+                    optimizer: torch.optim.Optimizer, *, task_probe: Any = None, task: str = "auto",
+                    overfit_steps: int = 200, overfit_batch: Any = None,
+                    reference_loss: Callable[[Any, Any], torch.Tensor] | None = None) -> Report:
+    """Walk the learning chain on one batch and stop at the first failing link.
+
+    Args:
+        model: the user's ``nn.Module`` (left untouched; the ledger works on deep copies).
+        batch: ``(inputs, targets)`` or a dict (see ``firstdiv.instruments._core.batch``); ``targets`` are
+            class ids ``[N]`` / ``[N, ...]``, next-token ids ``[B, T]`` or float values.
+        loss_fn: ``(outputs, targets) -> scalar loss tensor``.
+        optimizer: the user's optimizer (its class, groups and hyperparameters are reused on copies).
+        task_probe: the ground-truth labelling rule: a callable ``inputs -> expected targets`` (labels or
+            scores), or ``(known_inputs, known_targets)`` matched row by row against the batch. Without
+            it TASK is WARN "unverified" after its structural checks.
+        task: "auto" (infer from shapes/dtypes, and say so), "classification", "regression" or
+            "language_model".
+        overfit_steps: CAPABILITY's step budget (0 skips the link); it stops as soon as the batch is fitted.
+        overfit_batch: the tiny batch to overfit; default the first ``min(8, N)`` examples of ``batch``.
+        reference_loss: the objective you intend, written by hand ``(outputs, targets) -> loss`` (a focal
+            loss, say). OBJECTIVE then checks ``loss_fn`` against it, on the batch and on single examples,
+            instead of against cross-entropy (which flags any other classification objective).
+
+    Returns:
+        A Report: FAIL at the first failing link (``first_divergence.where`` = link name, ``kind`` e.g.
+        ``objective.sum_reduction``); WARN when no link failed but one is unverified, slow or could not
+        run; PASS when every link held.
+    """
+    ctx = _validated(model, batch, loss_fn, optimizer, task_probe, task, overfit_steps, overfit_batch)
+    if reference_loss is not None:
+        ctx.reference_loss = check_callable(reference_loss, "reference_loss")
+    with guarded(model, optimizer), torch.enable_grad():
+        seed_copies()  # dropout and friends on the copies: reproducible; the guard restores the RNG states
+        try:
+            ctx.work, ctx.work_opt = detached_copy(model, optimizer)
+        except Exception as exc:  # noqa: BLE001 - the copy is how the ledger leaves no trace
+            return Report("learning_ledger", Status.SKIPPED, reason=f"could not deep-copy the model and optimizer "
+                          f"({err(exc)}); the ledger steps only copies: make copy.deepcopy((model, optimizer)) work")
+        try:
+            ctx.outputs = forward(ctx.work, ctx.batch)
+        except Exception as exc:  # noqa: BLE001 - user code
+            return Report("learning_ledger", Status.SKIPPED, reason=f"the model raised {err(exc)} on inputs "
+                          f"{shape(ctx.batch.inputs)}; the ledger needs one forward pass that runs")
+        infer_task(ctx)
+        return _walk(ctx)
+
+
+def _validated(model: Any, batch: Any, loss_fn: Any, optimizer: Any, task_probe: Any, task: Any, overfit_steps: Any,
+               overfit_batch: Any) -> Ctx:
+    check_model(model)
+    check_loss_fn(loss_fn)
+    check_optimizer(optimizer)
+    if task not in TASKS:
+        raise InvalidArgument(f"Expected `task` to be one of {', '.join(map(repr, TASKS))} but got {task!r}")
+    if isinstance(overfit_steps, bool) or not isinstance(overfit_steps, int) or overfit_steps < 0:
+        raise InvalidArgument(f"Expected `overfit_steps` to be an integer >= 0 but got {overfit_steps!r}")
+    if task_probe is not None and not callable(task_probe) and not (isinstance(task_probe, (tuple, list)) and len(task_probe) == 2):
+        raise InvalidArgument("Expected `task_probe` to be a callable inputs -> expected targets or a tuple "
+                              f"(known_inputs, known_targets) but got {type(task_probe).__name__}")
+    b = split_batch(batch, model)
+    ob = split_batch(overfit_batch, model) if overfit_batch is not None else None
+    return Ctx(model=model, optimizer=optimizer, work=model, work_opt=optimizer, loss_fn=loss_fn, batch=b, outputs=None,
+               task_probe=task_probe, requested_task=task, overfit_steps=overfit_steps, overfit_batch=ob)
+
+
+def _walk(ctx: Ctx) -> Report:
+    findings: list[Finding] = []
+    seconds: dict[str, float] = {}
+    statuses: dict[str, str] = {}
+    divergence: Divergence | None = None
+    for link in LINKS:
+        if divergence is not None:
+            findings.append(Finding(link, "not_reached", Status.SKIPPED,
+                                    f"not reached: an earlier link failed ({divergence.where})"))
+            statuses[link] = "not reached"
+            continue
+        t0 = time.perf_counter()
+        result = _run(link, ctx)
+        seconds[link] = round(time.perf_counter() - t0, 4)
+        statuses[link] = result.status.value
+        findings.append(Finding(link, result.kind or link.lower(), result.status, result.message, result.evidence))
+        if result.status is Status.FAIL:
+            divergence = Divergence(link, result.kind, result.expected, result.observed, result.hint)
+        if link == "TASK" and divergence is None:
+            loss_error = _compute_loss(ctx)
+            if loss_error is not None:
+                rest = [Finding(name, "not_reached", Status.SKIPPED, "not reached: loss_fn raised on the batch")
+                        for name in LINKS[1:]]
+                return Report("learning_ledger", Status.SKIPPED, findings=(*findings, *rest), reason=loss_error,
+                              details={"task": ctx.task, "task_inferred": ctx.task_note, "links": statuses})
+    status = Status.FAIL if divergence else Status.PASS
+    if divergence is None and any(f.status is not Status.PASS for f in findings):
+        status = Status.WARN
+    steps = ctx.overfit_steps
+    return Report("learning_ledger", status, divergence, tuple(findings),
+                  side_effects=f"backward and one optimizer step and up to {steps} overfit steps on deep copies; "
+                               "the originals untouched",
+                  details={"task": ctx.task, "task_inferred": ctx.task_note, "links": statuses,
+                           "first_failing_link": divergence.where if divergence else None, "seconds": seconds})
+
+
+def _run(link: str, ctx: Ctx) -> LinkResult:
+    if link == "CAPABILITY" and ctx.overfit_steps == 0:
+        return skipped_link("not tested: overfit_steps=0; pass overfit_steps > 0 to overfit a tiny batch", {})
+    return _CHECKS[link](ctx)
+
+
+def _compute_loss(ctx: Ctx) -> str | None:
+    """The loss of the ledger's forward pass (kept, with its graph, for OBJECTIVE..GRADIENT); a reason when it raises."""
+    try:
+        ctx.loss = ctx.loss_fn(ctx.outputs, ctx.batch.targets)
+    except Exception as exc:  # noqa: BLE001 - user code
+        return (f"loss_fn raised {describe_error(exc)} on outputs {describe(ctx.outputs)} and targets "
+                f"{describe(ctx.batch.targets)}; the ledger needs loss_fn(outputs, targets) to return the training loss")

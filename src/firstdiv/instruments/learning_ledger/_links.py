@@ -1,0 +1,251 @@
+"""DEPENDENCY, GRADIENT, OPTIMIZER_OWNERSHIP, PARAMETER_UPDATE and CAPABILITY: the links after the
+objective. Each is a small, self-contained check (the ledger does not import the other instruments).
+
+DEPENDENCY, GRADIENT and PARAMETER_UPDATE work on the ledger's deep copy (one forward, one controlled
+backward from ``.grad = None``, one optimizer step); OPTIMIZER_OWNERSHIP only reads the user's objects;
+CAPABILITY trains a second deep copy on a tiny fixed batch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .._core.batch import compute_loss
+from .._core.task import Ctx, err
+from ._common import LinkResult, failed, g4, passed, skipped_link
+
+LIST_CAP = 20  # names listed in evidence before eliding
+
+
+def _names(names: list[str]) -> list[str]:
+    return names if len(names) <= LIST_CAP else [*names[:LIST_CAP], f"... {len(names) - LIST_CAP} more"]
+
+
+def trainable(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _reached(loss: torch.Tensor) -> tuple[set[int], int]:
+    """ids of the leaf tensors the loss's autograd graph accumulates into, and the number of nodes walked."""
+    leaves: set[int] = set()
+    seen: dict[int, Any] = {}  # keeps nodes alive so ids stay unique during the walk
+    stack = [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen[id(node)] = node
+        var = getattr(node, "variable", None)
+        if var is not None:
+            leaves.add(id(var))
+        stack.extend(nxt for nxt, _ in getattr(node, "next_functions", ()))
+    return leaves, len(seen)
+
+
+def check_dependency(ctx: Ctx) -> LinkResult:
+    train = trainable(ctx.work)
+    frozen = [n for n, p in ctx.work.named_parameters() if not p.requires_grad]
+    grad_fn = getattr(ctx.loss, "grad_fn", None)
+    ev: dict[str, Any] = {"trainable": len(train), "frozen": len(frozen), "frozen_names": _names(frozen),
+                          "loss_grad_fn": type(grad_fn).__name__ if grad_fn is not None else None,
+                          "loss_requires_grad": bool(getattr(ctx.loss, "requires_grad", False))}
+    if not train:
+        return failed("dependency.no_trainable_parameters",
+                      f"the model has no trainable parameter ({len(frozen)} frozen): nothing can learn", ev,
+                      expected="at least one parameter with requires_grad=True", observed=f"0 trainable, {len(frozen)} frozen",
+                      hint="unfreeze the parameters meant to train (p.requires_grad_(True)) before building the optimizer")
+    leaves, nodes = _reached(ctx.loss) if grad_fn is not None else (set(), 0)
+    unreachable = [n for n, p in train if id(p) not in leaves]
+    ev.update(graph_nodes=nodes, reached=len(train) - len(unreachable), unreachable=_names(unreachable),
+              unreachable_count=len(unreachable))
+    if unreachable:
+        why = "the loss has no grad_fn (it does not require grad)" if grad_fn is None else f"{nodes} graph nodes walked"
+        return failed("dependency.unreachable",
+                      f"{len(unreachable)} of {len(train)} trainable parameters are not on the loss's autograd graph "
+                      f"({why}): {', '.join(_names(unreachable)[:5])}", ev,
+                      expected="every trainable parameter reachable from loss.grad_fn",
+                      observed=f"unreachable: {', '.join(_names(unreachable)[:5])}",
+                      hint="find where the dependency path stops (reachability): a .detach(), torch.no_grad(), an "
+                           "integer cast, .item()/.numpy(), or a module never called")
+    return passed(f"all {len(train)} trainable parameters are on the loss's graph ({nodes} nodes walked)", ev)
+
+
+def check_gradient(ctx: Ctx) -> LinkResult:
+    train = trainable(ctx.work)
+    for p in ctx.work.parameters():
+        p.grad = None
+    try:
+        ctx.loss.backward()
+    except Exception as exc:  # noqa: BLE001 - user graph; the failure is the finding
+        return skipped_link(f"backward raised {err(exc)}", {"error": err(exc)})
+    norms: dict[str, float | None] = {}
+    problems: dict[str, list[str]] = {"nonfinite": [], "missing": [], "zero": []}
+    for n, p in train:
+        g = p.grad
+        if g is None:
+            problems["missing"].append(n)
+            norms[n] = None
+        elif not bool(torch.isfinite(g).all()):
+            problems["nonfinite"].append(n)
+            norms[n] = None  # listed under "nonfinite"
+        else:
+            norms[n] = float(g.detach().float().norm())
+            if norms[n] == 0.0:
+                problems["zero"].append(n)
+    finite = [v for v in norms.values() if v is not None and math.isfinite(v)]
+    ev: dict[str, Any] = {"grad_norms": norms if len(norms) <= LIST_CAP else {"count": len(norms)},
+                          "grad_norm_min": min(finite, default=None), "grad_norm_max": max(finite, default=None)}
+    ev.update({k: _names(v) for k, v in problems.items()})
+    bad = [(n, k) for n, _ in train for k, v in problems.items() if n in v]
+    if not bad:
+        return passed(f"all {len(train)} trainable parameters have finite nonzero gradients (norms "
+                      f"{g4(min(finite))} .. {g4(max(finite))})", ev)
+    name, kind = bad[0]
+    text = {"missing": ".grad is None", "nonfinite": "gradient has NaN/inf", "zero": "gradient is exactly zero"}
+    return failed(f"gradient.{kind}",
+                  f"{name}: {text[kind]} after one backward from .grad=None "
+                  f"({len(problems['missing'])} None, {len(problems['zero'])} zero, {len(problems['nonfinite'])} non-finite)",
+                  ev, expected="finite, nonzero gradients for every trainable parameter", observed=f"{name}: {text[kind]}",
+                  hint={"missing": "a hook or custom autograd function drops the gradient on its way to the parameter",
+                        "nonfinite": "the backward pass overflows: trace the first non-finite gradient (step_probe)",
+                        "zero": "the path exists but carries nothing: dead ReLUs, a zero-initialised layer downstream, "
+                                "or a multiplication by a zero mask"}[kind])
+
+
+def check_ownership(ctx: Ctx) -> LinkResult:
+    model, opt = ctx.model, ctx.optimizer
+    params = list(model.named_parameters())
+    model_ids = {id(p) for _, p in params}
+    owned = [(gi, p) for gi, g in enumerate(opt.param_groups) for p in g["params"]]
+    owned_ids = {id(p) for _, p in owned}
+    missing = [n for n, p in params if p.requires_grad and id(p) not in owned_ids]
+    stale = [(k, gi, p) for k, (gi, p) in enumerate(owned) if id(p) not in model_ids]
+    ev: dict[str, Any] = {"owned": len(owned), "param_groups": len(opt.param_groups), "missing": _names(missing),
+                          "missing_count": len(missing), "stale_count": len(stale),
+                          "frozen_owned": sum(1 for _, p in owned if id(p) in model_ids and not p.requires_grad)}
+    if stale:
+        slots = _match_stale(stale, params, missing)
+        ev.update(stale_shapes=[list(p.shape) for _, _, p in stale][:LIST_CAP], stale_slots=slots[:LIST_CAP])
+        first = slots[0]
+        return failed("optimizer.stale_parameter",
+                      f"the optimizer owns {len(stale)} tensors that are not in the model (shapes "
+                      f"{ev['stale_shapes'][:3]}); the slot of {first} holds an old tensor, and {len(missing)} current "
+                      f"trainable parameters are not owned", ev,
+                      expected="the optimizer owns exactly the model's current parameter objects",
+                      observed=f"{len(stale)} stale tensors, first in the slot of {first}",
+                      hint="a module was replaced (or the model reloaded/moved) after the optimizer was built: build the "
+                           "optimizer after the last change to the model")
+    if missing:
+        return failed("optimizer.missing_parameter",
+                      f"{len(missing)} trainable parameters are not in any param group: {', '.join(_names(missing)[:5])}",
+                      ev, expected="every trainable parameter in an optimizer param group",
+                      observed=f"not owned: {', '.join(_names(missing)[:5])}",
+                      hint="pass model.parameters() (or every intended group) to the optimizer, or freeze what should "
+                           "not train (requires_grad_(False))")
+    return passed(f"the optimizer owns every trainable parameter object ({len(owned)} tensors in "
+                  f"{len(opt.param_groups)} group(s)), none stale", ev)
+
+
+def _match_stale(stale: list[tuple[int, int, torch.Tensor]], params: list[tuple[str, torch.Tensor]],
+                 missing: list[str]) -> list[str]:
+    """Name the model parameter whose slot each stale tensor fills: same shape, preferring parameters the
+    optimizer does not own, then the one at the same position in ``named_parameters()`` order."""
+    index = {n: i for i, (n, _) in enumerate(params)}
+    shapes = {n: tuple(p.shape) for n, p in params}
+    used: set[str] = set()
+    out = []
+    for k, gi, p in stale:
+        pool = [n for n in missing if shapes[n] == tuple(p.shape) and n not in used]
+        pool = pool or [n for n in index if shapes[n] == tuple(p.shape) and n not in used]
+        if pool:
+            name = min(pool, key=lambda n: abs(index[n] - k))
+            used.add(name)
+            out.append(name)
+        else:
+            out.append(f"param_groups[{gi}] entry {k} (shape {list(p.shape)}, no model parameter of that shape)")
+    return out
+
+
+def step(opt: torch.optim.Optimizer, closure: Any) -> None:
+    if isinstance(opt, torch.optim.LBFGS):
+        opt.step(closure)
+    else:
+        opt.step()
+
+
+def _visible(opt: torch.optim.Optimizer, group: dict[str, Any], p: torch.Tensor) -> bool:
+    """Whether one step *should* change at least one element of ``p`` at float resolution: SGD moves by
+    lr*|grad| (+ lr*wd*|p|), adaptive optimizers by about lr per element."""
+    lr = float(group.get("lr", 0.0) if not torch.is_tensor(group.get("lr")) else group["lr"])
+    with torch.no_grad():
+        w = p.detach()
+        if isinstance(opt, torch.optim.SGD):
+            size = lr * p.grad.abs() + lr * float(group.get("weight_decay", 0.0)) * w.abs()
+        else:
+            size = torch.full_like(w, lr)
+        try:
+            ulp = (torch.nextafter(w, torch.full_like(w, math.inf)) - w).abs()
+        except RuntimeError:  # nextafter is not implemented for every dtype/device: assume it should move
+            return True
+        return bool((size > 0.5 * ulp).any())
+
+
+def check_update(ctx: Ctx) -> LinkResult:
+    opt, model = ctx.work_opt, ctx.work
+    group_of = {id(p): (gi, g) for gi, g in enumerate(opt.param_groups) for p in g["params"]}
+    intended = [(n, p) for n, p in trainable(model) if id(p) in group_of and p.grad is not None and bool(p.grad.any())]
+    if not intended:
+        return skipped_link("no owned trainable parameter holds a nonzero gradient to apply (see GRADIENT)",
+                            {"optimizer": type(opt).__name__})
+    before = {n: p.detach().clone() for n, p in intended}
+    visible = {n: _visible(opt, group_of[id(p)][1], p) for n, p in intended}
+
+    def closure() -> Any:
+        opt.zero_grad()
+        return compute_loss(model, ctx.batch, ctx.loss_fn)[1].backward()
+
+    try:
+        step(opt, closure)
+    except Exception as exc:  # noqa: BLE001 - user optimizer; the failure is the finding
+        return skipped_link(f"optimizer.step() raised {err(exc)}", {"error": err(exc)})
+    deltas, not_moved, below = {}, [], []
+    descent = 0.0  # <update, gradient>: negative for any method that descends the loss
+    for n, p in intended:
+        descent += float(((p.detach() - before[n]).double() * p.grad.double()).sum()) if p.grad is not None else 0.0
+        d = float((p.detach() - before[n]).float().norm())
+        deltas[n] = {"delta_norm": d, "relative": d / max(float(before[n].float().norm()), 1e-12),
+                     "group": group_of[id(p)][0], "lr": lr_of(group_of[id(p)][1])}
+        if d == 0.0:
+            (not_moved if visible[n] or deltas[n]["lr"] == 0.0 else below).append(n)
+    ev: dict[str, Any] = {"optimizer": type(opt).__name__, "intended": len(intended), "moved": len(intended) - len(not_moved) - len(below),
+                          "not_moved": _names(not_moved), "below_float_resolution": _names(below),
+                          "deltas": deltas if len(deltas) <= LIST_CAP else {"count": len(deltas)}}
+    ev["update_dot_gradient"] = descent
+    maximize = [gi for gi, g in enumerate(opt.param_groups) if g.get("maximize")]
+    if descent > 0 and maximize:
+        return failed("update.wrong_direction",
+                      f"one {type(opt).__name__} step moved the parameters up the loss (<update, gradient> = {g4(descent)} "
+                      f"> 0): param group(s) {maximize} have maximize=True", ev,
+                      expected="an update against the gradient (<update, gradient> < 0)",
+                      observed=f"<update, gradient> = {g4(descent)}, maximize=True in group(s) {maximize}",
+                      hint="drop maximize=True (the loss is to be minimised), or return a reward, not a loss, from loss_fn")
+    if not_moved:
+        n = not_moved[0]
+        return failed("update.not_moved",
+                      f"{len(not_moved)} of {len(intended)} owned parameters with nonzero gradients did not change in one "
+                      f"{type(opt).__name__} step; first {n} (group {deltas[n]['group']}, lr {deltas[n]['lr']})", ev,
+                      expected="every owned parameter with a nonzero gradient changes after optimizer.step()",
+                      observed=f"{n} unchanged (lr {deltas[n]['lr']})",
+                      hint="lr 0 in its group, a step hook that restores the weights, or a step() override that skips "
+                           "it; freeze with requires_grad_(False) if it should not train")
+    extra = f"; {len(below)} changes were below float resolution at this lr" if below else ""
+    return passed(f"{len(intended) - len(below)} of {len(intended)} owned parameters moved in one {type(opt).__name__} "
+                  f"step{extra}", ev)
+
+
+def lr_of(group: dict[str, Any]) -> float:
+    lr = group.get("lr", float("nan"))
+    return float(lr.item() if torch.is_tensor(lr) else lr)

@@ -1,0 +1,197 @@
+"""TASK: does the target still describe the input?
+
+Checks, in order: float targets are finite (``task.nonfinite_targets``); class ids inside ``[0, K)`` (``ignore_index`` allowed); for a language model, that
+targets are the inputs shifted by one (not by zero, not by two); and, when a ``task_probe`` is given,
+that the probe's ground-truth labels agree with the batch's targets. Without a probe the link is
+WARN "unverified": the structural checks passed but nobody told the ledger what the labels mean.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+
+from .._core.task import Ctx, err, input_ids, is_int, shape
+from ._common import LinkResult, failed, g4, passed, supervised, warned
+
+AGREEMENT = 0.9  # below this fraction of matching labels the task is contradicted (see _probe)
+SHIFT_MATCH = 0.9  # fraction of positions where targets equal the inputs at a given shift
+
+
+def check_task(ctx: Ctx) -> LinkResult:
+    t = ctx.batch.targets
+    ev: dict[str, Any] = {"task": ctx.task, "inferred": ctx.task_note, "targets_shape": shape(t),
+                          "targets_dtype": str(getattr(t, "dtype", type(t).__name__)).replace("torch.", ""),
+                          "outputs_shape": shape(ctx.outputs), "model_mode": "train" if ctx.model.training else "eval"}
+    for check in (_finite_targets, _label_range, _lm_shift):
+        result = check(ctx, ev)
+        if result is not None:
+            return result
+    if ctx.task_probe is None:
+        return warned("unverified: targets are structurally valid but no task_probe says what they should be; pass "
+                      "task_probe=callable(inputs) -> expected targets, or task_probe=(known_inputs, known_targets)", ev)
+    return _probe(ctx, ev)
+
+
+def _finite_targets(ctx: Ctx, ev: dict[str, Any]) -> LinkResult | None:
+    t = ctx.batch.targets
+    if not torch.is_tensor(t) or not t.is_floating_point():
+        return None
+    bad = int((~torch.isfinite(t)).sum())
+    ev["nonfinite_targets"] = bad
+    if not bad:
+        return None
+    return failed("task.nonfinite_targets", f"{bad} of {t.numel()} targets are NaN or infinite", ev,
+                  expected="finite targets", observed=f"{bad} non-finite targets",
+                  hint="the labels were corrupted before the batch (missing values, a division by zero in "
+                       "preprocessing): trace one sample through the stages (stage_trace)")
+
+
+def _label_range(ctx: Ctx, ev: dict[str, Any]) -> LinkResult | None:
+    t, k = ctx.batch.targets, ctx.num_classes
+    mask = supervised(ctx)
+    if k is None or mask is None:
+        return None
+    labels = t[mask]
+    bad = (labels < 0) | (labels >= k)
+    ev.update(num_classes=k, supervised_elements=int(mask.sum()), target_elements=int(t.numel()),
+              label_min=int(labels.min()) if labels.numel() else None, label_max=int(labels.max()) if labels.numel() else None,
+              ignore_index=ctx.ignore_index)
+    if not bool(bad.any()):
+        return None
+    n_bad = int(bad.sum())
+    ev.update(out_of_range=n_bad, out_of_range_values=sorted({int(v) for v in labels[bad].unique()[:10]}))
+    return failed("task.label_out_of_range",
+                  f"{n_bad} of {labels.numel()} supervised targets are outside [0, {k}) for a model with {k} outputs "
+                  f"(min {ev['label_min']}, max {ev['label_max']})", ev,
+                  expected=f"class ids in [0, {k}) or ignore_index {ctx.ignore_index}",
+                  observed=f"{n_bad} ids outside, e.g. {ev['out_of_range_values'][:3]}",
+                  hint="the label ids and the output dimension disagree: check the class mapping, or size the head "
+                       "to the number of classes")
+
+
+def _agreement(ids: torch.Tensor, t: torch.Tensor, shift: int, ignore: int) -> float | None:
+    """Fraction of supervised positions p with ``t[:, p] == ids[:, p + shift]``."""
+    length = t.shape[1]
+    if length <= shift:
+        return None
+    tt, ii = t[:, : length - shift], ids[:, shift:]
+    m = tt != ignore
+    n = int(m.sum())
+    return None if n == 0 else float(((tt == ii) & m).sum()) / n
+
+
+def _lm_shift(ctx: Ctx, ev: dict[str, Any]) -> LinkResult | None:
+    ids, t = input_ids(ctx.batch), ctx.batch.targets
+    if ctx.task != "language_model" or ids is None or not is_int(t) or tuple(ids.shape) != tuple(t.shape) or t.dim() != 2:
+        return None
+    a0, a1, a2 = (_agreement(ids, t, s, ctx.ignore_index) for s in (0, 1, 2))
+    ev.update(match_shift0=a0, match_shift1=a1, match_shift2=a2)
+    if a0 is None or a1 is None:
+        return None
+    expected = "targets[:, t] == inputs[:, t + 1] (the next token)"
+    if a0 >= SHIFT_MATCH and a0 > a1:
+        return failed("task.target_not_shifted",
+                      f"targets equal the inputs at {a0:.0%} of supervised positions (next token at {a1:.0%}): "
+                      f"the model is asked to copy its current token", ev,
+                      expected=expected, observed=f"targets[:, t] == inputs[:, t] at {a0:.0%} of positions",
+                      hint="shift the targets by one: inputs = tokens[:, :-1], targets = tokens[:, 1:]")
+    if a2 is not None and a2 >= SHIFT_MATCH and a2 > a1:
+        return failed("task.target_shifted_twice",
+                      f"targets equal the inputs two positions ahead at {a2:.0%} of supervised positions (next token "
+                      f"at {a1:.0%})", ev,
+                      expected=expected, observed=f"targets[:, t] == inputs[:, t + 2] at {a2:.0%} of positions",
+                      hint="the targets are shifted twice (once in the data, once in the loss?): shift exactly once")
+    return None
+
+
+def _expected_from_probe(ctx: Ctx) -> tuple[torch.Tensor | None, torch.Tensor | None, str]:
+    """``(expected, rows, note)``: the probe's labels and which batch rows they cover (None = all)."""
+    probe, inputs = ctx.task_probe, ctx.batch.inputs
+    if callable(probe):
+        try:
+            return torch.as_tensor(probe(inputs)), None, "task_probe(inputs)"
+        except Exception as exc:  # noqa: BLE001 - user code; its failure is a finding
+            return None, None, f"task_probe raised {err(exc)}"
+    known_x, known_y = (torch.as_tensor(v) for v in probe)
+    if not torch.is_tensor(inputs) or inputs.dim() == 0 or known_x.dim() == 0:
+        return None, None, "a (known_inputs, known_targets) probe needs tensor inputs; pass a callable task_probe"
+    x = inputs.detach().reshape(inputs.shape[0], -1).to(torch.float64)
+    kx = known_x.to(x.device).reshape(known_x.shape[0], -1).to(torch.float64)
+    if x.shape[1] != kx.shape[1]:
+        return None, None, f"known_inputs {shape(known_x)} do not have the batch inputs' per-example shape {shape(inputs)}"
+    rows, which = [], []
+    for i in range(x.shape[0]):
+        hit = ((kx - x[i]).abs().amax(dim=1) <= 1e-6).nonzero()
+        if hit.numel():
+            rows.append(i)
+            which.append(int(hit[0]))
+    if not rows:
+        return None, None, f"none of the {x.shape[0]} batch inputs equals any of the {kx.shape[0]} known inputs"
+    ky = known_y.to(x.device)
+    return ky[which], torch.tensor(rows, device=x.device), f"{len(rows)} batch rows found among the known inputs"
+
+
+def _probe(ctx: Ctx, ev: dict[str, Any]) -> LinkResult:
+    expected, rows, note = _expected_from_probe(ctx)
+    ev["probe"] = note
+    t = ctx.batch.targets
+    if expected is None or not torch.is_tensor(t):
+        return warned(f"unverified: {note}", ev)
+    observed = t if rows is None else t[rows]
+    expected = expected.to(observed.device)
+    if ctx.class_dim is not None and expected.is_floating_point() and expected.dim() == observed.dim() + 1:
+        expected = expected.argmax(dim=ctx.class_dim)  # the probe returned scores: read its labels
+    if expected.shape != observed.shape:
+        if expected.numel() != observed.numel():
+            return warned(f"unverified: task_probe gave shape {shape(expected)} for targets of shape {shape(observed)}", ev)
+        expected = expected.reshape(observed.shape)
+    if is_int(observed):
+        return _compare_labels(ctx, expected, observed, ev)
+    return _compare_values(expected.to(observed.dtype), observed, ev)
+
+
+def _compare_labels(ctx: Ctx, expected: torch.Tensor, observed: torch.Tensor, ev: dict[str, Any]) -> LinkResult:
+    m = observed != ctx.ignore_index
+    e, o = expected[m].long(), observed[m].long()
+    if o.numel() == 0:
+        return warned("unverified: no supervised target to compare with the probe", ev)
+    agree = float((e == o).float().mean())
+    pairs = Counter(zip(e[e != o].tolist(), o[e != o].tolist()))
+    ev.update(agreement=agree, compared=int(o.numel()),
+              confusion=[[a, b, n] for (a, b), n in pairs.most_common(5)])
+    if agree >= AGREEMENT:
+        return passed(f"task_probe agrees with {agree:.1%} of {o.numel()} targets", ev)
+    per_label = {}
+    for a in sorted(set(e.tolist())):
+        got = Counter(o[e == a].tolist()).most_common(1)[0]
+        per_label[a] = got
+    consistent = all(n == int((e == a).sum()) for a, (_, n) in per_label.items())
+    ev["mapping"] = [[a, b] for a, (b, _) in per_label.items()]
+    ev["consistent_mapping"] = consistent
+    top = ", ".join(f"{a}->{b} x{n}" for (a, b), n in pairs.most_common(3))
+    what = "a consistent relabelling (a permuted label mapping)" if consistent else "the disagreements"
+    return failed("task.label_mismatch",
+                  f"task_probe agrees with only {agree:.1%} of {o.numel()} targets; {what}: {top} (expected->observed)", ev,
+                  expected=f"targets agree with task_probe on >= {AGREEMENT:.0%}",
+                  observed=f"{agree:.1%} agree; most common expected->observed: {top}",
+                  hint="the labels no longer describe the inputs: check the label mapping (class index order, "
+                       "label encoder fitted on a different split) before touching the model")
+
+
+def _compare_values(expected: torch.Tensor, observed: torch.Tensor, ev: dict[str, Any]) -> LinkResult:
+    e, o = expected.double(), observed.double()
+    close = float(((e - o).abs() <= 1e-3 * (1 + o.abs())).double().mean())
+    var = float(o.var(unbiased=False)) if o.numel() > 1 else 0.0
+    mse = float(((e - o) ** 2).mean())
+    r2 = 1 - mse / var if var > 0 else (1.0 if mse == 0 else float("-inf"))
+    ev.update(agreement=close, r2=r2 if r2 != float("-inf") else None, compared=int(o.numel()))
+    if close >= AGREEMENT or r2 >= AGREEMENT:
+        return passed(f"task_probe agrees: {close:.1%} of {o.numel()} targets within 1e-3, R^2 {g4(r2)}", ev)
+    return failed("task.label_mismatch",
+                  f"task_probe explains the targets poorly: {close:.1%} within 1e-3, R^2 {g4(r2)} over {o.numel()} values",
+                  ev, expected=f">= {AGREEMENT:.0%} of targets within 1e-3 of task_probe, or R^2 >= {AGREEMENT}",
+                  observed=f"{close:.1%} within 1e-3, R^2 {g4(r2)}",
+                  hint="the targets no longer describe the inputs: check target construction, scaling and row order")

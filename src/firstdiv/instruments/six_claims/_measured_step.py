@@ -1,0 +1,108 @@
+"""six_claims' controlled run: forward (recording every Linear/Conv layer's output), loss, backward and
+one sacrificial optimizer step, all on ``detached_copy(model, optimizer)``, measured for the claims."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._core.batch import Batch, compute_loss, loss_problem
+from .._core.state import detached_copy
+
+SEED = 0  # the copies' forward passes draw dropout masks from this seed, so loss evaluations compare
+
+
+@dataclass
+class Measured:
+    """One controlled forward/backward/step on a deep copy of model and optimizer."""
+
+    outputs: Any = None
+    loss: Any = None
+    loss_problem: str | None = None
+    grads: dict[str, torch.Tensor | None] = field(default_factory=dict)
+    trainable: list[str] = field(default_factory=list)
+    activations: dict[str, torch.Tensor] = field(default_factory=dict)
+    values: dict[str, torch.Tensor] = field(default_factory=dict)
+    moved: dict[str, bool] = field(default_factory=dict)
+    owned: dict[str, bool] = field(default_factory=dict)
+    lr: dict[str, float | None] = field(default_factory=dict)
+    step_error: str = ""
+
+
+def weighted_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Linear and Conv layers with a weight tensor: the layers whose hidden units COMPUTATION compares."""
+    return [(n, m) for n, m in model.named_modules()
+            if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) and isinstance(getattr(m, "weight", None), torch.Tensor)]
+
+
+def measure(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, loss_fn: Any) -> Measured:
+    """Forward, loss, backward and one optimizer step, all on ``detached_copy(model, optimizer)``."""
+    m_copy, o_copy = detached_copy(model, optimizer)
+    for t in (*m_copy.parameters(), *(p for g in o_copy.param_groups for p in g["params"])):
+        t.grad = None
+    out = Measured()
+    handles = [mod.register_forward_hook(_recorder(out.activations, name)) for name, mod in weighted_layers(m_copy)]
+    try:
+        torch.manual_seed(SEED)
+        with torch.enable_grad():
+            out.outputs, out.loss = compute_loss(m_copy, batch, loss_fn)
+    finally:
+        for h in handles:
+            h.remove()
+    out.loss_problem = loss_problem(out.loss)
+    if out.loss_problem is None and not bool(torch.isfinite(out.loss.detach()).all()):
+        out.loss_problem = f"loss is {float(out.loss.detach().reshape(-1)[0])}"
+    named = list(m_copy.named_parameters(remove_duplicate=False))
+    out.trainable = [n for n, p in m_copy.named_parameters() if p.requires_grad]
+    if out.loss_problem is None and out.loss.requires_grad:
+        out.loss.reshape(()).backward()
+    out.grads = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in named}
+    owned = {id(p): g.get("lr") for g in o_copy.param_groups for p in g["params"]}
+    out.owned = {n: id(p) in owned for n, p in named}
+    out.lr = {n: (float(owned[id(p)]) if isinstance(owned.get(id(p)), (int, float, torch.Tensor)) else None) for n, p in named}
+    out.values = before = {n: p.detach().clone() for n, p in named}
+    if out.loss_problem is None:
+        out.step_error = _step(o_copy, m_copy, batch, loss_fn)
+        out.moved = {n: not torch.equal(before[n], p.detach()) for n, p in named}
+    out.outputs = _detach(out.outputs)
+    out.loss = out.loss.detach() if torch.is_tensor(out.loss) else out.loss
+    return out
+
+
+def _recorder(store: dict[str, torch.Tensor], name: str) -> Any:
+    def hook(_module: nn.Module, _inputs: Any, output: Any) -> None:
+        if torch.is_tensor(output):
+            store[name] = output.detach()
+    return hook
+
+
+def _detach(value: Any) -> Any:
+    if torch.is_tensor(value):
+        return value.detach()
+    if isinstance(value, (list, tuple)):
+        return [_detach(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _detach(v) for k, v in value.items()}
+    return value
+
+
+def _step(opt: torch.optim.Optimizer, model: nn.Module, batch: Batch, loss_fn: Any) -> str:
+    """One sacrificial step on the copy; optimizers that need a closure (LBFGS) get one."""
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        torch.manual_seed(SEED)
+        with torch.enable_grad():
+            loss = compute_loss(model, batch, loss_fn)[1]
+            loss.reshape(()).backward()
+        return loss
+    try:
+        try:
+            opt.step()
+        except TypeError:
+            opt.step(closure)
+    except Exception as exc:  # noqa: BLE001 - a step that cannot run leaves UPDATE without evidence, not a crash
+        return f"optimizer.step() raised {type(exc).__name__}: {exc}"
+    return ""

@@ -1,0 +1,72 @@
+"""What the REPRESENTATION and EVALUATION claims measure on a copy of the model: how far the output is from affine
+in the input, and which mode-dependent modules (Dropout, BatchNorm) ``eval_fn`` ran in training mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._core.copying import model_copy
+
+
+def flat(value: Any) -> torch.Tensor | None:
+    parts: list[torch.Tensor] = []
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+    for v in values:
+        if torch.is_tensor(v) and v.is_floating_point():
+            parts.append(v.detach().double().reshape(-1))
+    return torch.cat(parts) if parts else None
+
+
+ALPHA = 0.3  # mixing weight: f(a x1 + (1-a) x2) vs a f(x1) + (1-a) f(x2)
+
+
+def affine_error(probe: nn.Module, x: torch.Tensor) -> tuple[float | None, float, int]:
+    """Largest ||f(mix) - mix(f)|| / ||f(x1) - f(x2)|| over input pairs (batch vs rolled batch, x vs -x, 3x vs -3x),
+    the largest output spread, and the number of pairs."""
+    others = [x.roll(1, 0)] if x.dim() and x.shape[0] > 1 else []
+    pairs = [(x, o) for o in others if not torch.equal(o, x)] + [(x, -x), (3 * x, -3 * x)]
+    a, worst, spread = ALPHA, 0.0, 0.0
+    with torch.no_grad():
+        for x1, x2 in pairs:
+            f1, f2, fm = flat(probe(x1)), flat(probe(x2)), flat(probe(a * x1 + (1 - a) * x2))
+            if f1 is None or f2 is None or fm is None:
+                return None, 0.0, len(pairs)
+            gap = float((f1 - f2).norm())
+            if gap > 0:
+                spread = max(spread, gap)
+                worst = max(worst, float((fm - (a * f1 + (1 - a) * f2)).norm()) / gap)
+    return worst, spread, len(pairs)
+
+
+def activations(model: nn.Module) -> int:
+    kinds = (nn.ReLU, nn.GELU, nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.ELU, nn.SiLU, nn.Softplus, nn.Mish, nn.PReLU,
+             nn.SELU, nn.Hardtanh, nn.LayerNorm, nn.Softmax)
+    return sum(1 for m in model.modules() if isinstance(m, kinds))
+
+
+def mode_dependent(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Modules whose output depends on train/eval mode: Dropout with p > 0, norms tracking running stats."""
+    return [(n, m) for n, m in model.named_modules()
+            if (isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
+            or (isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats)]
+
+
+def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool) -> tuple[list[str], list[str], int]:
+    """eval_fn on a deep copy: names of mode-dependent modules that ran in train / eval mode, root calls."""
+    probe = model_copy(model)
+    if train_first:
+        probe.train()
+    seen: dict[str, bool] = {}
+    calls = [0]
+    handles = [m.register_forward_pre_hook(lambda mod, _i, n=n: seen.__setitem__(n, seen.get(n, False) or mod.training))
+               for n, m in mode_dependent(probe)]
+    handles.append(probe.register_forward_pre_hook(lambda _m, _i: calls.__setitem__(0, calls[0] + 1)))
+    try:
+        eval_fn(probe, batch)
+    finally:
+        for h in handles:
+            h.remove()
+    return [n for n, t in seen.items() if t], [n for n, t in seen.items() if not t], calls[0]

@@ -1,0 +1,348 @@
+"""Stage trace (appendix section 7): walk one known sample through named preprocessing stages and find the
+first stage where one of the five input-contract categories fails.
+
+One sample, one process, no batching, controlled randomness: torch's CPU generator (and CUDA's when it is
+initialized), numpy's global RNG and ``random`` are seeded with ``seed`` for the walk and restored afterwards,
+so a random augmentation draws the same numbers on every call. Each stage runs on a copy of the sample
+(in-place stages cannot corrupt the trace or the caller's sample). After each stage, comparing the sample
+before and after it:
+
+- STRUCTURE (``stage.structure``): the stage returned a sample; an array whose shape changed but whose values
+  did not must be an axis permutation (with flips) of its input - a HWC->CHW done with ``reshape``/``view``
+  keeps the values and scrambles their positions; contracts ``dtype``/``shape``/``layout``.
+- NUMERIC INTERPRETATION (``stage.numeric``): uint8 0..255 / float 0..1 / normalized ~N(0,1); non-finite
+  values appearing; a stage named like ``to_float``/``to_tensor`` turning an integer image into a float
+  image above 1; an already normalized image (min < 0, |mean| < 0.5, std in (0.5, 2)) whose std changes by
+  more than x2 (or mean by more than 1 std): normalized twice; contracts ``range``.
+- SEMANTICS (``stage.semantics``): the known-colour protocol. The input sample's ``meta`` may carry
+  ``{"channel_order": "RGB", "known_colour": {"box": [y0, y1, x0, x1], "rgb": [255, 0, 0]}}`` (box half-open,
+  in the coordinates of the first image; rgb on the 0..255 scale; ``channel_order`` is the order the
+  pipeline must produce, default RGB). After each stage whose image has 3 channels in a display range
+  (integer 0..255 or float 0..1), the box's mean colour must be within 64 of the expected colour; a
+  channel permutation that fits instead is reported as that order (e.g. BGR). The box follows the image
+  through flips and rotations.
+- RELATIONSHIPS (``stage.relationships``): the image's spatial transform, found among identity, flip-h,
+  flip-v, rot90/180/270 and transpose (up to a per-channel affine change of values), must be one the mask
+  underwent too (``mask``/``masks``/``segmentation``/``seg``, or ``label``/``target``/``y`` when spatial);
+  image and mask must keep equal spatial sizes.
+- PROVENANCE (``stage.provenance``): a stage callable (or a bound method's object, or a partial's function)
+  with a ``fitted_on`` or ``provenance`` attribute, or ``meta["provenance"] = {stage name: split}``, declares
+  where its statistics came from; a split named val/valid/validation/dev/test/eval/holdout/trainval/all/full
+  fails.
+
+A stage that raises gives ``stage.raised`` with the trace up to it. User probes and contracts add to the
+categories. Categories no probe could check are listed as SKIPPED findings: an all-green metadata report
+is not a clean bill of health.
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...errors import InvalidArgument
+from ...report import Report, Status
+from .._core.checks import Check, check, compose
+from .._core.state import guarded
+from .._core.user_hooks import reports_user_hooks
+from . import _probes as sp
+from ._contracts import check_contracts, contract_outcomes
+from ._semantics import provenance, relationships, semantics
+from ._structure import numeric, structure
+
+_NAME = "stage_trace"
+_ALIASES = {"structure": "structure", "numeric": "numeric", "numeric interpretation": "numeric",
+            "numeric_interpretation": "numeric", "semantics": "semantics", "relationships": "relationships",
+            "provenance": "provenance"}
+_HINTS = {
+    "structure": "compare the stage's reshape/view with the permute it meant, and what it returns",
+    "numeric": "scale once (/255), normalize once, with the statistics the model was trained with",
+    "semantics": "check the decoder's channel order (OpenCV reads BGR) against the order the model expects",
+    "relationships": "apply one geometric transform (one random draw) to the image and its mask together",
+    "provenance": "refit the statistics on the training split only",
+}
+_MISSING = {
+    "structure": "no array changed shape and no contract was given: add contracts={stage: {key: {'shape': ..., 'layout': ...}}}",
+    "numeric": "no image found (keys image/img/pixels/pixel_values/input/x): add contracts with 'range'",
+    "semantics": "give sample['meta'] = {'channel_order': 'RGB', 'known_colour': {'box': [y0, y1, x0, x1], 'rgb': [r, g, b]}} "
+                 "or a probe ('semantics', fn)",
+    "relationships": "give a 'mask' aligned with the image, or a probe ('relationships', fn)",
+    "provenance": "set fitted_on='train' on fitted stages (normalize) or sample['meta']['provenance'] = {stage: split}",
+}
+Probe = Callable[[Any, Any, str], Any]
+
+
+# ---- argument checks ------------------------------------------------------------------------------
+
+def _check_stages(stages: Any) -> list[tuple[str, Callable]]:
+    items = list(stages.items()) if isinstance(stages, dict) else stages
+    if not isinstance(items, (list, tuple)) or not items:
+        raise InvalidArgument(f"Expected `stages` to be a non-empty list of (name, callable) or a dict but got {stages!r:.80}")
+    seen: set[str] = set()
+    for item in items:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str) and callable(item[1])):
+            raise InvalidArgument(f"Expected each stage to be a (name, callable) pair but got {item!r:.80}")
+        if item[0] in seen:
+            raise InvalidArgument(f"Expected unique stage names but got {item[0]!r} twice")
+        seen.add(item[0])
+    return [(n, f) for n, f in items]
+
+
+def _check_probes(probes: Any) -> dict[str, tuple[str, Probe]]:
+    if probes is None:
+        return {}
+    if not isinstance(probes, dict):
+        raise InvalidArgument(f"Expected `probes` to be a dict name -> callable or (category, callable) but got {type(probes).__name__}")
+    out = {}
+    for name, spec in probes.items():
+        category, fn = "semantics", spec
+        if not callable(spec):
+            category, fn = spec if isinstance(spec, tuple) and len(spec) == 2 else (None, None)
+        cat = _ALIASES.get(category.lower()) if isinstance(category, str) else None
+        if cat is None or not callable(fn):
+            raise InvalidArgument(f"Expected probe {name!r} to be a callable or (category, callable) with category one of "
+                                  f"{', '.join(sp.CATEGORIES)} but got {spec!r:.80}")
+        out[str(name)] = (cat, fn)
+    return out
+
+
+def _track(sample: Any) -> sp.Track:
+    meta = sample.get("meta") if isinstance(sample, dict) else None
+    track = sp.Track()
+    if not isinstance(meta, dict):
+        return track
+    order = meta.get("channel_order", "RGB")
+    if not isinstance(order, str) or sorted(order.upper()) != sorted("RGB"):
+        raise InvalidArgument(f"Expected meta['channel_order'] to be an order of R, G, B such as 'RGB' but got {order!r}")
+    track.channel_order = order.upper()
+    known = meta.get("known_colour", meta.get("known_color"))
+    if known is not None:
+        box, rgb = (known.get("box"), known.get("rgb")) if isinstance(known, dict) else (None, None)
+        if not (isinstance(box, (list, tuple)) and len(box) == 4 and all(isinstance(v, int) and v >= 0 for v in box)
+                and box[0] < box[1] and box[2] < box[3]):
+            raise InvalidArgument(f"Expected meta['known_colour']['box'] to be [y0, y1, x0, x1] ints with y0 < y1, x0 < x1 but got {box!r}")
+        if not (isinstance(rgb, (list, tuple)) and len(rgb) == 3 and all(isinstance(v, (int, float)) and 0 <= v <= 255 for v in rgb)):
+            raise InvalidArgument(f"Expected meta['known_colour']['rgb'] to be three numbers in 0..255 but got {rgb!r}")
+        track.box, track.colour = list(box), [float(rgb["RGB".index(c)]) for c in track.channel_order]
+    prov = meta.get("provenance", {})
+    if not isinstance(prov, dict):
+        raise InvalidArgument(f"Expected meta['provenance'] to be a dict stage -> split but got {type(prov).__name__}")
+    track.provenance = dict(prov)
+    return track
+
+
+# ---- contracts and user probes --------------------------------------------------------------------
+
+def _user(stage: str, before: Any, after: Any, probes: dict[str, tuple[str, Probe]]) -> list[sp.Outcome]:
+    out = []
+    for name, (category, fn) in probes.items():
+        try:
+            verdict = fn(sp.clone(before), sp.clone(after), stage)
+        except Exception as exc:  # noqa: BLE001 - a broken probe is reported, not blamed on the stage
+            out.append(sp.Outcome(category, f"user:{name}", None, f"probe {name!r} raised {type(exc).__name__}: {exc}"))
+            continue
+        if isinstance(verdict, (bool, np.bool_)):
+            verdict = None if verdict else "returned False"
+        if verdict is None or (isinstance(verdict, str) and not verdict):
+            out.append(sp.Outcome(category, f"user:{name}", True, f"probe {name!r}: ok"))
+        elif isinstance(verdict, str):
+            out.append(sp.Outcome(category, f"user:{name}", False, f"probe {name!r}: {verdict}", {"message": verdict},
+                                  expected=f"probe {name!r} passes", observed=verdict))
+        else:
+            out.append(sp.Outcome(category, f"user:{name}", None,
+                                  f"probe {name!r} returned {type(verdict).__name__}; expected None or a failure message"))
+    return out
+
+
+# ---- the walk -------------------------------------------------------------------------------------
+
+def _row(stage: str, sample: Any, seen: sp.Seen, track: sp.Track, notes: list[str]) -> dict[str, Any]:
+    row: dict[str, Any] = {"stage": stage, "type": type(sample).__name__}
+    if isinstance(sample, dict):
+        row["keys"] = [str(k) for k in sample]
+    if seen.image is not None and seen.stats is not None:
+        row["image"] = {"key": seen.image[0] or "sample", **seen.stats}
+    if seen.mask is not None:
+        t = seen.mask[1]
+        row["mask"] = {"key": seen.mask[0], "shape": list(t.shape), "dtype": sp.dtype_name(t.dtype),
+                       "layout": sp.layout(t)}
+    row["image_transform"] = track.moves
+    row["notes"] = notes
+    return row
+
+
+def _describe(row: dict[str, Any]) -> str:
+    parts = []
+    for label in ("image", "mask"):
+        if label in row:
+            s = row[label]
+            parts.append(f"{s['key']} {s['shape']} {s['dtype']} {s['layout'] or 'layout ambiguous'}"
+                         + (f" {s['interpretation']}" if label == "image" and "interpretation" in s else ""))
+    moved = row.get("image_transform")
+    if moved:
+        parts.append(f"image transform {'/'.join(moved)}")
+    return "; ".join(parts) or f"{row['type']} (no image recognised)"
+
+
+def _probe_stage(stage: str, fn: Callable, samples: tuple[Any, Any], seen: tuple[sp.Seen, sp.Seen | None], track: sp.Track,
+                 probes: dict[str, tuple[str, Probe]], contract: dict[str, Any]) -> list[sp.Outcome]:
+    before, after = seen
+    outs = _safely("structure", structure, stage, before, after)
+    if after is None:
+        return outs
+    outs += _safely("structure", contract_outcomes, stage, after, contract)
+    outs += _safely("numeric", numeric, stage, before, after)
+    outs += _safely("relationships", relationships, stage, before, after, track)  # moves the known-colour box
+    outs += _safely("semantics", semantics, stage, after, track)
+    outs += _safely("provenance", provenance, stage, fn, track)
+    outs += _user(stage, *samples, probes)
+    return outs
+
+
+def _safely(category: str, probe: Callable[..., list[sp.Outcome]], *args: Any) -> list[sp.Outcome]:
+    """A built-in probe that cannot read an unusual sample says so instead of crashing the trace."""
+    try:
+        return probe(*args)
+    except Exception as exc:  # noqa: BLE001
+        return [sp.Outcome(category, f"builtin:{category}", None, f"{category} probe could not run: {type(exc).__name__}: {exc}")]
+
+
+def _findings(stage: str, outs: list[sp.Outcome], failed: dict[str, str], checked: dict[str, list[str]]) -> list[Check]:
+    """One finding per category that had an applicable probe; a probe failing again after an earlier
+    stage is a WARN ("still failing since ..."), so the FAIL marks where it started."""
+    rows = []
+    for cat in sp.CATEGORIES:
+        applied = [o for o in outs if o.category == cat and o.ok is not None]
+        if not applied:
+            continue
+        checked[cat].append(stage)
+        new = [o for o in applied if o.ok is False and o.probe not in failed]
+        again = [o for o in applied if o.ok is False and o.probe in failed]
+        msgs = [o.message for o in new] + [f"{o.message} (failing since {failed[o.probe]})" for o in again] + \
+               [o.message for o in applied if o.ok]
+        evidence = {o.probe: o.evidence for o in applied}
+        status = Status.FAIL if new else Status.WARN if again else Status.PASS
+        first = new[0] if new else None
+        rows.append(check(stage, f"stage.{cat}", status, "; ".join(msgs), evidence,
+                          expected=first.expected if first else "", observed=first.observed if first else "",
+                          hint=_HINTS[cat] if first else ""))
+        for o in new:
+            failed[o.probe] = stage
+    return rows
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _raised(stage: str, exc: BaseException, before: Any, seen: sp.Seen) -> Check:
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    at = f" at {frame.filename}:{frame.lineno} in {frame.name}" if frame else ""
+    ev = {"exception": type(exc).__name__, "message": str(exc)[:300], "location": at.strip(),
+          "input": {"key": seen.image[0] or "sample", **seen.stats} if seen.image and seen.stats else type(before).__name__}
+    return check(stage, "stage.raised", Status.FAIL, f"{_error(exc)}{at}", ev,
+                 expected="the stage returns the next sample", observed=_error(exc),
+                 hint="details['trace'] shows the sample as it entered this stage")
+
+
+@dataclass
+class _Walk:
+    """The walk's state: what the probes carry between stages, the findings and trace rows so far, where each
+    failing probe first failed and which stages checked each category."""
+
+    track: sp.Track
+    probes: dict[str, tuple[str, Probe]]
+    contracts: dict[str, dict[str, dict[str, Any]]]
+    checks: list[Check] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    checked: dict[str, list[str]] = field(default_factory=lambda: {c: [] for c in sp.CATEGORIES})
+
+    def start(self, sample: Any) -> tuple[Any, sp.Seen]:
+        """The caller's sample copied, read, and recorded as the "(input)" row."""
+        current = sp.clone(sample)
+        seen = sp.look(current)
+        self.rows.append(_row("(input)", sample, seen, self.track, []))
+        return current, seen
+
+    def run(self, named: list[tuple[str, Callable]], current: Any, seen: sp.Seen) -> None:
+        for name, fn in named:
+            nxt = self.step(name, fn, current, seen)
+            if nxt is None:
+                break
+            current, seen = nxt
+
+    def step(self, name: str, fn: Callable, current: Any, seen: sp.Seen) -> tuple[Any, sp.Seen] | None:
+        """Run one stage on a copy and probe it; the next sample, or None when the walk stops here."""
+        try:
+            after = fn(sp.clone(current))
+        except Exception as exc:  # noqa: BLE001 - the user's stage raising is the finding
+            self.checks.append(_raised(name, exc, current, seen))
+            self.rows.append({"stage": name, "raised": _error(exc)})
+            return None
+        self.track.moves = None
+        seen_after = None if after is None else sp.look(after)
+        outs = _probe_stage(name, fn, (current, after), (seen, seen_after), self.track, self.probes,
+                            self.contracts.get(name, {}))
+        notes = [o.message for o in outs if o.ok is None]
+        if seen_after is None:
+            self.rows.append({"stage": name, "type": "NoneType", "notes": notes})
+        else:
+            self.rows.append(_row(name, after, seen_after, self.track, notes))
+        self.checks.append(check(name, "stage.trace", Status.PASS, _describe(self.rows[-1]), {"row": len(self.rows) - 1}))
+        self.checks += _findings(name, outs, self.failed, self.checked)
+        return None if after is None or seen_after is None else (after, seen_after)
+
+
+def _seed(seed: int) -> None:
+    torch.default_generator.manual_seed(seed)  # CPU only: torch.manual_seed would queue a CUDA seed for later
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def _report(walk: _Walk, seed: int, names: list[str]) -> Report:
+    """The walk's findings, then one SKIPPED finding per category no probe could check."""
+    unverified = [c for c in sp.CATEGORIES if not walk.checked[c]]
+    checks = walk.checks + [check("(all stages)", "stage.unverified", Status.SKIPPED, f"{c.upper()} not verified: {_MISSING[c]}")
+                            for c in unverified]
+    details = {"seed": seed, "stages": names, "trace": walk.rows, "checked": walk.checked, "unverified": unverified}
+    effects = (f"none: each stage ran once on a copy of the sample with the global RNGs seeded ({seed}) and restored "
+               "afterwards; state kept inside your stage objects is not restored")
+    return compose(_NAME, checks, effects, details)
+
+
+@reports_user_hooks
+def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = None,
+                contracts: dict[str, dict[str, dict[str, Any]]] | None = None, seed: int = 0) -> Report:
+    """Walk ``sample`` (a tensor, numpy array, or dict like ``{"image", "mask", "label", "meta"}``) through
+    ``stages`` (a list of ``(name, callable)`` or a dict name -> callable, each mapping a sample to the next)
+    and report the first stage where a contract category fails (where = stage name, kind
+    ``stage.structure|numeric|semantics|relationships|provenance|raised``).
+
+    ``probes``: ``{name: fn}`` (category semantics) or ``{name: (category, fn)}``; ``fn(before, after,
+    stage_name)`` gets copies and returns None (ok) or a failure message. ``contracts``: ``{stage: {key:
+    {"dtype": ..., "shape": [...], "range": (lo, hi), "layout": "CHW"}}}`` checked after that stage (key ""
+    or "sample" for a bare tensor sample). ``seed`` seeds the global RNGs during the walk only.
+    """
+    if not isinstance(sample, (torch.Tensor, np.ndarray, dict)):
+        raise InvalidArgument("Expected `sample` to be a tensor, a numpy array or a dict like {'image': ..., 'mask': ...} "
+                              f"but got {type(sample).__name__}")
+    named = _check_stages(stages)
+    user = _check_probes(probes)
+    wants = check_contracts(contracts, [n for n, _ in named])
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise InvalidArgument(f"Expected `seed` to be an int in [0, 2**32) but got {seed!r}")
+    walk = _Walk(_track(sample), user, wants)
+    current, seen = walk.start(sample)
+    with guarded():
+        _seed(seed)
+        walk.run(named, current, seen)
+    return _report(walk, seed, [n for n, _ in named])

@@ -1,0 +1,256 @@
+"""Training-loop probe (appendix section 1): separate forward, backward and update, and prove each.
+
+A controlled step runs on a deep copy of the model and optimizer (starting from ``.grad = None``):
+forward (loss value, finite?), backward (per parameter: gradient None / zero / non-finite / norm),
+update (which parameters moved, by how much, and for plain SGD whether ``delta == -lr * grad``).
+When a ``train_step`` closure is given it is called twice on the user's own objects under
+:func:`~firstdiv.instruments._core.state.guarded`, watched through tensor gradient hooks, optimizer step
+hooks and a wrapped ``zero_grad``, to see whether old gradients leak into the next step and whether
+gradients are cleared between backward and ``optimizer.step``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...errors import InvalidArgument
+from ...report import Report, Status, skipped
+from .._core import batch as _batch
+from .._core.checks import Check, Collected, below_rounding, check, compose, grad_state, label, norm, unique_params
+from .._core.state import detached_copy, guarded
+from .._core.user_hooks import reports_user_hooks
+from ._train_step_watch import StepWatch
+
+_NAME = "step_probe"
+_COPY_EFFECT = "one sacrificial optimizer step on a deep copy of the model and optimizer"
+_WATCH_EFFECT = ("; train_step called twice on your objects (.grad set to None first); every parameter, .grad, "
+                 "optimizer state, train flag and RNG state restored afterwards, and so are the LR schedulers and "
+                 "GradScalers it holds (closure, globals it names, attributes of its object); other objects it "
+                 "reaches (loader iterators, lists, loggers, schedulers held only inside those) are not")
+
+
+# --- the controlled step on a copy -------------------------------------------------------------------------------
+
+
+def _forward(cmodel: nn.Module, batch: Any, loss_fn: Callable, out: Collected) -> torch.Tensor | None:
+    with torch.enable_grad():
+        _, loss = _batch.compute_loss(cmodel, batch, loss_fn)
+    problem = _batch.loss_problem(loss)
+    if problem:
+        out.checks.append(check("loss", "step.loss", Status.SKIPPED, problem))
+        out.reason = f"{problem}. step_probe needs loss_fn(outputs, targets) to return a scalar loss tensor."
+        return None
+    value = float(loss.detach().reshape(()))
+    out.details["loss"] = value if math.isfinite(value) else str(value)
+    ev = {"loss": str(value) if not math.isfinite(value) else value, "requires_grad": bool(loss.requires_grad),
+          "grad_fn": type(loss.grad_fn).__name__ if loss.grad_fn is not None else "None"}
+    if not math.isfinite(value):
+        out.checks.append(check("loss", "step.nonfinite_loss", Status.FAIL, f"forward produced loss {value}", ev,
+                                expected="a finite loss", observed=str(value),
+                                hint="look for log(0), division by zero, overflow, or NaN in the inputs"))
+    else:
+        out.checks.append(check("loss", "step.nonfinite_loss", Status.PASS, f"forward produced finite loss {value:.6g}", ev))
+    return loss
+
+
+def _gradient_checks(params: list, grads: dict[int, torch.Tensor | None], out: Collected) -> None:
+    if not any(p.requires_grad for p, _ in params):
+        out.checks.append(check(params[0][1][0], "step.requires_grad_false", Status.WARN,
+                                f"all {len(params)} parameters have requires_grad=False: nothing can learn",
+                                {"parameters": len(params), "trainable": 0}))
+    for p, names in params:
+        where, ev = names[0], {"names": names} if len(names) > 1 else {}
+        if not p.requires_grad:
+            out.checks.append(check(where, "step.gradient", Status.PASS,
+                                    f"{label(names)}: requires_grad=False, not expected to get a gradient", ev))
+            continue
+        state, gnorm = grad_state(grads.get(id(p)))
+        ev.update({"grad": state, "grad_norm": gnorm})
+        if state == "none":
+            out.checks.append(check(where, "step.no_gradient", Status.FAIL,
+                                    f"{label(names)}: gradient is None after backward from .grad=None", ev,
+                                    expected="a gradient tensor", observed="None",
+                                    hint="the loss does not depend on this parameter; run reachability() to find where"))
+        elif state == "zero":
+            out.checks.append(check(where, "step.zero_gradient", Status.FAIL,
+                                    f"{label(names)}: gradient is exactly zero ({p.numel()} elements)", ev,
+                                    expected="a nonzero gradient", observed="all zeros",
+                                    hint="dead units, a multiplication by zero, or a constant output downstream"))
+        elif state == "nonfinite":
+            out.checks.append(check(where, "step.nonfinite_gradient", Status.FAIL,
+                                    f"{label(names)}: gradient has non-finite values", ev,
+                                    expected="finite gradient", observed="NaN/inf in gradient"))
+        else:
+            out.checks.append(check(where, "step.gradient", Status.PASS, f"{label(names)}: grad norm {gnorm:.4g}", ev))
+
+
+def _plain_sgd(opt: torch.optim.Optimizer, group: dict) -> str:
+    """'' when the group follows delta = -lr * grad exactly; otherwise why not."""
+    if not isinstance(opt, torch.optim.SGD):
+        return f"{type(opt).__name__} is not plain SGD (stateful update rule)"
+    for key, plain in (("momentum", 0), ("weight_decay", 0), ("nesterov", False), ("maximize", False)):
+        if group.get(key, plain) != plain:
+            return f"SGD with {key}={group.get(key)} is not plain SGD"
+    return ""
+
+
+def _rule_error(before: torch.Tensor, after: torch.Tensor, grad: torch.Tensor, lr: float, rtol: float) -> tuple[float, bool]:
+    """Max relative error of ``delta`` against ``-lr * grad`` and whether it exceeds rtol plus float rounding."""
+    b, a, g = before.double(), after.double(), grad.to_dense().double()
+    expected, delta = -lr * g, a - b
+    err = (delta - expected).abs()
+    eps = torch.finfo(after.dtype).eps if after.is_floating_point() else 0.0
+    allowed = rtol * expected.abs() + eps * (a.abs() + expected.abs())
+    scale = float(expected.abs().max()) if expected.numel() else 0.0
+    rel = float(err.max()) / scale if scale > 0 else (0.0 if float(err.max(initial=0.0)) == 0 else math.inf)
+    return rel, bool((err > allowed).any())
+
+
+def _update_check(names: list[str], group: dict | None, before: torch.Tensor, after: torch.Tensor, grad: torch.Tensor,
+                  gnorm: float, copt: torch.optim.Optimizer, rtol: float) -> tuple[Check, bool]:
+    """The check for one parameter that got a nonzero gradient, and whether the step moved it."""
+    where = names[0]
+    dnorm, pnorm = norm(after - before), norm(before)
+    ev = {"grad_norm": gnorm, "delta_norm": dnorm, "relative_delta": dnorm / pnorm if pnorm else dnorm,
+          "in_optimizer": group is not None, "lr": float(group["lr"]) if group is not None else None}
+    if dnorm == 0.0 and below_rounding(before, grad, group):
+        return check(where, "step.update", Status.PASS,
+                     f"{label(names)}: did not move, as expected: lr*|grad| (grad norm {gnorm:.3g}) is "
+                     "within float rounding of every element", ev), False
+    if dnorm == 0.0:
+        why = "is not in any optimizer param group" if group is None else f"is in the optimizer with lr {ev['lr']:.3g}"
+        return check(where, "step.not_updated", Status.FAIL,
+                     f"{label(names)}: grad norm {gnorm:.4g} but the step moved it by 0; it {why}", ev,
+                     expected="parameter moves after optimizer.step()", observed="delta norm 0",
+                     hint="build the optimizer from the current model.parameters() (after any module swap)"), False
+    if group is not None and not _plain_sgd(copt, group):
+        return _rule_check(names, ev, before, after, grad, float(group["lr"]), rtol), True
+    return check(where, "step.update", Status.PASS,
+                 f"{label(names)}: moved by {dnorm:.4g} ({ev['relative_delta']:.3g} of its norm)", ev), True
+
+
+def _rule_check(names: list[str], ev: dict, before: torch.Tensor, after: torch.Tensor, grad: torch.Tensor, lr: float,
+                rtol: float) -> Check:
+    """Plain SGD: did the parameter move by exactly ``-lr * grad``?"""
+    rel, bad = _rule_error(before, after, grad, lr, rtol)
+    ev["max_relative_error"] = rel
+    status = Status.FAIL if bad else Status.PASS
+    msg = (f"{label(names)}: delta vs -lr*grad max relative error {rel:.3g} (rtol {rtol:g}); "
+           f"moved by {ev['delta_norm']:.4g} ({ev['relative_delta']:.3g} of its norm)")
+    return check(names[0], "step.update_rule" if bad else "step.update", status, msg, ev,
+                 expected=f"delta = -lr*grad (lr {lr:.3g})", observed=f"max relative error {rel:.3g}",
+                 hint="the optimizer's step is not plain SGD: a subclass, a hook, or a rescaled gradient")
+
+
+def _update_checks(params: list, copt: torch.optim.Optimizer, grads: dict, before: dict, rtol: float,
+                   out: Collected) -> None:
+    group_of = {id(p): g for g in copt.param_groups for p in g["params"]}
+    reasons = sorted({r for g in copt.param_groups if (r := _plain_sgd(copt, g))})
+    moved_count = 0
+    for p, names in params:
+        state, gnorm = grad_state(grads.get(id(p)))
+        if not p.requires_grad or state != "nonzero":
+            continue
+        found, moved = _update_check(names, group_of.get(id(p)), before[id(p)], p.detach(), grads[id(p)], gnorm, copt,
+                                     rtol)
+        out.checks.append(found)
+        moved_count += moved
+    out.details["moved"] = moved_count
+    if reasons:
+        out.checks.append(check("optimizer", "step.update_rule", Status.SKIPPED,
+                                f"update rule check skipped: {'; '.join(reasons)}", {"reasons": reasons}))
+
+
+def _reevaluate(cmodel: nn.Module, copt: torch.optim.Optimizer, batch: Any, loss_fn: Callable) -> torch.Tensor:
+    copt.zero_grad()
+    with torch.enable_grad():
+        loss = _batch.compute_loss(cmodel, batch, loss_fn)[1].reshape(())
+        loss.backward()
+    return loss
+
+
+def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer,
+                     rtol: float) -> Collected:
+    out = Collected()
+    try:
+        cmodel, copt = detached_copy(model, optimizer)
+    except Exception as exc:  # noqa: BLE001 - any deepcopy failure means the controlled step cannot run
+        out.reason = (f"could not deep-copy the model and optimizer together ({type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); step_probe steps a copy, so make them "
+                      "deep-copyable (copy.deepcopy((model, optimizer)))")
+        return out
+    params = unique_params(cmodel)
+    for p, _ in params:
+        p.grad = None
+    loss = _forward(cmodel, batch, loss_fn, out)
+    if loss is None:
+        return out
+    trainable = [p for p, _ in params if p.requires_grad]
+    grads: dict[int, torch.Tensor | None] = {}
+    if loss.requires_grad and trainable:
+        found = torch.autograd.grad(loss.reshape(()), trainable, allow_unused=True)
+        grads = {id(p): (None if g is None else g.detach()) for p, g in zip(trainable, found)}
+    _gradient_checks(params, grads, out)
+    before = {id(p): p.detach().clone() for p in trainable}
+    for p in trainable:
+        p.grad = grads.get(id(p))
+    if isinstance(copt, torch.optim.LBFGS):  # it re-evaluates the loss itself: give it the closure it needs
+        copt.step(lambda: _reevaluate(cmodel, copt, batch, loss_fn))
+    else:
+        copt.step()
+    _update_checks(params, copt, grads, before, rtol, out)
+    return out
+
+
+# --- public -----------------------------------------------------------------------------------------------------
+
+
+@reports_user_hooks
+def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
+               optimizer: torch.optim.Optimizer, *, train_step: Callable[[], Any] | None = None,
+               lr_rtol: float = 1e-4) -> Report:
+    """Separate forward, backward and update for one step, and name the parameter that breaks each.
+
+    ``batch`` is ``(inputs, targets)`` or a dict (see :mod:`firstdiv.instruments._core.batch`); ``loss_fn``
+    maps ``(outputs, targets)`` to a scalar loss. The controlled step runs on a deep copy. If
+    ``train_step`` (a zero-argument closure doing one full step on your objects) is given, it is called
+    twice under a guard that restores every value afterwards, to check gradient clearing between steps.
+    ``lr_rtol`` is the relative tolerance of the plain-SGD check ``delta == -lr * grad``.
+    """
+    _batch.check_model(model)
+    _batch.check_loss_fn(loss_fn)
+    _batch.check_optimizer(optimizer)
+    if train_step is not None:
+        _batch.check_callable(train_step, "train_step")
+    _batch.split_batch(batch, model)
+    if not isinstance(lr_rtol, (int, float)) or not lr_rtol > 0:
+        raise InvalidArgument(f"Expected `lr_rtol` to be a positive number but got {lr_rtol!r}")
+    params = unique_params(model)
+    if not params:
+        return skipped(_NAME, "the model has no parameters, so there is nothing to step; pass the module that owns "
+                              "the trainable parameters")
+    effects = _COPY_EFFECT
+    with guarded(model, optimizer, train_step):  # train_step: the schedulers and scalers it steps
+        try:
+            ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol))
+        except _batch.UserCodeError as exc:
+            return skipped(_NAME, f"{exc}; step_probe needs one forward pass and loss that run")
+        checks, details = list(ctl.checks), dict(ctl.details)
+        if train_step is not None and not ctl.reason:
+            try:
+                watched = StepWatch(model, optimizer).run(train_step)
+            except Exception as exc:  # noqa: BLE001 - user code: its failure is reported, every value restored
+                checks.append(check("train_step", "step.train_step_raised", Status.SKIPPED,
+                                    f"train_step raised {_batch.describe_error(exc)}; gradient clearing between "
+                                    "steps was not observed"))
+                return compose(_NAME, checks, effects + _WATCH_EFFECT, details, ctl.reason)
+            effects += _WATCH_EFFECT
+            seen = {(c.finding.check, c.finding.where) for c in checks if c.finding.status is Status.FAIL}
+            checks += [c for c in watched.checks if (c.finding.check, c.finding.where) not in seen]
+            details["train_step"] = watched.details
+    return compose(_NAME, checks, effects, details, ctl.reason)
