@@ -196,12 +196,24 @@ def _parse_typed(key: str, value: Any, template: Any) -> Any:
 
 
 def _builtin_mlp() -> Workload:
-    from .. import __version__
     from . import builtin_mlp as m
 
     defaults = dict(m.DEFAULT_CONFIG, **m.EXTRA_CONFIG)
     spec = WorkloadSpec(defaults, m.EVAL_KEYS, m.EXEC_KEYS, m.validate)
-    return Workload("builtin:mlp", m.train, spec, Path(m.__file__).parent.parent, f"firstdiv {__version__}")
+    return Workload("builtin:mlp", m.train, spec, Path(m.__file__).parent.parent, f"firstdiv {_version()}")
+
+
+def _version() -> str:
+    """The installed firstdiv's version (the package metadata, as the HTML pages read it); from a source tree
+    that is not installed, the one the package declares."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("firstdiv")
+    except PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
 
 
 BUILTINS: dict[str, Callable[[], Workload]] = {"mlp": _builtin_mlp}

@@ -1,18 +1,15 @@
-"""Terminal layout of the factorial and curves reports (their computation lives in factorial.py
-and curves.py). User strings go in as Text, never as markup."""
+"""Terminal layout of the lab's experiments: the factorial and curves reports, the gate and its checks, the
+RNG audit (their computation lives in the lab). User strings go in as Text, never as markup."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from .._format import seed_text
 from .._rich import Table, Text
 from ..report import Status
-from .render import _num, _short
-
-if TYPE_CHECKING:
-    from .curves import CurveComparison
-    from .factorial import Factorial
+from .sweeps import _num, _short
 
 _MAX_ROWS = 60  # longer curves show every k-th epoch plus the epochs the report names
 
@@ -34,7 +31,7 @@ def _warnings(findings: Iterable[Any], skip: tuple[str, ...] = ()) -> Iterable[T
 # -- factorial ---------------------------------------------------------------------------------
 
 
-def render_factorial_body(f: Factorial) -> Iterable[Any]:
+def render_factorial_body(f: Any) -> Iterable[Any]:
     d = f.details
     better = "higher" if d["higher_is_better"] else "lower"
     yield Text(f"2x2 on {d['workload']}   {d['metric']} ({better} is better)   {len(d['seeds'])} shared seeds", style="bold")
@@ -67,7 +64,7 @@ def render_factorial_body(f: Factorial) -> Iterable[Any]:
 # -- curves ------------------------------------------------------------------------------------
 
 
-def render_curves_body(c: CurveComparison) -> Iterable[Any]:
+def render_curves_body(c: Any) -> Iterable[Any]:
     d = c.details
     better = "higher" if d["higher_is_better"] else "lower"
     pairing = (f"({len(d['shared_seeds'])} shared seeds: paired per epoch)" if d["design"] == "paired"
@@ -172,3 +169,62 @@ def _policy_lines(d: dict[str, Any]) -> Iterable[Text]:
     ci = f"  {conf} CI [{t['ci_low']:+.4f}, {t['ci_high']:+.4f}]  p={_p(t['p_value'])}" if t["ci_low"] is not None else ""
     yield Text(f"  {s['design']} delta of the selected values: {s['mean_delta']:+.4f}{ci}  ").append_text(
         _state(s["resolved"], s["direction"]))
+
+
+# -- gate --------------------------------------------------------------------------------------
+
+
+def render_gate(g: Any, rule: str, holdout: str) -> Iterable[Text]:
+    """A Gate, in chapter 14's E10 shape; ``rule`` and ``holdout`` are the gate's own wording of its rule
+    and of its held-out validation."""
+    status = "CALIBRATED" if g.calibrated else "NOT VALIDATED" if g.holdout is None else "MISCALIBRATED"
+    yield Text.assemble(("GATE  ", "bold"), f"{g.metric} {g.op} {g.threshold:.4f}   ",
+                        (status, "green" if g.calibrated else "bold red" if g.holdout else "yellow"))
+    yield Text(f"  rule        {rule}")
+    yield Text(f"  guarantee   a new healthy run (same workload, config, code, data, measurement and environment; "
+               f"only the seed new) fails with probability <= {g.alpha:g} ({g.bound:.4f} = (n+1-rank)/(n+1)), "
+               "averaged over calibrations")
+    yield Text(f"  held out    {holdout}")
+    yield Text(f"  calibrated  {g.workload} sweep {g.calibration_sweep or '-'} seeds {seed_text(g.calibration_seeds)}  "
+               f"config {g.config_hash}  eval fp {g.eval_fingerprint}  env {g.env_hash}  code {g.code_version}")
+
+
+def render_check(c: Any, run_text: Callable[[str, float, dict[str, Any]], str]) -> Iterable[Text]:
+    """A GateCheck: ``run_text(metric, threshold, run)`` is the gate's line for one run
+    (``val_loss 0.9924   threshold 1.0574   pass=True   margin +0.065``)."""
+    d = c.details
+    for r in d["runs"][:20]:
+        yield Text(f"  {r['label']:<10} {run_text(d['metric'], d['threshold'], r)}", style="red" if r["exceeded"] else "")
+    if d["m"] > 20:
+        yield Text(f"  ... {d['m'] - 20} more runs")
+    if d["m"] > 1:
+        yield Text(f"  {d['exceeded']}/{d['m']} over the threshold; {d['rule']}: p={d['p_value']:.3g}")
+    meas = d["measurement"]
+    yield Text(f"  eval fingerprint {meas['calibrated']} -> {', '.join(meas['observed']) or 'not recorded'}  {meas['state']}")
+    g = d["gate"]
+    yield Text(f"  gate: {d['metric']} {d['op']} {d['threshold']:.4f} (rank {g['rank']} of {g['n']} healthy seeds, "
+               f"false alarms <= {d['alpha']:g}) from {g['workload']} config {g['config_hash']}"
+               + {"passed": "", "none": "; NOT validated on held-out seeds",
+                  "failed": "; FAILED held-out validation: its false alarms exceed alpha"}[d["validation"]],
+               style="dim")
+
+
+# -- RNG audit ---------------------------------------------------------------------------------
+
+
+def render_rng_audit(report: Any, row_texts: Callable[[dict[str, Any]], list[str]]) -> Iterable[Any]:
+    """An RngAuditReport: the chapter's table; ``row_texts(row)`` is the audit's own wording of a row's cells."""
+    d = report.details
+    yield Text(f"  {d['source']}; {d['items']} items per pass, two passes each after torch.manual_seed({d['seed']})")
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("", *d["columns"]):
+        table.add_column(col)
+    for row in d["rows"]:
+        styled = [Text(t, style="green" if t == "REPRODUCES" else "dim" if t == "not drawn" else "bold red")
+                  for t in row_texts(row)]
+        table.add_row(Text(row["rng"]), *styled)
+    yield table
+    if not report.ok or not all(c["ok"] for row in d["rows"] for c in row["cells"].values()):
+        verdict = "fixes every stream" if d["repair_ok"] else "does NOT fix every stream (see the table)"
+        yield Text(f"  the repair, applied and verified on copies, {verdict}:", style="bold")
+        yield Text("    " + d["repair_code"].replace("\n", "\n    "))

@@ -1,16 +1,12 @@
-"""Terminal layout of the lab's results, in the chapter's shapes (noise-floor table, RUN block)."""
+"""Terminal layout of the lab's results, in the chapter's shapes: the noise-floor table, the sweep, the RUN block
+of a comparison, bisection, the determinism audit and the A/A self-check."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .._rich import Table, Text
-from .sweep import diverged_text
-
-if TYPE_CHECKING:
-    from .compare import Comparison
-    from .sweep import SweepResult
 
 
 def _num(x: Any, digits: int = 4) -> str:
@@ -38,7 +34,8 @@ def noise_floor_table(summary: dict[str, dict[str, float]], title: str = "") -> 
     return table
 
 
-def render_sweep(result: SweepResult) -> Iterable[Any]:
+def render_sweep(result: Any, diverged_text: Callable[[Any], str]) -> Iterable[Any]:
+    """A SweepResult; ``diverged_text(record)`` words a diverged run (the lab's wording)."""
     s = result.sweep
     yield Text.assemble(("SWEEP ", "bold"), f"{s.name}  ", (f"[{s.id}]", "dim"), f"  {s.workload}  ",
                         f"config {s.info.get('config_hash')}  env {s.info.get('env_hash')}  "
@@ -56,7 +53,7 @@ def render_sweep(result: SweepResult) -> Iterable[Any]:
         yield Text("  one seed gives no noise floor: rerun with --seeds 0-11", style="yellow")
 
 
-def _ident_rows(c: Comparison) -> Iterable[Text]:
+def _ident_rows(c: Any) -> Iterable[Text]:
     labels = {"config": "config hash", "eval_fingerprint": "eval fingerprint", "env": "env hash",
               "code": "code version", "data": "data identity"}
     for key, label in labels.items():
@@ -87,7 +84,7 @@ def _design_text(d: dict[str, Any], shared: int) -> str:
     return f"no shared seeds{finite}: unpaired"
 
 
-def render_comparison_body(c: Comparison) -> Iterable[Any]:
+def render_comparison_body(c: Any) -> Iterable[Any]:
     d = c.details
     metric = d["metric"]
     shared = len(d["shared_seeds"])
@@ -189,3 +186,64 @@ def _diverged_decides(d: dict[str, Any]) -> bool:
         return False
     u = d["unpaired"]
     return div["direction"] is not None or not u["n_base"] or not u["n_cand"]
+
+
+# -- bisection, determinism audit, A/A self-check ---------------------------------------------
+
+_DECISION_STYLE = {"SAME": "green", "DIFFERENT": "bold red", "UNKNOWN": "yellow"}
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    return table
+
+
+def render_bisect(report: Any) -> Iterable[Any]:
+    d = report.details
+    yield Text(f"{d['workload']}: {len(d['changes'])} changes, metric {d['metric']}, regression criterion: worse by "
+               f"more than {d['margin']:.4g} (paired {1 - d['alpha']:.0%} CI clear of it)")
+    changes = _table("#", "change", "base", "candidate")
+    for i, c in enumerate(d["changes"], 1):
+        changes.add_row(str(i), Text(c["key"]), Text(repr(c["base"])), Text(repr(c["candidate"])))
+    yield changes
+    probes = _table("probe", "changes applied", "seeds", "median", "mean delta", "CI", "decision")
+    index = {c["key"]: i for i, c in enumerate(d["changes"], 1)}
+    for p in d["probes"]:
+        applied = ",".join(str(index[k]) for k in p["keys"]) or "-"
+        probes.add_row(Text(p["label"]), applied, str(p["n"]), f"{p['median']:.4f}", f"{p['mean_delta']:+.4f}",
+                       f"[{p['ci_low']:+.4f}, {p['ci_high']:+.4f}]", Text(p["decision"], style=_DECISION_STYLE[p["decision"]]))
+    yield probes
+    yield Text(("CULPRIT " if d["culprit"] else "RESULT ") + d["conclusion"], style="bold")
+
+
+def render_determinism(report: Any) -> Iterable[Any]:
+    d = report.details
+    floor = d["noise_floor"]
+    yield Text(f"{d['workload']} seed {d['seed']}, metric {d['metric']}; noise floor (seed spread) "
+               + (f"{floor:.4g}" if floor else "not measured"))
+    table = _table("check", "bit-identical", "first diff epoch", "max |delta|", "x noise floor")
+    table.columns[0].no_wrap = True
+    skipped = []
+    for c in d["checks"]:
+        if c.get("skipped"):
+            skipped.append(c)
+            continue
+        ratio = c["relative_to_noise_floor"]
+        table.add_row(Text(c["name"]), str(c["bit_identical"]),
+                      "-" if c["first_diverging_epoch"] is None else str(c["first_diverging_epoch"]),
+                      f"{c['max_abs_diff']:.3g}", "-" if ratio is None else f"{ratio:.3g}")
+    yield table
+    for c in skipped:
+        yield Text(f"  {c['name']}: skipped, {c['skipped']}", style="dim")
+
+
+def render_aa(report: Any) -> Iterable[Any]:
+    d = report.details
+    yield Text(f"{d['workload']}: {d['pairs']} A/A comparisons of disjoint seed sets ({d['seeds_per_side']} seeds a side) "
+               f"of one config, metric {d['metric']}, alpha {d['alpha']}")
+    verdicts = ", ".join(f"{k} {v}" for k, v in d["verdicts"].items())
+    yield Text(f"  verdicts: {verdicts}")
+    yield Text(f"  false SYSTEM_CHANGED rate {d['rate']:.3f}  exact {d['confidence']:.0%} CI [{d['ci_low']:.3f}, "
+               f"{d['ci_high']:.3f}]  P(rate > alpha) test p={d['p_value']:.3g}", style="bold")
