@@ -1,5 +1,6 @@
-"""The formatting vocabulary: how numbers, seed lists and ordinals are written wherever a person reads them
-(the terminal, the HTML pages, the findings' messages). Pure functions of plain values; no rendering library."""
+"""The formatting vocabulary: how numbers, p-values, config values, seed lists, ordinals and exceptions are
+written wherever a person reads them (the terminal, the HTML pages, the findings' messages, the errors). Pure
+functions of plain values; no rendering library."""
 
 from __future__ import annotations
 
@@ -61,3 +62,58 @@ def margin_text(x: float | None) -> str:
 
 def ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def num(x: Any, digits: int = 4) -> str:
+    """A table's number: '-' for none, thousands grouped from 1000 up, else ``digits`` decimals."""
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        if abs(x) >= 1e3:
+            return f"{x:,.0f}"
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def p_text(p: float | None) -> str:
+    """A p-value (or any small statistic) to 3 significant digits; '-' when there is none."""
+    return "-" if p is None else f"{p:.3g}"
+
+
+def short(v: Any) -> str:
+    """A config value in a line: lists as '{a, b, c ...}' (three shown), dicts as 'k=v, ...'."""
+    if isinstance(v, list):
+        return "{" + ", ".join(map(str, v[:3])) + (" ..." if len(v) > 3 else "") + "}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={short(x)}" for k, x in v.items())
+    return str(v)
+
+
+def inline(value: Any) -> str:
+    """A value as the terminal's reports write it: floats to 6 significant digits, containers flattened, uncut."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={inline(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(inline(v) for v in value) + "]"
+    return str(value)
+
+
+def clip(value: Any, limit: int = 90) -> str:
+    """A value cut to ``limit`` characters with '...' (floats to 6 significant digits)."""
+    text = f"{value:.6g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def first_line(exc: BaseException, limit: int | None = None) -> str:
+    """The first line of an exception's message, cut to ``limit`` characters; its type's name when it has none."""
+    text = str(exc).strip()
+    return (text.splitlines()[0][:limit] if limit is not None else text.splitlines()[0]) if text else type(exc).__name__
+
+
+def describe_error(exc: BaseException, limit: int | None = 300) -> str:
+    """One line naming what was raised: ``RuntimeError: first line of the message`` (cut to ``limit``
+    characters; ``None``: uncut), or just ``RuntimeError`` when the message is empty."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {first_line(exc, limit)}" if text else type(exc).__name__

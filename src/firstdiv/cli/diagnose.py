@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from .._format import describe_error
 from ..errors import InvalidArgument
 from ._common import EXIT_FOUND, EXIT_OK, emit, json_option
 
@@ -53,7 +54,7 @@ def _case_evidence(target: str) -> dict[str, Any]:
     try:
         evidence = fn()
     except Exception as exc:  # noqa: BLE001 - the user's function: any failure is an input error
-        raise InvalidArgument(f"{target}() raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        raise InvalidArgument(f"{target}() raised {describe_error(exc, None)}") from None
     if not isinstance(evidence, dict) or not all(isinstance(k, str) for k in evidence):
         raise InvalidArgument(f"Expected {target}() to return a dict of evidence (model=..., batch=...) but got "
                               f"{type(evidence).__name__}")

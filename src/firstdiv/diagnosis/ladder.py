@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._book import ESCALATION
+from .._format import clip
 from ..errors import InvalidArgument
 from ..instruments._user_hooks import reports_user_hooks
 from ..report import Divergence, Finding, Report, Status, skipped
@@ -300,24 +301,19 @@ def _observation(rung: _Rung, report: Report, seconds: float) -> dict[str, Any]:
             "seconds": seconds}
 
 
-def _short(value: Any, limit: int = 90) -> str:
-    text = f"{value:.6g}" if isinstance(value, float) else str(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def _summary(report: Report) -> str:
     """One line: the divergence, the reason it could not run, or the count of checks and the first warning."""
     div = report.first_divergence
     if report.status is Status.FAIL and div is not None:
-        return _short(f"{div.where} [{div.kind}]: expected {_short(div.expected, 60)}; observed {_short(div.observed, 80)}", 200)
+        return clip(f"{div.where} [{div.kind}]: expected {clip(div.expected, 60)}; observed {clip(div.observed, 80)}", 200)
     if report.status is Status.SKIPPED:
-        return _short(report.reason, 200)
+        return clip(report.reason, 200)
     counts = {s: sum(f.status is s for f in report.findings) for s in Status}
     n = len(report.findings)
     text = f"{n} check{'s' * (n != 1)}: {counts[Status.PASS]} pass" + "".join(
         f", {counts[s]} {s.value.lower()}" for s in (Status.WARN, Status.SKIPPED) if counts[s])
     warn = next((f for f in report.findings if f.status is Status.WARN), None)
-    return _short(text + (f"; WARN {warn.where}: {warn.message}" if warn else ""), 200)
+    return clip(text + (f"; WARN {warn.where}: {warn.message}" if warn else ""), 200)
 
 
 # ---- evidence -------------------------------------------------------------------------------------------------------------

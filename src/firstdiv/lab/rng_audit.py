@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from .._format import describe_error
 from ..errors import InvalidArgument, WorkloadError
 from ..report import Divergence, Finding, Report, Status, skipped
 from ._rng_probe import GLOBALS, Plan, RngDemo, find_held, repair_code, run_setting
@@ -218,7 +219,7 @@ def _plan(obj: Any, seed: Any, items: Any, batch_size: Any) -> Plan | Report:
     try:
         n = len(ds)
     except Exception as exc:  # noqa: BLE001 (the user's __len__: a SKIPPED report)
-        return skipped(INSTRUMENT, f"len(dataset) raised {type(exc).__name__}: {exc}; make __len__ return the item count")
+        return skipped(INSTRUMENT, f"len(dataset) raised {describe_error(exc, None)}; make __len__ return the item count")
     if n == 0:
         return skipped(INSTRUMENT, "the dataset is empty; audit a dataset with at least one item")
     if batch_size is None:
@@ -231,7 +232,7 @@ def _run(plan: Plan, workers: int, repair: bool) -> list[list[dict[str, Any]]]:
     try:
         inner = copy.deepcopy(plan.dataset)
     except Exception as exc:  # noqa: BLE001 (any copy failure is the dataset's, said in one line)
-        raise _PassError(f"copy.deepcopy(dataset) raised {type(exc).__name__}: {exc}; the audit runs on a copy to leave "
+        raise _PassError(f"copy.deepcopy(dataset) raised {describe_error(exc, None)}; the audit runs on a copy to leave "
                          "yours untouched: make the dataset deep-copyable (define __deepcopy__)") from None
     try:
         passes = run_setting(plan, inner, workers, repair)
@@ -313,7 +314,7 @@ def load_target(target: str) -> Any:
     try:
         obj = fn()
     except Exception as exc:  # noqa: BLE001 (the user's factory failing is one line)
-        raise WorkloadError(f"Calling {name}() from {where} raised {type(exc).__name__}: {exc}; it must take no "
+        raise WorkloadError(f"Calling {name}() from {where} raised {describe_error(exc, None)}; it must take no "
                             "arguments and return a Dataset or DataLoader") from None
     if not isinstance(obj, DataLoader) and (isinstance(obj, (str, bytes))
                                             or not all(hasattr(type(obj), m) for m in ("__getitem__", "__len__"))):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._format import first_line
 from ..errors import InvalidArgument, WorkloadError
 
 TrainFn = Callable[[int, dict[str, Any], Any], Any]
@@ -116,10 +117,10 @@ class Workload:
         try:
             self.spec.validate(config)
         except ValueError as exc:
-            raise InvalidArgument(f"Bad config for {self.target}: {_first_line(exc)}") from None
+            raise InvalidArgument(f"Bad config for {self.target}: {first_line(exc)}") from None
         except (TypeError, KeyError) as exc:  # a value of a type the hook did not expect
             raise InvalidArgument(f"Bad config for {self.target}: its validate hook raised {type(exc).__name__}: "
-                                  f"{_first_line(exc)}; check the types of the values you set") from None
+                                  f"{first_line(exc)}; check the types of the values you set") from None
 
     def _coerce(self, key: str, value: Any, *, from_text: bool) -> Any:
         defaults = self.spec.defaults
@@ -137,11 +138,6 @@ class Workload:
         evals = {k: v for k, v in config.items() if k in self.spec.eval_keys}
         execs = {k: v for k, v in config.items() if k in self.spec.exec_keys}
         return train, evals, execs
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _nonfinite(value: Any) -> bool:

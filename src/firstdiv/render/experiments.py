@@ -6,16 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._format import seed_text
+from .._format import num, p_text, seed_text, short
 from .._rich import Table, Text
 from ..report import Status
-from .sweeps import _num, _short
 
 _MAX_ROWS = 60  # longer curves show every k-th epoch plus the epochs the report names
-
-
-def _p(p: float | None) -> str:
-    return "-" if p is None else f"{p:.3g}"
 
 
 def _state(resolved: bool, direction: str | None) -> Text:
@@ -37,13 +32,13 @@ def render_factorial_body(f: Any) -> Iterable[Any]:
     yield Text(f"2x2 on {d['workload']}   {d['metric']} ({better} is better)   {len(d['seeds'])} shared seeds", style="bold")
     for label in ("A", "B"):
         fac = d["factors"][label]
-        changes = ", ".join(f"{k}: {_short(a)} -> {_short(b)}" for k, (a, b) in fac["changes"].items())
+        changes = ", ".join(f"{k}: {short(a)} -> {short(b)}" for k, (a, b) in fac["changes"].items())
         yield Text(f"  {label}  {fac['spec']}   ({changes})")
     yield Text("")
     yield Text("CELLS   (median [min..max] over the shared seeds)", style="bold")
     for cell in ("base", "A", "B", "AB"):
         c = d["cells"][cell]
-        values = f"{_num(c.get('median'))} [{_num(c.get('min'))}..{_num(c.get('max'))}]"
+        values = f"{num(c.get('median'))} [{num(c.get('min'))}..{num(c.get('max'))}]"
         yield Text(f"  {cell:<6}{values}   {c['sweep']}  ({c['ran']} ran, {c['reused']} reused)")
     if d["effects"]:
         yield Text("")
@@ -51,7 +46,7 @@ def render_factorial_body(f: Any) -> Iterable[Any]:
         for name, e in d["effects"].items():
             label = "interaction A x B" if name == "interaction" else f"main effect {name}"
             line = Text(f"  {label:<19}{e['mean']:+.4f}  stdev {e['stdev']:.4f}  CI [{e['ci_low']:+.4f}, "
-                        f"{e['ci_high']:+.4f}]  p={_p(e['p_value'])}  ")
+                        f"{e['ci_high']:+.4f}]  p={p_text(e['p_value'])}  ")
             yield line.append_text(_state(e["resolved"], e["direction"]))
         if d["effects"]["interaction"]["resolved"]:
             s = d["simple_effects"]
@@ -112,7 +107,7 @@ def _epoch_table(d: dict[str, Any]) -> Table:
         cells = []
         for side in ("baseline", "candidate"):
             b = bands[side][e] if e < len(bands[side]) else None
-            cells += ([_num(b["median"]), f"{_num(b['q25'])}..{_num(b['q75'])}", f"{_num(b['min'])}..{_num(b['max'])}"]
+            cells += ([num(b["median"]), f"{num(b['q25'])}..{num(b['q75'])}", f"{num(b['min'])}..{num(b['max'])}"]
                       if b else ["", "", ""])
         r = rows.get(e)
         delta = f"{r['mean_delta']:+.4f}" if r and r["mean_delta"] is not None else ""
@@ -134,11 +129,11 @@ def _separation_lines(d: dict[str, Any]) -> Iterable[Text]:
     big = sep["largest"]
     if big is not None and big["ci_low"] is not None:
         yield Text(f"  largest separation at epoch {big['epoch']}: {big['mean_delta']:+.4f}  {conf} CI "
-                   f"[{big['ci_low']:+.4f}, {big['ci_high']:+.4f}]  p={_p(big['p_value'])}")
+                   f"[{big['ci_low']:+.4f}, {big['ci_high']:+.4f}]  p={p_text(big['p_value'])}")
     for side in ("baseline", "candidate"):
         s = d["shape"][side]
-        yield Text(f"  median curve, {side:<9}: best {_num(s['best_value'])} at epoch {s['best_epoch']}, "
-                   f"final {_num(s['final_value'])} at epoch {s['final_epoch']}")
+        yield Text(f"  median curve, {side:<9}: best {num(s['best_value'])} at epoch {s['best_epoch']}, "
+                   f"final {num(s['final_value'])} at epoch {s['final_epoch']}")
 
 
 def _endpoint_lines(d: dict[str, Any]) -> Iterable[Text]:
@@ -155,7 +150,7 @@ def _endpoint_lines(d: dict[str, Any]) -> Iterable[Text]:
 def _sel(side: dict[str, Any]) -> str:
     ep = side["epoch"]
     epochs = f"{ep['min']:.0f}" if ep["min"] == ep["max"] else f"{ep['min']:.0f}..{ep['max']:.0f}"
-    return f"{_num(side['value']['median'])} [{epochs}]"
+    return f"{num(side['value']['median'])} [{epochs}]"
 
 
 def _policy_lines(d: dict[str, Any]) -> Iterable[Text]:
@@ -166,7 +161,7 @@ def _policy_lines(d: dict[str, Any]) -> Iterable[Text]:
     for side in ("baseline", "candidate"):
         yield Text(f"  {side:<10}{_sel(s[side])}   epochs chosen per seed: {s[side]['epochs']}")
     t = s["test"]
-    ci = f"  {conf} CI [{t['ci_low']:+.4f}, {t['ci_high']:+.4f}]  p={_p(t['p_value'])}" if t["ci_low"] is not None else ""
+    ci = f"  {conf} CI [{t['ci_low']:+.4f}, {t['ci_high']:+.4f}]  p={p_text(t['p_value'])}" if t["ci_low"] is not None else ""
     yield Text(f"  {s['design']} delta of the selected values: {s['mean_delta']:+.4f}{ci}  ").append_text(
         _state(s["resolved"], s["direction"]))
 

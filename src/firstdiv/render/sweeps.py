@@ -6,21 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .._format import num, p_text, short
 from .._rich import Table, Text
-
-
-def _num(x: Any, digits: int = 4) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        if abs(x) >= 1e3:
-            return f"{x:,.0f}"
-        return f"{x:.{digits}f}"
-    return str(x)
-
-
-def _g(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3g}"
 
 
 def noise_floor_table(summary: dict[str, dict[str, float]], title: str = "") -> Table:
@@ -30,7 +17,7 @@ def noise_floor_table(summary: dict[str, dict[str, float]], title: str = "") -> 
     for metric, s in summary.items():
         if not s.get("n"):
             continue
-        table.add_row(metric, *(_num(s[k]) for k in ("median", "stdev", "min", "max", "spread")), str(s["n"]))
+        table.add_row(metric, *(num(s[k]) for k in ("median", "stdev", "min", "max", "spread")), str(s["n"]))
     return table
 
 
@@ -59,19 +46,11 @@ def _ident_rows(c: Any) -> Iterable[Text]:
     for key, label in labels.items():
         v = c.details["identity_detail"][key]
         style = "green" if v["state"] == "SAME" else "bold yellow"
-        line = Text(f"  {label:<17}{_short(v['baseline'])}  ->  {_short(v['candidate'])}   ")
+        line = Text(f"  {label:<17}{short(v['baseline'])}  ->  {short(v['candidate'])}   ")
         line.append(v["state"], style=style)
         yield line
         for field, (a, b) in list(v["fields"].items())[:8]:
-            yield Text(f"      {field}: {_short(a)} -> {_short(b)}")
-
-
-def _short(v: Any) -> str:
-    if isinstance(v, list):
-        return "{" + ", ".join(map(str, v[:3])) + (" ..." if len(v) > 3 else "") + "}"
-    if isinstance(v, dict):
-        return ", ".join(f"{k}={_short(x)}" for k, x in v.items())
-    return str(v)
+            yield Text(f"      {field}: {short(a)} -> {short(b)}")
 
 
 def _design_text(d: dict[str, Any], shared: int) -> str:
@@ -104,7 +83,7 @@ def render_comparison_body(c: Any) -> Iterable[Any]:
     yield Text("COST   (median)", style="bold")
     cost = d["cost"]["examples_per_s"]
     change = f"({cost['change']:+.1%})" if cost["change"] is not None else ""
-    yield Text(f"  examples/s  {_num(cost['baseline'])}  ->  {_num(cost['candidate'])}   {change}")
+    yield Text(f"  examples/s  {num(cost['baseline'])}  ->  {num(cost['candidate'])}   {change}")
     if d["declared"]:
         dec = d["declared"]
         yield Text("")
@@ -119,7 +98,7 @@ def render_comparison_body(c: Any) -> Iterable[Any]:
 
 def _spread(s: dict[str, Any]) -> str:
     """median [min..max] of the finite values, then how many seeds ended non-finite."""
-    text = f"{_num(s['median'])} [{_num(s['min'])}..{_num(s['max'])}]" if s.get("n") else "-"
+    text = f"{num(s['median'])} [{num(s['min'])}..{num(s['max'])}]" if s.get("n") else "-"
     bad = s.get("nonfinite", 0)
     return text + (f" +{bad} non-finite" if bad else "")
 
@@ -143,7 +122,7 @@ def _stats_lines(d: dict[str, Any], metric: str) -> Iterable[Text]:
     if u["p_value"] is not None:
         label = "unpaired (seeds do not match)" if d["design"] == "unpaired" else "unpaired, for contrast"
         yield Text(f"  {label}: mean delta {u['mean_delta']:+.4f}  {conf} CI [{u['ci_low']:+.4f}, {u['ci_high']:+.4f}]  "
-                   f"Welch p={u['p_value']:.3g}  Mann-Whitney p={_g(u['mannwhitney_p'])}")
+                   f"Welch p={u['p_value']:.3g}  Mann-Whitney p={p_text(u['mannwhitney_p'])}")
     if d["noise_ratio"] is not None:
         yield Text(f"  -> {d['noise_ratio']:.1f}x the noise floor (baseline spread {d['noise_floor']['spread']:.4f})")
 

@@ -6,20 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .._format import inline
 from .._rich import Table, Text  # rich without moving Python's global RNG (see _rich)
 from ..report import Report, Status
 
 _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.WARN: "yellow", Status.SKIPPED: "dim"}
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return str(value)
 
 
 def render_report(report: Report) -> Iterable[Any]:
@@ -32,8 +23,8 @@ def render_report(report: Report) -> Iterable[Any]:
     div = report.first_divergence
     if div is not None:
         yield Text(f"  FIRST DIVERGENCE at {div.where}  [{div.kind}]", style="bold")
-        yield Text(f"    expected: {_fmt(div.expected)}")
-        yield Text(f"    observed: {_fmt(div.observed)}")
+        yield Text(f"    expected: {inline(div.expected)}")
+        yield Text(f"    observed: {inline(div.observed)}")
         if div.hint:
             yield Text(f"    hint:     {div.hint}")
     if custom is not None:

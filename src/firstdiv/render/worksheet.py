@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from .._book import ALL_GREEN, FIELDS, INCIDENT_WORKSHEET
+from .._format import inline
 from .._rich import Padding, Table, Text
-from .text import _fmt
 
 # ---- the diagnose worksheet -------------------------------------------------------------------------------------------
 
 
 def _reproduction_lines(rep: dict[str, Any]) -> list[str]:
-    lines = [f"{key}: {_fmt(value)}" for key, value in rep.items() if key != "given"]
+    lines = [f"{key}: {inline(value)}" for key, value in rep.items() if key != "given"]
     return lines + [f"evidence given: {', '.join(rep.get('given', [])) or 'none'}"]
 
 
@@ -25,7 +25,7 @@ def _divergence_lines(div: dict[str, Any] | None) -> list[str]:
         return ["none: every instrument that ran passed (see OBSERVATIONS)"]
     return [f"where:      {div['where']}  (instrument {div['instrument']}, at {div['instrument_where']})",
             f"kind:       {div['kind']}",
-            f"expected:   {_fmt(div['expected'])}", f"observed:   {_fmt(div['observed'])}"] + \
+            f"expected:   {inline(div['expected'])}", f"observed:   {inline(div['observed'])}"] + \
         ([f"hint:       {div['hint']}"] if div.get("hint") else [])
 
 

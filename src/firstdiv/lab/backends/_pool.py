@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from ..._format import describe_error
 from ...errors import WorkloadError
 from ..record import RunRecord
 from ..workload import Workload
@@ -239,7 +240,7 @@ def _serve(conn: Connection, target: str, located: str, ident: dict[str, Any], t
         workload = load(target, located)
         train = trainer(workload, ident)
     except Exception as exc:  # noqa: BLE001 (any failure to load is reported, and stops the sweep)
-        conn.send(("loaded", f"{type(exc).__name__}: {exc}"))
+        conn.send(("loaded", describe_error(exc, None)))
         return
     conn.send(("loaded", None))
     while True:
