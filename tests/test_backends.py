@@ -191,7 +191,7 @@ def test_worker_that_exits_mid_run_is_a_failed_seed_and_the_rest_complete(backen
 
 
 def test_process_workers_that_die_while_starting_stop_the_sweep_with_the_fix(tmp_path, monkeypatch):
-    monkeypatch.setattr("firstdiv.lab.backends.process._serve", _die_at_start)
+    monkeypatch.setattr("firstdiv.lab.backends._pool._serve", _die_at_start)
     with pytest.raises(firstdiv.WorkloadError, match=r"die while starting.*exit code 7.*if __name__"):
         firstdiv.sweep(f"{CRASHY}:train", "0-3", store=tmp_path / "runs.db", backend="process", workers=2)
     with Store(tmp_path / "runs.db") as st:
@@ -307,7 +307,7 @@ def test_missing_ray_is_a_usage_error_with_the_install_line(tmp_path):
 def test_fork_server_preloads_torch_optim_imports_only_for_workloads_that_may_use_them(monkeypatch):
     import multiprocessing.context as mpc
 
-    from firstdiv.lab.backends import process
+    from firstdiv.lab.backends import _pool as process
 
     seen = []
     monkeypatch.setattr(mpc.ForkServerContext, "set_forkserver_preload", lambda self, names: seen.append(list(names)))

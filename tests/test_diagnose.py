@@ -11,12 +11,13 @@ from click.testing import CliRunner
 from harness import failing, watched
 
 from firstdiv import zoo
-from firstdiv._playbook import play_for
-from firstdiv._render import to_text
-from firstdiv._worksheet import CONTRACTS, FIELDS, contract_of
-from firstdiv.diagnosis import ORDER, Worksheet, diagnose, diagnose_command
+from firstdiv.cli.diagnose import diagnose_command
+from firstdiv.diagnosis import ORDER, Worksheet, diagnose
+from firstdiv.diagnosis._playbook import play_for
+from firstdiv.diagnosis.worksheet import CONTRACTS, FIELDS, contract_of
 from firstdiv.errors import InvalidArgument
 from firstdiv.instruments._core.state import Snapshot
+from firstdiv.render import to_text
 from firstdiv.report import Report, Status
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting

@@ -23,7 +23,7 @@ ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 XSS_SWEEP = f"xss {XSS}"
 SVG_SIZE = re.compile(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"')
 SHIM = ("import sys; from firstdiv import cli; "
-        "cli.LAZY_COMMANDS.setdefault('report', 'firstdiv.report_cli:report_command'); sys.exit(cli.main(sys.argv[1:]))")
+        "cli.LAZY_COMMANDS.setdefault('report', 'firstdiv.cli.report:report_command'); sys.exit(cli.main(sys.argv[1:]))")
 
 
 def build_store(root: Path) -> Path:
@@ -232,7 +232,7 @@ def test_incident_page_follows_the_worksheet_and_escapes_every_field(pages):
 
 
 def test_incident_from_the_store_renders_its_evidence(tmp_path):
-    incident = pytest.importorskip("firstdiv.incident")
+    incident = pytest.importorskip("firstdiv.diagnosis.incident")
     store = tmp_path / "runs.db"
     inc = incident.incident_new(store, symptom=f"flat loss {XSS}", attach=[stale_optimizer_report()])
     page = html.to_html(incident.incident_show(inc.id, store=store))
@@ -243,7 +243,7 @@ def test_incident_from_the_store_renders_its_evidence(tmp_path):
 def test_plots_escape_svg_text_and_leave_matplotlib_settings_alone():
     import matplotlib
 
-    from firstdiv.html import _plots
+    from firstdiv.render.html import _plots
 
     before = {k: v for k, v in matplotlib.rcParams.items() if k != "backend"}
     svg = _plots.strip_plot([(XSS, [0, 1, 2], [1.0, 1.1, 0.9], _plots.BASE), ("cost $5 $x$", [0, 1], [1.2, 1.3], _plots.CAND)],
@@ -272,7 +272,7 @@ def main(monkeypatch, tmp_path):
     from firstdiv import cli
 
     monkeypatch.chdir(tmp_path)  # the default --html report.html lands here, if anywhere
-    monkeypatch.setitem(cli.LAZY_COMMANDS, "report", "firstdiv.report_cli:report_command")
+    monkeypatch.setitem(cli.LAZY_COMMANDS, "report", "firstdiv.cli.report:report_command")
     return cli.main
 
 
@@ -329,7 +329,7 @@ def test_cli_errors_exit_2_with_one_line(main, store, tmp_path, capsys, args, me
 def test_cli_unknown_store_and_unknown_incident_exit_2(main, tmp_path, store, capsys):
     assert main(["report", "base", "--store", str(tmp_path / "none.db")]) == 2
     assert "No run store" in capsys.readouterr().err
-    pytest.importorskip("firstdiv.incident")
+    pytest.importorskip("firstdiv.diagnosis.incident")
     assert main(["report", "incident:inc-nope", "--store", str(store)]) == 2
     assert capsys.readouterr().err.startswith("firstdiv: error: ")
 

@@ -16,18 +16,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import firstdiv.incident as incident_mod
+import firstdiv.diagnosis.incident as incident_mod
 from firstdiv._secrets import Scrubber, scrub_json
-from firstdiv.errors import InvalidArgument, NotFound, StoreError
-from firstdiv.incident import (
+from firstdiv.cli.incident import incident_command
+from firstdiv.diagnosis.incident import (
     CLOSE_FIELDS,
     Incident,
     incident_close,
-    incident_command,
     incident_list,
     incident_new,
     incident_show,
 )
+from firstdiv.errors import InvalidArgument, NotFound, StoreError
 from firstdiv.lab.record import RunRecord
 from firstdiv.lab.store import MIGRATIONS, SCHEMA_VERSION, Store
 from firstdiv.report import Divergence, Finding, Report, Status
@@ -443,7 +443,7 @@ def test_newer_store_schema_is_a_clear_error_and_untouched(store_path):
 
 def _writer(path: str, tag: str, n: int, barrier, queue) -> None:
     try:
-        from firstdiv.incident import incident_new as new
+        from firstdiv.diagnosis.incident import incident_new as new
 
         barrier.wait(timeout=60)
         queue.put((tag, [new(path, symptom=f"{tag}-{i}").id for i in range(n)], None))

@@ -11,10 +11,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from firstdiv import InvalidArgument, Report, Status
-from firstdiv._render import to_text
 from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.performance_ledger import performance_ledger
 from firstdiv.instruments.performance_ledger._timing import PHASES
+from firstdiv.render import to_text
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import ROOT, TINY
 
 import firstdiv
-from firstdiv.lab.render import render_comparison_body
 from firstdiv.lab.store import Store
+from firstdiv.render.sweeps import render_comparison_body
 
 UNRULY = str(ROOT / "tests" / "workloads" / "unruly.py")
 DIVERGE = f"{UNRULY}:diverge"

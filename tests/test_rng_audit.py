@@ -14,9 +14,9 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 
 import firstdiv
 from firstdiv import InvalidArgument, Report, Status, WorkloadError, rng_audit
-from firstdiv._render import to_text
 from firstdiv.lab._rng_probe import RngDemo, _Repair, find_held, repair_code
 from firstdiv.lab.rng_audit import RngAuditReport, load_target
+from firstdiv.render import to_text
 
 R, NO = "REPRODUCES", "DOES NOT"
 COLS = ["num_workers=0", "num_workers=2", "with the repair"]

@@ -20,9 +20,10 @@ from click.testing import CliRunner
 
 import firstdiv
 from firstdiv import InvalidArgument, Report, Status
-from firstdiv._render import to_text
-from firstdiv._routes import CONTRACTS, INSTRUMENTS, PACKETS, ROUTES
-from firstdiv.routing import EXAMPLES, Route, route, route_command, routes
+from firstdiv.cli.diagnose import route_command
+from firstdiv.diagnosis._routing_table import CONTRACTS, INSTRUMENTS, PACKETS, ROUTES
+from firstdiv.diagnosis.route import EXAMPLES, Route, route, routes
+from firstdiv.render import to_text
 
 WORKSHEET_CONTRACTS = ("tensor", "graph", "ownership", "input representation", "geometry", "attention", "learning chain",
                        "performance", "compiler", "run comparison")
@@ -343,7 +344,7 @@ def test_rich_rendering_shows_the_route_and_escapes_user_text():
 
 
 def test_firstdiv_route_is_the_function_even_after_the_module_was_imported():
-    import firstdiv.routing
+    import firstdiv.diagnosis.route
 
     assert firstdiv.route is route and firstdiv.route("loss is flat") == route("loss is flat")
 

@@ -244,7 +244,7 @@ def test_run_errors_and_hypotheses_are_stored_and_shown_scrubbed(tmp_path, store
 
 
 def test_pages_scrub_what_an_older_store_kept_unscrubbed():
-    from firstdiv.html import _build
+    from firstdiv.render.html import _build
 
     info = {"name": "old", "hypothesis": f"token={HF} helps", "success": "val_loss delta within noise"}
     rows = {r["label"]: r["value"] for r in _build.sweep_identity(info, [])}

@@ -1,7 +1,7 @@
 """The one report shape every instrument returns (DESIGN.md, "The report model").
 
 Reports are frozen dataclasses of plain Python values: no tensors, JSON-safe through ``to_dict``.
-Presentation lives in :mod:`firstdiv._render`.
+Presentation lives in :mod:`firstdiv.render`.
 """
 
 from __future__ import annotations
@@ -103,6 +103,8 @@ class Report:
     details: dict[str, Any] = field(default_factory=dict)
 
     _registry: ClassVar[dict[str, type[Report]]] = {}
+    #: the HTML page that shows it (firstdiv.render.html picks the page by this name)
+    page: ClassVar[str] = "report"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
@@ -150,17 +152,17 @@ class Report:
         )
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
-        from ._render import render_report
+        from .render.text import render_report
 
         yield from render_report(self)
 
     def __str__(self) -> str:
-        from ._render import to_text
+        from .render import to_text
 
         return to_text(self)
 
     def _repr_html_(self) -> str:
-        from ._render import to_html
+        from .render import to_html
 
         return to_html(self)
 

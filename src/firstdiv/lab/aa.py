@@ -72,6 +72,6 @@ def _report(wl: Workload, pairs: int, k: int, metric: str, alpha: float, verdict
 
 class AAReport(Report):
     def __rich_body__(self) -> Any:
-        from .render_lab import render_aa
+        from ..render.sweeps import render_aa
 
         return render_aa(self)

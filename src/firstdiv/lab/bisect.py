@@ -205,6 +205,6 @@ class BisectReport(Report):
         return self.details["culprit"]
 
     def __rich_body__(self) -> Any:
-        from .render_lab import render_bisect
+        from ..render.sweeps import render_bisect
 
         return render_bisect(self)

@@ -6,7 +6,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from . import stats
 from .criteria import MET, NOT_MET, UNRESOLVED, grade, parse_criterion
 from .record import RunRecord
 from .store import Store, SweepInfo
-from .sweep import SweepResult
+from .sweep import SweepResult, load_sweep
 
 MEASUREMENT_CHANGED, NOT_RESOLVED, SYSTEM_CHANGED = "MEASUREMENT_CHANGED", "NOT_RESOLVED", "SYSTEM_CHANGED"
 SAME, CHANGED, UNKNOWN = "SAME", "CHANGED", "UNKNOWN"
@@ -97,6 +97,8 @@ def identity(base: Sequence[RunRecord], cand: Sequence[RunRecord]) -> dict[str, 
 class Comparison(Report):
     """A Report whose ``details`` hold the verdict and its evidence (see ``to_dict()['details']``)."""
 
+    page = "comparison"
+
     @property
     def verdict(self) -> str:
         return self.details["verdict"]
@@ -118,7 +120,7 @@ class Comparison(Report):
         return self.details["unpaired"]
 
     def __rich_body__(self) -> Any:
-        from .render import render_comparison_body
+        from ..render.sweeps import render_comparison_body
 
         return render_comparison_body(self)
 
@@ -154,6 +156,33 @@ def compare(baseline: Any, candidate: Any, *, metric: str = "val_loss",
                            f"(seeds {missing[:5]}); recorded metrics: {', '.join(known)}")
     rng = rng if rng is not None else np.random.default_rng(0)
     return _build(base, cand, metric, alpha, rng)
+
+
+@dataclass(frozen=True)
+class ComparisonView:
+    """A comparison with both sides' runs, so the page can draw their distributions and curves."""
+
+    comparison: Comparison
+    baseline: SweepResult
+    candidate: SweepResult
+
+    #: the HTML page that shows it (firstdiv.render.html)
+    page: ClassVar[str] = "comparison_view"
+
+
+def comparison_view(baseline: Any, candidate: Any, *, metric: str = "val_loss", store: Any = None,
+                    alpha: float = 0.05) -> ComparisonView:
+    """Compare two sweeps (names in ``store``, or SweepResults) exactly as ``firstdiv compare`` does."""
+    if isinstance(baseline, SweepResult) and isinstance(candidate, SweepResult):
+        return ComparisonView(compare(baseline, candidate, metric=metric, alpha=alpha), baseline, candidate)
+    owned = not isinstance(store, Store)
+    st = Store(store, create=False) if owned else store
+    try:
+        sides = [ref if isinstance(ref, SweepResult) else load_sweep(ref, st) for ref in (baseline, candidate)]
+        return ComparisonView(compare(sides[0], sides[1], metric=metric, alpha=alpha), sides[0], sides[1])
+    finally:
+        if owned:
+            st.close()
 
 
 def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Generator) -> Comparison:

@@ -13,15 +13,14 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import click
 import numpy as np
 
-from .._cli_common import EXIT_OK, emit, json_option, store_option
 from ..errors import InvalidArgument, NotFound
 from ..report import Divergence, Finding, Report, Status
 from . import stats
 from .compare import CHANGED, Side, higher_is_better, identity, load_side
 from .policy import FORMS_HELP, Policy, parse_policy
+from .stats import bands
 from .store import Store, SweepInfo
 
 #: seed -> the metric's value at each epoch
@@ -54,24 +53,12 @@ class CurveComparison(Report):
         return self.details["verdict"]
 
     def __rich_body__(self) -> Any:
-        from .render_experiments import render_curves_body
+        from ..render.experiments import render_curves_body
 
         return render_curves_body(self)
 
 
 # -- per-epoch statistics: pure functions over {seed: curve} -----------------------------------
-
-
-def bands(curves: Curves) -> list[dict[str, float]]:
-    """Per epoch over the runs that reached it: n, min, q25, median, q75, max."""
-    length = max(len(c) for c in curves.values())
-    out = []
-    for epoch in range(length):
-        v = np.array([c[epoch] for c in curves.values() if len(c) > epoch], dtype=np.float64)
-        q = np.quantile(v, [0.0, 0.25, 0.5, 0.75, 1.0])
-        out.append({"epoch": epoch, "n": int(v.size), "min": float(q[0]), "q25": float(q[1]), "median": float(q[2]),
-                    "q75": float(q[3]), "max": float(q[4])})
-    return out
 
 
 def _direction(delta: float | None, resolved: bool, hib: bool) -> str | None:
@@ -403,27 +390,3 @@ def _spans(epochs: list[int]) -> str:
 
 def _epochs(lengths: list[int]) -> str:
     return "/".join(map(str, lengths))
-
-
-# -- command line ------------------------------------------------------------------------------
-
-
-@click.command("curves")
-@click.argument("baseline")
-@click.argument("candidate")
-@click.option("--metric", default="val_loss", show_default=True)
-@click.option("--policy", default=None, help="Checkpoint selection: last, best or best:patience=N. Overrides the "
-              "policy the sweeps declared (sweep --checkpoint-policy) and is then reported as chosen after the runs.")
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the tests.")
-@store_option
-@json_option
-def curves_command(baseline: str, candidate: str, metric: str, policy: str | None, alpha: float, store: str | None,
-                   as_json: bool) -> int:
-    """Compare two sweeps' per-epoch curves: bands, where they separate, and a checkpoint policy."""
-    if not 0 < alpha < 1:
-        raise InvalidArgument(f"Expected --alpha in (0, 1) but got {alpha}")
-    chosen = parse_policy(policy) if policy is not None else None  # validated before the store opens
-    with Store(store, create=False) as st:
-        result = curves(baseline, candidate, metric=metric, policy=chosen, store=st, alpha=alpha)
-    emit(result, as_json)
-    return EXIT_OK

@@ -129,6 +129,6 @@ def _report(wl: Workload, seed: int, metric: str, floor: float | None, checks: l
 
 class DeterminismReport(Report):
     def __rich_body__(self) -> Any:
-        from .render_lab import render_determinism
+        from ..render.sweeps import render_determinism
 
         return render_determinism(self)

@@ -19,11 +19,9 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import click
 import numpy as np
 from scipy import stats as sps
 
-from .._cli_common import EXIT_OK, emit, json_option, store_option
 from ..errors import InvalidArgument, NotFound
 from ..report import Finding, Report, Status
 from .compare import higher_is_better
@@ -54,7 +52,7 @@ class Factorial(Report):
         return self.details["resolved"]
 
     def __rich_body__(self) -> Any:
-        from .render_experiments import render_factorial_body
+        from ..render.experiments import render_factorial_body
 
         return render_factorial_body(self)
 
@@ -302,25 +300,3 @@ def summary(details: dict[str, Any]) -> str:
     else:
         tail = "interaction not resolved: the changes act additively at this resolution"
     return f"{head}; {tail}"
-
-
-# -- command line ------------------------------------------------------------------------------
-
-
-@click.command("factorial")
-@click.argument("target")
-@click.option("--a", "a", required=True, metavar="KEY=VALUE[,KEY=VALUE]", help="Change A, on top of the base config.")
-@click.option("--b", "b", required=True, metavar="KEY=VALUE[,KEY=VALUE]", help="Change B (other keys than A).")
-@click.option("--seeds", default="0-11", show_default=True, help="Shared seeds of all four cells: 0-11, 0,3,5.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Base config override (repeatable).")
-@click.option("--metric", default="val_loss", show_default=True)
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the intervals.")
-@store_option
-@json_option
-def factorial_command(target: str, a: str, b: str, seeds: str, sets: tuple[str, ...], metric: str, alpha: float,
-                      store: str | None, as_json: bool) -> int:
-    """Run the 2x2 design base / A / B / AB on TARGET at shared seeds: main effects and interaction."""
-    result = factorial(target, a, b, seeds, sets=list(sets), metric=metric, store=store, alpha=alpha,
-                       progress=not as_json)
-    emit(result, as_json)
-    return EXIT_OK

@@ -17,91 +17,32 @@ import json
 import math
 import numbers
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from scipy import stats as sps
 
+from .._format import margin_text, ordinal, seed_text, value_text
 from ..errors import InvalidArgument, NotFound
 from ..report import Divergence, Finding, Report, Status
 from .compare import higher_is_better
+from .gate_calibration import healthy, holdout_runs, is_seed_spec, joined, source
 from .gate_digest import check_types, digest, verify_digest
-from .gate_render import holdout_text, margin_text, rule_text, run_text, seed_text, value_text
 from .record import RunRecord, now_iso
+from .stats import check_alpha, conformal_rank, conformal_threshold, exceeds, false_alarm_rate, margin, seeds_needed
 from .store import Store
-from .sweep import SweepResult, parse_seeds
+from .sweep import SweepResult
+
+# the rule's statistics live in stats and stay importable from here
+__all__ = ["GATE_FORMAT", "GATE_VERSION", "Gate", "GateCheck", "conformal_rank", "conformal_threshold", "exceeds",
+           "false_alarm_rate", "holdout_text", "margin", "rule_text", "run_text", "seeds_needed"]
 
 GATE_FORMAT = "firstdiv.gate"
 # Gate file versions, append-only history: 1 — firstdiv 0.1 (conformal threshold, held-out check).
 #   2 — calibration_identity (the calibration runs' identities) and calibration_digest (gate_digest).
 GATE_VERSION = 2
-CONFIDENCE = 0.95  # of the held-out false-alarm interval
-
-
-# -- the statistics: pure functions ---------------------------------------------------------------
-
-def conformal_rank(n: int, alpha: float) -> int:
-    """1-based rank ``ceil((n+1)(1-alpha))`` of the threshold among n values ordered best to worst."""
-    return max(1, math.ceil((n + 1) * (1 - alpha) - 1e-9))  # the epsilon keeps exact integers exact
-
-
-def seeds_needed(alpha: float) -> int:
-    """The fewest calibration runs that support ``alpha``: n >= 1/alpha - 1."""
-    n = max(1, math.floor(1 / alpha - 1))
-    while conformal_rank(n, alpha) > n:
-        n += 1
-    return n
-
-
-def conformal_threshold(values: Sequence[float], alpha: float, *,
-                        higher_is_better: bool = False) -> tuple[float, int]:
-    """``values``: shape (n,), one metric value per healthy calibration run. Returns (threshold, rank):
-    the rank-th best value. Raises InvalidArgument when n is too small for ``alpha``."""
-    _check_alpha(alpha)
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.ndim != 1 or arr.size == 0:
-        raise InvalidArgument(f"Expected a non-empty 1-d sequence of calibration values but got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise InvalidArgument(f"{int(np.sum(~np.isfinite(arr)))} of the {arr.size} calibration values are NaN or "
-                              "infinite; calibrate on healthy runs only")
-    n, rank = int(arr.size), conformal_rank(int(arr.size), alpha)
-    if rank > n:
-        smallest = math.ceil(1e4 / (n + 1)) / 1e4
-        raise InvalidArgument(f"alpha={alpha:g} needs at least {seeds_needed(alpha)} calibration seeds "
-                              f"(n >= 1/alpha - 1) but got {n}; sweep more seeds or use alpha >= {smallest:.4f}, "
-                              f"the smallest these {n} seeds support")
-    ordered = np.sort(arr)[::-1] if higher_is_better else np.sort(arr)
-    return float(ordered[rank - 1]), rank
-
-
-def exceeds(value: float, threshold: float, hib: bool) -> bool:
-    """Worse than the threshold. A value that is not finite (a diverged or failed run) always is."""
-    if not math.isfinite(value):
-        return True
-    return value < threshold if hib else value > threshold
-
-
-def margin(value: float, threshold: float, hib: bool) -> float | None:
-    """Room left before the threshold, in metric units: positive passes, negative fails."""
-    if not math.isfinite(value):
-        return None
-    return value - threshold if hib else threshold - value
-
-
-def false_alarm_rate(k: int, m: int, alpha: float, confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """k of m healthy runs exceeded: rate, exact (Clopper-Pearson) interval, p of "rate > alpha"."""
-    ci = sps.binomtest(k, m).proportion_ci(confidence_level=confidence, method="exact")
-    p = float(sps.binomtest(k, m, alpha, alternative="greater").pvalue)
-    return {"false_alarms": k, "n": m, "rate": k / m, "ci_low": float(ci.low), "ci_high": float(ci.high),
-            "confidence": confidence, "p_value": p, "consistent": p > alpha}
-
-
-def _check_alpha(alpha: float) -> None:
-    if not (isinstance(alpha, numbers.Real) and 0 < alpha < 1):
-        raise InvalidArgument(f"Expected alpha in (0, 1), e.g. 0.05, but got {alpha!r}")
 
 
 # -- the gate -----------------------------------------------------------------------------------
@@ -152,24 +93,24 @@ class Gate:
                   store: Store | str | os.PathLike[str] | None = None) -> Gate:
         """Calibrate on ``sweep`` (a sweep name, SweepResult or run records); validate on ``holdout``
         (seeds like "20-59" run on the same workload and config, or a sweep/records)."""
-        _check_alpha(alpha)
+        check_alpha(alpha)
         if store is None and isinstance(sweep, SweepResult) and sweep.store_path:
             store = sweep.store_path  # held-out runs go where the calibration runs are
-        named = isinstance(sweep, str) or (isinstance(holdout, str) and not _is_seed_spec(holdout))
+        named = isinstance(sweep, str) or (isinstance(holdout, str) and not is_seed_spec(holdout))
         owned = named and not isinstance(store, Store)
         st = Store(store, create=False) if owned else store
         try:
-            label, records = _source(sweep, st, "calibration")
-            records = _healthy(records, metric, label)
+            label, records = source(sweep, st, "calibration")
+            records = healthy(records, metric, label)
             hib = higher_is_better(metric, records)
             threshold, rank = conformal_threshold([r.final[metric] for r in records], alpha, higher_is_better=hib)
             first = records[0]
             gate = cls(metric, float(alpha), hib, threshold, rank, tuple(r.seed for r in records),
                        tuple(float(r.final[metric]) for r in records), first.workload, dict(first.config),
                        first.config_hash, first.eval_fingerprint, first.eval_contract,
-                       _joined(r.env_hash for r in records), _joined(r.code.get("version") for r in records),
-                       label, None, now_iso(), _joined(r.identity for r in records))
-            return gate if holdout is None else replace(gate, holdout=_holdout(gate, holdout, st, label))
+                       joined(r.env_hash for r in records), joined(r.code.get("version") for r in records),
+                       label, None, now_iso(), joined(r.identity for r in records))
+            return gate if holdout is None else replace(gate, holdout=holdout_runs(gate, holdout, st, label))
         finally:
             if owned:
                 st.close()  # type: ignore[union-attr]
@@ -255,12 +196,12 @@ class Gate:
         return cls.from_dict(data, source=str(p))
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
-        from .gate_render import render_gate
+        from ..render.experiments import render_gate
 
-        yield from render_gate(self)
+        yield from render_gate(self, rule_text(self), holdout_text(self))
 
     def __str__(self) -> str:
-        from .._render import to_text
+        from ..render import to_text
 
         return to_text(self)
 
@@ -278,105 +219,9 @@ class GateCheck(Report):
         return self.details["threshold"]
 
     def __rich_body__(self) -> Any:
-        from .gate_render import render_check
+        from ..render.experiments import render_check
 
-        return render_check(self)
-
-
-# -- calibration inputs ---------------------------------------------------------------------------
-
-def _is_seed_spec(text: str) -> bool:
-    try:
-        parse_seeds(text)
-    except InvalidArgument:
-        return False
-    return True
-
-
-def _source(ref: Any, st: Any, role: str) -> tuple[str | None, tuple[RunRecord, ...]]:
-    if isinstance(ref, SweepResult):
-        return ref.sweep.name, tuple(ref.records) + tuple(ref.failed)
-    if isinstance(ref, str):
-        info = st.find_sweep(ref)
-        return info.name, tuple(st.records(info, include_failed=True))
-    records = tuple(ref) if isinstance(ref, Iterable) else ()
-    if records and all(isinstance(r, RunRecord) for r in records):
-        return None, records
-    raise InvalidArgument(f"Expected the {role} runs as a sweep name, a SweepResult or run records "
-                          f"but got {type(ref).__name__}")
-
-
-def _healthy(records: Sequence[RunRecord], metric: str, label: str | None) -> tuple[RunRecord, ...]:
-    name = f"sweep {label!r}" if label else "the calibration records"
-    bad = [r.seed for r in records if not r.ok]
-    if not records or bad:
-        raise InvalidArgument(f"{name} has " + (f"failed runs (seeds {bad[:5]})" if bad else "no runs") +
-                              "; calibrate on completed healthy runs only (rerun the sweep)")
-    missing = [r.seed for r in records if metric not in r.final]
-    if missing:
-        raise NotFound(f"Metric {metric!r} is not recorded in {name} (seeds {missing[:5]}); recorded metrics: "
-                       + ", ".join(sorted(set().union(*(r.final for r in records)))))
-    for what, get in (("config hashes", lambda r: r.config_hash), ("eval fingerprints", lambda r: r.eval_fingerprint),
-                      ("workloads", lambda r: r.workload)):
-        seen = sorted({str(get(r)) for r in records})
-        if len(seen) > 1:
-            raise InvalidArgument(f"{name} mixes {len(seen)} {what} ({', '.join(seen[:3])}); calibrate on runs "
-                                  "of one workload, config and measurement")
-    seeds = [r.seed for r in records]
-    if len(set(seeds)) != len(seeds):
-        raise InvalidArgument(f"{name} repeats seeds {sorted({s for s in seeds if seeds.count(s) > 1})[:5]}; "
-                              "each calibration run needs its own seed")
-    return tuple(sorted(records, key=lambda r: r.seed))
-
-
-def _holdout(gate: Gate, holdout: Any, store: Any, label: str | None) -> dict[str, Any]:
-    seeds = None
-    if isinstance(holdout, str) and _is_seed_spec(holdout):
-        seeds = parse_seeds(holdout)
-    elif isinstance(holdout, (list, tuple, range)) and all(isinstance(s, int) for s in holdout):
-        seeds = parse_seeds(list(holdout))
-    calib = set(gate.calibration_seeds)
-    if seeds is not None:
-        _no_overlap(seeds, calib)
-        if not gate.workload:
-            raise InvalidArgument("The calibration records name no workload to run held-out seeds on; "
-                                  "pass the held-out runs as a sweep or records instead")
-        from .sweep import sweep as run_sweep
-
-        result = run_sweep(gate.workload, seeds, config=gate.config, store=store,
-                           name=f"{label or 'gate-' + str(gate.config_hash)[:8]}-holdout")
-        name, records = result.sweep.name, tuple(result.records) + tuple(result.failed)
-    else:
-        name, records = _source(holdout, store, "held-out")
-        _no_overlap([r.seed for r in records], calib)
-    ok = [r for r in records if r.ok]
-    for what, attr in (("config hash", "config_hash"), ("eval fingerprint", "eval_fingerprint")):
-        seen = sorted({str(getattr(r, attr)) for r in ok} - {str(getattr(gate, attr))})
-        if seen and getattr(gate, attr) is not None:
-            raise InvalidArgument(f"The held-out runs have {what} {', '.join(seen)}, the calibration runs "
-                                  f"{getattr(gate, attr)}; hold out healthy seeds of the same workload and config")
-    records = sorted(records, key=lambda r: r.seed)
-    values = [float(r.final.get(gate.metric, math.nan)) if r.ok else math.nan for r in records]
-    k = sum(exceeds(v, gate.threshold, gate.higher_is_better) for v in values)
-    return {"sweep": name, "seeds": [r.seed for r in records], "values": [v if math.isfinite(v) else None for v in values],
-            "failed_seeds": [r.seed for r in records if not r.ok], **false_alarm_rate(k, len(records), gate.alpha),
-            "code_version": _joined(r.code.get("version") for r in records), "env_hash": _joined(r.env_hash for r in records)}
-
-
-def _no_overlap(seeds: Iterable[int], calib: set[int]) -> None:
-    seeds = list(seeds)
-    if not seeds:
-        raise InvalidArgument("Expected held-out runs but got none; pass held-out seeds such as '20-39'")
-    both = sorted(set(seeds) & calib)
-    if both:
-        top = max(calib) + 1
-        raise InvalidArgument(f"Held-out seeds {seed_text(both)} were also used to calibrate (seeds "
-                              f"{seed_text(sorted(calib))}); hold out other seeds, e.g. {top}-{top + len(calib) - 1}")
-
-
-def _joined(values: Iterable[Any]) -> str | None:
-    seen = sorted({str(v) for v in values if v is not None})
-    return ",".join(seen) if seen else None
+        return render_check(self, run_text)
 
 
 # -- checking -------------------------------------------------------------------------------------
@@ -479,3 +324,29 @@ def _divergence(gate: Gate, d: dict[str, Any]) -> Divergence | None:
                       f"margin {margin_text(worst['margin'])} ({worst['label']}: {gate.metric} "
                       f"{value_text(worst['value'])} vs threshold {gate.threshold:.4f})" +
                       (f"; {worst['error']}" if worst["error"] else "") + f"; {why}")
+
+
+# -- the findings' wording ------------------------------------------------------------------------
+
+def run_text(metric: str, threshold: float, r: dict[str, Any]) -> str:
+    """The chapter's line: ``val_loss 0.9924   threshold 1.0574   pass=True   margin +0.065``."""
+    text = (f"{metric} {value_text(r['value'])}   threshold {threshold:.4f}   pass={not r['exceeded']}   "
+            f"margin {margin_text(r['margin'])}")
+    return text + (f"   ({r['error']})" if r["error"] else "")
+
+
+def rule_text(g: Gate) -> str:
+    order = "largest" if g.higher_is_better else "smallest"
+    return (f"split conformal: threshold = the {ordinal(g.rank)} {order} of n={g.n} calibration values "
+            f"(rank ceil((n+1)(1-alpha)) at alpha={g.alpha:g}); a run fails when {g.metric} is "
+            f"{'below' if g.higher_is_better else 'above'} it")
+
+
+def holdout_text(g: Gate) -> str:
+    h = g.holdout
+    if h is None:
+        return "not validated on held-out healthy seeds; calibrate with holdout= (--holdout-seeds) before relying on it"
+    verdict = "consistent with alpha" if h["consistent"] else f"MORE than alpha={g.alpha:g}: not calibrated"
+    return (f"{h['false_alarms']}/{h['n']} held-out healthy seeds ({seed_text(h['seeds'])}) over the threshold: "
+            f"rate {h['rate']:.3f}, {h['confidence']:.0%} CI [{h['ci_low']:.3f}, {h['ci_high']:.3f}] (exact); "
+            f"p={h['p_value']:.3g} for rate > {g.alpha:g}: {verdict}")

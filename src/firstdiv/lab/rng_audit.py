@@ -17,12 +17,11 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-import click
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from .._cli_common import EXIT_FOUND, EXIT_OK, EXIT_USAGE, emit, json_option
+from .._format import describe_error
 from ..errors import InvalidArgument, WorkloadError
 from ..report import Divergence, Finding, Report, Status, skipped
 from ._rng_probe import GLOBALS, Plan, RngDemo, find_held, repair_code, run_setting
@@ -123,22 +122,9 @@ class RngAuditReport(Report):
         return {row["rng"]: dict(zip(self.details["columns"], _row_texts(row))) for row in self.details["rows"]}
 
     def __rich_body__(self) -> Iterable[Any]:
-        from .._rich import Table, Text
+        from ..render.experiments import render_rng_audit
 
-        d = self.details
-        yield Text(f"  {d['source']}; {d['items']} items per pass, two passes each after torch.manual_seed({d['seed']})")
-        table = Table(box=None, header_style="bold", pad_edge=False)
-        for col in ("", *d["columns"]):
-            table.add_column(col)
-        for row in d["rows"]:
-            styled = [Text(t, style="green" if t == "REPRODUCES" else "dim" if t == "not drawn" else "bold red")
-                      for t in _row_texts(row)]
-            table.add_row(Text(row["rng"]), *styled)
-        yield table
-        if not self.ok or not all(c["ok"] for row in d["rows"] for c in row["cells"].values()):
-            verdict = "fixes every stream" if d["repair_ok"] else "does NOT fix every stream (see the table)"
-            yield Text(f"  the repair, applied and verified on copies, {verdict}:", style="bold")
-            yield Text("    " + d["repair_code"].replace("\n", "\n    "))
+        return render_rng_audit(self, _row_texts)
 
 
 def _row_texts(row: dict[str, Any]) -> list[str]:
@@ -233,7 +219,7 @@ def _plan(obj: Any, seed: Any, items: Any, batch_size: Any) -> Plan | Report:
     try:
         n = len(ds)
     except Exception as exc:  # noqa: BLE001 (the user's __len__: a SKIPPED report)
-        return skipped(INSTRUMENT, f"len(dataset) raised {type(exc).__name__}: {exc}; make __len__ return the item count")
+        return skipped(INSTRUMENT, f"len(dataset) raised {describe_error(exc, None)}; make __len__ return the item count")
     if n == 0:
         return skipped(INSTRUMENT, "the dataset is empty; audit a dataset with at least one item")
     if batch_size is None:
@@ -246,7 +232,7 @@ def _run(plan: Plan, workers: int, repair: bool) -> list[list[dict[str, Any]]]:
     try:
         inner = copy.deepcopy(plan.dataset)
     except Exception as exc:  # noqa: BLE001 (any copy failure is the dataset's, said in one line)
-        raise _PassError(f"copy.deepcopy(dataset) raised {type(exc).__name__}: {exc}; the audit runs on a copy to leave "
+        raise _PassError(f"copy.deepcopy(dataset) raised {describe_error(exc, None)}; the audit runs on a copy to leave "
                          "yours untouched: make the dataset deep-copyable (define __deepcopy__)") from None
     try:
         passes = run_setting(plan, inner, workers, repair)
@@ -328,7 +314,7 @@ def load_target(target: str) -> Any:
     try:
         obj = fn()
     except Exception as exc:  # noqa: BLE001 (the user's factory failing is one line)
-        raise WorkloadError(f"Calling {name}() from {where} raised {type(exc).__name__}: {exc}; it must take no "
+        raise WorkloadError(f"Calling {name}() from {where} raised {describe_error(exc, None)}; it must take no "
                             "arguments and return a Dataset or DataLoader") from None
     if not isinstance(obj, DataLoader) and (isinstance(obj, (str, bytes))
                                             or not all(hasattr(type(obj), m) for m in ("__getitem__", "__len__"))):
@@ -336,32 +322,8 @@ def load_target(target: str) -> Any:
     return obj
 
 
-def _parse_workers(text: str) -> list[int]:
+def parse_workers(text: str) -> list[int]:
     try:
         return _settings([int(part, 10) for part in text.split(",")])
     except ValueError:
         raise InvalidArgument(f"Expected --workers like 0,2 (non-negative integers) but got {text!r}") from None
-
-
-@click.command("rng-audit")
-@click.argument("target", required=False, default="builtin:rng-demo")
-@click.option("--workers", default="0,2", show_default=True, help="num_workers settings to audit, comma-separated.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed given to torch.manual_seed before each pass.")
-@click.option("--items", type=int, default=16, show_default=True, help="Items observed per pass.")
-@click.option("--batch-size", type=int, default=None, help="Batch size (default: the loader's, or 1 for a Dataset).")
-@json_option
-def rng_audit_command(target: str, workers: str, seed: int, items: int, batch_size: int | None, as_json: bool) -> int:
-    """Which RNGs in TARGET's data pipeline reproduce from the seed, per num_workers (chapter 14, E4).
-
-    TARGET is builtin:rng-demo (default), path/to/file.py:function or module:function, a zero-argument
-    function returning a Dataset or DataLoader. Exit 1 when a stream does not reproduce or is shared by workers.
-    """
-    settings = _parse_workers(workers)
-    report = rng_audit(load_target(target), settings, seed=seed, items=items, batch_size=batch_size)
-    if report.status is Status.SKIPPED:  # could not run: one line (and the report only when asked for JSON)
-        if as_json:
-            emit(report, True)
-        click.echo(f"firstdiv: error: {report.reason}", err=True)
-        return EXIT_USAGE
-    emit(report, as_json)
-    return EXIT_OK if report.ok else EXIT_FOUND

@@ -7,15 +7,19 @@ Randomised procedures (bootstrap) take an explicit ``numpy.random.Generator``.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
+from ..errors import InvalidArgument
+
 ALPHA = 0.05
 POWER = 0.8
+CONFIDENCE = 0.95  # of the gate's held-out false-alarm interval
 
 
 def describe(values: Sequence[float]) -> dict[str, float]:
@@ -150,3 +154,80 @@ def seeds_to_resolve(delta: float, sd: float, *, paired_design: bool, alpha: flo
         else:
             lo = mid + 1
     return hi
+
+
+# -- curves: per-epoch bands over seeds -------------------------------------------------------------
+
+def bands(curves: Mapping[int, Sequence[float]]) -> list[dict[str, float]]:
+    """Per epoch over the runs that reached it: n, min, q25, median, q75, max."""
+    length = max(len(c) for c in curves.values())
+    out = []
+    for epoch in range(length):
+        v = np.array([c[epoch] for c in curves.values() if len(c) > epoch], dtype=np.float64)
+        q = np.quantile(v, [0.0, 0.25, 0.5, 0.75, 1.0])
+        out.append({"epoch": epoch, "n": int(v.size), "min": float(q[0]), "q25": float(q[1]), "median": float(q[2]),
+                    "q75": float(q[3]), "max": float(q[4])})
+    return out
+
+
+# -- the gate's calibration: split conformal thresholds and false-alarm rates -----------------------
+
+def exceeds(value: float, threshold: float, hib: bool) -> bool:
+    """Worse than the threshold. A value that is not finite (a diverged or failed run) always is."""
+    if not math.isfinite(value):
+        return True
+    return value < threshold if hib else value > threshold
+
+
+def margin(value: float, threshold: float, hib: bool) -> float | None:
+    """Room left before the threshold, in metric units: positive passes, negative fails."""
+    if not math.isfinite(value):
+        return None
+    return value - threshold if hib else threshold - value
+
+
+def conformal_rank(n: int, alpha: float) -> int:
+    """1-based rank ``ceil((n+1)(1-alpha))`` of the threshold among n values ordered best to worst."""
+    return max(1, math.ceil((n + 1) * (1 - alpha) - 1e-9))  # the epsilon keeps exact integers exact
+
+
+def seeds_needed(alpha: float) -> int:
+    """The fewest calibration runs that support ``alpha``: n >= 1/alpha - 1."""
+    n = max(1, math.floor(1 / alpha - 1))
+    while conformal_rank(n, alpha) > n:
+        n += 1
+    return n
+
+
+def conformal_threshold(values: Sequence[float], alpha: float, *,
+                        higher_is_better: bool = False) -> tuple[float, int]:
+    """``values``: shape (n,), one metric value per healthy calibration run. Returns (threshold, rank):
+    the rank-th best value. Raises InvalidArgument when n is too small for ``alpha``."""
+    check_alpha(alpha)
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise InvalidArgument(f"Expected a non-empty 1-d sequence of calibration values but got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise InvalidArgument(f"{int(np.sum(~np.isfinite(arr)))} of the {arr.size} calibration values are NaN or "
+                              "infinite; calibrate on healthy runs only")
+    n, rank = int(arr.size), conformal_rank(int(arr.size), alpha)
+    if rank > n:
+        smallest = math.ceil(1e4 / (n + 1)) / 1e4
+        raise InvalidArgument(f"alpha={alpha:g} needs at least {seeds_needed(alpha)} calibration seeds "
+                              f"(n >= 1/alpha - 1) but got {n}; sweep more seeds or use alpha >= {smallest:.4f}, "
+                              f"the smallest these {n} seeds support")
+    ordered = np.sort(arr)[::-1] if higher_is_better else np.sort(arr)
+    return float(ordered[rank - 1]), rank
+
+
+def false_alarm_rate(k: int, m: int, alpha: float, confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """k of m healthy runs exceeded: rate, exact (Clopper-Pearson) interval, p of "rate > alpha"."""
+    ci = stats.binomtest(k, m).proportion_ci(confidence_level=confidence, method="exact")
+    p = float(stats.binomtest(k, m, alpha, alternative="greater").pvalue)
+    return {"false_alarms": k, "n": m, "rate": k / m, "ci_low": float(ci.low), "ci_high": float(ci.high),
+            "confidence": confidence, "p_value": p, "consistent": p > alpha}
+
+
+def check_alpha(alpha: float) -> None:
+    if not (isinstance(alpha, numbers.Real) and 0 < alpha < 1):
+        raise InvalidArgument(f"Expected alpha in (0, 1), e.g. 0.05, but got {alpha!r}")

@@ -329,7 +329,7 @@ class Store:
     def count_runs(self) -> int:
         return int(self._rows("SELECT COUNT(*) FROM runs")[0][0])
 
-    # -- incidents (the failure notebook; see firstdiv.incident) ----------------------------------
+    # -- incidents (the failure notebook; see firstdiv.diagnosis.incident) ------------------------
 
     def add_incident(self, record: dict[str, Any]) -> bool:
         """Insert one incident worksheet (``record`` holds id, title, status, created, updated); False if the id is taken."""

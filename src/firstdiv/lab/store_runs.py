@@ -12,6 +12,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from .._format import first_line
 from ..errors import StoreError
 from .record import RunRecord
 
@@ -83,7 +84,7 @@ def parse(run_id: int, payload: str, *, path: Path, sweep: str | None, seed: int
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         where = f"run {run_id}" + (f" (sweep {sweep!r}, seed {seed})" if sweep is not None else
                                    f" (seed {seed})" if seed is not None else "")
-        why = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        why = first_line(exc, 120)
         raise StoreError(f"{where} in {path} is damaged ({why}); drop it with `firstdiv runs --drop {run_id} "
                          f"--store {path}`, then rerun its sweep to record seed {seed} again") from None
     return record

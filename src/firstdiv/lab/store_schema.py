@@ -9,7 +9,7 @@ from ..errors import StoreError
 
 # Append-only. Each entry migrates version i to i+1; never edit a released entry.
 # History: 1 — runs, sweeps, sweep_seeds (firstdiv 0.1).
-#          2 — incidents: the failure notebook (firstdiv.incident); one JSON worksheet per row.
+#          2 — incidents: the failure notebook (firstdiv.diagnosis.incident); one JSON worksheet per row.
 #          3 — runs are appended, never overwritten: (identity, seed) is no longer unique, and a
 #              sweep seed may pin the run it refers to (sweep_seeds.run_id). A forced rerun appends
 #              and pins, so another sweep of the same identity keeps reading its own records;

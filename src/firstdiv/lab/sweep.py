@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import InvalidArgument
 from ..report import Divergence, Finding, Report, Status
@@ -68,6 +68,9 @@ class SweepResult:
     failed: tuple[RunRecord, ...] = ()
     store_path: str = ""
 
+    #: the HTML page that shows it (firstdiv.render.html)
+    page: ClassVar[str] = "sweep"
+
     @property
     def metrics(self) -> list[str]:
         names: dict[str, None] = {}
@@ -82,6 +85,11 @@ class SweepResult:
     def diverged(self) -> tuple[RunRecord, ...]:
         """Runs that completed with a NaN or infinite final metric (see ``RunRecord.nonfinite``)."""
         return tuple(r for r in self.records if r.ok and r.nonfinite())
+
+    def bands(self, name: str) -> list[dict[str, float]]:
+        """The seed bands (median, quartiles, min, max per epoch) of curve ``name`` over the runs that logged it."""
+        curves = {r.seed: r.curves[name] for r in self.records if r.curves.get(name)}
+        return stats.bands(curves) if curves else []
 
     def summary(self) -> dict[str, dict[str, float]]:
         """The noise floor: per metric, median/stdev/min/max/spread over seeds."""
@@ -119,14 +127,22 @@ class SweepResult:
                       "created": r.created} for r in self.records]})
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
-        from .render import render_sweep
+        from ..render.sweeps import render_sweep
 
-        yield from render_sweep(self)
+        yield from render_sweep(self, diverged_text)
 
     def __str__(self) -> str:
-        from .._render import to_text
+        from ..render import to_text
 
         return to_text(self)
+
+
+def load_sweep(ref: str, store: Any) -> SweepResult:
+    """A stored sweep (by name or id prefix) as a SweepResult with its ok and its failed runs."""
+    info = store.find_sweep(ref)
+    runs = store.records(info, include_failed=True)
+    return SweepResult(info, tuple(r for r in runs if r.ok), failed=tuple(r for r in runs if not r.ok),
+                       store_path=str(store.path))
 
 
 def diverged_text(record: RunRecord) -> str:
@@ -251,8 +267,8 @@ def _progress(enabled: bool, total: int, label: str) -> Any:
 
     if not enabled or total == 0 or not sys.stderr.isatty():
         return nullcontext(None)  # a bar is for a person at a terminal, not for logs
-    from .._render import safe_console
     from .._rich import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from ..render import safe_console
 
     text = label.replace("{", "{{").replace("}", "}}")  # a sweep name is data: not markup, not a format field
     return Progress(TextColumn(text, style="bold", markup=False), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),

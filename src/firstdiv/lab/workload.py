@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._format import first_line
 from ..errors import InvalidArgument, WorkloadError
 
 TrainFn = Callable[[int, dict[str, Any], Any], Any]
@@ -116,10 +117,10 @@ class Workload:
         try:
             self.spec.validate(config)
         except ValueError as exc:
-            raise InvalidArgument(f"Bad config for {self.target}: {_first_line(exc)}") from None
+            raise InvalidArgument(f"Bad config for {self.target}: {first_line(exc)}") from None
         except (TypeError, KeyError) as exc:  # a value of a type the hook did not expect
             raise InvalidArgument(f"Bad config for {self.target}: its validate hook raised {type(exc).__name__}: "
-                                  f"{_first_line(exc)}; check the types of the values you set") from None
+                                  f"{first_line(exc)}; check the types of the values you set") from None
 
     def _coerce(self, key: str, value: Any, *, from_text: bool) -> Any:
         defaults = self.spec.defaults
@@ -137,11 +138,6 @@ class Workload:
         evals = {k: v for k, v in config.items() if k in self.spec.eval_keys}
         execs = {k: v for k, v in config.items() if k in self.spec.exec_keys}
         return train, evals, execs
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _nonfinite(value: Any) -> bool:
@@ -196,12 +192,24 @@ def _parse_typed(key: str, value: Any, template: Any) -> Any:
 
 
 def _builtin_mlp() -> Workload:
-    from .. import __version__
     from . import builtin_mlp as m
 
     defaults = dict(m.DEFAULT_CONFIG, **m.EXTRA_CONFIG)
     spec = WorkloadSpec(defaults, m.EVAL_KEYS, m.EXEC_KEYS, m.validate)
-    return Workload("builtin:mlp", m.train, spec, Path(m.__file__).parent.parent, f"firstdiv {__version__}")
+    return Workload("builtin:mlp", m.train, spec, Path(m.__file__).parent.parent, f"firstdiv {_version()}")
+
+
+def _version() -> str:
+    """The installed firstdiv's version (the package metadata, as the HTML pages read it); from a source tree
+    that is not installed, the one the package declares."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("firstdiv")
+    except PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
 
 
 BUILTINS: dict[str, Callable[[], Workload]] = {"mlp": _builtin_mlp}

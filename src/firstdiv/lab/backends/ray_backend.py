@@ -21,6 +21,7 @@ import sys
 from collections import deque
 from typing import Any
 
+from ..._format import first_line
 from ...errors import InvalidArgument
 from ..record import RunRecord
 from ..workload import Workload
@@ -108,7 +109,7 @@ def _connect(ray: Any, address: str | None, workers: int | None, threads: int) -
         try:
             ray.init(address=address, **quiet)
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise InvalidArgument(f"Cannot connect to the Ray cluster at {address!r} ({first}); check the address "
                                   "(ray://HOST:10001 or HOST:6379) or omit --address to start a local Ray") from None
     else:

@@ -11,7 +11,7 @@ loop, so a seed's record is the same whichever backend ran it and whichever seed
 ``workers`` (default 1): with one, the stacks run one after another in this process at the sweep's
 thread count, and the caller's thread count and global RNG states are restored afterwards. With N,
 the seeds are split into stacks of balanced size (at most ``chunk``, a multiple of N of them) that
-N worker processes of the process backend train side by side, each at the sweep's thread count and
+N worker processes of the pool (:mod:`._pool`, shared with the process backend) train side by side, each at the sweep's thread count and
 holding one stack at a time. Workers pay a start-up (a fork server importing torch, once per Python
 process, then building the data once per worker), so they pay off for large sweeps or when the fork
 server is already running; a worker that dies fails only the seeds of the stack it held.
@@ -58,9 +58,9 @@ def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers:
             return
         stacks = split(seeds, size, workers or 1)
         if workers is not None and workers > 1 and len(stacks) > 1:
-            from . import process
+            from . import _pool
 
-            process.run_jobs(workload, stacks, ident, workers=workers, done=done, stacked=True)
+            _pool.run_jobs(workload, stacks, ident, workers=workers, done=done, trainer=stack_trainer)
             return
         setup = (timer() - start) / len(seeds)  # building the data once serves every seed
         for part in stacks:
@@ -69,11 +69,11 @@ def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers:
 
 
 def warm(options: dict[str, Any], workers: int | None = None, target: str | None = None) -> None:
-    """With worker processes, start the process backend's fork server while the sweep imports the workload."""
+    """With worker processes, start the pool's fork server while the sweep imports the workload."""
     if workers is not None and workers > 1:
-        from . import process
+        from . import _pool
 
-        process.warm(options, workers, target)
+        _pool.warm(options, workers, target)
 
 
 def split(seeds: list[int], size: int, workers: int) -> list[tuple[int, ...]]:

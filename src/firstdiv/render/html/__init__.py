@@ -17,60 +17,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from ..errors import InvalidArgument
-from ..report import Report
+from ...errors import InvalidArgument
 from . import _build
 
-__all__ = ["ComparisonView", "comparison_view", "load_sweep", "to_html", "write_html"]
-
-
-@dataclass(frozen=True)
-class ComparisonView:
-    """A comparison with both sides' runs, so the page can draw their distributions and curves."""
-
-    comparison: Any  # firstdiv.lab.compare.Comparison
-    baseline: Any  # firstdiv.lab.sweep.SweepResult
-    candidate: Any
-
-
-def load_sweep(ref: str, store: Any) -> Any:
-    """A stored sweep (by name or id prefix) as a SweepResult with its ok and its failed runs."""
-    from ..lab.sweep import SweepResult
-
-    info = store.find_sweep(ref)
-    runs = store.records(info, include_failed=True)
-    return SweepResult(info, tuple(r for r in runs if r.ok), failed=tuple(r for r in runs if not r.ok),
-                       store_path=str(store.path))
-
-
-def comparison_view(baseline: Any, candidate: Any, *, metric: str = "val_loss", store: Any = None,
-                    alpha: float = 0.05) -> ComparisonView:
-    """Compare two sweeps (names in ``store``, or SweepResults) exactly as ``firstdiv compare`` does."""
-    from ..lab.compare import compare
-    from ..lab.store import Store
-    from ..lab.sweep import SweepResult
-
-    if isinstance(baseline, SweepResult) and isinstance(candidate, SweepResult):
-        return ComparisonView(compare(baseline, candidate, metric=metric, alpha=alpha), baseline, candidate)
-    owned = not isinstance(store, Store)
-    st = Store(store, create=False) if owned else store
-    try:
-        sides = [ref if isinstance(ref, SweepResult) else load_sweep(ref, st) for ref in (baseline, candidate)]
-        return ComparisonView(compare(sides[0], sides[1], metric=metric, alpha=alpha), sides[0], sides[1])
-    finally:
-        if owned:
-            st.close()
+__all__ = ["to_html", "write_html"]
 
 
 @functools.lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("firstdiv.html", "templates"), autoescape=True,
+    env = jinja2.Environment(loader=jinja2.PackageLoader("firstdiv.render.html", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = _build.fmt
     env.filters["num"] = lambda x, spec=".4g": "–" if x is None else format(x, spec)
@@ -86,18 +47,22 @@ def _version() -> str:
         return "unknown"
 
 
-def _context(obj: Any) -> tuple[str, dict[str, Any]]:
-    from ..lab.compare import Comparison
-    from ..lab.sweep import SweepResult
+#: page attribute -> (template, context builder). The lab's objects name their page (Report.page,
+#: Comparison.page, SweepResult.page, ComparisonView.page); anything else may be an incident.
+_PAGES: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
+    "comparison_view": ("comparison", lambda v: _build.comparison_context(v.comparison, v.baseline, v.candidate)),
+    "comparison": ("comparison", _build.comparison_context),
+    "report": ("report", _build.report_page),
+    "sweep": ("sweep", _build.sweep_context),
+}
 
-    if isinstance(obj, ComparisonView):
-        return "comparison", _build.comparison_context(obj.comparison, obj.baseline, obj.candidate)
-    if isinstance(obj, Comparison):
-        return "comparison", _build.comparison_context(obj)
-    if isinstance(obj, Report):
-        return "report", _build.report_page(obj)
-    if isinstance(obj, SweepResult):
-        return "sweep", _build.sweep_context(obj)
+
+def _context(obj: Any) -> tuple[str, dict[str, Any]]:
+    page = getattr(obj, "page", None)
+    entry = _PAGES.get(page) if isinstance(page, str) else None
+    if entry is not None:
+        template, build = entry
+        return template, build(obj)
     if isinstance(obj, dict) or callable(getattr(obj, "to_dict", None)) or dataclasses.is_dataclass(obj):
         data = _build.incident_data(obj)
         if "symptom" in data:

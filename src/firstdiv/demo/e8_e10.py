@@ -5,19 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from .._rich import Console, Text
-from .bisect import bisect
-from .demo import _heading, _say
-from .store import Store
-from .sweep import sweep
+from ..lab.bisect import bisect
+from ..lab.store import Store
+from ..lab.sweep import sweep
+from ._console import heading, say
 
 #: Six plausible changes at once, one of which (lr x10) is the regression.
 E9_CANDIDATE = "optimizer=adam,weight_decay=0.005,dropout=0.35,lr=0.2,hidden=28,epochs=18"
 
 
 def e9(wl: Any, st: Store, console: Console | None, progress: bool) -> dict[str, Any]:
-    _heading(console, "E9 — Bisection", "six changes at once regressed badly: which one, and does it reproduce alone?")
+    heading(console, "E9 — Bisection", "six changes at once regressed badly: which one, and does it reproduce alone?")
     report = bisect(wl, {}, E9_CANDIDATE, "0-7", store=st, progress=progress)
-    _say(console, report)
+    say(console, report)
     d = report.details
     return {"culprit": d["culprit"], "kind": d["kind"], "margin": d["margin"], "probes": d["probes"],
             "changes": d["changes"], "conclusion": d["conclusion"]}
@@ -30,9 +30,9 @@ def _curve_line(label: str, curve: list[float]) -> str:
 
 
 def e8(wl: Any, st: Store, console: Console | None, progress: bool) -> dict[str, Any]:
-    from .curves import curves
+    from ..lab.curves import curves
 
-    _heading(console, "E8 — Curves, not endpoints",
+    heading(console, "E8 — Curves, not endpoints",
              "baseline vs a lower learning rate run twice as long: do similar endpoints mean similar runs?")
     a = sweep(wl, "0-7", name="demo-e8-baseline", store=st, checkpoint_policy="best:patience=5", progress=progress)
     b = sweep(wl, "0-7", sets=["lr=0.01", "epochs=40"], name="demo-e8-lr0.01-40ep", store=st,
@@ -44,7 +44,7 @@ def e8(wl: Any, st: Store, console: Console | None, progress: bool) -> dict[str,
     a0 = next(r for r in a.records if r.seed == 0).curves["val_loss"]
     b0 = next(r for r in b.records if r.seed == 0).curves["val_loss"]
     budget = [f.message for f in posthoc.findings if f.where == "epoch budget"]
-    _say(console, Text("Seed 0:\n" + _curve_line("A", a0) + "\n" + _curve_line("B", b0)),
+    say(console, Text("Seed 0:\n" + _curve_line("A", a0) + "\n" + _curve_line("B", b0)),
          Text(f"  8 shared seeds: last epoch delta {ends['last']['mean_delta']:+.4f} "
               f"({'resolved' if ends['last']['resolved'] else 'not resolved'}); best-epoch delta "
               f"{ends['best']['mean_delta']:+.4f} ({'resolved' if ends['best']['resolved'] else 'not resolved'})"),
@@ -62,9 +62,9 @@ def e8(wl: Any, st: Store, console: Console | None, progress: bool) -> dict[str,
 
 
 def e10(wl: Any, base: Any, st: Store, console: Console | None, progress: bool) -> dict[str, Any]:
-    from .gate import Gate
+    from ..lab.gate import Gate
 
-    _heading(console, "E10 — A policy guardrail from baseline variation",
+    heading(console, "E10 — A policy guardrail from baseline variation",
              "what threshold fails a broken run but passes a healthy one, with a false-alarm rate we can state?")
     first = sweep(wl, "0-19", name="demo-gate-calibration-20", store=st, progress=progress)
     gate20 = Gate.calibrate(first, alpha=0.05, holdout="20-39", store=st)
@@ -73,7 +73,7 @@ def e10(wl: Any, base: Any, st: Store, console: Console | None, progress: bool) 
     healthy = gate.check(sweep(wl, "999", name="demo-gate-healthy-999", store=st, progress=progress))
     broken = gate.check(sweep(wl, "999", sets=["lr=0.2"], name="demo-gate-lr10x-999", store=st, progress=progress))
     h20, h40 = gate20.holdout, gate.holdout
-    _say(console,
+    say(console,
          Text(f"  rule: split-conformal order statistic, alpha {gate.alpha}: a healthy run fails with probability "
               f"<= {gate.alpha} (averaged over calibrations)"),
          Text(f"  calibrated on seeds 0-19: threshold {gate20.threshold:.4f}; held-out seeds 20-39: "

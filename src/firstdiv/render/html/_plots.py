@@ -149,7 +149,7 @@ def _draw_paired(ax: Any, seeds: Sequence[int], deltas: Sequence[float], mean: f
 
 
 def curve_plot(sides: Sequence[tuple[str, Sequence[dict[str, float]], str]], metric: str) -> str:
-    """Per side (label, per-epoch bands from :func:`firstdiv.lab.curves.bands`, colour): the median
+    """Per side (label, per-epoch bands from ``SweepResult.bands``, colour): the median
     curve, the interquartile band (darker) and the min-max band (lighter) over seeds."""
     return _render(_draw_curves, 2.6, sides, metric)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from ._cli_common import EXIT_OK, echo, json_option, store_option
-from .errors import InvalidArgument, NotFound
+from ..errors import InvalidArgument, NotFound
+from ._common import EXIT_OK, echo, json_option, store_option
 
 INCIDENT_PREFIX = "incident:"
 
@@ -42,7 +42,7 @@ def report_command(refs: tuple[str, ...], html_path: str, metric: str, alpha: fl
     if html_path == "-" and as_json:
         raise click.UsageError("--html - writes the page to stdout, where --json writes JSON: choose one")
     kind, obj, payload = _load(refs, metric=metric, alpha=alpha, store=store)
-    from .html import to_html, write_html
+    from ..render.html import to_html, write_html
 
     with _warnings_shown_safely():
         if html_path == "-":
@@ -81,15 +81,15 @@ def _load(refs: tuple[str, ...], *, metric: str, alpha: float, store: str | None
         return _incident(refs[0][len(INCIDENT_PREFIX):], store)
     if refs[0].endswith(".json"):
         return _saved_report(Path(refs[0]))
-    from .lab.store import Store
+    from ..lab.store import Store
 
     with Store(store, create=False) as st:
         if len(refs) == 1:
-            from .html import load_sweep
+            from ..lab.sweep import load_sweep
 
             result = load_sweep(refs[0], st)
             return "sweep", result, {"sweep": result.to_dict()}
-        from .html import comparison_view
+        from ..lab.compare import comparison_view
 
         view = comparison_view(refs[0], refs[1], metric=metric, store=st, alpha=alpha)
     return "comparison", view, {"verdict": view.comparison.verdict, "direction": view.comparison.direction,
@@ -100,9 +100,10 @@ def _incident(ref: str, store: str | None) -> tuple[str, Any, dict[str, Any]]:
     if not ref.strip():
         raise InvalidArgument("Expected incident:REF with the incident's id (see `firstdiv incident list`)")
     try:
-        from . import incident
+        from ..diagnosis import incident
     except ImportError as exc:
-        raise InvalidArgument(f"Incident pages need firstdiv.incident, which this firstdiv cannot import ({exc})") from None
+        raise InvalidArgument(f"Incident pages need firstdiv.diagnosis.incident, which this firstdiv cannot import "
+                              f"({exc})") from None
     show = getattr(incident, "incident_show", None)
     if show is None:
         raise InvalidArgument("This firstdiv's incident module has no incident_show(); upgrade firstdiv")
@@ -113,8 +114,8 @@ def _incident(ref: str, store: str | None) -> tuple[str, Any, dict[str, Any]]:
 
 def _saved_report(path: Path) -> tuple[str, Any, dict[str, Any]]:
     """A report saved with --json: Report.to_dict() itself, or a command's JSON holding it under 'report'."""
-    from .lab import compare  # noqa: F401 - registers Comparison so from_dict rebuilds it
-    from .report import Report
+    from ..lab import compare  # noqa: F401 - registers Comparison so from_dict rebuilds it
+    from ..report import Report
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -8,26 +8,17 @@ import numpy as np
 import torch
 
 from .._rich import Console, Table, Text
-from . import builtin_mlp as mlp
-from . import stats
-from .compare import compare
-from .record import Recorder, short_hash
-from .render import noise_floor_table
-from .store import Store
-from .sweep import sweep
-from .workload import resolve
+from ..lab import builtin_mlp as mlp
+from ..lab import stats
+from ..lab.compare import compare
+from ..lab.record import Recorder, short_hash
+from ..lab.store import Store
+from ..lab.sweep import sweep
+from ..lab.workload import resolve
+from ..render.sweeps import noise_floor_table
+from ._console import heading, say
 
 SEEDS = "0-11"
-
-
-def _say(console: Console | None, *items: Any) -> None:
-    if console is not None:
-        for item in items:
-            console.print(item)
-
-
-def _heading(console: Console | None, title: str, question: str) -> None:
-    _say(console, Text(""), Text(title, style="bold underline"), Text(f"QUESTION   {question}"))
 
 
 def run_demo(store: Any = None, *, progress: bool = True, console: Console | None = None) -> dict[str, Any]:
@@ -41,19 +32,19 @@ def run_demo(store: Any = None, *, progress: bool = True, console: Console | Non
         out["E5"] = _e5(wl, base, st, console, progress)
         out["E6"] = _e6(wl, base, st, console, progress)
         out["E7"] = _e7(wl, base, st, console, progress)
-        from . import demo_lab  # E8-E10 live in their own module
+        from . import e8_e10  # E8-E10 live in their own module
 
-        out["E8"] = demo_lab.e8(wl, st, console, progress)
-        out["E9"] = demo_lab.e9(wl, st, console, progress)
-        out["E10"] = demo_lab.e10(wl, base, st, console, progress)
+        out["E8"] = e8_e10.e8(wl, st, console, progress)
+        out["E9"] = e8_e10.e9(wl, st, console, progress)
+        out["E10"] = e8_e10.e10(wl, base, st, console, progress)
     return out
 
 
 def _e1(base: Any, console: Console | None) -> dict[str, Any]:
-    _heading(console, "E1 — The noise floor", "how much do two runs of the IDENTICAL configuration differ, "
+    heading(console, "E1 — The noise floor", "how much do two runs of the IDENTICAL configuration differ, "
              "from the training seed alone?")
     summary = base.summary()
-    _say(console, noise_floor_table(summary, f"identical config, {len(base.records)} seeds"),
+    say(console, noise_floor_table(summary, f"identical config, {len(base.records)} seeds"),
          Text(f"A single-run difference smaller than the val_loss spread ({summary['val_loss']['spread']:.4f}) "
               "is not evidence of a regression."))
     return {"summary": summary, "seeds": [r.seed for r in base.records],
@@ -76,7 +67,7 @@ def _first_diff(a: list[float], b: list[float]) -> int | None:
 
 
 def _e2(wl: Any, base: Any, console: Console | None) -> dict[str, Any]:
-    _heading(console, "E2 — Same seed, same code, twice", "what does setting the seed actually buy?")
+    heading(console, "E2 — Same seed, same code, twice", "what does setting the seed actually buy?")
     cfg = wl.config()
     rec_a, pa, _ = _fit(cfg, 0)
     rec_b, pb, _ = _fit(cfg, 0)
@@ -95,7 +86,7 @@ def _e2(wl: Any, base: Any, console: Console | None) -> dict[str, Any]:
                         "max_abs_diff": gap, "relative_to_noise_floor": gap / spread if spread else None,
                         "final": vc[-1]},
     }
-    _say(console,
+    say(console,
          Text(f"  run A (1 thread) vs run B (1 thread), same seed:\n"
               f"    val curves and parameters bit-identical: {same_ab}\n"
               f"    final val loss  A {va[-1]:.6f}   B {vb[-1]:.6f}\n"
@@ -119,13 +110,13 @@ def _paired_table(base: Any, cand: Any) -> tuple[Table, list[float]]:
 
 
 def _e5(wl: Any, base: Any, st: Store, console: Console | None, progress: bool) -> dict[str, Any]:
-    _heading(console, "E5 — Paired comparison", "validation label noise 0.30 -> 0.29: visible unpaired? paired?")
+    heading(console, "E5 — Paired comparison", "validation label noise 0.30 -> 0.29: visible unpaired? paired?")
     cand = sweep(wl, SEEDS, sets=["val_noise=0.29"], name="demo-val-noise-0.29", store=st, progress=progress)
     cmp = compare(base, cand, metric="val_loss")
     bs, cs = stats.describe(base.values("val_loss")), stats.describe(cand.values("val_loss"))
     unp, pair = cmp.unpaired, cmp.paired
     table, _ = _paired_table(base, cand)
-    _say(console,
+    say(console,
          Text(f"  Unpaired:  A median {bs['median']:.4f} [{bs['min']:.4f}..{bs['max']:.4f}]   "
               f"B median {cs['median']:.4f} [{cs['min']:.4f}..{cs['max']:.4f}]\n"
               f"             difference of means {unp['mean_delta']:+.4f}, Welch p={unp['p_value']:.3g}, "
@@ -152,7 +143,7 @@ E6_VARIANTS = (
 
 
 def _e6(wl: Any, base: Any, st: Store, console: Console | None, progress: bool) -> dict[str, Any]:
-    _heading(console, "E6 — The broken benchmark", "one trained model, evaluated five ways: what moves?")
+    heading(console, "E6 — The broken benchmark", "one trained model, evaluated five ways: what moves?")
     cfg = wl.config()
     _, params, data = _fit(cfg, 0)
     rows = []
@@ -169,7 +160,7 @@ def _e6(wl: Any, base: Any, st: Store, console: Console | None, progress: bool) 
         table.add_row(label, f"{m['val_loss']:.4f}", f"{m['val_acc']:.4f}", fp, "-" if not change else str(fp == canonical_fp))
     train_mode = sweep(wl, SEEDS, sets=["eval_mode=train"], name="demo-eval-train-mode", store=st, progress=progress)
     cmp = compare(base, train_mode, metric="val_loss")
-    _say(console, table,
+    say(console, table,
          Text(f"  fingerprint covers: {', '.join(sorted(mlp.eval_contract(cfg)))}"),
          Text(f"  12-seed sweep evaluated in train() mode vs E1 baseline: verdict {cmp.verdict} "
               f"(eval fields changed: {', '.join(cmp.details['identity_detail']['eval_fingerprint']['fields'])})"))
@@ -178,12 +169,12 @@ def _e6(wl: Any, base: Any, st: Store, console: Console | None, progress: bool) 
 
 
 def _e7(wl: Any, base: Any, st: Store, console: Console | None, progress: bool) -> dict[str, Any]:
-    _heading(console, "E7 — A real regression, diagnosed", "learning rate x10, and labels shifted by one in the loader")
+    heading(console, "E7 — A real regression, diagnosed", "learning rate x10, and labels shifted by one in the loader")
     lr10 = sweep(wl, SEEDS, sets=["lr=0.2"], name="demo-lr10x", store=st, progress=progress,
                  hypothesis="raising the learning rate speeds convergence without materially worsening validation loss",
                  success="val_loss delta within noise")
     cmp = compare(base, lr10, metric="val_loss")
-    _say(console, Text("Detect — seed sweeps and the comparison report:"), cmp)
+    say(console, Text("Detect — seed sweeps and the comparison report:"), cmp)
     b0 = next(r for r in base.records if r.seed == 0)
     l0 = next(r for r in lr10.records if r.seed == 0)
     epochs = list(range(0, len(b0.curves["val_loss"]), 3))
@@ -193,13 +184,13 @@ def _e7(wl: Any, base: Any, st: Store, console: Console | None, progress: bool) 
         curves.add_column(str(e), justify="right")
     curves.add_row("baseline", *(f"{b0.curves['val_loss'][e]:.3f}" for e in epochs))
     curves.add_row("lr x10", *(f"{l0.curves['val_loss'][e]:.3f}" for e in epochs))
-    _say(console, Text("Explain 1 — learning curves and gradient norms, seed 0:"), curves,
+    say(console, Text("Explain 1 — learning curves and gradient norms, seed 0:"), curves,
          Text(f"  baseline gradient norm: median {b0.grad_norm['median']:.3f}   max {b0.grad_norm['max']:.3f}\n"
               f"  lr x10   gradient norm: median {l0.grad_norm['median']:.3f}   max {l0.grad_norm['max']:.3f}"))
     shift = sweep(wl, SEEDS, sets=["label_shift=1"], name="demo-label-shift", store=st, progress=progress)
     cmp_shift = compare(base, shift, metric="val_loss")
     flips = _flips(wl)
-    _say(console, Text("Explain 2 — labels shifted by one in the loader, per-example evidence (seed 0):"),
+    say(console, Text("Explain 2 — labels shifted by one in the loader, per-example evidence (seed 0):"),
          Text(f"  baseline val loss  {flips['baseline_val_loss']:.4f}        shifted val loss  "
               f"{flips['shifted_val_loss']:.4f}   ({flips['shifted_val_loss'] - flips['baseline_val_loss']:+.4f})\n"
               f"  examples correct before, wrong after: {flips['correct_before_wrong_after']} / {flips['n']}\n"

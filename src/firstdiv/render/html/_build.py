@@ -1,9 +1,9 @@
 """Page contexts: what each page shows, as plain strings, numbers and (already safe) SVG markup.
 
-Nothing here computes a statistic: the numbers come from the lab (``SweepResult.summary``,
-``Comparison.details``, ``curves.bands``) and the instruments' reports. Every user string stays a
-plain ``str`` here and is escaped by the templates (autoescape); only the SVG from
-:mod:`._plots` is marked safe.
+Nothing here computes a statistic and nothing here imports the lab: the numbers come from the objects
+(``SweepResult.summary``, ``SweepResult.bands``, ``Comparison.details``) and the instruments' reports.
+Every user string stays a plain ``str`` here and is escaped by the templates (autoescape); only the SVG
+from :mod:`._plots` is marked safe.
 """
 
 from __future__ import annotations
@@ -11,18 +11,15 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from markupsafe import Markup
 
-from .._secrets import scrub_text
-from ..report import Report, Status
+from ..._book import PAGE_WORKSHEET
+from ..._format import fmt, seed_ranges
+from ..._secrets import scrub_text
+from ...report import Report, Status
 from . import _plots
-
-if TYPE_CHECKING:
-    from ..lab.compare import Comparison
-    from ..lab.record import RunRecord
-    from ..lab.sweep import SweepResult
 
 MAX_ROWS = 200  # runs listed in a table; the plots always use every run
 MAX_FIGURES = 12  # curves or metrics plotted per section; the rest are named
@@ -31,58 +28,21 @@ IDENTITY_LABELS = {"config": "config", "code": "code version", "data": "data ide
                    "eval_fingerprint": "eval fingerprint", "env": "environment"}
 
 
-def fmt(value: Any, limit: int = 400) -> str:
-    """A value as one line of text: floats to 6 significant digits, containers flattened, long text cut."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, (dict, list, tuple)) and not value:
-        return "{}" if isinstance(value, dict) else "[]"
-    if isinstance(value, dict):
-        text = ", ".join(f"{k}={fmt(v, limit)}" for k, v in value.items())
-    elif isinstance(value, (list, tuple)):
-        text = "[" + ", ".join(fmt(v, limit) for v in value[:50]) + (f", … {len(value) - 50} more" if len(value) > 50 else "") + "]"
-    else:
-        text = str(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def seed_ranges(seeds: Sequence[int]) -> str:
-    """[0, 1, 2, 3, 8] -> '0-3, 8'."""
-    out: list[str] = []
-    for s in sorted(set(seeds)):
-        if out and out[-1].split("-")[-1] == str(s - 1):
-            out[-1] = out[-1].split("-")[0] + f"-{s}"
-        else:
-            out.append(str(s))
-    return ", ".join(out)
-
-
 def _figure(title: str, svg: str, caption: str = "") -> dict[str, Any]:
     # The one string marked safe: _plots strips the prolog/comments/metadata and refuses unsafe markup.
     return {"title": title, "svg": Markup(svg), "caption": caption}
 
 
-def _values(records: Sequence[RunRecord], metric: str) -> tuple[list[int], list[float]]:
+def _values(records: Sequence[Any], metric: str) -> tuple[list[int], list[float]]:
     pairs = [(r.seed, r.final[metric]) for r in records if metric in r.final]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def _curve_names(records: Sequence[RunRecord]) -> list[str]:
+def _curve_names(records: Sequence[Any]) -> list[str]:
     names: dict[str, None] = {}
     for r in records:
         names.update(dict.fromkeys(k for k, v in r.curves.items() if v))
     return list(names)
-
-
-def _bands(records: Sequence[RunRecord], name: str) -> list[dict[str, float]]:
-    from ..lab.curves import bands
-
-    curves = {r.seed: r.curves[name] for r in records if r.curves.get(name)}
-    return bands(curves) if curves else []
 
 
 def _capped(names: list[str]) -> tuple[list[str], list[str]]:
@@ -92,13 +52,13 @@ def _capped(names: list[str]) -> tuple[list[str], list[str]]:
 # -- sweep -------------------------------------------------------------------------------------
 
 
-def sweep_context(result: SweepResult) -> dict[str, Any]:
+def sweep_context(result: Any) -> dict[str, Any]:
     s, records = result.sweep, result.records
     summary = result.summary()
     metrics, more_metrics = _capped([m for m in result.metrics if summary.get(m, {}).get("n")])
     curves, more_curves = _capped(_curve_names(records))
     strips = [_figure(m, _plots.strip_plot([(s.name, *_values(records, m), _plots.SINGLE)], m)) for m in metrics]
-    bands = [_figure(c, _plots.curve_plot([(s.name, _bands(records, c), _plots.SINGLE)], c)) for c in curves]
+    bands = [_figure(c, _plots.curve_plot([(s.name, result.bands(c), _plots.SINGLE)], c)) for c in curves]
     return {
         "kind": "sweep", "title": f"Sweep {s.name}", "name": s.name, "sweep_id": s.id,
         "status": Status.FAIL.value if result.failed else Status.PASS.value,
@@ -113,7 +73,7 @@ def sweep_context(result: SweepResult) -> dict[str, Any]:
     }
 
 
-def sweep_identity(info: dict[str, Any], records: Sequence[RunRecord]) -> list[dict[str, Any]]:
+def sweep_identity(info: dict[str, Any], records: Sequence[Any]) -> list[dict[str, Any]]:
     """Rows (label, value, nested key/value pairs) naming everything that makes two runs interchangeable."""
     data_ids = sorted({str(r.data_identity) for r in records if r.data_identity is not None})
     fps = sorted({str(r.eval_fingerprint) for r in records if r.eval_fingerprint is not None})
@@ -139,7 +99,7 @@ def _row(label: str, value: Any, pairs: dict[str, Any] | None = None) -> dict[st
     return {"label": label, "value": fmt(value), "pairs": [(str(k), fmt(v)) for k, v in (pairs or {}).items()]}
 
 
-def _run_rows(records: Sequence[RunRecord], metrics: list[str]) -> list[dict[str, Any]]:
+def _run_rows(records: Sequence[Any], metrics: list[str]) -> list[dict[str, Any]]:
     return [{"seed": r.seed, "values": [fmt(r.final.get(m)) for m in metrics], "eval_fingerprint": r.eval_fingerprint or "–",
              "created": r.created} for r in records[:MAX_ROWS]]
 
@@ -147,9 +107,9 @@ def _run_rows(records: Sequence[RunRecord], metrics: list[str]) -> list[dict[str
 # -- comparison --------------------------------------------------------------------------------
 
 
-def comparison_context(c: Comparison, baseline: SweepResult | None = None,
-                       candidate: SweepResult | None = None) -> dict[str, Any]:
-    from ..lab.render import _stats_lines, _verdict_line
+def comparison_context(c: Any, baseline: Any = None, candidate: Any = None) -> dict[str, Any]:
+    """A Comparison's page; with both sides' SweepResults, their distributions and curves too."""
+    from ..sweeps import _stats_lines, _verdict_line
 
     d = c.details
     metric = d["metric"]
@@ -210,7 +170,7 @@ def _paired_figure(d: dict[str, Any]) -> dict[str, Any] | None:
                    "the y axis spans at least the baseline's seed spread (the noise floor)")
 
 
-def _side_figures(baseline: SweepResult, candidate: SweepResult, metric: str) -> tuple[list[Any], list[Any]]:
+def _side_figures(baseline: Any, candidate: Any, metric: str) -> tuple[list[Any], list[Any]]:
     bname, cname = f"baseline {baseline.sweep.name}", f"candidate {candidate.sweep.name}"
     shared = [m for m in baseline.metrics if m in set(candidate.metrics)]
     metrics, _ = _capped(sorted(shared, key=lambda m: m != metric))
@@ -218,8 +178,8 @@ def _side_figures(baseline: SweepResult, candidate: SweepResult, metric: str) ->
                                             (cname, *_values(candidate.records, m), _plots.CAND)], m)) for m in metrics]
     cnames = [n for n in _curve_names(baseline.records) if n in set(_curve_names(candidate.records))]
     names, _ = _capped(sorted(cnames, key=lambda m: m != metric))
-    curves = [_figure(n, _plots.curve_plot([(bname, _bands(baseline.records, n), _plots.BASE),
-                                            (cname, _bands(candidate.records, n), _plots.CAND)], n)) for n in names]
+    curves = [_figure(n, _plots.curve_plot([(bname, baseline.bands(n), _plots.BASE),
+                                            (cname, candidate.bands(n), _plots.CAND)], n)) for n in names]
     return strips, curves
 
 
@@ -245,7 +205,7 @@ def report_page(report: Report) -> dict[str, Any]:
 
 def report_context(report: Report) -> dict[str, Any]:
     """The parts every report page shows: status, first divergence, the findings ledger, side effects."""
-    from .._render import to_text
+    from .. import to_text
 
     div = report.first_divergence
     highlight = first_row(report)
@@ -267,16 +227,6 @@ def report_context(report: Report) -> dict[str, Any]:
 
 # -- incidents ---------------------------------------------------------------------------------
 
-#: The worksheet's sections in the appendix's order; each entry lists the keys it may be stored under.
-WORKSHEET = (
-    ("symptom", ("symptom",)), ("expected", ("expected",)), ("reproduction", ("reproduction",)),
-    ("first contract", ("first_contract", "contract")), ("observations", ("observations",)),
-    ("first divergence", ("first_divergence",)), ("hypotheses", ("hypotheses",)),
-    ("distinguishing experiment", ("distinguishing_experiment", "experiment")), ("intervention", ("intervention",)),
-    ("MUST CHANGE", ("must_change",)), ("MUST NOT CHANGE", ("must_not_change",)),
-    ("cause", ("cause", "confirmed_cause")), ("repair", ("repair", "fix")), ("verification", ("verification",)),
-    ("regression test", ("regression_test",)), ("notes", ("notes",)),
-)
 _HEADER_KEYS = ("type", "id", "title", "status", "cause_status", "created", "updated", "closed", "confirmed",
                 "cause_confirmed", "evidence", "redacted", "env_dropped")
 
@@ -295,10 +245,10 @@ def incident_data(obj: Any) -> dict[str, Any]:
 
 
 def incident_context(data: dict[str, Any]) -> dict[str, Any]:
-    """The worksheet in the appendix's order; ``cause_status`` (firstdiv.incident) says hypothesis or confirmed."""
+    """The worksheet in the appendix's order; ``cause_status`` (firstdiv.diagnosis.incident) says hypothesis or confirmed."""
     used: set[str] = set(_HEADER_KEYS)
     sections = []
-    for label, keys in WORKSHEET:
+    for label, keys in PAGE_WORKSHEET:
         key = next((k for k in keys if k in data), keys[0])
         used.add(key)
         sections.append({"label": label, "key": key, "block": _block(data.get(key)), "must": label.startswith("MUST")})

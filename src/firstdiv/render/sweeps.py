@@ -1,30 +1,13 @@
-"""Terminal layout of the lab's results, in the chapter's shapes (noise-floor table, RUN block)."""
+"""Terminal layout of the lab's results, in the chapter's shapes: the noise-floor table, the sweep, the RUN block
+of a comparison, bisection, the determinism audit and the A/A self-check."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from .._format import num, p_text, short
 from .._rich import Table, Text
-from .sweep import diverged_text
-
-if TYPE_CHECKING:
-    from .compare import Comparison
-    from .sweep import SweepResult
-
-
-def _num(x: Any, digits: int = 4) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        if abs(x) >= 1e3:
-            return f"{x:,.0f}"
-        return f"{x:.{digits}f}"
-    return str(x)
-
-
-def _g(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3g}"
 
 
 def noise_floor_table(summary: dict[str, dict[str, float]], title: str = "") -> Table:
@@ -34,11 +17,12 @@ def noise_floor_table(summary: dict[str, dict[str, float]], title: str = "") -> 
     for metric, s in summary.items():
         if not s.get("n"):
             continue
-        table.add_row(metric, *(_num(s[k]) for k in ("median", "stdev", "min", "max", "spread")), str(s["n"]))
+        table.add_row(metric, *(num(s[k]) for k in ("median", "stdev", "min", "max", "spread")), str(s["n"]))
     return table
 
 
-def render_sweep(result: SweepResult) -> Iterable[Any]:
+def render_sweep(result: Any, diverged_text: Callable[[Any], str]) -> Iterable[Any]:
+    """A SweepResult; ``diverged_text(record)`` words a diverged run (the lab's wording)."""
     s = result.sweep
     yield Text.assemble(("SWEEP ", "bold"), f"{s.name}  ", (f"[{s.id}]", "dim"), f"  {s.workload}  ",
                         f"config {s.info.get('config_hash')}  env {s.info.get('env_hash')}  "
@@ -56,25 +40,17 @@ def render_sweep(result: SweepResult) -> Iterable[Any]:
         yield Text("  one seed gives no noise floor: rerun with --seeds 0-11", style="yellow")
 
 
-def _ident_rows(c: Comparison) -> Iterable[Text]:
+def _ident_rows(c: Any) -> Iterable[Text]:
     labels = {"config": "config hash", "eval_fingerprint": "eval fingerprint", "env": "env hash",
               "code": "code version", "data": "data identity"}
     for key, label in labels.items():
         v = c.details["identity_detail"][key]
         style = "green" if v["state"] == "SAME" else "bold yellow"
-        line = Text(f"  {label:<17}{_short(v['baseline'])}  ->  {_short(v['candidate'])}   ")
+        line = Text(f"  {label:<17}{short(v['baseline'])}  ->  {short(v['candidate'])}   ")
         line.append(v["state"], style=style)
         yield line
         for field, (a, b) in list(v["fields"].items())[:8]:
-            yield Text(f"      {field}: {_short(a)} -> {_short(b)}")
-
-
-def _short(v: Any) -> str:
-    if isinstance(v, list):
-        return "{" + ", ".join(map(str, v[:3])) + (" ..." if len(v) > 3 else "") + "}"
-    if isinstance(v, dict):
-        return ", ".join(f"{k}={_short(x)}" for k, x in v.items())
-    return str(v)
+            yield Text(f"      {field}: {short(a)} -> {short(b)}")
 
 
 def _design_text(d: dict[str, Any], shared: int) -> str:
@@ -87,7 +63,7 @@ def _design_text(d: dict[str, Any], shared: int) -> str:
     return f"no shared seeds{finite}: unpaired"
 
 
-def render_comparison_body(c: Comparison) -> Iterable[Any]:
+def render_comparison_body(c: Any) -> Iterable[Any]:
     d = c.details
     metric = d["metric"]
     shared = len(d["shared_seeds"])
@@ -107,7 +83,7 @@ def render_comparison_body(c: Comparison) -> Iterable[Any]:
     yield Text("COST   (median)", style="bold")
     cost = d["cost"]["examples_per_s"]
     change = f"({cost['change']:+.1%})" if cost["change"] is not None else ""
-    yield Text(f"  examples/s  {_num(cost['baseline'])}  ->  {_num(cost['candidate'])}   {change}")
+    yield Text(f"  examples/s  {num(cost['baseline'])}  ->  {num(cost['candidate'])}   {change}")
     if d["declared"]:
         dec = d["declared"]
         yield Text("")
@@ -122,7 +98,7 @@ def render_comparison_body(c: Comparison) -> Iterable[Any]:
 
 def _spread(s: dict[str, Any]) -> str:
     """median [min..max] of the finite values, then how many seeds ended non-finite."""
-    text = f"{_num(s['median'])} [{_num(s['min'])}..{_num(s['max'])}]" if s.get("n") else "-"
+    text = f"{num(s['median'])} [{num(s['min'])}..{num(s['max'])}]" if s.get("n") else "-"
     bad = s.get("nonfinite", 0)
     return text + (f" +{bad} non-finite" if bad else "")
 
@@ -146,7 +122,7 @@ def _stats_lines(d: dict[str, Any], metric: str) -> Iterable[Text]:
     if u["p_value"] is not None:
         label = "unpaired (seeds do not match)" if d["design"] == "unpaired" else "unpaired, for contrast"
         yield Text(f"  {label}: mean delta {u['mean_delta']:+.4f}  {conf} CI [{u['ci_low']:+.4f}, {u['ci_high']:+.4f}]  "
-                   f"Welch p={u['p_value']:.3g}  Mann-Whitney p={_g(u['mannwhitney_p'])}")
+                   f"Welch p={u['p_value']:.3g}  Mann-Whitney p={p_text(u['mannwhitney_p'])}")
     if d["noise_ratio"] is not None:
         yield Text(f"  -> {d['noise_ratio']:.1f}x the noise floor (baseline spread {d['noise_floor']['spread']:.4f})")
 
@@ -189,3 +165,64 @@ def _diverged_decides(d: dict[str, Any]) -> bool:
         return False
     u = d["unpaired"]
     return div["direction"] is not None or not u["n_base"] or not u["n_cand"]
+
+
+# -- bisection, determinism audit, A/A self-check ---------------------------------------------
+
+_DECISION_STYLE = {"SAME": "green", "DIFFERENT": "bold red", "UNKNOWN": "yellow"}
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    return table
+
+
+def render_bisect(report: Any) -> Iterable[Any]:
+    d = report.details
+    yield Text(f"{d['workload']}: {len(d['changes'])} changes, metric {d['metric']}, regression criterion: worse by "
+               f"more than {d['margin']:.4g} (paired {1 - d['alpha']:.0%} CI clear of it)")
+    changes = _table("#", "change", "base", "candidate")
+    for i, c in enumerate(d["changes"], 1):
+        changes.add_row(str(i), Text(c["key"]), Text(repr(c["base"])), Text(repr(c["candidate"])))
+    yield changes
+    probes = _table("probe", "changes applied", "seeds", "median", "mean delta", "CI", "decision")
+    index = {c["key"]: i for i, c in enumerate(d["changes"], 1)}
+    for p in d["probes"]:
+        applied = ",".join(str(index[k]) for k in p["keys"]) or "-"
+        probes.add_row(Text(p["label"]), applied, str(p["n"]), f"{p['median']:.4f}", f"{p['mean_delta']:+.4f}",
+                       f"[{p['ci_low']:+.4f}, {p['ci_high']:+.4f}]", Text(p["decision"], style=_DECISION_STYLE[p["decision"]]))
+    yield probes
+    yield Text(("CULPRIT " if d["culprit"] else "RESULT ") + d["conclusion"], style="bold")
+
+
+def render_determinism(report: Any) -> Iterable[Any]:
+    d = report.details
+    floor = d["noise_floor"]
+    yield Text(f"{d['workload']} seed {d['seed']}, metric {d['metric']}; noise floor (seed spread) "
+               + (f"{floor:.4g}" if floor else "not measured"))
+    table = _table("check", "bit-identical", "first diff epoch", "max |delta|", "x noise floor")
+    table.columns[0].no_wrap = True
+    skipped = []
+    for c in d["checks"]:
+        if c.get("skipped"):
+            skipped.append(c)
+            continue
+        ratio = c["relative_to_noise_floor"]
+        table.add_row(Text(c["name"]), str(c["bit_identical"]),
+                      "-" if c["first_diverging_epoch"] is None else str(c["first_diverging_epoch"]),
+                      f"{c['max_abs_diff']:.3g}", "-" if ratio is None else f"{ratio:.3g}")
+    yield table
+    for c in skipped:
+        yield Text(f"  {c['name']}: skipped, {c['skipped']}", style="dim")
+
+
+def render_aa(report: Any) -> Iterable[Any]:
+    d = report.details
+    yield Text(f"{d['workload']}: {d['pairs']} A/A comparisons of disjoint seed sets ({d['seeds_per_side']} seeds a side) "
+               f"of one config, metric {d['metric']}, alpha {d['alpha']}")
+    verdicts = ", ".join(f"{k} {v}" for k, v in d["verdicts"].items())
+    yield Text(f"  verdicts: {verdicts}")
+    yield Text(f"  false SYSTEM_CHANGED rate {d['rate']:.3f}  exact {d['confidence']:.0%} CI [{d['ci_low']:.3f}, "
+               f"{d['ci_high']:.3f}]  P(rate > alpha) test p={d['p_value']:.3g}", style="bold")

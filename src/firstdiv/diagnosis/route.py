@@ -1,6 +1,6 @@
 """Route a symptom to the instrument to reach for first (the appendix's routing table, chapter 31's failures).
 
-``route("loss is flat")`` matches free text against every phrasing of :data:`firstdiv._routes.ROUTES` and returns
+``route("loss is flat")`` matches free text against every phrasing of :data:`._routing_table.ROUTES` and returns
 a :class:`Route` report whose ``details["matches"]`` rank the routes: the symptom phrasing matched, the contract
 to check first, the instruments by their firstdiv names, what to look at, the evidence packet to capture, the
 distinguishing experiment, when to stop, and the exact call. Routing is not a verdict: ``first_divergence`` is
@@ -10,7 +10,7 @@ example phrasings). :func:`routes` is the reverse view: each instrument and the 
 Matching is deterministic, offline and explainable (no model, no network):
 
 1. normalize: NFKC, lower case, contractions expanded ("won't" -> "will not");
-2. concepts: the ordered :data:`~firstdiv._routes.SYNONYMS` rewrite synonyms to one upper-case token each
+2. concepts: the ordered :data:`~._routing_table.SYNONYMS` rewrite synonyms to one upper-case token each
    ("GPU at 30%" -> ``GPU IDLE``, "out of memory" -> ``OOM``, "recompiles" -> ``RECOMPILE``);
 3. the remaining words lose stop words and are stemmed ("moves" -> "mov");
 4. each phrasing scores ``0.75 * recall + 0.25 * precision`` over those tokens, each weighted by its rarity across
@@ -27,14 +27,12 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-import click
+from .._book import ESCALATION, PACKETS, STOP_DEBUGGING
+from ..errors import InvalidArgument
+from ..report import Finding, Report, Status
+from ._routing_table import INSTRUMENTS, ROUTES, SYNONYMS, RouteSpec
 
-from ._cli_common import EXIT_OK, emit, json_option
-from ._routes import ESCALATION, INSTRUMENTS, PACKETS, ROUTES, STOP_DEBUGGING, SYNONYMS, RouteSpec
-from .errors import InvalidArgument
-from .report import Finding, Report, Status
-
-__all__ = ["EXAMPLES", "Route", "route", "route_command", "routes"]
+__all__ = ["EXAMPLES", "Route", "route", "routes"]
 
 _NAME = "route"
 STRONG, WEAK, _CONTIGUOUS_BONUS = 0.6, 0.35, 0.1
@@ -154,7 +152,9 @@ class Route(Report):
         return list(self.details.get("matches", []))
 
     def __rich_body__(self) -> Iterable[Any]:
-        return _render(self)
+        from ..render.worksheet import render_route
+
+        return render_route(self)
 
 
 def route(text: str, *, top: int | None = None) -> Route:
@@ -204,92 +204,3 @@ def _no_match_reason(text: str, near: list[str]) -> str:
     hint = (" Closest phrasings: " + "; ".join(f'"{p}"' for p in near) + ".") if near else ""
     return (f"No route matches {text!r}: describe what you observed in a few words, e.g. {examples}.{hint} "
             f"`firstdiv route --list` shows every symptom each instrument owns.")
-
-
-# --- presentation ------------------------------------------------------------------------------------------------------
-def _render(report: Route) -> Iterable[Any]:
-    from ._rich import Table, Text
-
-    d = report.details
-    if not d.get("matches"):
-        if d.get("did_you_mean"):
-            yield Text("  did you mean: " + "; ".join(f'"{p}"' for p in d["did_you_mean"]))
-        return
-    shown, total = len(d["matches"]), d["total_matches"]
-    more = f" (showing {shown}; --all for every match)" if total > shown else ""
-    yield Text.assemble("  symptom: ", (repr(d["symptom"]), "bold"), f"  ->  {total} route(s){more}")
-    packets_shown: set[str] = set()
-    for m in d["matches"]:
-        style = "green" if m["strength"] == "strong" else "yellow"
-        yield Text.assemble(f"\n{m['rank']:>3}  ", (m["id"], "bold"), "  ", (f"{m['strength']} {m['score']:.2f}", style),
-                            f"  [{m['section']}]")
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="dim", no_wrap=True)
-        grid.add_column()
-        rows = (("symptom", m["symptom"] + (f'  (matched "{m["matched_phrasing"]}")' if m["matched_phrasing"] != m["symptom"]
-                                            else "")),
-                ("contract", m["contract"]),
-                ("run first", " then ".join(m["instruments"]) + f"  (look at {m['focus']})"),
-                ("call", m["call"]), ("command", m["command"]),
-                ("experiment", f"A: {m['hypotheses']['A']}  /  B: {m['hypotheses']['B']}  ->  {m['experiment']}"),
-                ("capture", f"{m['packet']} packet" + (" (as above)" if m["packet"] in packets_shown
-                                                        else ": " + ", ".join(m["packet_items"]))),
-                ("stop when", m["stop_when"]))
-        for label, value in rows:
-            if value:
-                grid.add_row(Text(f"     {label}"), Text(value))
-        packets_shown.add(m["packet"])
-        yield grid
-    yield Text("\n  escalate only when the cheaper instrument passes: " + " -> ".join(d["escalation"]), style="dim")
-    yield Text("  stop debugging when all four hold: " + " ".join(f"({i}) {s}" for i, s in enumerate(d["stop_debugging"], 1)),
-               style="dim")
-
-
-def _reverse_table(view: dict[str, list[str]]) -> Any:
-    from ._rich import Table, Text
-
-    by_symptom = {spec.symptom: spec for spec in ROUTES}
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("instrument", "symptom it owns", "route", "contract", "role"):
-        table.add_column(col, no_wrap=col in ("instrument", "route"))
-    for name, symptoms in view.items():
-        for i, symptom in enumerate(symptoms):
-            spec = by_symptom[symptom]
-            role = "first" if spec.instruments[0] == name else "follow-up"
-            table.add_row(Text(name if i == 0 else "", style="bold"), Text(symptom), spec.id, spec.contract, role)
-    return table
-
-
-def _resolve_instrument(name: str) -> str:
-    lowered = {n.lower(): n for n in INSTRUMENTS}
-    found = lowered.get(name.strip().lower().replace("-", "_"))
-    if found is None:
-        raise click.UsageError(f"Unknown instrument {name!r}; expected one of: {', '.join(INSTRUMENTS)}")
-    return found
-
-
-@click.command("route")
-@click.argument("text", nargs=-1, metavar="[SYMPTOM]")
-@click.option("--all", "show_all", is_flag=True, help="Show every matching route, not only the best 3.")
-@click.option("--instrument", default=None, metavar="NAME", help="Print the symptoms instrument NAME owns (no SYMPTOM).")
-@click.option("--list", "list_all", is_flag=True, help="Print every instrument and the symptoms it owns (no SYMPTOM).")
-@json_option
-def route_command(text: tuple[str, ...], show_all: bool, instrument: str | None, list_all: bool, as_json: bool) -> int:
-    """Route SYMPTOM (free text, e.g. "loss is flat") to the contract to check first, the instrument to run, the
-    evidence to capture, the distinguishing experiment and when to stop. Exit 0 also when nothing matches."""
-    symptom = " ".join(text).strip()
-    if list_all or instrument is not None:
-        if symptom:
-            raise click.UsageError("Give either SYMPTOM or --list/--instrument, not both")
-        if list_all and instrument is not None:
-            raise click.UsageError("Give --list or --instrument NAME, not both")
-        view = routes()
-        if instrument is not None:
-            name = _resolve_instrument(instrument)
-            view = {name: view[name]}
-        emit(_reverse_table(view), as_json, {"instruments": view} if list_all else {"instrument": name, "symptoms": view[name]})
-        return EXIT_OK
-    if not symptom:
-        raise click.UsageError('Expected a SYMPTOM, e.g. firstdiv route "loss is flat", or --list / --instrument NAME')
-    emit(route(symptom, top=None if show_all else 3), as_json)
-    return EXIT_OK

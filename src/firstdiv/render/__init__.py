@@ -1,4 +1,6 @@
-"""Terminal and HTML presentation of reports; computation never lives here."""
+"""What a person reads: terminal text and HTML pages for reports and for the lab's and the notebook's
+objects. Computation never lives here: this package knows :mod:`firstdiv.report`, plain dicts,
+:mod:`firstdiv._format` and :mod:`firstdiv._book`, and the objects' display hooks call into it."""
 
 from __future__ import annotations
 
@@ -9,46 +11,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ._rich import Console, Table, Text  # rich without moving Python's global RNG (see _rich)
-from .report import Report, Status
+from .._rich import Console  # rich without moving Python's global RNG (see _rich)
+from ..report import Report
 
-_STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.WARN: "yellow", Status.SKIPPED: "dim"}
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return str(value)
-
-
-def render_report(report: Report) -> Iterable[Any]:
-    """Yield rich renderables: header, first divergence, findings, side effects."""
-    custom = getattr(report, "__rich_body__", None)
-    header = Text.assemble((f"{report.instrument.upper()}  ", "bold"), (report.status.value, _STYLE[report.status]))
-    yield header
-    if report.status is Status.SKIPPED:
-        yield Text(f"  skipped: {report.reason}")
-    div = report.first_divergence
-    if div is not None:
-        yield Text(f"  FIRST DIVERGENCE at {div.where}  [{div.kind}]", style="bold")
-        yield Text(f"    expected: {_fmt(div.expected)}")
-        yield Text(f"    observed: {_fmt(div.observed)}")
-        if div.hint:
-            yield Text(f"    hint:     {div.hint}")
-    if custom is not None:
-        yield from custom()
-    elif report.findings:
-        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        for col in ("where", "check", "status", "evidence"):
-            table.add_column(col)
-        for f in report.findings:
-            table.add_row(Text(f.where), Text(f.check), Text(f.status.value, style=_STYLE[f.status]), Text(f.message))
-        yield table
-    yield Text(f"  side effects: {report.side_effects}", style="dim")
+__all__ = ["console_for_text", "safe_console", "to_html", "to_text", "visible"]
 
 
 # C0 controls but newline and tab, DEL, and C1 controls (0x9b is a one-byte CSI on some terminals).
@@ -74,7 +40,7 @@ def safe_console(**kwargs: Any) -> Console:
 
 @functools.cache
 def _safe_class() -> type:
-    from ._rich import Segment
+    from .._rich import Segment
 
     class SafeConsole(Console):  # type: ignore[misc, valid-type]
         def render(self, renderable: Any, options: Any = None) -> Iterable[Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ._rich import Console
+from .._rich import Console
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -19,7 +19,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print machin
 
 def console() -> Console:
     """The command line's stdout console; control characters in printed data are shown, not obeyed."""
-    from ._render import safe_console
+    from ..render import safe_console
 
     out = safe_console(highlight=False, soft_wrap=False)
     if not out.is_terminal and "COLUMNS" not in os.environ:
@@ -29,7 +29,7 @@ def console() -> Console:
 
 def echo(text: str, err: bool = False) -> None:
     """click.echo for lines that carry user data (names, paths): control characters made visible."""
-    from ._render import visible
+    from ..render import visible
 
     click.echo(visible(text), err=err)
 

@@ -1,6 +1,6 @@
 """The worksheet's playbook: for each kind of first divergence (by its most specific known prefix),
 the hypotheses consistent with it, the experiment that tells them apart, and what MUST CHANGE and
-MUST NOT CHANGE if the diagnosis is right. Data, read by :mod:`firstdiv._worksheet`."""
+MUST NOT CHANGE if the diagnosis is right. Data, read by :mod:`.worksheet`."""
 
 from __future__ import annotations
 

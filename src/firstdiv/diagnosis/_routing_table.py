@@ -4,50 +4,25 @@ Each :class:`RouteSpec` is one symptom family: the symptom in the book's words, 
 the FIRST CONTRACT to check (the incident worksheet's list), the instruments by their public firstdiv names
 (first = the one to run first), what to look at in its report, the evidence packet to capture before the
 first fix, the distinguishing experiment (two hypotheses and the experiment that forces them apart), when to
-stop (from the section), and the exact call. :mod:`firstdiv.routing` matches free text against ``phrasings``.
+stop (from the section), and the exact call. :mod:`.route` matches free text against ``phrasings``.
 
-This module is long because it is a table; the matching logic lives in :mod:`firstdiv.routing`.
+This module is long because it is a table; the matching logic lives in :mod:`.route`, and the book's
+vocabulary (contracts, packets, the escalation ladder) in :mod:`firstdiv._book`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: the incident worksheet's FIRST CONTRACT list, in its order
-CONTRACTS = ("tensor", "graph", "ownership", "input representation", "geometry", "attention", "learning chain",
-             "performance", "compiler", "run comparison")
+from .._book import CONTRACTS, ESCALATION, PACKETS, STOP_DEBUGGING
+
+__all__ = ["CONTRACTS", "ESCALATION", "INSTRUMENTS", "PACKETS", "ROUTES", "STOP_DEBUGGING", "SYNONYMS", "RouteSpec"]
 
 #: public firstdiv names a route may name: the instruments, then the regression lab
 INSTRUMENTS = ("step_probe", "reachability", "four_structures", "six_claims", "learning_ledger", "evidence_packet",
                "tensor_trace", "shape_ledger", "feature_space", "attention_check", "stage_trace", "loader_timing",
                "performance_ledger", "memory_phases", "compile_ledger", "compare_outputs", "DiagnosticSet",
                "sweep", "compare", "bisect", "factorial", "Gate", "determinism", "rng_audit")
-
-#: the appendix's minimum evidence packets ("Preserve observations before your intervention destroys the failing state")
-PACKETS: dict[str, tuple[str, ...]] = {
-    "training": ("one known batch", "input shape / dtype / device / range", "target shape / dtype / meaning",
-                 "model mode", "loss value", "loss.requires_grad", "loss.grad_fn", "expected trainable parameter names",
-                 "grad state for those parameters", "optimizer parameter membership",
-                 "parameter deltas after one controlled step", "current learning rate for every parameter group"),
-    "performance": ("workload", "input shapes", "dtype", "device", "train/eval/inference mode", "eager/compiled",
-                    "metric", "warmup", "measurement window", "repetitions", "synchronization boundary",
-                    "peak allocated memory", "peak reserved memory"),
-    "regression": ("code version", "configuration", "data version", "seed", "environment", "evaluation contract",
-                   "baseline variation", "paired deltas if pairing is valid"),
-}
-
-#: "When to stop debugging": all four must be true
-STOP_DEBUGGING = (
-    "You can name the mechanism that produced the symptom.",
-    "The repair changed the measurement the mechanism predicted.",
-    "An independent correctness property remained unchanged.",
-    "The failure can now be expressed as a test, assertion, contract or recorded comparison that would catch it.",
-)
-
-#: "When to escalate": start cheap, escalate only when the cheaper instrument passes
-ESCALATION = ("print / assert tensor facts", "known-sample contract", "graph / ownership inspection",
-              "controlled one-step probe", "tiny-batch capability test", "hooks / detailed activation inspection",
-              "profiler / allocator snapshot / compiler logs", "multi-seed comparison")
 
 
 @dataclass(frozen=True)

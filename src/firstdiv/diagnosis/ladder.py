@@ -59,26 +59,20 @@ instrument's own ``where``).
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import click
+from .._book import ESCALATION
+from .._format import clip
+from ..errors import InvalidArgument
+from ..instruments._user_hooks import reports_user_hooks
+from ..report import Divergence, Finding, Report, Status, skipped
+from .worksheet import Worksheet, build, contract_of
 
-from ._cli_common import EXIT_FOUND, EXIT_OK, emit, json_option
-from ._playbook import play_for
-from ._worksheet import ALL_GREEN, Worksheet, contract_of
-from .errors import InvalidArgument
-from .instruments._user_hooks import reports_user_hooks
-from .report import Divergence, Finding, Report, Status, skipped
-
-__all__ = ["EVIDENCE_KEYS", "EXTRA_KEYS", "ORDER", "Worksheet", "diagnose", "diagnose_command"]
+__all__ = ["EVIDENCE_KEYS", "EXTRA_KEYS", "LADDER", "ORDER", "Worksheet", "diagnose"]
 
 EVIDENCE_KEYS = ("model", "batch", "loss_fn", "optimizer", "loader", "train_step", "eval_fn", "task_probe")
 EXTRA_KEYS = {
@@ -93,9 +87,7 @@ EXTRA_KEYS = {
     "variants": "{name: model or callable} for compare_outputs", "variant_inputs": "fixed inputs for compare_outputs",
     "variant_options": "compare_outputs options",
 }
-_R = ("print / assert tensor facts", "known-sample contract", "graph / ownership inspection", "controlled one-step probe",
-      "tiny-batch capability test", "hooks / detailed activation inspection", "profiler / allocator snapshot / compiler logs",
-      "multi-seed comparison")
+_R = ESCALATION  # the rungs, in the appendix's words
 _TRAINING = ("model", "batch", "loss_fn", "optimizer")
 _SEEDS = {"instrument": "multi-seed comparison", "rung": _R[7],
           "needs": "runs at several seeds: `firstdiv sweep file.py:train --seeds 0-11`, then `firstdiv compare A B` "
@@ -130,7 +122,7 @@ def _opt(ev: dict[str, Any], *keys: str) -> dict[str, Any]:
 def _inputs(ev: dict[str, Any]) -> Any:
     if "inputs" in ev:
         return ev["inputs"]
-    from .instruments._batch import split_batch
+    from ..instruments._batch import split_batch
     return split_batch(ev["batch"], ev.get("model")).inputs
 
 
@@ -172,8 +164,8 @@ def _copy_consumer(model: Any, optimizer: Any, loss_fn: Any) -> Callable[[Any], 
     """One forward/backward/step of a deep copy per batch: the consumer when no ``step`` was given."""
     import torch
 
-    from .instruments._batch import compute_loss
-    from .instruments._state import detached_copy
+    from ..instruments._batch import compute_loss
+    from ..instruments._state import detached_copy
 
     work, opt = detached_copy(model, optimizer)
 
@@ -283,12 +275,13 @@ def diagnose(*, symptom: str | None = None, expected: str | None = None, stop_at
             if report.status is Status.FAIL and first is None:
                 first = observations[-1]
     not_checked.append(dict(_SEEDS))
-    return _worksheet(symptom, expected, ev, reports, observations, not_checked, not_reached, first)
+    test = next((r.test for r in LADDER if first and r.name == first["instrument"]), None)
+    return build(symptom, expected, ev, reports, observations, not_checked, not_reached, first, ORDER, test)
 
 
 def _run(rung: _Rung, ev: dict[str, Any], reports: dict[str, Report]) -> tuple[Report, float]:
     """Run one instrument; what it raises becomes a SKIPPED observation (the rest of the ladder still runs)."""
-    from .instruments._batch import describe_error
+    from ..instruments._batch import describe_error
 
     start = time.perf_counter()
     try:
@@ -308,24 +301,19 @@ def _observation(rung: _Rung, report: Report, seconds: float) -> dict[str, Any]:
             "seconds": seconds}
 
 
-def _short(value: Any, limit: int = 90) -> str:
-    text = f"{value:.6g}" if isinstance(value, float) else str(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def _summary(report: Report) -> str:
     """One line: the divergence, the reason it could not run, or the count of checks and the first warning."""
     div = report.first_divergence
     if report.status is Status.FAIL and div is not None:
-        return _short(f"{div.where} [{div.kind}]: expected {_short(div.expected, 60)}; observed {_short(div.observed, 80)}", 200)
+        return clip(f"{div.where} [{div.kind}]: expected {clip(div.expected, 60)}; observed {clip(div.observed, 80)}", 200)
     if report.status is Status.SKIPPED:
-        return _short(report.reason, 200)
+        return clip(report.reason, 200)
     counts = {s: sum(f.status is s for f in report.findings) for s in Status}
     n = len(report.findings)
     text = f"{n} check{'s' * (n != 1)}: {counts[Status.PASS]} pass" + "".join(
         f", {counts[s]} {s.value.lower()}" for s in (Status.WARN, Status.SKIPPED) if counts[s])
     warn = next((f for f in report.findings if f.status is Status.WARN), None)
-    return _short(text + (f"; WARN {warn.where}: {warn.message}" if warn else ""), 200)
+    return clip(text + (f"; WARN {warn.where}: {warn.message}" if warn else ""), 200)
 
 
 # ---- evidence -------------------------------------------------------------------------------------------------------------
@@ -339,7 +327,7 @@ def _validated(evidence: dict[str, Any]) -> dict[str, Any]:
     ev = {k: v for k, v in evidence.items() if v is not None}
     if not ev:
         return ev
-    from .instruments import _batch
+    from ..instruments import _batch
 
     _batch.check_evidence(ev, callables=("train_step", "eval_fn", "step"))
     if "batch" in ev:
@@ -353,193 +341,3 @@ def _validated(evidence: dict[str, Any]) -> dict[str, Any]:
         if key in ev and not isinstance(ev[key], dict):
             raise InvalidArgument(f"Expected `{key}` to be a dict but got {type(ev[key]).__name__}")
     return ev
-
-
-def _describe(value: Any) -> str:
-    import torch
-
-    if torch.is_tensor(value):
-        return f"{list(value.shape)} {str(value.dtype).replace('torch.', '')} on {value.device}"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_describe(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (tuple, list)) and len(value) <= 8:
-        return "(" + ", ".join(_describe(v) for v in value) + ")"
-    if callable(value):
-        return getattr(value, "__qualname__", type(value).__name__)
-    return type(value).__name__
-
-
-def _reproduction(ev: dict[str, Any], reports: dict[str, Report]) -> dict[str, Any]:
-    """The evidence given, as plain text: the smallest reproduction this diagnosis ran on."""
-    out: dict[str, Any] = {}
-    model = ev.get("model")
-    if model is not None:
-        params = list(model.parameters())
-        out["model"] = (f"{type(model).__name__} ({len(params)} parameter tensors, {sum(p.numel() for p in params)} elements, "
-                        f"{'train' if model.training else 'eval'} mode)")
-    if "optimizer" in ev:
-        groups = ev["optimizer"].param_groups
-        out["optimizer"] = f"{type(ev['optimizer']).__name__} ({len(groups)} group(s), lr {[g.get('lr') for g in groups]})"
-    if "batch" in ev:
-        from .instruments._batch import split_batch
-        b = split_batch(ev["batch"], model)
-        out["batch"] = f"inputs {_describe(b.inputs)}; targets {_describe(b.targets)}"
-    loss = reports.get("evidence_packet")
-    value = None if loss is None else loss.details.get("packet", {}).get("loss", {}).get("value")
-    if value is not None:
-        out["loss on the batch"] = value
-    if "loader" in ev:
-        loader = ev["loader"]
-        out["loader"] = (f"{type(loader).__name__} (batch_size {getattr(loader, 'batch_size', '?')}, num_workers "
-                         f"{getattr(loader, 'num_workers', '?')}, dataset {type(getattr(loader, 'dataset', None)).__name__})")
-    for key in ("train_step", "eval_fn", "task_probe", "step", "loss_fn"):
-        if key in ev:
-            out[key] = _describe(ev[key])
-    for key in ("inputs", "sample", "features", "variant_inputs", "contracts"):
-        if key in ev:
-            out[key] = _describe(ev[key])
-    if "stages" in ev:
-        stages = ev["stages"]
-        out["stages"] = ", ".join(str(s[0]) for s in stages) if isinstance(stages, (list, tuple)) else ", ".join(map(str, stages))
-    if "attention" in ev:
-        out["attention"] = f"{type(ev['attention'][0]).__name__} on {_describe(ev['attention'][1])}"
-    if "variants" in ev:
-        out["variants"] = ", ".join(map(str, ev["variants"]))
-    out["given"] = sorted(ev)
-    return out
-
-
-# ---- the worksheet ----------------------------------------------------------------------------------------------------------
-
-
-def _worksheet(symptom: str | None, expected: str | None, ev: dict[str, Any], reports: dict[str, Report],
-               observations: list[dict[str, Any]], not_checked: list[dict[str, str]], not_reached: list[str],
-               first: dict[str, Any] | None) -> Worksheet:
-    ran = [o for o in observations if o["status"] != Status.SKIPPED.value]
-    not_checked = [*({"instrument": o["instrument"], "rung": o["rung"], "needs": "evidence it could use; it ran and said: "
-                      + o["summary"]} for o in observations if o["status"] == Status.SKIPPED.value), *not_checked]
-    details: dict[str, Any] = {
-        "symptom": symptom, "expected": expected, "reproduction": _reproduction(ev, reports),
-        "first_contract": first["contract"] if first else None,
-        "contracts_checked": list(dict.fromkeys(o["contract"] for o in ran)), "observations": observations,
-        "first_divergence": None, "hypotheses": [], "distinguishing_experiment": None, "playbook_key": None,
-        "must_change": [], "must_not_change": [], "checked": [o["instrument"] for o in ran],
-        "not_checked": not_checked, "not_reached": not_reached, "order": list(ORDER), "warning": ALL_GREEN,
-        "reports": {name: r.to_dict() for name, r in reports.items()},
-    }
-    div = None
-    if first is not None:
-        own = reports[first["instrument"]].first_divergence
-        assert own is not None  # a FAIL report always carries one
-        div = Divergence(f"{first['instrument']}:{own.where}", own.kind, own.expected, own.observed, own.hint)
-        details["first_divergence"] = {"instrument": first["instrument"], "instrument_where": own.where, **div.to_dict()}
-        details.update(play_for(own.kind, own.where))
-    rung = next((r for r in LADDER if first and r.name == first["instrument"]), None)
-    details.update(_placeholders(details, rung))
-    findings = tuple(Finding(o["instrument"], f"diagnose.{o['contract'].replace(' ', '_')}", Status(o["status"]), o["summary"],
-                             {k: o[k] for k in ("rung", "contract", "where", "kind", "seconds")}) for o in observations)
-    side = "; ".join(f"{name}: {r.side_effects}" for name, r in reports.items() if r.side_effects != "none") or "none"
-    status, reason = _status(observations, not_checked, first)
-    return Worksheet("diagnose", status, div, findings, side, reason, details)
-
-
-def _status(observations: list[dict[str, Any]], not_checked: list[dict[str, str]],
-            first: dict[str, Any] | None) -> tuple[Status, str]:
-    if first is not None:
-        return Status.FAIL, ""
-    statuses = {o["status"] for o in observations}
-    if statuses <= {Status.SKIPPED.value}:
-        needs = "; ".join(f"{n['instrument']} needs {n['needs']}" for n in not_checked[:-1])
-        what = "no instrument could check anything" if observations else "no instrument had its evidence"
-        return Status.SKIPPED, f"{what}: {needs or 'pass model=..., batch=(inputs, targets), loss_fn=..., optimizer=...'}"
-    # an instrument that had its evidence but could not run (user code raised) is not part of a clean bill
-    return (Status.WARN if statuses & {Status.WARN.value, Status.SKIPPED.value} else Status.PASS), ""
-
-
-def _placeholders(details: dict[str, Any], rung: _Rung | None) -> dict[str, str]:
-    div = details["first_divergence"]
-    if div is None:
-        return {"intervention": "none: no divergence was found in what was checked",
-                "verification": "[fill in] nothing to verify; if the symptom persists, supply the evidence listed under "
-                                "NOT CHECKED and rerun diagnose",
-                "regression_test": "[fill in] keep this diagnosis as a test: assert firstdiv.diagnose(**evidence).ok"}
-    at = div["where"]
-    change = details["must_change"][0] if details["must_change"] else "the MUST CHANGE measurement"
-    return {
-        "intervention": f"[fill in] change exactly one mechanism at {at}: the one hypothesis the distinguishing experiment "
-                        "supports. Do not also change input layout, layer dimensions, learning rate, optimizer or "
-                        "normalization in the same edit (the one-bug rule).",
-        "verification": f"[fill in after the repair] rerun diagnose on the same evidence: the divergence at {at} is gone for "
-                        "the predicted reason (MUST CHANGE measured), MUST NOT CHANGE measured unchanged; a new first "
-                        "divergence is the next bug. Repeat the final check once without instruments.",
-        "regression_test": f"[fill in] a test that fails today and passes after the repair: assert {rung.test if rung else 'the instrument passes'}"
-                           f", and assert the MUST CHANGE measurement ({change})",
-    }
-
-
-# ---- command line -------------------------------------------------------------------------------------------------------------
-
-
-def _load_case(target: str) -> Callable[[], Any]:
-    where, sep, name = target.rpartition(":")
-    if not sep or not where or not name.isidentifier():
-        raise InvalidArgument(f"Expected CASE like path/to/case.py:make_evidence but got {target!r}")
-    if where.endswith(".py"):
-        path = Path(where)
-        if not path.is_file():
-            raise InvalidArgument(f"Case file {where!r} does not exist (relative to {Path.cwd()})")
-        module_name = f"_firstdiv_case_{abs(hash(str(path.resolve())))}"
-        spec = importlib.util.spec_from_file_location(module_name, path.resolve())
-        if spec is None or spec.loader is None:
-            raise InvalidArgument(f"Cannot import {where!r} as a Python file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:  # noqa: BLE001 - the user's case file: any failure is an input error
-            sys.modules.pop(module_name, None)
-            raise InvalidArgument(f"Importing {where!r} raised {type(exc).__name__}: {exc}") from None
-    else:
-        try:
-            module = importlib.import_module(where)
-        except Exception as exc:  # noqa: BLE001 - the user's module: any failure is an input error
-            raise InvalidArgument(f"Cannot import module {where!r} ({type(exc).__name__}: {exc}); use path/to/case.py:{name}") from None
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise InvalidArgument(f"{where} has no function {name!r}; define {name}() returning a dict of evidence "
-                              "(model=..., batch=..., loss_fn=..., optimizer=...)")
-    return fn
-
-
-def _case_evidence(target: str) -> dict[str, Any]:
-    fn = _load_case(target)
-    try:
-        evidence = fn()
-    except Exception as exc:  # noqa: BLE001 - the user's function: any failure is an input error
-        raise InvalidArgument(f"{target}() raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-    if not isinstance(evidence, dict) or not all(isinstance(k, str) for k in evidence):
-        raise InvalidArgument(f"Expected {target}() to return a dict of evidence (model=..., batch=...) but got "
-                              f"{type(evidence).__name__}")
-    if not evidence:
-        raise InvalidArgument(f"{target}() returned an empty dict; return the evidence at hand (model=..., batch=..., ...)")
-    return dict(evidence)
-
-
-@click.command("diagnose")
-@click.argument("case")
-@click.option("--symptom", default=None, help="What exactly was observed (overrides the case's 'symptom').")
-@click.option("--expected", default=None, help="What was expected instead (overrides the case's 'expected').")
-@click.option("--all", "run_all", is_flag=True, help="Run every applicable instrument; still report the first divergence.")
-@json_option
-def diagnose_command(case: str, symptom: str | None, expected: str | None, run_all: bool, as_json: bool) -> int:
-    """Run the escalation ladder on the evidence CASE returns (path/to/case.py:make_evidence: a function returning
-    a dict of model, batch, loss_fn, optimizer, ..., optionally 'symptom' and 'expected') and print the incident
-    worksheet. Exit 1 when a divergence was found, 0 when none, 2 on a bad CASE."""
-    evidence = _case_evidence(case)
-    symptom = symptom if symptom is not None else evidence.pop("symptom", None)
-    expected = expected if expected is not None else evidence.pop("expected", None)
-    evidence.pop("symptom", None)
-    evidence.pop("expected", None)
-    worksheet = diagnose(symptom=symptom, expected=expected, stop_at_first=not run_all, **evidence)
-    emit(worksheet, as_json)
-    return EXIT_FOUND if worksheet.status is Status.FAIL else EXIT_OK

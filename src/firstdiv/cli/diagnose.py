@@ -1,0 +1,142 @@
+"""`firstdiv diagnose` (the escalation ladder on a case file) and `firstdiv route` (symptom -> instrument)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .._format import describe_error
+from ..errors import InvalidArgument
+from ._common import EXIT_FOUND, EXIT_OK, emit, json_option
+
+# ---- diagnose ---------------------------------------------------------------------------------------------------------
+
+
+def _load_case(target: str) -> Callable[[], Any]:
+    where, sep, name = target.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise InvalidArgument(f"Expected CASE like path/to/case.py:make_evidence but got {target!r}")
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise InvalidArgument(f"Case file {where!r} does not exist (relative to {Path.cwd()})")
+        module_name = f"_firstdiv_case_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(module_name, path.resolve())
+        if spec is None or spec.loader is None:
+            raise InvalidArgument(f"Cannot import {where!r} as a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # noqa: BLE001 - the user's case file: any failure is an input error
+            sys.modules.pop(module_name, None)
+            raise InvalidArgument(f"Importing {where!r} raised {type(exc).__name__}: {exc}") from None
+    else:
+        try:
+            module = importlib.import_module(where)
+        except Exception as exc:  # noqa: BLE001 - the user's module: any failure is an input error
+            raise InvalidArgument(f"Cannot import module {where!r} ({type(exc).__name__}: {exc}); use path/to/case.py:{name}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise InvalidArgument(f"{where} has no function {name!r}; define {name}() returning a dict of evidence "
+                              "(model=..., batch=..., loss_fn=..., optimizer=...)")
+    return fn
+
+
+def _case_evidence(target: str) -> dict[str, Any]:
+    fn = _load_case(target)
+    try:
+        evidence = fn()
+    except Exception as exc:  # noqa: BLE001 - the user's function: any failure is an input error
+        raise InvalidArgument(f"{target}() raised {describe_error(exc, None)}") from None
+    if not isinstance(evidence, dict) or not all(isinstance(k, str) for k in evidence):
+        raise InvalidArgument(f"Expected {target}() to return a dict of evidence (model=..., batch=...) but got "
+                              f"{type(evidence).__name__}")
+    if not evidence:
+        raise InvalidArgument(f"{target}() returned an empty dict; return the evidence at hand (model=..., batch=..., ...)")
+    return dict(evidence)
+
+
+@click.command("diagnose")
+@click.argument("case")
+@click.option("--symptom", default=None, help="What exactly was observed (overrides the case's 'symptom').")
+@click.option("--expected", default=None, help="What was expected instead (overrides the case's 'expected').")
+@click.option("--all", "run_all", is_flag=True, help="Run every applicable instrument; still report the first divergence.")
+@json_option
+def diagnose_command(case: str, symptom: str | None, expected: str | None, run_all: bool, as_json: bool) -> int:
+    """Run the escalation ladder on the evidence CASE returns (path/to/case.py:make_evidence: a function returning
+    a dict of model, batch, loss_fn, optimizer, ..., optionally 'symptom' and 'expected') and print the incident
+    worksheet. Exit 1 when a divergence was found, 0 when none, 2 on a bad CASE."""
+    from ..diagnosis import diagnose
+    from ..report import Status
+
+    evidence = _case_evidence(case)
+    symptom = symptom if symptom is not None else evidence.pop("symptom", None)
+    expected = expected if expected is not None else evidence.pop("expected", None)
+    evidence.pop("symptom", None)
+    evidence.pop("expected", None)
+    worksheet = diagnose(symptom=symptom, expected=expected, stop_at_first=not run_all, **evidence)
+    emit(worksheet, as_json)
+    return EXIT_FOUND if worksheet.status is Status.FAIL else EXIT_OK
+
+
+# ---- route ------------------------------------------------------------------------------------------------------------
+
+
+def _reverse_table(view: dict[str, list[str]]) -> Any:
+    from .._rich import Table, Text
+    from ..diagnosis._routing_table import ROUTES
+    by_symptom = {spec.symptom: spec for spec in ROUTES}
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("instrument", "symptom it owns", "route", "contract", "role"):
+        table.add_column(col, no_wrap=col in ("instrument", "route"))
+    for name, symptoms in view.items():
+        for i, symptom in enumerate(symptoms):
+            spec = by_symptom[symptom]
+            role = "first" if spec.instruments[0] == name else "follow-up"
+            table.add_row(Text(name if i == 0 else "", style="bold"), Text(symptom), spec.id, spec.contract, role)
+    return table
+
+
+def _resolve_instrument(name: str) -> str:
+    from ..diagnosis._routing_table import INSTRUMENTS
+    lowered = {n.lower(): n for n in INSTRUMENTS}
+    found = lowered.get(name.strip().lower().replace("-", "_"))
+    if found is None:
+        raise click.UsageError(f"Unknown instrument {name!r}; expected one of: {', '.join(INSTRUMENTS)}")
+    return found
+
+
+@click.command("route")
+@click.argument("text", nargs=-1, metavar="[SYMPTOM]")
+@click.option("--all", "show_all", is_flag=True, help="Show every matching route, not only the best 3.")
+@click.option("--instrument", default=None, metavar="NAME", help="Print the symptoms instrument NAME owns (no SYMPTOM).")
+@click.option("--list", "list_all", is_flag=True, help="Print every instrument and the symptoms it owns (no SYMPTOM).")
+@json_option
+def route_command(text: tuple[str, ...], show_all: bool, instrument: str | None, list_all: bool, as_json: bool) -> int:
+    """Route SYMPTOM (free text, e.g. "loss is flat") to the contract to check first, the instrument to run, the
+    evidence to capture, the distinguishing experiment and when to stop. Exit 0 also when nothing matches."""
+    from ..diagnosis.route import route, routes
+
+    symptom = " ".join(text).strip()
+    if list_all or instrument is not None:
+        if symptom:
+            raise click.UsageError("Give either SYMPTOM or --list/--instrument, not both")
+        if list_all and instrument is not None:
+            raise click.UsageError("Give --list or --instrument NAME, not both")
+        view = routes()
+        if instrument is not None:
+            name = _resolve_instrument(instrument)
+            view = {name: view[name]}
+        emit(_reverse_table(view), as_json, {"instruments": view} if list_all else {"instrument": name, "symptoms": view[name]})
+        return EXIT_OK
+    if not symptom:
+        raise click.UsageError('Expected a SYMPTOM, e.g. firstdiv route "loss is flat", or --list / --instrument NAME')
+    emit(route(symptom, top=None if show_all else 3), as_json)
+    return EXIT_OK
