@@ -10,8 +10,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import random
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,6 +21,7 @@ from torch import nn
 
 import firstdiv
 from firstdiv.instruments._core.state import Snapshot
+from firstdiv.report import skipped
 
 _TRAINING = ("model", "batch", "loss_fn", "optimizer")
 
@@ -41,6 +44,18 @@ def _attention(p: Any) -> Any:
     return firstdiv.attention_check(module, inputs, **options)
 
 
+def _diagnostic_set(p: Any) -> Any:
+    """Store the program's inputs with the outputs of a copy of its model, then check the model itself
+    against them (a model that cannot run has no set to store: not a case, so SKIPPED with create's reason)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        example = {"name": "known", "category": "ordinary", "inputs": p.inputs}
+        try:
+            stored = firstdiv.DiagnosticSet.create(Path(tmp) / "set", [example], copy.deepcopy(p.model))
+        except firstdiv.InvalidArgument as exc:
+            return skipped("diagnostic_set", str(exc))
+        return stored.check(p.model)
+
+
 #: instrument name -> how to call it on a zoo Program (the evidence a user would have at hand)
 CALLS: dict[str, Call] = {
     "step_probe": Call(_TRAINING, lambda p: firstdiv.step_probe(p.model, p.batch, p.loss_fn, p.optimizer,
@@ -52,9 +67,6 @@ CALLS: dict[str, Call] = {
     "learning_ledger": Call(_TRAINING, lambda p: firstdiv.learning_ledger(p.model, p.batch, p.loss_fn, p.optimizer,
                                                                            task_probe=p.task_probe, overfit_steps=60)),
     "evidence_packet": Call(("model",), lambda p: firstdiv.evidence_packet(**p.evidence())),
-}
-#: the shape-and-meaning instruments join once they exist
-_LATER = {
     "tensor_trace": Call(("model", "inputs"), lambda p: firstdiv.tensor_trace(p.model, p.inputs, contracts=p.contracts)),
     "shape_ledger": Call(("model", "inputs"), lambda p: firstdiv.shape_ledger(p.model, p.inputs)),
     "feature_space": Call(("features",), lambda p: firstdiv.feature_space(p.features, axis=-1)),
@@ -67,13 +79,21 @@ _LATER = {
     "compile_ledger": Call(("compile_case",), lambda p: firstdiv.compile_ledger(*p.compile_case[:2], **p.compile_case[2])),
     "compare_outputs": Call(("variants_case",), lambda p: firstdiv.compare_outputs(*p.variants_case[:2],
                                                                                   **p.variants_case[2])),
+    "DiagnosticSet": Call(("model", "inputs"), _diagnostic_set),
 }
-for _name, _call in _LATER.items():
-    try:
-        getattr(firstdiv, _name)
-    except (AttributeError, ImportError):
-        continue
-    CALLS[_name] = _call
+#: registered instruments the battery does not call, and why
+NOT_IN_BATTERY = {
+    "tensor_facts": "reads the evidence packet's report only: it never sees a user object",
+    "memory_phases": "observes the user's own training step, whose updates are the user's to make; "
+                     "test_memory_phases.py's test_no_trace_on_the_users_objects checks a forward-only block",
+}
+
+
+def tier_holds(tier: str, side_effects: str) -> bool:
+    """Whether a report's ``side_effects`` stays within what the registry's tier for its instrument promises
+    ("none" always does: a run that stopped early, or a copy-only run that says so after "none:")."""
+    text = side_effects.lower()
+    return text.startswith("none") or {"reads": False, "copies": "cop" in text, "restores": "restored" in text}[tier]
 
 
 class Injected(RuntimeError):

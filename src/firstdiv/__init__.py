@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._registry import lazy_names
 from .errors import FirstdivError, InvalidArgument, NotFound, StoreError, WorkloadError
 from .report import Divergence, Finding, Report, Status
 
@@ -36,24 +37,8 @@ _LAZY = {
     "sweep": "firstdiv.lab.sweep",
     "SweepResult": "firstdiv.lab.sweep",
     "workload": "firstdiv.lab.workload",
-    "step_probe": "firstdiv.instruments.step_probe",
-    "reachability": "firstdiv.instruments.reachability",
-    "four_structures": "firstdiv.instruments.four_structures",
-    "six_claims": "firstdiv.instruments.six_claims",
-    "learning_ledger": "firstdiv.instruments.learning_ledger",
-    "evidence_packet": "firstdiv.instruments.evidence_packet",
-    "tensor_trace": "firstdiv.instruments.tensor_trace",
-    "shape_ledger": "firstdiv.instruments.shape_ledger",
-    "feature_space": "firstdiv.instruments.feature_space",
-    "attention_check": "firstdiv.instruments.attention_check",
-    "stage_trace": "firstdiv.instruments.stage_trace",
-    "loader_timing": "firstdiv.instruments.loader_timing",
-    "performance_ledger": "firstdiv.instruments.performance_ledger",
-    "memory_phases": "firstdiv.instruments.memory_phases",
-    "compile_ledger": "firstdiv.instruments.compile_ledger",
-    "compare_outputs": "firstdiv.instruments.compare_outputs",
+    **lazy_names(),  # the instruments, from their registry
     "variants": "firstdiv.instruments.compare_outputs.variants",
-    "DiagnosticSet": "firstdiv.instruments.diagnostic_set",
     "route": "firstdiv.diagnosis.route",
     "routes": "firstdiv.diagnosis.route",
     "diagnose": "firstdiv.diagnosis",

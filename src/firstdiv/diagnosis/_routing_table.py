@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._book import CONTRACTS, ESCALATION, PACKETS, STOP_DEBUGGING
+from .._registry import SPECS
 
 __all__ = ["CONTRACTS", "ESCALATION", "INSTRUMENTS", "PACKETS", "ROUTES", "STOP_DEBUGGING", "SYNONYMS", "RouteSpec"]
 
@@ -212,24 +213,7 @@ _EXP_OBSERVE = (("the instrument changed the system (hooks, .item() syncs, print
 
 # --- the exact calls ---------------------------------------------------------------------------------------------------
 _CALL = {
-    "step_probe": "firstdiv.step_probe(model, batch, loss_fn, optimizer, train_step=train_step)",
-    "reachability": "firstdiv.reachability(model, batch, loss_fn)",
-    "four_structures": "firstdiv.four_structures(model, optimizer, batch, loss_fn)",
-    "six_claims": "firstdiv.six_claims(model, batch, loss_fn, optimizer, eval_fn=eval_fn)",
-    "learning_ledger": "firstdiv.learning_ledger(model, batch, loss_fn, optimizer, task_probe=task_probe)",
-    "evidence_packet": "firstdiv.evidence_packet(model=model, batch=batch, loss_fn=loss_fn, optimizer=optimizer, loader=loader)",
-    "tensor_trace": 'firstdiv.tensor_trace(model, inputs, contracts={"": "B T D"})',
-    "shape_ledger": "firstdiv.shape_ledger(model, inputs)",
-    "feature_space": "firstdiv.feature_space(vectors, axis=-1)",
-    "attention_check": "firstdiv.attention_check(attn, inputs, causal=True)",
-    "stage_trace": "firstdiv.stage_trace(sample, stages, probes=probes, contracts=contracts)",
-    "loader_timing": 'firstdiv.loader_timing(loader, step=train_step, sweep={"num_workers": [0, 1, 2, 4, 8]})',
-    "performance_ledger": "firstdiv.performance_ledger(step, batch, model=model, optimizer=optimizer, loss_fn=loss_fn)",
-    "memory_phases": "with firstdiv.memory_phases(model, optimizer) as mp: train_step()  # then print(mp.report)",
-    "compile_ledger": "firstdiv.compile_ledger(model, inputs_seq)",
-    "compare_outputs": ("variants, tolerances = firstdiv.variants(model, example_inputs=inputs); "
-                        "firstdiv.compare_outputs(variants, inputs, tolerances=tolerances)"),
-    "DiagnosticSet": "firstdiv.DiagnosticSet.load(path).check(model)",
+    **{s.name: s.call for s in SPECS if s.public},  # the instruments, from their registry
     "sweep_compare": ('firstdiv.compare(firstdiv.sweep(target, "0-11", name="baseline"), '
                       'firstdiv.sweep(target, "0-11", sets=["key=value"], name="candidate"))'),
     "bisect": 'firstdiv.bisect(target, ["key=old"], ["key=new,other=new"], "0-7")',

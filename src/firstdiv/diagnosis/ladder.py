@@ -59,22 +59,19 @@ instrument's own ``where``).
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from .._book import ESCALATION
 from .._format import clip
+from .._registry import EVIDENCE_KEYS, InstrumentSpec, ladder
 from ..errors import InvalidArgument
-from ..instruments._user_hooks import reports_user_hooks
-from ..report import Divergence, Finding, Report, Status, skipped
+from ..instruments._core.user_hooks import reports_user_hooks
+from ..report import Report, Status, skipped
 from .worksheet import Worksheet, build, contract_of
 
 __all__ = ["EVIDENCE_KEYS", "EXTRA_KEYS", "LADDER", "ORDER", "Worksheet", "diagnose"]
 
-EVIDENCE_KEYS = ("model", "batch", "loss_fn", "optimizer", "loader", "train_step", "eval_fn", "task_probe")
 EXTRA_KEYS = {
     "inputs": "what model(...) receives (default: the batch's inputs)",
     "contracts": "{module path: 'B T D'} named axes for tensor_trace",
@@ -88,150 +85,13 @@ EXTRA_KEYS = {
     "variant_options": "compare_outputs options",
 }
 _R = ESCALATION  # the rungs, in the appendix's words
-_TRAINING = ("model", "batch", "loss_fn", "optimizer")
 _SEEDS = {"instrument": "multi-seed comparison", "rung": _R[7],
           "needs": "runs at several seeds: `firstdiv sweep file.py:train --seeds 0-11`, then `firstdiv compare A B` "
                    "(diagnose inspects one run)"}
 
 
-@dataclass(frozen=True)
-class _Rung:
-    """One instrument on the ladder: what it needs (a key, or a tuple of alternatives) and how it is called."""
-
-    name: str
-    rung: str
-    needs: tuple[str | tuple[str, ...], ...]
-    call: Callable[[dict[str, Any], dict[str, Report]], Report]
-    test: str  # the call a regression test asserts `.ok` on
-
-    def missing(self, ev: dict[str, Any]) -> str:
-        absent = [need if isinstance(need, str) else " or ".join(need) for need in self.needs
-                  if not any(k in ev for k in ((need,) if isinstance(need, str) else need))]
-        return ", ".join(absent)
-
-
-def _fi():  # the instruments load lazily: `firstdiv --help` must not import torch
-    import firstdiv
-    return firstdiv
-
-
-def _opt(ev: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {k: ev[k] for k in keys if k in ev}
-
-
-def _inputs(ev: dict[str, Any]) -> Any:
-    if "inputs" in ev:
-        return ev["inputs"]
-    from ..instruments._batch import split_batch
-    return split_batch(ev["batch"], ev.get("model")).inputs
-
-
-def _packet(ev: dict[str, Any], _: dict[str, Report]) -> Report:
-    return _fi().evidence_packet(**_opt(ev, *EVIDENCE_KEYS))
-
-
-def _tensor_facts(ev: dict[str, Any], reports: dict[str, Report]) -> Report:
-    packet = reports["evidence_packet"].details
-    loss = packet.get("packet", {}).get("loss")
-    if loss is None:
-        note = packet.get("notes", {}).get("loss", "the packet has no loss section")
-        return skipped("tensor_facts", f"no loss to assert on ({note}); the later instruments localize it")
-    value, problem = loss.get("value"), loss.get("problem")
-    seen = {"value": value, "requires_grad": loss.get("requires_grad"), "grad_fn": loss.get("grad_fn")}
-    if problem:
-        return _facts_fail("facts.unusable_loss", "a 0-d floating-point loss tensor", problem, seen)
-    if value is None or not math.isfinite(value):
-        return _facts_fail("facts.nonfinite_loss", "a finite loss on the known batch", f"loss = {value}", seen)
-    return Report("tensor_facts", Status.PASS, findings=(Finding("loss", "facts.loss_finite", Status.PASS,
-                  f"loss {value:.6g} is a finite scalar (requires_grad {seen['requires_grad']}, grad_fn {seen['grad_fn']})",
-                  seen),), details={"asserted": ["the loss on the known batch is a finite scalar tensor"]})
-
-
-def _facts_fail(kind: str, expected: str, observed: str, seen: dict[str, Any]) -> Report:
-    div = Divergence("loss", kind, expected, observed, "read the evidence packet's loss section; see HYPOTHESES")
-    return Report("tensor_facts", Status.FAIL, div, (Finding("loss", kind, Status.FAIL, f"{expected} expected; {observed}",
-                  seen),), details={"asserted": ["the loss on the known batch is a finite scalar tensor"]})
-
-
-def _loader(ev: dict[str, Any], _: dict[str, Report]) -> Report:
-    step = ev.get("step")
-    if step is None and all(k in ev for k in ("model", "loss_fn", "optimizer")):
-        step = _copy_consumer(ev["model"], ev["optimizer"], ev["loss_fn"])
-    return _fi().loader_timing(ev["loader"], step, batches=8)
-
-
-def _copy_consumer(model: Any, optimizer: Any, loss_fn: Any) -> Callable[[Any], float]:
-    """One forward/backward/step of a deep copy per batch: the consumer when no ``step`` was given."""
-    import torch
-
-    from ..instruments._batch import compute_loss
-    from ..instruments._state import detached_copy
-
-    work, opt = detached_copy(model, optimizer)
-
-    def step(batch: Any) -> float:
-        opt.zero_grad(set_to_none=True)
-        _, loss = compute_loss(work, batch, loss_fn)
-        loss.backward()
-        if not isinstance(opt, torch.optim.LBFGS):
-            opt.step()
-        return float(loss.detach())
-    return step
-
-
-def _performance(ev: dict[str, Any], _: dict[str, Report]) -> Report:
-    objects = _opt(ev, "model", "optimizer", "loss_fn")
-    if "step" in ev and "batch" in ev:
-        return _fi().performance_ledger(ev["step"], ev["batch"], **objects)
-    if "train_step" in ev:
-        return _fi().performance_ledger(ev["train_step"], None, **objects)
-    return skipped("performance_ledger", "step(batch) needs a batch to run on: pass batch=(inputs, targets), or "
-                                         "train_step=<a zero-argument step>")
-
-
-def _attention(ev: dict[str, Any], _: dict[str, Report]) -> Report:
-    module, inputs, *rest = ev["attention"]
-    return _fi().attention_check(module, inputs, **(rest[0] if rest else {}))
-
-
-LADDER: tuple[_Rung, ...] = (
-    _Rung("evidence_packet", _R[0], (("model", "batch", "loader"),), _packet,
-          "torch.isfinite(loss_fn(model(inputs), targets)).all()"),
-    _Rung("tensor_facts", _R[0], ("model", "batch", "loss_fn"), _tensor_facts,
-          "torch.isfinite(loss_fn(model(inputs), targets)).all()"),
-    _Rung("stage_trace", _R[1], ("sample", "stages"), lambda ev, _: _fi().stage_trace(
-        ev["sample"], ev["stages"], probes=ev.get("stage_probes"), contracts=ev.get("stage_contracts")),
-        "firstdiv.stage_trace(sample, stages, probes=probes, contracts=contracts).ok"),
-    _Rung("four_structures", _R[2], ("model",), lambda ev, _: _fi().four_structures(
-        ev["model"], ev.get("optimizer"), ev.get("batch"), ev.get("loss_fn") if "batch" in ev else None),
-        "firstdiv.four_structures(model, optimizer, batch, loss_fn).ok"),
-    _Rung("reachability", _R[2], ("model", "batch", "loss_fn"), lambda ev, _: _fi().reachability(
-        ev["model"], ev["batch"], ev["loss_fn"]), "firstdiv.reachability(model, batch, loss_fn).ok"),
-    _Rung("step_probe", _R[3], _TRAINING, lambda ev, _: _fi().step_probe(
-        ev["model"], ev["batch"], ev["loss_fn"], ev["optimizer"], train_step=ev.get("train_step")),
-        "firstdiv.step_probe(model, batch, loss_fn, optimizer, train_step=train_step).ok"),
-    _Rung("learning_ledger", _R[4], _TRAINING, lambda ev, _: _fi().learning_ledger(
-        ev["model"], ev["batch"], ev["loss_fn"], ev["optimizer"], task_probe=ev.get("task_probe")),
-        "firstdiv.learning_ledger(model, batch, loss_fn, optimizer, task_probe=task_probe).ok"),
-    _Rung("six_claims", _R[4], _TRAINING, lambda ev, _: _fi().six_claims(
-        ev["model"], ev["batch"], ev["loss_fn"], ev["optimizer"], eval_fn=ev.get("eval_fn")),
-        "firstdiv.six_claims(model, batch, loss_fn, optimizer, eval_fn=eval_fn).ok"),
-    _Rung("shape_ledger", _R[5], ("model", ("inputs", "batch")), lambda ev, _: _fi().shape_ledger(ev["model"], _inputs(ev)),
-          "firstdiv.shape_ledger(model, inputs).ok"),
-    _Rung("attention_check", _R[5], ("attention",), _attention, "firstdiv.attention_check(module, inputs, **options).ok"),
-    _Rung("tensor_trace", _R[5], ("model", ("inputs", "batch")), lambda ev, _: _fi().tensor_trace(
-        ev["model"], _inputs(ev), contracts=ev.get("contracts")), "firstdiv.tensor_trace(model, inputs, contracts=contracts).ok"),
-    _Rung("feature_space", _R[5], ("features",), lambda ev, _: _fi().feature_space(ev["features"]),
-          "firstdiv.feature_space(features).ok"),
-    _Rung("loader_timing", _R[6], ("loader",), _loader, "firstdiv.loader_timing(loader, step, batches=8).ok"),
-    _Rung("performance_ledger", _R[6], (("train_step", "step"),), _performance,
-          "firstdiv.performance_ledger(train_step).ok"),
-    _Rung("compile_ledger", _R[6], ("model", "compile_inputs"), lambda ev, _: _fi().compile_ledger(
-        ev["model"], ev["compile_inputs"], **ev.get("compile_options", {})), "firstdiv.compile_ledger(model, compile_inputs).ok"),
-    _Rung("compare_outputs", _R[6], ("variants", "variant_inputs"), lambda ev, _: _fi().compare_outputs(
-        ev["variants"], ev["variant_inputs"], **ev.get("variant_options", {})),
-        "firstdiv.compare_outputs(variants, variant_inputs).ok"),
-)
+#: the instruments diagnose runs, in its order (the registry's ladder)
+LADDER: tuple[InstrumentSpec, ...] = ladder()
 #: the instruments in the order diagnose runs them
 ORDER: tuple[str, ...] = tuple(r.name for r in LADDER)
 
@@ -279,13 +139,13 @@ def diagnose(*, symptom: str | None = None, expected: str | None = None, stop_at
     return build(symptom, expected, ev, reports, observations, not_checked, not_reached, first, ORDER, test)
 
 
-def _run(rung: _Rung, ev: dict[str, Any], reports: dict[str, Report]) -> tuple[Report, float]:
+def _run(rung: InstrumentSpec, ev: dict[str, Any], reports: dict[str, Report]) -> tuple[Report, float]:
     """Run one instrument; what it raises becomes a SKIPPED observation (the rest of the ladder still runs)."""
-    from ..instruments._batch import describe_error
+    from ..instruments._core.batch import describe_error
 
     start = time.perf_counter()
     try:
-        report = rung.call(ev, reports)
+        report = rung.run(ev, reports)
     except InvalidArgument as exc:
         report = skipped(rung.name, f"the evidence does not suit {rung.name}: {exc}")
     except Exception as exc:  # noqa: BLE001 - user code or an instrument bug: recorded, never a crash of the ladder
@@ -293,7 +153,7 @@ def _run(rung: _Rung, ev: dict[str, Any], reports: dict[str, Report]) -> tuple[R
     return report, time.perf_counter() - start
 
 
-def _observation(rung: _Rung, report: Report, seconds: float) -> dict[str, Any]:
+def _observation(rung: InstrumentSpec, report: Report, seconds: float) -> dict[str, Any]:
     div = report.first_divergence
     contract = contract_of(rung.name, div.kind if div else "")
     return {"instrument": rung.name, "rung": rung.rung, "contract": contract, "status": report.status.value,
@@ -327,7 +187,7 @@ def _validated(evidence: dict[str, Any]) -> dict[str, Any]:
     ev = {k: v for k, v in evidence.items() if v is not None}
     if not ev:
         return ev
-    from ..instruments import _batch
+    from ..instruments._core import batch as _batch
 
     _batch.check_evidence(ev, callables=("train_step", "eval_fn", "step"))
     if "batch" in ev:

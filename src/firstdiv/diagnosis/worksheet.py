@@ -12,18 +12,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._book import ALL_GREEN, CONTRACTS, FIELDS
+from .._registry import SPECS
 from ..report import Divergence, Finding, Report, Status
 from ._playbook import play_for, prefixes
 
 __all__ = ["ALL_GREEN", "CONTRACTS", "FIELDS", "Worksheet", "build", "contract_of"]
 
-_CONTRACT_BY_INSTRUMENT = {
-    "evidence_packet": "tensor", "tensor_facts": "tensor", "stage_trace": "input representation",
-    "four_structures": "ownership", "reachability": "graph", "step_probe": "learning chain",
-    "learning_ledger": "learning chain", "six_claims": "learning chain", "shape_ledger": "geometry",
-    "attention_check": "attention", "tensor_trace": "tensor", "feature_space": "tensor", "loader_timing": "performance",
-    "performance_ledger": "performance", "compile_ledger": "compiler", "compare_outputs": "run comparison",
-}
+_CONTRACT_BY_INSTRUMENT = {s.name: s.contract for s in SPECS}
 #: kind prefixes whose contract differs from their instrument's (the most specific prefix wins)
 _CONTRACT_BY_KIND = {
     "step.no_gradient": "graph", "step.zero_gradient": "graph", "step.requires_grad_false": "graph",
@@ -98,7 +93,7 @@ def _reproduction(ev: dict[str, Any], reports: dict[str, Report]) -> dict[str, A
         groups = ev["optimizer"].param_groups
         out["optimizer"] = f"{type(ev['optimizer']).__name__} ({len(groups)} group(s), lr {[g.get('lr') for g in groups]})"
     if "batch" in ev:
-        from ..instruments._batch import split_batch
+        from ..instruments._core.batch import split_batch
         b = split_batch(ev["batch"], model)
         out["batch"] = f"inputs {_describe(b.inputs)}; targets {_describe(b.targets)}"
     loss = reports.get("evidence_packet")
