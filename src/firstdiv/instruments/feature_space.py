@@ -42,6 +42,8 @@ from ._core.checks import Check, check, compose
 from ._core.state import guarded
 from ._core.user_hooks import reports_user_hooks
 
+__all__ = ["dominant_threshold", "feature_space"]
+
 _NAME = "feature_space"
 ZERO_RELATIVE = 1e-6       # a vector is zero when its norm <= this times the largest norm
 ZERO_FAIL, ZERO_WARN = 0.9, 0.5
@@ -51,6 +53,43 @@ DIRECTION_TOP_PC = 0.9     # ... and the centered vectors vary along one directi
 DIRECTION_SPREAD = 1e-4    # ... or hardly vary at all relative to the mean vector
 QUANTITIES = ("cosine", "value", "norm", "argmax")
 _DEFAULT_TOL = {"cosine": 1e-4, "value": 1e-4, "norm": 1e-4, "argmax": 0.0}
+
+
+@reports_user_hooks
+def feature_space(vectors: Any, axis: int = -1, *, encoder: Callable | None = None, inputs: Any = None,
+                  invariances: dict[str, Any] | None = None) -> Report:
+    """Inspect a tensor of representation vectors whose coordinates lie along ``axis``.
+
+    ``vectors``: tensor or numpy array, at least 2-d; every axis but ``axis`` enumerates vectors.
+    ``invariances``: ``{name: transform}`` (compared by per-vector cosine, tol 1e-4) or
+    ``{name: (transform, quantity[, tol])}`` with quantity ``"cosine"`` (min cosine >= 1 - tol),
+    ``"value"`` (relative Frobenius change <= tol), ``"norm"`` (relative per-vector norm change <= tol),
+    ``"argmax"`` (fraction of vectors whose argmax changes <= tol), or a callable ``outputs -> tensor``
+    (max abs change <= tol * max(1, max |quantity|)). Each needs ``encoder`` and ``inputs``: the
+    encoder is called as ``encoder(inputs)`` (``encoder(*inputs)`` for a tuple, ``encoder(**inputs)``
+    for a dict) and ``encoder(transform(inputs))``; its output holds vectors along ``axis`` too.
+    Returns a :class:`~firstdiv.report.Report`; bad arguments raise ``InvalidArgument``.
+    """
+    x, shape, coord_axis = _as_matrix(vectors, axis)
+    specs = _check_invariances(invariances, encoder, inputs)
+    details: dict[str, Any] = {"shape": shape, "axis": coord_axis, "vectors": x.shape[0], "coordinates": x.shape[1]}
+    if x.numel() == 0:
+        return skipped(_NAME, f"`vectors` of shape {shape} holds no values: pass a non-empty tensor", **details)
+    rows = []
+    finite_row, x = _nonfinite(x)
+    rows.append(finite_row)
+    if x.shape[0] == 0:
+        details["finite_vectors"] = 0
+    else:
+        norm_rows, nonzero = _norms(x, details)
+        rows += norm_rows + _coordinates(x, details) + _cosine(nonzero, details)
+    if specs:
+        rows += _invariance_rows(encoder, inputs, specs, axis)  # type: ignore[arg-type]
+    effects = "none"
+    if specs:
+        effects = (f"encoder called {1 + len(specs)} times in its current mode under torch.no_grad on copies of `inputs`, "
+                   "inside guarded(): parameters, buffers, modes, hooks and RNG states restored")
+    return compose(_NAME, rows, effects, details)
 
 
 def dominant_threshold(d: int) -> float:
@@ -304,40 +343,3 @@ def _invariance_rows(encoder: Callable, inputs: Any, specs: dict, axis: int) -> 
                                   hint="the quantity is not invariant to this transform: either the quantity is named "
                                        "wrongly (dot product vs cosine) or the encoder is not invariant"))
     return rows
-
-
-@reports_user_hooks
-def feature_space(vectors: Any, axis: int = -1, *, encoder: Callable | None = None, inputs: Any = None,
-                  invariances: dict[str, Any] | None = None) -> Report:
-    """Inspect a tensor of representation vectors whose coordinates lie along ``axis``.
-
-    ``vectors``: tensor or numpy array, at least 2-d; every axis but ``axis`` enumerates vectors.
-    ``invariances``: ``{name: transform}`` (compared by per-vector cosine, tol 1e-4) or
-    ``{name: (transform, quantity[, tol])}`` with quantity ``"cosine"`` (min cosine >= 1 - tol),
-    ``"value"`` (relative Frobenius change <= tol), ``"norm"`` (relative per-vector norm change <= tol),
-    ``"argmax"`` (fraction of vectors whose argmax changes <= tol), or a callable ``outputs -> tensor``
-    (max abs change <= tol * max(1, max |quantity|)). Each needs ``encoder`` and ``inputs``: the
-    encoder is called as ``encoder(inputs)`` (``encoder(*inputs)`` for a tuple, ``encoder(**inputs)``
-    for a dict) and ``encoder(transform(inputs))``; its output holds vectors along ``axis`` too.
-    Returns a :class:`~firstdiv.report.Report`; bad arguments raise ``InvalidArgument``.
-    """
-    x, shape, coord_axis = _as_matrix(vectors, axis)
-    specs = _check_invariances(invariances, encoder, inputs)
-    details: dict[str, Any] = {"shape": shape, "axis": coord_axis, "vectors": x.shape[0], "coordinates": x.shape[1]}
-    if x.numel() == 0:
-        return skipped(_NAME, f"`vectors` of shape {shape} holds no values: pass a non-empty tensor", **details)
-    rows = []
-    finite_row, x = _nonfinite(x)
-    rows.append(finite_row)
-    if x.shape[0] == 0:
-        details["finite_vectors"] = 0
-    else:
-        norm_rows, nonzero = _norms(x, details)
-        rows += norm_rows + _coordinates(x, details) + _cosine(nonzero, details)
-    if specs:
-        rows += _invariance_rows(encoder, inputs, specs, axis)  # type: ignore[arg-type]
-    effects = "none"
-    if specs:
-        effects = (f"encoder called {1 + len(specs)} times in its current mode under torch.no_grad on copies of `inputs`, "
-                   "inside guarded(): parameters, buffers, modes, hooks and RNG states restored")
-    return compose(_NAME, rows, effects, details)

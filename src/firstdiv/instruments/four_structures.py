@@ -42,6 +42,34 @@ INSTRUMENT = "four_structures"
 _LISTED = 8  # names listed in evidence before eliding
 
 
+@reports_user_hooks
+def four_structures(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any = None,
+                    loss_fn: Any = None) -> Report:
+    """Reconcile the four structures of a module (Python, registered, autograd, optimizer) by identity.
+
+    ``batch`` (tuple ``(inputs, targets)`` or dict, see :mod:`firstdiv.instruments._core.batch`) and
+    ``loss_fn`` ``(outputs, targets) -> loss`` are optional; with both, one forward pass and loss run on
+    your model inside a guard (no backward, no step) to see what the autograd graph reaches.
+    ``optimizer`` may be None (the OPTIMIZER structure is then SKIPPED).
+    """
+    check_model(model)
+    if optimizer is not None:
+        check_optimizer(optimizer)
+    if loss_fn is not None:
+        check_loss_fn(loss_fn)
+    if batch is not None:
+        batch = split_batch(batch, model)
+    reg = Registry.of(model)
+    hidden, aliases = python_graph(model, reg)
+    reached, reason = None, "pass both batch and loss_fn to see what the autograd graph reaches"
+    if batch is not None and loss_fn is not None:
+        reached, reason = _autograd(model, optimizer, batch, loss_fn, hidden)
+    owned = [(g, i, t) for g, group in enumerate(optimizer.param_groups if optimizer is not None else [])
+             for i, t in enumerate(group["params"])]
+    audit = _Audit(model, optimizer, reg, hidden, aliases, reached, reason, owned)
+    return _report(audit)
+
+
 def _shape(t: torch.Tensor) -> list[int]:
     return [int(s) for s in t.shape]
 
@@ -315,34 +343,6 @@ def _divergence(f: Finding) -> Divergence:
     if f.check == "structure.unregistered_tensor" and "[" in f.where:
         hint = "hold them in nn.ParameterList / nn.ParameterDict: self.{attr} = nn.ParameterList([...])"
     return Divergence(f.where, f.check, expected, f.message, hint.replace("{attr}", attr))
-
-
-@reports_user_hooks
-def four_structures(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any = None,
-                    loss_fn: Any = None) -> Report:
-    """Reconcile the four structures of a module (Python, registered, autograd, optimizer) by identity.
-
-    ``batch`` (tuple ``(inputs, targets)`` or dict, see :mod:`firstdiv.instruments._core.batch`) and
-    ``loss_fn`` ``(outputs, targets) -> loss`` are optional; with both, one forward pass and loss run on
-    your model inside a guard (no backward, no step) to see what the autograd graph reaches.
-    ``optimizer`` may be None (the OPTIMIZER structure is then SKIPPED).
-    """
-    check_model(model)
-    if optimizer is not None:
-        check_optimizer(optimizer)
-    if loss_fn is not None:
-        check_loss_fn(loss_fn)
-    if batch is not None:
-        batch = split_batch(batch, model)
-    reg = Registry.of(model)
-    hidden, aliases = python_graph(model, reg)
-    reached, reason = None, "pass both batch and loss_fn to see what the autograd graph reaches"
-    if batch is not None and loss_fn is not None:
-        reached, reason = _autograd(model, optimizer, batch, loss_fn, hidden)
-    owned = [(g, i, t) for g, group in enumerate(optimizer.param_groups if optimizer is not None else [])
-             for i, t in enumerate(group["params"])]
-    audit = _Audit(model, optimizer, reg, hidden, aliases, reached, reason, owned)
-    return _report(audit)
 
 
 def _report(a: _Audit) -> Report:

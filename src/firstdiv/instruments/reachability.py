@@ -29,9 +29,54 @@ from ._core.checks import Check, check, compose, grad_state, graph_leaves, label
 from ._core.state import guarded
 from ._core.user_hooks import reports_user_hooks
 
+__all__ = ["reachability"]
+
 _NAME = "reachability"
 _EFFECTS = "none"  # one forward pass + autograd.grad (no .grad written) under guarded(); hooks removed in finally
 _ROOT = "(root module)"
+
+
+@reports_user_hooks
+def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, *,
+                 loss: torch.Tensor | None = None) -> Report:
+    """For every parameter: is it on the loss's autograd graph, and what gradient does it get?
+
+    Give ``batch`` (``(inputs, targets)`` or a dict) and ``loss_fn`` to trace one forward pass and name,
+    for each unreachable parameter, the module boundary where its dependency path stops and why; or give
+    ``loss=`` a loss tensor from your own forward pass to walk its graph only (cause not localized).
+    The user's objects are left as found: gradients come from ``torch.autograd.grad`` (``.grad`` is not
+    written) under a guard that restores buffers, RNG states and grad mode.
+    """
+    mode = _validated(model, batch, loss_fn, loss)
+    if not mode:
+        return skipped(_NAME, "reachability needs a loss: pass batch and loss_fn (reachability(model, batch, loss_fn)) "
+                              "or a loss tensor (reachability(model, loss=loss))")
+    params = unique_params(model)
+    if not params:
+        return skipped(_NAME, "the model has no parameters, so no parameter can be reached; pass the module that owns "
+                              "the trainable parameters")
+    with guarded(model):
+        tracer = None
+        if mode == "batch":
+            try:
+                tracer, loss = _traced_loss(model, batch, loss_fn)
+            except _batch.UserCodeError as exc:
+                return skipped(_NAME, f"{exc}; reachability needs one forward pass and loss that run")
+            if not isinstance(loss, torch.Tensor):
+                return skipped(_NAME, f"{_batch.loss_problem(loss)}; reachability needs the loss tensor to walk its graph")
+        assert loss is not None
+        reached = set(graph_leaves([loss.grad_fn])) if loss.grad_fn is not None else set()
+        checks = _loss_check(loss, reached, params, tracer is not None)
+        on_graph = [p for p, _ in params if p.requires_grad and id(p) in reached]
+        grads = _grads(loss, on_graph, retain=mode == "loss", checks=checks)
+        taint = tracer.info.get(id(loss), (None, frozenset()))[1] if tracer else frozenset()
+        explain = (lambda p, names: _explain(p, names, tracer, taint)) if tracer else None
+        checks += [_param_check(p, names, reached, grads, explain) for p, names in params]
+        details = {"parameters": len(params), "reached": sum(id(p) in reached for p, _ in params),
+                   "modules_ran": sorted(k or _ROOT for k in tracer.modules) if tracer else [],
+                   "cuts": [{"op": c.op, "grad_enabled": c.grad_enabled, "dtype": c.dtype, "origin": c.origin}
+                            for c in tracer.cuts[:20]] if tracer else []}
+    return compose(_NAME, checks, _EFFECTS, details)
 
 
 def _flat(obj: Any, depth: int = 0) -> Iterator[Any]:
@@ -302,10 +347,9 @@ def _loss_check(loss: torch.Tensor, reached: set[int], params: list, traced: boo
     return out
 
 
-# --- public -----------------------------------------------------------------------------------------------------
+# --- validation --------------------------------------------------------------------------------------------------
 
-
-def _validate(model: Any, batch: Any, loss_fn: Any, loss: Any) -> str:
+def _validated(model: Any, batch: Any, loss_fn: Any, loss: Any) -> str:
     _batch.check_model(model)
     if loss is not None:
         if batch is not None or loss_fn is not None:
@@ -318,46 +362,3 @@ def _validate(model: Any, batch: Any, loss_fn: Any, loss: Any) -> str:
     _batch.check_loss_fn(loss_fn)
     _batch.split_batch(batch, model)
     return "batch"
-
-
-@reports_user_hooks
-def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, *,
-                 loss: torch.Tensor | None = None) -> Report:
-    """For every parameter: is it on the loss's autograd graph, and what gradient does it get?
-
-    Give ``batch`` (``(inputs, targets)`` or a dict) and ``loss_fn`` to trace one forward pass and name,
-    for each unreachable parameter, the module boundary where its dependency path stops and why; or give
-    ``loss=`` a loss tensor from your own forward pass to walk its graph only (cause not localized).
-    The user's objects are left as found: gradients come from ``torch.autograd.grad`` (``.grad`` is not
-    written) under a guard that restores buffers, RNG states and grad mode.
-    """
-    mode = _validate(model, batch, loss_fn, loss)
-    if not mode:
-        return skipped(_NAME, "reachability needs a loss: pass batch and loss_fn (reachability(model, batch, loss_fn)) "
-                              "or a loss tensor (reachability(model, loss=loss))")
-    params = unique_params(model)
-    if not params:
-        return skipped(_NAME, "the model has no parameters, so no parameter can be reached; pass the module that owns "
-                              "the trainable parameters")
-    with guarded(model):
-        tracer = None
-        if mode == "batch":
-            try:
-                tracer, loss = _traced_loss(model, batch, loss_fn)
-            except _batch.UserCodeError as exc:
-                return skipped(_NAME, f"{exc}; reachability needs one forward pass and loss that run")
-            if not isinstance(loss, torch.Tensor):
-                return skipped(_NAME, f"{_batch.loss_problem(loss)}; reachability needs the loss tensor to walk its graph")
-        assert loss is not None
-        reached = set(graph_leaves([loss.grad_fn])) if loss.grad_fn is not None else set()
-        checks = _loss_check(loss, reached, params, tracer is not None)
-        on_graph = [p for p, _ in params if p.requires_grad and id(p) in reached]
-        grads = _grads(loss, on_graph, retain=mode == "loss", checks=checks)
-        taint = tracer.info.get(id(loss), (None, frozenset()))[1] if tracer else frozenset()
-        explain = (lambda p, names: _explain(p, names, tracer, taint)) if tracer else None
-        checks += [_param_check(p, names, reached, grads, explain) for p, names in params]
-        details = {"parameters": len(params), "reached": sum(id(p) in reached for p, _ in params),
-                   "modules_ran": sorted(k or _ROOT for k in tracer.modules) if tracer else [],
-                   "cuts": [{"op": c.op, "grad_enabled": c.grad_enabled, "dtype": c.dtype, "origin": c.origin}
-                            for c in tracer.cuts[:20]] if tracer else []}
-    return compose(_NAME, checks, _EFFECTS, details)

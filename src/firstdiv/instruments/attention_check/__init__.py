@@ -97,6 +97,8 @@ from ._setup import (
     type_name,
 )
 
+__all__ = ["LEVELS", "attention_check"]
+
 _NAME = "attention_check"
 LEVELS = ("LEVEL_1", "LEVEL_2", "LEVEL_3", "LEVEL_4")
 

@@ -61,6 +61,50 @@ __all__ = ["Tolerance", "compare_outputs", "fingerprint"]
 _NAME = "compare_outputs"
 
 
+@reports_user_hooks
+def compare_outputs(variants: dict[str, Any], inputs: Any, *, reference: str | None = None, rtol: float = 1e-4,
+                    atol: float = 1e-5, tolerances: dict[str, Any] | None = None, layers: bool = True,
+                    preprocessing: dict[str, dict] | None = None, generation: dict[str, dict] | None = None) -> Report:
+    """Run ``inputs`` through every variant and compare with ``reference`` (default: the first variant).
+
+    ``inputs``: a tensor (one positional argument), a tuple (positional arguments) or a dict (keyword
+    arguments). Returns a Report with findings in the order of the module docstring and, in ``details``,
+    per variant: description, tolerance, max/mean absolute and max relative error, tolerance ratio, worst
+    leaf, seconds, and the first diverging layer.
+    """
+    named = _check_variants(variants)
+    if reference is not None and reference not in named:
+        raise InvalidArgument(f"Expected `reference` to be one of the variant names ({', '.join(named)}) but got {reference!r}")
+    ref_name = reference if reference is not None else next(iter(named))
+    tols = _tolerances(named, rtol, atol, tolerances)
+    if not isinstance(layers, bool):
+        raise InvalidArgument(f"Expected `layers` to be True or False but got {layers!r}")
+    settings = {arg: _check_settings(arg, value, named) for arg, value in (("preprocessing", preprocessing),
+                                                                           ("generation", generation))}
+    args, kwargs = split_inputs(inputs)
+    before = {n: getattr(v, "processes_started", 0) for n, v in named.items()}
+    details: dict[str, Any] = {"reference": ref_name, "inputs": describe(inputs), "layers": layers,
+                               "variants": {n: {"description": _describe_variant(v), "tolerance": tols[n].to_dict()}
+                                            for n, v in named.items()}}
+    checks: list[Check] = []
+    for arg, value in settings.items():
+        checks += fed_checks(arg, value, named, ref_name, details)
+    checks += [_mode_check(n, v) for n, v in named.items() if _inspectable(v)]
+    ref_run = call_once(named[ref_name], args, kwargs)
+    details["variants"][ref_name]["seconds"] = ref_run.seconds
+    if ref_run.error:
+        return compose(_NAME, checks, _side_effects(named, [], before), details,
+                       reason=f"the reference variant {ref_name!r} raised {ref_run.error}; fix it or choose another with "
+                              f"reference=...")
+    layer_ctx = _Layers(ref_name, named[ref_name], args, kwargs)
+    outputs = [_output_check(n, v, ref_run, tols[n], layer_ctx, layers, details["variants"])
+               for n, v in named.items() if n != ref_name]
+    checks += outputs
+    reason = "" if any(c.finding.status is not Status.SKIPPED for c in outputs) else (
+        "no variant besides the reference could run: " + "; ".join(c.finding.message for c in outputs))
+    return compose(_NAME, checks, _side_effects(named, layer_ctx.effects, before), details, reason)
+
+
 # --- arguments -----------------------------------------------------------------------------------------------------
 
 def _check_variants(variants: Any) -> dict[str, Any]:
@@ -277,47 +321,3 @@ def _side_effects(names: dict[str, Any], effects: list[str], before: dict[str, i
     if started:
         parts.append(f"{started} fresh Python process(es) started")
     return "; ".join(parts + effects)
-
-
-@reports_user_hooks
-def compare_outputs(variants: dict[str, Any], inputs: Any, *, reference: str | None = None, rtol: float = 1e-4,
-                    atol: float = 1e-5, tolerances: dict[str, Any] | None = None, layers: bool = True,
-                    preprocessing: dict[str, dict] | None = None, generation: dict[str, dict] | None = None) -> Report:
-    """Run ``inputs`` through every variant and compare with ``reference`` (default: the first variant).
-
-    ``inputs``: a tensor (one positional argument), a tuple (positional arguments) or a dict (keyword
-    arguments). Returns a Report with findings in the order of the module docstring and, in ``details``,
-    per variant: description, tolerance, max/mean absolute and max relative error, tolerance ratio, worst
-    leaf, seconds, and the first diverging layer.
-    """
-    named = _check_variants(variants)
-    if reference is not None and reference not in named:
-        raise InvalidArgument(f"Expected `reference` to be one of the variant names ({', '.join(named)}) but got {reference!r}")
-    ref_name = reference if reference is not None else next(iter(named))
-    tols = _tolerances(named, rtol, atol, tolerances)
-    if not isinstance(layers, bool):
-        raise InvalidArgument(f"Expected `layers` to be True or False but got {layers!r}")
-    settings = {arg: _check_settings(arg, value, named) for arg, value in (("preprocessing", preprocessing),
-                                                                           ("generation", generation))}
-    args, kwargs = split_inputs(inputs)
-    before = {n: getattr(v, "processes_started", 0) for n, v in named.items()}
-    details: dict[str, Any] = {"reference": ref_name, "inputs": describe(inputs), "layers": layers,
-                               "variants": {n: {"description": _describe_variant(v), "tolerance": tols[n].to_dict()}
-                                            for n, v in named.items()}}
-    checks: list[Check] = []
-    for arg, value in settings.items():
-        checks += fed_checks(arg, value, named, ref_name, details)
-    checks += [_mode_check(n, v) for n, v in named.items() if _inspectable(v)]
-    ref_run = call_once(named[ref_name], args, kwargs)
-    details["variants"][ref_name]["seconds"] = ref_run.seconds
-    if ref_run.error:
-        return compose(_NAME, checks, _side_effects(named, [], before), details,
-                       reason=f"the reference variant {ref_name!r} raised {ref_run.error}; fix it or choose another with "
-                              f"reference=...")
-    layer_ctx = _Layers(ref_name, named[ref_name], args, kwargs)
-    outputs = [_output_check(n, v, ref_run, tols[n], layer_ctx, layers, details["variants"])
-               for n, v in named.items() if n != ref_name]
-    checks += outputs
-    reason = "" if any(c.finding.status is not Status.SKIPPED for c in outputs) else (
-        "no variant besides the reference could run: " + "; ".join(c.finding.message for c in outputs))
-    return compose(_NAME, checks, _side_effects(named, layer_ctx.effects, before), details, reason)

@@ -72,6 +72,46 @@ LINKS = ("RUNS", "CORRECT", "CAPTURED", "STABLE", "WORTH_IT")
 _SEED = 20240607
 
 
+@reports_user_hooks(count=False)  # a counting wrapper would change what torch.compile guards on
+def compile_ledger(fn: nn.Module | Callable[..., Any], inputs_seq: list[Any], *, backend: str | Callable = "inductor",
+                   rtol: float = 1e-4, atol: float = 1e-5, cache_limit: int | None = None, dynamic: bool | None = None,
+                   fullgraph_required: bool = False, repeats: int = 10, payoff_calls: float = 1000) -> Report:
+    """Walk RUNS -> CORRECT -> CAPTURED -> STABLE -> WORTH_IT for ``fn`` over your real input sequence.
+
+    Args:
+        fn: an ``nn.Module`` (run in its current mode on a deep copy) or a function (called as given; modules it
+            reaches through its closure or globals are snapshotted and restored).
+        inputs_seq: the inputs in the order your program sees them, as a list; each is a tensor, a tuple of
+            positional arguments or a dict of keyword arguments. Varying shapes/values belong here: they are
+            what STABLE checks. RUNS/CAPTURED/WORTH_IT use ``inputs_seq[0]``.
+        backend: a ``torch.compile`` backend name (``torch._dynamo.list_backends(None)``) or callable.
+        rtol, atol: CORRECT passes when ``|compiled - eager| <= atol + rtol * |eager|`` on every element.
+        cache_limit: recompile limit for this compile (``torch.compile(recompile_limit=...)``); None: torch's
+            ``torch._dynamo.config.recompile_limit``.
+        dynamic: passed to ``torch.compile``: None = automatic dynamic shapes, False = always specialize,
+            True = dynamic from the first compile.
+        fullgraph_required: make a graph break a FAIL instead of a WARN.
+        repeats: calls timed for the eager and steady-state medians; payoff_calls: WORTH_IT WARNs when the
+            cold compile is not paid back within this many calls.
+    """
+    calls = _validated(fn, inputs_seq, backend, rtol, atol, cache_limit, dynamic, fullgraph_required, repeats, payoff_calls)
+    if not torch._dynamo.is_dynamo_supported():
+        return skipped(_NAME, "torch.compile is not supported on this Python/platform (torch._dynamo.is_dynamo_supported() "
+                              "is False); run on a supported Python version")
+    try:
+        target = Target(fn)
+    except Exception as exc:  # noqa: BLE001 - the copy is how the ledger leaves your module untouched
+        return skipped(_NAME, f"could not deep-copy the module ({describe_error(exc)}); the ledger compiles a copy: "
+                              "make copy.deepcopy(model) work")
+    ctx = Ctx(target, calls, backend, dynamic, cache_limit, float(rtol), float(atol), fullgraph_required, repeats,
+              float(payoff_calls))
+    with guarded(*target.guard), watching() as logs, limit_patch(cache_limit):
+        ctx.logs = logs
+        _main_pass(ctx)
+        findings, divergence, statuses = _walk(ctx)
+    return _report(ctx, findings, divergence, statuses)
+
+
 # --- running ------------------------------------------------------------------------------------------------
 
 
@@ -176,48 +216,7 @@ def _num(x: float) -> float | str:
     return x if math.isfinite(x) else str(x)
 
 
-# --- public -------------------------------------------------------------------------------------------------
-
-
-@reports_user_hooks(count=False)  # a counting wrapper would change what torch.compile guards on
-def compile_ledger(fn: nn.Module | Callable[..., Any], inputs_seq: list[Any], *, backend: str | Callable = "inductor",
-                   rtol: float = 1e-4, atol: float = 1e-5, cache_limit: int | None = None, dynamic: bool | None = None,
-                   fullgraph_required: bool = False, repeats: int = 10, payoff_calls: float = 1000) -> Report:
-    """Walk RUNS -> CORRECT -> CAPTURED -> STABLE -> WORTH_IT for ``fn`` over your real input sequence.
-
-    Args:
-        fn: an ``nn.Module`` (run in its current mode on a deep copy) or a function (called as given; modules it
-            reaches through its closure or globals are snapshotted and restored).
-        inputs_seq: the inputs in the order your program sees them, as a list; each is a tensor, a tuple of
-            positional arguments or a dict of keyword arguments. Varying shapes/values belong here: they are
-            what STABLE checks. RUNS/CAPTURED/WORTH_IT use ``inputs_seq[0]``.
-        backend: a ``torch.compile`` backend name (``torch._dynamo.list_backends(None)``) or callable.
-        rtol, atol: CORRECT passes when ``|compiled - eager| <= atol + rtol * |eager|`` on every element.
-        cache_limit: recompile limit for this compile (``torch.compile(recompile_limit=...)``); None: torch's
-            ``torch._dynamo.config.recompile_limit``.
-        dynamic: passed to ``torch.compile``: None = automatic dynamic shapes, False = always specialize,
-            True = dynamic from the first compile.
-        fullgraph_required: make a graph break a FAIL instead of a WARN.
-        repeats: calls timed for the eager and steady-state medians; payoff_calls: WORTH_IT WARNs when the
-            cold compile is not paid back within this many calls.
-    """
-    calls = _validated(fn, inputs_seq, backend, rtol, atol, cache_limit, dynamic, fullgraph_required, repeats, payoff_calls)
-    if not torch._dynamo.is_dynamo_supported():
-        return skipped(_NAME, "torch.compile is not supported on this Python/platform (torch._dynamo.is_dynamo_supported() "
-                              "is False); run on a supported Python version")
-    try:
-        target = Target(fn)
-    except Exception as exc:  # noqa: BLE001 - the copy is how the ledger leaves your module untouched
-        return skipped(_NAME, f"could not deep-copy the module ({describe_error(exc)}); the ledger compiles a copy: "
-                              "make copy.deepcopy(model) work")
-    ctx = Ctx(target, calls, backend, dynamic, cache_limit, float(rtol), float(atol), fullgraph_required, repeats,
-              float(payoff_calls))
-    with guarded(*target.guard), watching() as logs, limit_patch(cache_limit):
-        ctx.logs = logs
-        _main_pass(ctx)
-        findings, divergence, statuses = _walk(ctx)
-    return _report(ctx, findings, divergence, statuses)
-
+# --- the walk and the report --------------------------------------------------------------------------------
 
 def _walk(ctx: Ctx) -> tuple[list[Finding], Divergence | None, dict[str, str]]:
     checks: dict[str, Callable[[Ctx], Link]] = {"RUNS": _runs, "CORRECT": _correct, "CAPTURED": captured_link,

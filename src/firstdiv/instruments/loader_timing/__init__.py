@@ -71,18 +71,9 @@ from ._measure import (
 )
 from ._setup import check_count, check_loader, check_sweep, kept_loader, rebuild
 
+__all__ = ["loader_timing"]
+
 _NAME = "loader_timing"
-
-
-@dataclass
-class _Main:
-    run: Run
-    summary: dict[str, Any]
-    workers: int
-    persistent: bool
-    epoch_batches: int | None
-    one_shot: bool
-    step_given: bool
 
 
 @reports_user_hooks
@@ -118,6 +109,17 @@ def loader_timing(loader: Any, step: Callable[[Any], Any] | None = None, *, batc
         rows = [_sweep_row(loader, step, c, v, batches, warmup) for c, vs in controls.items() for v in vs] if is_dl else []
         calls += sum(r.get("calls", 0) for r in rows)
     return _report(loader, main, producer, h2d, rows, controls, _side_effects(step, objects, calls, main), warmup)
+
+
+@dataclass
+class _Main:
+    run: Run
+    summary: dict[str, Any]
+    workers: int
+    persistent: bool
+    epoch_batches: int | None
+    one_shot: bool
+    step_given: bool
 
 
 def _epoch_batches(loader: Any) -> int | None:

@@ -55,6 +55,25 @@ _NAME = "memory_phases"
 _BEFORE = "before_first_phase"
 
 
+@reports_user_hooks
+def memory_phases(model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, *,
+                  cap_bytes: int | None = None, suppress: bool = False) -> MemoryPhases:
+    """A context manager (also usable as a decorator) that names the phase in which memory runs out.
+
+    ``cap_bytes``: refuse (``torch.OutOfMemoryError``) any operator that would bring the bytes of live tensors
+    created inside the block above this many bytes. ``suppress``: swallow the OOM after recording it.
+    Read ``mp.report`` after the block."""
+    if model is not None:
+        _batch.check_model(model)
+    if optimizer is not None:
+        _batch.check_optimizer(optimizer)
+    if cap_bytes is not None and (isinstance(cap_bytes, bool) or not isinstance(cap_bytes, int) or cap_bytes <= 0):
+        raise InvalidArgument(f"Expected `cap_bytes` to be a positive integer number of bytes but got {cap_bytes!r}")
+    if not isinstance(suppress, bool):
+        raise InvalidArgument(f"Expected `suppress` to be True or False but got {suppress!r}")
+    return MemoryPhases(model, optimizer, cap_bytes, suppress)
+
+
 class _Backward(TorchFunctionMode):
     """Marks the backward phase around the calls that run the autograd engine."""
 
@@ -342,22 +361,3 @@ def _compose(mp: MemoryPhases) -> Report:
     if cuda:
         effects.append("CUDA peak memory statistics reset at every phase boundary (torch.cuda.reset_peak_memory_stats)")
     return compose(_NAME, checks, "; ".join(effects), details)
-
-
-@reports_user_hooks
-def memory_phases(model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, *,
-                  cap_bytes: int | None = None, suppress: bool = False) -> MemoryPhases:
-    """A context manager (also usable as a decorator) that names the phase in which memory runs out.
-
-    ``cap_bytes``: refuse (``torch.OutOfMemoryError``) any operator that would bring the bytes of live tensors
-    created inside the block above this many bytes. ``suppress``: swallow the OOM after recording it.
-    Read ``mp.report`` after the block."""
-    if model is not None:
-        _batch.check_model(model)
-    if optimizer is not None:
-        _batch.check_optimizer(optimizer)
-    if cap_bytes is not None and (isinstance(cap_bytes, bool) or not isinstance(cap_bytes, int) or cap_bytes <= 0):
-        raise InvalidArgument(f"Expected `cap_bytes` to be a positive integer number of bytes but got {cap_bytes!r}")
-    if not isinstance(suppress, bool):
-        raise InvalidArgument(f"Expected `suppress` to be True or False but got {suppress!r}")
-    return MemoryPhases(model, optimizer, cap_bytes, suppress)

@@ -43,12 +43,50 @@ from .._core.state import guarded
 from .._core.user_hooks import reports_user_hooks
 from . import _timing as pt
 
+__all__ = ["performance_ledger"]
+
 _NAME = "performance_ledger"
 _PROFILED_CALLS = 3
 _NOISY = 0.25  # IQR / median above which the timing is called noisy (with the fix: more repeats)
 
 
-def _validate(step: Any, warmup: Any, repeats: Any, phases: Any, model: Any, optimizer: Any, loss_fn: Any,
+@reports_user_hooks
+def performance_ledger(step: Callable[..., Any] | None, batch: Any = None, *, warmup: int = 2, repeats: int = 10,
+                       phases: bool = True, model: nn.Module | None = None,
+                       optimizer: torch.optim.Optimizer | None = None, loss_fn: Callable[..., Any] | None = None,
+                       profile: bool = False) -> Report:
+    """Measure ``step(batch)`` under a stated contract: whole-step time (median, IQR), phase times when
+    ``model``, ``loss_fn`` and ``optimizer`` are given, memory, growth across identical iterations
+    (``memory.growth`` where ``"step"``), the profiler's top ops when ``profile=True``, and the instrument's own
+    overhead. See the module docstring for what is run and restored."""
+    _validated(step, warmup, repeats, phases, model, optimizer, loss_fn, profile)
+    device = _device(model, batch)
+    sync, sync_text = pt.synchronizer(device)
+    details: dict[str, Any] = {"contract": _contract(step, batch, model, device, warmup, repeats, sync_text)}
+    checks: list[Check] = []
+    run = None
+    if step is not None:
+        try:
+            run = _measure_step(step, batch, model, optimizer, warmup, repeats, profile, sync, device)
+        except Exception as exc:  # noqa: BLE001 - the user's step: its failure is the report, everything restored
+            return _step_raised(exc)
+        if batch is not None:
+            details["contract"]["inputs"] = _batch.describe(run.first_batch)
+        checks += _time_checks(run, repeats, details)
+    phased = phases and all(v is not None for v in (model, optimizer, loss_fn, batch))
+    checks += _phases(phases, phased, model, optimizer, loss_fn, batch, warmup, repeats, sync, details)
+    if run is not None:
+        checks += _memory_checks(run, device, details)
+        checks.append(_growth_check(run, device, details))
+        if run.profile is not None:
+            checks.append(_profile_check(run, details))
+    if profile and run is None:
+        checks.append(check("step", "perf.profile", Status.SKIPPED, "profile=True needs a step to profile: pass step"))
+    checks.append(_overhead_check(pt.time_empty(repeats, sync), details))
+    return compose(_NAME, checks, _effects(run, model, optimizer, phased, device, warmup, repeats), details)
+
+
+def _validated(step: Any, warmup: Any, repeats: Any, phases: Any, model: Any, optimizer: Any, loss_fn: Any,
               profile: Any) -> None:
     if step is not None:
         _batch.check_callable(step, "step")
@@ -226,7 +264,7 @@ def _growth_check(run: pt.StepRun, device: torch.device, details: dict) -> Check
                       "autograd graph")
 
 
-# --- the public function ------------------------------------------------------------------------------------------
+# --- measuring ----------------------------------------------------------------------------------------------------
 
 
 def _fetcher(batch: Any) -> Callable[[], Any]:
@@ -266,42 +304,6 @@ def _effects(run: pt.StepRun | None, model: Any, optimizer: Any, phased: bool, d
     if device.type == "cuda":
         parts.append("CUDA peak memory statistics reset (torch.cuda.reset_peak_memory_stats)")
     return "; ".join(parts) or "none"
-
-
-@reports_user_hooks
-def performance_ledger(step: Callable[..., Any] | None, batch: Any = None, *, warmup: int = 2, repeats: int = 10,
-                       phases: bool = True, model: nn.Module | None = None,
-                       optimizer: torch.optim.Optimizer | None = None, loss_fn: Callable[..., Any] | None = None,
-                       profile: bool = False) -> Report:
-    """Measure ``step(batch)`` under a stated contract: whole-step time (median, IQR), phase times when
-    ``model``, ``loss_fn`` and ``optimizer`` are given, memory, growth across identical iterations
-    (``memory.growth`` where ``"step"``), the profiler's top ops when ``profile=True``, and the instrument's own
-    overhead. See the module docstring for what is run and restored."""
-    _validate(step, warmup, repeats, phases, model, optimizer, loss_fn, profile)
-    device = _device(model, batch)
-    sync, sync_text = pt.synchronizer(device)
-    details: dict[str, Any] = {"contract": _contract(step, batch, model, device, warmup, repeats, sync_text)}
-    checks: list[Check] = []
-    run = None
-    if step is not None:
-        try:
-            run = _measure_step(step, batch, model, optimizer, warmup, repeats, profile, sync, device)
-        except Exception as exc:  # noqa: BLE001 - the user's step: its failure is the report, everything restored
-            return _step_raised(exc)
-        if batch is not None:
-            details["contract"]["inputs"] = _batch.describe(run.first_batch)
-        checks += _time_checks(run, repeats, details)
-    phased = phases and all(v is not None for v in (model, optimizer, loss_fn, batch))
-    checks += _phases(phases, phased, model, optimizer, loss_fn, batch, warmup, repeats, sync, details)
-    if run is not None:
-        checks += _memory_checks(run, device, details)
-        checks.append(_growth_check(run, device, details))
-        if run.profile is not None:
-            checks.append(_profile_check(run, details))
-    if profile and run is None:
-        checks.append(check("step", "perf.profile", Status.SKIPPED, "profile=True needs a step to profile: pass step"))
-    checks.append(_overhead_check(pt.time_empty(repeats, sync), details))
-    return compose(_NAME, checks, _effects(run, model, optimizer, phased, device, warmup, repeats), details)
 
 
 def _step_raised(exc: BaseException) -> Report:

@@ -47,6 +47,40 @@ _NOTHING_DERIVED = ("no shape-changing layer ran (Conv, pooling, Flatten, Linear
                     "with tensor_trace(model, inputs, contracts=...)")
 
 
+@reports_user_hooks
+def shape_ledger(model: nn.Module, inputs: Any) -> Report:
+    """Derive every layer's output geometry before it runs and compare with what it produced.
+
+    Args:
+        model: the ``nn.Module`` (run once under a guard; left as found).
+        inputs: a tensor (``model(x)``), a tuple of positional args or a dict of keyword args.
+
+    Returns a Report: ``details["ledger"]`` lists rows ``stage, operation, observed_input, expected_output,
+    observed_output, status``; the first divergence names the first layer whose derived and observed geometry
+    disagree (``shape.mismatch``), or the Linear after a flatten whose ``in_features`` does not match the arriving
+    C*H*W (``shape.flatten_mismatch``, evidence ``culprit`` = the earlier layer that changed C or H, W).
+    """
+    check_model(model)
+    args, kwargs = call_args(inputs)
+    ledger = Ledger()
+    rec = Recorder(model, watch={f: ledger.op for f in OP_FUNCS}, on_pre=ledger.pre, on_post=ledger.post)
+    with guarded(model):
+        _, exc = rec.run(model, args, kwargs)
+    entries = ledger.entries
+    checks = _findings(entries)
+    if exc is not None and any(c.finding.status is Status.FAIL for c in checks):
+        checks.append(_raised_after(rec, exc))
+    elif exc is not None:
+        checks.append(functional_linear(rec, entries) or _raised(rec, exc, entries))
+    details = {"ledger": [e.row() for e in entries], "raised": exc is not None}
+    if rec.internal_errors:
+        details["internal_errors"] = rec.internal_errors[:10]
+    if exc is None and not any(e.expected_output is not None and e.operation.split("(")[0] not in PASS_NAMES
+                               for e in entries):
+        return skipped(_NAME, _NOTHING_DERIVED, **details)
+    return compose(_NAME, checks, "none", details)
+
+
 def _findings(entries: list[Entry]) -> list[Check]:
     out: list[Check] = []
     failed = False
@@ -86,37 +120,3 @@ def _raised_after(rec: Recorder, exc: Exception) -> Check:
     return check(stack[-1] if stack else "", "shape.forward_raised", Status.FAIL,
                  f"then the forward raised: {exception_line(exc)}", {"exception": exception_line(exc)},
                  expected="the forward pass completes", observed=exception_line(exc))
-
-
-@reports_user_hooks
-def shape_ledger(model: nn.Module, inputs: Any) -> Report:
-    """Derive every layer's output geometry before it runs and compare with what it produced.
-
-    Args:
-        model: the ``nn.Module`` (run once under a guard; left as found).
-        inputs: a tensor (``model(x)``), a tuple of positional args or a dict of keyword args.
-
-    Returns a Report: ``details["ledger"]`` lists rows ``stage, operation, observed_input, expected_output,
-    observed_output, status``; the first divergence names the first layer whose derived and observed geometry
-    disagree (``shape.mismatch``), or the Linear after a flatten whose ``in_features`` does not match the arriving
-    C*H*W (``shape.flatten_mismatch``, evidence ``culprit`` = the earlier layer that changed C or H, W).
-    """
-    check_model(model)
-    args, kwargs = call_args(inputs)
-    ledger = Ledger()
-    rec = Recorder(model, watch={f: ledger.op for f in OP_FUNCS}, on_pre=ledger.pre, on_post=ledger.post)
-    with guarded(model):
-        _, exc = rec.run(model, args, kwargs)
-    entries = ledger.entries
-    checks = _findings(entries)
-    if exc is not None and any(c.finding.status is Status.FAIL for c in checks):
-        checks.append(_raised_after(rec, exc))
-    elif exc is not None:
-        checks.append(functional_linear(rec, entries) or _raised(rec, exc, entries))
-    details = {"ledger": [e.row() for e in entries], "raised": exc is not None}
-    if rec.internal_errors:
-        details["internal_errors"] = rec.internal_errors[:10]
-    if exc is None and not any(e.expected_output is not None and e.operation.split("(")[0] not in PASS_NAMES
-                               for e in entries):
-        return skipped(_NAME, _NOTHING_DERIVED, **details)
-    return compose(_NAME, checks, "none", details)

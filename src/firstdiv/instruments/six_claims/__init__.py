@@ -48,12 +48,43 @@ from ._measured_step import Measured, measure, weighted_layers
 from ._model_probes import ALPHA, activations, affine_error, mode_dependent, run_eval
 from ._objective_probes import Recording, class_checks, descent, infer_task, regression_checks
 
+__all__ = ["CLAIMS", "six_claims"]
+
 INSTRUMENT = "six_claims"
 CLAIMS = ("REPRESENTATION", "COMPUTATION", "OBJECTIVE", "DIFFERENTIATION", "UPDATE", "EVALUATION")
 AFFINE_RTOL = 1e-4  # float32 rounding of an affine map is ~1e-7 of the output spread; ReLU/tanh nets are >1e-2
 WEIGHT_RTOL = 1e-6  # rows "identical": max |row_i - row_0| <= WEIGHT_RTOL * max |W|
 GRAD_RTOL = 1e-5  # gradient rows "identical" (BLAS tiling can differ in the last bits)
 HEALTHY_RGRAD = 1e-6  # a gradient below this fraction of the largest weight is rounding noise, not "healthy"
+
+
+@reports_user_hooks
+def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.optim.Optimizer, *,
+               eval_fn: Any = None) -> Report:
+    """Audit the six claims of a raw network, one finding per claim, in order; the first failing claim
+    is the first divergence.
+
+    ``batch`` is a tuple ``(inputs, targets)`` or a dict (see :mod:`firstdiv.instruments._core.batch`);
+    ``loss_fn(outputs, targets)`` returns a scalar loss; ``eval_fn(model, batch)`` is optional (EVALUATION
+    is SKIPPED without it). Your model and optimizer are not touched: every pass runs on deep copies.
+    If the first forward pass or loss raises, that exception propagates (everything restored); a probe
+    that raises later leaves its claim SKIPPED with the error as the reason.
+    """
+    check_model(model)
+    b = split_batch(batch, model)
+    check_loss_fn(loss_fn)
+    check_optimizer(optimizer)
+    if eval_fn is not None:
+        check_callable(eval_fn, "eval_fn")
+    with guarded(model, optimizer, *hidden_modules(model)):
+        try:
+            run = measure(model, optimizer, b, loss_fn)
+        except UserCodeError as exc:
+            return Report(INSTRUMENT, Status.SKIPPED, reason=f"{exc}; the six claims need one forward pass and loss "
+                                                             "that run")
+        claims = [_representation(model, b), _computation(model, run), _objective(model, b, loss_fn, run),
+                  _differentiation(run), _update(run), _evaluation(model, batch, eval_fn)]
+    return _report(claims, eval_fn is not None)
 
 
 @dataclass
@@ -308,35 +339,6 @@ def _evaluation(model: nn.Module, batch: Any, eval_fn: Any) -> Claim:
 
 
 # ---- the report --------------------------------------------------------------------------------
-
-@reports_user_hooks
-def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.optim.Optimizer, *,
-               eval_fn: Any = None) -> Report:
-    """Audit the six claims of a raw network, one finding per claim, in order; the first failing claim
-    is the first divergence.
-
-    ``batch`` is a tuple ``(inputs, targets)`` or a dict (see :mod:`firstdiv.instruments._core.batch`);
-    ``loss_fn(outputs, targets)`` returns a scalar loss; ``eval_fn(model, batch)`` is optional (EVALUATION
-    is SKIPPED without it). Your model and optimizer are not touched: every pass runs on deep copies.
-    If the first forward pass or loss raises, that exception propagates (everything restored); a probe
-    that raises later leaves its claim SKIPPED with the error as the reason.
-    """
-    check_model(model)
-    b = split_batch(batch, model)
-    check_loss_fn(loss_fn)
-    check_optimizer(optimizer)
-    if eval_fn is not None:
-        check_callable(eval_fn, "eval_fn")
-    with guarded(model, optimizer, *hidden_modules(model)):
-        try:
-            run = measure(model, optimizer, b, loss_fn)
-        except UserCodeError as exc:
-            return Report(INSTRUMENT, Status.SKIPPED, reason=f"{exc}; the six claims need one forward pass and loss "
-                                                             "that run")
-        claims = [_representation(model, b), _computation(model, run), _objective(model, b, loss_fn, run),
-                  _differentiation(run), _update(run), _evaluation(model, batch, eval_fn)]
-    return _report(claims, eval_fn is not None)
-
 
 def _report(claims: list[Claim], evaluated: bool) -> Report:
     failing = next((c for c in claims if c.status is Status.FAIL), None)

@@ -56,6 +56,8 @@ from ._contracts import check_contracts, contract_outcomes
 from ._semantics import provenance, relationships, semantics
 from ._structure import numeric, structure
 
+__all__ = ["stage_trace"]
+
 _NAME = "stage_trace"
 _ALIASES = {"structure": "structure", "numeric": "numeric", "numeric interpretation": "numeric",
             "numeric_interpretation": "numeric", "semantics": "semantics", "relationships": "relationships",
@@ -76,6 +78,35 @@ _MISSING = {
     "provenance": "set fitted_on='train' on fitted stages (normalize) or sample['meta']['provenance'] = {stage: split}",
 }
 Probe = Callable[[Any, Any, str], Any]
+
+
+@reports_user_hooks
+def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = None,
+                contracts: dict[str, dict[str, dict[str, Any]]] | None = None, seed: int = 0) -> Report:
+    """Walk ``sample`` (a tensor, numpy array, or dict like ``{"image", "mask", "label", "meta"}``) through
+    ``stages`` (a list of ``(name, callable)`` or a dict name -> callable, each mapping a sample to the next)
+    and report the first stage where a contract category fails (where = stage name, kind
+    ``stage.structure|numeric|semantics|relationships|provenance|raised``).
+
+    ``probes``: ``{name: fn}`` (category semantics) or ``{name: (category, fn)}``; ``fn(before, after,
+    stage_name)`` gets copies and returns None (ok) or a failure message. ``contracts``: ``{stage: {key:
+    {"dtype": ..., "shape": [...], "range": (lo, hi), "layout": "CHW"}}}`` checked after that stage (key ""
+    or "sample" for a bare tensor sample). ``seed`` seeds the global RNGs during the walk only.
+    """
+    if not isinstance(sample, (torch.Tensor, np.ndarray, dict)):
+        raise InvalidArgument("Expected `sample` to be a tensor, a numpy array or a dict like {'image': ..., 'mask': ...} "
+                              f"but got {type(sample).__name__}")
+    named = _check_stages(stages)
+    user = _check_probes(probes)
+    wants = check_contracts(contracts, [n for n, _ in named])
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise InvalidArgument(f"Expected `seed` to be an int in [0, 2**32) but got {seed!r}")
+    walk = _Walk(_track(sample), user, wants)
+    current, seen = walk.start(sample)
+    with guarded():
+        _seed(seed)
+        walk.run(named, current, seen)
+    return _report(walk, seed, [n for n, _ in named])
 
 
 # ---- argument checks ------------------------------------------------------------------------------
@@ -317,32 +348,3 @@ def _report(walk: _Walk, seed: int, names: list[str]) -> Report:
     effects = (f"none: each stage ran once on a copy of the sample with the global RNGs seeded ({seed}) and restored "
                "afterwards; state kept inside your stage objects is not restored")
     return compose(_NAME, checks, effects, details)
-
-
-@reports_user_hooks
-def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = None,
-                contracts: dict[str, dict[str, dict[str, Any]]] | None = None, seed: int = 0) -> Report:
-    """Walk ``sample`` (a tensor, numpy array, or dict like ``{"image", "mask", "label", "meta"}``) through
-    ``stages`` (a list of ``(name, callable)`` or a dict name -> callable, each mapping a sample to the next)
-    and report the first stage where a contract category fails (where = stage name, kind
-    ``stage.structure|numeric|semantics|relationships|provenance|raised``).
-
-    ``probes``: ``{name: fn}`` (category semantics) or ``{name: (category, fn)}``; ``fn(before, after,
-    stage_name)`` gets copies and returns None (ok) or a failure message. ``contracts``: ``{stage: {key:
-    {"dtype": ..., "shape": [...], "range": (lo, hi), "layout": "CHW"}}}`` checked after that stage (key ""
-    or "sample" for a bare tensor sample). ``seed`` seeds the global RNGs during the walk only.
-    """
-    if not isinstance(sample, (torch.Tensor, np.ndarray, dict)):
-        raise InvalidArgument("Expected `sample` to be a tensor, a numpy array or a dict like {'image': ..., 'mask': ...} "
-                              f"but got {type(sample).__name__}")
-    named = _check_stages(stages)
-    user = _check_probes(probes)
-    wants = check_contracts(contracts, [n for n, _ in named])
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise InvalidArgument(f"Expected `seed` to be an int in [0, 2**32) but got {seed!r}")
-    walk = _Walk(_track(sample), user, wants)
-    current, seen = walk.start(sample)
-    with guarded():
-        _seed(seed)
-        walk.run(named, current, seen)
-    return _report(walk, seed, [n for n, _ in named])

@@ -26,12 +26,60 @@ from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._train_step_watch import StepWatch
 
+__all__ = ["step_probe"]
+
 _NAME = "step_probe"
 _COPY_EFFECT = "one sacrificial optimizer step on a deep copy of the model and optimizer"
 _WATCH_EFFECT = ("; train_step called twice on your objects (.grad set to None first); every parameter, .grad, "
                  "optimizer state, train flag and RNG state restored afterwards, and so are the LR schedulers and "
                  "GradScalers it holds (closure, globals it names, attributes of its object); other objects it "
                  "reaches (loader iterators, lists, loggers, schedulers held only inside those) are not")
+
+
+@reports_user_hooks
+def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
+               optimizer: torch.optim.Optimizer, *, train_step: Callable[[], Any] | None = None,
+               lr_rtol: float = 1e-4) -> Report:
+    """Separate forward, backward and update for one step, and name the parameter that breaks each.
+
+    ``batch`` is ``(inputs, targets)`` or a dict (see :mod:`firstdiv.instruments._core.batch`); ``loss_fn``
+    maps ``(outputs, targets)`` to a scalar loss. The controlled step runs on a deep copy. If
+    ``train_step`` (a zero-argument closure doing one full step on your objects) is given, it is called
+    twice under a guard that restores every value afterwards, to check gradient clearing between steps.
+    ``lr_rtol`` is the relative tolerance of the plain-SGD check ``delta == -lr * grad``.
+    """
+    _batch.check_model(model)
+    _batch.check_loss_fn(loss_fn)
+    _batch.check_optimizer(optimizer)
+    if train_step is not None:
+        _batch.check_callable(train_step, "train_step")
+    _batch.split_batch(batch, model)
+    if not isinstance(lr_rtol, (int, float)) or not lr_rtol > 0:
+        raise InvalidArgument(f"Expected `lr_rtol` to be a positive number but got {lr_rtol!r}")
+    params = unique_params(model)
+    if not params:
+        return skipped(_NAME, "the model has no parameters, so there is nothing to step; pass the module that owns "
+                              "the trainable parameters")
+    effects = _COPY_EFFECT
+    with guarded(model, optimizer, train_step):  # train_step: the schedulers and scalers it steps
+        try:
+            ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol))
+        except _batch.UserCodeError as exc:
+            return skipped(_NAME, f"{exc}; step_probe needs one forward pass and loss that run")
+        checks, details = list(ctl.checks), dict(ctl.details)
+        if train_step is not None and not ctl.reason:
+            try:
+                watched = StepWatch(model, optimizer).run(train_step)
+            except Exception as exc:  # noqa: BLE001 - user code: its failure is reported, every value restored
+                checks.append(check("train_step", "step.train_step_raised", Status.SKIPPED,
+                                    f"train_step raised {_batch.describe_error(exc)}; gradient clearing between "
+                                    "steps was not observed"))
+                return compose(_NAME, checks, effects + _WATCH_EFFECT, details, ctl.reason)
+            effects += _WATCH_EFFECT
+            seen = {(c.finding.check, c.finding.where) for c in checks if c.finding.status is Status.FAIL}
+            checks += [c for c in watched.checks if (c.finding.check, c.finding.where) not in seen]
+            details["train_step"] = watched.details
+    return compose(_NAME, checks, effects, details, ctl.reason)
 
 
 # --- the controlled step on a copy -------------------------------------------------------------------------------
@@ -205,52 +253,3 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
         copt.step()
     _update_checks(params, copt, grads, before, rtol, out)
     return out
-
-
-# --- public -----------------------------------------------------------------------------------------------------
-
-
-@reports_user_hooks
-def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
-               optimizer: torch.optim.Optimizer, *, train_step: Callable[[], Any] | None = None,
-               lr_rtol: float = 1e-4) -> Report:
-    """Separate forward, backward and update for one step, and name the parameter that breaks each.
-
-    ``batch`` is ``(inputs, targets)`` or a dict (see :mod:`firstdiv.instruments._core.batch`); ``loss_fn``
-    maps ``(outputs, targets)`` to a scalar loss. The controlled step runs on a deep copy. If
-    ``train_step`` (a zero-argument closure doing one full step on your objects) is given, it is called
-    twice under a guard that restores every value afterwards, to check gradient clearing between steps.
-    ``lr_rtol`` is the relative tolerance of the plain-SGD check ``delta == -lr * grad``.
-    """
-    _batch.check_model(model)
-    _batch.check_loss_fn(loss_fn)
-    _batch.check_optimizer(optimizer)
-    if train_step is not None:
-        _batch.check_callable(train_step, "train_step")
-    _batch.split_batch(batch, model)
-    if not isinstance(lr_rtol, (int, float)) or not lr_rtol > 0:
-        raise InvalidArgument(f"Expected `lr_rtol` to be a positive number but got {lr_rtol!r}")
-    params = unique_params(model)
-    if not params:
-        return skipped(_NAME, "the model has no parameters, so there is nothing to step; pass the module that owns "
-                              "the trainable parameters")
-    effects = _COPY_EFFECT
-    with guarded(model, optimizer, train_step):  # train_step: the schedulers and scalers it steps
-        try:
-            ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol))
-        except _batch.UserCodeError as exc:
-            return skipped(_NAME, f"{exc}; step_probe needs one forward pass and loss that run")
-        checks, details = list(ctl.checks), dict(ctl.details)
-        if train_step is not None and not ctl.reason:
-            try:
-                watched = StepWatch(model, optimizer).run(train_step)
-            except Exception as exc:  # noqa: BLE001 - user code: its failure is reported, every value restored
-                checks.append(check("train_step", "step.train_step_raised", Status.SKIPPED,
-                                    f"train_step raised {_batch.describe_error(exc)}; gradient clearing between "
-                                    "steps was not observed"))
-                return compose(_NAME, checks, effects + _WATCH_EFFECT, details, ctl.reason)
-            effects += _WATCH_EFFECT
-            seen = {(c.finding.check, c.finding.where) for c in checks if c.finding.status is Status.FAIL}
-            checks += [c for c in watched.checks if (c.finding.check, c.finding.where) not in seen]
-            details["train_step"] = watched.details
-    return compose(_NAME, checks, effects, details, ctl.reason)

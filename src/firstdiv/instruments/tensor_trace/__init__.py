@@ -61,25 +61,6 @@ _NAME = "tensor_trace"
 _MAX_DETAIL_ROWS = 5000
 
 
-def _model(model: Any) -> tuple[Callable[..., Any], nn.Module | None]:
-    if isinstance(model, nn.Module):
-        return model, model
-    if not callable(model):
-        raise InvalidArgument(f"Expected `model` to be a torch.nn.Module or a callable but got "
-                              f"{'None' if model is None else type(model).__name__}")
-    owner = getattr(model, "__self__", None)  # a bound method of a module, e.g. model.generate
-    return model, owner if isinstance(owner, nn.Module) else None
-
-
-def _first_outputs(rec: Recorder) -> dict[str, int]:
-    """Module path -> the index of its first output row (the arange probe's findings sort by it)."""
-    order: dict[str, int] = {}
-    for i, row in enumerate(rec.rows):
-        if row[0] == "output":
-            order.setdefault(row[1], i)
-    return order
-
-
 @reports_user_hooks
 def tensor_trace(model: nn.Module | Callable[..., Any], inputs: Any, *, contracts: dict[str, Any] | None = None,
                  layout_probe: bool = True) -> Report:
@@ -112,6 +93,25 @@ def tensor_trace(model: nn.Module | Callable[..., Any], inputs: Any, *, contract
         order = _first_outputs(rec)
         probe_found, probe = arange_probe(root, args, kwargs, order) if layout_probe and root is not None else ([], {})
     return _report(rec, exc, specs, reshapes, probe_found, probe, layout_probe)
+
+
+def _model(model: Any) -> tuple[Callable[..., Any], nn.Module | None]:
+    if isinstance(model, nn.Module):
+        return model, model
+    if not callable(model):
+        raise InvalidArgument(f"Expected `model` to be a torch.nn.Module or a callable but got "
+                              f"{'None' if model is None else type(model).__name__}")
+    owner = getattr(model, "__self__", None)  # a bound method of a module, e.g. model.generate
+    return model, owner if isinstance(owner, nn.Module) else None
+
+
+def _first_outputs(rec: Recorder) -> dict[str, int]:
+    """Module path -> the index of its first output row (the arange probe's findings sort by it)."""
+    order: dict[str, int] = {}
+    for i, row in enumerate(rec.rows):
+        if row[0] == "output":
+            order.setdefault(row[1], i)
+    return order
 
 
 # --- the report ----------------------------------------------------------------------------------------------------
