@@ -13,15 +13,14 @@ verified with the same two passes. Everything that mutates runs on deep copies.
 from __future__ import annotations
 
 import copy
-import random
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from .._format import describe_error
+from .._globals import restore_rng, rng_state
 from ..errors import InvalidArgument, WorkloadError
 from ..report import Divergence, Finding, Report, Status, skipped
 from ._rng_probe import GLOBALS, Plan, RngDemo, find_held, repair_code, run_setting
@@ -265,19 +264,13 @@ def rng_audit(dataset_or_loader: Any, num_workers: Any = (0, 2), *, seed: int = 
         return plan
     source = (f"DataLoader over {type(plan.dataset).__name__}" if plan.loader is not None
               else f"{type(plan.dataset).__name__} (shuffle=True, batch_size={plan.batch_size})")
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-    saved = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None, np.random.get_state(),
-             random.getstate())
+    saved = rng_state()
     try:
         runs = {(fix, w): _run(plan, w, fix) for fix in (False, True) for w in settings}
     except _PassError as exc:
         return Report(INSTRUMENT, Status.SKIPPED, reason=str(exc), side_effects=_SIDE_EFFECTS, details={"source": source})
     finally:
-        torch.set_rng_state(saved[0])
-        if saved[1] is not None:
-            torch.cuda.set_rng_state_all(saved[1])
-        np.random.set_state(saved[2])
-        random.setstate(saved[3])
+        restore_rng(saved)
     return _build(plan, settings, runs, source)
 
 
