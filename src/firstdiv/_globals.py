@@ -5,18 +5,41 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
 
-@contextmanager
-def preserved_globals(*, seed: int | None = None, threads: int | None = None) -> Iterator[None]:
-    """Restore torch's, numpy's legacy and Python's global RNG states and torch's intra-op thread
-    count on exit, also when the body raises. Inside, optionally seed all three RNGs from ``seed``
-    and run at ``threads`` threads."""
+def rng_state() -> dict[str, Any]:
+    """The global RNG states: Python's ``random``, numpy's legacy global generator, torch's CPU generator and,
+    when CUDA is initialised, every CUDA device's generator (reading them never initialises CUDA)."""
     import torch
 
-    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate(), torch.get_num_threads())
+    state: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Give back the RNG states :func:`rng_state` read (CUDA's only when they were read)."""
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+@contextmanager
+def preserved_globals(*, seed: int | None = None, threads: int | None = None) -> Iterator[None]:
+    """Restore the global RNG states (:func:`rng_state`: Python's, numpy's legacy, torch's CPU and CUDA) and
+    torch's intra-op thread count on exit, also when the body raises. Inside, optionally seed the RNGs from
+    ``seed`` (torch's seeds every CUDA device too) and run at ``threads`` threads."""
+    import torch
+
+    saved, saved_threads = rng_state(), torch.get_num_threads()
     try:
         if seed is not None:
             torch.manual_seed(seed)
@@ -26,7 +49,5 @@ def preserved_globals(*, seed: int | None = None, threads: int | None = None) ->
             torch.set_num_threads(int(threads))
         yield
     finally:
-        torch.set_rng_state(saved[0])
-        np.random.set_state(saved[1])
-        random.setstate(saved[2])
-        torch.set_num_threads(saved[3])
+        restore_rng(saved)
+        torch.set_num_threads(saved_threads)

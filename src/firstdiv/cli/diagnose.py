@@ -2,50 +2,32 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
 from .._format import describe_error
 from ..errors import InvalidArgument
+from ..lab._targets import Kind, load_callable
 from ._common import EXIT_FOUND, EXIT_OK, emit, json_option
 
 # ---- diagnose ---------------------------------------------------------------------------------------------------------
 
 
+#: how a case target's errors are worded (the loader is :func:`firstdiv.lab._targets.load_callable`): a case file is
+#: executed afresh on every load and named as given
+_CASE_USAGE = "Expected CASE like path/to/case.py:make_evidence but got {target!r}"
+_CASE_IMPORT = "Cannot import module {where!r} ({error}); use path/to/case.py:{name}"
+CASE = Kind(InvalidArgument, _CASE_USAGE, bad_name=_CASE_USAGE,
+            missing_file="Case file {where!r} does not exist (relative to {cwd})",
+            no_function="{where} has no function {name!r}; define {name}() returning a dict of evidence "
+                        "(model=..., batch=..., loss_fn=..., optimizer=...)",
+            import_failed=_CASE_IMPORT, module_raised=_CASE_IMPORT, module_prefix="_firstdiv_case_", reuse=False)
+
+
 def _load_case(target: str) -> Callable[[], Any]:
-    where, sep, name = target.rpartition(":")
-    if not sep or not where or not name.isidentifier():
-        raise InvalidArgument(f"Expected CASE like path/to/case.py:make_evidence but got {target!r}")
-    if where.endswith(".py"):
-        path = Path(where)
-        if not path.is_file():
-            raise InvalidArgument(f"Case file {where!r} does not exist (relative to {Path.cwd()})")
-        module_name = f"_firstdiv_case_{abs(hash(str(path.resolve())))}"
-        spec = importlib.util.spec_from_file_location(module_name, path.resolve())
-        if spec is None or spec.loader is None:
-            raise InvalidArgument(f"Cannot import {where!r} as a Python file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:  # noqa: BLE001 - the user's case file: any failure is an input error
-            sys.modules.pop(module_name, None)
-            raise InvalidArgument(f"Importing {where!r} raised {type(exc).__name__}: {exc}") from None
-    else:
-        try:
-            module = importlib.import_module(where)
-        except Exception as exc:  # noqa: BLE001 - the user's module: any failure is an input error
-            raise InvalidArgument(f"Cannot import module {where!r} ({type(exc).__name__}: {exc}); use path/to/case.py:{name}") from None
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise InvalidArgument(f"{where} has no function {name!r}; define {name}() returning a dict of evidence "
-                              "(model=..., batch=..., loss_fn=..., optimizer=...)")
+    fn, _ = load_callable(target, CASE)
     return fn
 
 

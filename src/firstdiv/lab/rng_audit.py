@@ -13,18 +13,18 @@ verified with the same two passes. Everything that mutates runs on deep copies.
 from __future__ import annotations
 
 import copy
-import random
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from .._format import describe_error
+from .._globals import restore_rng, rng_state
 from ..errors import InvalidArgument, WorkloadError
 from ..report import Divergence, Finding, Report, Status, skipped
 from ._rng_probe import GLOBALS, Plan, RngDemo, find_held, repair_code, run_setting
+from ._targets import Kind, load_callable
 
 INSTRUMENT = "rng_audit"
 ORDER, CONTENT = "data order", "item content"
@@ -264,19 +264,13 @@ def rng_audit(dataset_or_loader: Any, num_workers: Any = (0, 2), *, seed: int = 
         return plan
     source = (f"DataLoader over {type(plan.dataset).__name__}" if plan.loader is not None
               else f"{type(plan.dataset).__name__} (shuffle=True, batch_size={plan.batch_size})")
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-    saved = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None, np.random.get_state(),
-             random.getstate())
+    saved = rng_state()
     try:
         runs = {(fix, w): _run(plan, w, fix) for fix in (False, True) for w in settings}
     except _PassError as exc:
         return Report(INSTRUMENT, Status.SKIPPED, reason=str(exc), side_effects=_SIDE_EFFECTS, details={"source": source})
     finally:
-        torch.set_rng_state(saved[0])
-        if saved[1] is not None:
-            torch.cuda.set_rng_state_all(saved[1])
-        np.random.set_state(saved[2])
-        random.setstate(saved[3])
+        restore_rng(saved)
     return _build(plan, settings, runs, source)
 
 
@@ -286,31 +280,22 @@ def rng_audit(dataset_or_loader: Any, num_workers: Any = (0, 2), *, seed: int = 
 BUILTINS = {"rng-demo": RngDemo}  # the chapter's E4 experiment
 
 
+#: how a dataset target's errors are worded (the loader is :func:`firstdiv.lab._targets.load_callable`)
+DATASET = Kind(
+    WorkloadError, "Expected a target like builtin:rng-demo, path/to/file.py:make_dataset or module:make_dataset "
+    "but got {target!r}",
+    missing_file="File {where!r} does not exist (relative to {cwd}); give the path to a .py file defining {name}()",
+    no_function="{where} has no function {name!r}; define {name}() returning a Dataset or DataLoader",
+    builtins=BUILTINS, builtin_noun="dataset")
+
+
 def load_target(target: str) -> Any:
     """``builtin:rng-demo``, ``path/to/file.py:function`` or ``module:function`` -> the Dataset/DataLoader
     that the zero-argument function returns."""
-    from pathlib import Path
-
-    from .workload import _load_file, _load_module
-
-    where, sep, name = target.rpartition(":")
-    if not sep or not where:
-        raise WorkloadError(f"Expected a target like builtin:rng-demo, path/to/file.py:make_dataset or module:make_dataset "
-                            f"but got {target!r}")
-    if where == "builtin":
-        if name not in BUILTINS:
-            raise WorkloadError(f"Unknown built-in dataset {target!r}; available: "
-                                + ", ".join(f"builtin:{k}" for k in BUILTINS))
-        return RngDemo()
-    if not name.isidentifier():
-        raise WorkloadError(f"{name!r} in target {target!r} is not a Python function name")
-    if where.endswith(".py") and not Path(where).is_file():
-        raise WorkloadError(f"File {where!r} does not exist (relative to {Path.cwd()}); give the path to a .py file "
-                            f"defining {name}()")
-    module, _ = _load_file(Path(where), target) if where.endswith(".py") else _load_module(where, target)
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise WorkloadError(f"{where} has no function {name!r}; define {name}() returning a Dataset or DataLoader")
+    fn, source = load_callable(target, DATASET)
+    if source is None:  # builtin:NAME
+        return fn()
+    where, _, name = target.rpartition(":")
     try:
         obj = fn()
     except Exception as exc:  # noqa: BLE001 (the user's factory failing is one line)

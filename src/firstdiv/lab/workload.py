@@ -11,11 +11,8 @@ source of randomness), reads hyperparameters from the ``config`` dict and tells 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +20,7 @@ from typing import Any
 
 from .._format import first_line
 from ..errors import InvalidArgument, WorkloadError
+from ._targets import Kind, load_callable
 
 TrainFn = Callable[[int, dict[str, Any], Any], Any]
 #: Execution settings: recorded in the environment, not in the config hash.
@@ -215,65 +213,19 @@ def _version() -> str:
 BUILTINS: dict[str, Callable[[], Workload]] = {"mlp": _builtin_mlp}
 
 
+#: how a workload target's errors are worded (the loader is :func:`firstdiv.lab._targets.load_callable`)
+WORKLOAD = Kind(
+    WorkloadError, "Expected a target like builtin:mlp, path/to/file.py:train or module:train but got {target!r}",
+    missing_file="Workload file {path!r} does not exist (target {target!r}, relative to {cwd}); give the path to a "
+                 ".py file defining train(seed, config, rec)",
+    no_function="{where} has no function {name!r}; define train(seed, config, rec) there",
+    builtins=BUILTINS, builtin_noun="workload")
+
+
 def resolve(target: str) -> Workload:
     """Load a workload from its target string; raises WorkloadError with the fix on failure."""
-    if not isinstance(target, str) or ":" not in target:
-        raise WorkloadError(f"Expected a target like builtin:mlp, path/to/file.py:train or module:train but got {target!r}")
-    where, _, name = target.rpartition(":")
-    if where == "builtin":
-        if name not in BUILTINS:
-            raise WorkloadError(f"Unknown built-in workload {target!r}; available: "
-                                + ", ".join(f"builtin:{k}" for k in BUILTINS))
-        return BUILTINS[name]()
-    if not name.isidentifier():
-        raise WorkloadError(f"{name!r} in target {target!r} is not a Python function name")
-    if where.endswith(".py"):
-        module, source = _load_file(Path(where), target)
-    else:
-        module, source = _load_module(where, target)
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise WorkloadError(f"{where} has no function {name!r}; define train(seed, config, rec) there")
+    fn, source = load_callable(target, WORKLOAD)
+    if source is None:  # builtin:NAME: its factory
+        return fn()
     spec = getattr(fn, "__firstdiv__", None) or WorkloadSpec()
     return Workload(target, fn, spec, source, "unversioned")
-
-
-def _load_file(path: Path, target: str) -> tuple[Any, Path]:
-    if not path.is_file():
-        raise WorkloadError(f"Workload file {str(path)!r} does not exist (target {target!r}, relative to {Path.cwd()}); "
-                            "give the path to a .py file defining train(seed, config, rec)")
-    path = path.resolve()
-    mod_name = f"_firstdiv_workload_{abs(hash(str(path)))}"
-    if mod_name in sys.modules:
-        return sys.modules[mod_name], path
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    if spec is None or spec.loader is None:
-        raise WorkloadError(f"Cannot import {str(path)!r} as a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 (whatever the user's module raises on import is reported in one line)
-        del sys.modules[mod_name]
-        raise WorkloadError(f"Importing {str(path)!r} raised {type(exc).__name__}: {exc}") from None
-    finally:
-        sys.path.remove(str(path.parent))
-    return module, path
-
-
-def _load_module(name: str, target: str) -> tuple[Any, Path]:
-    added = "" not in sys.path and str(Path.cwd()) not in sys.path
-    if added:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        module = importlib.import_module(name)
-    except ImportError as exc:
-        raise WorkloadError(f"Cannot import module {name!r} for target {target!r} ({exc}); install it, run from the "
-                            f"directory that holds it (working directory: {Path.cwd()}), or use path/to/file.py:train") from None
-    except Exception as exc:  # noqa: BLE001 (whatever the user's module raises on import is reported in one line)
-        raise WorkloadError(f"Importing {name!r} raised {type(exc).__name__}: {exc}") from None
-    finally:
-        if added:
-            sys.path.remove(str(Path.cwd()))
-    return module, Path(getattr(module, "__file__", None) or Path.cwd())
