@@ -18,16 +18,15 @@ Restoring writes only what changed, into the original objects, and winds version
 from __future__ import annotations
 
 import copy
-import random
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
+from ..._globals import restore_rng, rng_state
 from .copying import kept_derived
 from .copying import model_copy as copied
 from .python_graph import hidden_objects
@@ -126,16 +125,8 @@ class _OptimizerState:
 def _globals_state() -> dict[str, Any]:
     from torch.nn.modules import module as _m
 
-    out: dict[str, Any] = {
-        "torch_rng": torch.get_rng_state(),
-        "numpy_rng": np.random.get_state(),
-        "python_rng": random.getstate(),
-        "grad_enabled": torch.is_grad_enabled(),
-        "global_hooks": tuple(len(getattr(_m, h, {}) or {}) for h in _GLOBAL_HOOKS),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["cuda_rng"] = torch.cuda.get_rng_state_all()
-    return out
+    return {"rng": rng_state(), "grad_enabled": torch.is_grad_enabled(),
+            "global_hooks": tuple(len(getattr(_m, h, {}) or {}) for h in _GLOBAL_HOOKS)}
 
 
 @dataclass
@@ -202,13 +193,8 @@ class Snapshot:
                     _restore_tensor(self._tensors[key], state)
             for state in self.stateful.values():
                 state.restore()
-        g = self.globals
-        torch.set_rng_state(g["torch_rng"])
-        np.random.set_state(g["numpy_rng"])
-        random.setstate(g["python_rng"])
-        torch.set_grad_enabled(g["grad_enabled"])
-        if "cuda_rng" in g:
-            torch.cuda.set_rng_state_all(g["cuda_rng"])
+        restore_rng(self.globals["rng"])
+        torch.set_grad_enabled(self.globals["grad_enabled"])
 
 
 def _with_hidden(objects: Iterable[Any]) -> list[Any]:

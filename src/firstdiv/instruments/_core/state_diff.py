@@ -89,17 +89,17 @@ def _diff_optimizer(key: str, a: _OptimizerState, b: _OptimizerState) -> list[st
 
 def _diff_globals(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     out = []
-    if not torch.equal(a["torch_rng"], b["torch_rng"]):
+    if not torch.equal(a["rng"]["torch"], b["rng"]["torch"]):
         out.append("torch CPU RNG state changed")
-    na, nb = a["numpy_rng"], b["numpy_rng"]
+    na, nb = a["rng"]["numpy"], b["rng"]["numpy"]
     if na[0] != nb[0] or not np.array_equal(na[1], nb[1]) or tuple(na[2:]) != tuple(nb[2:]):
         out.append("numpy global RNG state changed")
-    if a["python_rng"] != b["python_rng"]:
+    if a["rng"]["python"] != b["rng"]["python"]:
         out.append("Python random state changed")
     if a["grad_enabled"] != b["grad_enabled"]:
         out.append(f"grad mode {a['grad_enabled']} -> {b['grad_enabled']}")
     if a["global_hooks"] != b["global_hooks"]:
         out.append(f"global module hooks {a['global_hooks']} -> {b['global_hooks']}")
-    if "cuda_rng" in a and "cuda_rng" in b and any(not torch.equal(x, y) for x, y in zip(a["cuda_rng"], b["cuda_rng"])):
+    if "cuda" in a["rng"] and "cuda" in b["rng"] and any(not torch.equal(x, y) for x, y in zip(a["rng"]["cuda"], b["rng"]["cuda"])):
         out.append("CUDA RNG state changed")
     return out
