@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _paths import WORKLOADS
 from conftest import run_cli
 
-WORKLOADS = Path(__file__).resolve().parent / "workloads"
 STORE = ("--store", "store/runs.db")
 #: plain text at a fixed width whatever the caller's terminal settings (TTY_COMPATIBLE=0 beats FORCE_COLOR)
 PLAIN = {"COLUMNS": "120", "TTY_COMPATIBLE": "0", "NO_COLOR": "1"}

@@ -11,19 +11,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from _paths import WORKLOADS
 
 import firstdiv
 from firstdiv import html, zoo
 from firstdiv.errors import InvalidArgument
 from firstdiv.report import Report, Status, skipped
 
-TINY = str(Path(__file__).resolve().parent / "workloads" / "tiny.py")
+TINY = str(WORKLOADS / "tiny.py")
 XSS = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 XSS_SWEEP = f"xss {XSS}"
 SVG_SIZE = re.compile(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"')
-SHIM = ("import sys; from firstdiv import cli; "
-        "cli.LAZY_COMMANDS.setdefault('report', 'firstdiv.cli.report:report_command'); sys.exit(cli.main(sys.argv[1:]))")
 
 
 def build_store(root: Path) -> Path:
@@ -232,7 +231,8 @@ def test_incident_page_follows_the_worksheet_and_escapes_every_field(pages):
 
 
 def test_incident_from_the_store_renders_its_evidence(tmp_path):
-    incident = pytest.importorskip("firstdiv.diagnosis.incident")
+    from firstdiv.diagnosis import incident
+
     store = tmp_path / "runs.db"
     inc = incident.incident_new(store, symptom=f"flat loss {XSS}", attach=[stale_optimizer_report()])
     page = html.to_html(incident.incident_show(inc.id, store=store))
@@ -329,17 +329,16 @@ def test_cli_errors_exit_2_with_one_line(main, store, tmp_path, capsys, args, me
 def test_cli_unknown_store_and_unknown_incident_exit_2(main, tmp_path, store, capsys):
     assert main(["report", "base", "--store", str(tmp_path / "none.db")]) == 2
     assert "No run store" in capsys.readouterr().err
-    pytest.importorskip("firstdiv.diagnosis.incident")
     assert main(["report", "incident:inc-nope", "--store", str(store)]) == 2
     assert capsys.readouterr().err.startswith("firstdiv: error: ")
 
 
 def test_cli_as_a_process(store, tmp_path):
     out = tmp_path / "page.html"
-    proc = subprocess.run([sys.executable, "-c", SHIM, "report", "base", "shifted", "--store", str(store),
+    proc = subprocess.run([sys.executable, "-m", "firstdiv", "report", "base", "shifted", "--store", str(store),
                            "--html", str(out), "--json"], check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["verdict"] == "SYSTEM_CHANGED" and out.stat().st_size > 10_000
-    bad = subprocess.run([sys.executable, "-c", SHIM, "report", "nope", "--store", str(store)],
+    bad = subprocess.run([sys.executable, "-m", "firstdiv", "report", "nope", "--store", str(store)],
                          check=False, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stdout == ""

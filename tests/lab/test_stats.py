@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _paths import WORKLOADS
 from scipy import stats as sps
 
 import firstdiv
@@ -266,9 +267,8 @@ def test_seeds_to_resolve_nan_sd_is_not_two_seeds():
 
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory):
-    from pathlib import Path
 
-    target = str(Path(__file__).resolve().parent / "workloads" / "tiny.py") + ":train"
+    target = str(WORKLOADS / "tiny.py") + ":train"
     store = tmp_path_factory.mktemp("cmp") / "runs.db"
     seeds = "0-5"
     out = {

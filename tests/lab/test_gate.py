@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _paths import WORKLOADS
 from scipy import stats
 
 import firstdiv
@@ -31,7 +31,7 @@ def calibrated(tmp_path_factory, tiny):
 @pytest.fixture(scope="module")
 def tiny():
     """The tests' tiny workload file (conftest's fixture of the same name, at module scope)."""
-    return str(Path(__file__).resolve().parent / "workloads" / "tiny.py")
+    return str(WORKLOADS / "tiny.py")
 
 
 # -- the rule, by hand ----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _paths import WORKLOADS
 
 import firstdiv
 
@@ -141,7 +142,7 @@ def test_sweep_missing_target_says_how_to_fix(target, cli, tmp_path, store_path)
 @pytest.fixture(scope="module")
 def small_store(tmp_path_factory):
     """A store holding one 3-seed sweep of the tiny workload, named `base`."""
-    tiny = Path(__file__).resolve().parent / "workloads" / "tiny.py"
+    tiny = WORKLOADS / "tiny.py"
     store = tmp_path_factory.mktemp("store") / "runs.db"
     result = firstdiv.sweep(f"{tiny}:train", "0-2", name="base", store=store)
     assert len(result.records) == 3

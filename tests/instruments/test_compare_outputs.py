@@ -5,10 +5,10 @@ import copy
 import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from _paths import TESTS
 from torch import nn
 
 from firstdiv import InvalidArgument, Report, Status
@@ -20,7 +20,7 @@ from firstdiv.instruments.compare_outputs.variants import Unavailable, variants
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 
-TESTS = str(Path(__file__).resolve().parent)
+TESTS = str(TESTS)
 
 
 

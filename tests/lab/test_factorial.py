@@ -7,17 +7,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _paths import WORKLOADS
 from scipy import stats as sps
 
 import firstdiv
 from firstdiv import Factorial, InvalidArgument, NotFound, Report, Status
 from firstdiv.lab.factorial import contrasts, effect
 
-CURVY = Path(__file__).resolve().parent / "workloads" / "curvy.py"
+CURVY = WORKLOADS / "curvy.py"
 SEEDS = range(6)
 
 

@@ -6,17 +6,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _paths import WORKLOADS
 
 import firstdiv
 from firstdiv import CurveComparison, InvalidArgument, NotFound, Report, Status
 from firstdiv.lab.curves import bands, separation
 from firstdiv.lab.record import Recorder, build_record
 
-CURVY = Path(__file__).resolve().parent / "workloads" / "curvy.py"
+CURVY = WORKLOADS / "curvy.py"
 BASE_CURVE = [1.0, 0.8, 0.9, 0.95, 0.7, 0.75]
 CAND_CURVE = [1.0, 0.85, 0.6, 0.65, 0.7, 0.72]
 

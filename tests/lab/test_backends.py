@@ -12,14 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from _paths import ROOT
 from conftest import ok_seeds
 
 import firstdiv
-from firstdiv.lab import backends
 from firstdiv.lab import sweep as sweep_module
 from firstdiv.lab.store import Store
 
-ROOT = Path(__file__).resolve().parent.parent
 CRASHY = str(ROOT / "tests" / "workloads" / "crashy.py")
 FUNCTIONAL = str(ROOT / "tests" / "workloads" / "functional.py")
 MLP_SETS = ["epochs=3", "n_train=600"]
@@ -32,7 +31,6 @@ except ImportError as exc:  # make test installs it (the dev extra); elsewhere: 
     ray = None
     RAY_MISSING = f"ray cannot be imported ({exc}); install it with pip install 'firstdiv[ray]'"
 needs_ray = pytest.mark.skipif(RAY_MISSING is not None, reason=RAY_MISSING or "")
-needs_vectorized = pytest.mark.skipif("vectorized" not in backends.BACKENDS, reason="no vectorized backend registered")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +68,7 @@ class _Bar:
 def _backend_params():
     yield pytest.param("process", id="process")
     yield pytest.param("ray", id="ray", marks=needs_ray)
-    yield pytest.param("vectorized", id="vectorized", marks=needs_vectorized)
+    yield pytest.param("vectorized", id="vectorized")
 
 
 def _run_pair(backend, store, monkeypatch):
