@@ -1,9 +1,11 @@
-"""What the instruments share: a check with its divergence, the report composed from checks, the
+"""What the instruments share: a check with its divergence, the two ways checks become a report
+(:func:`compose` for independent checks, :func:`walk` then :func:`compose` for ordered links), the
 per-parameter gradient vocabulary (tied weights once, gradient state, rounding), and the leaves an
 autograd graph reaches."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,10 +39,16 @@ def check(where: str, kind: str, status: Status | str, message: str, evidence: d
     return Check(Finding(where, kind, Status(status), message, evidence or {}), expected, observed, hint)
 
 
-def compose(instrument: str, checks: list[Check], side_effects: str, details: dict, reason: str = "") -> Report:
-    """Status from the findings (FAIL > WARN > PASS); the first FAIL becomes the first divergence."""
+def compose(instrument: str, checks: list[Check], side_effects: str, details: dict, reason: str = "", *,
+            none_checked: str = "") -> Report:
+    """Status from the findings (FAIL > WARN > PASS); the first FAIL becomes the first divergence.
+
+    ``reason`` makes the report SKIPPED. ``none_checked``: when every check is SKIPPED the report is SKIPPED
+    too, its reason ``none_checked`` followed by each check's message."""
     findings = tuple(c.finding for c in checks)
     first = next((c for c in checks if c.finding.status is Status.FAIL), None)
+    if none_checked and checks and all(f.status is Status.SKIPPED for f in findings):
+        reason = f"{none_checked}: " + "; ".join(f.message for f in findings)
     if reason:
         status = Status.SKIPPED
     elif first is not None:
@@ -53,6 +61,26 @@ def compose(instrument: str, checks: list[Check], side_effects: str, details: di
     if first is not None:
         div = Divergence(first.finding.where, first.finding.check, first.expected, first.observed, first.hint)
     return Report(instrument, status, div, findings, side_effects, reason, details)
+
+
+def walk(links: Iterable[tuple[str, Callable[[], Check]]]) -> list[Check]:
+    """Run ordered links (``(where, run)``, each ``run()`` giving that link's check) and stop at the first FAIL:
+    every later link becomes a SKIPPED ``not_reached`` check naming the link that failed."""
+    out: list[Check] = []
+    failed = ""
+    for where, run in links:
+        if failed:
+            out.append(check(where, "not_reached", Status.SKIPPED, f"not reached: an earlier link failed ({failed})"))
+            continue
+        out.append(run())
+        if out[-1].finding.status is Status.FAIL:
+            failed = out[-1].finding.where
+    return out
+
+
+def reached(checks: list[Check]) -> dict[str, str]:
+    """``{where: status}`` of walked links, ``"not reached"`` for those after the first FAIL."""
+    return {c.finding.where: "not reached" if c.finding.check == "not_reached" else c.finding.status.value for c in checks}
 
 
 def unique_params(model: nn.Module) -> list[tuple[nn.Parameter, list[str]]]:

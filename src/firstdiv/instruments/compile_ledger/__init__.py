@@ -48,8 +48,9 @@ import torch
 from torch import nn
 
 from ...errors import InvalidArgument
-from ...report import Divergence, Finding, Report, Status, skipped
+from ...report import Report, Status, skipped
 from .._core.batch import describe_error
+from .._core.checks import Check, check, compose, reached, walk
 from .._core.state import guarded
 from .._core.trace import call_args
 from .._core.user_hooks import reports_user_hooks
@@ -63,7 +64,7 @@ from ._capture import (
 )
 from ._compare import clone_args, compare
 from ._context import Ctx
-from ._links import Link, captured_link, stable_link, timed, worth_it_link
+from ._links import captured_link, stable_link, timed, worth_it_link
 
 __all__ = ["compile_ledger"]
 
@@ -108,8 +109,8 @@ def compile_ledger(fn: nn.Module | Callable[..., Any], inputs_seq: list[Any], *,
     with guarded(*target.guard), watching() as logs, limit_patch(cache_limit):
         ctx.logs = logs
         _main_pass(ctx)
-        findings, divergence, statuses = _walk(ctx)
-    return _report(ctx, findings, divergence, statuses)
+        checks = _walk(ctx)
+    return _report(ctx, checks)
 
 
 # --- running ------------------------------------------------------------------------------------------------
@@ -161,27 +162,27 @@ def _compiler_error(exc: BaseException) -> str:
 # --- links --------------------------------------------------------------------------------------------------
 
 
-def _runs(ctx: Ctx) -> Link:
+def _runs(ctx: Ctx) -> Check:
     n = len(ctx.calls)
     if ctx.eager_error is not None:
         i, err = ctx.eager_error
-        return Link(Status.FAIL, "compile.eager_raised", f"eager raised on input {i} {ctx.describe(i)}: {err}",
-                    {"input": i, "inputs": n, "error": err, "call": ctx.describe(i)},
-                    expected="eager runs on every input", observed=f"input {i}: {err}",
-                    hint="eager itself fails: fix the function or its inputs first; compilation is not the first problem")
+        return check("RUNS", "compile.eager_raised", Status.FAIL, f"eager raised on input {i} {ctx.describe(i)}: {err}",
+                     {"input": i, "inputs": n, "error": err, "call": ctx.describe(i)},
+                     expected="eager runs on every input", observed=f"input {i}: {err}",
+                     hint="eager itself fails: fix the function or its inputs first; compilation is not the first problem")
     if ctx.compiled_error is not None:
         i, err = ctx.compiled_error
-        return Link(Status.FAIL, "compile.compiled_raised", f"eager ran but the compiled call raised on input {i} "
-                    f"{ctx.describe(i)}: {err}", {"input": i, "inputs": n, "error": err, "call": ctx.describe(i)},
-                    expected="the compiled function runs wherever eager runs", observed=f"input {i}: {err}",
-                    hint="find the failing stage: backend='eager' (capture only), then 'aot_eager' (adds AOT autograd), "
-                         "then 'inductor' (adds code generation)")
+        return check("RUNS", "compile.compiled_raised", Status.FAIL, f"eager ran but the compiled call raised on input {i} "
+                     f"{ctx.describe(i)}: {err}", {"input": i, "inputs": n, "error": err, "call": ctx.describe(i)},
+                     expected="the compiled function runs wherever eager runs", observed=f"input {i}: {err}",
+                     hint="find the failing stage: backend='eager' (capture only), then 'aot_eager' (adds AOT autograd), "
+                          "then 'inductor' (adds code generation)")
     cold = ctx.records[0].seconds
-    return Link(Status.PASS, "compile.runs", f"eager and compiled both ran on all {n} inputs (first compiled call "
-                f"{cold:.3g} s)", {"inputs": n, "first_compiled_call_s": cold})
+    return check("RUNS", "compile.runs", Status.PASS, f"eager and compiled both ran on all {n} inputs (first compiled call "
+                 f"{cold:.3g} s)", {"inputs": n, "first_compiled_call_s": cold})
 
 
-def _correct(ctx: Ctx) -> Link:
+def _correct(ctx: Ctx) -> Check:
     bad = next(((i, c) for i, c in enumerate(ctx.comparisons) if not c.ok), None)
     worst_abs = max(c.max_abs for c in ctx.comparisons)
     worst_rel = max(c.max_rel for c in ctx.comparisons)
@@ -189,8 +190,8 @@ def _correct(ctx: Ctx) -> Link:
                           "max_abs_error": _num(worst_abs), "max_rel_error": _num(worst_rel),
                           "per_input_max_abs": [_num(c.max_abs) for c in ctx.comparisons]}
     if bad is None:
-        return Link(Status.PASS, "compile.correct", f"compiled outputs match eager on all {len(ctx.comparisons)} inputs: "
-                    f"max abs error {worst_abs:.3g}, max rel error {worst_rel:.3g} (atol {ctx.atol:g}, rtol {ctx.rtol:g})", ev)
+        return check("CORRECT", "compile.correct", Status.PASS, f"compiled outputs match eager on all {len(ctx.comparisons)} inputs: "
+                     f"max abs error {worst_abs:.3g}, max rel error {worst_rel:.3g} (atol {ctx.atol:g}, rtol {ctx.rtol:g})", ev)
     i, c = bad
     ev.update({"input": i, "call": ctx.describe(i), "path": c.worst, "input_max_abs": _num(c.max_abs),
                "input_max_rel": _num(c.max_rel), "bad_elements": c.bad_elements, "problem": c.problem})
@@ -200,9 +201,9 @@ def _correct(ctx: Ctx) -> Link:
             "reduced precision (TF32, bf16 autocast) and reordered float reductions move results too")
     if _random_in_training(ctx):
         hint = "the module is in training mode with dropout: compiled random numbers differ from eager; call .eval() first"
-    return Link(Status.FAIL, "compile.incorrect", f"input {i} {ctx.describe(i)}: {what}", ev,
-                expected=f"|compiled - eager| <= {ctx.atol:g} + {ctx.rtol:g} * |eager|", observed=f"input {i}: {what}",
-                hint=hint)
+    return check("CORRECT", "compile.incorrect", Status.FAIL, f"input {i} {ctx.describe(i)}: {what}", ev,
+                 expected=f"|compiled - eager| <= {ctx.atol:g} + {ctx.rtol:g} * |eager|", observed=f"input {i}: {what}",
+                 hint=hint)
 
 
 def _random_in_training(ctx: Ctx) -> bool:
@@ -218,33 +219,19 @@ def _num(x: float) -> float | str:
 
 # --- the walk and the report --------------------------------------------------------------------------------
 
-def _walk(ctx: Ctx) -> tuple[list[Finding], Divergence | None, dict[str, str]]:
-    checks: dict[str, Callable[[Ctx], Link]] = {"RUNS": _runs, "CORRECT": _correct, "CAPTURED": captured_link,
-                                                "STABLE": stable_link, "WORTH_IT": worth_it_link}
-    findings: list[Finding] = []
-    statuses: dict[str, str] = {}
-    divergence: Divergence | None = None
-    for name in LINKS:
-        if divergence is not None:
-            findings.append(Finding(name, "not_reached", Status.SKIPPED, f"not reached: an earlier link failed ({divergence.where})"))
-            statuses[name] = "not reached"
-            continue
-        link = checks[name](ctx)
-        statuses[name] = link.status.value
-        findings.append(Finding(name, link.kind, link.status, link.message, link.evidence))
-        if link.status is Status.FAIL:
-            divergence = Divergence(name, link.kind, link.expected, link.observed, link.hint)
-    return findings, divergence, statuses
+def _walk(ctx: Ctx) -> list[Check]:
+    return walk((name, lambda run=run: run(ctx)) for name, run in (("RUNS", _runs), ("CORRECT", _correct),
+                                                                   ("CAPTURED", captured_link), ("STABLE", stable_link),
+                                                                   ("WORTH_IT", worth_it_link)))
 
 
-def _report(ctx: Ctx, findings: list[Finding], divergence: Divergence | None, statuses: dict[str, str]) -> Report:
-    status = Status.FAIL if divergence else (Status.WARN if any(f.status is Status.WARN for f in findings) else Status.PASS)
-    details = {"links": statuses, "backend": ctx.backend if isinstance(ctx.backend, str) else getattr(ctx.backend, "__name__", "callable"),
+def _report(ctx: Ctx, checks: list[Check]) -> Report:
+    details = {"links": reached(checks), "backend": ctx.backend if isinstance(ctx.backend, str) else getattr(ctx.backend, "__name__", "callable"),
                "dynamic": "None" if ctx.dynamic is None else ctx.dynamic, "recompile_limit": effective_limit(ctx.cache_limit),
                "inputs": len(ctx.calls), "calls": [ctx.describe(i) for i in range(min(len(ctx.calls), 50))],
                "grad_enabled": torch.is_grad_enabled(), "target": ctx.target.kind, "torch": torch.__version__,
                "timings": ctx.timings}
-    return Report(_NAME, status, divergence, tuple(findings), _side_effects(ctx), "", details)
+    return compose(_NAME, checks, _side_effects(ctx), details)
 
 
 def _side_effects(ctx: Ctx) -> str:

@@ -9,29 +9,17 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ...report import Status
 from .._core.batch import describe_error
+from .._core.checks import Check, check
 from ._capture import Event, effective_limit, fresh_profile, recording
 from ._compare import clone_args
 from ._context import Ctx
 from ._guards import compile_id_of, guard_category, guard_text, numeric_value_guard
-
-
-@dataclass
-class Link:
-    status: Status
-    kind: str
-    message: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-    expected: Any = ""
-    observed: Any = ""
-    hint: str = ""
-
 
 # --- CAPTURED -----------------------------------------------------------------------------------------------
 
@@ -96,7 +84,7 @@ def _fullgraph(ctx: Ctx) -> str:
     return ""
 
 
-def captured_link(ctx: Ctx) -> Link:
+def captured_link(ctx: Ctx) -> Check:
     cap = _capture(ctx)
     full = _fullgraph(ctx)
     breaks = cap["breaks"]
@@ -104,20 +92,20 @@ def captured_link(ctx: Ctx) -> Link:
           "break_reasons": [f"{b['reason']}" + (f" @ {b['at']}" if b["at"] else "") for b in breaks],
           "fullgraph": "captured" if not full else full, "capture_error": cap["error"]}
     if not breaks and not full and cap["graphs"] >= 1:
-        return Link(Status.PASS, "compile.captured", f"one call captured as {cap['graphs']} graph(s) with "
-                    f"{sum(cap['ops_per_graph'])} ops, no graph break; fullgraph=True compiles", ev)
+        return check("CAPTURED", "compile.captured", Status.PASS, f"one call captured as {cap['graphs']} graph(s) with "
+                     f"{sum(cap['ops_per_graph'])} ops, no graph break; fullgraph=True compiles", ev)
     if not breaks and not full:
-        return Link(Status.WARN, "compile.graph_break", "dynamo captured no graph for the call (the frame was skipped "
-                    "or holds no tensor operation): nothing is compiled", ev)
+        return check("CAPTURED", "compile.graph_break", Status.WARN, "dynamo captured no graph for the call (the frame was skipped "
+                     "or holds no tensor operation): nothing is compiled", ev)
     first = breaks[0] if breaks else {"reason": full, "at": ""}
     where = f" at {first['at']}" if first["at"] else ""
     msg = (f"{cap['graphs']} graph(s), {len(breaks)} graph break(s); first: {first['reason']}{where}; "
            f"fullgraph=True: {'compiles' if not full else full}")
     status = Status.FAIL if ctx.fullgraph_required else Status.WARN
-    return Link(status, "compile.graph_break", msg, ev, expected="one graph, no graph break (fullgraph=True compiles)",
-                observed=f"{len(breaks)} graph break(s): {first['reason']}{where}",
-                hint="rewrite the line so it stays in tensors (no .item()/print/data-dependent Python branch; torch.cond "
-                     "for branches), or accept the break: each break splits the graph and costs a return to Python")
+    return check("CAPTURED", "compile.graph_break", status, msg, ev, expected="one graph, no graph break (fullgraph=True compiles)",
+                 observed=f"{len(breaks)} graph break(s): {first['reason']}{where}",
+                 hint="rewrite the line so it stays in tensors (no .item()/print/data-dependent Python branch; torch.cond "
+                      "for branches), or accept the break: each break splits the graph and costs a return to Python")
 
 
 # --- STABLE -------------------------------------------------------------------------------------------------
@@ -182,7 +170,7 @@ _HINTS = {
 }
 
 
-def stable_link(ctx: Ctx) -> Link:
+def stable_link(ctx: Ctx) -> Check:
     recs, limits, actions = _recompilations(ctx)
     warned = [w for w in (ctx.logs.records if ctx.logs else []) if "recompile_limit" in w or "cache_size_limit" in w]
     limit = effective_limit(ctx.cache_limit)
@@ -199,8 +187,8 @@ def stable_link(ctx: Ctx) -> Link:
         auto = [r for r in recs if r["expected"]]
         note = (f"; {len(auto)} expected automatic-dynamic recompilation(s) (input {', '.join(str(r['input']) for r in auto)})"
                 if auto else "")
-        return Link(Status.PASS, "compile.recompiles", f"{compiles} compile(s) over {len(ctx.calls)} inputs, no unexpected "
-                    f"recompilation{note}; later inputs reused the cached graphs", ev)
+        return check("STABLE", "compile.recompiles", Status.PASS, f"{compiles} compile(s) over {len(ctx.calls)} inputs, no unexpected "
+                     f"recompilation{note}; later inputs reused the cached graphs", ev)
     first = unexpected[0] if unexpected else (recs[-1] if recs else None)
     if limits or warned:
         at = limits[0][0] if limits else "?"
@@ -211,9 +199,9 @@ def stable_link(ctx: Ctx) -> Link:
         observed = (f"{len(unexpected)} unexpected recompilation(s) of {first['frame']}; first at input {first['input']} "
                     f"{first['call']}: {first['category']} guard {first['guard']!r}")
     category = first["category"] if first is not None else "other"
-    return Link(Status.FAIL, "compile.recompiles", observed, ev,
-                expected="one compile per frame reused across inputs (plus one automatic-dynamic recompilation with "
-                         "dynamic=None)", observed=observed, hint=_HINTS.get(category, _HINTS["other"]))
+    return check("STABLE", "compile.recompiles", Status.FAIL, observed, ev,
+                 expected="one compile per frame reused across inputs (plus one automatic-dynamic recompilation with "
+                          "dynamic=None)", observed=observed, hint=_HINTS.get(category, _HINTS["other"]))
 
 
 # --- WORTH_IT ---------------------------------------------------------------------------------------------------
@@ -246,7 +234,7 @@ def _break_even(first: float, eager: float, steady: float) -> float | str:
     return max(0.0, (first - eager) / (eager - steady))
 
 
-def worth_it_link(ctx: Ctx) -> Link:
+def worth_it_link(ctx: Ctx) -> Check:
     eager = _median_time(ctx.target.eager, ctx)
     steady = _median_time(ctx.compiled, ctx)
     cold_rec = ctx.records[0]
@@ -267,15 +255,15 @@ def worth_it_link(ctx: Ctx) -> Link:
     msg = (f"eager {eager * 1e3:.3g} ms, cold first call {cold:.3g} s, warm-cache first call {warm:.3g} s, "
            f"steady {steady * 1e3:.3g} ms; break-even: {_calls(even)} (warm cache: {_calls(even_warm)})")
     if not _optimizing(ctx.backend):
-        return Link(Status.SKIPPED, "compile.worth_it", f"{msg}; not judged: backend {ctx.backend!r} is a debugging "
-                    "backend that does not optimize", ev)
+        return check("WORTH_IT", "compile.worth_it", Status.SKIPPED, f"{msg}; not judged: backend {ctx.backend!r} is a debugging "
+                     "backend that does not optimize", ev)
     if even == "never" or float(even) > ctx.payoff_calls:
         why = "steady state is not faster than eager" if even == "never" else f"needs more than {ctx.payoff_calls:g} calls"
-        return Link(Status.WARN, "compile.not_worth_it", f"{msg}: {why}", ev,
-                    expected=f"compiled steady state faster than eager, paying back within {ctx.payoff_calls:g} calls",
-                    observed=why, hint="small or overhead-bound work gains little; compile a larger region, run "
-                    "under torch.no_grad()/inference_mode for inference, or do not compile")
-    return Link(Status.PASS, "compile.worth_it", msg, ev)
+        return check("WORTH_IT", "compile.not_worth_it", Status.WARN, f"{msg}: {why}", ev,
+                     expected=f"compiled steady state faster than eager, paying back within {ctx.payoff_calls:g} calls",
+                     observed=why, hint="small or overhead-bound work gains little; compile a larger region, run "
+                     "under torch.no_grad()/inference_mode for inference, or do not compile")
+    return check("WORTH_IT", "compile.worth_it", Status.PASS, msg, ev)
 
 
 def _calls(even: float | str) -> str:

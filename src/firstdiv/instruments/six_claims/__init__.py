@@ -23,13 +23,12 @@ and grad mode. A claim without evidence is SKIPPED with the reason, never PASS.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from ...report import Divergence, Finding, Report, Status
+from ...report import Report, Status
 from .._core.batch import (
     Batch,
     UserCodeError,
@@ -40,6 +39,8 @@ from .._core.batch import (
     loss_problem,
     split_batch,
 )
+from .._core.checks import Check, compose
+from .._core.checks import check as _check
 from .._core.copying import model_copy
 from .._core.python_graph import hidden_modules
 from .._core.state import guarded
@@ -87,24 +88,14 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
     return _report(claims, eval_fn is not None)
 
 
-@dataclass
-class Claim:
-    """One claim's verdict: ``check`` is the kind when it fails."""
-
-    name: str
-    status: Status
-    check: str
-    message: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-    expected: str = ""
-    hint: str = ""
-
-    def finding(self) -> Finding:
-        return Finding(self.name, self.check, self.status, self.message, self.evidence)
+def _claim(name: str, status: Status, kind: str, message: str, evidence: dict[str, Any] | None = None,
+           expected: str = "", hint: str = "") -> Check:
+    """One claim's verdict; ``kind`` names the failure, and a failing claim's message is what was observed."""
+    return _check(name, kind, status, message, evidence, expected=expected, observed=message, hint=hint)
 
 
-def _skip(name: str, check: str, reason: str, **evidence: Any) -> Claim:
-    return Claim(name, Status.SKIPPED, check, f"no evidence: {reason}", evidence)
+def _skip(name: str, check: str, reason: str, **evidence: Any) -> Check:
+    return _claim(name, Status.SKIPPED, check, f"no evidence: {reason}", evidence)
 
 
 def _units(m: nn.Module, w: torch.Tensor) -> torch.Tensor:
@@ -115,7 +106,7 @@ def _units(m: nn.Module, w: torch.Tensor) -> torch.Tensor:
 
 # ---- REPRESENTATION ----------------------------------------------------------------------------
 
-def _representation(model: nn.Module, batch: Batch) -> Claim:
+def _representation(model: nn.Module, batch: Batch) -> Check:
     name, check = "REPRESENTATION", "claim.representation.affine"
     x = batch.inputs
     if batch.as_kwargs or not torch.is_tensor(x):
@@ -134,12 +125,12 @@ def _representation(model: nn.Module, batch: Batch) -> Claim:
     if spread == 0:
         return _skip(name, check, "the output does not change with the input (spread 0), so affinity cannot be judged", **ev)
     if worst < AFFINE_RTOL:
-        return Claim(name, Status.FAIL, check,
+        return _claim(name, Status.FAIL, check,
                      f"output is affine in the input: f(a x1+(1-a) x2) matches a f(x1)+(1-a) f(x2) to relative error "
                      f"{worst:.2e} (< {AFFINE_RTOL:g}) over {pairs} input pairs; stacked layers collapse to one linear map",
                      ev, "a nonlinear map of the input (relative error well above 1e-4)",
                      "put a nonlinearity (ReLU, GELU, tanh) between the linear layers")
-    return Claim(name, Status.PASS, check, f"output is not affine in the input: relative error {worst:.3g} "
+    return _claim(name, Status.PASS, check, f"output is not affine in the input: relative error {worst:.3g} "
                  f"(affine would be < {AFFINE_RTOL:g})", ev)
 
 
@@ -171,7 +162,7 @@ def _symmetry(lname: str, m: nn.Module, run: Measured) -> tuple[dict[str, Any], 
     return ev, grad is not None and ev["max_grad_row_difference"] > GRAD_RTOL * ev["max_abs_grad"]
 
 
-def _computation(model: nn.Module, run: Measured) -> Claim:
+def _computation(model: nn.Module, run: Measured) -> Check:
     name = "COMPUTATION"
     layers = [(n, m) for n, m in weighted_layers(model) if m.weight.numel() and _units(m, m.weight).shape[0] >= 2]
     if not layers:
@@ -189,27 +180,27 @@ def _computation(model: nn.Module, run: Measured) -> Claim:
         what = "all-zero weights" if ev["zero"] else f"{ev['units']} identical weight rows (max difference {ev['max_row_difference']:.2e})"
         grad_note = ("its gradient rows are identical too" if "max_grad_row_difference" in ev
                      else "it gets no gradient to break the tie")
-        return Claim(name, Status.FAIL, kind,
+        return _claim(name, Status.FAIL, kind,
                      f"{ev['module']}: {what}; {grad_note}, so its {ev['units']} units compute the same function and "
                      f"cannot differentiate ({len(broken)} such layers)", ev,
                      "hidden units with different weights (random initialization)",
                      "initialize with random weights (nn.init.kaiming_uniform_ / the layer's default reset_parameters())")
     if healed:
-        return Claim(name, Status.PASS, "claim.computation",
+        return _claim(name, Status.PASS, "claim.computation",
                      f"{len(healed)} layers start with identical/zero rows ({', '.join(e['module'] for e in healed)}), but "
                      "their gradient rows differ, so the first update breaks the symmetry", {**healed[0], **summary})
-    return Claim(name, Status.PASS, "claim.computation",
+    return _claim(name, Status.PASS, "claim.computation",
                  f"all {len(layers)} Linear/Conv layers have distinct weight rows", summary)
 
 
 # ---- OBJECTIVE (probes: ._objective_probes) ----------------------------------------------------
 
-def _objective(model: nn.Module, batch: Batch, loss_fn: Any, run: Measured) -> Claim:
+def _objective(model: nn.Module, batch: Batch, loss_fn: Any, run: Measured) -> Check:
     name = "OBJECTIVE"
     if run.loss_problem is not None:
         finite_issue = torch.is_tensor(run.loss) and loss_problem(run.loss) is None
         kind = "claim.objective.nonfinite_loss" if finite_issue else "claim.objective.invalid_loss"
-        return Claim(name, Status.FAIL, kind, run.loss_problem, {"loss_problem": run.loss_problem},
+        return _claim(name, Status.FAIL, kind, run.loss_problem, {"loss_problem": run.loss_problem},
                      "a finite scalar floating-point loss", "check the loss: reduction, masking, log of zero")
     loss0 = float(run.loss.reshape(()))
     loss_fn = Recording(loss_fn)
@@ -226,7 +217,7 @@ def _objective(model: nn.Module, batch: Batch, loss_fn: Any, run: Measured) -> C
             message = (f"a small step along -grad did not lower the loss ({dev['loss_before_step']:.6g} -> "
                        f"{dev['loss_after_steps']}): the gradient does not descend the objective it came from")
     if kind:
-        return Claim(name, Status.FAIL, kind, message, ev, "an objective minimized by correct outputs",
+        return _claim(name, Status.FAIL, kind, message, ev, "an objective minimized by correct outputs",
                      "check the loss's sign, what the model outputs (logits vs probabilities) and what the loss expects")
     if loss_fn.errors:
         ev["probe_errors"] = loss_fn.errors[:3]
@@ -236,18 +227,18 @@ def _objective(model: nn.Module, batch: Batch, loss_fn: Any, run: Measured) -> C
         why = loss_fn.errors[0] if loss_fn.errors else ("targets do not index or match the outputs and the loss has "
                                                          "no gradient to follow")
         return _skip(name, "claim.objective", f"no probe could run ({why})", **ev)
-    return Claim(name, Status.PASS, "claim.objective", f"loss {loss0:.4g} is finite, falls when outputs move toward "
+    return _claim(name, Status.PASS, "claim.objective", f"loss {loss0:.4g} is finite, falls when outputs move toward "
                  f"the targets and along -grad ({len(ran)} probes)", ev)
 
 
 # ---- DIFFERENTIATION / UPDATE ------------------------------------------------------------------
 
-def _differentiation(run: Measured) -> Claim:
+def _differentiation(run: Measured) -> Check:
     name, check = "DIFFERENTIATION", "claim.differentiation"
     if run.loss_problem is not None:
         return _skip(name, check, f"no valid loss to differentiate ({run.loss_problem}); see OBJECTIVE")
     if not run.trainable:
-        return Claim(name, Status.WARN, "claim.differentiation.no_trainable",
+        return _claim(name, Status.WARN, "claim.differentiation.no_trainable",
                      "the model has no trainable parameters (every requires_grad is False): nothing can learn",
                      {"trainable": 0}, "trainable parameters", "unfreeze what should train (requires_grad_(True))")
     missing = [n for n in run.trainable if run.grads.get(n) is None]
@@ -256,18 +247,18 @@ def _differentiation(run: Measured) -> Claim:
     ev = {"trainable": len(run.trainable), "none": missing[:8], "nonfinite": bad[:8], "zero": zero[:8],
           "with_gradient": len(run.trainable) - len(missing)}
     if missing:
-        return Claim(name, Status.FAIL, "claim.differentiation.detached",
+        return _claim(name, Status.FAIL, "claim.differentiation.detached",
                      f"{len(missing)} of {len(run.trainable)} trainable parameters get no gradient (None) after backward "
                      f"(first: {missing[0]}); the loss does not depend on them", ev,
                      "every trainable parameter gets a gradient", "run reachability to find where the path stops "
                      "(.detach(), no_grad, integer cast, unused branch)")
     if bad:
-        return Claim(name, Status.FAIL, "claim.differentiation.nonfinite",
+        return _claim(name, Status.FAIL, "claim.differentiation.nonfinite",
                      f"{len(bad)} parameters get non-finite gradients (first: {bad[0]})", ev, "finite gradients")
     if zero:
-        return Claim(name, Status.WARN, "claim.differentiation.zero_gradient",
+        return _claim(name, Status.WARN, "claim.differentiation.zero_gradient",
                      f"{len(zero)} parameters get an all-zero gradient (first: {zero[0]}); the others: finite, nonzero", ev)
-    return Claim(name, Status.PASS, check, f"all {len(run.trainable)} trainable parameters get a finite, nonzero gradient", ev)
+    return _claim(name, Status.PASS, check, f"all {len(run.trainable)} trainable parameters get a finite, nonzero gradient", ev)
 
 
 def _healthy(grad: torch.Tensor | None, value: torch.Tensor | None) -> bool:
@@ -278,7 +269,7 @@ def _healthy(grad: torch.Tensor | None, value: torch.Tensor | None) -> bool:
     return float(grad.abs().max()) > HEALTHY_RGRAD * max(scale, 1e-3)
 
 
-def _update(run: Measured) -> Claim:
+def _update(run: Measured) -> Check:
     name, check = "UPDATE", "claim.update"
     if run.loss_problem is not None:
         return _skip(name, check, f"no valid loss to step on ({run.loss_problem}); see OBJECTIVE")
@@ -296,17 +287,17 @@ def _update(run: Measured) -> Claim:
         ev.update({"grad_norm": float(run.grads[first].norm()), "owned_by_optimizer": run.owned.get(first, False),
                    "lr": run.lr.get(first)})
         why = ("it is not owned by the optimizer" if not run.owned.get(first) else f"its param group has lr={run.lr.get(first)}")
-        return Claim(name, Status.FAIL, "claim.update.not_updated",
+        return _claim(name, Status.FAIL, "claim.update.not_updated",
                      f"{len(stuck)} parameters with a healthy gradient did not move in one optimizer step (first: {first}, "
                      f"grad norm {ev['grad_norm']:.3g}; {why})", ev,
                      "every parameter with a nonzero gradient moves in a step",
                      "give the optimizer every trainable parameter (optimizer = Opt(model.parameters(), ...)) with lr > 0")
-    return Claim(name, Status.PASS, check, f"all {len(healthy)} parameters with a healthy gradient moved in one step", ev)
+    return _claim(name, Status.PASS, check, f"all {len(healthy)} parameters with a healthy gradient moved in one step", ev)
 
 
 # ---- EVALUATION (probe: ._model_probes) ------------------------------------------------------
 
-def _evaluation(model: nn.Module, batch: Any, eval_fn: Any) -> Claim:
+def _evaluation(model: nn.Module, batch: Any, eval_fn: Any) -> Check:
     name, check = "EVALUATION", "claim.evaluation"
     if eval_fn is None:
         return _skip(name, check, "pass eval_fn=(model, batch) -> metric to check that evaluation runs in eval mode")
@@ -324,31 +315,25 @@ def _evaluation(model: nn.Module, batch: Any, eval_fn: Any) -> Claim:
     if calls == 0 or (modules and not (train or evald)):
         return _skip(name, check, "eval_fn did not run the model it was given (pass a function of its `model` argument)", **ev)
     if not modules:
-        return Claim(name, Status.PASS, check, "the model has no Dropout (p>0) or BatchNorm module; train and eval mode "
+        return _claim(name, Status.PASS, check, "the model has no Dropout (p>0) or BatchNorm module; train and eval mode "
                      f"compute the same function (eval_fn called the model {calls} times)", ev)
     if train:
-        return Claim(name, Status.FAIL, "claim.evaluation.train_mode",
+        return _claim(name, Status.FAIL, "claim.evaluation.train_mode",
                      f"eval_fn ran {len(train)} of {len(train) + len(evald)} Dropout/BatchNorm modules in training mode "
                      f"(first: {train[0]}): dropout stays on and BatchNorm uses batch statistics during evaluation", ev,
                      "Dropout/BatchNorm in eval mode during evaluation", "call model.eval() in eval_fn (and model.train() after)")
     if train2:
         ev["relies_on_caller"] = train2[:8]
-        return Claim(name, Status.WARN, check, f"eval_fn ran in eval mode only because the model already was; started "
+        return _claim(name, Status.WARN, check, f"eval_fn ran in eval mode only because the model already was; started "
                      f"from train mode it ran {len(train2)} modules in training mode", ev)
-    return Claim(name, Status.PASS, check, f"eval_fn ran all {len(evald)} Dropout/BatchNorm modules in eval mode", ev)
+    return _claim(name, Status.PASS, check, f"eval_fn ran all {len(evald)} Dropout/BatchNorm modules in eval mode", ev)
 
 
 # ---- the report --------------------------------------------------------------------------------
 
-def _report(claims: list[Claim], evaluated: bool) -> Report:
-    failing = next((c for c in claims if c.status is Status.FAIL), None)
-    div = None if failing is None else Divergence(failing.name, failing.check, failing.expected, failing.message, failing.hint)
-    statuses = {c.status for c in claims}
-    status = (Status.FAIL if failing else Status.WARN if Status.WARN in statuses
-              else Status.SKIPPED if statuses == {Status.SKIPPED} else Status.PASS)
+def _report(claims: list[Check], evaluated: bool) -> Report:
     side = ("deep copies only: forward/backward passes and one sacrificial optimizer step on a deep copy of model and "
             "optimizer" + ("; eval_fn called on a deep copy" if evaluated else "")
             + "; your objects, RNG states and grad mode restored")
-    reason = "no claim could be checked: " + "; ".join(c.message for c in claims) if status is Status.SKIPPED else ""
-    return Report(INSTRUMENT, status, div, tuple(c.finding() for c in claims), side, reason,
-                  details={c.name: c.status.value for c in claims})
+    return compose(INSTRUMENT, claims, side, {c.finding.where: c.finding.status.value for c in claims},
+                   none_checked="no claim could be checked")
