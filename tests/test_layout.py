@@ -162,3 +162,11 @@ def test_every_module_string_in_the_code_resolves(target):
     module, _, attr = target.partition(":")
     loaded = importlib.import_module(module)
     assert not attr or hasattr(loaded, attr), f"{module} has no {attr}"
+
+
+def test_the_command_lines_help_loads_neither_torch_nor_scipy():
+    """Every command loads on first use: ``firstdiv --help`` is a fraction of a second, not an import of torch."""
+    code = ("import sys\nfrom firstdiv.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'scipy', 'numpy') if m in sys.modules))")
+    assert _fresh(code).splitlines()[-1] == "[]"

@@ -113,7 +113,7 @@ class Program:
     performance_ledger; ``compile_case = (model, inputs_seq, options)`` for compile_ledger (the
     transformer: its real input sequence and torch.compile options such as ``backend``/``dynamic``);
     ``variants_case = (variants, inputs, {"tolerances": ...})`` for compare_outputs (the regression: its
-    eager model and an int8 copy from :func:`firstdiv.instruments.variants.variants`, built on first
+    eager model and an int8 copy from :func:`firstdiv.variants`, built on first
     access from the model as it is then, and kept).
     """
 
