@@ -9,6 +9,8 @@ from harness import CALLS
 from firstdiv import zoo
 from firstdiv.report import Status
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # a loaded machine must not decide a timing verdict
+
 CASES = [(name, ref, exp) for name, fault in sorted(zoo.FAULTS.items()) for ref in fault.applies_to
          for exp in fault.expected]
 
