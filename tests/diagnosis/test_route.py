@@ -393,13 +393,6 @@ def test_cli_reverse_view():
     assert "attention.causal" in _invoke("--instrument", "attention_check").output
 
 
-def _wired() -> bool:
-    from firstdiv.cli import LAZY_COMMANDS
-
-    return "route" in LAZY_COMMANDS
-
-
-@pytest.mark.skipif(not _wired(), reason="`firstdiv route` is not in firstdiv.cli.LAZY_COMMANDS yet (the lead wires it)")
 def test_python_m_firstdiv_route_subprocess():
     def run(*args):
         return subprocess.run([sys.executable, "-m", "firstdiv", "route", *args], check=False, capture_output=True,

@@ -99,15 +99,9 @@ def _load(refs: tuple[str, ...], *, metric: str, alpha: float, store: str | None
 def _incident(ref: str, store: str | None) -> tuple[str, Any, dict[str, Any]]:
     if not ref.strip():
         raise InvalidArgument("Expected incident:REF with the incident's id (see `firstdiv incident list`)")
-    try:
-        from ..diagnosis import incident
-    except ImportError as exc:
-        raise InvalidArgument(f"Incident pages need firstdiv.diagnosis.incident, which this firstdiv cannot import "
-                              f"({exc})") from None
-    show = getattr(incident, "incident_show", None)
-    if show is None:
-        raise InvalidArgument("This firstdiv's incident module has no incident_show(); upgrade firstdiv")
-    found = show(ref, store=store)
+    from ..diagnosis.incident import incident_show
+
+    found = incident_show(ref, store=store)
     data = found.to_dict() if callable(getattr(found, "to_dict", None)) else found
     return "incident", found, {"incident": data}
 
