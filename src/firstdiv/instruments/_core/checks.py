@@ -40,20 +40,25 @@ def check(where: str, kind: str, status: Status | str, message: str, evidence: d
 
 
 def compose(instrument: str, checks: list[Check], side_effects: str, details: dict, reason: str = "", *,
-            none_checked: str = "", skipped_warns: bool = False) -> Report:
+            none_checked: str = "", skipped_warns: bool = False,
+            diverges: Callable[[Check], bool] | None = None) -> Report:
     """Status from the findings (FAIL > WARN > PASS); the first FAIL becomes the first divergence.
 
     ``reason`` makes the report SKIPPED. ``none_checked``: when every check is SKIPPED the report is SKIPPED
     too, its reason ``none_checked`` followed by each check's message. ``skipped_warns``: a SKIPPED check
-    makes the report WARN when nothing failed (a link that could not run leaves the chain unproven)."""
+    makes the report WARN when nothing failed (a link that could not run leaves the chain unproven).
+    ``diverges``: which FAIL checks may become the divergence (default every one): the first FAIL check it
+    accepts is the divergence, while any FAIL still makes the report FAIL (e.g. summary rows that FAIL
+    because an item below them does, the item being the divergence)."""
     findings = tuple(c.finding for c in checks)
-    first = next((c for c in checks if c.finding.status is Status.FAIL), None)
+    failing = [c for c in checks if c.finding.status is Status.FAIL]
+    first = next((c for c in failing if diverges is None or diverges(c)), None)
     if none_checked and checks and all(f.status is Status.SKIPPED for f in findings):
         reason = f"{none_checked}: " + "; ".join(f.message for f in findings)
     warning = (Status.WARN, Status.SKIPPED) if skipped_warns else (Status.WARN,)
     if reason:
         status = Status.SKIPPED
-    elif first is not None:
+    elif failing:
         status = Status.FAIL
     elif any(f.status in warning for f in findings):
         status = Status.WARN
