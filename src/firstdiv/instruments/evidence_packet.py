@@ -44,8 +44,9 @@ import torch
 from torch import nn
 
 from ..errors import InvalidArgument
-from ..report import Finding, Report, Status
+from ..report import Report, Status
 from ._core.batch import Batch, check_evidence, compute_loss, loss_problem, split_batch
+from ._core.checks import check, compose
 from ._core.state import detached_copy, guarded
 from ._core.task import Ctx, err, infer_task, is_int, seed_copies
 from ._core.user_hooks import reports_user_hooks
@@ -280,32 +281,31 @@ def _meaning(ev: dict[str, Any], outputs: Any, targets: dict[str, Any] | None, w
 
 
 def _report(ev: dict[str, Any], packet: dict[str, Any], notes: dict[str, str]) -> Report:
+    """One check per section: PASS when captured, WARN when not (each noted section is one, so the report is
+    WARN exactly when a capture note was taken), SKIPPED when its evidence is absent (the report is then SKIPPED)."""
     have = set(ev) | ({"batch"} if "batch" in packet else set())
     missing = {k: HOW[k] for k in ("model", "batch", "loss_fn", "optimizer") if k not in have}
-    findings = []
+    checks = []
     for section, needs in NEEDS.items():
         absent = [k for k in needs if k not in have]
         if absent and section not in notes:
-            findings.append(Finding(section, f"packet.{section}", Status.SKIPPED,
-                                    f"needs {', '.join(absent)}: " + "; ".join(HOW[k] for k in absent)))
+            checks.append(check(section, f"packet.{section}", Status.SKIPPED,
+                                f"needs {', '.join(absent)}: " + "; ".join(HOW[k] for k in absent)))
         elif section in notes or section not in packet:
             why = notes.get(section, "an earlier section could not be captured")
             notes.setdefault(section, why)
-            findings.append(Finding(section, f"packet.{section}", Status.WARN, f"not captured: {why}"))
+            checks.append(check(section, f"packet.{section}", Status.WARN, f"not captured: {why}"))
         else:
             extra = f" (grad after backward not captured: {notes['parameters']})" if section == "parameters" and "parameters" in notes else ""
-            findings.append(Finding(section, f"packet.{section}", Status.PASS, _summary(section, packet) + extra))
+            checks.append(check(section, f"packet.{section}", Status.PASS, _summary(section, packet) + extra))
     noted = [k for k in ("train_step", "eval_fn", "task_probe") if k in ev]
     details = {"format": "firstdiv.evidence_packet", "version": FORMAT_VERSION, "packet": packet, "missing": missing,
                "notes": notes, "noted_not_called": noted}
     side = ("one forward, backward and optimizer step on a deep copy; the originals untouched"
             + ("; the first batch drawn from a fresh iterator over loader" if packet.get("batch_source", "").startswith("first") else ""))
-    if missing:
-        return Report("evidence_packet", Status.SKIPPED, findings=tuple(findings), side_effects=side, details=details,
-                      reason="incomplete training packet: missing " + "; ".join(f"{k} ({v})" for k, v in missing.items())
-                      + "".join(f"; {k}: {v}" for k, v in notes.items()))
-    status = Status.WARN if notes else Status.PASS
-    return Report("evidence_packet", status, findings=tuple(findings), side_effects=side, details=details)
+    reason = ("incomplete training packet: missing " + "; ".join(f"{k} ({v})" for k, v in missing.items())
+              + "".join(f"; {k}: {v}" for k, v in notes.items())) if missing else ""
+    return compose("evidence_packet", checks, side, details, reason)
 
 
 def _summary(section: str, packet: dict[str, Any]) -> str:

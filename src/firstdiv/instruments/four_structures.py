@@ -29,9 +29,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..report import Divergence, Finding, Report, Status
+from ..report import Report, Status
 from ._core.batch import check_loss_fn, check_model, check_optimizer, compute_loss, loss_problem, split_batch
-from ._core.checks import graph_leaves
+from ._core.checks import Check, check, compose, graph_leaves
 from ._core.python_graph import Hidden, Registry, hidden_modules, python_graph
 from ._core.state import guarded
 from ._core.user_hooks import reports_user_hooks
@@ -127,7 +127,7 @@ class _Audit:
 
 # ---- PYTHON ---------------------------------------------------------------------------------------
 
-def _hidden_finding(a: _Audit, h: Hidden, model_devices: set[torch.device]) -> Finding:
+def _hidden_finding(a: _Audit, h: Hidden, model_devices: set[torch.device]) -> Check:
     owned = a.owned_ids
     tensors = h.tensors()
     n_owned = sum(1 for t in tensors if id(t) in owned)
@@ -144,23 +144,23 @@ def _hidden_finding(a: _Audit, h: Hidden, model_devices: set[torch.device]) -> F
         leaves = graph_leaves([t.grad_fn]) if t.grad_fn is not None else {}
         if t.grad_fn is not None and leaves and all(i in a.reg.params for i in leaves):
             ev["derived_from"] = _few([a.reg.params[i][1][0] for i in leaves])
-            return Finding(h.path, "structure.derived_tensor", Status.PASS,
-                           f"{h.path}: computed from {len(leaves)} registered parameters (a cached derived tensor, "
-                           "not a separate trainable object)", ev)
-        return Finding(h.path, "structure.unregistered_tensor", Status.FAIL,
-                       f"{h.path}: tensor {_shape(t)} with requires_grad=True held as a plain attribute; not in "
-                       f"parameters()/state_dict(), not moved by .to(); owned by optimizer: {'yes' if n_owned else 'no'}; "
-                       f"{reach}", ev)
+            return _check(h.path, "structure.derived_tensor", Status.PASS,
+                          f"{h.path}: computed from {len(leaves)} registered parameters (a cached derived tensor, "
+                          "not a separate trainable object)", ev)
+        return _check(h.path, "structure.unregistered_tensor", Status.FAIL,
+                      f"{h.path}: tensor {_shape(t)} with requires_grad=True held as a plain attribute; not in "
+                      f"parameters()/state_dict(), not moved by .to(); owned by optimizer: {'yes' if n_owned else 'no'}; "
+                      f"{reach}", ev)
     if model_devices and t.device not in model_devices:
-        return Finding(h.path, "structure.unregistered_constant", Status.WARN,
-                       f"{h.path}: plain tensor {_shape(t)} on {t.device} while the parameters are on "
-                       f"{sorted(map(str, model_devices))}; .to() will not move it (register_buffer would)", ev)
-    return Finding(h.path, "structure.unregistered_constant", Status.PASS,
-                   f"{h.path}: plain constant tensor {_shape(t)} on {t.device}, same device as the parameters "
-                   "(it will not follow model.to(); register_buffer if it must)", ev)
+        return _check(h.path, "structure.unregistered_constant", Status.WARN,
+                      f"{h.path}: plain tensor {_shape(t)} on {t.device} while the parameters are on "
+                      f"{sorted(map(str, model_devices))}; .to() will not move it (register_buffer would)", ev)
+    return _check(h.path, "structure.unregistered_constant", Status.PASS,
+                  f"{h.path}: plain constant tensor {_shape(t)} on {t.device}, same device as the parameters "
+                  "(it will not follow model.to(); register_buffer if it must)", ev)
 
 
-def _module_finding(h: Hidden, tensors: list[torch.Tensor], n_owned: int, n_reached: int | None, reach: str) -> Finding:
+def _module_finding(h: Hidden, tensors: list[torch.Tensor], n_owned: int, n_reached: int | None, reach: str) -> Check:
     n_params = sum(1 for m in h.modules for _ in m.parameters())
     numel = sum(int(p.numel()) for m in h.modules for p in m.parameters())
     mode_dependent = sum(1 for m in h.modules for s in m.modules()
@@ -169,25 +169,25 @@ def _module_finding(h: Hidden, tensors: list[torch.Tensor], n_owned: int, n_reac
           "tensors": len(tensors), "owned_by_optimizer": n_owned, "reached_by_autograd": n_reached,
           "mode_dependent_modules": mode_dependent, "types": sorted({type(m).__name__ for m in h.modules})}
     status = Status.FAIL if tensors or mode_dependent else Status.WARN
-    return Finding(h.path, "structure.unregistered_module", status,
-                   f"{h.path}: {len(h.modules)} modules held outside the registry, hiding {n_params} parameter "
-                   f"tensors ({numel} elements) and {mode_dependent} Dropout/BatchNorm modules from parameters(), "
-                   f".to(), .train()/.eval() and state_dict(); {n_owned} of {len(tensors)} tensors owned by the "
-                   f"optimizer; {reach}", ev)
+    return _check(h.path, "structure.unregistered_module", status,
+                  f"{h.path}: {len(h.modules)} modules held outside the registry, hiding {n_params} parameter "
+                  f"tensors ({numel} elements) and {mode_dependent} Dropout/BatchNorm modules from parameters(), "
+                  f".to(), .train()/.eval() and state_dict(); {n_owned} of {len(tensors)} tensors owned by the "
+                  f"optimizer; {reach}", ev)
 
 
 # ---- REGISTERED ----------------------------------------------------------------------------------
 
-def _registered_findings(a: _Audit) -> list[Finding]:
+def _registered_findings(a: _Audit) -> list[Check]:
     reg = a.reg
     tied = [names for _, names in reg.params.values() if len(names) > 1]
     trainable = sum(1 for p, _ in reg.params.values() if p.requires_grad)
     ev = {"parameters": len(reg.params), "trainable": trainable, "frozen": len(reg.params) - trainable,
           "parameter_names": sum(len(n) for _, n in reg.params.values()), "buffers": len(reg.buffers),
           "tied": tied[:_LISTED], "plain_attribute_aliases": a.aliases}
-    out = [Finding("REGISTERED", "structure.registered", Status.PASS,
-                   f"{len(reg.params)} parameter tensors ({trainable} trainable, {len(tied)} tied groups counted once), "
-                   f"{len(reg.buffers)} buffers", ev)]
+    out = [_check("REGISTERED", "structure.registered", Status.PASS,
+                  f"{len(reg.params)} parameter tensors ({trainable} trainable, {len(tied)} tied groups counted once), "
+                  f"{len(reg.buffers)} buffers", ev)]
     devices = Counter()
     first_at: dict[torch.device, str] = {}
     for t, names in (*reg.params.values(), *reg.buffers.values()):
@@ -196,30 +196,30 @@ def _registered_findings(a: _Audit) -> list[Finding]:
     if len(devices) > 1:
         main = devices.most_common(1)[0][0]
         odd = next(d for d in devices if d != main)
-        out.append(Finding(first_at[odd], "structure.device_mismatch", Status.WARN,
-                           f"{first_at[odd]} is on {odd} while {devices[main]} tensors are on {main} "
-                           f"(model spans {len(devices)} devices)",
-                           {"devices": {str(d): n for d, n in devices.items()}}))
+        out.append(_check(first_at[odd], "structure.device_mismatch", Status.WARN,
+                          f"{first_at[odd]} is on {odd} while {devices[main]} tensors are on {main} "
+                          f"(model spans {len(devices)} devices)",
+                          {"devices": {str(d): n for d, n in devices.items()}}))
     return out
 
 
 # ---- AUTOGRAD ------------------------------------------------------------------------------------
 
-def _autograd_findings(a: _Audit) -> list[Finding]:
+def _autograd_findings(a: _Audit) -> list[Check]:
     if a.reached is None:
-        return [Finding("AUTOGRAD", "structure.autograd", Status.SKIPPED, f"not checked: {a.autograd_reason}", {})]
+        return [_check("AUTOGRAD", "structure.autograd", Status.SKIPPED, f"not checked: {a.autograd_reason}", {})]
     trainable = [(p, names) for p, names in a.reg.params.values() if p.requires_grad]
     unreached = [names[0] for p, names in trainable if id(p) not in a.reached]
     hidden_reached = sum(1 for h in a.hidden for t in h.tensors() if id(t) in a.reached)
     ev = {"trainable": len(trainable), "reached": len(trainable) - len(unreached), "unreached": _few(unreached),
           "hidden_tensors_reached": hidden_reached, "graph_leaves": len(a.reached)}
-    out = [Finding("AUTOGRAD", "structure.autograd", Status.WARN if unreached else Status.PASS,
-                   f"the loss's graph reaches {len(trainable) - len(unreached)} of {len(trainable)} trainable registered "
-                   f"parameters and {hidden_reached} tensors held outside the registry", ev)]
+    out = [_check("AUTOGRAD", "structure.autograd", Status.WARN if unreached else Status.PASS,
+                  f"the loss's graph reaches {len(trainable) - len(unreached)} of {len(trainable)} trainable registered "
+                  f"parameters and {hidden_reached} tensors held outside the registry", ev)]
     if unreached:
-        out.append(Finding(unreached[0], "structure.unreached_parameter", Status.WARN,
-                           f"{len(unreached)} trainable parameters are registered but the loss does not reach them "
-                           f"(first: {unreached[0]}); run reachability to see where the path stops", ev))
+        out.append(_check(unreached[0], "structure.unreached_parameter", Status.WARN,
+                          f"{len(unreached)} trainable parameters are registered but the loss does not reach them "
+                          f"(first: {unreached[0]}); run reachability to see where the path stops", ev))
     return out
 
 
@@ -245,9 +245,9 @@ def _pair_stale(a: _Audit, missing: list[tuple[str, torch.Tensor]]) -> dict[str,
     return pairs
 
 
-def _optimizer_findings(a: _Audit) -> list[Finding]:
+def _optimizer_findings(a: _Audit) -> list[Check]:
     if a.optimizer is None:
-        return [Finding("OPTIMIZER", "structure.optimizer", Status.SKIPPED, "not checked: pass the optimizer", {})]
+        return [_check("OPTIMIZER", "structure.optimizer", Status.SKIPPED, "not checked: pass the optimizer", {})]
     reg, owned, stale = a.reg, a.owned_ids, a.stale()
     note = a.ownership_note()
     trainable = [(names[0], p) for p, names in reg.params.values() if p.requires_grad]
@@ -256,63 +256,63 @@ def _optimizer_findings(a: _Audit) -> list[Finding]:
     stale_shapes = [_shape(t) for _, _, t in stale]
     ev_base = {"optimizer_tensors": len(owned), "stale_tensors": len(stale), "stale_shapes": stale_shapes[:_LISTED],
                "param_groups": len(a.optimizer.param_groups)}
-    out: list[Finding] = []
+    out: list[Check] = []
     for name, p in missing:
         if name in pairs:
             g, i, old = pairs[name]
-            out.append(Finding(name, "optimizer.stale_parameter", Status.FAIL,
-                               f"{name}: not owned by the optimizer, which still holds an older tensor {_shape(old)} in "
-                               f"its place (param_groups[{g}][{i}]) ({note})", {**ev_base, "stale_slot": [g, i]}))
+            out.append(_check(name, "optimizer.stale_parameter", Status.FAIL,
+                              f"{name}: not owned by the optimizer, which still holds an older tensor {_shape(old)} in "
+                              f"its place (param_groups[{g}][{i}]) ({note})", {**ev_base, "stale_slot": [g, i]}))
         else:
-            out.append(Finding(name, "optimizer.missing_parameter", Status.FAIL,
-                               f"{name}: trainable {_shape(p)} but not owned by the optimizer ({note})",
-                               {**ev_base, "shape": _shape(p)}))
+            out.append(_check(name, "optimizer.missing_parameter", Status.FAIL,
+                              f"{name}: trainable {_shape(p)} but not owned by the optimizer ({note})",
+                              {**ev_base, "shape": _shape(p)}))
     paired = {id(e[2]) for e in pairs.values()}
     for g, i, t in stale:
         if id(t) not in paired:
-            out.append(Finding(f"optimizer.param_groups[{g}][{i}]", "optimizer.stale_parameter", Status.WARN,
-                               f"optimizer tensor {_shape(t)} at param_groups[{g}][{i}] is not in the model ({note})", ev_base))
+            out.append(_check(f"optimizer.param_groups[{g}][{i}]", "optimizer.stale_parameter", Status.WARN,
+                              f"optimizer tensor {_shape(t)} at param_groups[{g}][{i}] is not in the model ({note})", ev_base))
     out += _duplicates(a, owned) + _frozen(a, owned) + _state_devices(a)
-    status = max((f.status for f in out), key=_severity, default=Status.PASS)
-    summary = Finding("OPTIMIZER", "structure.optimizer", status,
-                      f"{len(trainable) - len(missing)} of {len(trainable)} trainable parameters owned; {note}",
-                      {**ev_base, "trainable": len(trainable), "missing": len(missing)})
+    status = max((c.finding.status for c in out), key=_severity, default=Status.PASS)
+    summary = _check("OPTIMIZER", "structure.optimizer", status,
+                     f"{len(trainable) - len(missing)} of {len(trainable)} trainable parameters owned; {note}",
+                     {**ev_base, "trainable": len(trainable), "missing": len(missing)})
     return [summary, *out]
 
 
-def _duplicates(a: _Audit, owned: Counter) -> list[Finding]:
+def _duplicates(a: _Audit, owned: Counter) -> list[Check]:
     out = []
     for pid, count in owned.items():
         if count > 1:
             slots = [[g, i] for g, i, t in a.owned if id(t) == pid]
             tensor = next(t for _, _, t in a.owned if id(t) == pid)
             where = a.reg.name(tensor) or f"optimizer.param_groups[{slots[0][0]}][{slots[0][1]}]"
-            out.append(Finding(where, "structure.duplicate_in_optimizer", Status.FAIL,
-                               f"{where}: owned {count} times by the optimizer (slots {slots}); it is updated {count} "
-                               "times per step", {"count": count, "slots": slots}))
+            out.append(_check(where, "structure.duplicate_in_optimizer", Status.FAIL,
+                              f"{where}: owned {count} times by the optimizer (slots {slots}); it is updated {count} "
+                              "times per step", {"count": count, "slots": slots}))
     return out
 
 
-def _frozen(a: _Audit, owned: Counter) -> list[Finding]:
+def _frozen(a: _Audit, owned: Counter) -> list[Check]:
     frozen = [names[0] for p, names in a.reg.params.values() if not p.requires_grad and id(p) in owned]
     if not frozen:
         return []
-    return [Finding(frozen[0], "optimizer.frozen_parameter", Status.WARN,
-                    f"{len(frozen)} parameters with requires_grad=False are owned by the optimizer (first: {frozen[0]}); "
-                    "they get no gradient, but weight decay or momentum may still move them",
-                    {"count": len(frozen), "names": _few(frozen)})]
+    return [_check(frozen[0], "optimizer.frozen_parameter", Status.WARN,
+                   f"{len(frozen)} parameters with requires_grad=False are owned by the optimizer (first: {frozen[0]}); "
+                   "they get no gradient, but weight decay or momentum may still move them",
+                   {"count": len(frozen), "names": _few(frozen)})]
 
 
-def _state_devices(a: _Audit) -> list[Finding]:
+def _state_devices(a: _Audit) -> list[Check]:
     out = []
     for p, state in a.optimizer.state.items():
         bad = {k: str(v.device) for k, v in state.items()
                if torch.is_tensor(v) and v.dim() > 0 and torch.is_tensor(p) and v.device != p.device}
         if bad:
             where = a.reg.name(p) or "optimizer.state"
-            out.append(Finding(where, "structure.device_mismatch", Status.FAIL,
-                               f"{where}: parameter on {p.device} but its optimizer state {sorted(bad)} is on "
-                               f"{sorted(set(bad.values()))}", {"parameter_device": str(p.device), "state_devices": bad}))
+            out.append(_check(where, "structure.device_mismatch", Status.FAIL,
+                              f"{where}: parameter on {p.device} but its optimizer state {sorted(bad)} is on "
+                              f"{sorted(set(bad.values()))}", {"parameter_device": str(p.device), "state_devices": bad}))
     return out
 
 
@@ -337,29 +337,33 @@ _HINTS = {
 }
 
 
-def _divergence(f: Finding) -> Divergence:
-    expected, hint = _HINTS.get(f.check, ("consistent structures", ""))
-    attr = f.where.split("[")[0].rsplit(".", 1)[-1]
-    if f.check == "structure.unregistered_tensor" and "[" in f.where:
+_STRUCTURES = ("PYTHON", "REGISTERED", "AUTOGRAD", "OPTIMIZER")  # the summary rows; the divergence is an item
+
+
+def _check(where: str, kind: str, status: Status, message: str, evidence: dict | None = None) -> Check:
+    """A finding; a failing one also carries its divergence: what its kind expects and how to fix it, the
+    message being what was observed."""
+    if status is not Status.FAIL:
+        return check(where, kind, status, message, evidence)
+    expected, hint = _HINTS.get(kind, ("consistent structures", ""))
+    attr = where.split("[")[0].rsplit(".", 1)[-1]
+    if kind == "structure.unregistered_tensor" and "[" in where:
         hint = "hold them in nn.ParameterList / nn.ParameterDict: self.{attr} = nn.ParameterList([...])"
-    return Divergence(f.where, f.check, expected, f.message, hint.replace("{attr}", attr))
+    return check(where, kind, status, message, evidence, expected=expected, observed=message,
+                 hint=hint.replace("{attr}", attr))
 
 
 def _report(a: _Audit) -> Report:
     devices = {t.device for t, _ in (*a.reg.params.values(), *a.reg.buffers.values())}
     python = [_hidden_finding(a, h, devices) for h in a.hidden]
-    py_status = max((f.status for f in python), key=_severity, default=Status.PASS)
-    summary = Finding("PYTHON", "structure.python", py_status,
-                      f"{len(a.hidden)} objects held as plain attributes outside the registry; "
-                      f"{a.aliases} plain attributes alias registered objects", {"hidden": len(a.hidden), "aliases": a.aliases})
-    findings = [summary, *python, *_registered_findings(a), *_autograd_findings(a), *_optimizer_findings(a)]
-    items = [f for f in findings if f.where not in ("PYTHON", "REGISTERED", "AUTOGRAD", "OPTIMIZER")]
-    first = next((f for f in items if f.status is Status.FAIL), None)
-    worst = max((f.status for f in findings), key=_severity, default=Status.PASS)
+    py_status = max((c.finding.status for c in python), key=_severity, default=Status.PASS)
+    summary = _check("PYTHON", "structure.python", py_status,
+                     f"{len(a.hidden)} objects held as plain attributes outside the registry; "
+                     f"{a.aliases} plain attributes alias registered objects", {"hidden": len(a.hidden), "aliases": a.aliases})
+    checks = [summary, *python, *_registered_findings(a), *_autograd_findings(a), *_optimizer_findings(a)]
     side = ("one forward pass and loss on your model inside a guard (no backward); every value, mode and RNG state "
             "restored" if a.reached is not None else "none")
     details = {"python": [h.path for h in a.hidden], "parameters": len(a.reg.params), "buffers": len(a.reg.buffers),
                "optimizer_tensors": len(a.owned_ids), "stale_tensors": len(a.stale()) if a.optimizer is not None else 0,
                "autograd_leaves": None if a.reached is None else len(a.reached)}
-    return Report(INSTRUMENT, worst if worst is not Status.SKIPPED else Status.PASS,
-                  _divergence(first) if first else None, tuple(findings), side, details=details)
+    return compose(INSTRUMENT, checks, side, details, diverges=lambda c: c.finding.where not in _STRUCTURES)

@@ -40,20 +40,27 @@ def check(where: str, kind: str, status: Status | str, message: str, evidence: d
 
 
 def compose(instrument: str, checks: list[Check], side_effects: str, details: dict, reason: str = "", *,
-            none_checked: str = "") -> Report:
+            none_checked: str = "", skipped_warns: bool = False,
+            diverges: Callable[[Check], bool] | None = None) -> Report:
     """Status from the findings (FAIL > WARN > PASS); the first FAIL becomes the first divergence.
 
     ``reason`` makes the report SKIPPED. ``none_checked``: when every check is SKIPPED the report is SKIPPED
-    too, its reason ``none_checked`` followed by each check's message."""
+    too, its reason ``none_checked`` followed by each check's message. ``skipped_warns``: a SKIPPED check
+    makes the report WARN when nothing failed (a link that could not run leaves the chain unproven).
+    ``diverges``: which FAIL checks may become the divergence (default every one): the first FAIL check it
+    accepts is the divergence, while any FAIL still makes the report FAIL (e.g. summary rows that FAIL
+    because an item below them does, the item being the divergence)."""
     findings = tuple(c.finding for c in checks)
-    first = next((c for c in checks if c.finding.status is Status.FAIL), None)
+    failing = [c for c in checks if c.finding.status is Status.FAIL]
+    first = next((c for c in failing if diverges is None or diverges(c)), None)
     if none_checked and checks and all(f.status is Status.SKIPPED for f in findings):
         reason = f"{none_checked}: " + "; ".join(f.message for f in findings)
+    warning = (Status.WARN, Status.SKIPPED) if skipped_warns else (Status.WARN,)
     if reason:
         status = Status.SKIPPED
-    elif first is not None:
+    elif failing:
         status = Status.FAIL
-    elif any(f.status is Status.WARN for f in findings):
+    elif any(f.status in warning for f in findings):
         status = Status.WARN
     else:
         status = Status.PASS
@@ -63,6 +70,11 @@ def compose(instrument: str, checks: list[Check], side_effects: str, details: di
     return Report(instrument, status, div, findings, side_effects, reason, details)
 
 
+def not_reached(where: str, why: str) -> Check:
+    """A link that did not run: SKIPPED ``not_reached``, its message ``not reached: <why>``."""
+    return check(where, "not_reached", Status.SKIPPED, f"not reached: {why}")
+
+
 def walk(links: Iterable[tuple[str, Callable[[], Check]]]) -> list[Check]:
     """Run ordered links (``(where, run)``, each ``run()`` giving that link's check) and stop at the first FAIL:
     every later link becomes a SKIPPED ``not_reached`` check naming the link that failed."""
@@ -70,7 +82,7 @@ def walk(links: Iterable[tuple[str, Callable[[], Check]]]) -> list[Check]:
     failed = ""
     for where, run in links:
         if failed:
-            out.append(check(where, "not_reached", Status.SKIPPED, f"not reached: an earlier link failed ({failed})"))
+            out.append(not_reached(where, f"an earlier link failed ({failed})"))
             continue
         out.append(run())
         if out[-1].finding.status is Status.FAIL:

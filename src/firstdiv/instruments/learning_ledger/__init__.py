@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ...errors import InvalidArgument
-from ...report import Divergence, Finding, Report, Status
+from ...report import Report, Status, skipped
 from .._core.batch import (
     check_callable,
     check_loss_fn,
@@ -32,18 +32,20 @@ from .._core.batch import (
     forward,
     split_batch,
 )
+from .._core.checks import Check, compose, not_reached, reached, walk
 from .._core.state import detached_copy, guarded
 from .._core.task import TASKS, Ctx, err, infer_task, seed_copies, shape
 from .._core.user_hooks import reports_user_hooks
 from ._capability import check_capability
-from ._common import LINKS, LinkResult, skipped_link
+from ._common import LINKS, skipped_link
 from ._links import check_dependency, check_gradient, check_ownership, check_update
 from ._objective import check_objective
 from ._task import check_task
 
 __all__ = ["learning_ledger"]
 
-_CHECKS: dict[str, Callable[[Ctx], LinkResult]] = {
+_NAME = "learning_ledger"
+_CHECKS: dict[str, Callable[[Ctx], Check]] = {
     "TASK": check_task, "OBJECTIVE": check_objective, "DEPENDENCY": check_dependency, "GRADIENT": check_gradient,
     "OPTIMIZER_OWNERSHIP": check_ownership, "PARAMETER_UPDATE": check_update, "CAPABILITY": check_capability,
 }
@@ -86,13 +88,13 @@ def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], 
         try:
             ctx.work, ctx.work_opt = detached_copy(model, optimizer)
         except Exception as exc:  # noqa: BLE001 - the copy is how the ledger leaves no trace
-            return Report("learning_ledger", Status.SKIPPED, reason=f"could not deep-copy the model and optimizer "
-                          f"({err(exc)}); the ledger steps only copies: make copy.deepcopy((model, optimizer)) work")
+            return skipped(_NAME, f"could not deep-copy the model and optimizer "
+                                  f"({err(exc)}); the ledger steps only copies: make copy.deepcopy((model, optimizer)) work")
         try:
             ctx.outputs = forward(ctx.work, ctx.batch)
         except Exception as exc:  # noqa: BLE001 - user code
-            return Report("learning_ledger", Status.SKIPPED, reason=f"the model raised {err(exc)} on inputs "
-                          f"{shape(ctx.batch.inputs)}; the ledger needs one forward pass that runs")
+            return skipped(_NAME, f"the model raised {err(exc)} on inputs "
+                                  f"{shape(ctx.batch.inputs)}; the ledger needs one forward pass that runs")
         infer_task(ctx)
         return _walk(ctx)
 
@@ -116,45 +118,33 @@ def _validated(model: Any, batch: Any, loss_fn: Any, optimizer: Any, task_probe:
 
 
 def _walk(ctx: Ctx) -> Report:
-    findings: list[Finding] = []
+    """TASK, then the loss the later links need (a loss_fn that raises makes the report SKIPPED), then the
+    rest of the chain, each link timed, up to the first FAIL."""
     seconds: dict[str, float] = {}
-    statuses: dict[str, str] = {}
-    divergence: Divergence | None = None
-    for link in LINKS:
-        if divergence is not None:
-            findings.append(Finding(link, "not_reached", Status.SKIPPED,
-                                    f"not reached: an earlier link failed ({divergence.where})"))
-            statuses[link] = "not reached"
-            continue
-        t0 = time.perf_counter()
-        result = _run(link, ctx)
-        seconds[link] = round(time.perf_counter() - t0, 4)
-        statuses[link] = result.status.value
-        findings.append(Finding(link, result.kind or link.lower(), result.status, result.message, result.evidence))
-        if result.status is Status.FAIL:
-            divergence = Divergence(link, result.kind, result.expected, result.observed, result.hint)
-        if link == "TASK" and divergence is None:
-            loss_error = _compute_loss(ctx)
-            if loss_error is not None:
-                rest = [Finding(name, "not_reached", Status.SKIPPED, "not reached: loss_fn raised on the batch")
-                        for name in LINKS[1:]]
-                return Report("learning_ledger", Status.SKIPPED, findings=(*findings, *rest), reason=loss_error,
-                              details={"task": ctx.task, "task_inferred": ctx.task_note, "links": statuses})
-    status = Status.FAIL if divergence else Status.PASS
-    if divergence is None and any(f.status is not Status.PASS for f in findings):
-        status = Status.WARN
+    task = _timed("TASK", ctx, seconds)
+    loss_error = _compute_loss(ctx) if task.finding.status is not Status.FAIL else None
+    if loss_error is not None:
+        rest = [not_reached(link, "loss_fn raised on the batch") for link in LINKS[1:]]
+        return compose(_NAME, [task, *rest], "none",
+                       {"task": ctx.task, "task_inferred": ctx.task_note, "links": reached([task])}, loss_error)
+    checks = walk([("TASK", lambda: task), *((link, lambda link=link: _timed(link, ctx, seconds)) for link in LINKS[1:])])
+    first = next((c.finding.where for c in checks if c.finding.status is Status.FAIL), None)
     steps = ctx.overfit_steps
-    return Report("learning_ledger", status, divergence, tuple(findings),
-                  side_effects=f"backward and one optimizer step and up to {steps} overfit steps on deep copies; "
-                               "the originals untouched",
-                  details={"task": ctx.task, "task_inferred": ctx.task_note, "links": statuses,
-                           "first_failing_link": divergence.where if divergence else None, "seconds": seconds})
+    return compose(_NAME, checks,
+                   f"backward and one optimizer step and up to {steps} overfit steps on deep copies; the originals untouched",
+                   {"task": ctx.task, "task_inferred": ctx.task_note, "links": reached(checks),
+                    "first_failing_link": first, "seconds": seconds}, skipped_warns=True)
 
 
-def _run(link: str, ctx: Ctx) -> LinkResult:
+def _timed(link: str, ctx: Ctx, seconds: dict[str, float]) -> Check:
+    """One link's check, its run time in ``seconds``."""
+    t0 = time.perf_counter()
     if link == "CAPABILITY" and ctx.overfit_steps == 0:
-        return skipped_link("not tested: overfit_steps=0; pass overfit_steps > 0 to overfit a tiny batch", {})
-    return _CHECKS[link](ctx)
+        out = skipped_link(link, "not tested: overfit_steps=0; pass overfit_steps > 0 to overfit a tiny batch", {})
+    else:
+        out = _CHECKS[link](ctx)
+    seconds[link] = round(time.perf_counter() - t0, 4)
+    return out
 
 
 def _compute_loss(ctx: Ctx) -> str | None:

@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
 
 from .._core.batch import Batch, compute_loss, loss_problem
+from .._core.checks import Check
 from .._core.state import detached_copy
 from .._core.task import Ctx, err, is_int
-from ._common import LinkResult, batch_size, failed, g4, passed, skipped_link, take_batch, to_logits_2d, warned
+from ._common import batch_size, failed, g4, passed, skipped_link, take_batch, to_logits_2d, warned
 from ._links import lr_of, step, trainable
 
 TINY = 8
@@ -56,7 +59,7 @@ def _tiny(ctx: Ctx) -> Batch:
     return ctx.batch if n is None else take_batch(ctx.batch, slice(0, min(TINY, n)))
 
 
-def check_capability(ctx: Ctx) -> LinkResult:
+def check_capability(ctx: Ctx) -> Check:
     tiny = _tiny(ctx)
     model, opt = detached_copy(ctx.model, ctx.optimizer)
     opt.state.clear()
@@ -68,7 +71,7 @@ def check_capability(ctx: Ctx) -> LinkResult:
     losses, accs, outcome = _train(ctx, model, opt, tiny, ev)
     ev.update(seconds=round(time.perf_counter() - t0, 4), steps=max(len(losses) - 1, 0))
     if outcome is not None:
-        return outcome
+        return outcome()
     moved = _relative_change(start, [p.detach() for _, p in trainable(model)])
     first, best = losses[0], min(losses)
     progress = (first - best) / abs(first) if first != 0 else 0.0
@@ -77,13 +80,13 @@ def check_capability(ctx: Ctx) -> LinkResult:
     what = f"{ev['examples']} fixed examples, {type(opt).__name__} lr {', '.join(g4(v) for v in ev['lr'])}"
     if _fit(first, losses[-1], accs[-1]):
         how = f"accuracy {accs[-1]:.0%}" if accs[-1] == 1.0 else f"loss {g4(first)} -> {g4(losses[-1])}"
-        return passed(f"fitted {what} in {ev['steps']} steps ({how})", ev)
+        return passed("CAPABILITY", f"fitted {what} in {ev['steps']} steps ({how})", ev)
     if progress >= PROGRESS:
-        return warned(f"learning but not fitted: on {what}, loss {g4(first)} -> best {g4(best)} ({progress:.0%} down) "
+        return warned("CAPABILITY", f"learning but not fitted: on {what}, loss {g4(first)} -> best {g4(best)} ({progress:.0%} down) "
                       f"in {ev['steps']} steps; raise overfit_steps to see whether it fits", ev)
     stuck = moved < 1e-3
     if not stuck and ev["steps"] < MIN_BUDGET:
-        return warned(f"inconclusive: {ev['steps']} steps on {what} took the loss {g4(first)} -> {g4(losses[-1])} "
+        return warned("CAPABILITY", f"inconclusive: {ev['steps']} steps on {what} took the loss {g4(first)} -> {g4(losses[-1])} "
                       f"({progress:.0%} down) with the weights moving (relative change {g4(moved)}); give overfit_steps "
                       f">= {MIN_BUDGET} for a verdict", ev)
     cause = (f"the parameters barely moved (relative change {moved:.1e}): the step size is too small for this model"
@@ -94,7 +97,7 @@ def check_capability(ctx: Ctx) -> LinkResult:
             if stuck else
             "earlier links hold and the weights move without fitting 8 examples: check whether the model can express "
             "the targets at all (a bias for an offset, the output range, initialisation) before adding capacity")
-    return failed("capability.cannot_overfit",
+    return failed("CAPABILITY", "capability.cannot_overfit",
                   f"on {what}, {ev['steps']} steps took the loss from {g4(first)} to {g4(losses[-1])} "
                   f"(best {g4(best)}, {progress:.2%} down); {cause}", ev,
                   expected=f"a tiny fixed batch fitted within {ctx.overfit_steps} steps (loss down {FIT:.0%} or 100% accuracy)",
@@ -109,7 +112,9 @@ def _fit(first: float, last: float, acc: float | None) -> bool:
 
 
 def _train(ctx: Ctx, model: torch.nn.Module, opt: torch.optim.Optimizer, tiny: Batch,
-           ev: dict[str, Any]) -> tuple[list[float], list[float | None], LinkResult | None]:
+           ev: dict[str, Any]) -> tuple[list[float], list[float | None], Callable[[], Check] | None]:
+    """Train the copy: the losses, the accuracies and, when training stopped short, how to build the link's
+    check (built by the caller once the run's time and steps are in ``ev``)."""
     losses: list[float] = []
     accs: list[float | None] = []
 
@@ -124,27 +129,28 @@ def _train(ctx: Ctx, model: torch.nn.Module, opt: torch.optim.Optimizer, tiny: B
         try:
             outputs, loss = compute_loss(model, tiny, ctx.loss_fn)
         except Exception as exc:  # noqa: BLE001 - user code
-            return losses, accs, skipped_link(f"could not train the copy: step {i} raised {err(exc)}", ev)
+            return losses, accs, partial(skipped_link, "CAPABILITY", f"could not train the copy: step {i} raised {err(exc)}", ev)
         problem = loss_problem(loss)
         if problem is not None:
-            return losses, accs, skipped_link(f"could not train the copy: {problem}", ev)
+            return losses, accs, partial(skipped_link, "CAPABILITY", f"could not train the copy: {problem}", ev)
         losses.append(float(loss.detach()))
         accs.append(_accuracy(ctx, outputs, tiny.targets))
         if not math.isfinite(losses[-1]):
             ev.update(initial_loss=losses[0], diverged_at_step=i)
-            return losses, accs, failed("capability.cannot_overfit",
-                                        f"the loss became {losses[-1]} at step {i} while fitting {ev['examples']} examples "
-                                        f"(initial {g4(losses[0])})", ev,
-                                        expected="a finite loss that falls on a tiny fixed batch",
-                                        observed=f"loss {losses[-1]} at step {i}",
-                                        hint="the updates diverge: lower the learning rate, check for exploding gradients")
+            return losses, accs, partial(failed, "CAPABILITY", "capability.cannot_overfit",
+                                         f"the loss became {losses[-1]} at step {i} while fitting {ev['examples']} examples "
+                                         f"(initial {g4(losses[0])})", ev,
+                                         expected="a finite loss that falls on a tiny fixed batch",
+                                         observed=f"loss {losses[-1]} at step {i}",
+                                         hint="the updates diverge: lower the learning rate, check for exploding gradients")
         if _fit(losses[0], losses[-1], accs[-1]) or i == ctx.overfit_steps:
             break
         try:
             loss.backward()
             step(opt, closure)
         except Exception as exc:  # noqa: BLE001 - user code
-            return losses, accs, skipped_link(f"could not train the copy: backward/step {i} raised {err(exc)}", ev)
+            return losses, accs, partial(skipped_link, "CAPABILITY",
+                                         f"could not train the copy: backward/step {i} raised {err(exc)}", ev)
     return losses, accs, None
 
 

@@ -1,49 +1,38 @@
-"""Shared pieces of the learning ledger: the links, a link's result and small tensor helpers (the context
+"""Shared pieces of the learning ledger: the links, a link's check (a :class:`Check` named by the link; its
+kind is the link's name in lower case unless it fails) and small tensor helpers (the context
 every link reads and task inference are in :mod:`firstdiv.instruments._core.task`). The links themselves
 live in ``_task``, ``_objective`` and ``_links``; ``learning_ledger`` composes them."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ...report import Status
 from .._core.batch import Batch
+from .._core.checks import Check, check
 from .._core.task import Ctx, is_int
 
 LINKS = ("TASK", "OBJECTIVE", "DEPENDENCY", "GRADIENT", "OPTIMIZER_OWNERSHIP", "PARAMETER_UPDATE", "CAPABILITY")
 
 
-@dataclass
-class LinkResult:
-    """What one link of the chain found. ``kind``/``expected``/``observed``/``hint`` matter on FAIL."""
-
-    status: Status
-    message: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-    kind: str = ""
-    expected: Any = None
-    observed: Any = None
-    hint: str = ""
+def passed(link: str, message: str, evidence: dict[str, Any]) -> Check:
+    return check(link, link.lower(), Status.PASS, message, evidence)
 
 
-def passed(message: str, evidence: dict[str, Any]) -> LinkResult:
-    return LinkResult(Status.PASS, message, evidence)
+def warned(link: str, message: str, evidence: dict[str, Any]) -> Check:
+    return check(link, link.lower(), Status.WARN, message, evidence)
 
 
-def warned(message: str, evidence: dict[str, Any]) -> LinkResult:
-    return LinkResult(Status.WARN, message, evidence)
+def skipped_link(link: str, message: str, evidence: dict[str, Any]) -> Check:
+    return check(link, link.lower(), Status.SKIPPED, message, evidence)
 
 
-def skipped_link(message: str, evidence: dict[str, Any]) -> LinkResult:
-    return LinkResult(Status.SKIPPED, message, evidence)
-
-
-def failed(kind: str, message: str, evidence: dict[str, Any], *, expected: Any, observed: Any, hint: str) -> LinkResult:
-    return LinkResult(Status.FAIL, message, evidence, kind, expected, observed, hint)
+def failed(link: str, kind: str, message: str, evidence: dict[str, Any], *, expected: Any, observed: Any,
+           hint: str) -> Check:
+    return check(link, kind, Status.FAIL, message, evidence, expected=expected, observed=observed, hint=hint)
 
 
 def g4(x: Any) -> str:

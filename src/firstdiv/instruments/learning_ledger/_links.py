@@ -14,8 +14,9 @@ from typing import Any
 import torch
 
 from .._core.batch import compute_loss
+from .._core.checks import Check
 from .._core.task import Ctx, err
-from ._common import LinkResult, failed, g4, passed, skipped_link
+from ._common import failed, g4, passed, skipped_link
 
 LIST_CAP = 20  # names listed in evidence before eliding
 
@@ -45,7 +46,7 @@ def _reached(loss: torch.Tensor) -> tuple[set[int], int]:
     return leaves, len(seen)
 
 
-def check_dependency(ctx: Ctx) -> LinkResult:
+def check_dependency(ctx: Ctx) -> Check:
     train = trainable(ctx.work)
     frozen = [n for n, p in ctx.work.named_parameters() if not p.requires_grad]
     grad_fn = getattr(ctx.loss, "grad_fn", None)
@@ -53,7 +54,7 @@ def check_dependency(ctx: Ctx) -> LinkResult:
                           "loss_grad_fn": type(grad_fn).__name__ if grad_fn is not None else None,
                           "loss_requires_grad": bool(getattr(ctx.loss, "requires_grad", False))}
     if not train:
-        return failed("dependency.no_trainable_parameters",
+        return failed("DEPENDENCY", "dependency.no_trainable_parameters",
                       f"the model has no trainable parameter ({len(frozen)} frozen): nothing can learn", ev,
                       expected="at least one parameter with requires_grad=True", observed=f"0 trainable, {len(frozen)} frozen",
                       hint="unfreeze the parameters meant to train (p.requires_grad_(True)) before building the optimizer")
@@ -63,24 +64,24 @@ def check_dependency(ctx: Ctx) -> LinkResult:
               unreachable_count=len(unreachable))
     if unreachable:
         why = "the loss has no grad_fn (it does not require grad)" if grad_fn is None else f"{nodes} graph nodes walked"
-        return failed("dependency.unreachable",
+        return failed("DEPENDENCY", "dependency.unreachable",
                       f"{len(unreachable)} of {len(train)} trainable parameters are not on the loss's autograd graph "
                       f"({why}): {', '.join(_names(unreachable)[:5])}", ev,
                       expected="every trainable parameter reachable from loss.grad_fn",
                       observed=f"unreachable: {', '.join(_names(unreachable)[:5])}",
                       hint="find where the dependency path stops (reachability): a .detach(), torch.no_grad(), an "
                            "integer cast, .item()/.numpy(), or a module never called")
-    return passed(f"all {len(train)} trainable parameters are on the loss's graph ({nodes} nodes walked)", ev)
+    return passed("DEPENDENCY", f"all {len(train)} trainable parameters are on the loss's graph ({nodes} nodes walked)", ev)
 
 
-def check_gradient(ctx: Ctx) -> LinkResult:
+def check_gradient(ctx: Ctx) -> Check:
     train = trainable(ctx.work)
     for p in ctx.work.parameters():
         p.grad = None
     try:
         ctx.loss.backward()
     except Exception as exc:  # noqa: BLE001 - user graph; the failure is the finding
-        return skipped_link(f"backward raised {err(exc)}", {"error": err(exc)})
+        return skipped_link("GRADIENT", f"backward raised {err(exc)}", {"error": err(exc)})
     norms: dict[str, float | None] = {}
     problems: dict[str, list[str]] = {"nonfinite": [], "missing": [], "zero": []}
     for n, p in train:
@@ -101,11 +102,11 @@ def check_gradient(ctx: Ctx) -> LinkResult:
     ev.update({k: _names(v) for k, v in problems.items()})
     bad = [(n, k) for n, _ in train for k, v in problems.items() if n in v]
     if not bad:
-        return passed(f"all {len(train)} trainable parameters have finite nonzero gradients (norms "
+        return passed("GRADIENT", f"all {len(train)} trainable parameters have finite nonzero gradients (norms "
                       f"{g4(min(finite))} .. {g4(max(finite))})", ev)
     name, kind = bad[0]
     text = {"missing": ".grad is None", "nonfinite": "gradient has NaN/inf", "zero": "gradient is exactly zero"}
-    return failed(f"gradient.{kind}",
+    return failed("GRADIENT", f"gradient.{kind}",
                   f"{name}: {text[kind]} after one backward from .grad=None "
                   f"({len(problems['missing'])} None, {len(problems['zero'])} zero, {len(problems['nonfinite'])} non-finite)",
                   ev, expected="finite, nonzero gradients for every trainable parameter", observed=f"{name}: {text[kind]}",
@@ -115,7 +116,7 @@ def check_gradient(ctx: Ctx) -> LinkResult:
                                 "or a multiplication by a zero mask"}[kind])
 
 
-def check_ownership(ctx: Ctx) -> LinkResult:
+def check_ownership(ctx: Ctx) -> Check:
     model, opt = ctx.model, ctx.optimizer
     params = list(model.named_parameters())
     model_ids = {id(p) for _, p in params}
@@ -130,7 +131,7 @@ def check_ownership(ctx: Ctx) -> LinkResult:
         slots = _match_stale(stale, params, missing)
         ev.update(stale_shapes=[list(p.shape) for _, _, p in stale][:LIST_CAP], stale_slots=slots[:LIST_CAP])
         first = slots[0]
-        return failed("optimizer.stale_parameter",
+        return failed("OPTIMIZER_OWNERSHIP", "optimizer.stale_parameter",
                       f"the optimizer owns {len(stale)} tensors that are not in the model (shapes "
                       f"{ev['stale_shapes'][:3]}); the slot of {first} holds an old tensor, and {len(missing)} current "
                       f"trainable parameters are not owned", ev,
@@ -139,13 +140,13 @@ def check_ownership(ctx: Ctx) -> LinkResult:
                       hint="a module was replaced (or the model reloaded/moved) after the optimizer was built: build the "
                            "optimizer after the last change to the model")
     if missing:
-        return failed("optimizer.missing_parameter",
+        return failed("OPTIMIZER_OWNERSHIP", "optimizer.missing_parameter",
                       f"{len(missing)} trainable parameters are not in any param group: {', '.join(_names(missing)[:5])}",
                       ev, expected="every trainable parameter in an optimizer param group",
                       observed=f"not owned: {', '.join(_names(missing)[:5])}",
                       hint="pass model.parameters() (or every intended group) to the optimizer, or freeze what should "
                            "not train (requires_grad_(False))")
-    return passed(f"the optimizer owns every trainable parameter object ({len(owned)} tensors in "
+    return passed("OPTIMIZER_OWNERSHIP", f"the optimizer owns every trainable parameter object ({len(owned)} tensors in "
                   f"{len(opt.param_groups)} group(s)), none stale", ev)
 
 
@@ -193,12 +194,12 @@ def _visible(opt: torch.optim.Optimizer, group: dict[str, Any], p: torch.Tensor)
         return bool((size > 0.5 * ulp).any())
 
 
-def check_update(ctx: Ctx) -> LinkResult:
+def check_update(ctx: Ctx) -> Check:
     opt, model = ctx.work_opt, ctx.work
     group_of = {id(p): (gi, g) for gi, g in enumerate(opt.param_groups) for p in g["params"]}
     intended = [(n, p) for n, p in trainable(model) if id(p) in group_of and p.grad is not None and bool(p.grad.any())]
     if not intended:
-        return skipped_link("no owned trainable parameter holds a nonzero gradient to apply (see GRADIENT)",
+        return skipped_link("PARAMETER_UPDATE", "no owned trainable parameter holds a nonzero gradient to apply (see GRADIENT)",
                             {"optimizer": type(opt).__name__})
     before = {n: p.detach().clone() for n, p in intended}
     visible = {n: _visible(opt, group_of[id(p)][1], p) for n, p in intended}
@@ -210,7 +211,7 @@ def check_update(ctx: Ctx) -> LinkResult:
     try:
         step(opt, closure)
     except Exception as exc:  # noqa: BLE001 - user optimizer; the failure is the finding
-        return skipped_link(f"optimizer.step() raised {err(exc)}", {"error": err(exc)})
+        return skipped_link("PARAMETER_UPDATE", f"optimizer.step() raised {err(exc)}", {"error": err(exc)})
     deltas, not_moved, below = {}, [], []
     descent = 0.0  # <update, gradient>: negative for any method that descends the loss
     for n, p in intended:
@@ -226,7 +227,7 @@ def check_update(ctx: Ctx) -> LinkResult:
     ev["update_dot_gradient"] = descent
     maximize = [gi for gi, g in enumerate(opt.param_groups) if g.get("maximize")]
     if descent > 0 and maximize:
-        return failed("update.wrong_direction",
+        return failed("PARAMETER_UPDATE", "update.wrong_direction",
                       f"one {type(opt).__name__} step moved the parameters up the loss (<update, gradient> = {g4(descent)} "
                       f"> 0): param group(s) {maximize} have maximize=True", ev,
                       expected="an update against the gradient (<update, gradient> < 0)",
@@ -234,7 +235,7 @@ def check_update(ctx: Ctx) -> LinkResult:
                       hint="drop maximize=True (the loss is to be minimised), or return a reward, not a loss, from loss_fn")
     if not_moved:
         n = not_moved[0]
-        return failed("update.not_moved",
+        return failed("PARAMETER_UPDATE", "update.not_moved",
                       f"{len(not_moved)} of {len(intended)} owned parameters with nonzero gradients did not change in one "
                       f"{type(opt).__name__} step; first {n} (group {deltas[n]['group']}, lr {deltas[n]['lr']})", ev,
                       expected="every owned parameter with a nonzero gradient changes after optimizer.step()",
@@ -242,7 +243,7 @@ def check_update(ctx: Ctx) -> LinkResult:
                       hint="lr 0 in its group, a step hook that restores the weights, or a step() override that skips "
                            "it; freeze with requires_grad_(False) if it should not train")
     extra = f"; {len(below)} changes were below float resolution at this lr" if below else ""
-    return passed(f"{len(intended) - len(below)} of {len(intended)} owned parameters moved in one {type(opt).__name__} "
+    return passed("PARAMETER_UPDATE", f"{len(intended) - len(below)} of {len(intended)} owned parameters moved in one {type(opt).__name__} "
                   f"step{extra}", ev)
 
 

@@ -34,24 +34,25 @@ import torch
 import torch.nn.functional as F
 
 from .._core.batch import loss_problem
+from .._core.checks import Check
 from .._core.task import Ctx, err, is_int, shape
-from ._common import LinkResult, failed, g4, isclose, manual_ce, passed, supervised, to_logits_2d, warned
+from ._common import failed, g4, isclose, manual_ce, passed, supervised, to_logits_2d, warned
 
 PER_EXAMPLE = 8  # examples sliced out for the per-example checks
 FAR = 0.10  # relative distance from cross-entropy beyond which the loss is "another objective"
 
 
-def check_objective(ctx: Ctx) -> LinkResult:
+def check_objective(ctx: Ctx) -> Check:
     loss = ctx.loss
     problem = loss_problem(loss)
     if problem is not None:
-        return failed("objective.unusable_loss", problem, {"loss": shape(loss)},
+        return failed("OBJECTIVE", "objective.unusable_loss", problem, {"loss": shape(loss)},
                       expected="a scalar floating-point loss tensor attached to the graph", observed=problem,
                       hint="return the reduced loss tensor from loss_fn (e.g. .mean()), not a per-example vector or .item()")
     value = float(loss.detach())
     ev: dict[str, Any] = {"loss": value, "task": ctx.task}
     if not torch.is_tensor(ctx.outputs) or not ctx.outputs.is_floating_point():
-        return warned(f"loss {g4(value)}; outputs are {shape(ctx.outputs)}, not a floating tensor: only the loss value "
+        return warned("OBJECTIVE", f"loss {g4(value)}; outputs are {shape(ctx.outputs)}, not a floating tensor: only the loss value "
                       "was checked", ev)
     od = ctx.outputs.detach()
     ctx.notes["grad"] = _output_grad(ctx, od, ev)
@@ -61,8 +62,8 @@ def check_objective(ctx: Ctx) -> LinkResult:
             return result
     verdict = ev.pop("verdict", f"loss {g4(value)}: finite, scalar, supervised, mean-reduced")
     if ev.get("not_checked"):
-        return warned(f"{verdict}; {len(ev['not_checked'])} probe(s) of loss_fn could not run, first: {ev['not_checked'][0]}", ev)
-    return passed(verdict, ev)
+        return warned("OBJECTIVE", f"{verdict}; {len(ev['not_checked'])} probe(s) of loss_fn could not run, first: {ev['not_checked'][0]}", ev)
+    return passed("OBJECTIVE", verdict, ev)
 
 
 def _call(ctx: Ctx, outputs: Any, targets: Any, ev: dict[str, Any], what: str) -> float | None:
@@ -98,7 +99,7 @@ def _output_grad(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any]) -> torch.Tensor
     return g
 
 
-def _empty_mask(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> LinkResult | None:
+def _empty_mask(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     mask = supervised(ctx)
     if mask is not None:
         ev.update(supervised_elements=int(mask.sum()), target_elements=int(mask.numel()))
@@ -112,7 +113,7 @@ def _empty_mask(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
         if math.isnan(value) and finite_out and not (torch.is_tensor(t) and t.is_floating_point() and not torch.isfinite(t).all()):
             return _empty(f"loss is NaN although all {od.numel()} outputs are finite: a mean over an empty mask (0/0)",
                           ev, "NaN loss from finite outputs")
-        return failed("objective.nonfinite_loss", f"loss is {value}; {int((~torch.isfinite(od)).sum())} outputs non-finite",
+        return failed("OBJECTIVE", "objective.nonfinite_loss", f"loss is {value}; {int((~torch.isfinite(od)).sum())} outputs non-finite",
                       ev, expected="a finite loss", observed=f"loss {value}",
                       hint="the first non-finite value appears before the loss: trace the forward pass (tensor_trace)")
     g = ctx.notes.get("grad")
@@ -126,14 +127,14 @@ def _empty_mask(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
     return None
 
 
-def _empty(message: str, ev: dict[str, Any], observed: str) -> LinkResult:
-    return failed("objective.empty_mask", message, ev, expected="at least one supervised element in the loss",
+def _empty(message: str, ev: dict[str, Any], observed: str) -> Check:
+    return failed("OBJECTIVE", "objective.empty_mask", message, ev, expected="at least one supervised element in the loss",
                   observed=observed,
                   hint="count supervised elements per batch (targets != ignore_index, mask.sum()) and build the mask "
                        "from the data, not a default of zeros / ignore_index")
 
 
-def _probabilities(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> LinkResult | None:
+def _probabilities(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     t = ctx.batch.targets
     if ctx.class_dim is None or not is_int(t) or (ctx.num_classes or 0) < 2:
         return None
@@ -151,7 +152,7 @@ def _probabilities(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
     if isclose(value, as_probs):
         ev["verdict"] = f"outputs are probabilities and the loss ({g4(value)}) is NLL of their log, as it should be"
         return None
-    return failed("objective.probabilities_as_logits",
+    return failed("OBJECTIVE", "objective.probabilities_as_logits",
                   f"outputs are already probabilities (min {g4(z.min())}, rows sum to 1 within "
                   f"{float((sums - 1).abs().max()):.1e}) and the loss ({g4(value)}) reads them as logits "
                   f"(cross-entropy of them as logits {g4(as_logits)}, of them as probabilities {g4(as_probs)})", ev,
@@ -176,21 +177,21 @@ def _directional(ctx: Ctx, od: torch.Tensor) -> float | None:
     return None
 
 
-def _wrong_sign(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> LinkResult | None:
+def _wrong_sign(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     slope = _directional(ctx, od)
     ev["d_loss_toward_correct"] = slope
     ce = manual_ce(ctx, od, ctx.batch.targets) if ctx.class_dim is not None and is_int(ctx.batch.targets) else None
     negated = ce is not None and isclose(value, -ce)
     if value < 0 and (negated or (slope is not None and slope > 0)):
         why = f"loss = -cross-entropy ({g4(-ce)})" if negated else f"loss rises ({g4(slope)}) as the answer improves"
-        return failed("objective.wrong_sign", f"loss is {g4(value)} and {why}: minimising it makes the answers worse", ev,
+        return failed("OBJECTIVE", "objective.wrong_sign", f"loss is {g4(value)} and {why}: minimising it makes the answers worse", ev,
                       expected="a loss >= 0 that falls as the correct answer becomes more likely",
                       observed=f"loss {g4(value)}, d loss toward correct answer {g4(slope) if slope is not None else 'n/a'}",
                       hint="remove the minus sign on the loss (or maximize=True on the optimizer, not both)")
     return None
 
 
-def _broadcast(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> LinkResult | None:
+def _broadcast(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     t = ctx.batch.targets
     if ctx.task != "regression" or not torch.is_tensor(t) or t.shape == od.shape or t.numel() != od.numel():
         return None
@@ -202,7 +203,7 @@ def _broadcast(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> 
         wide = list(torch.broadcast_shapes(od.shape, t.shape))
     except RuntimeError:
         wide = None
-    return failed("objective.shape_broadcast",
+    return failed("OBJECTIVE", "objective.shape_broadcast",
                   f"outputs {shape(od)} and targets {shape(t)} differ in shape, and the loss is {g4(at_target)} (not 0) "
                   f"even when the outputs equal the targets: every output is compared with every target", ev,
                   expected="outputs and targets of the same shape (loss 0 at a perfect prediction)",
@@ -236,7 +237,7 @@ def _plain_mean(ctx: Ctx, od: torch.Tensor, value: float) -> str | None:
     return None
 
 
-def _sum_reduction(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> LinkResult | None:
+def _sum_reduction(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     plain = _plain_mean(ctx, od, value)
     if plain is not None:  # sum / constant == mean at this batch size is not a sum reduction
         ev["reduction"] = plain
@@ -252,7 +253,7 @@ def _sum_reduction(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
     ratio = sub / mean
     ev.update(loss_first_m=sub, per_example_mean=mean, ratio_to_per_example_mean=ratio, m=m)
     if abs(ratio - m) <= 0.05 * m and abs(ratio - 1) > 0.5:
-        return failed("objective.sum_reduction",
+        return failed("OBJECTIVE", "objective.sum_reduction",
                       f"the loss on {m} examples ({g4(sub)}) is {g4(ratio)} x their mean per-example loss ({g4(mean)}): "
                       f"it is summed, so its scale (and the step size) grows with the batch", ev,
                       expected=f"loss on {m} examples ~ mean of their per-example losses (ratio 1)",
@@ -277,7 +278,7 @@ def _smoothing(ctx: Ctx, od: torch.Tensor, value: float, ce: float) -> float | N
     return eps if isclose(value, again) else None
 
 
-def _reference(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> LinkResult | None:
+def _reference(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     """The user's hand-written objective against loss_fn: on the batch, then on each of a few examples."""
     t = ctx.batch.targets
     try:
@@ -285,7 +286,7 @@ def _reference(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> 
         each = [(_call(ctx, od[i:i + 1], t[i:i + 1], ev, f"example {i}"), float(ctx.reference_loss(od[i:i + 1], t[i:i + 1])))
                 for i in range(min(PER_EXAMPLE, od.shape[0]))]
     except Exception as exc:  # noqa: BLE001 - user code
-        return warned(f"loss {g4(value)}; reference_loss raised {err(exc)}: the objective was not compared", ev)
+        return warned("OBJECTIVE", f"loss {g4(value)}; reference_loss raised {err(exc)}: the objective was not compared", ev)
     pairs = [(a, b) for a, b in each if a is not None]
     ev.update(reference_loss=ref, example_library_loss=pairs[0][0] if pairs else None,
               example_reference_loss=pairs[0][1] if pairs else None)
@@ -294,12 +295,12 @@ def _reference(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> 
         ev["verdict"] = f"loss {g4(value)} = reference_loss on the batch and on {len(pairs)} single examples"
         return None
     where = f"example {bad[0]}: loss_fn {g4(bad[1])} vs reference {g4(bad[2])}" if bad else f"batch: {g4(value)} vs {g4(ref)}"
-    return failed("objective.manual_mismatch", f"loss_fn disagrees with reference_loss ({where})", ev,
+    return failed("OBJECTIVE", "objective.manual_mismatch", f"loss_fn disagrees with reference_loss ({where})", ev,
                   expected="loss_fn(outputs, targets) == reference_loss(outputs, targets)", observed=where,
                   hint="compare the two on that example term by term: a wrong axis, a misaligned target or an extra term")
 
 
-def _cross_entropy(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> LinkResult | None:
+def _cross_entropy(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     if ctx.reference_loss is not None:
         return _reference(ctx, od, value, ev)
     t = ctx.batch.targets
@@ -329,7 +330,7 @@ def _cross_entropy(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
     example = (f"example 0: library {g4(pairs[0][0])} vs manual cross-entropy {g4(pairs[0][1])}" if pairs
                else "single examples could not be evaluated")
     if far:
-        return failed("objective.initial_loss",
+        return failed("OBJECTIVE", "objective.initial_loss",
                       f"loss {g4(value)} is not the cross-entropy of these outputs ({g4(ce)}; ln K = {g4(math.log(k))} for "
                       f"an untrained {k}-class model); {example}", ev,
                       expected=f"~ ln K = {g4(math.log(k))} at initialisation (cross-entropy of these outputs {g4(ce)})",
@@ -337,7 +338,7 @@ def _cross_entropy(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
                       hint="the loss is a different objective from cross-entropy over the class logits (e.g. MSE on one "
                            "column): use F.cross_entropy(logits, class_ids); if this objective is intended, pass it written by hand "
                            "as reference_loss= to check it instead")
-    return failed("objective.manual_mismatch",
+    return failed("OBJECTIVE", "objective.manual_mismatch",
                   f"loss {g4(value)} is within {FAR:.0%} of cross-entropy ({g4(ce)}) but not equal, and single examples do "
                   f"not reproduce it: {example}", ev,
                   expected="loss_fn on one example == F.cross_entropy(logits, target) on that example",

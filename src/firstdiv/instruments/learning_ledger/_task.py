@@ -13,14 +13,15 @@ from typing import Any
 
 import torch
 
+from .._core.checks import Check
 from .._core.task import Ctx, err, input_ids, is_int, shape
-from ._common import LinkResult, failed, g4, passed, supervised, warned
+from ._common import failed, g4, passed, supervised, warned
 
 AGREEMENT = 0.9  # below this fraction of matching labels the task is contradicted (see _probe)
 SHIFT_MATCH = 0.9  # fraction of positions where targets equal the inputs at a given shift
 
 
-def check_task(ctx: Ctx) -> LinkResult:
+def check_task(ctx: Ctx) -> Check:
     t = ctx.batch.targets
     ev: dict[str, Any] = {"task": ctx.task, "inferred": ctx.task_note, "targets_shape": shape(t),
                           "targets_dtype": str(getattr(t, "dtype", type(t).__name__)).replace("torch.", ""),
@@ -30,12 +31,12 @@ def check_task(ctx: Ctx) -> LinkResult:
         if result is not None:
             return result
     if ctx.task_probe is None:
-        return warned("unverified: targets are structurally valid but no task_probe says what they should be; pass "
+        return warned("TASK", "unverified: targets are structurally valid but no task_probe says what they should be; pass "
                       "task_probe=callable(inputs) -> expected targets, or task_probe=(known_inputs, known_targets)", ev)
     return _probe(ctx, ev)
 
 
-def _finite_targets(ctx: Ctx, ev: dict[str, Any]) -> LinkResult | None:
+def _finite_targets(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     t = ctx.batch.targets
     if not torch.is_tensor(t) or not t.is_floating_point():
         return None
@@ -43,13 +44,13 @@ def _finite_targets(ctx: Ctx, ev: dict[str, Any]) -> LinkResult | None:
     ev["nonfinite_targets"] = bad
     if not bad:
         return None
-    return failed("task.nonfinite_targets", f"{bad} of {t.numel()} targets are NaN or infinite", ev,
+    return failed("TASK", "task.nonfinite_targets", f"{bad} of {t.numel()} targets are NaN or infinite", ev,
                   expected="finite targets", observed=f"{bad} non-finite targets",
                   hint="the labels were corrupted before the batch (missing values, a division by zero in "
                        "preprocessing): trace one sample through the stages (stage_trace)")
 
 
-def _label_range(ctx: Ctx, ev: dict[str, Any]) -> LinkResult | None:
+def _label_range(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     t, k = ctx.batch.targets, ctx.num_classes
     mask = supervised(ctx)
     if k is None or mask is None:
@@ -63,7 +64,7 @@ def _label_range(ctx: Ctx, ev: dict[str, Any]) -> LinkResult | None:
         return None
     n_bad = int(bad.sum())
     ev.update(out_of_range=n_bad, out_of_range_values=sorted({int(v) for v in labels[bad].unique()[:10]}))
-    return failed("task.label_out_of_range",
+    return failed("TASK", "task.label_out_of_range",
                   f"{n_bad} of {labels.numel()} supervised targets are outside [0, {k}) for a model with {k} outputs "
                   f"(min {ev['label_min']}, max {ev['label_max']})", ev,
                   expected=f"class ids in [0, {k}) or ignore_index {ctx.ignore_index}",
@@ -83,7 +84,7 @@ def _agreement(ids: torch.Tensor, t: torch.Tensor, shift: int, ignore: int) -> f
     return None if n == 0 else float(((tt == ii) & m).sum()) / n
 
 
-def _lm_shift(ctx: Ctx, ev: dict[str, Any]) -> LinkResult | None:
+def _lm_shift(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     ids, t = input_ids(ctx.batch), ctx.batch.targets
     if ctx.task != "language_model" or ids is None or not is_int(t) or tuple(ids.shape) != tuple(t.shape) or t.dim() != 2:
         return None
@@ -93,13 +94,13 @@ def _lm_shift(ctx: Ctx, ev: dict[str, Any]) -> LinkResult | None:
         return None
     expected = "targets[:, t] == inputs[:, t + 1] (the next token)"
     if a0 >= SHIFT_MATCH and a0 > a1:
-        return failed("task.target_not_shifted",
+        return failed("TASK", "task.target_not_shifted",
                       f"targets equal the inputs at {a0:.0%} of supervised positions (next token at {a1:.0%}): "
                       f"the model is asked to copy its current token", ev,
                       expected=expected, observed=f"targets[:, t] == inputs[:, t] at {a0:.0%} of positions",
                       hint="shift the targets by one: inputs = tokens[:, :-1], targets = tokens[:, 1:]")
     if a2 is not None and a2 >= SHIFT_MATCH and a2 > a1:
-        return failed("task.target_shifted_twice",
+        return failed("TASK", "task.target_shifted_twice",
                       f"targets equal the inputs two positions ahead at {a2:.0%} of supervised positions (next token "
                       f"at {a1:.0%})", ev,
                       expected=expected, observed=f"targets[:, t] == inputs[:, t + 2] at {a2:.0%} of positions",
@@ -134,36 +135,36 @@ def _expected_from_probe(ctx: Ctx) -> tuple[torch.Tensor | None, torch.Tensor | 
     return ky[which], torch.tensor(rows, device=x.device), f"{len(rows)} batch rows found among the known inputs"
 
 
-def _probe(ctx: Ctx, ev: dict[str, Any]) -> LinkResult:
+def _probe(ctx: Ctx, ev: dict[str, Any]) -> Check:
     expected, rows, note = _expected_from_probe(ctx)
     ev["probe"] = note
     t = ctx.batch.targets
     if expected is None or not torch.is_tensor(t):
-        return warned(f"unverified: {note}", ev)
+        return warned("TASK", f"unverified: {note}", ev)
     observed = t if rows is None else t[rows]
     expected = expected.to(observed.device)
     if ctx.class_dim is not None and expected.is_floating_point() and expected.dim() == observed.dim() + 1:
         expected = expected.argmax(dim=ctx.class_dim)  # the probe returned scores: read its labels
     if expected.shape != observed.shape:
         if expected.numel() != observed.numel():
-            return warned(f"unverified: task_probe gave shape {shape(expected)} for targets of shape {shape(observed)}", ev)
+            return warned("TASK", f"unverified: task_probe gave shape {shape(expected)} for targets of shape {shape(observed)}", ev)
         expected = expected.reshape(observed.shape)
     if is_int(observed):
         return _compare_labels(ctx, expected, observed, ev)
     return _compare_values(expected.to(observed.dtype), observed, ev)
 
 
-def _compare_labels(ctx: Ctx, expected: torch.Tensor, observed: torch.Tensor, ev: dict[str, Any]) -> LinkResult:
+def _compare_labels(ctx: Ctx, expected: torch.Tensor, observed: torch.Tensor, ev: dict[str, Any]) -> Check:
     m = observed != ctx.ignore_index
     e, o = expected[m].long(), observed[m].long()
     if o.numel() == 0:
-        return warned("unverified: no supervised target to compare with the probe", ev)
+        return warned("TASK", "unverified: no supervised target to compare with the probe", ev)
     agree = float((e == o).float().mean())
     pairs = Counter(zip(e[e != o].tolist(), o[e != o].tolist()))
     ev.update(agreement=agree, compared=int(o.numel()),
               confusion=[[a, b, n] for (a, b), n in pairs.most_common(5)])
     if agree >= AGREEMENT:
-        return passed(f"task_probe agrees with {agree:.1%} of {o.numel()} targets", ev)
+        return passed("TASK", f"task_probe agrees with {agree:.1%} of {o.numel()} targets", ev)
     per_label = {}
     for a in sorted(set(e.tolist())):
         got = Counter(o[e == a].tolist()).most_common(1)[0]
@@ -173,7 +174,7 @@ def _compare_labels(ctx: Ctx, expected: torch.Tensor, observed: torch.Tensor, ev
     ev["consistent_mapping"] = consistent
     top = ", ".join(f"{a}->{b} x{n}" for (a, b), n in pairs.most_common(3))
     what = "a consistent relabelling (a permuted label mapping)" if consistent else "the disagreements"
-    return failed("task.label_mismatch",
+    return failed("TASK", "task.label_mismatch",
                   f"task_probe agrees with only {agree:.1%} of {o.numel()} targets; {what}: {top} (expected->observed)", ev,
                   expected=f"targets agree with task_probe on >= {AGREEMENT:.0%}",
                   observed=f"{agree:.1%} agree; most common expected->observed: {top}",
@@ -181,7 +182,7 @@ def _compare_labels(ctx: Ctx, expected: torch.Tensor, observed: torch.Tensor, ev
                        "label encoder fitted on a different split) before touching the model")
 
 
-def _compare_values(expected: torch.Tensor, observed: torch.Tensor, ev: dict[str, Any]) -> LinkResult:
+def _compare_values(expected: torch.Tensor, observed: torch.Tensor, ev: dict[str, Any]) -> Check:
     e, o = expected.double(), observed.double()
     close = float(((e - o).abs() <= 1e-3 * (1 + o.abs())).double().mean())
     var = float(o.var(unbiased=False)) if o.numel() > 1 else 0.0
@@ -189,8 +190,8 @@ def _compare_values(expected: torch.Tensor, observed: torch.Tensor, ev: dict[str
     r2 = 1 - mse / var if var > 0 else (1.0 if mse == 0 else float("-inf"))
     ev.update(agreement=close, r2=r2 if r2 != float("-inf") else None, compared=int(o.numel()))
     if close >= AGREEMENT or r2 >= AGREEMENT:
-        return passed(f"task_probe agrees: {close:.1%} of {o.numel()} targets within 1e-3, R^2 {g4(r2)}", ev)
-    return failed("task.label_mismatch",
+        return passed("TASK", f"task_probe agrees: {close:.1%} of {o.numel()} targets within 1e-3, R^2 {g4(r2)}", ev)
+    return failed("TASK", "task.label_mismatch",
                   f"task_probe explains the targets poorly: {close:.1%} within 1e-3, R^2 {g4(r2)} over {o.numel()} values",
                   ev, expected=f">= {AGREEMENT:.0%} of targets within 1e-3 of task_probe, or R^2 >= {AGREEMENT}",
                   observed=f"{close:.1%} within 1e-3, R^2 {g4(r2)}",
