@@ -28,7 +28,7 @@ def _run(backend, target, seeds, sets=(), ident=None, workers=None, **options):
     wl = resolve(target)
     ident = ident or identity(wl, wl.config(sets=list(sets)))
     out = []
-    backends.get(backend)(wl, list(seeds), ident, workers=workers, done=out.append, options=options)
+    backends.get(backend).run(wl, list(seeds), ident, workers=workers, done=out.append, options=options)
     return out, ident
 
 

@@ -14,6 +14,7 @@ from _paths import WORKLOADS
 import firstdiv
 from firstdiv import CurveComparison, InvalidArgument, NotFound, Report, Status
 from firstdiv.lab.curves import bands, separation
+from firstdiv.lab.identity import RunIdentity
 from firstdiv.lab.record import Recorder, build_record
 
 CURVY = WORKLOADS / "curvy.py"
@@ -39,7 +40,8 @@ def _draws(seeds):
 
 def _records(curve, seeds=range(4), metric="val_loss", name="hand"):
     """Hand-made runs: ``curve`` plus an exact per-seed offset of seed/8."""
-    ident = {"config": {}, "config_hash": name, "identity": name, "code": {"version": "v"}, "env": {}, "env_hash": "e"}
+    ident = RunIdentity(workload="hand", config={}, config_hash=name, code={"version": "v"}, env={}, env_hash="e",
+                        identity=name)
     out = []
     for seed in seeds:
         rec = Recorder(seed, {})

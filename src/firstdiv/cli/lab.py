@@ -34,13 +34,11 @@ def sweep_command(target: str, seeds: str, sets: tuple[str, ...], name: str | No
                   hypothesis: str | None, success: str | None, checkpoint_policy: str | None, force: bool,
                   store: str | None, as_json: bool) -> int:
     """Run TARGET (builtin:mlp, file.py:fn or module:fn) at many seeds; print the noise floor."""
-    from ..lab import backends
+    # lab.sweep loads no scipy or torch at import: sweep() warms the backend (the process backend's fork server)
+    # before it imports them and the workload
+    from ..lab.sweep import sweep as run_sweep
 
     options = {k: v for k, v in (("address", address), ("chunk", chunk)) if v is not None} or None
-    if backend in backends.BACKENDS:  # e.g. the process backend's workers import torch while this process does
-        backends.check_options(backend, dict(options or {}))  # --chunk or --address where they do nothing
-        backends.warm(backend, dict(options or {}), workers, target)
-    from ..lab.sweep import sweep as run_sweep
 
     result = run_sweep(target, seeds, sets=list(sets), name=name, store=store, backend=backend, workers=workers,
                        backend_options=options,

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgument
+from .identity import RunIdentity
 
 RECORD_VERSION = 1
 _HASH_LEN = 12
@@ -282,7 +283,7 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
 
 
-def build_record(rec: Recorder, *, workload: str, identity: dict[str, Any], wall: float,
+def build_record(rec: Recorder, *, workload: str, identity: RunIdentity, wall: float,
                  status: str = "ok", error: str | None = None) -> RunRecord:
     """Assemble the record from what the workload told the recorder plus the precomputed identity."""
     curves: dict[str, list[float]] = {}
@@ -299,14 +300,14 @@ def build_record(rec: Recorder, *, workload: str, identity: dict[str, Any], wall
         final["examples_per_s"] = throughput["examples_per_s"]
     contract = rec.contract
     return RunRecord(
-        workload=workload, seed=rec.seed, config=identity["config"], config_hash=identity["config_hash"],
-        identity=identity["identity"], code=identity["code"], env=identity["env"], env_hash=identity["env_hash"],
+        workload=workload, seed=rec.seed, config=identity.config, config_hash=identity.config_hash,
+        identity=identity.identity, code=identity.code, env=identity.env, env_hash=identity.env_hash,
         data_identity=rec.data_id, eval_contract=contract,
         eval_fingerprint=short_hash(contract) if contract else None,
         eval_fields=sorted(contract) if contract else [], curves=curves, final=final,
         directions=dict(rec.directions), grad_norm=quantiles(rec.grad_norm_values), throughput=throughput,
-        wall_seconds=wall, hypothesis=identity.get("hypothesis"), success=identity.get("success"),
-        status=status, error=error, created=now_iso(), extra=dict(identity.get("extra", {})), state_hash=rec.state_hash,
+        wall_seconds=wall, hypothesis=identity.hypothesis, success=identity.success,
+        status=status, error=error, created=now_iso(), extra=dict(identity.extra), state_hash=rec.state_hash,
     )
 
 

@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 
 from ..errors import InvalidArgument
 from ..report import Divergence, Finding, Report, Status
-from . import backends, stats
+from . import backends
+from .identity import RunIdentity
 from .record import RunRecord, jsonable
 from .runner import identity
 from .store import Store, SweepInfo
@@ -88,11 +89,15 @@ class SweepResult:
 
     def bands(self, name: str) -> list[dict[str, float]]:
         """The seed bands (median, quartiles, min, max per epoch) of curve ``name`` over the runs that logged it."""
+        from . import stats
+
         curves = {r.seed: r.curves[name] for r in self.records if r.curves.get(name)}
         return stats.bands(curves) if curves else []
 
     def summary(self) -> dict[str, dict[str, float]]:
         """The noise floor: per metric, median/stdev/min/max/spread over seeds."""
+        from . import stats
+
         return {m: stats.describe(self.values(m)) for m in self.metrics}
 
     def report(self) -> Report:
@@ -178,31 +183,31 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
     seed_list = parse_seeds(seeds)
     sets = [sets] if isinstance(sets, str) else sets  # one "k=v" string, not a sequence of characters
     workers = int(workers) if workers is not None else None  # numpy integers too
+    chosen = backends.get(backend)  # an unknown backend: one line, before anything runs
     checkpoint_policy = _declarations(backend, backend_options, name, hypothesis, success, checkpoint_policy)
     options = dict(backend_options or {})
-    # e.g. a fork server importing torch while this process imports the workload
-    backends.warm(backend, options, workers, target if isinstance(target, str) else target.target)
+    _warm(chosen, options, workers, target)
     workload = target if isinstance(target, Workload) else resolve(target)
     cfg = workload.config(config, sets)
-    backends.check(backend, workload, options)
+    chosen.check(workload, options)
     owned = not isinstance(store, Store)
     st = Store(store) if owned else store  # type: ignore[arg-type]
     try:
         ident = identity(workload, cfg, store_path=st.path, hypothesis=hypothesis, success=success)
         sweep_name = name or default_name(workload, cfg)
-        existing = st.find_sweep_exact(sweep_name, ident["identity"])
+        existing = st.find_sweep_exact(sweep_name, ident.identity)
         for key, value in (("hypothesis", hypothesis), ("checkpoint_policy", checkpoint_policy)):
             # the store keeps a hypothesis scrubbed of secrets: the same declaration compares equal scrubbed
             if existing is not None and value is not None and existing.info.get(key) not in (value, scrub_text(value)):
                 raise InvalidArgument(f"Sweep {sweep_name!r} was declared with another {key.replace('_', ' ')}; "
                                       "it is declared before the runs: use a new --name")
-        info = {"config": cfg, "config_hash": ident["config_hash"], "code": ident["code"], "env": ident["env"],
-                "env_hash": ident["env_hash"], "hypothesis": hypothesis, "success": success,
+        info = {"config": cfg, "config_hash": ident.config_hash, "code": ident.code, "env": ident.env,
+                "env_hash": ident.env_hash, "hypothesis": hypothesis, "success": success,
                 "checkpoint_policy": checkpoint_policy,
-                "declared_before": not st.recorded_seeds(ident["identity"]) if hypothesis or checkpoint_policy else None}
+                "declared_before": not st.recorded_seeds(ident.identity) if hypothesis or checkpoint_policy else None}
         info = existing.info if existing is not None else info
-        info_sweep = st.upsert_sweep(sweep_name, ident["identity"], workload.target, info, seed_list)
-        done = set() if force else st.recorded_seeds(ident["identity"], sweep=info_sweep)
+        info_sweep = st.upsert_sweep(sweep_name, ident.identity, workload.target, info, seed_list)
+        done = set() if force else st.recorded_seeds(ident.identity, sweep=info_sweep)
         todo = [s for s in seed_list if s not in done]
         failed: list[RunRecord] = []
 
@@ -213,13 +218,21 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
             if on_record is not None:
                 on_record(rec)
 
-        _execute(workload, todo, ident, backend, workers, record, progress, sweep_name, options)
+        _execute(workload, todo, ident, chosen, workers, record, progress, sweep_name, options)
         records = tuple(r for r in st.records(info_sweep) if r.seed in set(seed_list))
         return SweepResult(info_sweep, records, tuple(todo), tuple(s for s in seed_list if s in done),
                            tuple(failed), str(st.path))
     finally:
         if owned:
             st.close()
+
+
+def _warm(chosen: backends.Backend, options: dict[str, Any], workers: int | None, target: str | Workload) -> None:
+    """Start the backend's slow machinery (the process backend's fork server importing torch), then import
+    scipy (stats) while it runs, before the workload is. This module loads neither torch nor scipy at import,
+    so the command line's sweep, which imports it first, still starts the fork server this early."""
+    chosen.warm(options, workers, target if isinstance(target, str) else target.target)
+    from . import stats  # noqa: F401 (imported now, while the fork server starts, not after the runs)
 
 
 def _check_arguments(target: Any, config: Any, sets: Any, backend: Any, workers: Any, backend_options: Any,
@@ -251,7 +264,6 @@ def _declarations(backend: str, backend_options: dict[str, Any] | None, name: st
     from .criteria import parse_criterion
     from .policy import parse_policy
 
-    backends.get(backend)  # an unknown backend
     backends.check_options(backend, dict(backend_options or {}))  # an option this backend would ignore
     if (hypothesis is None) != (success is None):
         raise InvalidArgument("Declare both --hypothesis and --success (the criterion that grades it), or neither")
@@ -275,10 +287,10 @@ def _progress(enabled: bool, total: int, label: str) -> Any:
                     console=safe_console(file=sys.stderr), transient=True)
 
 
-def _execute(workload: Workload, seeds: list[int], ident: dict[str, Any], backend: str, workers: int | None,
-             record: Callable[[RunRecord], None], progress: bool, label: str, options: dict[str, Any]) -> None:
-    run = backends.get(backend)
-    with _progress(progress, len(seeds), f"{label} [{backend}]") as bar:
+def _execute(workload: Workload, seeds: list[int], ident: RunIdentity, backend: backends.Backend,
+             workers: int | None, record: Callable[[RunRecord], None], progress: bool, label: str,
+             options: dict[str, Any]) -> None:
+    with _progress(progress, len(seeds), f"{label} [{backend.name}]") as bar:
         task = bar.add_task("runs", total=len(seeds)) if bar is not None else None
 
         def done(rec: RunRecord) -> None:
@@ -287,4 +299,4 @@ def _execute(workload: Workload, seeds: list[int], ident: dict[str, Any], backen
                 bar.advance(task)
 
         if seeds:
-            run(workload, seeds, ident, workers=workers, done=done, options=options)
+            backend.run(workload, seeds, ident, workers=workers, done=done, options=options)

@@ -1,12 +1,14 @@
 """Sweep backends: how the seeds of one sweep are executed.
 
-A backend is a function ``run(workload, seeds, ident, *, workers, done, options)`` that trains every
+A backend is a function ``run(workload, seeds, ident, *, workers, done, options)`` (``ident``: the sweep's
+:class:`~firstdiv.lab.identity.RunIdentity`) that trains every
 seed in ``seeds`` and calls ``done(record)`` once per seed, in the order runs finish, from the
 calling thread (the store is written there). A seed's record must not depend on the backend that
 ran it nor on which other seeds shared its batch: that is what makes every comparison safe.
 A workload failure is a failed record, never an exception; an interrupt (KeyboardInterrupt) stops
 the sweep with every finished run already passed to ``done``. A backend module may also define
-``warm(options, workers, target)``, called before the workload is imported, to start slow machinery early.
+``warm(options, workers, target)``, called before the workload is imported, to start slow machinery early,
+and ``check(workload, options)``. :func:`get` looks a backend up once and returns the three as a :class:`Backend`.
 """
 
 from __future__ import annotations
@@ -14,18 +16,41 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ...errors import InvalidArgument
+from ..identity import RunIdentity
 from ..record import RunRecord
 from ..workload import Workload
 
 Done = Callable[[RunRecord], None]
 
 
-class Backend(Protocol):
-    def __call__(self, workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers: int | None,
+class Run(Protocol):
+    def __call__(self, workload: Workload, seeds: list[int], ident: RunIdentity, *, workers: int | None,
                  done: Done, options: dict[str, Any]) -> None: ...
+
+
+def _no_check(workload: Workload, options: dict[str, Any]) -> None:
+    return None
+
+
+def _no_warm(options: dict[str, Any], workers: int | None = None, target: str | None = None) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend, looked up once per sweep: ``run`` trains the seeds; ``check(workload, options)`` refuses a
+    workload it cannot run (InvalidArgument) before the store is opened; ``warm(options, workers, target)``
+    starts slow machinery early (the process backend's fork server imports torch while the sweep imports the
+    workload ``target``). Both are no-ops where the backend module does not define them."""
+
+    name: str
+    run: Run
+    check: Callable[[Workload, dict[str, Any]], Any] = _no_check
+    warm: Callable[..., None] = _no_warm
 
 
 #: name -> "module:function", imported on first use (ray and torch.func are not loaded otherwise)
@@ -57,29 +82,12 @@ def check_options(name: str, options: dict[str, Any]) -> None:
 
 
 def get(name: str) -> Backend:
+    """Backend ``name`` with its module's ``run``, ``check`` and ``warm`` (imported now, once)."""
     if name not in BACKENDS:
         raise InvalidArgument(f"Unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    module, _, attr = BACKENDS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-def check(name: str, workload: Workload, options: dict[str, Any]) -> None:
-    """Let a backend refuse a workload it cannot run before the store is opened (nothing written);
-    a backend module opts in with ``check(workload, options)``, raising InvalidArgument."""
-    module = importlib.import_module(BACKENDS[name].partition(":")[0])
-    refuse = getattr(module, "check", None)
-    if refuse is not None:
-        refuse(workload, options)
-
-
-def warm(name: str, options: dict[str, Any], workers: int | None = None, target: str | None = None) -> None:
-    """Let a backend start slow machinery early (the process backend's fork server imports torch
-    while the sweep imports the workload ``target``); a backend module opts in with
-    ``warm(options, workers, target)``."""
-    module = importlib.import_module(BACKENDS[name].partition(":")[0])
-    start = getattr(module, "warm", None)
-    if start is not None:
-        start(options, workers, target)
+    module_name, _, attr = BACKENDS[name].partition(":")
+    module = importlib.import_module(module_name)
+    return Backend(name, getattr(module, attr), getattr(module, "check", _no_check), getattr(module, "warm", _no_warm))
 
 
 def cpus() -> int:
@@ -106,9 +114,9 @@ def load(target: str, located: str) -> Workload:
     return found if found.target == target else replace(found, target=target)
 
 
-def crashed(workload: Workload, seed: int, ident: dict[str, Any], error: str) -> RunRecord:
+def crashed(workload: Workload, seed: int, ident: RunIdentity, error: str) -> RunRecord:
     """The record of a seed whose worker died before it could report."""
     from ..record import Recorder, build_record
 
-    return build_record(Recorder(seed, ident["config"]), workload=workload.target, identity=ident, wall=0.0,
+    return build_record(Recorder(seed, ident.config), workload=workload.target, identity=ident, wall=0.0,
                         status="failed", error=error)

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..._format import describe_error
 from ...errors import WorkloadError
+from ..identity import RunIdentity
 from ..record import RunRecord
 from ..workload import Workload
 from . import Done, crashed, load, portable
@@ -48,7 +49,7 @@ _START_ATTEMPTS = 3  # consecutive workers dying before they load the workload: 
 Job = tuple[int, ...]
 #: What a worker builds once from the workload and the sweep's identity, then calls with each job's seeds. It
 #: is sent to the worker pickled by reference, so it must be a module-level function.
-Trainer = Callable[[Workload, dict[str, Any]], Callable[[list[int]], list[RunRecord]]]
+Trainer = Callable[[Workload, RunIdentity], Callable[[list[int]], list[RunRecord]]]
 
 
 @dataclass
@@ -59,14 +60,14 @@ class _Worker:
     ready: bool = False  # it loaded the workload: a death from now on is the job's doing
 
 
-def run_jobs(workload: Workload, jobs: list[Job], ident: dict[str, Any], *, workers: int, done: Done,
+def run_jobs(workload: Workload, jobs: list[Job], ident: RunIdentity, *, workers: int, done: Done,
              trainer: Trainer) -> None:
     """Train ``jobs`` on up to ``workers`` processes, passing each record to ``done`` as its job ends.
 
     ``trainer(workload, ident)`` is built once in each worker and called with each job's seeds: the process
     backend's runs one seed as the serial backend would, the vectorized backend's trains one stack at once.
     """
-    threads = int(ident["env"]["threads"])
+    threads = ident.threads
     pool = _Pool(workload, ident, threads, trainer)
     queue = deque(jobs)
     try:
@@ -122,7 +123,7 @@ def context(target: str | None = None) -> Any:
 class _Pool:
     """Workers, each holding at most one job; a dead worker is noticed by its sentinel or a closed pipe."""
 
-    def __init__(self, workload: Workload, ident: dict[str, Any], threads: int, trainer: Trainer) -> None:
+    def __init__(self, workload: Workload, ident: RunIdentity, threads: int, trainer: Trainer) -> None:
         self.ctx = context(workload.target)
         self.target = workload.target
         self.args = (workload.target, portable(workload), ident, threads, dict(os.environ), trainer)
@@ -227,7 +228,7 @@ def _death(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _serve(conn: Connection, target: str, located: str, ident: dict[str, Any], threads: int,
+def _serve(conn: Connection, target: str, located: str, ident: RunIdentity, threads: int,
            environ: dict[str, str], trainer: Trainer) -> None:
     """A worker's life: load the workload once, then train each job it is sent until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops us

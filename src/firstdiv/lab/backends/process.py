@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..identity import RunIdentity
 from ..record import RunRecord
 from ..workload import Workload
 from . import Done, cpus
@@ -19,14 +20,14 @@ from ._pool import run_jobs, warm
 __all__ = ["run", "seed_trainer", "warm"]
 
 
-def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers: int | None, done: Done,
+def run(workload: Workload, seeds: list[int], ident: RunIdentity, *, workers: int | None, done: Done,
         options: dict[str, Any]) -> None:
-    threads = int(ident["env"]["threads"])
+    threads = ident.threads
     run_jobs(workload, [(seed,) for seed in seeds], ident, workers=workers or max(1, cpus() // threads), done=done,
              trainer=seed_trainer)
 
 
-def seed_trainer(workload: Workload, ident: dict[str, Any]) -> Callable[[list[int]], list[RunRecord]]:
+def seed_trainer(workload: Workload, ident: RunIdentity) -> Callable[[list[int]], list[RunRecord]]:
     """What a worker runs for each job: the one seed, exactly as the serial backend runs it."""
     from ..runner import run_seed
 

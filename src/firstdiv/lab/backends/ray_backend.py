@@ -23,6 +23,7 @@ from typing import Any
 
 from ..._format import first_line
 from ...errors import InvalidArgument
+from ..identity import RunIdentity
 from ..record import RunRecord
 from ..workload import Workload
 from . import Done, cpus, crashed, portable
@@ -88,10 +89,10 @@ def _host_port(where: str, default: int, address: str) -> tuple[str, int]:
     return host, port
 
 
-def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers: int | None, done: Done,
+def run(workload: Workload, seeds: list[int], ident: RunIdentity, *, workers: int | None, done: Done,
         options: dict[str, Any]) -> None:
     ray = ray_module()
-    threads = int(ident["env"]["threads"])
+    threads = ident.threads
     started = _connect(ray, options.get("address"), workers, threads)
     try:
         _sweep(ray, workload, seeds, ident, threads, workers, done)
@@ -122,7 +123,7 @@ def _connect(ray: Any, address: str | None, workers: int | None, threads: int) -
     return True
 
 
-def _sweep(ray: Any, workload: Workload, seeds: list[int], ident: dict[str, Any], threads: int,
+def _sweep(ray: Any, workload: Workload, seeds: list[int], ident: RunIdentity, threads: int,
            workers: int | None, done: Done) -> None:
     """Keep at most ``workers`` tasks in flight (all of them when None); record each as it finishes."""
     task = ray.remote(_train_seed).options(num_cpus=threads, max_retries=1, retry_exceptions=False)
@@ -143,7 +144,7 @@ def _sweep(ray: Any, workload: Workload, seeds: list[int], ident: dict[str, Any]
             ray.cancel(ref, force=True)
 
 
-def _outcome(ray: Any, ref: Any, workload: Workload, seed: int, ident: dict[str, Any]) -> RunRecord:
+def _outcome(ray: Any, ref: Any, workload: Workload, seed: int, ident: RunIdentity) -> RunRecord:
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as exc:
@@ -153,7 +154,7 @@ def _outcome(ray: Any, ref: Any, workload: Workload, seed: int, ident: dict[str,
                                               f"{type(exc).__name__}: {why}")
 
 
-def _train_seed(seed: int, target: str, located: str, ident: dict[str, Any], cwd: str) -> RunRecord:
+def _train_seed(seed: int, target: str, located: str, ident: RunIdentity, cwd: str) -> RunRecord:
     """Runs in a Ray worker: load the workload (module targets relative to the driver's directory) and train."""
     from ..runner import run_seed
     from . import load

@@ -30,6 +30,7 @@ import torch
 from ..._globals import preserved_globals
 from ...errors import InvalidArgument
 from .. import functional
+from ..identity import RunIdentity
 from ..record import Recorder, RunRecord, build_record, timer
 from ..runner import describe
 from ..workload import Workload
@@ -42,19 +43,19 @@ MAX_CHUNK = 256
 OPTIONS = ("chunk",)
 
 
-def run(workload: Workload, seeds: list[int], ident: dict[str, Any], *, workers: int | None, done: Done,
+def run(workload: Workload, seeds: list[int], ident: RunIdentity, *, workers: int | None, done: Done,
         options: dict[str, Any]) -> None:
     spec, chunk = check(workload, options)
-    with isolated(int(ident["env"]["threads"])):
+    with isolated(ident.threads):
         start = timer()
         try:
-            fs = functional.build(spec, ident["config"])
+            fs = functional.build(spec, ident.config)
             size = chunk or default_chunk(fs)  # runs init and one forward: fails where training would
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 (a broken spec, or sys.exit() in it, fails every seed)
             for seed in seeds:
-                done(_record(Recorder(seed, ident["config"]), workload, ident, 0.0, describe(exc), len(seeds), 0))
+                done(_record(Recorder(seed, ident.config), workload, ident, 0.0, describe(exc), len(seeds), 0))
             return
         stacks = split(seeds, size, workers or 1)
         if workers is not None and workers > 1 and len(stacks) > 1:
@@ -85,17 +86,17 @@ def split(seeds: list[int], size: int, workers: int) -> list[tuple[int, ...]]:
     return [tuple(int(s) for s in part) for part in np.array_split(np.asarray(seeds, dtype=np.int64), count)]
 
 
-def stack_trainer(workload: Workload, ident: dict[str, Any]) -> Callable[[list[int]], list[RunRecord]]:
+def stack_trainer(workload: Workload, ident: RunIdentity) -> Callable[[list[int]], list[RunRecord]]:
     """What a worker process runs for each stack it is handed: the functional built once, then
     :func:`train_chunk` per stack (the first stack's seeds share the build time)."""
     spec = require_functional(workload)
     start = timer()
-    fs = functional.build(spec, ident["config"])
+    fs = functional.build(spec, ident.config)
     setup = timer() - start
 
     def train(seeds: list[int]) -> list[RunRecord]:
         nonlocal setup
-        with isolated(int(ident["env"]["threads"])):
+        with isolated(ident.threads):
             records = train_chunk(workload, fs, seeds, ident, len(seeds), setup / len(seeds), workers=True)
         setup = 0.0
         return records
@@ -134,10 +135,10 @@ def isolated(threads: int) -> Any:
     return preserved_globals(threads=threads)
 
 
-def train_chunk(workload: Workload, fs: functional.Functional, seeds: list[int], ident: dict[str, Any],
+def train_chunk(workload: Workload, fs: functional.Functional, seeds: list[int], ident: RunIdentity,
                 size: int, setup: float = 0.0, workers: bool = False) -> list[RunRecord]:
     """Train ``seeds`` as one stack; each record gets an equal share of the stack's wall time."""
-    recs = [Recorder(seed, ident["config"]) for seed in seeds]
+    recs = [Recorder(seed, ident.config) for seed in seeds]
     start = timer()
     error = None
     try:
@@ -151,7 +152,7 @@ def train_chunk(workload: Workload, fs: functional.Functional, seeds: list[int],
             for rec in recs]
 
 
-def _record(rec: Recorder, workload: Workload, ident: dict[str, Any], wall: float, error: str | None,
+def _record(rec: Recorder, workload: Workload, ident: RunIdentity, wall: float, error: str | None,
             batch: int, batch_seconds: float, chunk: int | None = None, workers: bool = False) -> RunRecord:
     out = build_record(rec, workload=workload.target, identity=ident, wall=wall,
                        status="failed" if error else "ok", error=error)
