@@ -63,6 +63,7 @@ _MEASURED = re.compile(rf"{_NUMBER}(?= ?(?:ns|us|ms|s|examples/s|MiB|GiB)\b)|{_N
 _NOISE_NOTE = re.compile(r"; spread \(IQR\) is \d+% of the median: rerun with more repeats \(repeats=\d+\) or on a quieter "
                          r"machine before comparing")
 _FRAME_LINE = re.compile(r"(?<=test_golden_instruments\.py:)\d+")
+_RSS_SOURCE = re.compile(r"\((?:psutil|/proc/self/statm)\)")
 
 
 def scrub(text: str, timed: bool = False) -> str:
@@ -81,13 +82,16 @@ def scrub(text: str, timed: bool = False) -> str:
     - performance_ledger's note that a timing was noisy ("; spread (IQR) is N% of the median: rerun ...") is
       dropped: whether it appears is itself a measurement;
     - the line number of this file in the user frame memory_phases names (``at test_golden_instruments.py:NN``)
-      becomes ``<line>``, so editing this file does not change the golden file.
+      becomes ``<line>``, so editing this file does not change the golden file;
+    - where the process RSS was read, ``(psutil)`` or ``(/proc/self/statm)``, becomes ``(<rss source>)``: psutil
+      is importable once a test has imported ray (ray puts its bundled psutil on sys.path).
 
     Tensor byte counts (B, KiB), counts of steps, batches, ops, graphs and recompilations are kept: they are exact.
     """
     text = _RESIDUAL.sub("<eps>", text)
     if timed:
         text = _MEASURED.sub("<n>", _FRAME_LINE.sub("<line>", _NOISE_NOTE.sub("", text)))
+        text = _RSS_SOURCE.sub("(<rss source>)", text)
     return text
 
 
