@@ -206,3 +206,16 @@ def loss_problem(loss: Any) -> str | None:
     if not loss.is_floating_point():
         return f"loss_fn returned a {loss.dtype} tensor; gradients need a real floating-point loss"
     return None
+
+
+def to_device(value: Any, device: torch.device | None) -> Any:
+    """``value`` moved to ``device`` (tensors inside tuples, lists and dicts; other values unchanged); None: as is."""
+    if device is None:
+        return value
+    if torch.is_tensor(value):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_device(v, device) for v in value)
+    return value

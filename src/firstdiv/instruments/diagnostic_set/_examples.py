@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ...errors import InvalidArgument
+from .._core.batch import to_device
 from .._core.outputs import call_once, leaves, split_inputs
 
 CATEGORIES = ("ordinary", "boundary", "missing_input", "abstention")
@@ -60,18 +61,6 @@ def to_cpu(value: Any) -> Any:
         return (tuple if isinstance(value, tuple) else list)(to_cpu(v) for v in value)
     to_tuple = getattr(value, "to_tuple", None)
     return to_cpu(to_tuple()) if callable(to_tuple) else value
-
-
-def to_device(value: Any, device: torch.device | None) -> Any:
-    if device is None:
-        return value
-    if torch.is_tensor(value):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: to_device(v, device) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(to_device(v, device) for v in value)
-    return value
 
 
 def device_of(model_or_fn: Any) -> torch.device | None:

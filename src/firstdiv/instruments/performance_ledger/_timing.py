@@ -47,17 +47,6 @@ def spread(values: list[float]) -> dict[str, float]:
             "n": int(a.size), "relative_spread": (p75 - p25) / med if med > 0 else 0.0}
 
 
-def to_device(value: Any, device: torch.device) -> Any:
-    """The batch moved to ``device`` (tensors inside tuples, lists and dicts); other values unchanged."""
-    if torch.is_tensor(value):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: to_device(v, device) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(to_device(v, device) for v in value)
-    return value
-
-
 def time_empty(repeats: int, sync: Callable[[], None]) -> float:
     """Median seconds of an empty step timed exactly like the user's: the instrument's own overhead."""
     noop = _noop
@@ -213,7 +202,7 @@ def _phase_iteration(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
     mark()
     b = _batch.split_batch(fetch(), model)
     mark()
-    b = _batch.Batch(to_device(b.inputs, device), to_device(b.targets, device), b.as_kwargs)
+    b = _batch.Batch(_batch.to_device(b.inputs, device), _batch.to_device(b.targets, device), b.as_kwargs)
     mark()
     try:
         _, loss = _timed_loss(model, b, loss_fn, mark)
