@@ -219,3 +219,14 @@ def to_device(value: Any, device: torch.device | None) -> Any:
     if isinstance(value, (tuple, list)):
         return type(value)(to_device(v, device) for v in value)
     return value
+
+
+def check_step_source(optimizer: Any, train_step: Any) -> torch.optim.Optimizer | None:
+    """``optimizer`` must be an Optimizer, or None when ``train_step`` (a loop that updates parameters by hand,
+    ``p.data.add_(p.grad, alpha=-lr)``) is given; returns the optimizer (or None)."""
+    if optimizer is None:
+        if train_step is None:
+            raise InvalidArgument("Expected `optimizer` (the torch.optim.Optimizer that steps the model) or, for a loop "
+                                  "that updates parameters by hand, `train_step` (a zero-argument step) but got neither")
+        return None
+    return check_optimizer(optimizer)
