@@ -22,9 +22,9 @@ class Ctx:
     them); ``model``/``optimizer`` are the user's objects, only read."""
 
     model: nn.Module
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer | None
     work: nn.Module
-    work_opt: torch.optim.Optimizer
+    work_opt: torch.optim.Optimizer | None
     loss_fn: Callable[..., Any]
     batch: Batch
     outputs: Any
@@ -40,6 +40,11 @@ class Ctx:
     num_classes: int | None = None
     ignore_index: int = IGNORE_INDEX
     notes: dict[str, Any] = field(default_factory=dict)
+    #: the user's own step (manual updates, their loop) and the axis of the batch's examples
+    train_step: Callable[[], Any] | None = None
+    batch_axis: int = 0
+    #: one-line notes for the report (things not verified on a healthy program): ``details["notes"]``
+    report_notes: list[str] = field(default_factory=list)
 
 
 def seed_copies(seed: int = 0) -> None:
