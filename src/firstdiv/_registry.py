@@ -21,7 +21,7 @@ __all__ = ["EVIDENCE_KEYS", "SPECS", "InstrumentSpec", "ladder", "lazy_names", "
 
 #: DESIGN's evidence keys, in the order ``diagnose`` documents them
 EVIDENCE_KEYS = ("model", "batch", "loss_fn", "optimizer", "loader", "train_step", "eval_fn", "task_probe")
-_TRAINING = ("model", "batch", "loss_fn", "optimizer")
+_TRAINING = ("model", "batch", "loss_fn", ("optimizer", "train_step"))
 
 #: side-effect tiers: what an instrument does to the user's objects (its report's ``side_effects`` says it
 #: in full): it only reads them, its mutating work runs on copies, or it runs the user's code on them and
@@ -150,9 +150,10 @@ SPECS: tuple[InstrumentSpec, ...] = (
                                                    contracts=ev.get("stage_contracts")),
                    "firstdiv.stage_trace(sample, stages, probes=probes, contracts=contracts).ok"),
     InstrumentSpec("four_structures", _M + "four_structures", "ownership", "restores",
-                   "firstdiv.four_structures(model, optimizer, batch, loss_fn)", _R[2], ("model",),
+                   "firstdiv.four_structures(model, optimizer, batch, loss_fn, frozen=frozen)", _R[2], ("model",),
                    lambda ev, _: _fi().four_structures(ev["model"], ev.get("optimizer"), ev.get("batch"),
-                                                       ev.get("loss_fn") if "batch" in ev else None),
+                                                       ev.get("loss_fn") if "batch" in ev else None,
+                                                       **_opt(ev, "frozen")),
                    "firstdiv.four_structures(model, optimizer, batch, loss_fn).ok"),
     InstrumentSpec("reachability", _M + "reachability", "graph", "reads", "firstdiv.reachability(model, batch, loss_fn)",
                    _R[2], ("model", "batch", "loss_fn"),
@@ -160,19 +161,23 @@ SPECS: tuple[InstrumentSpec, ...] = (
                    "firstdiv.reachability(model, batch, loss_fn).ok"),
     InstrumentSpec("step_probe", _M + "step_probe", "learning chain", "restores",
                    "firstdiv.step_probe(model, batch, loss_fn, optimizer, train_step=train_step)", _R[3], _TRAINING,
-                   lambda ev, _: _fi().step_probe(ev["model"], ev["batch"], ev["loss_fn"], ev["optimizer"],
+                   lambda ev, _: _fi().step_probe(ev["model"], ev["batch"], ev["loss_fn"], ev.get("optimizer"),
                                                   train_step=ev.get("train_step")),
                    "firstdiv.step_probe(model, batch, loss_fn, optimizer, train_step=train_step).ok"),
     InstrumentSpec("learning_ledger", _M + "learning_ledger", "learning chain", "copies",
-                   "firstdiv.learning_ledger(model, batch, loss_fn, optimizer, task_probe=task_probe)", _R[4], _TRAINING,
-                   lambda ev, _: _fi().learning_ledger(ev["model"], ev["batch"], ev["loss_fn"], ev["optimizer"],
-                                                       task_probe=ev.get("task_probe")),
-                   "firstdiv.learning_ledger(model, batch, loss_fn, optimizer, task_probe=task_probe).ok"),
+                   "firstdiv.learning_ledger(model, batch, loss_fn, optimizer, train_step=train_step, task_probe=task_probe)",
+                   _R[4], _TRAINING,
+                   lambda ev, _: _fi().learning_ledger(ev["model"], ev["batch"], ev["loss_fn"], ev.get("optimizer"),
+                                                       task_probe=ev.get("task_probe"), train_step=ev.get("train_step"),
+                                                       **_opt(ev, "task", "batch_axis")),
+                   "firstdiv.learning_ledger(model, batch, loss_fn, optimizer, train_step=train_step, task_probe=task_probe).ok"),
     InstrumentSpec("six_claims", _M + "six_claims", "learning chain", "copies",
-                   "firstdiv.six_claims(model, batch, loss_fn, optimizer, eval_fn=eval_fn)", _R[4], _TRAINING,
-                   lambda ev, _: _fi().six_claims(ev["model"], ev["batch"], ev["loss_fn"], ev["optimizer"],
-                                                  eval_fn=ev.get("eval_fn")),
-                   "firstdiv.six_claims(model, batch, loss_fn, optimizer, eval_fn=eval_fn).ok"),
+                   "firstdiv.six_claims(model, batch, loss_fn, optimizer, eval_fn=eval_fn, train_step=train_step)", _R[4],
+                   _TRAINING,
+                   lambda ev, _: _fi().six_claims(ev["model"], ev["batch"], ev["loss_fn"], ev.get("optimizer"),
+                                                  eval_fn=ev.get("eval_fn"), train_step=ev.get("train_step"),
+                                                  **_opt(ev, "batch_axis")),
+                   "firstdiv.six_claims(model, batch, loss_fn, optimizer, eval_fn=eval_fn, train_step=train_step).ok"),
     InstrumentSpec("shape_ledger", _M + "shape_ledger", "geometry", "reads", "firstdiv.shape_ledger(model, inputs)",
                    _R[5], ("model", ("inputs", "batch")), lambda ev, _: _fi().shape_ledger(ev["model"], _inputs(ev)),
                    "firstdiv.shape_ledger(model, inputs).ok"),

@@ -211,6 +211,21 @@ _EXP_OBSERVE = (("the instrument changed the system (hooks, .item() syncs, print
                  "the effect is real without the instrument"),
                 "rerun the final verification with the instrument removed")
 
+_EXP_ASCENT = (("the step goes up the gradient (a sign error: (-loss).backward(), an update with +lr*grad)",
+                "the step size overshoots (the lr or its parameter group is too large for this loss scale)"),
+               ("run your own train_step once on the known batch and compare the parameter move with -grad: its sign, "
+               "then its size relative to the parameters"))
+_EXP_PRECISION = (("a reduced-precision op overflows or underflows (fp16 range, bf16 rounding of a sum)",
+                   "the fp32 program is already wrong and autocast only exposes it"),
+                  "run the same batch eager in fp32 and under autocast; compare the loss and the first layer that differs")
+_EXP_GENERATION = (("the variants are fed different generation settings (eos_token_id, pad_token_id, max_new_tokens)",
+                    "the model's own end-of-sequence probability is wrong (it never learned to stop)"),
+                   "generate from the same prompt with the settings printed; compare the eos/pad ids with the tokenizer's")
+_EXP_BATCH = (("an op mixes examples (a reduction or normalization over the batch axis, a batch-first mix-up)",
+               "the per-example computation is right and only the batch layout passed to the instruments is wrong"),
+              ("run one example alone and inside a batch of 32: the per-example outputs must agree; then check "
+              "batch_first and the batch_axis"))
+
 # --- the exact calls ---------------------------------------------------------------------------------------------------
 _CALL = {
     **{s.name: s.call for s in SPECS if s.public},  # the instruments, from their registry
@@ -426,7 +441,7 @@ ROUTES: tuple[RouteSpec, ...] = (
        _EXP_ATTN_REF, "My attention disagrees with scaled_dot_product_attention",
        "missing 1/sqrt(d) scaling", "forgot to scale scores by sqrt(d_k)", "manual attention versus sdpa differ"),
     # 11. The learning chain
-    _r("learning.flat", f"{_A} 11", "learning chain", ("learning_ledger",),
+    _r("learning.flat", f"{_A} 11", "learning chain", ("learning_ledger", "step_probe"),
        "the first failing link (CAPABILITY: overfit a tiny batch)", _T, _EXP_CAPABILITY, "The loss is flat",
        "my loss won't go down", "the model is not learning", "loss doesn't decrease", "loss is stuck at ln(num_classes)",
        "training runs without errors but the model is useless", "tuning the learning rate does not help",
@@ -461,6 +476,28 @@ ROUTES: tuple[RouteSpec, ...] = (
        "step.nonfinite_loss / step.nonfinite_gradient (GRADIENT link)", _T, _EXP_NONFINITE, "The loss becomes NaN",
        "loss is nan", "gradients explode", "loss becomes inf after a few steps", "non-finite gradients",
        "training diverges to NaN"),
+    _r("learning.ascends", f"{_A} 11", "learning chain", ("step_probe", "learning_ledger"),
+       "step.train_step_ascends / step.diverges (your train_step, run and restored)", _T, _EXP_ASCENT,
+       "The loss goes up instead of down", "loss increases every step", "the loss rises as training goes on",
+       "training makes the loss worse", "loss explodes after a few steps", "the loss grows instead of shrinking",
+       "my training diverges", stop="11"),
+    _r("precision.autocast", f"{_A} 11", "learning chain", ("step_probe", "compare_outputs"),
+       "step.nonfinite_loss under autocast; the eager fp32 variant against the autocast one", _T, _EXP_PRECISION,
+       "Results change under autocast or mixed precision", "bf16 autocast gives different results",
+       "fp16 training diverges with GradScaler", "GradScaler skips every step", "the loss scale keeps shrinking",
+       "mixed precision makes the loss NaN", "half precision training is unstable", "amp gives worse accuracy",
+       "the model is worse with torch.autocast", stop="11"),
+    _r("generation.length", f"{_C31}: exported model differs", "run comparison", ("compare_outputs", "stage_trace"),
+       "the generation settings each variant was fed (eos/pad token ids, max_new_tokens, template)", _R, _EXP_GENERATION,
+       "Generated sequences have the wrong length", "generation stops early", "generated text is too short",
+       "the model never stops generating", "the model generates until max_length", "generation ignores the eos token",
+       "outputs are cut off after a few tokens", "generate returns only the prompt", stop="export"),
+    _r("batch.shape", f"{_A} 2", "tensor", ("tensor_trace", "shape_ledger", "learning_ledger"),
+       "named-axis contracts (B T D); the batch axis the learning instruments use (batch_axis=)", _T, _EXP_BATCH,
+       "The result depends on the batch size or the batch layout", "works with batch size 1 but not with 32",
+       "the batch shape is wrong", "changing the batch size changes the predictions",
+       "the sequence-first batch is sliced along time", "my batch is [T, B] not [B, T]", "examples in a batch leak "
+       "into each other", "the last batch has a different size and fails", stop="2"),
     # 12. Performance
     _r("perf.throughput", f"{_A} 15", "performance", ("performance_ledger",), "perf.dominant_phase", _P, _EXP_PERF,
        "Training is correct but throughput is low",

@@ -83,6 +83,9 @@ EXTRA_KEYS = {
     "compile_inputs": "the real input sequence for compile_ledger(model, ...)", "compile_options": "compile_ledger options",
     "variants": "{name: model or callable} for compare_outputs", "variant_inputs": "fixed inputs for compare_outputs",
     "variant_options": "compare_outputs options",
+    "task": "the declared task for learning_ledger: 'classification', 'regression' or 'language_model'",
+    "frozen": "fnmatch patterns of the parameters frozen on purpose, for four_structures (checked both ways)",
+    "batch_axis": "the axis of the batch's examples (1 for sequence-first [T, B] inputs) for the learning instruments",
 }
 _R = ESCALATION  # the rungs, in the appendix's words
 _SEEDS = {"instrument": "multi-seed comparison", "rung": _R[7],

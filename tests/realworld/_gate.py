@@ -1,0 +1,88 @@
+"""Run the learning-chain instruments on the corpus (shared by ``test_corpus.py`` and
+``benchmarks/realworld_rates.py``).
+
+- :func:`run_correct` runs ``firstdiv.diagnose`` with ``stop_at_first=False`` on a correct program, so every
+  instrument whose evidence the program has runs once, exactly as ``diagnose`` calls it; the verdicts are read
+  from the worksheet's reports. The program's ``loader`` is left out: loader timing is the performance
+  instruments' corpus (its verdicts depend on the machine's load).
+- :func:`run_bug` runs the one instrument a bug names, called as a user would with everything the program has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from _api import Bug, Program
+
+import firstdiv
+from firstdiv._registry import EVIDENCE_KEYS
+
+#: the instruments whose verdicts the gates read (diagnose runs more: their verdicts count too)
+CHAIN = ("evidence_packet", "four_structures", "step_probe", "learning_ledger", "six_claims")
+
+
+def _axis(p: Program) -> dict[str, Any]:
+    return {"batch_axis": p.batch_axis} if p.batch_axis else {}
+
+
+CALLS = {
+    "evidence_packet": lambda p: firstdiv.evidence_packet(**{k: v for k, v in p.evidence().items() if k in EVIDENCE_KEYS
+                                                             and k != "loader"}),
+    "four_structures": lambda p: firstdiv.four_structures(p.model, p.optimizer, p.batch, p.loss_fn, frozen=p.frozen),
+    "step_probe": lambda p: firstdiv.step_probe(p.model, p.batch, p.loss_fn, p.optimizer, train_step=p.train_step),
+    "learning_ledger": lambda p: firstdiv.learning_ledger(p.model, p.batch, p.loss_fn, p.optimizer, train_step=p.train_step,
+                                                          task_probe=p.task_probe, task=p.task, **_axis(p)),
+    "six_claims": lambda p: firstdiv.six_claims(p.model, p.batch, p.loss_fn, p.optimizer, eval_fn=p.eval_fn,
+                                                train_step=p.train_step, **_axis(p)),
+}
+
+
+@dataclasses.dataclass
+class Verdict:
+    instrument: str
+    status: str
+    where: str | None
+    kind: str | None
+    summary: str
+
+
+def _summary(report: firstdiv.Report) -> str:
+    div = report.first_divergence
+    if div is not None:
+        return f"{div.where} {div.kind}: {str(div.observed)[:160]}"
+    bad = [f for f in report.findings if f.status.name in ("WARN", "SKIPPED", "FAIL")]
+    return report.reason[:200] if report.reason else "; ".join(f"{f.where}: {f.message[:120]}" for f in bad[:2])
+
+
+def verdict(report: firstdiv.Report) -> Verdict:
+    div = report.first_divergence
+    return Verdict(report.instrument, report.status.value, div.where if div else None, div.kind if div else None,
+                   _summary(report))
+
+
+def run_correct(program: Program) -> tuple[str, dict[str, Verdict]]:
+    """``diagnose``'s status and every instrument's verdict on a correct program."""
+    ev = program.evidence()
+    ev.pop("loader", None)
+    torch.manual_seed(0)
+    ws = firstdiv.diagnose(stop_at_first=False, **ev)
+    names = ws.details.get("reports", {})
+    return ws.status.value, {name: verdict(ws.report_of(name)) for name in names}
+
+
+def run_bug(bug: Bug, seed: int = 0) -> Verdict:
+    """The named instrument's verdict on the buggy program."""
+    program = bug.build(seed)
+    return verdict(CALLS[bug.instrument](program))
+
+
+def localized(bug: Bug, v: Verdict) -> bool:
+    """The instrument gave the bug's status and its first divergence names every string of ``bug.where``."""
+    if v.status != bug.status:
+        return False
+    if bug.status != "FAIL":
+        return True
+    text = f"{v.where or ''}"
+    return all(w in text for w in bug.where) and (not bug.kind or bug.kind in (v.kind or ""))
