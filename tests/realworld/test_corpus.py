@@ -2,7 +2,8 @@
 
 - every correct program, at three seeds: no instrument FAILs; an instrument WARNs only where the program
   names the reason a user would agree with (``Program.warns``); ``diagnose`` returns PASS on every program
-  that has a task probe or a declared task (and never FAIL on any);
+  that has a task probe or a declared task (and never FAIL on any); and the run leaves no trace on the
+  program's model, optimizer and batch (the no-trace harness's check, over every instrument diagnose ran);
 - every correct program genuinely learns under its own loop (else it is not a correct program);
 - every bug: the instrument it names does not PASS, and its first divergence names the bug's place.
 
@@ -15,6 +16,7 @@ import pytest
 import torch
 from _api import load_programs, self_check
 from _gate import CHAIN, localized, run_bug, run_correct
+from harness import assert_no_trace, watched
 
 PROGRAMS = load_programs()
 SEEDS = (0, 1, 2)
@@ -30,7 +32,9 @@ def test_the_corpus_is_large_enough():
 @pytest.mark.parametrize(("name", "seed"), CORRECT, ids=[f"{n}-{s}" for n, s in CORRECT])
 def test_correct_program_gets_no_false_alarm(name, seed, one_thread, corpus_results):
     program = PROGRAMS[name].build(seed)
-    status, verdicts = run_correct(program)
+    out = assert_no_trace(lambda: run_correct(program), watched(program))  # every instrument diagnose ran
+    assert isinstance(out, tuple), f"diagnose raised {out!r}"
+    status, verdicts = out
     corpus_results.correct[(name, seed)] = (status, verdicts)
     alarms = {k: v for k, v in verdicts.items() if v.status == "FAIL"}
     assert not alarms, "\n".join(f"{k}: {v.summary}" for k, v in alarms.items())
