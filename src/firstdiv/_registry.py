@@ -83,7 +83,10 @@ def _inputs(ev: Evidence) -> Any:
     if "inputs" in ev:
         return ev["inputs"]
     from .instruments._core.batch import split_batch
-    return split_batch(ev["batch"], ev.get("model")).inputs
+    inputs = split_batch(ev["batch"], ev.get("model")).inputs
+    # the batch's model(inputs) call: a tuple of inputs is one argument there (``((x, adj), y)``), while the
+    # geometry instruments read a tuple as positional arguments
+    return (inputs,) if isinstance(inputs, tuple) else inputs
 
 
 def _tensor_facts(_: Evidence, reports: dict[str, Report]) -> Report:
