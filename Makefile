@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/vectorized_speed.py
 	$(PY) benchmarks/parallel_efficiency.py
 	$(PY) benchmarks/fault_catalog.py
+	$(PY) benchmarks/realworld_rates.py
 	$(PY) benchmarks/trace_overhead.py
 
 clean:
