@@ -66,3 +66,18 @@ def _filled(cell: Any) -> bool:
     except ValueError:  # an empty cell: a variable not yet assigned
         return False
     return True
+
+
+def step_optimizers(train_step: Any, optimizer: torch.optim.Optimizer | None = None,
+                    model: nn.Module | None = None) -> list[torch.optim.Optimizer]:
+    """The optimizers a program steps: ``optimizer`` first, then every other optimizer ``train_step`` reaches
+    (a GAN's generator optimizer, a ``SparseAdam`` beside the dense one). With ``model``, only those that own
+    at least one of its parameters (a teacher's or a replay buffer's optimizer is not this model's)."""
+    found = [optimizer] if optimizer is not None else []
+    if train_step is not None:
+        found += [o for o in closure_state(train_step) if isinstance(o, torch.optim.Optimizer)
+                  and all(o is not f for f in found)]
+    if model is None:
+        return found
+    mine = {id(p) for p in model.parameters()}
+    return [o for o in found if o is optimizer or any(id(p) in mine for g in o.param_groups for p in g["params"])]
