@@ -134,7 +134,7 @@ def test_user_code_that_raises_is_part_of_the_packet():
 
     report = packet_of(model=model, batch=batch, loss_fn=broken, optimizer=optimizer)
     assert report.status is Status.WARN
-    assert "RuntimeError: loss exploded" in report.details["notes"]["loss"]
+    assert "RuntimeError: loss exploded" in report.details["not_captured"]["loss"]
     assert {f.where: f.status for f in report.findings}["step"] is Status.WARN
 
 

@@ -21,7 +21,9 @@ The report is a packet, not a verdict: PASS when the training packet is complete
 could not be captured (the user's code raised: the error is in the packet), SKIPPED (with the partial
 packet in ``details`` and the missing keys, each with how to supply it) when model, batch/loader,
 loss_fn or optimizer is absent. ``train_step``, ``eval_fn`` and ``task_probe`` are accepted and noted
-but never called (the step_probe / six_claims / learning_ledger instruments run them).
+but never called (the step_probe / six_claims / learning_ledger instruments run them); a ``train_step``
+without an optimizer (manual updates) makes the optimizer and step sections notes. Batches may be bare
+tensors, dicts (``{"x1", "x2", "label"}``), and hold sparse tensors (layout, shape, nnz: a note).
 
 Only the training packet is built. The appendix's performance packet (workload, shapes, warmup,
 synchronisation, peak memory) belongs to ``performance_ledger``, and its regression packet (code
@@ -34,6 +36,7 @@ records already hold.
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import json
 import math
 import platform
@@ -45,7 +48,7 @@ from torch import nn
 
 from ..errors import InvalidArgument
 from ..report import Report, Status
-from ._core.batch import Batch, check_evidence, compute_loss, loss_problem, split_batch
+from ._core.batch import TARGET_KEYS, Batch, check_evidence, compute_loss, loss_problem, split_batch
 from ._core.checks import check, compose
 from ._core.state import detached_copy, guarded
 from ._core.task import Ctx, err, infer_task, is_int, seed_copies
@@ -96,8 +99,22 @@ def _validated(evidence: dict[str, Any]) -> dict[str, Any]:
     ev = {k: v for k, v in evidence.items() if v is not None}
     check_evidence(ev)
     if "batch" in ev:
-        ev["batch"] = split_batch(ev["batch"], ev.get("model"))
+        ev["batch"] = _as_batch(ev["batch"], ev.get("model"))
     return ev
+
+
+def _as_batch(batch: Any, model: nn.Module | None) -> Batch:
+    """What real loaders yield: a bare tensor (a loader over a plain tensor: inputs, no targets), a dict whose
+    targets key is ``label`` (``{"x1", "x2", "label"}``), and everything :func:`split_batch` takes."""
+    if torch.is_tensor(batch):
+        return Batch(batch, None, False)
+    if isinstance(batch, dict) and "label" in batch and not any(k in batch for k in (*TARGET_KEYS, "inputs", "input", "x")):
+        try:
+            takes = model is not None and "label" in inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):
+            takes = False
+        return Batch({k: v for k, v in batch.items() if takes or k != "label"}, batch["label"], True)
+    return split_batch(batch, model)
 
 
 def _environment() -> dict[str, Any]:
@@ -119,7 +136,7 @@ def _batch(ev: dict[str, Any], packet: dict[str, Any], notes: dict[str, str]) ->
         notes["batch"] = f"could not draw a batch from loader: {err(exc)}"
         return None
     packet["batch_source"] = "first batch of a fresh iterator over loader"
-    return split_batch(first, ev.get("model"))
+    return _as_batch(first, ev.get("model"))
 
 
 def _sections(ev: dict[str, Any], packet: dict[str, Any], notes: dict[str, str]) -> None:
@@ -142,7 +159,10 @@ def describe(x: Any) -> Any:
     """Shape / dtype / device / range of a tensor (recursively for dicts, lists, tuples)."""
     if torch.is_tensor(x):
         out: dict[str, Any] = {"shape": list(x.shape), "dtype": _dtype(x), "device": str(x.device)}
-        if x.numel() and not x.is_complex():
+        if x.layout != torch.strided:  # sparse: its layout and stored elements; no value statistics
+            nnz = x._nnz() if x.layout in (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc) else None
+            out.update(layout=str(x.layout).replace("torch.", ""), nnz=nnz, values="not summarised (sparse layout)")
+        elif x.numel() and not x.is_complex():
             v = x.detach()
             finite = torch.isfinite(v) if v.is_floating_point() else torch.ones_like(v, dtype=torch.bool)
             good = v[finite].double() if bool(finite.any()) else None
@@ -284,11 +304,16 @@ def _report(ev: dict[str, Any], packet: dict[str, Any], notes: dict[str, str]) -
     """One check per section: PASS when captured, WARN when not (each noted section is one, so the report is
     WARN exactly when a capture note was taken), SKIPPED when its evidence is absent (the report is then SKIPPED)."""
     have = set(ev) | ({"batch"} if "batch" in packet else set())
-    missing = {k: HOW[k] for k in ("model", "batch", "loss_fn", "optimizer") if k not in have}
-    checks = []
+    by_hand = "train_step" in ev and "optimizer" not in ev  # manual updates: there is no torch.optim to read
+    missing = {k: HOW[k] for k in ("model", "batch", "loss_fn", "optimizer") if k not in have and not (by_hand and k == "optimizer")}
+    checks, lines = [], _sparse_notes(packet)
     for section, needs in NEEDS.items():
         absent = [k for k in needs if k not in have]
-        if absent and section not in notes:
+        if by_hand and absent == ["optimizer"] and section not in notes:
+            lines.append(f"note: no optimizer: train_step updates by hand (not called here; step_probe runs it), so no {section} "
+                         "section" + (" (no controlled step)" if section == "step" else ""))
+            checks.append(check(section, f"packet.{section}", Status.PASS, lines[-1]))
+        elif absent and section not in notes:
             checks.append(check(section, f"packet.{section}", Status.SKIPPED,
                                 f"needs {', '.join(absent)}: " + "; ".join(HOW[k] for k in absent)))
         elif section in notes or section not in packet:
@@ -299,13 +324,31 @@ def _report(ev: dict[str, Any], packet: dict[str, Any], notes: dict[str, str]) -
             extra = f" (grad after backward not captured: {notes['parameters']})" if section == "parameters" and "parameters" in notes else ""
             checks.append(check(section, f"packet.{section}", Status.PASS, _summary(section, packet) + extra))
     noted = [k for k in ("train_step", "eval_fn", "task_probe") if k in ev]
+    checks += [check("batch", "packet.sparse", Status.PASS, line) for line in lines if "sparse" in line]
     details = {"format": "firstdiv.evidence_packet", "version": FORMAT_VERSION, "packet": packet, "missing": missing,
-               "notes": notes, "noted_not_called": noted}
+               "not_captured": notes, "notes": lines, "noted_not_called": noted}
     side = ("one forward, backward and optimizer step on a deep copy; the originals untouched"
             + ("; the first batch drawn from a fresh iterator over loader" if packet.get("batch_source", "").startswith("first") else ""))
     reason = ("incomplete training packet: missing " + "; ".join(f"{k} ({v})" for k, v in missing.items())
               + "".join(f"; {k}: {v}" for k, v in notes.items())) if missing else ""
     return compose("evidence_packet", checks, side, details, reason)
+
+
+def _sparse_notes(packet: dict[str, Any]) -> list[str]:
+    """A note per sparse tensor in the batch: described by layout, shape and stored elements, no value statistics."""
+    found: list[str] = []
+
+    def walk(d: Any, path: str) -> None:
+        if isinstance(d, dict) and "layout" in d and "shape" in d:
+            found.append(f"note: {path} is a {d['layout']} tensor {d['shape']} with {d['nnz']} stored elements: its value "
+                         "statistics (min, max, mean, nonfinite) are not computed")
+        elif isinstance(d, (dict, list)):
+            for k, v in (d.items() if isinstance(d, dict) else enumerate(d)):
+                walk(v, f"{path}[{k!r}]")
+
+    for key, value in (packet.get("batch") or {}).items():
+        walk(value, f"batch {key}")
+    return found
 
 
 def _summary(section: str, packet: dict[str, Any]) -> str:

@@ -1,0 +1,157 @@
+"""The OPTIMIZER structure: what the optimizer's param groups own against the model's parameters, one finding
+per cause and module, the one that explains the symptom first (an optimizer owning only frozen tensors
+before the trainable tensors it does not own; a replaced module's stale tensors named with their
+replacements)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from ...report import Status
+from .._core.checks import Check
+from ._common import Audit, few, finding, listed, modules_of, note, severity, shape, where_of
+
+
+def _pair_stale(a: Audit, missing: list[tuple[str, torch.Tensor]]) -> dict[str, tuple[int, int, torch.Tensor]]:
+    """Match each stale optimizer tensor to the current parameter in its slot: by name when the optimizer
+    records ``param_names``, else by shape, else by order among tensors of the same rank."""
+    stale, pairs = list(a.stale()), {}
+    groups = a.optimizer.param_groups if a.optimizer is not None else []
+    for g, i, t in list(stale):
+        names = groups[g].get("param_names") if g < len(groups) else None
+        name = names[i] if isinstance(names, (list, tuple)) and i < len(names) else None
+        if name is not None and any(n == name for n, _ in missing) and name not in pairs:
+            pairs[name] = (g, i, t)
+            stale.remove((g, i, t))
+    for same in (lambda s, p: s.shape == p.shape, lambda s, p: s.dim() == p.dim()):
+        for name, p in missing:
+            match = next((e for e in stale if name not in pairs and same(e[2], p)), None)
+            if match is not None:
+                pairs[name] = match
+                stale.remove(match)
+    return pairs
+
+
+def optimizer_findings(a: Audit) -> list[Check]:
+    if a.optimizer is None:
+        return [finding("OPTIMIZER", "structure.optimizer", Status.SKIPPED, "not checked: pass the optimizer", {})]
+    owned, stale, note_ = a.owned_ids, a.stale(), a.ownership_note()
+    trainable = [(names[0], p) for p, names in a.reg.params.values() if p.requires_grad and id(p) not in a.declared]
+    missing = [(n, p) for n, p in trainable if id(p) not in owned]
+    pairs = _pair_stale(a, missing)
+    ev = {"optimizer_tensors": len(owned), "stale_tensors": len(stale), "stale_shapes": [shape(t) for _, _, t in stale][:8],
+          "param_groups": len(a.optimizer.param_groups)}
+    only_frozen = _owns_only_frozen(a, missing, note_, ev)
+    out = [*only_frozen, *_stale_groups(pairs, dict(missing), note_, ev),
+           *_missing_group([(n, p) for n, p in missing if n not in pairs], note_, ev)]
+    out += _unpaired(stale, pairs, note_, ev) + _duplicates(a, owned)
+    out += ([] if only_frozen else _frozen_owned(a, owned)) + _state_devices(a)
+    status = max((c.finding.status for c in out), key=severity, default=Status.PASS)
+    summary = finding("OPTIMIZER", "structure.optimizer", status,
+                      f"{len(trainable) - len(missing)} of {len(trainable)} trainable parameters owned; {note_}",
+                      {**ev, "trainable": len(trainable), "missing": len(missing)})
+    return [summary, *out]
+
+
+def _owns_only_frozen(a: Audit, missing: list[tuple[str, torch.Tensor]], note_: str, ev: dict) -> list[Check]:
+    """Everything the optimizer owns is frozen while trainable tensors are left out: nothing it owns can move."""
+    in_model = {id(t): t for _, _, t in a.owned if id(t) in a.reg.params}
+    owned_names = [a.reg.params[i][1][0] for i in in_model]
+    frozen = [a.reg.params[i][1][0] for i, t in in_model.items() if not t.requires_grad]
+    if not owned_names or len(frozen) != len(owned_names) or not missing:
+        return []
+    names = [n for n, _ in missing]
+    mods = modules_of(names)
+    return [finding(where_of(frozen), "optimizer.owns_only_frozen", Status.FAIL,
+                    f"everything the optimizer owns is frozen ({listed(frozen)}): it can never change anything; the "
+                    f"{len(names)} trainable tensors ({len(mods)} modules: {listed(mods)}) are not owned ({note_})",
+                    {**ev, "owned_frozen": few(frozen), "trainable_not_owned": len(names), "modules": few(mods)})]
+
+
+def _stale_groups(pairs: dict[str, tuple[int, int, torch.Tensor]], current: dict[str, torch.Tensor], note_: str,
+                  ev: dict) -> list[Check]:
+    """One finding per replaced module: the old tensors the optimizer still owns and the new ones it does not."""
+    by_module: dict[str, list[str]] = {}
+    for name in current:
+        if name in pairs:
+            by_module.setdefault(where_of([name]), []).append(name)
+    out = []
+    for mod, names in by_module.items():
+        old = [f"{shape(pairs[n][2])} at param_groups[{pairs[n][0]}][{pairs[n][1]}]" for n in names]
+        new = [f"{n} {shape(current[n])}" for n in names]
+        out.append(finding(mod, "optimizer.stale_parameter", Status.FAIL,
+                           f"{mod}: the optimizer owns {len(names)} tensors no longer in the model ({', '.join(old)}) and "
+                           f"not the {len(names)} now in their place ({', '.join(new)}): it was built before {mod} was "
+                           f"replaced ({note_})",
+                           {**ev, "replaced": names, "stale_slots": {n: [pairs[n][0], pairs[n][1]] for n in names}}))
+    return out
+
+
+def _missing_group(missing: list[tuple[str, torch.Tensor]], note_: str, ev: dict) -> list[Check]:
+    if not missing:
+        return []
+    names = [n for n, _ in missing]
+    mods = modules_of(names)
+    return [finding(where_of(names), "optimizer.missing_parameter", Status.FAIL,
+                    f"optimizer does not own {len(names)} trainable tensors in {len(mods)} modules: {listed(mods)} "
+                    f"(first: {names[0]} {shape(missing[0][1])}) ({note_})",
+                    {**ev, "missing": few(names), "modules": few(mods), "count": len(names)})]
+
+
+def _unpaired(stale: list, pairs: dict, note_: str, ev: dict) -> list[Check]:
+    paired = {id(e[2]) for e in pairs.values()}
+    rest = [(g, i, t) for g, i, t in stale if id(t) not in paired]
+    if not rest:
+        return []
+    g, i, _ = rest[0]
+    slots = [f"param_groups[{g}][{i}] {shape(t)}" for g, i, t in rest]
+    return [finding(f"optimizer.param_groups[{g}][{i}]", "optimizer.stale_parameter", Status.WARN,
+                    f"the optimizer owns {len(rest)} tensors that are not in the model: {listed(slots)} ({note_})",
+                    {**ev, "slots": [[g, i] for g, i, _ in rest][:8]})]
+
+
+def _duplicates(a: Audit, owned: Counter) -> list[Check]:
+    out = []
+    for pid, count in owned.items():
+        if count > 1:
+            slots = [[g, i] for g, i, t in a.owned if id(t) == pid]
+            tensor = next(t for _, _, t in a.owned if id(t) == pid)
+            where = a.reg.name(tensor) or f"optimizer.param_groups[{slots[0][0]}][{slots[0][1]}]"
+            out.append(finding(where, "structure.duplicate_in_optimizer", Status.FAIL,
+                               f"{where}: owned {count} times by the optimizer (slots {slots}); it is updated {count} "
+                               "times per step", {"count": count, "slots": slots}))
+    return out
+
+
+def _frozen_owned(a: Audit, owned: Counter) -> list[Check]:
+    frozen = [(names[0], id(p) in a.declared) for p, names in a.reg.params.values()
+              if not p.requires_grad and id(p) in owned]
+    undeclared = [n for n, declared in frozen if not declared]
+    declared = [n for n, declared in frozen if declared]
+    out = []
+    if undeclared:
+        out.append(finding(undeclared[0], "optimizer.frozen_parameter", Status.WARN,
+                           f"{len(undeclared)} parameters with requires_grad=False are owned by the optimizer (first: "
+                           f"{undeclared[0]}); they get no gradient, but weight decay or momentum may still move them",
+                           {"count": len(undeclared), "names": few(undeclared)}))
+    if declared:
+        out.append(note(a, declared[0], "optimizer.frozen_parameter",
+                        f"the optimizer owns {len(declared)} parameters declared frozen (first: {declared[0]}); with "
+                        "requires_grad=False they get no gradient, and torch.optim skips a parameter without one",
+                        {"count": len(declared), "names": few(declared)}))
+    return out
+
+
+def _state_devices(a: Audit) -> list[Check]:
+    out = []
+    for p, state in a.optimizer.state.items():
+        bad = {k: str(v.device) for k, v in state.items()
+               if torch.is_tensor(v) and v.dim() > 0 and torch.is_tensor(p) and v.device != p.device}
+        if bad:
+            where = a.reg.name(p) or "optimizer.state"
+            out.append(finding(where, "structure.device_mismatch", Status.FAIL,
+                               f"{where}: parameter on {p.device} but its optimizer state {sorted(bad)} is on "
+                               f"{sorted(set(bad.values()))}", {"parameter_device": str(p.device), "state_devices": bad}))
+    return out
