@@ -156,7 +156,7 @@ SPECS: tuple[InstrumentSpec, ...] = (
                    "firstdiv.four_structures(model, optimizer, batch, loss_fn, frozen=frozen)", _R[2], ("model",),
                    lambda ev, _: _fi().four_structures(ev["model"], ev.get("optimizer"), ev.get("batch"),
                                                        ev.get("loss_fn") if "batch" in ev else None,
-                                                       **_opt(ev, "frozen")),
+                                                       **_opt(ev, "frozen", "train_step")),
                    "firstdiv.four_structures(model, optimizer, batch, loss_fn).ok"),
     InstrumentSpec("reachability", _M + "reachability", "graph", "reads", "firstdiv.reachability(model, batch, loss_fn)",
                    _R[2], ("model", "batch", "loss_fn"),

@@ -30,7 +30,8 @@ def _axis(p: Program) -> dict[str, Any]:
 CALLS = {
     "evidence_packet": lambda p: firstdiv.evidence_packet(**{k: v for k, v in p.evidence().items() if k in EVIDENCE_KEYS
                                                              and k != "loader"}),
-    "four_structures": lambda p: firstdiv.four_structures(p.model, p.optimizer, p.batch, p.loss_fn, frozen=p.frozen),
+    "four_structures": lambda p: firstdiv.four_structures(p.model, p.optimizer, p.batch, p.loss_fn, frozen=p.frozen,
+                                                          train_step=p.train_step),
     "step_probe": lambda p: firstdiv.step_probe(p.model, p.batch, p.loss_fn, p.optimizer, train_step=p.train_step),
     "learning_ledger": lambda p: firstdiv.learning_ledger(p.model, p.batch, p.loss_fn, p.optimizer, train_step=p.train_step,
                                                           task_probe=p.task_probe, task=p.task, **_axis(p)),

@@ -11,7 +11,8 @@ by object identity, for every tensor the model holds:
 3. AUTOGRAD: what the autograd graph of one loss reaches (only with ``batch`` and ``loss_fn``);
 4. OPTIMIZER: what the optimizer's param groups own.
 
-Findings follow that order, so an unregistered tensor or module list is named before the optimizer
+A finding's ``where`` is the first parameter it is about, as ``named_parameters()`` names it; its message
+and evidence name every module and tensor of the group. Findings follow that order, so an unregistered tensor or module list is named before the optimizer
 problem it causes. Kinds: ``structure.unregistered_tensor``, ``structure.unregistered_module``,
 ``structure.unreached_parameter`` (WARN), ``structure.device_mismatch``,
 ``optimizer.owns_only_frozen`` (everything the optimizer owns is frozen: named before the trainable tensors
@@ -38,6 +39,7 @@ from torch import nn
 from ...report import Report, Status
 from .._core.batch import check_loss_fn, check_model, check_optimizer, compute_loss, loss_problem, split_batch
 from .._core.checks import compose, graph_leaves
+from .._core.closure import step_optimizers
 from .._core.python_graph import Hidden, Registry, hidden_modules, python_graph
 from .._core.state import guarded
 from .._core.user_hooks import reports_user_hooks
@@ -54,7 +56,7 @@ _STRUCTURES = ("PYTHON", "REGISTERED", "AUTOGRAD", "FROZEN", "OPTIMIZER")  # the
 
 @reports_user_hooks
 def four_structures(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, batch: Any = None,
-                    loss_fn: Any = None, *, frozen: tuple[str, ...] = ()) -> Report:
+                    loss_fn: Any = None, *, frozen: tuple[str, ...] = (), train_step: Any = None) -> Report:
     """Reconcile the four structures of a module (Python, registered, autograd, optimizer) by identity.
 
     ``batch`` (tuple ``(inputs, targets)`` or dict, see :mod:`firstdiv.instruments._core.batch`) and
@@ -62,6 +64,8 @@ def four_structures(model: nn.Module, optimizer: torch.optim.Optimizer | None = 
     your model inside a guard (no backward, no step) to see what the autograd graph reaches.
     ``optimizer`` may be None (the OPTIMIZER structure is then SKIPPED). ``frozen``: fnmatch patterns of the
     parameter names frozen on purpose (``("backbone.stage1.*",)``); a pattern matching none is refused.
+    ``train_step`` (your step, only read, never called): the other optimizers it steps that own this model's
+    parameters (a ``SparseAdam`` beside the dense optimizer) count as owners too.
     """
     check_model(model)
     if optimizer is not None:
@@ -76,8 +80,9 @@ def four_structures(model: nn.Module, optimizer: torch.optim.Optimizer | None = 
     reached, reason = None, "pass both batch and loss_fn to see what the autograd graph reaches"
     if batch is not None and loss_fn is not None:
         reached, reason = _autograd(model, optimizer, batch, loss_fn, hidden)
-    owned = [(g, i, t) for g, group in enumerate(optimizer.param_groups if optimizer is not None else [])
-             for i, t in enumerate(group["params"])]
+    groups = [g for opt in (step_optimizers(train_step, optimizer, model) if optimizer is not None else [])
+              for g in opt.param_groups]
+    owned = [(g, i, t) for g, group in enumerate(groups) for i, t in enumerate(group["params"])]
     audit = Audit(model, optimizer, reg, hidden, aliases, reached, reason, owned, declared(model, patterns))
     return _report(audit, patterns)
 

@@ -64,7 +64,7 @@ def _owns_only_frozen(a: Audit, missing: list[tuple[str, torch.Tensor]], note_: 
         return []
     names = [n for n, _ in missing]
     mods = modules_of(names)
-    return [finding(where_of(frozen), "optimizer.owns_only_frozen", Status.FAIL,
+    return [finding(frozen[0], "optimizer.owns_only_frozen", Status.FAIL,
                     f"everything the optimizer owns is frozen ({listed(frozen)}): it can never change anything; the "
                     f"{len(names)} trainable tensors ({len(mods)} modules: {listed(mods)}) are not owned ({note_})",
                     {**ev, "owned_frozen": few(frozen), "trainable_not_owned": len(names), "modules": few(mods)})]
@@ -81,7 +81,7 @@ def _stale_groups(pairs: dict[str, tuple[int, int, torch.Tensor]], current: dict
     for mod, names in by_module.items():
         old = [f"{shape(pairs[n][2])} at param_groups[{pairs[n][0]}][{pairs[n][1]}]" for n in names]
         new = [f"{n} {shape(current[n])}" for n in names]
-        out.append(finding(mod, "optimizer.stale_parameter", Status.FAIL,
+        out.append(finding(names[0], "optimizer.stale_parameter", Status.FAIL,
                            f"{mod}: the optimizer owns {len(names)} tensors no longer in the model ({', '.join(old)}) and "
                            f"not the {len(names)} now in their place ({', '.join(new)}): it was built before {mod} was "
                            f"replaced ({note_})",
@@ -94,7 +94,7 @@ def _missing_group(missing: list[tuple[str, torch.Tensor]], note_: str, ev: dict
         return []
     names = [n for n, _ in missing]
     mods = modules_of(names)
-    return [finding(where_of(names), "optimizer.missing_parameter", Status.FAIL,
+    return [finding(names[0], "optimizer.missing_parameter", Status.FAIL,
                     f"optimizer does not own {len(names)} trainable tensors in {len(mods)} modules: {listed(mods)} "
                     f"(first: {names[0]} {shape(missing[0][1])}) ({note_})",
                     {**ev, "missing": few(names), "modules": few(mods), "count": len(names)})]
