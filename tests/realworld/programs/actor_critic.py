@@ -18,7 +18,7 @@ from torch.distributions import Categorical
 _HERE = str(pathlib.Path(__file__).resolve().parents[1])
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
-from _api import Bug, Program  # noqa: E402
+from _api import Bug, Program
 
 SavedAction = namedtuple("SavedAction", ["log_prob", "value"])
 GAMMA, EPS, T = 0.99, 1e-7, 16

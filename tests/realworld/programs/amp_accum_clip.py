@@ -15,7 +15,7 @@ from torch import nn
 _HERE = str(pathlib.Path(__file__).resolve().parents[1])
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
-from _api import Bug, Program  # noqa: E402
+from _api import Bug, Program
 
 IN_FEATURES, NUM_CLASSES, BATCH_SIZE = 32, 6, 32
 
@@ -37,7 +37,7 @@ def _build(seed: int, bug: str | None = None) -> Program:
     device_type = "cpu"
     model = nn.Sequential(nn.Linear(IN_FEATURES, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, NUM_CLASSES))
     criterion = nn.CrossEntropyLoss()
-    lr = 1e-1 if bug == "no_accum_division_lr100x" else 1e-3
+    lr = 1.0 if bug == "no_accum_division_lr1" else 1e-3  # the bug: lr=1 typed for 1e-3
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     scaler = torch.amp.GradScaler(device_type, enabled=(device_type == "cuda"))
     accum_steps = 4
@@ -49,7 +49,7 @@ def _build(seed: int, bug: str | None = None) -> Program:
         for xb, yb in zip(x.chunk(accum_steps), y.chunk(accum_steps)):
             with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
                 loss = criterion(model(xb), yb)
-            if bug != "no_accum_division_lr100x":
+            if bug != "no_accum_division_lr1":
                 loss = loss / accum_steps
             scaler.scale(loss).backward()
             total += loss.detach().float()
@@ -66,6 +66,6 @@ def _build(seed: int, bug: str | None = None) -> Program:
 build = functools.partial(_build, bug=None)
 
 BUGS = [
-    Bug("no_accum_division_lr100x", functools.partial(_build, bug="no_accum_division_lr100x"), "learning_ledger",
+    Bug("no_accum_division_lr1", functools.partial(_build, bug="no_accum_division_lr1"), "learning_ledger",
         ("PARAMETER_UPDATE",)),
 ]

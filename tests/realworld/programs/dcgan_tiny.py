@@ -10,13 +10,12 @@ import pathlib
 import sys
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 _HERE = str(pathlib.Path(__file__).resolve().parents[1])
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
-from _api import Bug, Program  # noqa: E402
+from _api import Bug, Program
 
 nz, ngf, ndf, nc = 8, 16, 8, 1
 

@@ -17,7 +17,7 @@ from torch import nn
 _HERE = str(pathlib.Path(__file__).resolve().parents[1])
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
-from _api import Bug, Program  # noqa: E402
+from _api import Bug, Program
 
 N_NODES, N_FEATURES, N_CLASSES = 48, 16, 3
 

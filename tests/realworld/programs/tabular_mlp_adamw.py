@@ -15,7 +15,7 @@ from torch import nn
 _HERE = str(pathlib.Path(__file__).resolve().parents[1])
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
-from _api import Bug, Program  # noqa: E402
+from _api import Bug, Program
 
 N_NUMERIC, N_CATEGORIES, N_CLASSES = 8, 4, 3
 
