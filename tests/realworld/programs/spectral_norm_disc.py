@@ -20,7 +20,7 @@ from _api import Bug, Program
 
 
 class SNDiscriminator(nn.Module):
-    def __init__(self, ch: int = 16, sigmoid_output: bool = False):
+    def __init__(self, ch: int = 8, sigmoid_output: bool = False):
         super().__init__()
         self.conv1 = spectral_norm(nn.Conv2d(3, ch, 3, 1, 1))
         self.conv2 = spectral_norm(nn.Conv2d(ch, ch * 2, 4, 2, 1))
