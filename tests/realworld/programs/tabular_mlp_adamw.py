@@ -95,6 +95,6 @@ def _build(seed: int, bug: str | None = None) -> Program:
 build = functools.partial(_build, bug=None)
 
 BUGS = [
-    Bug("lr_50", functools.partial(_build, bug="lr_50"), "step_probe", ("PARAMETER_UPDATE",)),
+    Bug("lr_50", functools.partial(_build, bug="lr_50"), "learning_ledger", ("PARAMETER_UPDATE",)),
     Bug("negated_loss", functools.partial(_build, bug="negated_loss"), "learning_ledger", ("PARAMETER_UPDATE",)),
 ]
