@@ -100,7 +100,7 @@ def test_optimizer_subset_names_the_missing_parameter():
     opt = torch.optim.SGD([*model.fc2.parameters(), *model.fc3.parameters()], lr=0.1)
     report = audit(model, opt, data(), F.cross_entropy)
     div = report.first_divergence
-    assert report.status is Status.FAIL and (div.where, div.kind) == ("fc1", "optimizer.missing_parameter")
+    assert report.status is Status.FAIL and (div.where, div.kind) == ("fc1.weight", "optimizer.missing_parameter")
     assert "optimizer owns 4 tensors, 0 of them no longer in the model" in div.observed
     missing = [f for f in report.findings if f.check == "optimizer.missing_parameter"]
     assert len(missing) == 1 and missing[0].evidence["missing"] == ["fc1.weight", "fc1.bias"]
@@ -113,11 +113,11 @@ def test_stale_optimizer_after_head_replacement(classes):
     model.head = nn.Linear(16, classes)  # replaced after the optimizer was built (same or new class count)
     report = audit(model, opt, data(classes=classes), F.cross_entropy)
     div = report.first_divergence
-    assert (div.where, div.kind) == ("head", "optimizer.stale_parameter")
+    assert (div.where, div.kind) == ("head.weight", "optimizer.stale_parameter")
     assert "optimizer owns 4 tensors, 2 of them no longer in the model" in div.observed
-    stale = next(f for f in report.findings if f.where == "head")
+    stale = next(f for f in report.findings if f.where == "head.weight")
     assert stale.evidence["stale_tensors"] == 2 and stale.evidence["stale_shapes"] == [[3, 16], [3]]
-    assert [f.where for f in report.findings if f.check == "optimizer.stale_parameter"] == ["head"]
+    assert [f.where for f in report.findings if f.check == "optimizer.stale_parameter"] == ["head.weight"]
     assert stale.evidence["replaced"] == ["head.weight", "head.bias"]
 
 
@@ -128,7 +128,7 @@ def test_stale_parameter_matched_by_recorded_names():
     opt = torch.optim.SGD(named[2:] + named[:2], lr=0.1)  # q first; param groups record "param_names"
     model.p, model.q = nn.Linear(3, 3), nn.Linear(3, 3)  # same shapes: only the names tell the slots apart
     report = audit(model, opt)
-    assert report.first_divergence.where == "p"
+    assert report.first_divergence.where == "p.weight"
     slots = {n: s for f in report.findings if f.check == "optimizer.stale_parameter" for n, s in f.evidence["stale_slots"].items()}
     assert slots == {"p.weight": [0, 2], "p.bias": [0, 3], "q.weight": [0, 0], "q.bias": [0, 1]}
 
@@ -143,7 +143,7 @@ def test_plain_attribute_tensor_comes_before_the_optimizer_problem_it_causes():
     assert (div.where, div.kind) == ("scale", "structure.unregistered_tensor")
     ev = next(f for f in report.findings if f.where == "scale").evidence
     assert ev["requires_grad"] is True and ev["owned_by_optimizer"] is False and ev["reached_by_autograd"] is True
-    assert statuses(report)["fc1"] is Status.FAIL  # still reported, after
+    assert statuses(report)["fc1.weight"] is Status.FAIL  # still reported, after
 
 
 def test_plain_attribute_tensor_owned_by_the_optimizer_is_still_unregistered():

@@ -48,10 +48,10 @@ def test_optimizer_over_a_frozen_head_is_named_first_and_the_rest_grouped():
     opt = torch.optim.SGD(model.fc.parameters(), lr=0.1)
     report = run(model, opt, images(), F.cross_entropy)
     div = report.first_divergence
-    assert (div.where, div.kind) == ("fc", "optimizer.owns_only_frozen")
+    assert (div.where, div.kind) == ("fc.weight", "optimizer.owns_only_frozen")
     assert "everything the optimizer owns is frozen (fc.weight, fc.bias)" in div.observed
     fails = [f for f in report.findings if f.status is Status.FAIL and f.where != "OPTIMIZER"]
-    assert [(f.where, f.check) for f in fails] == [("fc", "optimizer.owns_only_frozen"), ("body", "optimizer.missing_parameter")]
+    assert [(f.where, f.check) for f in fails] == [("fc.weight", "optimizer.owns_only_frozen"), ("body.0.0.weight", "optimizer.missing_parameter")]
     group = fails[1]
     assert "18 trainable tensors in 6 modules: body.0, body.1" in group.message
     assert group.evidence["count"] == 18 and group.evidence["modules"] == [f"body.{i}" for i in range(6)]
@@ -63,7 +63,7 @@ def test_stale_optimizer_after_replacing_the_head_is_one_finding_naming_both_sid
     model.fc = nn.Linear(4, 5)
     report = run(model, opt, (images()[0], torch.tensor([0, 4])), F.cross_entropy)
     stale = [f for f in report.findings if f.check == "optimizer.stale_parameter"]
-    assert len(stale) == 1 and report.first_divergence.where == "fc"
+    assert len(stale) == 1 and report.first_divergence.where == "fc.weight"
     assert "[3, 4] at param_groups[0][18]" in stale[0].message and "fc.weight [5, 4]" in stale[0].message
     assert stale[0].evidence["stale_slots"] == {"fc.weight": [0, 18], "fc.bias": [0, 19]}
 
