@@ -9,9 +9,9 @@ model's current train/eval mode, up to ``overfit_steps`` steps per round.
 Escalation (why): a recipe learning rate (SGD 1e-3, AdamW 1e-5) is tuned for thousands of steps, not for this
 budget, so "not fitted at the program's lr" says nothing about the program. Rounds run at the program's lr x1,
 x10, x100, x1000 (every group scaled, ratios kept) and stop as soon as one fits; a round ends early when it
-fits, diverges, plateaus (under 0.1% of the initial loss gained in ``WINDOW`` steps) or is too slow to reach
-the criterion within the budget at its current rate (then the next lr is tried; the last round runs its full
-budget). A round that diverges ends the escalation; when the program's own lr diverges, x0.1 and x0.01 are
+fits, diverges, plateaus (under 0.1% of the initial loss gained in ``WINDOW`` steps) or, before the last
+round, is too slow to reach the criterion within ``PROBE`` steps at its current rate (then the next lr is tried;
+the last round, and the program's lr again when a higher one diverged, run the full budget). A round that diverges ends the escalation; when the program's own lr diverges, x0.1 and x0.01 are
 tried instead.
 
 Criterion: *fit* = the loss fell by ``FIT`` (90%) of its initial value, or every supervised element of the tiny
@@ -50,6 +50,7 @@ MIN_BUDGET = 20  # below this many steps a loss that has not fallen is a verdict
 SCALES = (1.0, 10.0, 100.0, 1000.0)
 DOWN = (0.1, 0.01)
 WINDOW = 20
+PROBE = 2 * WINDOW  # steps a round before the last gets before the next lr is tried
 DIVERGE = 10.0
 PLAIN_SGD_LR = 1e-2  # no torch.optim optimizer (manual updates): plain SGD on a copy, escalated from here
 
@@ -133,8 +134,9 @@ def _judge(r: Round, known: bool, i: int, budget: int, last: bool) -> str | None
     gained = (min(r.losses[: i - WINDOW + 1]) - min(r.losses)) / max(abs(first), 1e-12)
     if gained < 1e-3:
         return "plateau"
+    horizon = budget if last else min(budget, PROBE)  # a round before the last is a probe: the next lr is cheaper
     target = FIT if known else LEARN
-    if not last and r.progress + gained * (budget - i) / WINDOW < target:
+    if not last and (i >= horizon or r.progress + gained * (horizon - i) / WINDOW < target):
         return "slow"
     return None
 
