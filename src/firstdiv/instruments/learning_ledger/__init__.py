@@ -26,13 +26,15 @@ from .._core.batch import (
     check_callable,
     check_loss_fn,
     check_model,
-    check_optimizer,
+    check_step_source,
     describe,
     describe_error,
     forward,
     split_batch,
 )
 from .._core.checks import Check, compose, not_reached, reached, walk
+from .._core.closure import closure_state
+from .._core.examples import batch_axis as infer_batch_axis
 from .._core.state import detached_copy, guarded
 from .._core.task import TASKS, Ctx, err, infer_task, seed_copies, shape
 from .._core.user_hooks import reports_user_hooks
@@ -41,21 +43,25 @@ from ._common import LINKS, skipped_link
 from ._links import check_dependency, check_gradient, check_ownership, check_update
 from ._objective import check_objective
 from ._task import check_task
+from ._user_step import check_user_step
 
 __all__ = ["learning_ledger"]
 
 _NAME = "learning_ledger"
 _CHECKS: dict[str, Callable[[Ctx], Check]] = {
     "TASK": check_task, "OBJECTIVE": check_objective, "DEPENDENCY": check_dependency, "GRADIENT": check_gradient,
-    "OPTIMIZER_OWNERSHIP": check_ownership, "PARAMETER_UPDATE": check_update, "CAPABILITY": check_capability,
+    "OPTIMIZER_OWNERSHIP": check_ownership,
+    "PARAMETER_UPDATE": lambda ctx: check_user_step(ctx) if ctx.train_step is not None else check_update(ctx),
+    "CAPABILITY": check_capability,
 }
 
 
 @reports_user_hooks
 def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
-                    optimizer: torch.optim.Optimizer, *, task_probe: Any = None, task: str = "auto",
+                    optimizer: torch.optim.Optimizer | None = None, *, task_probe: Any = None, task: str = "auto",
                     overfit_steps: int = 200, overfit_batch: Any = None,
-                    reference_loss: Callable[[Any, Any], torch.Tensor] | None = None) -> Report:
+                    reference_loss: Callable[[Any, Any], torch.Tensor] | None = None,
+                    train_step: Callable[[], Any] | None = None, batch_axis: int | None = None) -> Report:
     """Walk the learning chain on one batch and stop at the first failing link.
 
     Args:
@@ -63,7 +69,8 @@ def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], 
         batch: ``(inputs, targets)`` or a dict (see ``firstdiv.instruments._core.batch``); ``targets`` are
             class ids ``[N]`` / ``[N, ...]``, next-token ids ``[B, T]`` or float values.
         loss_fn: ``(outputs, targets) -> scalar loss tensor``.
-        optimizer: the user's optimizer (its class, groups and hyperparameters are reused on copies).
+        optimizer: the user's optimizer (its class, groups and hyperparameters are reused on copies); None when
+            ``train_step`` updates the parameters by hand (CAPABILITY then overfits with plain SGD on a copy).
         task_probe: the ground-truth labelling rule: a callable ``inputs -> expected targets`` (labels or
             scores), or ``(known_inputs, known_targets)`` matched row by row against the batch. Without
             it TASK is WARN "unverified" after its structural checks.
@@ -74,16 +81,26 @@ def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], 
         reference_loss: the objective you intend, written by hand ``(outputs, targets) -> loss`` (a focal
             loss, say). OBJECTIVE then checks ``loss_fn`` against it, on the batch and on single examples,
             instead of against cross-entropy (which flags any other classification objective).
+        train_step: a zero-argument closure doing one full step of your own loop on your own objects. When
+            given, PARAMETER_UPDATE runs it (a few times, under a guard that restores every value, ``.grad``,
+            optimizer/scheduler/scaler state and RNG state afterwards) and reads which parameters it moved,
+            whether the move descends the loss on ``batch`` and whether the loss diverges.
+        batch_axis: the axis of the examples in ``batch`` (None infers: 1 for sequence-first ``[T, B, ...]``
+            inputs whose targets are ``[B]``); CAPABILITY takes its tiny batch along it.
 
     Returns:
         A Report: FAIL at the first failing link (``first_divergence.where`` = link name, ``kind`` e.g.
         ``objective.sum_reduction``); WARN when no link failed but one is unverified, slow or could not
         run; PASS when every link held.
     """
-    ctx = _validated(model, batch, loss_fn, optimizer, task_probe, task, overfit_steps, overfit_batch)
+    ctx = _validated(model, batch, loss_fn, optimizer, task_probe, task, overfit_steps, overfit_batch, train_step)
     if reference_loss is not None:
         ctx.reference_loss = check_callable(reference_loss, "reference_loss")
-    with guarded(model, optimizer), torch.enable_grad():
+    if batch_axis is not None and (isinstance(batch_axis, bool) or not isinstance(batch_axis, int) or batch_axis < 0):
+        raise InvalidArgument(f"Expected `batch_axis` to be None (infer) or an integer >= 0 but got {batch_axis!r}")
+    ctx.batch_axis = infer_batch_axis(ctx.batch, batch_axis)
+    reached_by_step = closure_state(train_step) if train_step is not None else []
+    with guarded(model, optimizer, train_step, reached_by_step), torch.enable_grad():
         seed_copies()  # dropout and friends on the copies: reproducible; the guard restores the RNG states
         try:
             ctx.work, ctx.work_opt = detached_copy(model, optimizer)
@@ -100,10 +117,12 @@ def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], 
 
 
 def _validated(model: Any, batch: Any, loss_fn: Any, optimizer: Any, task_probe: Any, task: Any, overfit_steps: Any,
-               overfit_batch: Any) -> Ctx:
+               overfit_batch: Any, train_step: Any) -> Ctx:
     check_model(model)
     check_loss_fn(loss_fn)
-    check_optimizer(optimizer)
+    if train_step is not None:
+        check_callable(train_step, "train_step")
+    check_step_source(optimizer, train_step)
     if task not in TASKS:
         raise InvalidArgument(f"Expected `task` to be one of {', '.join(map(repr, TASKS))} but got {task!r}")
     if isinstance(overfit_steps, bool) or not isinstance(overfit_steps, int) or overfit_steps < 0:
@@ -114,7 +133,8 @@ def _validated(model: Any, batch: Any, loss_fn: Any, optimizer: Any, task_probe:
     b = split_batch(batch, model)
     ob = split_batch(overfit_batch, model) if overfit_batch is not None else None
     return Ctx(model=model, optimizer=optimizer, work=model, work_opt=optimizer, loss_fn=loss_fn, batch=b, outputs=None,
-               task_probe=task_probe, requested_task=task, overfit_steps=overfit_steps, overfit_batch=ob)
+               task_probe=task_probe, requested_task=task, overfit_steps=overfit_steps, overfit_batch=ob,
+               train_step=train_step)
 
 
 def _walk(ctx: Ctx) -> Report:
@@ -129,11 +149,19 @@ def _walk(ctx: Ctx) -> Report:
                        {"task": ctx.task, "task_inferred": ctx.task_note, "links": reached([task])}, loss_error)
     checks = walk([("TASK", lambda: task), *((link, lambda link=link: _timed(link, ctx, seconds)) for link in LINKS[1:])])
     first = next((c.finding.where for c in checks if c.finding.status is Status.FAIL), None)
-    steps = ctx.overfit_steps
-    return compose(_NAME, checks,
-                   f"backward and one optimizer step and up to {steps} overfit steps on deep copies; the originals untouched",
+    return compose(_NAME, checks, _side_effects(ctx),
                    {"task": ctx.task, "task_inferred": ctx.task_note, "links": reached(checks),
-                    "first_failing_link": first, "seconds": seconds}, skipped_warns=True)
+                    "first_failing_link": first, "seconds": seconds, "notes": list(ctx.report_notes)}, skipped_warns=True)
+
+
+def _side_effects(ctx: Ctx) -> str:
+    steps = ctx.overfit_steps
+    copies = (f"backward{' and one optimizer step' if ctx.train_step is None else ''} and up to {steps} overfit steps "
+              f"per learning-rate round on deep copies")
+    if ctx.notes.get("ran_train_step"):
+        return (f"{copies}; train_step ran {ctx.notes['ran_train_step']} times on your objects, and every parameter, .grad, "
+                f"optimizer/scheduler/scaler state, mode and RNG state was restored afterwards")
+    return f"{copies}; the originals untouched"
 
 
 def _timed(link: str, ctx: Ctx, seconds: dict[str, float]) -> Check:

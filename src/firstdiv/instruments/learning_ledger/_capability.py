@@ -1,53 +1,91 @@
 """CAPABILITY: can the controlled system overfit a tiny fixed batch?
 
-A second deep copy of the model and optimizer (same optimizer class, param groups and hyperparameters;
-its state - momentum, Adam moments - reset so the test starts clean) trains on the first ``TINY``
-examples of the batch (or ``overfit_batch``), no shuffling, up to ``overfit_steps`` steps, in the
-model's current train/eval mode. It stops as soon as the criterion is met.
+Deep copies of the model and optimizer (same optimizer class, param groups and hyperparameters; state -
+momentum, Adam moments - reset so each run starts clean; plain SGD when the program has no torch.optim
+optimizer) train on the first ``TINY`` examples of the batch along its batch axis (or ``overfit_batch``; the
+whole batch when its examples cannot be separated: sparse inputs, flattened targets), no shuffling, in the
+model's current train/eval mode, up to ``overfit_steps`` steps per round.
 
-Criterion (why these numbers): *fit* = the loss fell by ``FIT`` (90%) of its initial value, or, for
-classification and language models, every supervised element of the tiny batch is predicted right
-(100% accuracy: losses with a floor, such as label smoothing, cannot fall by 90%). A healthy small
-model fits 8 examples within a few dozen steps; lr 1e-7 leaves the loss unchanged to ~1e-5, and a model
-that cannot represent the batch (a linear map without bias against targets offset by +20) plateaus
-within a few percent of its initial loss. Between the two, a loss that fell by at least ``PROGRESS``
-(25%) without fitting is WARN ("learning, slowly: raise overfit_steps"), never FAIL; so is a budget
-under ``MIN_BUDGET`` (20) steps in which the weights did move. A loss already ~0 at step 0 counts as
-fitted. The FAIL message tells the two mechanisms apart by the relative parameter change over the run:
-below 1e-3 the step size is too small; above it the model moves but cannot represent the batch.
+Escalation (why): a recipe learning rate (SGD 1e-3, AdamW 1e-5) is tuned for thousands of steps, not for this
+budget, so "not fitted at the program's lr" says nothing about the program. Rounds run at the program's lr x1,
+x10, x100, x1000 (every group scaled, ratios kept) and stop as soon as one fits; a round ends early when it
+fits, diverges, plateaus (under 0.1% of the initial loss gained in ``WINDOW`` steps) or, before the last
+round, is too slow to reach the criterion within ``PROBE`` steps at its current rate (then the next lr is tried;
+the last round, and the program's lr again when a higher one diverged, run the full budget). A round that diverges ends the escalation; when the program's own lr diverges, x0.1 and x0.01 are
+tried instead.
+
+Criterion: *fit* = the loss fell by ``FIT`` (90%) of its initial value, or every supervised element of the tiny
+batch is predicted right (classification and language models); objectives without a known floor (a VAE's ELBO,
+an energy ``out.sum()``, anything whose task is not classification/LM/regression) are judged *learning* (down
+``LEARN``, 10%) and a note says the floor is unknown. Verdicts: fitted/learning at some lr is PASS (a note names
+the lr when it is not the program's); learning by ``PROGRESS`` (25%) without fitting, or a budget under
+``MIN_BUDGET`` steps with the weights moving, is WARN. FAIL only when the evidence says why: the weights barely
+moved at every lr (relative change < 1e-3 even at x1000: the step size is far too small), the program's lr and
+every lower one diverge, or every lr plateaued at the same loss with the weights moving (the model cannot
+represent the batch). Anything else is WARN "inconclusive".
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from .._core.batch import Batch, compute_loss, loss_problem
 from .._core.checks import Check
+from .._core.examples import logits_of, num_examples, take_examples
 from .._core.state import detached_copy
-from .._core.task import Ctx, err, is_int
-from ._common import batch_size, failed, g4, passed, skipped_link, take_batch, to_logits_2d, warned
+from .._core.task import Ctx, err, is_int, seed_copies
+from ._common import failed, g4, passed, skipped_link, to_logits_2d, warned
 from ._links import lr_of, step, trainable
 
 TINY = 8
 FIT = 0.9
+LEARN = 0.10
 PROGRESS = 0.25
 MIN_BUDGET = 20  # below this many steps a loss that has not fallen is a verdict only when the weights did not move
+SCALES = (1.0, 10.0, 100.0, 1000.0)
+DOWN = (0.1, 0.01)
+WINDOW = 20
+PROBE = 2 * WINDOW  # steps a round before the last gets before the next lr is tried
+DIVERGE = 10.0
+PLAIN_SGD_LR = 1e-2  # no torch.optim optimizer (manual updates): plain SGD on a copy, escalated from here
+
+
+@dataclass
+class Round:
+    scale: float
+    lr: list[float]
+    losses: list[float] = field(default_factory=list)
+    accs: list[float | None] = field(default_factory=list)
+    moved: float = 0.0
+    outcome: str = "budget"  # fitted | learning | plateau | slow | diverged | budget
+
+    @property
+    def progress(self) -> float:
+        finite = [v for v in self.losses if math.isfinite(v)]
+        first = self.losses[0] if self.losses else 0.0
+        return (first - min(finite)) / abs(first) if finite and first != 0 and math.isfinite(first) else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {"lr": self.lr, "scale": self.scale, "steps": max(len(self.losses) - 1, 0), "outcome": self.outcome,
+                "fell_by": self.progress, "parameter_change": self.moved}
 
 
 def _accuracy(ctx: Ctx, outputs: Any, targets: Any) -> float | None:
-    if ctx.class_dim is None or not is_int(targets) or not torch.is_tensor(outputs) or outputs.dim() <= ctx.class_dim:
+    outputs = logits_of(outputs)
+    if ctx.class_dim is None or not is_int(targets) or outputs is None or outputs.dim() <= ctx.class_dim:
         return None
     if outputs.shape[ctx.class_dim] != ctx.num_classes:
         return None
     with torch.no_grad():
         pred = to_logits_2d(ctx, outputs.detach()).argmax(-1)
         flat = targets.reshape(-1)
+        if flat.numel() != pred.numel():
+            return None
         m = flat != ctx.ignore_index
         return float((pred[m] == flat[m]).float().mean()) if bool(m.any()) else None
 
@@ -55,68 +93,60 @@ def _accuracy(ctx: Ctx, outputs: Any, targets: Any) -> float | None:
 def _tiny(ctx: Ctx) -> Batch:
     if ctx.overfit_batch is not None:
         return ctx.overfit_batch
-    n = batch_size(ctx.batch)
-    return ctx.batch if n is None else take_batch(ctx.batch, slice(0, min(TINY, n)))
+    tiny = take_examples(ctx.batch, TINY, ctx.batch_axis)
+    if tiny is None:
+        ctx.report_notes.append("note: the examples of this batch cannot be separated (sparse inputs, shared structure or "
+                                "flattened targets): CAPABILITY overfits the whole batch")
+        return ctx.batch
+    return tiny
 
 
-def check_capability(ctx: Ctx) -> Check:
-    tiny = _tiny(ctx)
-    model, opt = detached_copy(ctx.model, ctx.optimizer)
-    opt.state.clear()
-    start = [p.detach().clone() for _, p in trainable(model)]
-    ev: dict[str, Any] = {"examples": batch_size(tiny), "budget": ctx.overfit_steps, "optimizer": type(opt).__name__,
-                          "lr": [lr_of(g) for g in opt.param_groups], "mode": "train" if model.training else "eval",
-                          "criterion": f"loss falls by {FIT:.0%} of its initial value, or 100% accuracy"}
-    t0 = time.perf_counter()
-    losses, accs, outcome = _train(ctx, model, opt, tiny, ev)
-    ev.update(seconds=round(time.perf_counter() - t0, 4), steps=max(len(losses) - 1, 0))
-    if outcome is not None:
-        return outcome()
-    moved = _relative_change(start, [p.detach() for _, p in trainable(model)])
-    first, best = losses[0], min(losses)
-    progress = (first - best) / abs(first) if first != 0 else 0.0
-    ev.update(initial_loss=first, final_loss=losses[-1], best_loss=best, fell_by=progress, parameter_change=moved,
-              initial_accuracy=accs[0], final_accuracy=accs[-1])
-    what = f"{ev['examples']} fixed examples, {type(opt).__name__} lr {', '.join(g4(v) for v in ev['lr'])}"
-    if _fit(first, losses[-1], accs[-1]):
-        how = f"accuracy {accs[-1]:.0%}" if accs[-1] == 1.0 else f"loss {g4(first)} -> {g4(losses[-1])}"
-        return passed("CAPABILITY", f"fitted {what} in {ev['steps']} steps ({how})", ev)
-    if progress >= PROGRESS:
-        return warned("CAPABILITY", f"learning but not fitted: on {what}, loss {g4(first)} -> best {g4(best)} ({progress:.0%} down) "
-                      f"in {ev['steps']} steps; raise overfit_steps to see whether it fits", ev)
-    stuck = moved < 1e-3
-    if not stuck and ev["steps"] < MIN_BUDGET:
-        return warned("CAPABILITY", f"inconclusive: {ev['steps']} steps on {what} took the loss {g4(first)} -> {g4(losses[-1])} "
-                      f"({progress:.0%} down) with the weights moving (relative change {g4(moved)}); give overfit_steps "
-                      f">= {MIN_BUDGET} for a verdict", ev)
-    cause = (f"the parameters barely moved (relative change {moved:.1e}): the step size is too small for this model"
-             if stuck else
-             f"the parameters moved (relative change {g4(moved)}) but the loss plateaued: the model cannot represent "
-             f"this batch (missing bias/offset? output range? capacity?)")
-    hint = ("earlier links hold and the weights hardly change: raise the learning rate (try 10x, 100x) and rerun"
-            if stuck else
-            "earlier links hold and the weights move without fitting 8 examples: check whether the model can express "
-            "the targets at all (a bias for an offset, the output range, initialisation) before adding capacity")
-    return failed("CAPABILITY", "capability.cannot_overfit",
-                  f"on {what}, {ev['steps']} steps took the loss from {g4(first)} to {g4(losses[-1])} "
-                  f"(best {g4(best)}, {progress:.2%} down); {cause}", ev,
-                  expected=f"a tiny fixed batch fitted within {ctx.overfit_steps} steps (loss down {FIT:.0%} or 100% accuracy)",
-                  observed=f"loss {g4(first)} -> {g4(losses[-1])} ({progress:.2%} down) in {ev['steps']} steps",
-                  hint=hint)
-
-
-def _fit(first: float, last: float, acc: float | None) -> bool:
-    if acc == 1.0 or abs(first) <= 1e-8:
+def _known_floor(ctx: Ctx) -> bool:
+    """Whether "fitted" has a meaning: a class objective (accuracy) or a regression loss that starts >= 0."""
+    if ctx.task in ("classification", "language_model") and ctx.class_dim is not None:
         return True
-    return math.isfinite(last) and (first - last) >= FIT * abs(first)
+    loss = ctx.loss
+    return ctx.task == "regression" and torch.is_tensor(loss) and loss.numel() == 1 and float(loss.detach()) >= 0
 
 
-def _train(ctx: Ctx, model: torch.nn.Module, opt: torch.optim.Optimizer, tiny: Batch,
-           ev: dict[str, Any]) -> tuple[list[float], list[float | None], Callable[[], Check] | None]:
-    """Train the copy: the losses, the accuracies and, when training stopped short, how to build the link's
-    check (built by the caller once the run's time and steps are in ``ev``)."""
-    losses: list[float] = []
-    accs: list[float | None] = []
+def _copy(ctx: Ctx, scale: float) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model, opt = detached_copy(ctx.model, ctx.optimizer)
+    if opt is None:
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=PLAIN_SGD_LR)
+    opt.state.clear()
+    for g in opt.param_groups:
+        g["lr"] = g["lr"] * scale
+    return model, opt
+
+
+def _judge(r: Round, known: bool, i: int, budget: int, last: bool) -> str | None:
+    first, now = r.losses[0], r.losses[-1]
+    if not math.isfinite(now) or (first > 0 and now > DIVERGE * first):
+        return "diverged"
+    if known and _fit(first, now, r.accs[-1]):
+        return "fitted"
+    if not known and r.progress >= LEARN:
+        return "learning"
+    if i >= budget:
+        return "budget"
+    if i < WINDOW or i % WINDOW:
+        return None
+    gained = (min(r.losses[: i - WINDOW + 1]) - min(r.losses)) / max(abs(first), 1e-12)
+    if gained < 1e-3:
+        return "plateau"
+    horizon = budget if last else min(budget, PROBE)  # a round before the last is a probe: the next lr is cheaper
+    target = FIT if known else LEARN
+    if not last and (i >= horizon or r.progress + gained * (horizon - i) / WINDOW < target):
+        return "slow"
+    return None
+
+
+def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool) -> tuple[Round, str | None]:
+    """Train one copy at ``scale`` x the program's lr: the round, or the reason it could not train."""
+    seed_copies()
+    model, opt = _copy(ctx, scale)
+    start = [p.detach().clone() for _, p in trainable(model)]
+    r = Round(scale, [lr_of(g) for g in opt.param_groups])
 
     def closure() -> Any:
         opt.zero_grad()
@@ -129,29 +159,183 @@ def _train(ctx: Ctx, model: torch.nn.Module, opt: torch.optim.Optimizer, tiny: B
         try:
             outputs, loss = compute_loss(model, tiny, ctx.loss_fn)
         except Exception as exc:  # noqa: BLE001 - user code
-            return losses, accs, partial(skipped_link, "CAPABILITY", f"could not train the copy: step {i} raised {err(exc)}", ev)
+            return r, f"step {i} raised {err(exc)}"
         problem = loss_problem(loss)
         if problem is not None:
-            return losses, accs, partial(skipped_link, "CAPABILITY", f"could not train the copy: {problem}", ev)
-        losses.append(float(loss.detach()))
-        accs.append(_accuracy(ctx, outputs, tiny.targets))
-        if not math.isfinite(losses[-1]):
-            ev.update(initial_loss=losses[0], diverged_at_step=i)
-            return losses, accs, partial(failed, "CAPABILITY", "capability.cannot_overfit",
-                                         f"the loss became {losses[-1]} at step {i} while fitting {ev['examples']} examples "
-                                         f"(initial {g4(losses[0])})", ev,
-                                         expected="a finite loss that falls on a tiny fixed batch",
-                                         observed=f"loss {losses[-1]} at step {i}",
-                                         hint="the updates diverge: lower the learning rate, check for exploding gradients")
-        if _fit(losses[0], losses[-1], accs[-1]) or i == ctx.overfit_steps:
+            return r, problem
+        r.losses.append(float(loss.detach().float()))
+        r.accs.append(_accuracy(ctx, outputs, tiny.targets))
+        outcome = _judge(r, known, i, ctx.overfit_steps, last)
+        if outcome is not None:
+            r.outcome = outcome
             break
         try:
             loss.backward()
             step(opt, closure)
         except Exception as exc:  # noqa: BLE001 - user code
-            return losses, accs, partial(skipped_link, "CAPABILITY",
-                                         f"could not train the copy: backward/step {i} raised {err(exc)}", ev)
-    return losses, accs, None
+            return r, f"backward/step {i} raised {err(exc)}"
+    r.moved = _relative_change(start, [p.detach() for _, p in trainable(model)])
+    return r, None
+
+
+def _escalate(ctx: Ctx, tiny: Batch, known: bool) -> tuple[list[Round], str | None]:
+    rounds: list[Round] = []
+    for k, scale in enumerate(SCALES):
+        r, error = _round(ctx, tiny, scale, known, last=k == len(SCALES) - 1)
+        if error is not None:
+            return rounds, error
+        rounds.append(r)
+        if r.outcome in ("fitted", "learning"):
+            break
+        if r.outcome == "diverged":
+            if k == 0:
+                for down in DOWN:
+                    d, error = _round(ctx, tiny, down, known, last=True)
+                    if error is not None:
+                        return rounds, error
+                    rounds.append(d)
+                    if d.outcome != "diverged":
+                        break
+            elif rounds[0].outcome == "slow":  # the program's lr was learning: give it its whole budget
+                again, error = _round(ctx, tiny, 1.0, known, last=True)
+                if error is not None:
+                    return rounds, error
+                rounds.append(again)
+            break
+    return rounds, None
+
+
+def check_capability(ctx: Ctx) -> Check:
+    tiny = _tiny(ctx)
+    known = _known_floor(ctx)
+    plain = ctx.optimizer is None
+    ev: dict[str, Any] = {"examples": num_examples(tiny, ctx.batch_axis), "budget": ctx.overfit_steps,
+                          "optimizer": "SGD (plain, on a copy: the program has no torch.optim optimizer)" if plain
+                          else type(ctx.optimizer).__name__,
+                          "lr": [PLAIN_SGD_LR] if plain else [lr_of(g) for g in ctx.optimizer.param_groups],
+                          "mode": "train" if ctx.model.training else "eval", "floor_known": known,
+                          "criterion": (f"loss falls by {FIT:.0%} of its initial value, or 100% accuracy" if known else
+                                        f"the loss falls by {LEARN:.0%} (this objective has no known floor)")}
+    t0 = time.perf_counter()
+    rounds, error = _escalate(ctx, tiny, known)
+    ev.update(seconds=round(time.perf_counter() - t0, 4), steps=sum(max(len(r.losses) - 1, 0) for r in rounds),
+              rounds=[r.summary() for r in rounds])
+    if error is not None:
+        return _skipped(f"could not train the copy: {error}", ev)
+    return _verdict(ctx, rounds, known, ev)
+
+
+def _skipped(message: str, ev: dict[str, Any]) -> Check:
+    return skipped_link("CAPABILITY", message, ev)
+
+
+def _lrs(r: Round) -> str:
+    return ", ".join(g4(v) for v in r.lr)
+
+
+def _what(ctx: Ctx, ev: dict[str, Any], r: Round) -> str:
+    name = "plain SGD" if ctx.optimizer is None else type(ctx.optimizer).__name__
+    return f"{ev['examples']} fixed examples, {name} lr {_lrs(r)}"
+
+
+def _verdict(ctx: Ctx, rounds: list[Round], known: bool, ev: dict[str, Any]) -> Check:
+    base = rounds[0]
+    usable = [r for r in rounds if r.outcome != "diverged"] or rounds
+    good = next((r for r in rounds if r.outcome in ("fitted", "learning")), None)
+    chosen = good or max(usable, key=lambda r: r.progress)
+    first = base.losses[0]
+    best = min((min(v for v in r.losses if math.isfinite(v)) for r in usable if any(map(math.isfinite, r.losses))),
+               default=math.nan)
+    ev.update(initial_loss=first, final_loss=chosen.losses[-1], best_loss=best, fell_by=max(r.progress for r in usable),
+              parameter_change=max(r.moved for r in usable), initial_accuracy=base.accs[0], final_accuracy=chosen.accs[-1],
+              fitted_lr=chosen.lr if good else None)
+    if good is not None:
+        return _passed(ctx, ev, good, base)
+    if base.outcome == "diverged" and all(r.outcome == "diverged" for r in rounds):
+        return _diverged(ctx, ev, base)
+    steps = max(len(r.losses) - 1 for r in usable)
+    stuck = ev["parameter_change"] < 1e-3
+    top = max(usable, key=lambda r: r.scale)
+    what = _what(ctx, ev, base)
+    if not stuck and steps < MIN_BUDGET:
+        return warned("CAPABILITY", f"inconclusive: {steps} steps per round on {what} (up to lr {_lrs(top)}) took the loss "
+                      f"{g4(first)} -> best {g4(best)} ({ev['fell_by']:.0%} down) with the weights moving (relative change "
+                      f"{g4(ev['parameter_change'])}); give overfit_steps >= {MIN_BUDGET} for a verdict", ev)
+    if ev["fell_by"] >= PROGRESS:
+        return warned("CAPABILITY", f"learning but not fitted: on {what}, up to lr {_lrs(top)}, loss {g4(first)} -> best "
+                      f"{g4(best)} ({ev['fell_by']:.0%} down) in {ev['steps']} steps; raise overfit_steps to see whether "
+                      f"it fits", ev)
+    plateaus = [r for r in usable if r.outcome in ("plateau", "slow") and r.moved >= 1e-3]
+    same = len(plateaus) == len(usable) and any(r.outcome == "plateau" for r in usable) and all(
+        abs(min(r.losses) - best) <= 0.05 * abs(first) for r in plateaus)
+    if stuck or same:
+        return _cannot(ctx, ev, base, top, stuck)
+    return warned("CAPABILITY", f"inconclusive: not fitted on {what} at any lr up to {_lrs(top)} (loss {g4(first)} -> best "
+                  f"{g4(best)}, {ev['fell_by']:.0%} down, in {ev['steps']} steps) and no evidence of why; raise "
+                  f"overfit_steps or pass overfit_batch", ev)
+
+
+def _passed(ctx: Ctx, ev: dict[str, Any], good: Round, base: Round) -> Check:
+    steps = len(good.losses) - 1
+    what = _what(ctx, ev, good)
+    if good.outcome == "learning":
+        note = (f"note: the objective has no known floor (not classification, LM or a non-negative regression loss): "
+                f"CAPABILITY judged learning (loss {g4(good.losses[0])} -> {g4(min(good.losses))}, "
+                f"{good.progress:.0%} down at lr {_lrs(good)}), not fitting")
+        ctx.report_notes.append(note)
+        return passed("CAPABILITY", f"learning on {what}: loss down {good.progress:.0%} in {steps} steps; {note}", ev)
+    how = f"accuracy {good.accs[-1]:.0%}" if good.accs[-1] == 1.0 else f"loss {g4(good.losses[0])} -> {g4(good.losses[-1])}"
+    msg = f"fitted {what} in {steps} steps ({how})"
+    if good.scale > 1:
+        note = (f"note: fitted at lr {_lrs(good)} (the program uses {_lrs(base)}): the batch is learnable; the program's "
+                f"lr is small for a {ctx.overfit_steps}-step budget")
+        ctx.report_notes.append(note)
+        return passed("CAPABILITY", f"{msg}; {note}", ev)
+    if good.scale < 1:
+        return warned("CAPABILITY", f"{msg}, but the program's lr {_lrs(base)} diverges on these examples (loss "
+                      f"{g4(base.losses[0])} -> {base.losses[-1]:.4g} at step {len(base.losses) - 1}): the lr is too large "
+                      f"for this batch", ev)
+    return passed("CAPABILITY", msg, ev)
+
+
+def _diverged(ctx: Ctx, ev: dict[str, Any], base: Round) -> Check:
+    i = len(base.losses) - 1
+    ev["diverged_at_step"] = i
+    return failed("CAPABILITY", "capability.cannot_overfit",
+                  f"the loss became {base.losses[-1]:.4g} at step {i} while fitting {ev['examples']} examples (initial "
+                  f"{g4(base.losses[0])}) at lr {_lrs(base)}, and also at lr x{DOWN[0]:g} and x{DOWN[-1]:g}", ev,
+                  expected="a finite loss that falls on a tiny fixed batch",
+                  observed=f"loss {base.losses[-1]:.4g} at step {i}",
+                  hint="the updates diverge even at a 100x smaller lr: check for exploding gradients or a loss that is "
+                       "unbounded below")
+
+
+def _cannot(ctx: Ctx, ev: dict[str, Any], base: Round, top: Round, stuck: bool) -> Check:
+    what = _what(ctx, ev, base)
+    cause = (f"the parameters barely moved at every lr up to {_lrs(top)} (relative change {ev['parameter_change']:.1e}): "
+             f"the step size is far too small for this model"
+             if stuck else
+             f"at every lr up to {_lrs(top)} the parameters moved (relative change {g4(ev['parameter_change'])}) and the "
+             f"loss plateaued at the same value: the model cannot represent this batch (missing bias/offset? output "
+             f"range? capacity?)")
+    hint = ("earlier links hold and the weights hardly change even at 1000x the lr: raise the learning rate by orders of "
+            "magnitude, or check for a gradient scaled down to nothing"
+            if stuck else
+            "earlier links hold and the weights move without fitting 8 examples at any lr: check whether the model can "
+            "express the targets at all (a bias for an offset, the output range, initialisation) before adding capacity")
+    return failed("CAPABILITY", "capability.cannot_overfit",
+                  f"on {what}, {ev['steps']} steps over {len(ev['rounds'])} lr rounds took the loss from {g4(base.losses[0])} "
+                  f"to best {g4(ev['best_loss'])} ({ev['fell_by']:.2%} down); {cause}", ev,
+                  expected=f"a tiny fixed batch fitted within {ctx.overfit_steps} steps at some lr (loss down {FIT:.0%} or "
+                           f"100% accuracy)",
+                  observed=f"loss {g4(base.losses[0])} -> best {g4(ev['best_loss'])} ({ev['fell_by']:.2%} down) at every lr",
+                  hint=hint)
+
+
+def _fit(first: float, last: float, acc: float | None) -> bool:
+    if acc == 1.0 or abs(first) <= 1e-8:
+        return True
+    return math.isfinite(last) and (first - last) >= FIT * abs(first)
 
 
 def _relative_change(before: list[torch.Tensor], after: list[torch.Tensor]) -> float:

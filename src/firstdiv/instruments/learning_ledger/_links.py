@@ -25,6 +25,11 @@ def _names(names: list[str]) -> list[str]:
     return names if len(names) <= LIST_CAP else [*names[:LIST_CAP], f"... {len(names) - LIST_CAP} more"]
 
 
+def dense(g: torch.Tensor) -> torch.Tensor:
+    """A gradient as a dense tensor (``EmbeddingBag(sparse=True)`` and friends give sparse ``.grad``)."""
+    return g.to_dense() if g.layout != torch.strided else g
+
+
 def trainable(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
@@ -85,7 +90,7 @@ def check_gradient(ctx: Ctx) -> Check:
     norms: dict[str, float | None] = {}
     problems: dict[str, list[str]] = {"nonfinite": [], "missing": [], "zero": []}
     for n, p in train:
-        g = p.grad
+        g = None if p.grad is None else dense(p.grad)
         if g is None:
             problems["missing"].append(n)
             norms[n] = None
@@ -116,8 +121,35 @@ def check_gradient(ctx: Ctx) -> Check:
                                 "or a multiplication by a zero mask"}[kind])
 
 
+def by_module(names: list[str]) -> str:
+    """``body.0 (weight, bias), body.2 (weight, bias)``: parameter names grouped by the module that holds them
+    (by top-level module when that is still long)."""
+    def group(level: int | None) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for n in names:
+            mod, _, leaf = n.rpartition(".")
+            if level is not None and mod:
+                mod, leaf = n.split(".", 1)[0], n.split(".", 1)[1]
+            out.setdefault(mod or "(model)", []).append(leaf)
+        return out
+    groups = group(None)
+    if len(groups) > 5:
+        groups = group(1)
+    text = [f"{m} ({', '.join(v) if len(v) <= 3 else f'{len(v)} tensors'})" for m, v in groups.items()]
+    return ", ".join(text[:6]) + (f", ... {len(text) - 6} more modules" if len(text) > 6 else "")
+
+
+def _modules_of(names: list[str]) -> list[str]:
+    return list(dict.fromkeys(n.rpartition(".")[0] or "(model)" for n in names))
+
+
 def check_ownership(ctx: Ctx) -> Check:
     model, opt = ctx.model, ctx.optimizer
+    if opt is None:
+        note = ("note: no torch.optim optimizer: parameters are updated by train_step; which ones it moves is checked at "
+                "PARAMETER_UPDATE")
+        ctx.report_notes.append(note)
+        return passed("OPTIMIZER_OWNERSHIP", note, {"optimizer": None, "train_step": True})
     params = list(model.named_parameters())
     model_ids = {id(p) for _, p in params}
     owned = [(gi, p) for gi, g in enumerate(opt.param_groups) for p in g["params"]]
@@ -139,15 +171,35 @@ def check_ownership(ctx: Ctx) -> Check:
                       observed=f"{len(stale)} stale tensors, first in the slot of {first}",
                       hint="a module was replaced (or the model reloaded/moved) after the optimizer was built: build the "
                            "optimizer after the last change to the model")
+    live = [p for _, p in owned if id(p) in model_ids]
+    if missing and live and all(not p.requires_grad for p in live):
+        return _owns_only_frozen(params, live, missing, ev)
     if missing:
+        ev["missing_by_module"] = by_module(missing)
         return failed("OPTIMIZER_OWNERSHIP", "optimizer.missing_parameter",
-                      f"{len(missing)} trainable parameters are not in any param group: {', '.join(_names(missing)[:5])}",
+                      f"{len(missing)} trainable parameters are not in any param group: {by_module(missing)}",
                       ev, expected="every trainable parameter in an optimizer param group",
-                      observed=f"not owned: {', '.join(_names(missing)[:5])}",
+                      observed=f"not owned: {by_module(missing)}",
                       hint="pass model.parameters() (or every intended group) to the optimizer, or freeze what should "
                            "not train (requires_grad_(False))")
     return passed("OPTIMIZER_OWNERSHIP", f"the optimizer owns every trainable parameter object ({len(owned)} tensors in "
                   f"{len(opt.param_groups)} group(s)), none stale", ev)
+
+
+def _owns_only_frozen(params: list[tuple[str, torch.Tensor]], live: list[torch.Tensor], missing: list[str],
+                      ev: dict[str, Any]) -> Check:
+    ids = {id(p) for p in live}
+    owned_names = [n for n, p in params if id(p) in ids]
+    mods = _modules_of(owned_names)
+    ev.update(owned_modules=mods, owned_names=_names(owned_names), missing_by_module=by_module(missing))
+    return failed("OPTIMIZER_OWNERSHIP", "optimizer.owns_only_frozen",
+                  f"everything the optimizer owns is frozen: {', '.join(mods)} ({len(owned_names)} tensors, all "
+                  f"requires_grad=False), so no step changes anything; the {len(missing)} trainable parameters are not "
+                  f"owned: {by_module(missing)}", ev,
+                  expected="the optimizer owns the trainable parameters",
+                  observed=f"owns only frozen {', '.join(mods)}; trainable but not owned: {by_module(missing)}",
+                  hint=f"build the optimizer over the parameters that train (e.g. [p for p in model.parameters() if "
+                       f"p.requires_grad]), or unfreeze {', '.join(mods)} if it is the part meant to train")
 
 
 def _match_stale(stale: list[tuple[int, int, torch.Tensor]], params: list[tuple[str, torch.Tensor]],
@@ -184,7 +236,7 @@ def _visible(opt: torch.optim.Optimizer, group: dict[str, Any], p: torch.Tensor)
     with torch.no_grad():
         w = p.detach()
         if isinstance(opt, torch.optim.SGD):
-            size = lr * p.grad.abs() + lr * float(group.get("weight_decay", 0.0)) * w.abs()
+            size = lr * dense(p.grad).abs() + lr * float(group.get("weight_decay", 0.0)) * w.abs()
         else:
             size = torch.full_like(w, lr)
         try:
@@ -197,7 +249,7 @@ def _visible(opt: torch.optim.Optimizer, group: dict[str, Any], p: torch.Tensor)
 def check_update(ctx: Ctx) -> Check:
     opt, model = ctx.work_opt, ctx.work
     group_of = {id(p): (gi, g) for gi, g in enumerate(opt.param_groups) for p in g["params"]}
-    intended = [(n, p) for n, p in trainable(model) if id(p) in group_of and p.grad is not None and bool(p.grad.any())]
+    intended = [(n, p) for n, p in trainable(model) if id(p) in group_of and p.grad is not None and bool(dense(p.grad).any())]
     if not intended:
         return skipped_link("PARAMETER_UPDATE", "no owned trainable parameter holds a nonzero gradient to apply (see GRADIENT)",
                             {"optimizer": type(opt).__name__})
@@ -215,7 +267,7 @@ def check_update(ctx: Ctx) -> Check:
     deltas, not_moved, below = {}, [], []
     descent = 0.0  # <update, gradient>: negative for any method that descends the loss
     for n, p in intended:
-        descent += float(((p.detach() - before[n]).double() * p.grad.double()).sum()) if p.grad is not None else 0.0
+        descent += float(((p.detach() - before[n]).double() * dense(p.grad).double()).sum()) if p.grad is not None else 0.0
         d = float((p.detach() - before[n]).float().norm())
         deltas[n] = {"delta_norm": d, "relative": d / max(float(before[n].float().norm()), 1e-12),
                      "group": group_of[id(p)][0], "lr": lr_of(group_of[id(p)][1])}

@@ -1,0 +1,145 @@
+"""PARAMETER_UPDATE through the user's own ``train_step``: the step of their loop (manual
+``p.data.add_(p.grad, alpha=-lr)`` updates, momentum, clipping, gradient accumulation, schedulers, LBFGS
+closures) run on their objects under :func:`guarded`, which puts every value back afterwards.
+
+What it reads: the loss of the model on the ledger's batch before and after each of up to ``STEPS`` calls (no
+grad, the model's own mode, the same seed before each evaluation so dropout draws the same masks), and each
+trainable parameter's change. Verdicts:
+
+- ``update.ascends``: the first step moved the parameters along the gradient (<delta, gradient> > 0, the
+  gradient read on the ledger's copy) and the loss on the batch went up over the calls: training climbs the loss
+  (``(-loss).backward()``, ``p.data.add_(p.grad, alpha=+lr)``).
+- ``update.diverges``: the loss became non-finite or grew ``DIVERGE``-fold within the calls: the step size is too
+  large; the finding names the lr and the param group of the parameter that moved most.
+- ``update.not_moved``: a trainable parameter with a healthy gradient never changed over the calls.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .._core.batch import compute_loss
+from .._core.checks import Check
+from .._core.closure import closure_state
+from .._core.state import guarded
+from .._core.task import Ctx, err, seed_copies
+from ._common import failed, g4, passed, skipped_link
+from ._links import LIST_CAP, dense, lr_of, trainable
+
+STEPS = 4
+DIVERGE = 10.0
+
+
+def _names(names: list[str]) -> list[str]:
+    return names if len(names) <= LIST_CAP else [*names[:LIST_CAP], f"... {len(names) - LIST_CAP} more"]
+
+
+def _loss_on_batch(ctx: Ctx) -> float:
+    seed_copies()
+    with torch.no_grad():
+        loss = compute_loss(ctx.model, ctx.batch, ctx.loss_fn)[1]
+    return float(loss.detach().float()) if torch.is_tensor(loss) and loss.numel() == 1 else math.nan
+
+
+def _grads(ctx: Ctx) -> dict[str, torch.Tensor]:
+    """The gradient of the ledger's batch loss at the user's parameter values (GRADIENT's backward on the copy)."""
+    return {n: dense(p.grad).detach() for n, p in ctx.work.named_parameters() if p.grad is not None}
+
+
+def _run(ctx: Ctx) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torch.Tensor], str | None]:
+    """Call train_step up to STEPS times on the user's objects (restored afterwards): the losses on the batch
+    (before, then after each call), each parameter's change after the first call and after the last."""
+    params = trainable(ctx.model)
+    start = {n: p.detach().clone() for n, p in params}
+    first: dict[str, torch.Tensor] = {}
+    losses: list[float] = []
+    calls = 0
+    with guarded(ctx.model, ctx.optimizer, ctx.train_step, closure_state(ctx.train_step)), torch.enable_grad():
+        try:
+            losses.append(_loss_on_batch(ctx))
+            for i in range(STEPS):
+                calls += 1
+                ctx.train_step()
+                if i == 0:
+                    first = {n: (p.detach() - start[n]).clone() for n, p in params}
+                losses.append(_loss_on_batch(ctx))
+                if not math.isfinite(losses[-1]):
+                    break
+            total = {n: (p.detach() - start[n]).clone() for n, p in params}
+        except Exception as exc:  # noqa: BLE001 - user code; restored by the guard
+            ctx.notes["ran_train_step"] = calls
+            return losses, first, {}, f"train_step raised {err(exc)} on call {calls}"
+    ctx.notes["ran_train_step"] = calls
+    return losses, first, total, None
+
+
+def _groups(ctx: Ctx) -> dict[int, tuple[int, float]]:
+    if ctx.optimizer is None:
+        return {}
+    return {id(p): (gi, lr_of(g)) for gi, g in enumerate(ctx.optimizer.param_groups) for p in g["params"]}
+
+
+def check_user_step(ctx: Ctx) -> Check:
+    losses, first, total, error = _run(ctx)
+    if error is not None:
+        return skipped_link("PARAMETER_UPDATE", f"could not judge the update: {error}", {"error": error})
+    grads = _grads(ctx)
+    healthy = [n for n, p in trainable(ctx.model) if n in grads and bool(torch.isfinite(grads[n]).all()) and bool(grads[n].any())]
+    moved = [n for n in healthy if bool(total[n].any())]
+    not_moved = [n for n in healthy if n not in moved]
+    descent = sum(float((first[n].double() * grads[n].double()).sum()) for n in healthy if first[n].shape == grads[n].shape)
+    ev: dict[str, Any] = {"source": "train_step", "calls": len(losses) - 1, "losses_on_batch": losses,
+                          "update_dot_gradient": descent, "intended": len(healthy), "moved": len(moved),
+                          "not_moved": _names(not_moved)}
+    l0, last = losses[0], losses[-1]
+    finite = [v for v in losses if math.isfinite(v)]
+    if descent > 0 and math.isfinite(l0) and (not math.isfinite(last) or last > l0):
+        return _ascends(ev, healthy, first, grads, l0, last)
+    if math.isfinite(l0) and (not math.isfinite(last) or (l0 > 0 and max(finite) > DIVERGE * l0)):
+        return _diverges(ctx, ev, total, l0, last, max(finite))
+    if not_moved:
+        return failed("PARAMETER_UPDATE", "update.not_moved",
+                      f"{len(not_moved)} of {len(healthy)} trainable parameters with healthy gradients did not change over "
+                      f"{ev['calls']} calls of train_step; first {not_moved[0]}", ev,
+                      expected="train_step changes every trainable parameter that has a gradient",
+                      observed=f"unchanged: {', '.join(_names(not_moved)[:5])}",
+                      hint="train_step's update skips them: an optimizer or manual-update loop over a subset of the "
+                           "parameters; freeze them with requires_grad_(False) if they should not train")
+    return passed("PARAMETER_UPDATE", f"train_step moved all {len(healthy)} trainable parameters with healthy gradients, "
+                  f"down the loss (<update, gradient> = {g4(descent)}; loss on the batch {g4(l0)} -> {g4(last)} over "
+                  f"{ev['calls']} calls)", ev)
+
+
+def _ascends(ev: dict[str, Any], healthy: list[str], first: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
+             l0: float, last: float) -> Check:
+    up = [n for n in healthy if float((first[n].double() * grads[n].double()).sum()) > 0]
+    ev["ascending"] = _names(up)
+    return failed("PARAMETER_UPDATE", "update.ascends",
+                  f"train_step moves the parameters up the loss: <update, gradient> = {g4(ev['update_dot_gradient'])} > 0 "
+                  f"and the loss on the batch went {g4(l0)} -> {g4(last)} over {ev['calls']} calls; "
+                  f"{len(up)} parameters ascend, first {', '.join(_names(up)[:3])}", ev,
+                  expected="an update against the gradient that lowers the loss",
+                  observed=f"<update, gradient> = {g4(ev['update_dot_gradient'])}, loss {g4(l0)} -> {g4(last)}",
+                  hint="the step climbs the loss: a (-loss).backward(), a gradient added instead of subtracted "
+                       "(p.data.add_(p.grad, alpha=+lr)), or maximize=True")
+
+
+def _diverges(ctx: Ctx, ev: dict[str, Any], total: dict[str, torch.Tensor], l0: float, last: float, peak: float) -> Check:
+    groups = _groups(ctx)
+    params = dict(trainable(ctx.model))
+    rel = {n: float(d.float().norm()) / max(float(params[n].detach().float().norm()), 1e-12) for n, d in total.items()
+           if torch.isfinite(d).all()}
+    worst = max(rel, key=rel.get) if rel else next(iter(total), "?")
+    gi, lr = groups.get(id(params.get(worst)), (None, None))
+    ev.update(lr=lr, param_group=gi, parameter=worst)
+    where = f"lr {g4(lr)} in param group {gi}" if lr is not None else "the step size of train_step's manual update"
+    what = f"{last}" if not math.isfinite(last) else f"{g4(peak)} ({peak / l0:.0f}x)"
+    return failed("PARAMETER_UPDATE", "update.diverges",
+                  f"the loss on the batch went {g4(l0)} -> {what} within {ev['calls']} calls of train_step: the updates "
+                  f"diverge at {where} (largest relative change: {worst})", ev,
+                  expected=f"a loss that does not grow {DIVERGE:.0f}-fold or become non-finite over a few steps",
+                  observed=f"loss {g4(l0)} -> {what} at {where}",
+                  hint="lower the learning rate of that group (try 10x smaller), or clip the gradients")
