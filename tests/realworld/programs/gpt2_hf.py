@@ -9,12 +9,17 @@ token follows from the previous two.
 from __future__ import annotations
 
 import functools
+import pathlib
+import sys
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, get_linear_schedule_with_warmup
 from transformers.utils import logging as hf_logging
 
-from realworld._api import Bug, Program
+_HERE = str(pathlib.Path(__file__).resolve().parents[1])
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+from _api import Bug, Program
 
 hf_logging.set_verbosity_error()
 

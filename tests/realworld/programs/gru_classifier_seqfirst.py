@@ -9,11 +9,16 @@ real names: -ov, -ez, -ini ...).
 from __future__ import annotations
 
 import functools
+import pathlib
+import sys
 
 import torch
 from torch import nn
 
-from realworld._api import Bug, Program
+_HERE = str(pathlib.Path(__file__).resolve().parents[1])
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+from _api import Bug, Program
 
 ALL_LETTERS = "abcdefghijklmnop"
 N_LETTERS = len(ALL_LETTERS)
@@ -33,7 +38,7 @@ class CharRNN(nn.Module):
         self.softmax = nn.LogSoftmax(dim=softmax_dim)
 
     def forward(self, line_tensor):
-        rnn_out, hidden = self.rnn(line_tensor)
+        _rnn_out, hidden = self.rnn(line_tensor)
         output = self.h2o(hidden[0])
         output = self.softmax(output)
         return output

@@ -9,12 +9,17 @@ token is almost always ``(t + 1) % ntokens``.
 from __future__ import annotations
 
 import functools
+import pathlib
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from realworld._api import Bug, Program
+_HERE = str(pathlib.Path(__file__).resolve().parents[1])
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+from _api import Bug, Program
 
 NTOKENS = 64
 EMSIZE = 32
