@@ -24,7 +24,7 @@ hf_logging.set_verbosity_error()
 
 IMAGE = 16
 NUM_LABELS = 4
-BATCH = 16
+BATCH = 8
 
 
 def make_batch(gen):
