@@ -69,6 +69,11 @@ def _build(seed, bug=None):
     scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=0, num_training_steps=500)
     state = {"step": 0}
 
+    def compute_loss(logits, labels):
+        if bug == "softmax_before_cross_entropy":
+            logits = logits.softmax(-1)  # "probabilities" handed to cross_entropy, which softmaxes again
+        return F.cross_entropy(logits, labels)
+
     def train_step():
         model.train()
         batch = batches[state["step"] % len(batches)]
@@ -76,7 +81,7 @@ def _build(seed, bug=None):
         optimizer.zero_grad()
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                     token_type_ids=batch["token_type_ids"])
-        loss = F.cross_entropy(out.logits, batch["labels"])
+        loss = compute_loss(out.logits, batch["labels"])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -92,7 +97,7 @@ def _build(seed, bug=None):
         return float((logits.argmax(-1) == batch["labels"]).float().mean())
 
     return Program(name="bert_seqcls_hf", model=model, batch=batches[0],
-                   loss_fn=lambda out, labels: F.cross_entropy(out.logits, labels), optimizer=optimizer,
+                   loss_fn=lambda out, labels: compute_loss(out.logits, labels), optimizer=optimizer,
                    train_step=train_step, eval_fn=eval_fn, task="classification", task_probe=task_probe)
 
 
@@ -102,4 +107,7 @@ BUGS = [
     # AdamW(model.bert.parameters()): the freshly initialised classifier head is never stepped.
     Bug("optimizer_over_bert_only", functools.partial(_build, bug="optimizer_over_bert_only"), "four_structures",
         ("classifier",)),
+    # a softmax before F.cross_entropy: the loss is bounded near ln 3 and its gradients vanish.
+    Bug("softmax_before_cross_entropy", functools.partial(_build, bug="softmax_before_cross_entropy"), "learning_ledger",
+        ("OBJECTIVE",)),
 ]

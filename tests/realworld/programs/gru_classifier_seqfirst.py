@@ -26,7 +26,7 @@ ALL_CATEGORIES = ["Russian", "Spanish", "Italian", "Irish"]
 N_CATEGORIES = len(ALL_CATEGORIES)
 N_HIDDEN = 32
 MAX_LEN = 8
-BATCH = 16
+BATCH = 12
 LEARNING_RATE = 0.05
 
 

@@ -22,7 +22,7 @@ from _api import Bug, Program
 
 OMEGA = 0.3
 WINDOW = 16
-BATCH = 16
+BATCH = 12
 
 
 class LSTMForecaster(nn.Module):

@@ -26,7 +26,7 @@ EMSIZE = 32
 NHID = 32
 NLAYERS = 1
 BPTT = 8
-BSZ = 8
+BSZ = 10
 LR = 20.0
 CLIP = 0.25
 
