@@ -23,22 +23,29 @@ def flat(value: Any) -> torch.Tensor | None:
 ALPHA = 0.3  # mixing weight: f(a x1 + (1-a) x2) vs a f(x1) + (1-a) f(x2)
 
 
-def affine_error(probe: nn.Module, x: torch.Tensor) -> tuple[float | None, float, int]:
+def out_dtype(value: Any) -> torch.dtype | None:
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+    return next((v.dtype for v in values if torch.is_tensor(v) and v.is_floating_point()), None)
+
+
+def affine_error(probe: nn.Module, x: torch.Tensor, axis: int = 0) -> tuple[float | None, float, int, torch.dtype | None]:
     """Largest ||f(mix) - mix(f)|| / ||f(x1) - f(x2)|| over input pairs (batch vs rolled batch, x vs -x, 3x vs -3x),
-    the largest output spread, and the number of pairs."""
-    others = [x.roll(1, 0)] if x.dim() and x.shape[0] > 1 else []
+    the largest output spread, the number of pairs and the output's dtype."""
+    others = [x.roll(1, axis)] if x.dim() > axis and x.shape[axis] > 1 else []
     pairs = [(x, o) for o in others if not torch.equal(o, x)] + [(x, -x), (3 * x, -3 * x)]
-    a, worst, spread = ALPHA, 0.0, 0.0
+    a, worst, spread, dtype = ALPHA, 0.0, 0.0, None
     with torch.no_grad():
         for x1, x2 in pairs:
-            f1, f2, fm = flat(probe(x1)), flat(probe(x2)), flat(probe(a * x1 + (1 - a) * x2))
+            o1 = probe(x1)
+            dtype = dtype or out_dtype(o1)
+            f1, f2, fm = flat(o1), flat(probe(x2)), flat(probe(a * x1 + (1 - a) * x2))
             if f1 is None or f2 is None or fm is None:
-                return None, 0.0, len(pairs)
+                return None, 0.0, len(pairs), dtype
             gap = float((f1 - f2).norm())
             if gap > 0:
                 spread = max(spread, gap)
                 worst = max(worst, float((fm - (a * f1 + (1 - a) * f2)).norm()) / gap)
-    return worst, spread, len(pairs)
+    return worst, spread, len(pairs), dtype
 
 
 def activations(model: nn.Module) -> int:
@@ -63,7 +70,11 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool) -> t
     calls = [0]
     handles = [m.register_forward_pre_hook(lambda mod, _i, n=n: seen.__setitem__(n, seen.get(n, False) or mod.training))
                for n, m in mode_dependent(probe)]
-    handles.append(probe.register_forward_pre_hook(lambda _m, _i: calls.__setitem__(0, calls[0] + 1)))
+    # a call of any submodule counts (an EMA's eval_fn may call ``ema.module(x)``, skipping the root)
+
+    def count(top: bool) -> None:
+        calls[0] = calls[0] + 1 if top else max(calls[0], 1)
+    handles += [m.register_forward_pre_hook(lambda _m, _i, top=(n == ""): count(top)) for n, m in probe.named_modules()]
     try:
         eval_fn(probe, batch)
     finally:
