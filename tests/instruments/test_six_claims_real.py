@@ -378,3 +378,23 @@ def test_real_shapes_raise_nothing_and_fail_nothing(kind, seed):
     assert claim(report, "UPDATE").status is Status.PASS, str(report)
     if kind == "gcn":  # two input tensors, one sparse: no affine test, and the report says why
         assert claim(report, "REPRESENTATION").status is Status.SKIPPED
+
+
+def test_identity_named_as_the_activation_is_evidence_of_a_removed_nonlinearity():
+    class Net(nn.Module):
+        def __init__(self, act: nn.Module, name: str) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.fc1, self.fc2 = nn.Linear(10, 16), nn.Linear(16, 2)
+            setattr(self, name, act)
+            self.name = name
+
+        def forward(self, x):
+            return self.fc2(getattr(self, self.name)(self.fc1(x)))
+    x = data(0)
+    y = (x[:, 0] > 0).long()  # separable: the batch alone would not prove the activation was needed
+    model = Net(nn.Identity(), "act")
+    report = audit(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert report.first_divergence.kind == "claim.representation.affine" and "`act`" in report.first_divergence.observed
+    model = Net(nn.Identity(), "proj")  # an Identity that is not an activation: a linear model on separable labels
+    no_fail(audit(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1)))

@@ -280,7 +280,7 @@ def _update(run: Measured, stepped: bool) -> Check:
 # ---- the report --------------------------------------------------------------------------------
 
 def _report(claims: list[Check], evaluated: bool, stepped: bool) -> Report:
-    side = ("forward/backward passes" + ("" if stepped else " and one sacrificial optimizer step") + " on a deep copy of "
+    side = (("" if stepped else "deep copies only: ") + "forward/backward passes" + ("" if stepped else " and one sacrificial optimizer step") + " on a deep copy of "
             "model and optimizer" + ("; eval_fn called on a deep copy" if evaluated else "")
             + ("; train_step called once on your objects, every value, .grad, optimizer/scheduler/scaler state, mode "
                "and RNG state restored afterwards" if stepped else "")

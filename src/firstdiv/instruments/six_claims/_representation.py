@@ -1,6 +1,7 @@
 """The REPRESENTATION claim: is the output affine in the input (``f(a x1 + (1-a) x2)`` vs ``a f(x1) + (1-a) f(x2)``
 on an eval-mode copy), and, when it is, does the task need more? An affine output is a bug only when the model
-stacks more than one linear layer AND the batch's targets are not fit by a linear map (``._linear_fit``);
+stacks more than one linear layer AND there is evidence the task needs more: the batch's targets are not fit by a
+linear map (``._linear_fit``), or the model names an ``nn.Identity`` as its activation (``self.act = nn.Identity()``);
 otherwise it is a note. An output that does not change with the input, even after every weight is perturbed,
 cannot learn anything: that FAILs naming the last module that ran."""
 
@@ -71,6 +72,10 @@ def _affine(model: nn.Module, batch: Batch, axis: int, ev: dict[str, Any]) -> Ch
                     "collapse)", ev)
     fit = linear_fit(batch, axis)
     ev["linear_fit"] = fit
+    intended = _identity_activations(model)
+    if intended:  # the model's own names say a nonlinearity belongs there
+        ev["identity_activations"] = intended[:8]
+        fit = {**fit, "needs_nonlinear": True}
     if fit["needs_nonlinear"] is None:
         return note(NAME, CHECK, f"{affine} through {len(layers)} stacked linear layers; not verified whether the task "
                     f"needs more: {fit.get('why', 'no evidence')}", ev)
@@ -78,7 +83,8 @@ def _affine(model: nn.Module, batch: Batch, axis: int, ev: dict[str, Any]) -> Ch
         how = ("the batch's labels are linearly separable" if "classes" in fit
                else f"a linear map fits the targets (residual {fit.get('residual_fraction', 0):.2g} of their variance)")
         return note(NAME, CHECK, f"{affine}; fine for a linear model: {how}", ev)
-    why = ("the batch's labels are not linearly separable" if "classes" in fit else
+    why = (f"`{intended[0]}` is nn.Identity where its name says activation" if intended else
+           "the batch's labels are not linearly separable" if "classes" in fit else
            f"a linear map leaves {fit['residual_fraction']:.0%} of the targets' variance, and random nonlinear features "
            f"explain it (F-test p={fit['p_value']:.2g})")
     return claim(NAME, Status.FAIL, CHECK,
@@ -86,6 +92,15 @@ def _affine(model: nn.Module, batch: Batch, axis: int, ev: dict[str, Any]) -> Ch
                  f"({', '.join(layers[:4])}) collapse to one linear map", ev,
                  "a nonlinear map of the input (relative error well above the threshold)",
                  "put a nonlinearity (ReLU, GELU, tanh) between the linear layers")
+
+
+ACTIVATION_NAMES = ("act", "activation", "nonlinearity", "nonlin", "relu", "gelu", "tanh", "sigmoid", "silu", "elu")
+
+
+def _identity_activations(model: nn.Module) -> list[str]:
+    """Modules that are ``nn.Identity`` under an activation's name (``self.act = nn.Identity()``)."""
+    return [n for n, m in model.named_modules() if n and isinstance(m, nn.Identity)
+            and n.rsplit(".", 1)[-1].lower().rstrip("0123456789_") in ACTIVATION_NAMES]
 
 
 def _perturbed(model: nn.Module) -> nn.Module:
