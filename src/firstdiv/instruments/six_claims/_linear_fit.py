@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import optimize, stats
 
 from .._core.batch import Batch
 
@@ -68,6 +67,8 @@ def _regression(design: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     relu = np.maximum(z @ rng.standard_normal((p - 1, p - 1)) / np.sqrt(p - 1) + rng.standard_normal(p - 1) * 0.5, 0.0)
     feats = np.hstack([z ** 2, relu])[:, :m]  # per-input squares, then random ReLU features
     rss2 = _rss(np.hstack([design, feats]), y)
+    from scipy import stats  # lazily: importing scipy.stats costs ~0.5 s, and only a linear model gets here
+
     k = y.shape[1]
     dof = k * (n - p - m)
     f = ((rss1 - rss2) / (k * m)) / max(rss2 / max(dof, 1), 1e-300)
@@ -89,6 +90,8 @@ def _separable(design: np.ndarray, y: np.ndarray) -> dict[str, Any]:
         return {**ev, "needs_nonlinear": False, "separable": True, "how": "least squares on one-hot labels"}
     if p * k * n * (k - 1) > LP_LIMIT:
         return {**ev, "needs_nonlinear": None, "why": "batch too large for the separability LP"}
+    from scipy import optimize  # lazily, as above
+
     rows = []
     for i in range(n):  # (w_y - w_c) . x_i >= 1 for every other class c, as -(...) <= -1
         for c in range(k):
