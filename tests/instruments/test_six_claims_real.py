@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from firstdiv import six_claims
+from firstdiv.instruments._core.closure import closure_state
 from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.six_claims import CLAIMS
 from firstdiv.report import Report, Status
@@ -20,9 +21,11 @@ torch.set_num_threads(1)
 
 def audit(model, batch, loss_fn, optimizer=None, **kw) -> Report:
     """Call the instrument; assert it left no trace (also on what train_step closes over) and the report round-trips."""
-    before = Snapshot.take(model, optimizer, kw.get("train_step"))
+    step = kw.get("train_step")
+    held = closure_state(step) if step is not None else []  # e.g. the two optimizers an EmbeddingBag loop steps
+    before = Snapshot.take(model, optimizer, step, *held)
     report = six_claims(model, batch, loss_fn, optimizer, **kw)
-    assert before.diff(Snapshot.take(model, optimizer, kw.get("train_step"))) == []
+    assert before.diff(Snapshot.take(model, optimizer, step, *held)) == []
     assert [f.where for f in report.findings] == list(CLAIMS)
     assert str(report) and Report.from_dict(report.to_dict()).to_dict() == report.to_dict()
     return report
@@ -130,7 +133,7 @@ def test_manual_update_that_rebinds_fails_update():
         loss = F.mse_loss(model(x), y)
         loss.backward()
         for p in model.parameters():
-            p = p - 0.1 * p.grad  # noqa: PLW2901
+            p = p - 0.1 * p.grad
         return loss
     report = audit(model, (x, y), F.mse_loss, None, train_step=train_step)
     div = report.first_divergence
@@ -398,3 +401,30 @@ def test_identity_named_as_the_activation_is_evidence_of_a_removed_nonlinearity(
     assert report.first_divergence.kind == "claim.representation.affine" and "`act`" in report.first_divergence.observed
     model = Net(nn.Identity(), "proj")  # an Identity that is not an activation: a linear model on separable labels
     no_fail(audit(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1)))
+
+
+def test_hf_attention_dropout_applied_functionally_counts_as_mode_dependent():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.ViTConfig(image_size=8, patch_size=4, num_channels=1, hidden_size=16, num_hidden_layers=1,
+                                 num_attention_heads=2, intermediate_size=32, num_labels=3, hidden_dropout_prob=0.0,
+                                 attention_probs_dropout_prob=0.1)  # no nn.Dropout with p > 0 anywhere
+    torch.manual_seed(0)
+    model = transformers.ViTForImageClassification(cfg)
+    g = torch.Generator().manual_seed(0)
+    pix, labels = torch.randn(4, 1, 8, 8, generator=g), torch.randint(0, 3, (4,), generator=g)
+
+    def forgot_eval(m, batch):
+        with torch.no_grad():
+            return m(batch[0]).logits.argmax(-1)
+    report = audit(model, (pix, labels), lambda out, y: F.cross_entropy(out.logits, y),
+                   torch.optim.AdamW(model.parameters(), lr=1e-3), eval_fn=forgot_eval)
+    assert report.first_divergence.kind == "claim.evaluation.train_mode"
+    assert "attention" in report.first_divergence.observed  # the HF module holding attention_dropout
+
+
+def test_bad_batch_axis_is_a_one_line_error():
+    from firstdiv.errors import InvalidArgument
+    model = nn.Linear(3, 1)
+    with pytest.raises(InvalidArgument, match=r"Expected `batch_axis` to be a non-negative int or None but got 'time'"):
+        six_claims(model, (torch.zeros(4, 3), torch.zeros(4, 1)), F.mse_loss, torch.optim.SGD(model.parameters(), lr=0.1),
+                   batch_axis="time")
