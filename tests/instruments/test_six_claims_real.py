@@ -428,3 +428,31 @@ def test_bad_batch_axis_is_a_one_line_error():
     with pytest.raises(InvalidArgument, match=r"Expected `batch_axis` to be a non-negative int or None but got 'time'"):
         six_claims(model, (torch.zeros(4, 3), torch.zeros(4, 1)), F.mse_loss, torch.optim.SGD(model.parameters(), lr=0.1),
                    batch_axis="time")
+
+
+class Attn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn, self.head = nn.MultiheadAttention(8, 2, dropout=0.2, batch_first=True), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.attn(x, x, x, need_weights=False)[0].mean(1))
+
+
+@pytest.mark.parametrize("forgets_eval", [True, False])
+def test_multihead_attention_dropout_rate_is_mode_dependent(forgets_eval):
+    model = Attn()
+    g = torch.Generator().manual_seed(0)
+    batch = (torch.randn(8, 5, 8, generator=g), torch.randint(0, 3, (8,), generator=g))
+
+    def forgot(m, b):
+        with torch.no_grad():
+            return m(b[0]).argmax(-1)
+    report = audit(model, batch, F.cross_entropy, torch.optim.Adam(model.parameters()),
+                   eval_fn=forgot if forgets_eval else _good_eval)
+    if forgets_eval:
+        assert report.first_divergence.kind == "claim.evaluation.train_mode" and "attn" in report.first_divergence.observed
+    else:
+        no_fail(report)
+        assert claim(report, "EVALUATION").status is Status.PASS

@@ -56,7 +56,7 @@ def activations(model: nn.Module) -> int:
 
 #: float attributes through which a module applies functional dropout only in training mode (Hugging Face attention:
 #: ``dropout=0.0 if not self.training else self.attention_dropout``)
-DROPOUT_ATTRS = ("attention_dropout", "dropout_prob", "attn_dropout", "dropout_p")
+DROPOUT_ATTRS = ("dropout", "attention_dropout", "dropout_prob", "attn_dropout", "dropout_p")  # MultiheadAttention: dropout
 
 
 def _functional_dropout(m: nn.Module) -> bool:
