@@ -47,7 +47,7 @@ from .._core.examples import logits_of
 from .._core.python_graph import hidden_modules
 from .._core.state import guarded
 from .._core.user_hooks import reports_user_hooks
-from ._evaluation import NOT_CHECKED, evaluation
+from ._evaluation import evaluation
 from ._measured_step import Measured, measure, step_moves, weighted_layers
 from ._objective_probes import Recording, class_checks, descent, infer_task, regression_checks
 from ._representation import AFFINE_RTOL, representation
@@ -59,6 +59,7 @@ INSTRUMENT = "six_claims"
 CLAIMS = ("REPRESENTATION", "COMPUTATION", "OBJECTIVE", "DIFFERENTIATION", "UPDATE", "EVALUATION")
 WEIGHT_RTOL = 1e-6  # rows "identical": max |row_i - row_0| <= WEIGHT_RTOL * max |W|
 GRAD_RTOL = 1e-5  # gradient rows "identical" (BLAS tiling can differ in the last bits)
+NOT_CHECKED_SUFFIX = ".not_checked"  # user code (eval_fn, train_step) raised: that claim is SKIPPED, the report WARNs
 HEALTHY_RGRAD = 1e-6  # a gradient below this fraction of the largest weight is rounding noise, not "healthy"
 
 
@@ -249,6 +250,8 @@ def _update(run: Measured, stepped: bool) -> Check:
     name, check = "UPDATE", "claim.update"
     if run.loss_problem is not None:
         return skip(name, check, f"no valid loss to step on ({run.loss_problem}); see OBJECTIVE")
+    if run.step_error and stepped:  # the user's own step raised: a claim that could not be checked, and the report WARNs
+        return claim(name, Status.SKIPPED, "claim.update.not_checked", f"UPDATE could not be checked: {run.step_error}")
     if run.step_error:
         return skip(name, check, run.step_error)
     healthy = [n for n in run.trainable if _healthy(run.grads.get(n), run.values.get(n))]
@@ -290,7 +293,7 @@ def _report(claims: list[Check], evaluated: bool, stepped: bool) -> Report:
     if notes:
         details["notes"] = notes
     report = compose(INSTRUMENT, claims, side, details, none_checked="no claim could be checked")
-    unchecked = [c.finding.message for c in claims if c.finding.check == NOT_CHECKED]
+    unchecked = [c.finding.message for c in claims if c.finding.check.endswith(NOT_CHECKED_SUFFIX)]
     if unchecked and report.status is Status.PASS:  # a claim that could not run leaves the audit unproven
         report = Report(INSTRUMENT, Status.WARN, report.first_divergence, report.findings, report.side_effects,
                         report.reason, {**report.details, "warnings": unchecked})
