@@ -380,8 +380,8 @@ def test_real_shapes_raise_nothing_and_fail_nothing(kind, seed):
     assert time.perf_counter() - start < 2.0  # well under 1 s on an idle core; margin for a shared CI
     no_fail(report)
     assert claim(report, "UPDATE").status is Status.PASS, str(report)
-    if kind == "gcn":  # two input tensors, one sparse: no affine test, and the report says why
-        assert claim(report, "REPRESENTATION").status is Status.SKIPPED
+    if kind == "gcn":  # (features, sparse_adj): the features are mixed, the adjacency held fixed
+        assert claim(report, "REPRESENTATION").status is Status.PASS
 
 
 def test_identity_named_as_the_activation_is_evidence_of_a_removed_nonlinearity():
@@ -457,3 +457,18 @@ def test_multihead_attention_dropout_rate_is_mode_dependent(forgets_eval):
     else:
         no_fail(report)
         assert claim(report, "EVALUATION").status is Status.PASS
+
+
+def test_gcn_without_its_activation_fails_representation():
+    class LinearGCN(GCN):
+        def forward(self, inputs):
+            features, adj = inputs
+            return torch.sparse.mm(adj, self.gc2(self.gc1(torch.sparse.mm(adj, features))))  # the bug: no ReLU
+    g = torch.Generator().manual_seed(0)
+    n = 40
+    idx = torch.randint(0, n, (2, 120), generator=g)
+    adj = torch.sparse_coo_tensor(idx, torch.ones(120), (n, n)).coalesce()
+    model = LinearGCN(0)
+    batch = ((torch.randn(n, 6, generator=g), adj), torch.randint(0, 3, (n,), generator=g))  # random labels: not separable
+    report = audit(model, batch, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=0.01))
+    assert report.first_divergence.kind == "claim.representation.affine" and "gc1, gc2" in report.first_divergence.observed

@@ -28,17 +28,20 @@ def out_dtype(value: Any) -> torch.dtype | None:
     return next((v.dtype for v in values if torch.is_tensor(v) and v.is_floating_point()), None)
 
 
-def affine_error(probe: nn.Module, x: torch.Tensor, axis: int = 0) -> tuple[float | None, float, int, torch.dtype | None]:
+def affine_error(probe: nn.Module, x: torch.Tensor, axis: int = 0, rebuild: Any = None
+                 ) -> tuple[float | None, float, int, torch.dtype | None]:
     """Largest ||f(mix) - mix(f)|| / ||f(x1) - f(x2)|| over input pairs (batch vs rolled batch, x vs -x, 3x vs -3x),
-    the largest output spread, the number of pairs and the output's dtype."""
+    the largest output spread, the number of pairs and the output's dtype. ``rebuild(t)``: the model's inputs holding the
+    mixed tensor ``t`` (a tuple input whose other members stay fixed); None: ``t`` itself."""
+    run = probe if rebuild is None else (lambda t: probe(rebuild(t)))
     others = [x.roll(1, axis)] if x.dim() > axis and x.shape[axis] > 1 else []
     pairs = [(x, o) for o in others if not torch.equal(o, x)] + [(x, -x), (3 * x, -3 * x)]
     a, worst, spread, dtype = ALPHA, 0.0, 0.0, None
     with torch.no_grad():
         for x1, x2 in pairs:
-            o1 = probe(x1)
+            o1 = run(x1)
             dtype = dtype or out_dtype(o1)
-            f1, f2, fm = flat(o1), flat(probe(x2)), flat(probe(a * x1 + (1 - a) * x2))
+            f1, f2, fm = flat(o1), flat(run(x2)), flat(run(a * x1 + (1 - a) * x2))
             if f1 is None or f2 is None or fm is None:
                 return None, 0.0, len(pairs), dtype
             gap = float((f1 - f2).norm())

@@ -38,16 +38,17 @@ def tolerance(dtype: torch.dtype | None) -> float:
 
 
 def representation(model: nn.Module, batch: Batch, axis: int) -> Check:
-    x = batch.inputs
-    if batch.as_kwargs or not torch.is_tensor(x):
-        return skip(NAME, CHECK, "inputs are not a single tensor; the affine test mixes two input tensors")
+    x, rebuild = _mixable(batch)
+    if x is None:
+        return skip(NAME, CHECK, "inputs are not a single tensor, nor a tuple holding exactly one dense floating-point "
+                    "tensor; the affine test mixes two input tensors")
     if x.layout != torch.strided:
         return skip(NAME, CHECK, f"inputs are a {x.layout} tensor; the affine test mixes two dense inputs")
     if not x.is_floating_point():
         return skip(NAME, CHECK, f"inputs are {x.dtype} (e.g. token ids): a mixture of two inputs is not an input",
                     dtype=str(x.dtype))
     try:
-        worst, spread, pairs, dtype = affine_error(model_copy(model).eval(), x, axis)
+        worst, spread, pairs, dtype = affine_error(model_copy(model).eval(), x, axis, rebuild)
     except Exception as exc:  # noqa: BLE001 - the model refused a mixed input: no evidence, not a crash
         return skip(NAME, CHECK, f"the model raised {type(exc).__name__} on a mixture of inputs: {exc}")
     if worst is None:
@@ -56,11 +57,29 @@ def representation(model: nn.Module, batch: Batch, axis: int) -> Check:
     ev = {"relative_error": worst, "threshold": tol, "output_dtype": str(dtype), "alpha": ALPHA, "pairs": pairs,
           "output_spread": spread, "activation_modules": activations(model)}
     if spread == 0:
-        return _constant(model, x, axis, ev)
+        return _constant(model, x, axis, ev, rebuild)
     if worst >= tol:
         return claim(NAME, Status.PASS, CHECK, f"output is not affine in the input: relative error {worst:.3g} "
                      f"(affine would be < {tol:g})", ev)
-    return _affine(model, batch, axis, ev)
+    return _affine(model, Batch(x, batch.targets, False), axis, ev)
+
+
+def _mixable(batch: Batch) -> tuple[torch.Tensor | None, Any]:
+    """The input tensor the affine test mixes, and how to put it back among the inputs (None: it is the input).
+    A tuple/list input (GCN ``(features, sparse_adj)``, ``(x, lengths)``) gets its one dense floating-point tensor
+    mixed, the rest held fixed."""
+    x = batch.inputs
+    if batch.as_kwargs:
+        return None, None
+    if torch.is_tensor(x):
+        return x, None
+    if not isinstance(x, (tuple, list)):
+        return None, None
+    dense = [i for i, v in enumerate(x) if torch.is_tensor(v) and v.layout == torch.strided and v.is_floating_point()]
+    if len(dense) != 1:
+        return None, None
+    i = dense[0]
+    return x[i], (lambda t: type(x)((*x[:i], t, *x[i + 1:])))
 
 
 def _affine(model: nn.Module, batch: Batch, axis: int, ev: dict[str, Any]) -> Check:
@@ -114,7 +133,7 @@ def _perturbed(model: nn.Module) -> nn.Module:
     return probe
 
 
-def _last_modules(probe: nn.Module, x: torch.Tensor) -> list[tuple[str, str, list[int]]]:
+def _last_modules(probe: nn.Module, x: Any) -> list[tuple[str, str, list[int]]]:
     """(name, type, output shape) of each leaf module, in the order it ran on ``x``."""
     ran: list[tuple[str, str, list[int]]] = []
     hooks = [m.register_forward_hook(lambda mod, _i, out, n=n: ran.append((n, type(mod).__name__, list(out.shape)))
@@ -129,11 +148,11 @@ def _last_modules(probe: nn.Module, x: torch.Tensor) -> list[tuple[str, str, lis
     return ran
 
 
-def _constant(model: nn.Module, x: torch.Tensor, axis: int, ev: dict[str, Any]) -> Check:
+def _constant(model: nn.Module, x: torch.Tensor, axis: int, ev: dict[str, Any], rebuild: Any) -> Check:
     try:
         probe = _perturbed(model)
-        spread = affine_error(probe, x, axis)[1]
-        ran = _last_modules(probe, x)
+        spread = affine_error(probe, x, axis, rebuild)[1]
+        ran = _last_modules(probe, x if rebuild is None else rebuild(x))
     except Exception as exc:  # noqa: BLE001 - the perturbed copy would not run: no evidence
         return skip(NAME, CHECK, f"the output does not change with the input (spread 0), and a perturbed copy raised "
                     f"{type(exc).__name__}: {exc}", **ev)
