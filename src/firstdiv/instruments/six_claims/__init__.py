@@ -5,7 +5,10 @@ healthy gradient on a parameter that is never updated, and evaluation in train m
 loss curve; no single gradient statistic separates them. Each claim gets its own evidence:
 
 - REPRESENTATION: the output is not affine in the input (``f(a x1 + (1-a) x2)`` vs
-  ``a f(x1) + (1-a) f(x2)`` on an eval-mode copy) -> ``claim.representation.affine``;
+  ``a f(x1) + (1-a) f(x2)`` on an eval-mode copy, tolerance from the output dtype's eps) ->
+  ``claim.representation.affine`` only when >1 linear layer is stacked AND the task needs more (the batch's
+  targets are not fit linearly, or ``self.act = nn.Identity()``); a linear model gets a note. An output identical
+  for every input even after perturbing the weights -> ``claim.representation.constant_output``;
 - COMPUTATION: hidden units of every Linear/Conv layer differ (weight rows not all zero / identical,
   or, if they are, their gradient rows differ) -> ``claim.computation.zero_init`` / ``symmetric_init``;
 - OBJECTIVE: the loss is finite and scalar, does not take probabilities as logits, and falls when the
@@ -14,10 +17,15 @@ loss curve; no single gradient statistic separates them. Each claim gets its own
   ``wrong_direction`` / ``not_descended``;
 - DIFFERENTIATION: every trainable parameter gets a finite gradient -> ``claim.differentiation.detached``
   / ``nonfinite`` (an all-zero gradient is a WARN, ``claim.differentiation.zero_gradient``);
-- UPDATE: every parameter with a healthy gradient moves in one optimizer step -> ``claim.update.not_updated``;
+- UPDATE: every parameter with a healthy gradient moves in one optimizer step (on a copy), or, with
+  ``optimizer=None``, in one call of your ``train_step`` (on your objects, restored) -> ``claim.update.not_updated``;
 - EVALUATION: ``eval_fn`` runs Dropout/BatchNorm in eval mode -> ``claim.evaluation.train_mode``.
 
-Everything that runs the model runs on deep copies, inside a guard that restores your objects, the RNGs
+User code that raises (``eval_fn``, ``train_step``) leaves its claim SKIPPED (``*.not_checked``, the error's first
+line) and the report WARNs; notes (PASS findings whose message starts with ``note: ``) are also listed in
+``details["notes"]``.
+
+Everything else that runs the model runs on deep copies, inside a guard that restores your objects, the RNGs
 and grad mode. A claim without evidence is SKIPPED with the reason, never PASS.
 """
 
