@@ -335,7 +335,8 @@ def test_no_trace_when_loss_fn_raises_on_its_second_call():
     ((nn.Linear(2, 2), 5, F.mse_loss, None), {}, "Expected `batch` to be a tuple (inputs, targets) or a dict but got int"),
     ((nn.Linear(2, 2), (torch.zeros(1, 2),), "mse", None), {}, "Expected `loss_fn` to be callable but got str"),
     ((nn.Linear(2, 2), (torch.zeros(1, 2),), F.mse_loss, None), {},
-     "Expected `optimizer` to be a torch.optim.Optimizer but got None"),
+     ("Expected `optimizer` (the torch.optim.Optimizer that steps the model) or, for a loop that updates parameters by "
+      "hand, `train_step` (a zero-argument step) but got neither")),  # optimizer may be None when train_step is given
 ])
 def test_bad_inputs_are_one_line_errors(args, kwargs, message):
     with pytest.raises(InvalidArgument) as err:

@@ -38,10 +38,12 @@ def weighted_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
             if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) and isinstance(getattr(m, "weight", None), torch.Tensor)]
 
 
-def measure(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, loss_fn: Any) -> Measured:
-    """Forward, loss, backward and one optimizer step, all on ``detached_copy(model, optimizer)``."""
+def measure(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Batch, loss_fn: Any) -> Measured:
+    """Forward, loss, backward and one optimizer step (none without an optimizer), all on
+    ``detached_copy(model, optimizer)``."""
     m_copy, o_copy = detached_copy(model, optimizer)
-    for t in (*m_copy.parameters(), *(p for g in o_copy.param_groups for p in g["params"])):
+    groups = o_copy.param_groups if o_copy is not None else []
+    for t in (*m_copy.parameters(), *(p for g in groups for p in g["params"])):
         t.grad = None
     out = Measured()
     handles = [mod.register_forward_hook(_recorder(out.activations, name)) for name, mod in weighted_layers(m_copy)]
@@ -59,17 +61,38 @@ def measure(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, lo
     out.trainable = [n for n, p in m_copy.named_parameters() if p.requires_grad]
     if out.loss_problem is None and out.loss.requires_grad:
         out.loss.reshape(()).backward()
-    out.grads = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in named}
-    owned = {id(p): g.get("lr") for g in o_copy.param_groups for p in g["params"]}
+    out.grads = {n: _dense_grad(p.grad) for n, p in named}
+    owned = {id(p): g.get("lr") for g in groups for p in g["params"]}
     out.owned = {n: id(p) in owned for n, p in named}
     out.lr = {n: (float(owned[id(p)]) if isinstance(owned.get(id(p)), (int, float, torch.Tensor)) else None) for n, p in named}
     out.values = before = {n: p.detach().clone() for n, p in named}
-    if out.loss_problem is None:
+    if out.loss_problem is None and o_copy is not None:
         out.step_error = _step(o_copy, m_copy, batch, loss_fn)
         out.moved = {n: not torch.equal(before[n], p.detach()) for n, p in named}
     out.outputs = _detach(out.outputs)
     out.loss = out.loss.detach() if torch.is_tensor(out.loss) else out.loss
     return out
+
+
+def _dense_grad(grad: torch.Tensor | None) -> torch.Tensor | None:
+    """A copy of ``grad``; a sparse gradient (``Embedding(sparse=True)``) densified, so every check reads it alike."""
+    if grad is None:
+        return None
+    return grad.detach().to_dense().clone() if grad.layout != torch.strided else grad.detach().clone()
+
+
+def step_moves(model: nn.Module, train_step: Any) -> tuple[dict[str, bool], str]:
+    """Call the user's ``train_step()`` once on the user's objects (the caller restores them) and say which
+    parameters it moved; ``(moved, "")`` or ``({}, why it could not run)``."""
+    named = list(model.named_parameters(remove_duplicate=False))
+    before = {n: p.detach().clone() for n, p in named}
+    try:
+        train_step()
+    except Exception as exc:  # noqa: BLE001 - a step that cannot run leaves UPDATE without evidence
+        text = str(exc).strip().splitlines()
+        return {}, f"train_step raised {type(exc).__name__}: {text[0] if text else ''}"
+    now = dict(model.named_parameters(remove_duplicate=False))
+    return {n: n in now and not torch.equal(before[n], now[n].detach()) for n, _ in named}, ""
 
 
 def _recorder(store: dict[str, torch.Tensor], name: str) -> Any:

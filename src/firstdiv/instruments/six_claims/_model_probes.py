@@ -23,22 +23,32 @@ def flat(value: Any) -> torch.Tensor | None:
 ALPHA = 0.3  # mixing weight: f(a x1 + (1-a) x2) vs a f(x1) + (1-a) f(x2)
 
 
-def affine_error(probe: nn.Module, x: torch.Tensor) -> tuple[float | None, float, int]:
+def out_dtype(value: Any) -> torch.dtype | None:
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+    return next((v.dtype for v in values if torch.is_tensor(v) and v.is_floating_point()), None)
+
+
+def affine_error(probe: nn.Module, x: torch.Tensor, axis: int = 0, rebuild: Any = None
+                 ) -> tuple[float | None, float, int, torch.dtype | None]:
     """Largest ||f(mix) - mix(f)|| / ||f(x1) - f(x2)|| over input pairs (batch vs rolled batch, x vs -x, 3x vs -3x),
-    the largest output spread, and the number of pairs."""
-    others = [x.roll(1, 0)] if x.dim() and x.shape[0] > 1 else []
+    the largest output spread, the number of pairs and the output's dtype. ``rebuild(t)``: the model's inputs holding the
+    mixed tensor ``t`` (a tuple input whose other members stay fixed); None: ``t`` itself."""
+    run = probe if rebuild is None else (lambda t: probe(rebuild(t)))
+    others = [x.roll(1, axis)] if x.dim() > axis and x.shape[axis] > 1 else []
     pairs = [(x, o) for o in others if not torch.equal(o, x)] + [(x, -x), (3 * x, -3 * x)]
-    a, worst, spread = ALPHA, 0.0, 0.0
+    a, worst, spread, dtype = ALPHA, 0.0, 0.0, None
     with torch.no_grad():
         for x1, x2 in pairs:
-            f1, f2, fm = flat(probe(x1)), flat(probe(x2)), flat(probe(a * x1 + (1 - a) * x2))
+            o1 = run(x1)
+            dtype = dtype or out_dtype(o1)
+            f1, f2, fm = flat(o1), flat(run(x2)), flat(run(a * x1 + (1 - a) * x2))
             if f1 is None or f2 is None or fm is None:
-                return None, 0.0, len(pairs)
+                return None, 0.0, len(pairs), dtype
             gap = float((f1 - f2).norm())
             if gap > 0:
                 spread = max(spread, gap)
                 worst = max(worst, float((fm - (a * f1 + (1 - a) * f2)).norm()) / gap)
-    return worst, spread, len(pairs)
+    return worst, spread, len(pairs), dtype
 
 
 def activations(model: nn.Module) -> int:
@@ -47,11 +57,21 @@ def activations(model: nn.Module) -> int:
     return sum(1 for m in model.modules() if isinstance(m, kinds))
 
 
+#: float attributes through which a module applies functional dropout only in training mode (Hugging Face attention:
+#: ``dropout=0.0 if not self.training else self.attention_dropout``)
+DROPOUT_ATTRS = ("dropout", "attention_dropout", "dropout_prob", "attn_dropout", "dropout_p")  # MultiheadAttention: dropout
+
+
+def _functional_dropout(m: nn.Module) -> bool:
+    return any(isinstance(v, float) and v > 0 for v in (vars(m).get(a) for a in DROPOUT_ATTRS))
+
+
 def mode_dependent(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Modules whose output depends on train/eval mode: Dropout with p > 0, norms tracking running stats."""
+    """Modules whose output depends on train/eval mode: Dropout with p > 0, norms tracking running stats, and modules
+    holding a positive dropout rate they apply functionally (HF attention)."""
     return [(n, m) for n, m in model.named_modules()
             if (isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
-            or (isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats)]
+            or (isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats) or _functional_dropout(m)]
 
 
 def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool) -> tuple[list[str], list[str], int]:
@@ -63,7 +83,11 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool) -> t
     calls = [0]
     handles = [m.register_forward_pre_hook(lambda mod, _i, n=n: seen.__setitem__(n, seen.get(n, False) or mod.training))
                for n, m in mode_dependent(probe)]
-    handles.append(probe.register_forward_pre_hook(lambda _m, _i: calls.__setitem__(0, calls[0] + 1)))
+    # a call of any submodule counts (an EMA's eval_fn may call ``ema.module(x)``, skipping the root)
+
+    def count(top: bool) -> None:
+        calls[0] = calls[0] + 1 if top else max(calls[0], 1)
+    handles += [m.register_forward_pre_hook(lambda _m, _i, top=(n == ""): count(top)) for n, m in probe.named_modules()]
     try:
         eval_fn(probe, batch)
     finally:
