@@ -35,6 +35,7 @@ from .._core.batch import (
 from .._core.checks import Check, compose, not_reached, reached, walk
 from .._core.closure import closure_state
 from .._core.examples import batch_axis as infer_batch_axis
+from .._core.lr import step_at_base_lr
 from .._core.state import detached_copy, guarded
 from .._core.task import TASKS, Ctx, err, infer_task, seed_copies, shape
 from .._core.user_hooks import reports_user_hooks
@@ -104,6 +105,7 @@ def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], 
         seed_copies()  # dropout and friends on the copies: reproducible; the guard restores the RNG states
         try:
             ctx.work, ctx.work_opt = detached_copy(model, optimizer)
+            ctx.report_notes += step_at_base_lr(ctx.work_opt)
         except Exception as exc:  # noqa: BLE001 - the copy is how the ledger leaves no trace
             return skipped(_NAME, f"could not deep-copy the model and optimizer "
                                   f"({err(exc)}); the ledger steps only copies: make copy.deepcopy((model, optimizer)) work")

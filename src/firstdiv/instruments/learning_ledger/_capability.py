@@ -37,6 +37,7 @@ import torch
 from .._core.batch import Batch, compute_loss, loss_problem
 from .._core.checks import Check
 from .._core.examples import logits_of, num_examples, take_examples
+from .._core.lr import step_at_base_lr
 from .._core.state import detached_copy
 from .._core.task import Ctx, err, is_int, seed_copies
 from ._common import failed, g4, passed, skipped_link, to_logits_2d, warned
@@ -114,6 +115,7 @@ def _copy(ctx: Ctx, scale: float) -> tuple[torch.nn.Module, torch.optim.Optimize
     if opt is None:
         opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=PLAIN_SGD_LR)
     opt.state.clear()
+    step_at_base_lr(opt)  # a warmup schedule's lr 0: escalating 0 stays 0
     for g in opt.param_groups:
         g["lr"] = g["lr"] * scale
     return model, opt

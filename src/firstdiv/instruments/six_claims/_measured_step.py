@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from .._core.batch import Batch, compute_loss, loss_problem
+from .._core.lr import step_at_base_lr
 from .._core.state import detached_copy
 
 SEED = 0  # the copies' forward passes draw dropout masks from this seed, so loss evaluations compare
@@ -42,6 +43,7 @@ def measure(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Ba
     """Forward, loss, backward and one optimizer step (none without an optimizer), all on
     ``detached_copy(model, optimizer)``."""
     m_copy, o_copy = detached_copy(model, optimizer)
+    step_at_base_lr(o_copy)  # a warmup schedule's first step has lr 0: the claim is about the update rule
     groups = o_copy.param_groups if o_copy is not None else []
     for t in (*m_copy.parameters(), *(p for g in groups for p in g["params"])):
         t.grad = None
