@@ -56,8 +56,8 @@ def constant_outputs(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any
     const = 1 if name == "softmax" else 0
     ev.update(output_op=name, output_op_dim=dim, output_op_input_shape=full)
     return failed("OBJECTIVE", "objective.constant_outputs",
-                  f"outputs do not depend on the inputs: {name} over dimension {dim} of size 1 (shape {full}) is always "
-                  f"{const}, so loss_fn sees the same {const} for every example (loss {g4(value)})", ev,
+                  f"outputs do not depend on the inputs: {name} over dimension {dim} of size 1 is always {const} (outputs "
+                  f"{full}), so loss_fn sees the same {const} for every example (loss {g4(value)})", ev,
                   expected="outputs that vary with the inputs", observed=f"{name}(dim={dim}) over a dimension of size 1: always {const}",
                   hint=f"a single output unit has nothing to normalise against: drop the {name} and use the raw logit with "
                        "BCEWithLogitsLoss (or give the head one unit per class and use cross_entropy)")
