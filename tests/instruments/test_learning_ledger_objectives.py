@@ -279,3 +279,48 @@ def test_fast_on_a_tiny_model():
     t0 = time.perf_counter()
     run(model, (x, targets), nn.BCEWithLogitsLoss())
     assert time.perf_counter() - t0 < 1.0
+
+
+class TwoClassProb(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.lin(x).softmax(dim=1)[:, 1]  # the probability of the positive class
+
+
+def test_one_column_of_a_softmax_with_bce_is_fine():
+    torch.manual_seed(0)
+    x = data()
+    report = run(TwoClassProb(), (x, (x[:, 0] > 0).float()), nn.BCELoss())
+    healthy(report)
+    assert report.details["task"] == "classification"
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_hf_causal_lm_shifted_by_the_loss_fn_on_its_logits():
+    model, ids = _gpt2(), _tokens()
+
+    def next_token(out, targets):
+        return F.cross_entropy(out.logits[:, :-1].reshape(-1, 32), targets[:, 1:].reshape(-1))
+
+    report = run(model, ({"input_ids": ids}, ids), next_token)
+    healthy(report)
+    assert "shifted logits" in link(report, "OBJECTIVE").message
+
+
+def test_policy_gradient_loss_is_a_note():
+    torch.manual_seed(0)
+    states = data(32, 8)
+    actions = torch.randint(0, 4, (32,), generator=torch.Generator().manual_seed(9))
+    returns = torch.randn(32, generator=torch.Generator().manual_seed(10))
+    advantages = (returns - returns.mean()) / returns.std()
+
+    def reinforce(logits, taken):
+        logp = F.log_softmax(logits, dim=1).gather(1, taken[:, None]).squeeze(1)
+        return -(logp * advantages[: taken.shape[0]]).mean()
+
+    report = run(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)), (states, actions), reinforce)
+    healthy(report)
+    assert "weighted per example" in link(report, "OBJECTIVE").message

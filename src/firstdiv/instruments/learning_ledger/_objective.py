@@ -48,7 +48,7 @@ from .._core.task import Ctx, is_int, shape
 from ._common import failed, g4, isclose, manual_ce, passed, supervised, to_logits_2d
 from ._objective_calls import call, example_axis, output_grad, packer, per_example
 from ._objective_forms import constant_outputs, normalized_over_examples, output_op, unreachable
-from ._objective_ids import identify, standard
+from ._objective_ids import identify, row_weights, standard
 
 PER_EXAMPLE = 8  # examples sliced out for the per-example checks
 FAR = 0.10  # relative distance from cross-entropy beyond which the loss is "another objective"
@@ -187,6 +187,9 @@ def _wrong_sign(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
     ev["d_loss_toward_correct"] = slope
     ce = manual_ce(ctx, od, ctx.batch.targets) if ctx.class_dim is not None and is_int(ctx.batch.targets) else None
     negated = ce is not None and isclose(value, -ce)
+    w = row_weights(ctx, od) if value < 0 and not negated else None
+    if w is not None and bool((w < 0).any()) and bool((w > 0).any()):
+        return None  # signed per-example weights (advantages): a negative loss is no sign of a flipped objective
     if value < 0 and (negated or (slope is not None and slope > 0)):
         why = f"loss = -cross-entropy ({g4(-ce)})" if negated else f"loss rises ({g4(slope)}) as the answer improves"
         return failed("OBJECTIVE", "objective.wrong_sign", f"loss is {g4(value)} and {why}: minimising it makes the answers worse", ev,

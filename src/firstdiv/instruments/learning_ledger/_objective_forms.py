@@ -72,6 +72,8 @@ def normalized_over_examples(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[
     if od.dim() < 2 or od.shape[oax] < 2:
         return None
     op = ctx.notes.get("output_op")
+    if op is not None and op[2] != list(od.shape):
+        op = None  # the outputs are a part of the op's result (a column of a softmax): read the values only
     normalising = op is not None and op[0] in ("softmax", "log_softmax")
     if normalising and op[1] != oax:
         return None
@@ -121,6 +123,8 @@ def unreachable(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
     op, t = ctx.notes.get("output_op"), ctx.batch.targets
     if op is None or not torch.is_tensor(t) or not t.is_floating_point() or tuple(t.shape) != tuple(od.shape):
         return None
+    if op[2] != list(od.shape) and op[0] == "softmax":
+        return None  # a part of a softmax (one column): its slices need not sum to 1
     best = _best(op, t.to(od.dtype))
     if best is None:
         return None

@@ -152,6 +152,24 @@ def _masked(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> boo
     return True
 
 
+def row_weights(ctx: Ctx, od: torch.Tensor) -> torch.Tensor | None:
+    """Per-element weights ``w`` with d loss / d logits == w * (softmax - one_hot) on every element the loss reads: the
+    loss is a per-example weighted cross-entropy (class / sample weights, a policy gradient's advantages); None if not."""
+    g, t = ctx.notes.get("grad"), ctx.batch.targets
+    if g is None or ctx.class_dim is None or not is_int(t):
+        return None
+    gz, flat = to_logits_2d(ctx, g.double()), t.reshape(-1)
+    rows = gz.ne(0).any(-1) & (flat != ctx.ignore_index)
+    if not bool(rows.any()):
+        return None
+    z = to_logits_2d(ctx, od.double())[rows]
+    ref = z.softmax(-1) - F.one_hot(flat[rows].long(), z.shape[-1]).double()
+    gz = gz[rows]
+    w = (gz * ref).sum(-1) / ref.pow(2).sum(-1).clamp_min(1e-300)
+    residual = (gz - w[:, None] * ref).norm(dim=-1)
+    return w if bool((residual <= 1e-4 * gz.norm(dim=-1) + 1e-12).all()) else None
+
+
 def _rewards_correct_class(ctx: Ctx) -> bool:
     """d loss / d logit < 0 for the correct class and >= 0 for the others, on every element the loss reads."""
     g = ctx.notes.get("grad")
@@ -171,6 +189,13 @@ def _rewards_correct_class(ctx: Ctx) -> bool:
 def _not_cross_entropy(ctx: Ctx, od: torch.Tensor, value: float, ce: float, pairs: list[tuple[float, float]],
                        ev: dict[str, Any]) -> Check | None:
     k = ctx.num_classes or 0
+    w = row_weights(ctx, od)
+    if w is not None and float(w.max() - w.min()) > 1e-3 * float(w.abs().max()):
+        ev.update(example_weight_min=float(w.min()), example_weight_max=float(w.max()))
+        ev.setdefault("objective_notes", []).append(
+            f"it is cross-entropy weighted per example (weights from {g4(w.min())} to {g4(w.max())}: sample weights, "
+            f"a policy gradient's advantages?): pass it as reference_loss= to check it")
+        return None
     ratios = [a / b for a, b in pairs if b > 1e-12]
     scaled = len(ratios) == len(pairs) and max(ratios) - min(ratios) <= 1e-3 * abs(ratios[0])
     if not scaled and _rewards_correct_class(ctx):
