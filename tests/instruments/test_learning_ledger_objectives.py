@@ -84,6 +84,7 @@ class GCN(nn.Module):
         return self.l2(torch.sparse.mm(adj, torch.relu(self.l1(torch.sparse.mm(adj, x)))))
 
 
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks")
 def test_masked_node_classification_with_a_sparse_adjacency():
     torch.manual_seed(0)
     n = 30

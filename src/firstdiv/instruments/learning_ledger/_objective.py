@@ -89,6 +89,7 @@ def note(ctx: Ctx, text: str, ev: dict[str, Any]) -> Check:
 def _verdict(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check:
     """The identified objective, or a note saying what was checked when none was identified."""
     verdict, extra = ev.pop("verdict", None), ev.get("objective_notes", [])
+    ctx.notes["objective_identified"] = verdict is not None  # CAPABILITY: an unidentified loss has no known floor
     if verdict is not None:
         return note(ctx, f"{verdict}; {'; '.join(extra)}", ev) if extra else passed("OBJECTIVE", verdict, ev)
     g = ctx.notes.get("grad")
