@@ -325,3 +325,46 @@ def test_policy_gradient_loss_is_a_note():
     report = run(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)), (states, actions), reinforce)
     healthy(report)
     assert "weighted per example" in link(report, "OBJECTIVE").message
+
+
+class Squeezed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.lin(x).squeeze(-1)
+
+
+def test_integer_binary_targets_with_a_squeezed_logit():
+    torch.manual_seed(0)
+    x = data()
+    y = (x[:, 0] > 0).long()
+    report = run(Squeezed(), (x, y), lambda o, t: F.binary_cross_entropy_with_logits(o, t.float()))
+    healthy(report)
+    assert report.details["task"] == "classification" and "binary cross-entropy" in link(report, "OBJECTIVE").message
+
+
+class Tagger(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.rnn, self.head = nn.GRU(4, 16), nn.Linear(16, k)
+
+    def forward(self, x):  # [T, B, F] -> [T, B, K]
+        return self.head(self.rnn(x)[0])
+
+
+def test_sequence_first_tagging_reads_the_class_axis_last():
+    from firstdiv.instruments._core.batch import split_batch
+    from firstdiv.instruments._core.examples import batch_axis
+    from firstdiv.instruments._core.task import Ctx, infer_task
+
+    torch.manual_seed(0)
+    b = k = 5  # the batch size equals the number of classes: only the batch axis tells the axes apart
+    x = torch.randn(6, b, 4, generator=torch.Generator().manual_seed(11))
+    y = torch.randint(0, k, (6, b), generator=torch.Generator().manual_seed(12))
+    model, batch = Tagger(k), split_batch((x, y))
+    ctx = Ctx(model=model, optimizer=None, work=model, work_opt=None, loss_fn=F.cross_entropy, batch=batch,
+              outputs=model(x), batch_axis=batch_axis(batch, 1))
+    infer_task(ctx)
+    assert (ctx.task, ctx.class_dim, ctx.num_classes) == ("classification", 2, k)

@@ -99,8 +99,9 @@ def _class_dims(o: torch.Tensor, t: torch.Tensor) -> list[int]:
 
 
 def _zero_one(o: torch.Tensor, t: torch.Tensor) -> str:
-    """"binary"/"multilabel" for float 0/1 targets with one output per label (``[N]``, ``[N, 1]``, ``[N, K]``)."""
-    if not t.is_floating_point() or t.numel() == 0 or tuple(o.shape) != tuple(t.shape) or t.dim() > 2:
+    """"binary"/"multilabel" for 0/1 targets (float, integer or bool) with one output per label (``[N]``, ``[N, 1]``,
+    ``[N, K]``)."""
+    if t.is_complex() or t.numel() == 0 or tuple(o.shape) != tuple(t.shape) or t.dim() > 2:
         return ""
     if not bool(((t == 0) | (t == 1)).all()):
         return ""
@@ -112,7 +113,7 @@ def infer_task(ctx: Ctx) -> None:
 
     The outputs are read through :func:`logits_of` (a tensor, a ``ModelOutput``'s logits, a tuple's first float tensor).
     auto: integer targets [N] + outputs [N, K] (or [N, K, ...] with targets [N, ...]) -> classification;
-    float 0/1 targets of the outputs' shape ([N, 1], [N, K]) -> classification (binary / multilabel);
+    0/1 targets of the outputs' shape ([N], [N, 1], [N, K]) -> classification (binary / multilabel);
     integer inputs [B, T] + integer targets [B, T] + outputs [B, T, V] -> language_model;
     other floating-point targets -> regression; anything else -> unknown (the task-specific checks are skipped).
     """
@@ -131,7 +132,7 @@ def infer_task(ctx: Ctx) -> None:
     if zero_one:
         ctx.task, ctx.label_kind = "classification", zero_one
         how = "inferred" if req == "auto" else "given"
-        ctx.task_note = f"task='classification' ({zero_one}, 0/1 targets, one output per label) {how} from {described}"
+        ctx.task_note = f"task='classification' ({zero_one}: 0/1 targets, one output per label) {how} from {described}"
         return
     _infer_classes(ctx, o, t, req, described)
 
@@ -158,7 +159,8 @@ def _infer_classes(ctx: Ctx, o: torch.Tensor, t: Any, req: str, described: str) 
                              f"plus one class axis, targets integer class ids); class checks skipped")
             return
         last = o.dim() - 1
-        class_dim = last if (req == "language_model" and last in dims) else 1 if 1 in dims else dims[0]
+        prefer_last = req == "language_model" or ctx.batch_axis != 0  # [T, B, K] outputs: axis 1 holds the examples
+        class_dim = last if (prefer_last and last in dims) else 1 if 1 in dims else dims[0]
         if o.shape[class_dim] < 2:
             ctx.task_note = (f"task={req!r} {how} from {described}: one output column is a binary logit, not K class "
                              f"scores; class checks skipped")
