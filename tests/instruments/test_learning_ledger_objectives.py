@@ -368,3 +368,17 @@ def test_sequence_first_tagging_reads_the_class_axis_last():
               outputs=model(x), batch_axis=batch_axis(batch, 1))
     infer_task(ctx)
     assert (ctx.task, ctx.class_dim, ctx.num_classes) == ("classification", 2, k)
+
+
+@pytest.mark.parametrize("head, scale, fails", [(nn.Sigmoid(), 10.0, True), (nn.ReLU(), -3.0, True),
+                                                (nn.Sigmoid(), 1.0, False), (nn.Identity(), 10.0, False)],
+                         ids=["sigmoid-vs-0..10", "relu-vs-negative", "sigmoid-vs-0..1", "linear"])
+def test_bounded_outputs_against_targets_outside_their_range(head, scale, fails):
+    torch.manual_seed(0)
+    x = data(32, 8)
+    y = scale * torch.rand(32, 1, generator=torch.Generator().manual_seed(13))
+    report = run(nn.Sequential(nn.Linear(8, 1), head), (x, y), nn.MSELoss())
+    if fails:
+        assert "targets range over" in stops(report, "OBJECTIVE", "objective.unreachable")
+    else:
+        healthy(report)

@@ -6,7 +6,8 @@ node behind them, through views) and from their values:
 - ``objective.normalized_over_examples``: the outputs are normalised over the examples' axis (``log_softmax(dim=0)``):
   exp(outputs) sums to 1 over the batch instead of over the classes;
 - ``objective.unreachable``: the loss cannot approach its floor even at the best output the layer can give for
-  these targets (a softmax's rows sum to 1, a sigmoid is in [0, 1], a tanh in [-1, 1]): the floor is the loss at
+  these targets (a softmax's rows sum to 1, a sigmoid is in [0, 1], a tanh in [-1, 1], a relu / softplus / exp is
+  non-negative): the floor is the loss at
   outputs == targets, the scale the loss of a constant (input-blind) prediction, the mean target.
 """
 
@@ -24,7 +25,8 @@ from ._objective_calls import call
 _VIEWS = ("View", "Reshape", "Squeeze", "Unsqueeze", "Clone", "Alias", "Expand", "Contiguous", "ToCopy", "Permute",
           "Transpose", "Select", "Slice")
 _OPS = {"SoftmaxBackward0": "softmax", "LogSoftmaxBackward0": "log_softmax", "SigmoidBackward0": "sigmoid",
-        "TanhBackward0": "tanh"}
+        "TanhBackward0": "tanh", "ReluBackward0": "relu", "SoftplusBackward0": "softplus", "ExpBackward0": "exp"}
+_BOUNDS = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0), "relu": (0.0, None), "softplus": (0.0, None), "exp": (0.0, None)}
 UNREACHABLE = 0.10  # the best reachable loss stays above this fraction of the constant predictor's gap to the floor
 
 
@@ -112,11 +114,11 @@ def _best(op: tuple[str, int | None, list[int]], t: torch.Tensor) -> tuple[torch
         sums = t.double().sum(dim)
         return (simplex_projection(t, dim), f"the outputs' slices along dim {dim} sum to 1 (softmax)",
                 f"the targets' sum to {g4(sums.mean())} on average (from {g4(sums.min())} to {g4(sums.max())})")
-    lo, hi = (0.0, 1.0) if name == "sigmoid" else (-1.0, 1.0) if name == "tanh" else (None, None)
-    if lo is None:
+    if name not in _BOUNDS:
         return None
-    return (t.clamp(lo, hi), f"the outputs lie in [{lo:g}, {hi:g}] ({name})",
-            f"the targets range over [{g4(t.min())}, {g4(t.max())}]")
+    lo, hi = _BOUNDS[name]
+    where = f"[{lo:g}, {hi:g}]" if hi is not None else f"[{lo:g}, inf)"
+    return (t.clamp(lo, hi), f"the outputs lie in {where} ({name})", f"the targets range over [{g4(t.min())}, {g4(t.max())}]")
 
 
 def unreachable(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
