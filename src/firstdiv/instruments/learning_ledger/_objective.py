@@ -64,6 +64,9 @@ def check_objective(ctx: Ctx) -> Check:
     value = float(loss.detach())
     ev: dict[str, Any] = {"loss": value, "task": ctx.task}
     logits = logits_of(ctx.outputs)
+    if (logits is None or not logits.is_floating_point()) and not math.isfinite(value):
+        return failed("OBJECTIVE", "objective.nonfinite_loss", f"loss is {value}", ev, expected="a finite loss",
+                      observed=f"loss {value}", hint="trace the forward pass to the first non-finite value (tensor_trace)")
     if logits is None or not logits.is_floating_point():
         return note(ctx, f"objective not identified: outputs are {shape(ctx.outputs)}, with no floating prediction tensor; "
                          f"checked: the loss {g4(value)} is a scalar", ev)
