@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .batch import Batch
+from .examples import logits_of
 
 TASKS = ("auto", "classification", "regression", "language_model")
 IGNORE_INDEX = -100  # PyTorch's default ignore_index for cross_entropy / nll_loss
@@ -45,6 +46,8 @@ class Ctx:
     batch_axis: int = 0
     #: one-line notes for the report (things not verified on a healthy program): ``details["notes"]``
     report_notes: list[str] = field(default_factory=list)
+    #: classification targets: "multiclass" (class ids), "binary" or "multilabel" (0/1 floats, one per output)
+    label_kind: str = ""
 
 
 def seed_copies(seed: int = 0) -> None:
@@ -95,23 +98,46 @@ def _class_dims(o: torch.Tensor, t: torch.Tensor) -> list[int]:
     return dims
 
 
-def infer_task(ctx: Ctx) -> None:
-    """Fill ``ctx.task``/``class_dim``/``num_classes``/``task_note`` from the requested task and the shapes.
+def _zero_one(o: torch.Tensor, t: torch.Tensor) -> str:
+    """"binary"/"multilabel" for 0/1 targets (float, integer or bool) with one output per label (``[N]``, ``[N, 1]``,
+    ``[N, K]``)."""
+    if t.is_complex() or t.numel() == 0 or tuple(o.shape) != tuple(t.shape) or t.dim() > 2:
+        return ""
+    if not bool(((t == 0) | (t == 1)).all()):
+        return ""
+    return "multilabel" if t.dim() == 2 and t.shape[1] > 1 else "binary"
 
+
+def infer_task(ctx: Ctx) -> None:
+    """Fill ``ctx.task``/``class_dim``/``num_classes``/``label_kind``/``task_note`` from the requested task and the shapes.
+
+    The outputs are read through :func:`logits_of` (a tensor, a ``ModelOutput``'s logits, a tuple's first float tensor).
     auto: integer targets [N] + outputs [N, K] (or [N, K, ...] with targets [N, ...]) -> classification;
+    0/1 targets of the outputs' shape ([N], [N, 1], [N, K]) -> classification (binary / multilabel);
     integer inputs [B, T] + integer targets [B, T] + outputs [B, T, V] -> language_model;
-    floating-point targets -> regression; anything else -> unknown (the task-specific checks are skipped).
+    other floating-point targets -> regression; anything else -> unknown (the task-specific checks are skipped).
     """
-    o, t, req = ctx.outputs, ctx.batch.targets, ctx.requested_task
+    o, t, req = logits_of(ctx.outputs), ctx.batch.targets, ctx.requested_task
     ctx.ignore_index = int(getattr(ctx.loss_fn, "ignore_index", IGNORE_INDEX))
-    described = f"outputs {shape(o)} {getattr(o, 'dtype', '')}, targets {shape(t)} {getattr(t, 'dtype', '')}".replace("torch.", "")
+    described = f"outputs {shape(ctx.outputs)} {getattr(o, 'dtype', '')}, targets {shape(t)} {getattr(t, 'dtype', '')}"
+    described = described.replace("torch.", "")
     if req == "regression":
         ctx.task, ctx.task_note = "regression", f"task='regression' given; {described}"
         return
-    if not torch.is_tensor(o) or not o.is_floating_point() or not torch.is_tensor(t):
+    if o is None or not o.is_floating_point() or not torch.is_tensor(t):
         ctx.task = req if req != "auto" else "unknown"
         ctx.task_note = f"cannot read a task from {described}: the task-specific checks need tensor outputs and targets"
         return
+    zero_one = _zero_one(o, t) if req in ("auto", "classification") else ""
+    if zero_one:
+        ctx.task, ctx.label_kind = "classification", zero_one
+        how = "inferred" if req == "auto" else "given"
+        ctx.task_note = f"task='classification' ({zero_one}: 0/1 targets, one output per label) {how} from {described}"
+        return
+    _infer_classes(ctx, o, t, req, described)
+
+
+def _infer_classes(ctx: Ctx, o: torch.Tensor, t: Any, req: str, described: str) -> None:
     dims = _class_dims(o, t) if is_int(t) else []
     ids = input_ids(ctx.batch)
     lm_like = ids is not None and tuple(ids.shape) == tuple(t.shape) and t.dim() == 2 and (o.dim() - 1) in dims
@@ -133,11 +159,12 @@ def infer_task(ctx: Ctx) -> None:
                              f"plus one class axis, targets integer class ids); class checks skipped")
             return
         last = o.dim() - 1
-        class_dim = last if (req == "language_model" and last in dims) else 1 if 1 in dims else dims[0]
+        prefer_last = req == "language_model" or ctx.batch_axis != 0  # [T, B, K] outputs: axis 1 holds the examples
+        class_dim = last if (prefer_last and last in dims) else 1 if 1 in dims else dims[0]
         if o.shape[class_dim] < 2:
             ctx.task_note = (f"task={req!r} {how} from {described}: one output column is a binary logit, not K class "
                              f"scores; class checks skipped")
             return
-        ctx.class_dim, ctx.num_classes = class_dim, int(o.shape[class_dim])
+        ctx.class_dim, ctx.num_classes, ctx.label_kind = class_dim, int(o.shape[class_dim]), "multiclass"
     ctx.task_note = f"task={req!r} {how} from {described}" + (
         f"; {ctx.num_classes} classes on axis {ctx.class_dim}" if ctx.num_classes else "")

@@ -20,14 +20,22 @@ The checks run on the outputs of one forward pass, detached, so every probe of t
    Otherwise: more than 10% away from that cross-entropy (which is ~ln K for an untrained model) ->
    ``objective.initial_loss``; closer -> ``objective.manual_mismatch``. ln K alone is never a verdict:
    a trained model's loss is legitimately below it, a badly scaled init legitimately above it.
-   With ``reference_loss`` (the intended objective written by hand, e.g. a focal loss), the loss is
-   compared with it instead, on the batch and on single examples (``objective.manual_mismatch``).
+   A masked loss (``cross_entropy(o[mask], t[mask])``) is cross-entropy over the elements the loss reads
+   (those with a non-zero d loss / d logits); a model that shifts its own labels (Hugging Face causal LM)
+   is next-token cross-entropy on shifted logits. Binary / multilabel 0/1 targets: binary cross-entropy
+   (with logits, or of probabilities). With ``reference_loss`` (the intended objective written by hand,
+   e.g. a focal loss), the loss is compared with it instead, on the batch and on single examples
+   (``objective.manual_mismatch``).
+
+Before these, the output layer itself (``_objective_forms``): constant outputs, outputs normalised over
+the examples, targets the output layer cannot produce. An objective the ledger cannot identify (a VAE's
+ELBO, an RL loss, a loss without targets) and a probe that could not run are notes on a PASS, never a
+verdict: they say what was checked.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import torch
@@ -35,8 +43,12 @@ import torch.nn.functional as F
 
 from .._core.batch import loss_problem
 from .._core.checks import Check
-from .._core.task import Ctx, err, is_int, shape
-from ._common import failed, g4, isclose, manual_ce, passed, supervised, to_logits_2d, warned
+from .._core.examples import logits_of, num_examples
+from .._core.task import Ctx, is_int, shape
+from ._common import failed, g4, isclose, manual_ce, passed, supervised, to_logits_2d
+from ._objective_calls import call, example_axis, output_grad, packer, per_example
+from ._objective_forms import constant_outputs, normalized_over_examples, output_op, unreachable
+from ._objective_ids import identify, row_weights, standard
 
 PER_EXAMPLE = 8  # examples sliced out for the per-example checks
 FAR = 0.10  # relative distance from cross-entropy beyond which the loss is "another objective"
@@ -51,52 +63,49 @@ def check_objective(ctx: Ctx) -> Check:
                       hint="return the reduced loss tensor from loss_fn (e.g. .mean()), not a per-example vector or .item()")
     value = float(loss.detach())
     ev: dict[str, Any] = {"loss": value, "task": ctx.task}
-    if not torch.is_tensor(ctx.outputs) or not ctx.outputs.is_floating_point():
-        return warned("OBJECTIVE", f"loss {g4(value)}; outputs are {shape(ctx.outputs)}, not a floating tensor: only the loss value "
-                      "was checked", ev)
-    od = ctx.outputs.detach()
-    ctx.notes["grad"] = _output_grad(ctx, od, ev)
-    for check in (_empty_mask, _probabilities, _wrong_sign, _broadcast, _sum_reduction, _cross_entropy):
+    logits = logits_of(ctx.outputs)
+    if (logits is None or not logits.is_floating_point()) and not math.isfinite(value):
+        return failed("OBJECTIVE", "objective.nonfinite_loss", f"loss is {value}", ev, expected="a finite loss",
+                      observed=f"loss {value}", hint="trace the forward pass to the first non-finite value (tensor_trace)")
+    if logits is None or not logits.is_floating_point():
+        return note(ctx, f"objective not identified: outputs are {shape(ctx.outputs)}, with no floating prediction tensor; "
+                         f"checked: the loss {g4(value)} is a scalar", ev)
+    od = logits.detach()
+    ctx.notes.update(pack=packer(ctx), output_op=output_op(logits),
+                     example_axis=example_axis(od, num_examples(ctx.batch, ctx.batch_axis), ctx.batch_axis) or 0)
+    ctx.notes["grad"] = output_grad(ctx, od, ev)
+    for check in (constant_outputs, _empty_mask, normalized_over_examples, _probabilities, _wrong_sign, _broadcast,
+                  unreachable, _sum_reduction, identify):
         result = check(ctx, od, value, ev)
         if result is not None:
             return result
-    verdict = ev.pop("verdict", f"loss {g4(value)}: finite, scalar, supervised, mean-reduced")
-    if ev.get("not_checked"):
-        return warned("OBJECTIVE", f"{verdict}; {len(ev['not_checked'])} probe(s) of loss_fn could not run, first: {ev['not_checked'][0]}", ev)
-    return passed("OBJECTIVE", verdict, ev)
+    return _verdict(ctx, od, value, ev)
+
+
+def note(ctx: Ctx, text: str, ev: dict[str, Any]) -> Check:
+    """A PASS whose message is a note (something not verified), the line also kept for ``details['notes']``."""
+    line = text if text.startswith("note: ") else f"note: {text}"
+    ctx.report_notes.append(line)
+    return passed("OBJECTIVE", line, ev)
+
+
+def _verdict(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check:
+    """The identified objective, or a note saying what was checked when none was identified."""
+    verdict, extra = ev.pop("verdict", None), ev.get("objective_notes", [])
+    ctx.notes["objective_identified"] = verdict is not None  # CAPABILITY: an unidentified loss has no known floor
+    if verdict is not None:
+        return note(ctx, f"{verdict}; {'; '.join(extra)}", ev) if extra else passed("OBJECTIVE", verdict, ev)
+    g = ctx.notes.get("grad")
+    checked = ["finite", "scalar"]
+    if g is not None:
+        checked += ["differentiable in the outputs"] + (["depends on the outputs"] if bool(g.any()) else [])
+    why = f"; {ev['not_checked'][0]}" if ev.get("not_checked") else ""
+    return note(ctx, f"objective not identified (loss {g4(value)}); checked: {', '.join(checked)}{why}"
+                     + (f"; {'; '.join(extra)}" if extra else ""), ev)
 
 
 def _call(ctx: Ctx, outputs: Any, targets: Any, ev: dict[str, Any], what: str) -> float | None:
-    """``loss_fn(outputs, targets)`` as a float; None (and a note in ``ev``) when it raises or is not scalar."""
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the probes repeat the user's call: its warnings were shown once already
-            out = ctx.loss_fn(outputs, targets)
-    except Exception as exc:  # noqa: BLE001 - user code; a failure disables one check and is reported
-        ev.setdefault("not_checked", []).append(f"{what}: loss_fn raised {err(exc)}")
-        return None
-    if loss_problem(out) is not None:
-        ev.setdefault("not_checked", []).append(f"{what}: {loss_problem(out)}")
-        return None
-    return float(out)
-
-
-def _output_grad(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any]) -> torch.Tensor | None:
-    """d loss / d outputs at the observed outputs (None when the loss does not reach them or raises)."""
-    o = od.clone().requires_grad_(True)
-    try:
-        with torch.enable_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = ctx.loss_fn(o, ctx.batch.targets)
-            if not torch.is_tensor(out) or out.numel() != 1 or not out.requires_grad:
-                ev["loss_depends_on_outputs"] = False
-                return None
-            (g,) = torch.autograd.grad(out.reshape(()), o, allow_unused=True)
-    except Exception as exc:  # noqa: BLE001 - user code
-        ev.setdefault("not_checked", []).append(f"d loss/d outputs: {err(exc)}")
-        return None
-    ev["loss_depends_on_outputs"] = g is not None
-    return g
+    return call(ctx, outputs, targets, ev, what)
 
 
 def _empty_mask(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
@@ -182,6 +191,9 @@ def _wrong_sign(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
     ev["d_loss_toward_correct"] = slope
     ce = manual_ce(ctx, od, ctx.batch.targets) if ctx.class_dim is not None and is_int(ctx.batch.targets) else None
     negated = ce is not None and isclose(value, -ce)
+    w = row_weights(ctx, od) if value < 0 and not negated else None
+    if w is not None and bool((w < 0).any()) and bool((w > 0).any()):
+        return None  # signed per-example weights (advantages): a negative loss is no sign of a flipped objective
     if value < 0 and (negated or (slope is not None and slope > 0)):
         why = f"loss = -cross-entropy ({g4(-ce)})" if negated else f"loss rises ({g4(slope)}) as the answer improves"
         return failed("OBJECTIVE", "objective.wrong_sign", f"loss is {g4(value)} and {why}: minimising it makes the answers worse", ev,
@@ -212,33 +224,14 @@ def _broadcast(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> 
 
 
 def _per_example(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any]) -> tuple[float | None, list[float | None]]:
-    """``loss_fn`` on the first m <= PER_EXAMPLE examples together, and on each alone (cached)."""
-    if "per_example" not in ctx.notes:
-        m = min(od.shape[0] if od.dim() else 0, PER_EXAMPLE)
-        t = ctx.batch.targets
-        cut = (lambda i, j: t[i:j]) if torch.is_tensor(t) else (lambda i, j: t)
-        sub = _call(ctx, od[:m], cut(0, m), ev, f"loss on the first {m} examples") if m >= 2 else None
-        each = [_call(ctx, od[i:i + 1], cut(i, i + 1), ev, f"loss on example {i}") for i in range(m)]
-        ctx.notes["per_example"] = (sub, each)
-    return ctx.notes["per_example"]
-
-
-def _plain_mean(ctx: Ctx, od: torch.Tensor, value: float) -> str | None:
-    """Which standard mean-reduced loss ``value`` is, if any (then its reduction is the mean by construction)."""
-    t = ctx.batch.targets
-    if ctx.class_dim is not None and is_int(t) and isclose(value, manual_ce(ctx, od, t)):
-        return "mean cross-entropy"
-    if ctx.task == "regression" and torch.is_tensor(t) and t.shape == od.shape:
-        with torch.no_grad():
-            diff = (od.double() - t.double())
-            for name, v in (("mean squared error", diff.pow(2).mean()), ("mean absolute error", diff.abs().mean())):
-                if isclose(value, float(v)):
-                    return name
-    return None
+    return per_example(ctx, od, ev, PER_EXAMPLE)
 
 
 def _sum_reduction(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
-    plain = _plain_mean(ctx, od, value)
+    if not torch.is_tensor(ctx.batch.targets) or ctx.task == "unknown":
+        return None  # no targets (a toy energy), no task: nothing says what one example's loss should be
+    known = standard(ctx, od)
+    plain = next((name for name, mean, _ in known if isclose(value, mean)), None)
     if plain is not None:  # sum / constant == mean at this batch size is not a sum reduction
         ev["reduction"] = plain
         return None
@@ -252,96 +245,17 @@ def _sum_reduction(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
         return None
     ratio = sub / mean
     ev.update(loss_first_m=sub, per_example_mean=mean, ratio_to_per_example_mean=ratio, m=m)
-    if abs(ratio - m) <= 0.05 * m and abs(ratio - 1) > 0.5:
-        return failed("OBJECTIVE", "objective.sum_reduction",
-                      f"the loss on {m} examples ({g4(sub)}) is {g4(ratio)} x their mean per-example loss ({g4(mean)}): "
-                      f"it is summed, so its scale (and the step size) grows with the batch", ev,
-                      expected=f"loss on {m} examples ~ mean of their per-example losses (ratio 1)",
-                      observed=f"ratio {g4(ratio)} ~ {m} (sum reduction)",
-                      hint="use reduction='mean' (or divide by the number of supervised elements)")
-    return None
-
-
-def _smoothing(ctx: Ctx, od: torch.Tensor, value: float, ce: float) -> float | None:
-    """The label-smoothing eps that makes ``value`` the smoothed cross-entropy, when one in (0, 1) does."""
-    t = ctx.batch.targets.reshape(-1).long()
-    m = t != ctx.ignore_index
-    with torch.no_grad():
-        uniform = float(-(to_logits_2d(ctx, od.float())[m].log_softmax(-1)).mean(-1).mean())
-    if uniform == ce:
+    if not (abs(ratio - m) <= 0.05 * m and abs(ratio - 1) > 0.5):
         return None
-    eps = (value - ce) / (uniform - ce)
-    if not 0 < eps < 1:
+    summed = next((name for name, mean_, counts in known for c in counts if isclose(value, mean_ * c)), None)
+    if summed is None:
+        ev.setdefault("objective_notes", []).append(
+            f"the loss on {m} examples is {g4(ratio)} x their mean (summed over examples: its scale sets the step size)")
         return None
-    z = to_logits_2d(ctx, od.float())
-    again = float(F.cross_entropy(z, t, ignore_index=ctx.ignore_index, label_smoothing=eps))
-    return eps if isclose(value, again) else None
-
-
-def _reference(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
-    """The user's hand-written objective against loss_fn: on the batch, then on each of a few examples."""
-    t = ctx.batch.targets
-    try:
-        ref = float(ctx.reference_loss(od, t))
-        each = [(_call(ctx, od[i:i + 1], t[i:i + 1], ev, f"example {i}"), float(ctx.reference_loss(od[i:i + 1], t[i:i + 1])))
-                for i in range(min(PER_EXAMPLE, od.shape[0]))]
-    except Exception as exc:  # noqa: BLE001 - user code
-        return warned("OBJECTIVE", f"loss {g4(value)}; reference_loss raised {err(exc)}: the objective was not compared", ev)
-    pairs = [(a, b) for a, b in each if a is not None]
-    ev.update(reference_loss=ref, example_library_loss=pairs[0][0] if pairs else None,
-              example_reference_loss=pairs[0][1] if pairs else None)
-    bad = next(((i, a, b) for i, (a, b) in enumerate(pairs) if not isclose(a, b)), None)
-    if isclose(value, ref) and bad is None:
-        ev["verdict"] = f"loss {g4(value)} = reference_loss on the batch and on {len(pairs)} single examples"
-        return None
-    where = f"example {bad[0]}: loss_fn {g4(bad[1])} vs reference {g4(bad[2])}" if bad else f"batch: {g4(value)} vs {g4(ref)}"
-    return failed("OBJECTIVE", "objective.manual_mismatch", f"loss_fn disagrees with reference_loss ({where})", ev,
-                  expected="loss_fn(outputs, targets) == reference_loss(outputs, targets)", observed=where,
-                  hint="compare the two on that example term by term: a wrong axis, a misaligned target or an extra term")
-
-
-def _cross_entropy(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
-    if ctx.reference_loss is not None:
-        return _reference(ctx, od, value, ev)
-    t = ctx.batch.targets
-    if ctx.class_dim is None or not is_int(t) or ev.get("outputs_are_probabilities"):
-        return None  # probabilities were already matched against NLL of their log
-    k = ctx.num_classes or 0
-    ce = manual_ce(ctx, od, t)
-    each = _per_example(ctx, od, ev)[1]
-    manual_each = [manual_ce(ctx, od[i:i + 1], t[i:i + 1]) for i in range(len(each))]
-    pairs = [(a, b) for a, b in zip(each, manual_each) if a is not None and math.isfinite(b)]
-    ev.update(cross_entropy_manual=ce, ln_k=math.log(k) if k else None)
-    if pairs:
-        ev.update(example_library_loss=pairs[0][0], example_manual_ce=pairs[0][1])
-    if isclose(value, ce):
-        ev["verdict"] = f"loss {g4(value)} = cross-entropy of the outputs as logits (ln K = {g4(math.log(k))})"
-        return None
-    if pairs and all(isclose(a, b) for a, b in pairs):
-        ev["verdict"] = (f"each of {len(pairs)} examples reproduces cross-entropy by hand; the batch loss {g4(value)} "
-                         f"weights them (class weights?) against the plain mean {g4(ce)}")
-        return None
-    eps = _smoothing(ctx, od, value, ce)
-    if eps is not None:
-        ev["label_smoothing"] = eps
-        ev["verdict"] = f"loss {g4(value)} = cross-entropy with label smoothing {eps:.3g}"
-        return None
-    far = abs(value - ce) > FAR * max(abs(ce), 1e-12)
-    example = (f"example 0: library {g4(pairs[0][0])} vs manual cross-entropy {g4(pairs[0][1])}" if pairs
-               else "single examples could not be evaluated")
-    if far:
-        return failed("OBJECTIVE", "objective.initial_loss",
-                      f"loss {g4(value)} is not the cross-entropy of these outputs ({g4(ce)}; ln K = {g4(math.log(k))} for "
-                      f"an untrained {k}-class model); {example}", ev,
-                      expected=f"~ ln K = {g4(math.log(k))} at initialisation (cross-entropy of these outputs {g4(ce)})",
-                      observed=f"loss {g4(value)}",
-                      hint="the loss is a different objective from cross-entropy over the class logits (e.g. MSE on one "
-                           "column): use F.cross_entropy(logits, class_ids); if this objective is intended, pass it written by hand "
-                           "as reference_loss= to check it instead")
-    return failed("OBJECTIVE", "objective.manual_mismatch",
-                  f"loss {g4(value)} is within {FAR:.0%} of cross-entropy ({g4(ce)}) but not equal, and single examples do "
-                  f"not reproduce it: {example}", ev,
-                  expected="loss_fn on one example == F.cross_entropy(logits, target) on that example",
-                  observed=example,
-                  hint="write the loss for one example by hand and compare: a wrong class axis, a misaligned target "
-                       "or an extra term")
+    ev["reduction"] = f"sum of {summed}"
+    return failed("OBJECTIVE", "objective.sum_reduction",
+                  f"the loss on {m} examples ({g4(sub)}) is {g4(ratio)} x their mean per-example loss ({g4(mean)}): "
+                  f"it is summed, so its scale (and the step size) grows with the batch", ev,
+                  expected=f"loss on {m} examples ~ mean of their per-example losses (ratio 1)",
+                  observed=f"ratio {g4(ratio)} ~ {m} (sum reduction of {summed})",
+                  hint="use reduction='mean' (or divide by the number of supervised elements)")

@@ -2,8 +2,11 @@
 
 Checks, in order: float targets are finite (``task.nonfinite_targets``); class ids inside ``[0, K)`` (``ignore_index`` allowed); for a language model, that
 targets are the inputs shifted by one (not by zero, not by two); and, when a ``task_probe`` is given,
-that the probe's ground-truth labels agree with the batch's targets. Without a probe the link is
-WARN "unverified": the structural checks passed but nobody told the ledger what the labels mean.
+that the probe's ground-truth labels agree with the batch's targets. Without a probe the link is a
+PASS with a note ("note: ... not verified"): the structural checks passed but nobody told the ledger what
+the labels mean. A model that shifts its labels itself (a Hugging Face causal LM computing its own loss:
+``labels == input_ids``) is read as such: its labels are aligned at shift 0, and labels shifted by hand on
+top of that are a double shift.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from collections import Counter
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from .._core.checks import Check
+from .._core.examples import logits_of
 from .._core.task import Ctx, err, input_ids, is_int, shape
-from ._common import failed, g4, passed, supervised, warned
+from ._common import failed, g4, isclose, passed, supervised, warned
 
 AGREEMENT = 0.9  # below this fraction of matching labels the task is contradicted (see _probe)
 SHIFT_MATCH = 0.9  # fraction of positions where targets equal the inputs at a given shift
@@ -31,8 +36,10 @@ def check_task(ctx: Ctx) -> Check:
         if result is not None:
             return result
     if ctx.task_probe is None:
-        return warned("TASK", "unverified: targets are structurally valid but no task_probe says what they should be; pass "
-                      "task_probe=callable(inputs) -> expected targets, or task_probe=(known_inputs, known_targets)", ev)
+        note = ("note: targets are structurally valid; what they mean was not verified (no task_probe: pass "
+                "task_probe=callable(inputs) -> expected targets, or task_probe=(known_inputs, known_targets))")
+        ctx.report_notes.append(note)
+        return passed("TASK", note, ev)
     return _probe(ctx, ev)
 
 
@@ -84,15 +91,52 @@ def _agreement(ids: torch.Tensor, t: torch.Tensor, shift: int, ignore: int) -> f
     return None if n == 0 else float(((tt == ii) & m).sum()) / n
 
 
+def _ce(logits: torch.Tensor, labels: torch.Tensor, ignore: int) -> float:
+    with torch.no_grad():
+        return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).long(), ignore_index=ignore))
+
+
+def _shifts_inside(ctx: Ctx, t: torch.Tensor) -> bool:
+    """Whether the loss shifts the labels itself: it equals next-token cross-entropy of ``logits[:, :-1]`` against
+    ``labels[:, 1:]`` and not the unshifted one (a Hugging Face causal LM given ``labels=input_ids``)."""
+    logits = logits_of(ctx.outputs)
+    if logits is None or logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(t.shape) or t.shape[1] < 2:
+        return False
+    loss = ctx.outputs.get("loss") if isinstance(ctx.outputs, dict) else None
+    if not torch.is_tensor(loss):
+        try:
+            with torch.no_grad():
+                loss = ctx.loss_fn(ctx.outputs, t)
+        except Exception:  # noqa: BLE001 - user code; OBJECTIVE reports a loss_fn that raises
+            return False
+    if not torch.is_tensor(loss) or loss.numel() != 1:
+        return False
+    value, ignore = float(loss.detach()), ctx.ignore_index
+    shifted, plain = _ce(logits[:, :-1], t[:, 1:], ignore), _ce(logits, t, ignore)
+    return isclose(value, shifted) and not isclose(value, plain)
+
+
 def _lm_shift(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     ids, t = input_ids(ctx.batch), ctx.batch.targets
     if ctx.task != "language_model" or ids is None or not is_int(t) or tuple(ids.shape) != tuple(t.shape) or t.dim() != 2:
         return None
     a0, a1, a2 = (_agreement(ids, t, s, ctx.ignore_index) for s in (0, 1, 2))
-    ev.update(match_shift0=a0, match_shift1=a1, match_shift2=a2)
+    inside = _shifts_inside(ctx, t)
+    ev.update(match_shift0=a0, match_shift1=a1, match_shift2=a2, loss_shifts_labels=inside)
     if a0 is None or a1 is None:
         return None
     expected = "targets[:, t] == inputs[:, t + 1] (the next token)"
+    if inside:
+        ctx.notes["shifted_inside"] = True
+        if a1 >= SHIFT_MATCH and a1 > a0:
+            return failed("TASK", "task.target_shifted_twice",
+                          f"the labels are already the next token (labels[:, t] == input_ids[:, t + 1] at {a1:.0%} of "
+                          f"supervised positions) and the loss shifts them again: each position is trained on the token two "
+                          f"ahead", ev, expected="labels == input_ids (the model shifts them inside its loss)",
+                          observed=f"labels[:, t] == input_ids[:, t + 1] at {a1:.0%}; the loss compares logits[:, :-1] "
+                                   f"with labels[:, 1:]",
+                          hint="pass labels=input_ids (padding set to -100): the model shifts them itself; shift exactly once")
+        return None
     if a0 >= SHIFT_MATCH and a0 > a1:
         return failed("TASK", "task.target_not_shifted",
                       f"targets equal the inputs at {a0:.0%} of supervised positions (next token at {a1:.0%}): "
@@ -119,7 +163,9 @@ def _expected_from_probe(ctx: Ctx) -> tuple[torch.Tensor | None, torch.Tensor | 
     known_x, known_y = (torch.as_tensor(v) for v in probe)
     if not torch.is_tensor(inputs) or inputs.dim() == 0 or known_x.dim() == 0:
         return None, None, "a (known_inputs, known_targets) probe needs tensor inputs; pass a callable task_probe"
-    x = inputs.detach().reshape(inputs.shape[0], -1).to(torch.float64)
+    axis = ctx.batch_axis if inputs.dim() > ctx.batch_axis else 0
+    x = inputs.detach().movedim(axis, 0)
+    x = x.reshape(x.shape[0], -1).to(torch.float64)
     kx = known_x.to(x.device).reshape(known_x.shape[0], -1).to(torch.float64)
     if x.shape[1] != kx.shape[1]:
         return None, None, f"known_inputs {shape(known_x)} do not have the batch inputs' per-example shape {shape(inputs)}"

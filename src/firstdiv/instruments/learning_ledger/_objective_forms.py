@@ -1,0 +1,150 @@
+"""OBJECTIVE's checks of what the output layer can produce, read from the op that made the outputs (the autograd
+node behind them, through views) and from their values:
+
+- ``objective.constant_outputs``: a softmax / log_softmax over a dimension of size 1 is always 1 / 0, whatever
+  the input (``nn.Linear(h, 1)`` then ``log_softmax(dim=1)``);
+- ``objective.normalized_over_examples``: the outputs are normalised over the examples' axis (``log_softmax(dim=0)``):
+  exp(outputs) sums to 1 over the batch instead of over the classes;
+- ``objective.unreachable``: the loss cannot approach its floor even at the best output the layer can give for
+  these targets (a softmax's rows sum to 1, a sigmoid is in [0, 1], a tanh in [-1, 1], a relu / softplus / exp is
+  non-negative): the floor is the loss at
+  outputs == targets, the scale the loss of a constant (input-blind) prediction, the mean target.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .._core.checks import Check
+from .._core.task import Ctx, shape
+from ._common import failed, g4
+from ._objective_calls import call
+
+_VIEWS = ("View", "Reshape", "Squeeze", "Unsqueeze", "Clone", "Alias", "Expand", "Contiguous", "ToCopy", "Permute",
+          "Transpose", "Select", "Slice")
+_OPS = {"SoftmaxBackward0": "softmax", "LogSoftmaxBackward0": "log_softmax", "SigmoidBackward0": "sigmoid",
+        "TanhBackward0": "tanh", "ReluBackward0": "relu", "SoftplusBackward0": "softplus", "ExpBackward0": "exp"}
+_BOUNDS = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0), "relu": (0.0, None), "softplus": (0.0, None), "exp": (0.0, None)}
+UNREACHABLE = 0.10  # the best reachable loss stays above this fraction of the constant predictor's gap to the floor
+
+
+def output_op(outputs: torch.Tensor) -> tuple[str, int | None, list[int]] | None:
+    """``(op, dim, input_shape)`` of the normalising/bounding op that produced ``outputs`` (through views)."""
+    node = getattr(outputs, "grad_fn", None)
+    for _ in range(6):
+        if node is None:
+            return None
+        name = type(node).__name__
+        if name in _OPS:
+            result = getattr(node, "_saved_result", None)
+            dim = getattr(node, "_saved_dim", None)
+            full = list(result.shape) if torch.is_tensor(result) else list(outputs.shape)
+            if dim is not None and dim < 0:
+                dim += len(full)
+            return _OPS[name], dim, full
+        if not any(name.startswith(v) for v in _VIEWS):
+            return None
+        node = next((n for n, _ in node.next_functions if n is not None), None)
+    return None
+
+
+def constant_outputs(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
+    op = ctx.notes.get("output_op")
+    if op is None or op[0] not in ("softmax", "log_softmax") or op[1] is None or op[2][op[1]] != 1:
+        return None
+    name, dim, full = op
+    const = 1 if name == "softmax" else 0
+    ev.update(output_op=name, output_op_dim=dim, output_op_input_shape=full)
+    return failed("OBJECTIVE", "objective.constant_outputs",
+                  f"outputs do not depend on the inputs: {name} over dimension {dim} of size 1 is always {const} (outputs "
+                  f"{full}), so loss_fn sees the same {const} for every example (loss {g4(value)})", ev,
+                  expected="outputs that vary with the inputs", observed=f"{name}(dim={dim}) over a dimension of size 1: always {const}",
+                  hint=f"a single output unit has nothing to normalise against: drop the {name} and use the raw logit with "
+                       "BCEWithLogitsLoss (or give the head one unit per class and use cross_entropy)")
+
+
+def _sums_to_one(x: torch.Tensor, dim: int) -> bool:
+    return x.shape[dim] > 1 and float((x.sum(dim) - 1).abs().max()) <= 1e-3
+
+
+def normalized_over_examples(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
+    oax = ctx.notes.get("example_axis", 0)
+    if od.dim() < 2 or od.shape[oax] < 2:
+        return None
+    op = ctx.notes.get("output_op")
+    if op is not None and op[2] != list(od.shape):
+        op = None  # the outputs are a part of the op's result (a column of a softmax): read the values only
+    normalising = op is not None and op[0] in ("softmax", "log_softmax")
+    if normalising and op[1] != oax:
+        return None
+    if not normalising and ctx.class_dim is None:  # read from the values only where the outputs are class scores
+        return None
+    other = [d for d in range(od.dim()) if d != oax]
+    logs = (normalising and op[0] == "log_softmax") or (not normalising and bool((od <= 0).all()))
+    probs = od.double().exp() if logs else od.double()
+    if not (bool((probs >= 0).all()) and _sums_to_one(probs, oax) and not any(_sums_to_one(probs, d) for d in other)):
+        return None
+    name = "log_softmax" if logs else "softmax"
+    ev.update(output_op=name, normalized_axis=oax, output_shape=shape(od))
+    return failed("OBJECTIVE", "objective.normalized_over_examples",
+                  f"the outputs are a {name} over dimension {oax}, the {od.shape[oax]} examples: "
+                  f"{'exp(outputs)' if name == 'log_softmax' else 'outputs'} sum to 1 over the batch, not over the "
+                  f"{od.shape[other[-1]]} classes (axis {other[-1]}), so each example's scores depend on the others", ev,
+                  expected=f"{name} over the class axis (dim=-1 or 1)", observed=f"{name} over dim={oax} (the batch axis)",
+                  hint=f"normalise over the classes: {name}(dim=1) (nn.{'LogSoftmax' if name == 'log_softmax' else 'Softmax'}(dim=1))")
+
+
+def simplex_projection(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Euclidean projection of each slice of ``t`` along ``dim`` onto the probability simplex (Duchi et al. 2008)."""
+    v = t.movedim(dim, -1).double()
+    u, _ = v.sort(dim=-1, descending=True)
+    css = u.cumsum(-1) - 1
+    idx = torch.arange(1, v.shape[-1] + 1, dtype=v.dtype)
+    rho = ((u - css / idx) > 0).sum(-1, keepdim=True).clamp_min(1)
+    theta = css.gather(-1, rho - 1) / rho.to(v.dtype)
+    return (v - theta).clamp_min(0).movedim(-1, dim).to(t.dtype)
+
+
+def _best(op: tuple[str, int | None, list[int]], t: torch.Tensor) -> tuple[torch.Tensor, str, str] | None:
+    """The closest output the op can give to ``t``, the constraint, and what the targets do instead."""
+    name, dim = op[0], op[1]
+    if name == "softmax" and dim is not None:
+        sums = t.double().sum(dim)
+        return (simplex_projection(t, dim), f"the outputs' slices along dim {dim} sum to 1 (softmax)",
+                f"the targets' sum to {g4(sums.mean())} on average (from {g4(sums.min())} to {g4(sums.max())})")
+    if name not in _BOUNDS:
+        return None
+    lo, hi = _BOUNDS[name]
+    where = f"[{lo:g}, {hi:g}]" if hi is not None else f"[{lo:g}, inf)"
+    return (t.clamp(lo, hi), f"the outputs lie in {where} ({name})", f"the targets range over [{g4(t.min())}, {g4(t.max())}]")
+
+
+def unreachable(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
+    op, t = ctx.notes.get("output_op"), ctx.batch.targets
+    if op is None or not torch.is_tensor(t) or not t.is_floating_point() or tuple(t.shape) != tuple(od.shape):
+        return None
+    if op[2] != list(od.shape) and op[0] == "softmax":
+        return None  # a part of a softmax (one column): its slices need not sum to 1
+    best = _best(op, t.to(od.dtype))
+    if best is None:
+        return None
+    point, constraint, instead = best
+    oax = ctx.notes.get("example_axis", 0)
+    floor = call(ctx, t.to(od.dtype), t, ev, "outputs equal to the targets")
+    reached = call(ctx, point, t, ev, "the best output the layer can give")
+    blind = call(ctx, t.to(od.dtype).mean(oax, keepdim=True).expand_as(od).contiguous(), t, ev, "the mean target")
+    ev.update(loss_floor=floor, loss_at_best_reachable=reached, loss_of_constant_prediction=blind, output_op=op[0])
+    if floor is None or reached is None or blind is None or blind - floor <= 1e-12:
+        return None
+    if reached - floor <= UNREACHABLE * (blind - floor):
+        return None
+    return failed("OBJECTIVE", "objective.unreachable",
+                  f"the loss cannot reach its floor: {constraint} while {instead}; at the best output the layer can give "
+                  f"the loss is {g4(reached)}, far from its value {g4(floor)} at outputs == targets (a constant prediction "
+                  f"gives {g4(blind)}, the model now {g4(value)})", ev,
+                  expected="an output layer that can produce the targets (loss ~ its floor at the correct answer)",
+                  observed=f"{constraint}; {instead}; best reachable loss {g4(reached)} vs floor {g4(floor)}",
+                  hint="match the output layer to the targets: independent labels (multilabel 0/1) need one sigmoid per "
+                       "label (raw logits + BCEWithLogitsLoss), not a softmax; unbounded targets need an unbounded output")
