@@ -76,7 +76,10 @@ def run_correct(program: Program) -> tuple[str, dict[str, Verdict]]:
 def run_bug(bug: Bug, seed: int = 0) -> Verdict:
     """The named instrument's verdict on the buggy program."""
     program = bug.build(seed)
-    return verdict(CALLS[bug.instrument](program))
+    try:
+        return verdict(CALLS[bug.instrument](program))
+    except Exception as exc:  # noqa: BLE001 - an instrument that raises on a bug has not localized it
+        return Verdict(bug.instrument, "RAISED", None, None, f"{type(exc).__name__}: {str(exc)[:200]}")
 
 
 def localized(bug: Bug, v: Verdict) -> bool:
