@@ -15,6 +15,7 @@ import torch
 
 from .._core.batch import compute_loss
 from .._core.checks import Check
+from .._core.closure import step_optimizers
 from .._core.task import Ctx, err
 from ._common import failed, g4, passed, skipped_link
 
@@ -153,10 +154,13 @@ def check_ownership(ctx: Ctx) -> Check:
     params = list(model.named_parameters())
     model_ids = {id(p) for _, p in params}
     owned = [(gi, p) for gi, g in enumerate(opt.param_groups) for p in g["params"]]
-    owned_ids = {id(p) for _, p in owned}
+    # the other optimizers the user's step steps (a SparseAdam beside the dense one) own their parameters too
+    others = [p for o in step_optimizers(ctx.train_step, opt, model)[1:] for g in o.param_groups for p in g["params"]]
+    owned_ids = {id(p) for _, p in owned} | {id(p) for p in others}
     missing = [n for n, p in params if p.requires_grad and id(p) not in owned_ids]
     stale = [(k, gi, p) for k, (gi, p) in enumerate(owned) if id(p) not in model_ids]
-    ev: dict[str, Any] = {"owned": len(owned), "param_groups": len(opt.param_groups), "missing": _names(missing),
+    ev: dict[str, Any] = {"owned": len(owned), "owned_by_other_optimizers": len(others),
+                          "param_groups": len(opt.param_groups), "missing": _names(missing),
                           "missing_count": len(missing), "stale_count": len(stale),
                           "frozen_owned": sum(1 for _, p in owned if id(p) in model_ids and not p.requires_grad)}
     if stale:

@@ -49,7 +49,7 @@ from .._core.batch import (
     split_batch,
 )
 from .._core.checks import Check, compose
-from .._core.closure import closure_state
+from .._core.closure import closure_state, step_optimizers
 from .._core.examples import batch_axis as _batch_axis
 from .._core.examples import logits_of
 from .._core.python_graph import hidden_modules
@@ -103,7 +103,9 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
         except UserCodeError as exc:
             return Report(INSTRUMENT, Status.SKIPPED, reason=f"{exc}; the six claims need one forward pass and loss "
                                                              "that run")
-        stepped = optimizer is None and run.loss_problem is None
+        # manual updates, or several optimizers (a SparseAdam beside the dense one): only the user's step steps them all
+        several = train_step is not None and len(step_optimizers(train_step, optimizer, model)) > 1
+        stepped = (optimizer is None or several) and run.loss_problem is None
         if stepped:
             with guarded(model, train_step, *extra):  # the user's own step, on the user's objects: restored
                 run.moved, run.step_error = step_moves(model, train_step)
