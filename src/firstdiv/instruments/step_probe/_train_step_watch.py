@@ -14,6 +14,7 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check, Collected, below_rounding, check, grad_state, label, norm, unique_params
+from . import _descent
 
 
 @dataclass
@@ -28,8 +29,9 @@ class StepWatch:
     ``.grad`` when each call's first backward reaches it, the gradient each backward contributed, and the
     gradient present when ``optimizer.step`` runs. Every hook and wrapper is removed in ``finally``."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        self.model, self.opt = model, optimizer
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                 evaluate: Callable[[], float | None] | None = None, ref: dict[int, torch.Tensor] | None = None) -> None:
+        self.model, self.opt, self.evaluate, self.ref = model, optimizer, evaluate, ref or {}
         self.params = [(p, names) for p, names in unique_params(model) if p.requires_grad]
         self.call = 0
         self.events: list[str] = []
@@ -38,6 +40,9 @@ class StepWatch:
         self.steps: list[_StepRecord] = []
         self.values: list[dict[int, torch.Tensor]] = []
         self.losses: list[float | None] = []
+        self.eval_losses: list[float | None] = []
+        self.moved_names: set[str] = set()
+        self.call_grads: dict[int, dict[int, torch.Tensor]] = {1: {}, 2: {}}
 
     def _event(self, name: str) -> None:
         tag = f"call {self.call}: {name}"
@@ -49,6 +54,8 @@ class StepWatch:
             self.prior.setdefault((self.call, id(p)), None if p.grad is None else p.grad.detach().clone())
             prev = self.pending.get(id(p))
             self.pending[id(p)] = grad.detach().clone() if prev is None else prev + grad.detach()
+            mine = self.call_grads.setdefault(self.call, {})
+            mine[id(p)] = grad.detach().clone() if id(p) not in mine else mine[id(p)] + grad.detach()
             self._event("backward")
         return hook
 
@@ -74,16 +81,20 @@ class StepWatch:
             for p, _ in unique_params(self.model):
                 p.grad = None
             handles += [p.register_hook(self._grad_hook(p)) for p, _ in self.params]
-            handles.append(self.opt.register_step_pre_hook(self._pre_step))
-            self._wrap(self.opt, "zero_grad", "optimizer.zero_grad", undo)
+            if self.opt is not None:
+                handles.append(self.opt.register_step_pre_hook(self._pre_step))
+                self._wrap(self.opt, "zero_grad", "optimizer.zero_grad", undo)
             self._wrap(self.model, "zero_grad", "model.zero_grad", undo)
             self.values.append({id(p): p.detach().clone() for p, _ in self.params})
+            self._evaluate()
             for call in (1, 2):
                 self.call = call
                 out = train_step()
-                self.losses.append(float(out.detach().reshape(())) if torch.is_tensor(out) and out.numel() == 1 else
-                                   float(out) if isinstance(out, (int, float)) else None)
+                self.losses.append(float(out.detach().float().reshape(())) if torch.is_tensor(out) and out.numel() == 1
+                                   else float(out) if isinstance(out, (int, float)) else None)
                 self.values.append({id(p): p.detach().clone() for p, _ in self.params})
+                self.call = 0
+                self._evaluate()
         finally:
             for h in handles:
                 h.remove()
@@ -91,15 +102,112 @@ class StepWatch:
                 fn()
         return self._analyse()
 
+    def _evaluate(self) -> None:
+        if self.evaluate is not None:
+            self.eval_losses.append(self.evaluate())
+
     def _analyse(self) -> Collected:
-        out = Collected(details={"events": self.events, "losses": self.losses,
-                                 "optimizer_steps": [sum(r.call == c for r in self.steps) for c in (1, 2)]})
+        out = Collected(details={"events": self.events, "losses": self.losses, "eval_losses": self.eval_losses})
+        if self.opt is not None:
+            out.details["optimizer_steps"] = [sum(r.call == c for r in self.steps) for c in (1, 2)]
         if not self.params:
             return out
         self._check_cleared_before_step(out)
         self._check_accumulation(out)
         self._check_steps_and_moves(out)
+        if not any(c.finding.status is Status.FAIL for c in out.checks):
+            self._check_descent(out)
         return out
+
+    def user_grads(self, call: int) -> dict[int, torch.Tensor]:
+        """The gradient call ``call`` stepped with: ``.grad`` at its optimizer.step calls (summed) when they held one,
+        else what its backward passes produced (a manual update, or an LBFGS closure run inside step)."""
+        at_step: dict[int, torch.Tensor] = {}
+        for rec in (r for r in self.steps if r.call == call):
+            for pid, g in rec.grads.items():
+                if g is not None:
+                    at_step[pid] = g if pid not in at_step else at_step[pid] + g
+        if any(grad_state(g)[0] == "nonzero" for g in at_step.values()):
+            return at_step
+        return self.call_grads.get(call, {})
+
+    def _rows(self, call: int, grads: dict[int, torch.Tensor]) -> list[tuple[list[str], torch.Tensor, torch.Tensor]]:
+        """(names, delta, grad) in float64 for each parameter whose gradient at ``call`` is finite and nonzero."""
+        rows = []
+        for p, names in self.params:
+            g = grads.get(id(p))
+            if grad_state(g)[0] != "nonzero" or g.shape != p.shape:
+                continue
+            delta = _descent.dense(self.values[call][id(p)]) - _descent.dense(self.values[call - 1][id(p)])
+            rows.append((names, delta, _descent.dense(g)))
+        return rows
+
+    def _check_descent(self, out: Collected) -> None:
+        """Ascent (update up the gradient, loss up), divergence (a huge update, loss blown up), and for a manual loop
+        the implied learning rate."""
+        if self.opt is not None and any(g.get("maximize") for g in self.opt.param_groups):
+            note = "note: the optimizer has maximize=True, so whether train_step descends the loss was not checked"
+            out.checks.append(check("train_step", "step.descent", Status.PASS, note))
+            out.details.setdefault("notes", []).append(note)
+            return
+        if None in self.eval_losses or len(self.eval_losses) < 3:
+            note = "note: the loss on the batch could not be re-evaluated between train_step calls, so descent was not checked"
+            out.checks.append(check("train_step", "step.descent", Status.PASS, note))
+            out.details.setdefault("notes", []).append(note)
+            return
+        user = [self._rows(c, self.user_grads(c)) for c in (1, 2)]
+        ref = self._rows(1, self.ref)
+        found = self._ascent(ref, user) or self._diverges()
+        if found is not None:
+            out.checks.append(found)
+            return
+        cos = _descent.cosine([d for _, d, _ in user[0]], [g for _, _, g in user[0]]) if user[0] else None
+        ev: dict[str, Any] = {"cosine_update_vs_minus_grad": cos, "eval_losses": self.eval_losses}
+        msg = f"train_step descends: loss on the batch {self.eval_losses[0]:.6g} -> {self.eval_losses[-1]:.6g}"
+        if cos is not None:
+            msg += f", update vs -grad cosine {cos:.3g}"
+        if self.opt is None and user[0]:
+            lr, spread = _descent.implied_lr([d for _, d, _ in user[0]], [g for _, _, g in user[0]])
+            ev.update({"implied_lr": lr, "implied_lr_spread": spread})
+            out.details["implied_lr"] = lr
+            if lr is not None:
+                msg += (f"; implied lr {lr:.4g} (delta = -lr * grad as backward produced it, clipping included), "
+                        f"spread {spread:.3g} across {len(user[0])} parameters")
+        out.checks.append(check("train_step", "step.descent", Status.PASS, msg, ev))
+
+    def _ascent(self, ref: list, user: list[list]) -> Check | None:
+        losses = self.eval_losses
+        if ref:
+            found = _descent.ascent_check(*[list(x) for x in zip(*ref)], losses[:2] + losses[2:],
+                                          "the probe batch's gradient at the same parameters")
+            if found is not None:
+                return found
+        if all(user):
+            checks = [_descent.ascent_check(*[list(x) for x in zip(*rows)], losses, "the gradient train_step produced")
+                      for rows in user]
+            if all(c is not None for c in checks):
+                return checks[0]
+        return None
+
+    def _diverges(self) -> Check | None:
+        group_of = {} if self.opt is None else {id(p): i for i, g in enumerate(self.opt.param_groups) for p in g["params"]}
+        lrs = {i: float(g["lr"]) for i, g in enumerate(self.opt.param_groups)} if self.opt is not None else {}
+        for call in (1, 2):
+            rows = [(names, group_of.get(id(p), "none" if self.opt is not None else "train_step"),
+                     self.values[call - 1][id(p)], self.values[call][id(p)]) for p, names in self.params]
+            groups = _descent.relative_updates(rows)
+            grads = self._rows(call, self.call_grads.get(call, {}))
+            lr = _descent.implied_lr([d for _, d, _ in grads], [g for _, _, g in grads])[0] if grads else None
+
+            def where(key: Any, lr: float | None = lr) -> str:
+                if key == "train_step":
+                    return "train_step update" + (f" (implied lr={lr:.4g})" if lr is not None else "")
+                return "parameters outside the optimizer" if key == "none" else f"param_group {key} (lr={lrs[key]:g})"
+            found = _descent.divergence_check(self.eval_losses[call - 1], self.eval_losses[call], groups, where,
+                                              f"train_step call {call}")
+            if found is not None:
+                return found
+        return None
 
     def _check_cleared_before_step(self, out: Collected) -> None:
         for rec in self.steps:
@@ -148,10 +256,12 @@ class StepWatch:
                                 "parameters); step 2 used grad1 + grad2", ev,
                                 expected=".grad None or zero before each step's backward",
                                 observed="step 1's gradient still in .grad",
-                                hint="call optimizer.zero_grad() once per step, before loss.backward()"))
+                                hint="call optimizer.zero_grad() once per step, before loss.backward()" if self.opt is not None
+                                else "gradients accumulate across steps: model.zero_grad() missing; call it before "
+                                     "loss.backward()"))
 
     def _check_steps_and_moves(self, out: Collected) -> None:
-        if not self.steps:
+        if self.opt is not None and not self.steps:
             out.checks.append(check("optimizer.step", "step.no_optimizer_step", Status.FAIL,
                                     "train_step called optimizer.step() 0 times in 2 calls",
                                     {"events": self.events}, expected="one optimizer.step() per call",
@@ -159,6 +269,8 @@ class StepWatch:
             return
         moved = [sum(not torch.equal(self.values[c][id(p)], self.values[c - 1][id(p)]) for p, _ in self.params) for c in (1, 2)]
         out.details["moved_per_call"] = moved
+        self.moved_names = {names[0] for p, names in self.params
+                            if any(not torch.equal(self.values[c][id(p)], self.values[c - 1][id(p)]) for c in (1, 2))}
         if not any(e.endswith(": backward") for e in self.events) and sum(moved) == 0:
             out.checks.append(self._no_backward_check())
             return
@@ -180,13 +292,17 @@ class StepWatch:
     def _no_backward_check(self) -> Check:
         names = self.params[0][1]
         return check(names[0], "step.no_gradient", Status.FAIL,
-                     f"train_step ran optimizer.step() {len(self.steps)} times but no backward pass reached "
+                     (f"train_step ran optimizer.step() {len(self.steps)} times" if self.opt is not None else "in 2 "
+                      "calls of train_step") + " no backward pass reached "
                      f"any of {len(self.params)} trainable parameters, and none moved",
                      {"events": self.events}, expected="loss.backward() before optimizer.step()",
                      observed="no gradient reached any parameter", hint="call loss.backward() in train_step")
 
     def _first_stuck_check(self) -> Check | None:
-        """The first parameter that held a nonzero gradient at an optimizer.step and still did not move."""
+        """The first parameter that held a nonzero gradient at an optimizer.step (a manual loop: that its backward
+        produced) and still did not move."""
+        if self.opt is None:
+            return self._first_stuck_manual()
         group_of = {id(p): g for g in self.opt.param_groups for p in g["params"]}
         for rec in self.steps:
             for p, names in self.params:
@@ -199,4 +315,24 @@ class StepWatch:
                                  "but the parameter did not move", {"call": rec.call, "grad_norm": gnorm},
                                  expected="parameter moves after optimizer.step()", observed="unchanged",
                                  hint="is this parameter object in the optimizer's param groups?")
+        return None
+
+    def _first_stuck_manual(self) -> Check | None:
+        for call in (1, 2):
+            rows = self._rows(call, self.call_grads.get(call, {}))
+            lr = _descent.implied_lr([d for _, d, _ in rows], [g for _, _, g in rows])[0]
+            if lr is None or lr <= 0:
+                continue  # nothing moved (reported as not_updated) or the update ascends (step.train_step_ascends)
+            for p, names in self.params:
+                g = self.call_grads[call].get(id(p))
+                state, gnorm = grad_state(g)
+                before = self.values[call - 1][id(p)]
+                if state == "nonzero" and torch.equal(self.values[call][id(p)], before) and not below_rounding(
+                        before, g, {"lr": lr}):
+                    return check(names[0], "step.not_updated", Status.FAIL,
+                                 f"{label(names)}: backward gave grad norm {gnorm:.4g} in train_step call {call} but the "
+                                 f"parameter did not move, while the others moved with implied lr {lr:.4g}",
+                                 {"call": call, "grad_norm": gnorm, "implied_lr": lr},
+                                 expected="every parameter with a gradient is updated", observed="unchanged",
+                                 hint="update every parameter: for p in model.parameters(): p.data.add_(p.grad, alpha=-lr)")
         return None
