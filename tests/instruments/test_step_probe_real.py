@@ -405,3 +405,42 @@ def test_hf_model_with_a_dict_batch_and_model_output_loss_passes():
         return out.loss
     r = probe(model, batch, lambda out, labels: out.loss, opt, train_step=ts)
     assert not fails(r) and r.status is not Status.SKIPPED, str(r)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_momentum_on_a_stream_of_batches_is_not_ascent(seed):
+    # train_step draws the next batch from an iterator: momentum carries earlier batches' directions
+    model, batch, loss_fn, opt, _, sched = classifier(seed, "sgd_momentum", warm=0)
+    g = torch.Generator().manual_seed(100 + seed)
+    stream = iter([(torch.randn(16, 10, generator=g), torch.randint(0, 4, (16,), generator=g)) for _ in range(40)])
+
+    def ts():
+        xb, yb = next(stream)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+        return loss
+    for _ in range(20):
+        ts()
+    r = probe(model, batch, loss_fn, opt, train_step=ts, extra=(sched,))
+    assert not fails(r), str(r)
+
+
+def test_linear_warmup_starting_at_lr_0_is_not_a_missing_update():
+    # HF-style get_linear_schedule_with_warmup: the first optimizer.step runs at lr 0
+    model, batch, loss_fn, opt, _, _ = classifier(0, "adamw", warm=0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, step / 10))
+    x, y = batch
+
+    def ts():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        sched.step()
+        return loss
+    r = probe(model, batch, loss_fn, opt, train_step=ts, extra=(sched,))
+    assert not fails(r), str(r)
+    assert any(f.message.startswith("note: ") and "lr is 0" in f.message for f in r.findings)
+    assert r.details["notes"]

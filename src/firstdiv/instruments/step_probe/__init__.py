@@ -198,6 +198,10 @@ def _update_check(names: list[str], group: dict | None, before: torch.Tensor, af
         return check(where, "step.update", Status.PASS,
                      f"{label(names)}: did not move, as expected: lr*|grad| (grad norm {gnorm:.3g}) is "
                      "within float rounding of every element", ev), False
+    if dnorm == 0.0 and group is not None and float(group["lr"]) == 0.0:
+        return check(where, "step.update", Status.PASS,
+                     f"note: {label(names)}: its param group's lr is 0 now (a warmup schedule at its first step?), so it "
+                     "did not move; the update was not checked", ev), False
     if dnorm == 0.0:
         why = "is not in any optimizer param group" if group is None else f"is in the optimizer with lr {ev['lr']:.3g}"
         return check(where, "step.not_updated", Status.FAIL,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -76,13 +77,16 @@ def implied_lr(deltas: list[torch.Tensor], grads: list[torch.Tensor]) -> tuple[f
 
 
 def ascent_check(names: list[list[str]], deltas: list[torch.Tensor], grads: list[torch.Tensor], losses: list[float | None],
-                 source: str) -> Check | None:
-    """FAIL ``step.train_step_ascends`` when the update points up ``grads`` and the loss went up; else None."""
+                 source: str, monotone: bool = False) -> Check | None:
+    """FAIL ``step.train_step_ascends`` when the update points up ``grads`` and the loss went up (``monotone``: at
+    every step, so a momentum step carried against one batch's gradient is not mistaken for ascent); else None."""
     cos = cosine(deltas, grads)
     if cos is None or cos > -ASCENT_COSINE or len(losses) < 2 or None in losses[:2]:
         return None
     last = losses[-1]
     if last is None or (math.isfinite(last) and last <= losses[0]):
+        return None
+    if monotone and not all(b is not None and not (math.isfinite(b) and b <= a) for a, b in pairwise(losses)):
         return None
     against = [n for n, d, g in zip(names, deltas, grads) if float(-(d * g).sum()) < 0]
     where = against[0][0] if against else names[0][0]

@@ -22,6 +22,7 @@ class _StepRecord:
     call: int
     grads: dict[int, torch.Tensor | None]
     produced: dict[int, torch.Tensor]
+    lrs: dict[int, float]
 
 
 class StepWatch:
@@ -61,7 +62,8 @@ class StepWatch:
 
     def _pre_step(self, *_: Any) -> None:
         grads = {id(p): (None if p.grad is None else p.grad.detach().clone()) for p, _ in self.params}
-        self.steps.append(_StepRecord(self.call, grads, dict(self.pending)))
+        lrs = {id(p): float(g["lr"]) for g in self.opt.param_groups for p in g["params"]}  # a scheduler moves them
+        self.steps.append(_StepRecord(self.call, grads, dict(self.pending), lrs))
         self.pending.clear()
         self._event("optimizer.step")
 
@@ -178,8 +180,8 @@ class StepWatch:
     def _ascent(self, ref: list, user: list[list]) -> Check | None:
         losses = self.eval_losses
         if ref:
-            found = _descent.ascent_check(*[list(x) for x in zip(*ref)], losses[:2] + losses[2:],
-                                          "the probe batch's gradient at the same parameters")
+            found = _descent.ascent_check(*[list(x) for x in zip(*ref)], losses,
+                                          "the probe batch's gradient at the same parameters", monotone=True)
             if found is not None:
                 return found
         if all(user):
@@ -303,13 +305,14 @@ class StepWatch:
         produced) and still did not move."""
         if self.opt is None:
             return self._first_stuck_manual()
-        group_of = {id(p): g for g in self.opt.param_groups for p in g["params"]}
         for rec in self.steps:
             for p, names in self.params:
                 state, gnorm = grad_state(rec.grads[id(p)])
                 still = torch.equal(self.values[rec.call][id(p)], self.values[rec.call - 1][id(p)])
-                if state == "nonzero" and still and not below_rounding(self.values[rec.call - 1][id(p)],
-                                                                       rec.grads[id(p)], group_of.get(id(p))):
+                lr = rec.lrs.get(id(p))
+                group = None if lr is None else {"lr": lr}
+                if state == "nonzero" and still and lr != 0.0 and not below_rounding(self.values[rec.call - 1][id(p)],
+                                                                                     rec.grads[id(p)], group):
                     return check(names[0], "step.not_updated", Status.FAIL,
                                  f"{label(names)}: .grad norm {gnorm:.4g} at optimizer.step (call {rec.call}) "
                                  "but the parameter did not move", {"call": rec.call, "grad_norm": gnorm},
