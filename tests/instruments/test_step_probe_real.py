@@ -149,6 +149,7 @@ def test_word_lm_manual_sgd_with_clipping_passes_and_reports_the_implied_lr(seed
 @pytest.mark.parametrize("seed", [0, 1])
 def test_regression_manual_no_grad_update_passes(seed):
     model, batch, loss_fn, ts = regression(seed)
+    ts()  # .grad tensors exist (zeroed by the loop): the probe gives them back by identity and value
     r = probe(model, batch, loss_fn, train_step=ts)
     assert r.status is Status.PASS and not fails(r), str(r)
     assert finding(r, "step.descent").evidence["implied_lr"] == pytest.approx(0.05, rel=1e-4)
@@ -444,3 +445,26 @@ def test_linear_warmup_starting_at_lr_0_is_not_a_missing_update():
     assert not fails(r), str(r)
     assert any(f.message.startswith("note: ") and "lr is 0" in f.message for f in r.findings)
     assert r.details["notes"]
+
+
+def test_uncopyable_model_with_a_manual_train_step_is_still_judged_from_its_steps():
+    import threading
+
+    model, batch, loss_fn, ts = word_lm(0, fault="plus_lr")
+    model.lock = threading.Lock()  # deepcopy fails: the controlled step cannot run, the user's steps still can
+    r = probe(model, batch, loss_fn, train_step=ts)
+    assert finding(r, "step.controlled_step").status is Status.SKIPPED and "could not deep-copy" in str(r)
+    assert r.first_divergence is not None and r.first_divergence.kind == "step.train_step_ascends", str(r)
+    model, batch, loss_fn, ts = word_lm(0)
+    model.lock = threading.Lock()
+    r = probe(model, batch, loss_fn, train_step=ts)
+    assert r.status is Status.PASS and finding(r, "step.descent").status is Status.PASS, str(r)
+
+
+def test_divergence_names_the_param_group_whose_lr_is_too_large():
+    model, batch, loss_fn, _, _, _ = classifier(0, "adam", scale=10.0, warm=0)
+    opt = torch.optim.SGD([{"params": model.body.parameters()}, {"params": model.head.parameters(), "lr": 300.0}], lr=0.01)
+    r = probe(model, batch, loss_fn, opt)
+    d = r.first_divergence
+    assert d is not None and (d.where, d.kind) == ("param_group 1 (lr=300)", "step.diverges"), str(r)
+    assert finding(r, "step.diverges").evidence["largest_parameter"].startswith("head.")

@@ -73,12 +73,15 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
             ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol))
         except _batch.UserCodeError as exc:
             return skipped(_NAME, f"{exc}; step_probe needs one forward pass and loss that run")
-        checks, details = list(ctl.checks), dict(ctl.details)
-        ref_grads = details.pop("_ref", [])
-        if train_step is not None and not ctl.reason:
+        checks, details, reason = list(ctl.checks), dict(ctl.details), ctl.reason
+        ref_grads, uncopyable = details.pop("_ref", []), details.pop("_uncopyable", False)
+        if train_step is not None and uncopyable:  # the user's own steps can still be judged
+            checks.append(check("model", "step.controlled_step", Status.SKIPPED, f"controlled step not run: {reason}"))
+            reason, effects = "", "none on copies (the model could not be copied)"
+        if train_step is not None and not reason:
             ref = {id(p): g for (p, _), g in zip(params, ref_grads) if g is not None}
             checks, effects = _watch(model, optimizer, batch, loss_fn, train_step, ref, checks, details, effects)
-    return compose(_NAME, checks, effects, details, ctl.reason)
+    return compose(_NAME, checks, effects, details, reason)
 
 
 def _watch(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any, loss_fn: Callable,
@@ -263,6 +266,7 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
         out.reason = (f"could not deep-copy the model and optimizer together ({type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); step_probe steps a copy, so make them "
                       "deep-copyable (copy.deepcopy((model, optimizer)))")
+        out.details["_uncopyable"] = True
         return out
     params = unique_params(cmodel)
     for p, _ in params:
