@@ -178,15 +178,25 @@ class StepWatch:
         out.checks.append(check("train_step", "step.descent", Status.PASS, msg, ev))
 
     def _ascent(self, ref: list, user: list[list]) -> Check | None:
+        """An optimizer descends whatever gradient it is given (its state, momentum or Adam moments, may point
+        anywhere for a step or two), so with one the question is whether train_step's gradient points up the loss:
+        anti-aligned with the probe batch's gradient at the same parameters. A manual update is stateless: its
+        delta itself must not point up the gradient."""
         losses = self.eval_losses
-        if ref:
-            found = _descent.ascent_check(*[list(x) for x in zip(*ref)], losses,
-                                          "the probe batch's gradient at the same parameters", monotone=True)
+        g_user = self.user_grads(1)
+        flipped = [(n, -_descent.dense(g_user[id(p)]), _descent.dense(self.ref[id(p)])) for p, n in self.params
+                   if grad_state(g_user.get(id(p)))[0] == "nonzero" and id(p) in self.ref
+                   and g_user[id(p)].shape == self.ref[id(p)].shape]
+        candidates = [(flipped, "train_step's gradient against the probe batch's gradient at the same parameters")]
+        if self.opt is None:
+            candidates.append((ref, "the update against the probe batch's gradient at the same parameters"))
+        for rows, source in candidates:
+            found = _descent.ascent_check(*[list(x) for x in zip(*rows)], losses, source, monotone=True) if rows else None
             if found is not None:
                 return found
-        if all(user):
-            checks = [_descent.ascent_check(*[list(x) for x in zip(*rows)], losses, "the gradient train_step produced")
-                      for rows in user]
+        if self.opt is None and all(user):
+            checks = [_descent.ascent_check(*[list(x) for x in zip(*rows)], losses, "the update against the gradient "
+                                            "train_step produced") for rows in user]
             if all(c is not None for c in checks):
                 return checks[0]
         return None
