@@ -142,8 +142,11 @@ def test_word_lm_manual_sgd_with_clipping_passes_and_reports_the_implied_lr(seed
     assert "optimizer.step() called 0 times" not in str(r) and "restored" in r.side_effects
     d = finding(r, "step.descent")
     assert d.evidence["cosine_update_vs_minus_grad"] > 0.99
-    # clip_grad_norm_(0.25) scales every gradient by the same factor: one lr for all parameters, below 20
-    assert 0 < d.evidence["implied_lr"] <= 20.0 and d.evidence["implied_lr_spread"] < 1e-3
+    assert d.evidence["implied_lr"] == pytest.approx(20.0, rel=1e-4) and d.evidence["implied_lr_spread"] < 1e-3
+    # a clip that bites scales every gradient by the same factor: one implied lr for all parameters, below 20
+    model, batch, loss_fn, ts = word_lm(seed, clip=0.01)
+    d = finding(probe(model, batch, loss_fn, None, train_step=ts), "step.descent")
+    assert 0 < d.evidence["implied_lr"] < 19.0 and d.evidence["implied_lr_spread"] < 1e-3
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -162,6 +165,10 @@ def test_manual_loop_without_zero_grad_accumulates():
     d = r.first_divergence
     assert (d.where, d.kind) == ("encoder.weight", "step.grad_accumulation"), str(r)
     assert "gradients accumulate across steps: model.zero_grad() missing" in d.hint
+    f = finding(r, "step.grad_accumulation")
+    assert f.message.startswith("gradients accumulate across steps: model.zero_grad() missing")
+    # clip_grad_norm_(0.25) does not bite on this batch: .grad after call 2 is exactly grad1 + grad2, on all 7 tensors
+    assert f.evidence["grad_after_call2_vs_g1_plus_g2_relative_error"] < 1e-5 and f.evidence["carried"] == 7
     model, batch, loss_fn, ts = regression(0, fault="no_zero_grad")
     assert probe(model, batch, loss_fn, train_step=ts).first_divergence.kind == "step.grad_accumulation"
 

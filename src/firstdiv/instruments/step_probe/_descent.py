@@ -12,7 +12,7 @@ Thresholds (measured on the programs of tests/instruments/test_step_probe_real.p
   update (stateless) is also judged by its delta: +1.0 (clipped word-LM SGD, regression), -1.0 with the sign flipped.
 - divergence: the loss non-finite or multiplied by more than ``DIVERGE_LOSS_RATIO`` (10) after one step, AND one
   parameter group's ||delta|| / ||param|| above ``DIVERGE_RELATIVE_UPDATE`` (1). Correct programs: at most 0.50
-  (word-LM manual SGD lr=20 with clip_grad_norm_(0.25), a 40-word vocabulary), 0.011 (SGD 0.1 momentum), 0.0035
+  (word-LM manual SGD lr=20 with clip_grad_norm_(0.25), which does not bite on that 40-word batch), 0.011 (SGD 0.1 momentum), 0.0035
   (Adam 1e-3), 0.0004 (AdamW 1e-4); loss ratio at most 1.0. SGD lr=500 on inputs of scale 10: 410x, loss 1.75 ->
   1.8e8.
 """

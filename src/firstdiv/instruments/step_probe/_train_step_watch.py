@@ -43,6 +43,7 @@ class StepWatch:
         self.losses: list[float | None] = []
         self.eval_losses: list[float | None] = []
         self.moved_names: set[str] = set()
+        self.after_grads: list[dict[int, torch.Tensor]] = []
         self.call_grads: dict[int, dict[int, torch.Tensor]] = {1: {}, 2: {}}
 
     def _event(self, name: str) -> None:
@@ -95,6 +96,7 @@ class StepWatch:
                 self.losses.append(float(out.detach().float().reshape(())) if torch.is_tensor(out) and out.numel() == 1
                                    else float(out) if isinstance(out, (int, float)) else None)
                 self.values.append({id(p): p.detach().clone() for p, _ in self.params})
+                self.after_grads.append({id(p): p.grad.detach().clone() for p, _ in self.params if p.grad is not None})
                 self.call = 0
                 self._evaluate()
         finally:
@@ -262,8 +264,14 @@ class StepWatch:
             total, seen = prior + step2.produced[id(p)], step2.grads[id(p)]
             ev["step2_grad_vs_g1_plus_g2_relative_error"] = norm(seen - total) / max(norm(total), 1e-300)
             ev["step2_backward_grad_norm"] = norm(step2.produced[id(p)])
+        fresh, after = self.call_grads.get(2, {}).get(id(p)), self.after_grads[1].get(id(p)) if len(self.after_grads) > 1 else None
+        if self.opt is None and fresh is not None and after is not None and after.shape == fresh.shape:
+            total = (prior + fresh).to_dense()  # a manual loop: .grad after call 2 vs its fresh gradient plus step 1's
+            ev["grad_after_call2_vs_g1_plus_g2_relative_error"] = norm(after.to_dense() - total) / max(norm(total), 1e-300)
+            ev["step2_backward_grad_norm"] = norm(fresh)
         out.checks.append(check(names[0], "step.grad_accumulation", Status.FAIL,
-                                f"{label(names)}: before step 2's backward .grad already held norm "
+                                ("" if self.opt is not None else "gradients accumulate across steps: model.zero_grad() "
+                                 "missing; ") + f"{label(names)}: before step 2's backward .grad already held norm "
                                 f"{ev['grad_before_step2_backward_norm']:.4g} from step 1 ({len(carried)} of {reached} "
                                 "parameters); step 2 used grad1 + grad2", ev,
                                 expected=".grad None or zero before each step's backward",
