@@ -178,17 +178,28 @@ class StepWatch:
                 msg += (f"; implied lr {lr:.4g} (delta = -lr * grad as backward produced it, clipping included), "
                         f"spread {spread:.3g} across {len(user[0])} parameters")
         out.checks.append(check("train_step", "step.descent", Status.PASS, msg, ev))
+        flipped = self._flipped()
+        agree = _descent.cosine(*[list(x) for x in zip(*flipped)][1:]) if flipped else None
+        if agree is not None and abs(agree) < _descent.ASCENT_COSINE:
+            note = (f"note: train_step's gradient agrees weakly with the probe batch's (cosine {agree:.3g}): it likely "
+                    "steps on other batches, so a loss it backpropagates with the wrong sign ((-loss).backward()) would "
+                    "not be seen; pass the batch train_step uses to check that")
+            out.checks.append(check("train_step", "step.gradient_agreement", Status.PASS, note, {"cosine": agree}))
+            out.details.setdefault("notes", []).append(note)
+
+    def _flipped(self) -> list[tuple[list[str], torch.Tensor, torch.Tensor]]:
+        """(names, -train_step's gradient of call 1, the probe batch's gradient at the same parameters)."""
+        g_user = self.user_grads(1)
+        return [(n, -_descent.dense(g_user[id(p)]), _descent.dense(self.ref[id(p)])) for p, n in self.params
+                if grad_state(g_user.get(id(p)))[0] == "nonzero" and id(p) in self.ref
+                and g_user[id(p)].shape == self.ref[id(p)].shape]
 
     def _ascent(self, ref: list, user: list[list]) -> Check | None:
         """An optimizer descends whatever gradient it is given (its state, momentum or Adam moments, may point
         anywhere for a step or two), so with one the question is whether train_step's gradient points up the loss:
         anti-aligned with the probe batch's gradient at the same parameters. A manual update is stateless: its
         delta itself must not point up the gradient."""
-        losses = self.eval_losses
-        g_user = self.user_grads(1)
-        flipped = [(n, -_descent.dense(g_user[id(p)]), _descent.dense(self.ref[id(p)])) for p, n in self.params
-                   if grad_state(g_user.get(id(p)))[0] == "nonzero" and id(p) in self.ref
-                   and g_user[id(p)].shape == self.ref[id(p)].shape]
+        losses, flipped = self.eval_losses, self._flipped()
         candidates = [(flipped, "train_step's gradient against the probe batch's gradient at the same parameters")]
         if self.opt is None:
             candidates.append((ref, "the update against the probe batch's gradient at the same parameters"))
