@@ -522,3 +522,34 @@ def test_a_train_step_on_other_batches_says_ascent_was_not_verifiable():
     assert r.status is Status.PASS, str(r)
     assert any("agrees weakly" in n and "(-loss).backward()" in n for n in r.details["notes"])
     assert finding(r, "step.gradient_agreement").message.startswith("note: ")
+
+
+def test_maximize_true_optimizer_is_a_note_not_ascent():
+    model, batch, _, _, _, _ = classifier(0, "adam", warm=0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, maximize=True)
+    x, y = batch
+
+    def log_likelihood(out, targets):  # the objective is maximized on purpose
+        return -F.cross_entropy(out, targets)
+
+    def ts():
+        opt.zero_grad()
+        score = log_likelihood(model(x), y)
+        score.backward()
+        opt.step()
+        return score
+    r = probe(model, batch, log_likelihood, opt, train_step=ts)
+    assert not fails(r), str(r)
+    assert any("maximize=True" in n for n in r.details["notes"])
+
+
+def test_each_call_stays_well_under_a_second_on_tiny_models():
+    import time
+
+    model, batch, loss_fn, ts = word_lm(0)
+    step_probe(model, batch, loss_fn, train_step=ts)  # warm-up (imports, allocator)
+    t = time.perf_counter()
+    step_probe(model, batch, loss_fn, train_step=ts)
+    model, batch, loss_fn, opt, ts, sched = classifier(0, "adam")
+    step_probe(model, batch, loss_fn, opt, train_step=ts)
+    assert (time.perf_counter() - t) / 2 < 1.0
