@@ -92,6 +92,7 @@ class StepWatch:
             self._evaluate()
             for call in (1, 2):
                 self.call = call
+                self.pending.clear()  # a GAN's generator backward reaching D after D's step is not D's next step
                 out = train_step()
                 self.losses.append(float(out.detach().float().reshape(())) if torch.is_tensor(out) and out.numel() == 1
                                    else float(out) if isinstance(out, (int, float)) else None)
