@@ -556,3 +556,25 @@ def test_each_call_stays_well_under_a_second_on_tiny_models():
     step_probe(model, batch, loss_fn, train_step=ts)
     step_probe(c_model, c_batch, c_loss_fn, c_opt, train_step=c_ts)
     assert (time.perf_counter() - t) / 2 < 1.0
+
+
+def test_grad_scaler_skipping_steps_on_overflow_is_a_note():
+    # fp16 training's first steps: the scaled gradients overflow, GradScaler skips optimizer.step and halves its
+    # scale. Reproduced on CPU with a scale near float32's limit: both calls skip, which is not "0 optimizer steps".
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127)
+    x, y = 100 * torch.randn(32, 10), torch.randint(0, 4, (32,))
+
+    def ts():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+    r = probe(model, (x, y), F.cross_entropy, opt, train_step=ts, extra=(scaler,))
+    assert not fails(r), str(r)
+    assert r.details["train_step"]["optimizer_steps"] == [0, 0] and scaler.get_scale() == 2.0**127
+    assert any("GradScaler skipped optimizer.step" in n for n in r.details["notes"])
