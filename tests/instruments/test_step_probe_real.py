@@ -578,3 +578,27 @@ def test_grad_scaler_skipping_steps_on_overflow_is_a_note():
     assert not fails(r), str(r)
     assert r.details["train_step"]["optimizer_steps"] == [0, 0] and scaler.get_scale() == 2.0**127
     assert any("GradScaler skipped optimizer.step" in n for n in r.details["notes"])
+
+
+def test_hand_written_momentum_is_not_judged_by_its_update_direction():
+    # v = 0.9 v + g; p -= lr v after 150 noisy steps at lr 0.5: the update points against this call's gradient
+    # (as torch.optim.SGD's momentum did, measured cosine -0.8) although the program is correct
+    model, batch, loss_fn, _, _, _ = classifier(1, "adam", warm=0)
+    bufs = [torch.zeros_like(p) for p in model.parameters()]
+    g = torch.Generator().manual_seed(101)
+    stream = iter([(torch.randn(8, 10, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(160)])
+
+    def ts():
+        xb, yb = next(stream)
+        model.zero_grad()
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        with torch.no_grad():
+            for p, v in zip(model.parameters(), bufs):
+                v.mul_(0.9).add_(p.grad)
+                p -= 0.5 * v
+        return loss
+    for _ in range(150):
+        ts()
+    r = probe(model, batch, loss_fn, train_step=ts, extra=(bufs,))
+    assert not fails(r), str(r)

@@ -68,7 +68,9 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
         return skipped(_NAME, "the model has no parameters, so there is nothing to step; pass the module that owns "
                               "the trainable parameters")
     effects = _COPY_EFFECT if optimizer is not None else _COPY_EFFECT_MANUAL
-    reached = closure_state(train_step) if train_step is not None else []  # a GAN's other model and optimizer
+    # a GAN's other model and optimizer; a hand-written momentum buffer
+    shapes = {tuple(p.shape) for p, _ in params}
+    reached = [*closure_state(train_step), *_closure_tensors(train_step, shapes)] if train_step is not None else []
     with guarded(model, optimizer, train_step, *reached):  # train_step: the schedulers and scalers it steps
         try:
             ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol))
@@ -83,6 +85,30 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
             ref = {id(p): g for (p, _), g in zip(params, ref_grads) if g is not None}
             checks, effects = _watch(model, optimizer, batch, loss_fn, train_step, ref, checks, details, effects)
     return compose(_NAME, checks, effects, details, reason)
+
+
+def _closure_tensors(fn: Any, shapes: set[tuple[int, ...]]) -> list[torch.Tensor]:
+    """Dense tensors shaped like a parameter that ``fn`` holds in its closure cells or the globals it names, alone or
+    in a list/tuple/dict (a hand-written momentum buffer): its steps write them, the guard puts them back. Data
+    tensors (other shapes, sparse) are left alone: they are not state and copying a dataset would cost its size."""
+    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+    values = [c.cell_contents for c in cells if _filled(c)]
+    if code is not None:
+        values += [fn.__globals__[n] for n in code.co_names if n in getattr(fn, "__globals__", {})]
+    out: list[torch.Tensor] = []
+    for v in values:
+        items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else [v]
+        out += [t for t in items if torch.is_tensor(t) and not isinstance(t, nn.Parameter) and t.is_leaf
+                and t.layout == torch.strided and tuple(t.shape) in shapes]
+    return out
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
 
 
 def _watch(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any, loss_fn: Callable,

@@ -17,6 +17,9 @@ from .._core.checks import Check, Collected, below_rounding, check, grad_state, 
 from .._core.stateful import reachable
 from . import _descent
 
+#: a manual update is plain SGD (stateless, its sign checkable) when its delta is this parallel to +-grad
+_STATELESS_COSINE = 0.9
+
 
 @dataclass
 class _StepRecord:
@@ -207,13 +210,15 @@ class StepWatch:
         delta itself must not point up the gradient."""
         losses, flipped = self.eval_losses, self._flipped()
         candidates = [(flipped, "train_step's gradient against the probe batch's gradient at the same parameters")]
-        if self.opt is None:
+        stateless = self.opt is None and all(rows and abs(_descent.cosine([d for _, d, _ in rows], [g for _, _, g in rows])
+                                                          or 0.0) > _STATELESS_COSINE for rows in user)
+        if stateless:  # a hand-written momentum (delta not along the gradient) is judged like an optimizer
             candidates.append((ref, "the update against the probe batch's gradient at the same parameters"))
         for rows, source in candidates:
             found = _descent.ascent_check(*[list(x) for x in zip(*rows)], losses, source, monotone=True) if rows else None
             if found is not None:
                 return found
-        if self.opt is None and all(user):
+        if stateless:
             checks = [_descent.ascent_check(*[list(x) for x in zip(*rows)], losses, "the update against the gradient "
                                             "train_step produced") for rows in user]
             if all(c is not None for c in checks):
