@@ -6,7 +6,11 @@ update (which parameters moved, by how much, and for plain SGD whether ``delta =
 When a ``train_step`` closure is given it is called twice on the user's own objects under
 :func:`~firstdiv.instruments._core.state.guarded`, watched through tensor gradient hooks, optimizer step
 hooks and a wrapped ``zero_grad``, to see whether old gradients leak into the next step and whether
-gradients are cleared between backward and ``optimizer.step``.
+gradients are cleared between backward and ``optimizer.step``; and, from the parameters' deltas and the loss on
+the batch re-evaluated between calls, whether its update descends (``step.train_step_ascends``) at a step size
+training survives (``step.diverges``, also on the controlled step). With ``optimizer=None`` (a manual update
+``p.data.add_(p.grad, alpha=-lr)``) the update is judged from ``train_step`` alone and its implied lr reported.
+Thresholds and the measurements behind them: :mod:`._descent`.
 """
 
 from __future__ import annotations
