@@ -602,3 +602,11 @@ def test_hand_written_momentum_is_not_judged_by_its_update_direction():
         ts()
     r = probe(model, batch, loss_fn, train_step=ts, extra=(bufs,))
     assert not fails(r), str(r)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_optimizer_none_with_a_train_step_that_owns_its_adam_passes(seed):
+    # a trainer-style step holding its own optimizer, the probe given none: judged from the deltas, restored
+    model, batch, loss_fn, opt, ts, sched = classifier(seed, "adam")
+    r = probe(model, batch, loss_fn, None, train_step=ts, extra=(opt, sched))
+    assert not fails(r) and finding(r, "step.descent").status is Status.PASS, str(r)
