@@ -6,7 +6,11 @@ update (which parameters moved, by how much, and for plain SGD whether ``delta =
 When a ``train_step`` closure is given it is called twice on the user's own objects under
 :func:`~firstdiv.instruments._core.state.guarded`, watched through tensor gradient hooks, optimizer step
 hooks and a wrapped ``zero_grad``, to see whether old gradients leak into the next step and whether
-gradients are cleared between backward and ``optimizer.step``.
+gradients are cleared between backward and ``optimizer.step``; and, from the parameters' deltas and the loss on
+the batch re-evaluated between calls, whether its update descends (``step.train_step_ascends``) at a step size
+training survives (``step.diverges``, also on the controlled step). With ``optimizer=None`` (a manual update
+``p.data.add_(p.grad, alpha=-lr)``) the update is judged from ``train_step`` alone and its implied lr reported.
+Thresholds and the measurements behind them: :mod:`._descent`.
 """
 
 from __future__ import annotations
@@ -22,35 +26,42 @@ from ...errors import InvalidArgument
 from ...report import Report, Status, skipped
 from .._core import batch as _batch
 from .._core.checks import Check, Collected, below_rounding, check, compose, grad_state, label, norm, unique_params
+from .._core.closure import closure_state
 from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
+from ._descent import divergence_check, eval_loss, relative_updates
 from ._train_step_watch import StepWatch
 
 __all__ = ["step_probe"]
 
 _NAME = "step_probe"
 _COPY_EFFECT = "one sacrificial optimizer step on a deep copy of the model and optimizer"
-_WATCH_EFFECT = ("; train_step called twice on your objects (.grad set to None first); every parameter, .grad, "
-                 "optimizer state, train flag and RNG state restored afterwards, and so are the LR schedulers and "
-                 "GradScalers it holds (closure, globals it names, attributes of its object); other objects it "
+_COPY_EFFECT_MANUAL = "one forward and backward pass on a deep copy of the model"
+_WATCH_EFFECT = ("; train_step called twice on your objects (.grad set to None first, the loss on the batch evaluated "
+                 "before and after each call); every parameter, .grad, "
+                 "optimizer state, train flag and RNG state restored afterwards, and so are the other models, optimizers, "
+                 "LR schedulers and GradScalers it holds (closure, globals it names, attributes of its object); other objects it "
                  "reaches (loader iterators, lists, loggers, schedulers held only inside those) are not")
 
 
 @reports_user_hooks
 def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
-               optimizer: torch.optim.Optimizer, *, train_step: Callable[[], Any] | None = None,
+               optimizer: torch.optim.Optimizer | None = None, *, train_step: Callable[[], Any] | None = None,
                lr_rtol: float = 1e-4) -> Report:
     """Separate forward, backward and update for one step, and name the parameter that breaks each.
 
     ``batch`` is ``(inputs, targets)`` or a dict (see :mod:`firstdiv.instruments._core.batch`); ``loss_fn``
     maps ``(outputs, targets)`` to a scalar loss. The controlled step runs on a deep copy. If
     ``train_step`` (a zero-argument closure doing one full step on your objects) is given, it is called
-    twice under a guard that restores every value afterwards, to check gradient clearing between steps.
+    twice under a guard that restores every value afterwards, to check gradient clearing between steps and that
+    its update descends the loss at a step size training survives. ``optimizer`` may be None when ``train_step``
+    updates the parameters by hand (``p.data.add_(p.grad, alpha=-lr)``): the update is then judged from
+    ``train_step`` alone, by the parameters' deltas against the gradients its backward produced.
     ``lr_rtol`` is the relative tolerance of the plain-SGD check ``delta == -lr * grad``.
     """
     _batch.check_model(model)
     _batch.check_loss_fn(loss_fn)
-    _batch.check_optimizer(optimizer)
+    _batch.check_step_source(optimizer, train_step)
     if train_step is not None:
         _batch.check_callable(train_step, "train_step")
     _batch.split_batch(batch, model)
@@ -60,26 +71,77 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
     if not params:
         return skipped(_NAME, "the model has no parameters, so there is nothing to step; pass the module that owns "
                               "the trainable parameters")
-    effects = _COPY_EFFECT
-    with guarded(model, optimizer, train_step):  # train_step: the schedulers and scalers it steps
+    effects = _COPY_EFFECT if optimizer is not None else _COPY_EFFECT_MANUAL
+    # a GAN's other model and optimizer; a hand-written momentum buffer
+    shapes = {tuple(p.shape) for p, _ in params}
+    reached = [*closure_state(train_step), *_closure_tensors(train_step, shapes)] if train_step is not None else []
+    with guarded(model, optimizer, train_step, *reached):  # train_step: the schedulers and scalers it steps
         try:
             ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol))
         except _batch.UserCodeError as exc:
             return skipped(_NAME, f"{exc}; step_probe needs one forward pass and loss that run")
-        checks, details = list(ctl.checks), dict(ctl.details)
-        if train_step is not None and not ctl.reason:
-            try:
-                watched = StepWatch(model, optimizer).run(train_step)
-            except Exception as exc:  # noqa: BLE001 - user code: its failure is reported, every value restored
-                checks.append(check("train_step", "step.train_step_raised", Status.SKIPPED,
-                                    f"train_step raised {_batch.describe_error(exc)}; gradient clearing between "
-                                    "steps was not observed"))
-                return compose(_NAME, checks, effects + _WATCH_EFFECT, details, ctl.reason)
-            effects += _WATCH_EFFECT
-            seen = {(c.finding.check, c.finding.where) for c in checks if c.finding.status is Status.FAIL}
-            checks += [c for c in watched.checks if (c.finding.check, c.finding.where) not in seen]
-            details["train_step"] = watched.details
-    return compose(_NAME, checks, effects, details, ctl.reason)
+        checks, details, reason = list(ctl.checks), dict(ctl.details), ctl.reason
+        ref_grads, uncopyable = details.pop("_ref", []), details.pop("_uncopyable", False)
+        if train_step is not None and uncopyable:  # the user's own steps can still be judged
+            checks.append(check("model", "step.controlled_step", Status.SKIPPED, f"controlled step not run: {reason}"))
+            reason, effects = "", "none on copies (the model could not be copied)"
+        if train_step is not None and not reason:
+            ref = {id(p): g for (p, _), g in zip(params, ref_grads) if g is not None}
+            checks, effects = _watch(model, optimizer, batch, loss_fn, train_step, ref, checks, details, effects)
+    return compose(_NAME, checks, effects, details, reason)
+
+
+def _closure_tensors(fn: Any, shapes: set[tuple[int, ...]]) -> list[torch.Tensor]:
+    """Dense tensors shaped like a parameter that ``fn`` holds in its closure cells or the globals it names, alone or
+    in a list/tuple/dict (a hand-written momentum buffer): its steps write them, the guard puts them back. Data
+    tensors (other shapes, sparse) are left alone: they are not state and copying a dataset would cost its size."""
+    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+    values = [c.cell_contents for c in cells if _filled(c)]
+    if code is not None:
+        values += [fn.__globals__[n] for n in code.co_names if n in getattr(fn, "__globals__", {})]
+    out: list[torch.Tensor] = []
+    for v in values:
+        items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else [v]
+        out += [t for t in items if torch.is_tensor(t) and not isinstance(t, nn.Parameter) and t.is_leaf
+                and t.layout == torch.strided and tuple(t.shape) in shapes]
+    return out
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def _watch(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any, loss_fn: Callable,
+           train_step: Callable[[], Any], ref: dict, checks: list[Check], details: dict, effects: str) -> tuple[list, str]:
+    """Run the user's ``train_step`` twice under the caller's guard and merge what it shows into ``checks``."""
+    watch = StepWatch(model, optimizer, lambda: eval_loss(model, batch, loss_fn), ref)
+    try:
+        watched = watch.run(train_step)
+    except Exception as exc:  # noqa: BLE001 - user code: its failure is reported, every value restored
+        return checks + [check("train_step", "step.train_step_raised", Status.SKIPPED,
+                               f"train_step raised {_batch.describe_error(exc)}; gradient clearing between "
+                               "steps was not observed")], effects + _WATCH_EFFECT
+    checks = [_moved_elsewhere(c) if c.finding.check == "step.not_updated" and c.finding.where in watch.moved_names
+              and c.finding.evidence.get("in_optimizer") is False else c for c in checks]
+    seen = {(c.finding.check, c.finding.where) for c in checks if c.finding.status is Status.FAIL}
+    checks += [c for c in watched.checks if (c.finding.check, c.finding.where) not in seen]
+    notes = [c.finding.message for c in checks if c.finding.message.startswith("note: ")]
+    if notes:
+        details["notes"] = notes
+    details["train_step"] = {k: v for k, v in watched.details.items() if k != "notes"}
+    return checks, effects + _WATCH_EFFECT
+
+
+def _moved_elsewhere(c: Check) -> Check:
+    """A parameter outside ``optimizer`` that ``train_step`` moves (a second optimizer, a manual update) is fine."""
+    f = c.finding
+    return check(f.where, "step.update", Status.PASS,
+                 f"note: {f.where} is not in the optimizer passed in, but train_step moves it (another optimizer or a "
+                 "manual update); its update rule was not checked", f.evidence)
 
 
 # --- the controlled step on a copy -------------------------------------------------------------------------------
@@ -170,6 +232,10 @@ def _update_check(names: list[str], group: dict | None, before: torch.Tensor, af
         return check(where, "step.update", Status.PASS,
                      f"{label(names)}: did not move, as expected: lr*|grad| (grad norm {gnorm:.3g}) is "
                      "within float rounding of every element", ev), False
+    if dnorm == 0.0 and group is not None and float(group["lr"]) == 0.0:
+        return check(where, "step.update", Status.PASS,
+                     f"note: {label(names)}: its param group's lr is 0 now (a warmup schedule at its first step?), so it "
+                     "did not move; the update was not checked", ev), False
     if dnorm == 0.0:
         why = "is not in any optimizer param group" if group is None else f"is in the optimizer with lr {ev['lr']:.3g}"
         return check(where, "step.not_updated", Status.FAIL,
@@ -231,6 +297,7 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
         out.reason = (f"could not deep-copy the model and optimizer together ({type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); step_probe steps a copy, so make them "
                       "deep-copyable (copy.deepcopy((model, optimizer)))")
+        out.details["_uncopyable"] = True
         return out
     params = unique_params(cmodel)
     for p, _ in params:
@@ -244,6 +311,9 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
         found = torch.autograd.grad(loss.reshape(()), trainable, allow_unused=True)
         grads = {id(p): (None if g is None else g.detach()) for p, g in zip(trainable, found)}
     _gradient_checks(params, grads, out)
+    out.details["_ref"] = [grads.get(id(p)) for p, _ in params]  # the train_step watch judges descent against these
+    if copt is None:
+        return out
     before = {id(p): p.detach().clone() for p in trainable}
     for p in trainable:
         p.grad = grads.get(id(p))
@@ -252,4 +322,17 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
     else:
         copt.step()
     _update_checks(params, copt, grads, before, rtol, out)
+    diverged = _diverges(params, copt, before, float(loss.detach().float().reshape(())), eval_loss(cmodel, batch, loss_fn))
+    if diverged is not None:
+        out.checks.append(diverged)
     return out
+
+
+def _diverges(params: list, copt: torch.optim.Optimizer, before: dict, loss0: float, loss1: float | None) -> Check | None:
+    """The controlled step's loss blown up by an update larger than the parameters (``step.diverges``), or None."""
+    group_of = {id(p): i for i, g in enumerate(copt.param_groups) for p in g["params"]}
+    rows = [(names, group_of[id(p)], before[id(p)], p.detach()) for p, names in params
+            if id(p) in before and id(p) in group_of]
+    groups = relative_updates(rows)
+    return divergence_check(loss0, loss1, groups, lambda i: f"param_group {i} (lr={float(copt.param_groups[i]['lr']):g})",
+                            "the controlled step on a copy")

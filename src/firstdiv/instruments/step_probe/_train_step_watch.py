@@ -14,6 +14,11 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check, Collected, below_rounding, check, grad_state, label, norm, unique_params
+from .._core.stateful import reachable
+from . import _descent
+
+#: a manual update is plain SGD (stateless, its sign checkable) when its delta is this parallel to +-grad
+_STATELESS_COSINE = 0.9
 
 
 @dataclass
@@ -21,6 +26,7 @@ class _StepRecord:
     call: int
     grads: dict[int, torch.Tensor | None]
     produced: dict[int, torch.Tensor]
+    lrs: dict[int, float]
 
 
 class StepWatch:
@@ -28,8 +34,9 @@ class StepWatch:
     ``.grad`` when each call's first backward reaches it, the gradient each backward contributed, and the
     gradient present when ``optimizer.step`` runs. Every hook and wrapper is removed in ``finally``."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        self.model, self.opt = model, optimizer
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                 evaluate: Callable[[], float | None] | None = None, ref: dict[int, torch.Tensor] | None = None) -> None:
+        self.model, self.opt, self.evaluate, self.ref = model, optimizer, evaluate, ref or {}
         self.params = [(p, names) for p, names in unique_params(model) if p.requires_grad]
         self.call = 0
         self.events: list[str] = []
@@ -38,6 +45,11 @@ class StepWatch:
         self.steps: list[_StepRecord] = []
         self.values: list[dict[int, torch.Tensor]] = []
         self.losses: list[float | None] = []
+        self.eval_losses: list[float | None] = []
+        self.moved_names: set[str] = set()
+        self.after_grads: list[dict[int, torch.Tensor]] = []
+        self.scales: list[list[float]] = []  # each GradScaler's scale before call 1 and after each call
+        self.call_grads: dict[int, dict[int, torch.Tensor]] = {1: {}, 2: {}}
 
     def _event(self, name: str) -> None:
         tag = f"call {self.call}: {name}"
@@ -49,12 +61,15 @@ class StepWatch:
             self.prior.setdefault((self.call, id(p)), None if p.grad is None else p.grad.detach().clone())
             prev = self.pending.get(id(p))
             self.pending[id(p)] = grad.detach().clone() if prev is None else prev + grad.detach()
+            mine = self.call_grads.setdefault(self.call, {})
+            mine[id(p)] = grad.detach().clone() if id(p) not in mine else mine[id(p)] + grad.detach()
             self._event("backward")
         return hook
 
     def _pre_step(self, *_: Any) -> None:
         grads = {id(p): (None if p.grad is None else p.grad.detach().clone()) for p, _ in self.params}
-        self.steps.append(_StepRecord(self.call, grads, dict(self.pending)))
+        lrs = {id(p): float(g["lr"]) for g in self.opt.param_groups for p in g["params"]}  # a scheduler moves them
+        self.steps.append(_StepRecord(self.call, grads, dict(self.pending), lrs))
         self.pending.clear()
         self._event("optimizer.step")
 
@@ -74,16 +89,25 @@ class StepWatch:
             for p, _ in unique_params(self.model):
                 p.grad = None
             handles += [p.register_hook(self._grad_hook(p)) for p, _ in self.params]
-            handles.append(self.opt.register_step_pre_hook(self._pre_step))
-            self._wrap(self.opt, "zero_grad", "optimizer.zero_grad", undo)
+            if self.opt is not None:
+                handles.append(self.opt.register_step_pre_hook(self._pre_step))
+                self._wrap(self.opt, "zero_grad", "optimizer.zero_grad", undo)
             self._wrap(self.model, "zero_grad", "model.zero_grad", undo)
             self.values.append({id(p): p.detach().clone() for p, _ in self.params})
+            scalers = [o for o in reachable([train_step]) if isinstance(o, torch.amp.GradScaler) and o.is_enabled()]
+            self.scales.append([sc.get_scale() for sc in scalers])
+            self._evaluate()
             for call in (1, 2):
                 self.call = call
+                self.pending.clear()  # a GAN's generator backward reaching D after D's step is not D's next step
                 out = train_step()
-                self.losses.append(float(out.detach().reshape(())) if torch.is_tensor(out) and out.numel() == 1 else
-                                   float(out) if isinstance(out, (int, float)) else None)
+                self.losses.append(float(out.detach().float().reshape(())) if torch.is_tensor(out) and out.numel() == 1
+                                   else float(out) if isinstance(out, (int, float)) else None)
                 self.values.append({id(p): p.detach().clone() for p, _ in self.params})
+                self.after_grads.append({id(p): p.grad.detach().clone() for p, _ in self.params if p.grad is not None})
+                self.scales.append([sc.get_scale() for sc in scalers])
+                self.call = 0
+                self._evaluate()
         finally:
             for h in handles:
                 h.remove()
@@ -91,15 +115,135 @@ class StepWatch:
                 fn()
         return self._analyse()
 
+    def _evaluate(self) -> None:
+        if self.evaluate is not None:
+            self.eval_losses.append(self.evaluate())
+
     def _analyse(self) -> Collected:
-        out = Collected(details={"events": self.events, "losses": self.losses,
-                                 "optimizer_steps": [sum(r.call == c for r in self.steps) for c in (1, 2)]})
+        out = Collected(details={"events": self.events, "losses": self.losses, "eval_losses": self.eval_losses})
+        if self.opt is not None:
+            out.details["optimizer_steps"] = [sum(r.call == c for r in self.steps) for c in (1, 2)]
         if not self.params:
             return out
         self._check_cleared_before_step(out)
         self._check_accumulation(out)
         self._check_steps_and_moves(out)
+        if not any(c.finding.status is Status.FAIL for c in out.checks) and not self.scaler_skipped():
+            self._check_descent(out)
         return out
+
+    def user_grads(self, call: int) -> dict[int, torch.Tensor]:
+        """The gradient call ``call`` stepped with: ``.grad`` at its optimizer.step calls (summed) when they held one,
+        else what its backward passes produced (a manual update, or an LBFGS closure run inside step)."""
+        at_step: dict[int, torch.Tensor] = {}
+        for rec in (r for r in self.steps if r.call == call):
+            for pid, g in rec.grads.items():
+                if g is not None:
+                    at_step[pid] = g if pid not in at_step else at_step[pid] + g
+        if any(grad_state(g)[0] == "nonzero" for g in at_step.values()):
+            return at_step
+        return self.call_grads.get(call, {})
+
+    def _rows(self, call: int, grads: dict[int, torch.Tensor]) -> list[tuple[list[str], torch.Tensor, torch.Tensor]]:
+        """(names, delta, grad) in float64 for each parameter whose gradient at ``call`` is finite and nonzero."""
+        rows = []
+        for p, names in self.params:
+            g = grads.get(id(p))
+            if grad_state(g)[0] != "nonzero" or g.shape != p.shape:
+                continue
+            delta = _descent.dense(self.values[call][id(p)]) - _descent.dense(self.values[call - 1][id(p)])
+            rows.append((names, delta, _descent.dense(g)))
+        return rows
+
+    def _check_descent(self, out: Collected) -> None:
+        """Ascent (update up the gradient, loss up), divergence (a huge update, loss blown up), and for a manual loop
+        the implied learning rate."""
+        if self.opt is not None and any(g.get("maximize") for g in self.opt.param_groups):
+            note = "note: the optimizer has maximize=True, so whether train_step descends the loss was not checked"
+            out.checks.append(check("train_step", "step.descent", Status.PASS, note))
+            out.details.setdefault("notes", []).append(note)
+            return
+        if None in self.eval_losses or len(self.eval_losses) < 3:
+            note = "note: the loss on the batch could not be re-evaluated between train_step calls, so descent was not checked"
+            out.checks.append(check("train_step", "step.descent", Status.PASS, note))
+            out.details.setdefault("notes", []).append(note)
+            return
+        user = [self._rows(c, self.user_grads(c)) for c in (1, 2)]
+        ref = self._rows(1, self.ref)
+        found = self._ascent(ref, user) or self._diverges()
+        if found is not None:
+            out.checks.append(found)
+            return
+        cos = _descent.cosine([d for _, d, _ in user[0]], [g for _, _, g in user[0]]) if user[0] else None
+        ev: dict[str, Any] = {"cosine_update_vs_minus_grad": cos, "eval_losses": self.eval_losses}
+        msg = f"train_step descends: loss on the batch {self.eval_losses[0]:.6g} -> {self.eval_losses[-1]:.6g}"
+        if cos is not None:
+            msg += f", update vs -grad cosine {cos:.3g}"
+        if self.opt is None and user[0]:
+            lr, spread = _descent.implied_lr([d for _, d, _ in user[0]], [g for _, _, g in user[0]])
+            ev.update({"implied_lr": lr, "implied_lr_spread": spread})
+            out.details["implied_lr"] = lr
+            if lr is not None:
+                msg += (f"; implied lr {lr:.4g} (delta = -lr * grad as backward produced it, clipping included), "
+                        f"spread {spread:.3g} across {len(user[0])} parameters")
+        out.checks.append(check("train_step", "step.descent", Status.PASS, msg, ev))
+        flipped = self._flipped()
+        agree = _descent.cosine(*[list(x) for x in zip(*flipped)][1:]) if flipped else None
+        if agree is not None and abs(agree) < _descent.ASCENT_COSINE:
+            note = (f"note: train_step's gradient agrees weakly with the probe batch's (cosine {agree:.3g}): it likely "
+                    "steps on other batches, so a loss it backpropagates with the wrong sign ((-loss).backward()) would "
+                    "not be seen; pass the batch train_step uses to check that")
+            out.checks.append(check("train_step", "step.gradient_agreement", Status.PASS, note, {"cosine": agree}))
+            out.details.setdefault("notes", []).append(note)
+
+    def _flipped(self) -> list[tuple[list[str], torch.Tensor, torch.Tensor]]:
+        """(names, -train_step's gradient of call 1, the probe batch's gradient at the same parameters)."""
+        g_user = self.user_grads(1)
+        return [(n, -_descent.dense(g_user[id(p)]), _descent.dense(self.ref[id(p)])) for p, n in self.params
+                if grad_state(g_user.get(id(p)))[0] == "nonzero" and id(p) in self.ref
+                and g_user[id(p)].shape == self.ref[id(p)].shape]
+
+    def _ascent(self, ref: list, user: list[list]) -> Check | None:
+        """An optimizer descends whatever gradient it is given (its state, momentum or Adam moments, may point
+        anywhere for a step or two), so with one the question is whether train_step's gradient points up the loss:
+        anti-aligned with the probe batch's gradient at the same parameters. A manual update is stateless: its
+        delta itself must not point up the gradient."""
+        losses, flipped = self.eval_losses, self._flipped()
+        candidates = [(flipped, "train_step's gradient against the probe batch's gradient at the same parameters")]
+        stateless = self.opt is None and all(rows and abs(_descent.cosine([d for _, d, _ in rows], [g for _, _, g in rows])
+                                                          or 0.0) > _STATELESS_COSINE for rows in user)
+        if stateless:  # a hand-written momentum (delta not along the gradient) is judged like an optimizer
+            candidates.append((ref, "the update against the probe batch's gradient at the same parameters"))
+        for rows, source in candidates:
+            found = _descent.ascent_check(*[list(x) for x in zip(*rows)], losses, source, monotone=True) if rows else None
+            if found is not None:
+                return found
+        if stateless:
+            checks = [_descent.ascent_check(*[list(x) for x in zip(*rows)], losses, "the update against the gradient "
+                                            "train_step produced") for rows in user]
+            if all(c is not None for c in checks):
+                return checks[0]
+        return None
+
+    def _diverges(self) -> Check | None:
+        group_of = {} if self.opt is None else {id(p): i for i, g in enumerate(self.opt.param_groups) for p in g["params"]}
+        lrs = {i: float(g["lr"]) for i, g in enumerate(self.opt.param_groups)} if self.opt is not None else {}
+        for call in (1, 2):
+            rows = [(names, group_of.get(id(p), "none" if self.opt is not None else "train_step"),
+                     self.values[call - 1][id(p)], self.values[call][id(p)]) for p, names in self.params]
+            groups = _descent.relative_updates(rows)
+            grads = self._rows(call, self.call_grads.get(call, {}))
+            lr = _descent.implied_lr([d for _, d, _ in grads], [g for _, _, g in grads])[0] if grads else None
+
+            def where(key: Any, lr: float | None = lr) -> str:
+                if key == "train_step":
+                    return "train_step update" + (f" (implied lr={lr:.4g})" if lr is not None else "")
+                return "parameters outside the optimizer" if key == "none" else f"param_group {key} (lr={lrs[key]:g})"
+            found = _descent.divergence_check(self.eval_losses[call - 1], self.eval_losses[call], groups, where,
+                                              f"train_step call {call}")
+            if found is not None:
+                return found
+        return None
 
     def _check_cleared_before_step(self, out: Collected) -> None:
         for rec in self.steps:
@@ -142,16 +286,39 @@ class StepWatch:
             total, seen = prior + step2.produced[id(p)], step2.grads[id(p)]
             ev["step2_grad_vs_g1_plus_g2_relative_error"] = norm(seen - total) / max(norm(total), 1e-300)
             ev["step2_backward_grad_norm"] = norm(step2.produced[id(p)])
+        fresh, after = self.call_grads.get(2, {}).get(id(p)), self.after_grads[1].get(id(p)) if len(self.after_grads) > 1 else None
+        if self.opt is None and fresh is not None and after is not None and after.shape == fresh.shape:
+            total = (prior + fresh).to_dense()  # a manual loop: .grad after call 2 vs its fresh gradient plus step 1's
+            ev["grad_after_call2_vs_g1_plus_g2_relative_error"] = norm(after.to_dense() - total) / max(norm(total), 1e-300)
+            ev["step2_backward_grad_norm"] = norm(fresh)
         out.checks.append(check(names[0], "step.grad_accumulation", Status.FAIL,
-                                f"{label(names)}: before step 2's backward .grad already held norm "
+                                ("" if self.opt is not None else "gradients accumulate across steps: model.zero_grad() "
+                                 "missing; ") + f"{label(names)}: before step 2's backward .grad already held norm "
                                 f"{ev['grad_before_step2_backward_norm']:.4g} from step 1 ({len(carried)} of {reached} "
                                 "parameters); step 2 used grad1 + grad2", ev,
                                 expected=".grad None or zero before each step's backward",
                                 observed="step 1's gradient still in .grad",
-                                hint="call optimizer.zero_grad() once per step, before loss.backward()"))
+                                hint="call optimizer.zero_grad() once per step, before loss.backward()" if self.opt is not None
+                                else "gradients accumulate across steps: model.zero_grad() missing; call it before "
+                                     "loss.backward()"))
+
+    def scaler_skipped(self) -> list[int]:
+        """The calls without an optimizer.step in which a GradScaler lowered its scale: inf/NaN gradients, the step
+        skipped on purpose (usual in fp16's first steps)."""
+        return [c for c in (1, 2) if self.opt is not None and not any(r.call == c for r in self.steps)
+                and any(b > a for a, b in zip(self.scales[c], self.scales[c - 1]))]
 
     def _check_steps_and_moves(self, out: Collected) -> None:
-        if not self.steps:
+        skipped = self.scaler_skipped()
+        if skipped:
+            note = (f"note: the GradScaler skipped optimizer.step in call(s) {skipped} (inf/NaN gradients; its scale went "
+                    f"{self.scales[0][0]:.3g} -> {self.scales[-1][0]:.3g}), as it does in fp16's first steps; the update "
+                    "of those calls was not checked")
+            out.checks.append(check("optimizer.step", "step.moved", Status.PASS, note, {"skipped_calls": skipped}))
+            out.details.setdefault("notes", []).append(note)
+            if len(skipped) == 2:
+                return
+        if self.opt is not None and not self.steps:
             out.checks.append(check("optimizer.step", "step.no_optimizer_step", Status.FAIL,
                                     "train_step called optimizer.step() 0 times in 2 calls",
                                     {"events": self.events}, expected="one optimizer.step() per call",
@@ -159,6 +326,8 @@ class StepWatch:
             return
         moved = [sum(not torch.equal(self.values[c][id(p)], self.values[c - 1][id(p)]) for p, _ in self.params) for c in (1, 2)]
         out.details["moved_per_call"] = moved
+        self.moved_names = {names[0] for p, names in self.params
+                            if any(not torch.equal(self.values[c][id(p)], self.values[c - 1][id(p)]) for c in (1, 2))}
         if not any(e.endswith(": backward") for e in self.events) and sum(moved) == 0:
             out.checks.append(self._no_backward_check())
             return
@@ -180,23 +349,48 @@ class StepWatch:
     def _no_backward_check(self) -> Check:
         names = self.params[0][1]
         return check(names[0], "step.no_gradient", Status.FAIL,
-                     f"train_step ran optimizer.step() {len(self.steps)} times but no backward pass reached "
+                     (f"train_step ran optimizer.step() {len(self.steps)} times" if self.opt is not None else "in 2 "
+                      "calls of train_step") + " no backward pass reached "
                      f"any of {len(self.params)} trainable parameters, and none moved",
                      {"events": self.events}, expected="loss.backward() before optimizer.step()",
                      observed="no gradient reached any parameter", hint="call loss.backward() in train_step")
 
     def _first_stuck_check(self) -> Check | None:
-        """The first parameter that held a nonzero gradient at an optimizer.step and still did not move."""
-        group_of = {id(p): g for g in self.opt.param_groups for p in g["params"]}
+        """The first parameter that held a nonzero gradient at an optimizer.step (a manual loop: that its backward
+        produced) and still did not move."""
+        if self.opt is None:
+            return self._first_stuck_manual()
         for rec in self.steps:
             for p, names in self.params:
                 state, gnorm = grad_state(rec.grads[id(p)])
                 still = torch.equal(self.values[rec.call][id(p)], self.values[rec.call - 1][id(p)])
-                if state == "nonzero" and still and not below_rounding(self.values[rec.call - 1][id(p)],
-                                                                       rec.grads[id(p)], group_of.get(id(p))):
+                lr = rec.lrs.get(id(p))
+                group = None if lr is None else {"lr": lr}
+                if state == "nonzero" and still and lr != 0.0 and not below_rounding(self.values[rec.call - 1][id(p)],
+                                                                                     rec.grads[id(p)], group):
                     return check(names[0], "step.not_updated", Status.FAIL,
                                  f"{label(names)}: .grad norm {gnorm:.4g} at optimizer.step (call {rec.call}) "
                                  "but the parameter did not move", {"call": rec.call, "grad_norm": gnorm},
                                  expected="parameter moves after optimizer.step()", observed="unchanged",
                                  hint="is this parameter object in the optimizer's param groups?")
+        return None
+
+    def _first_stuck_manual(self) -> Check | None:
+        for call in (1, 2):
+            rows = self._rows(call, self.call_grads.get(call, {}))
+            lr = _descent.implied_lr([d for _, d, _ in rows], [g for _, _, g in rows])[0]
+            if lr is None or lr <= 0:
+                continue  # nothing moved (reported as not_updated) or the update ascends (step.train_step_ascends)
+            for p, names in self.params:
+                g = self.call_grads[call].get(id(p))
+                state, gnorm = grad_state(g)
+                before = self.values[call - 1][id(p)]
+                if state == "nonzero" and torch.equal(self.values[call][id(p)], before) and not below_rounding(
+                        before, g, {"lr": lr}):
+                    return check(names[0], "step.not_updated", Status.FAIL,
+                                 f"{label(names)}: backward gave grad norm {gnorm:.4g} in train_step call {call} but the "
+                                 f"parameter did not move, while the others moved with implied lr {lr:.4g}",
+                                 {"call": call, "grad_norm": gnorm, "implied_lr": lr},
+                                 expected="every parameter with a gradient is updated", observed="unchanged",
+                                 hint="update every parameter: for p in model.parameters(): p.data.add_(p.grad, alpha=-lr)")
         return None
