@@ -101,7 +101,7 @@ def test_missing_evidence_is_listed_not_guessed():
     ws = diagnose(model=program.model)
     assert _instruments(ws) == ["evidence_packet", "four_structures"]
     needs = {n["instrument"]: n["needs"] for n in ws.details["not_checked"]}
-    assert needs["step_probe"] == "batch, loss_fn, optimizer" and needs["shape_ledger"] == "inputs or batch"
+    assert needs["step_probe"] == "batch, loss_fn, optimizer or train_step" and needs["shape_ledger"] == "inputs or batch"
     assert needs["evidence_packet"].startswith("evidence it could use")  # it ran and said what was missing
     assert ws.status is Status.WARN  # a clean bill needs the instruments that ran to have checked something
 

@@ -198,8 +198,8 @@ def _escalate(ctx: Ctx, tiny: Batch, known: bool) -> tuple[list[Round], str | No
                     rounds.append(d)
                     if d.outcome != "diverged":
                         break
-            elif rounds[0].outcome == "slow":  # the program's lr was learning: give it its whole budget
-                again, error = _round(ctx, tiny, 1.0, known, last=True)
+            elif rounds[0].outcome == "slow":  # learning but slowly: the whole budget at the largest lr that held
+                again, error = _round(ctx, tiny, rounds[-2].scale, known, last=True)
                 if error is not None:
                     return rounds, error
                 rounds.append(again)
