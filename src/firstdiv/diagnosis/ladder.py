@@ -161,7 +161,7 @@ def _observation(rung: InstrumentSpec, report: Report, seconds: float) -> dict[s
     contract = contract_of(rung.name, div.kind if div else "")
     return {"instrument": rung.name, "rung": rung.rung, "contract": contract, "status": report.status.value,
             "summary": _summary(report), "where": div.where if div else None, "kind": div.kind if div else None,
-            "seconds": seconds}
+            "seconds": seconds, "not_applicable": bool(report.details.get("not_applicable"))}
 
 
 def _summary(report: Report) -> str:

@@ -162,8 +162,10 @@ def _status(observations: list[dict[str, Any]], not_checked: list[dict[str, str]
         needs = "; ".join(f"{n['instrument']} needs {n['needs']}" for n in not_checked[:-1])
         what = "no instrument could check anything" if observations else "no instrument had its evidence"
         return Status.SKIPPED, f"{what}: {needs or 'pass model=..., batch=(inputs, targets), loss_fn=..., optimizer=...'}"
-    # an instrument that had its evidence but could not run (user code raised) is not part of a clean bill
-    return (Status.WARN if statuses & {Status.WARN.value, Status.SKIPPED.value} else Status.PASS), ""
+    # an instrument that had its evidence but could not run (user code raised) is not part of a clean bill; one with
+    # nothing of its kind to check (``details["not_applicable"]``: no shape-changing layer) is listed, not warned on
+    warned = {o["status"] for o in observations if not o.get("not_applicable")}
+    return (Status.WARN if warned & {Status.WARN.value, Status.SKIPPED.value} else Status.PASS), ""
 
 
 def _placeholders(details: dict[str, Any], test: str | None) -> dict[str, str]:

@@ -77,7 +77,7 @@ def shape_ledger(model: nn.Module, inputs: Any) -> Report:
         details["internal_errors"] = rec.internal_errors[:10]
     if exc is None and not any(e.expected_output is not None and e.operation.split("(")[0] not in PASS_NAMES
                                for e in entries):
-        return skipped(_NAME, _NOTHING_DERIVED, **details)
+        return skipped(_NAME, _NOTHING_DERIVED, not_applicable=True, **details)  # nothing of its kind here
     return compose(_NAME, checks, "none", details)
 
 
