@@ -81,9 +81,7 @@ def _build(seed: int, bug: str | None = None) -> Program:
         return loss
 
     return Program(name="actor_critic", model=model, batch=(states, (actions, returns)), loss_fn=finish_episode,
-                   optimizer=optimizer, train_step=train_step,
-                   warns={"learning_ledger": "reinforcement learning: the targets are the episode's actions and returns, "
-                                             "which no labelling rule of the states gives"})
+                   optimizer=optimizer, train_step=train_step)
 
 
 build = functools.partial(_build, bug=None)

@@ -95,9 +95,7 @@ def _build(seed, bug=None):
         return float((logits.argmax(-1)[keep] == batch["labels"][keep]).float().mean())
 
     return Program(name="masked_lm_bert", model=model, batch=batches[0], loss_fn=lambda out, labels: out.loss,
-                   optimizer=optimizer, train_step=train_step, eval_fn=eval_fn, task="language_model",
-                   warns={"learning_ledger": "the collator masks at random (80/10/10): no task_probe can say from the "
-                                             "inputs which positions are supervised"})
+                   optimizer=optimizer, train_step=train_step, eval_fn=eval_fn, task="language_model")
 
 
 build = functools.partial(_build)

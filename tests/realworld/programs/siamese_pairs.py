@@ -80,8 +80,7 @@ def _build(seed: int, bug: str | None = None) -> Program:
         return loss
 
     return Program(name="siamese_pairs", model=model, batch=batch, loss_fn=loss_fn, optimizer=optimizer,
-                   train_step=train_step, task_probe=same_identity,
-                   warns={"learning_ledger": "the outputs are the two embeddings (a tuple), compared only through the loss"})
+                   train_step=train_step, task_probe=same_identity)
 
 
 build = functools.partial(_build, bug=None)

@@ -87,9 +87,7 @@ def _build(seed: int, bug: str | None = None) -> Program:
         return loss
 
     return Program(name="tabular_mlp_adamw", model=model, batch=(x, y), loss_fn=criterion, optimizer=optimizer,
-                   train_step=train_step, eval_fn=evaluate, task_probe=label_rule, task="classification",
-                   warns={"learning_ledger": "the recipe lr 1e-4 starts its warmup at 2e-5: too small to fit a few examples "
-                                             "in the ledger's 200 steps"})
+                   train_step=train_step, eval_fn=evaluate, task_probe=label_rule, task="classification")
 
 
 build = functools.partial(_build, bug=None)

@@ -42,9 +42,7 @@ def _build(seed, bug=None):
         return loss.detach()
 
     return Program(name="toy_sum_loss", model=model, batch=(x,), loss_fn=functools.partial(energy, detach=detach),
-                   optimizer=optimizer, train_step=train_step,
-                   warns={"learning_ledger": "no targets: the objective is an energy of the output, there is no "
-                                             "labelling rule a task_probe could state"})
+                   optimizer=optimizer, train_step=train_step)
 
 
 build = functools.partial(_build)
