@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
 from _api import Bug, Program
 
 import firstdiv
@@ -67,7 +66,6 @@ def run_correct(program: Program) -> tuple[str, dict[str, Verdict]]:
     """``diagnose``'s status and every instrument's verdict on a correct program."""
     ev = program.evidence()
     ev.pop("loader", None)
-    torch.manual_seed(0)
     ws = firstdiv.diagnose(stop_at_first=False, **ev)
     names = ws.details.get("reports", {})
     return ws.status.value, {name: verdict(ws.report_of(name)) for name in names}
