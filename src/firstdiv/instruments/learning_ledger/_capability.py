@@ -11,14 +11,16 @@ budget, so "not fitted at the program's lr" says nothing about the program. Roun
 x10, x100, x1000 (every group scaled, ratios kept) and stop as soon as one fits; a round ends early when it
 fits, diverges, plateaus (under 0.1% of the initial loss gained in ``WINDOW`` steps) or, before the last
 round, is too slow to reach the criterion within ``PROBE`` steps at its current rate (then the next lr is tried;
-the last round, and the program's lr again when a higher one diverged, run the full budget). A round that diverges ends the escalation; when the program's own lr diverges, x0.1 and x0.01 are
+past ``PROBE`` steps a round still on course to fit within the whole budget keeps it, and no higher lr is tried after
+it spends it; the last round, and the program's lr again when a higher one diverged, run the full budget). A round that diverges ends the escalation; when the program's own lr diverges, x0.1 and x0.01 are
 tried instead.
 
 Criterion: *fit* = the loss fell by ``FIT`` (90%) of its initial value, or every supervised element of the tiny
 batch is predicted right (classification and language models); objectives without a known floor (a VAE's ELBO,
 an energy ``out.sum()``, anything whose task is not classification/LM/regression) are judged *learning* (down
 ``LEARN``, 10%) and a note says the floor is unknown. Verdicts: fitted/learning at some lr is PASS (a note names
-the lr when it is not the program's); learning by ``PROGRESS`` (25%) without fitting, or a budget under
+the lr when it is not the program's); learning by ``STEADY`` (50%) and still falling (``STILL``, 2% of the initial loss, over its last ``WINDOW`` steps) with the
+weights moving is PASS with a note "learning ... not fitted within the budget"; learning by ``PROGRESS`` (25%) otherwise, or a budget under
 ``MIN_BUDGET`` steps with the weights moving, is WARN. FAIL only when the evidence says why: the weights barely
 moved at every lr (relative change < 1e-3 even at x1000: the step size is far too small), the program's lr and
 every lower one diverge, or every lr plateaued at the same loss with the weights moving (the model cannot
