@@ -172,7 +172,12 @@ def _timed(link: str, ctx: Ctx, seconds: dict[str, float]) -> Check:
     if link == "CAPABILITY" and ctx.overfit_steps == 0:
         out = skipped_link(link, "not tested: overfit_steps=0; pass overfit_steps > 0 to overfit a tiny batch", {})
     else:
-        out = _CHECKS[link](ctx)
+        try:
+            out = _CHECKS[link](ctx)
+        except Exception as exc:  # noqa: BLE001 - a link that raises is firstdiv's bug: could not check, never a crash
+            out = skipped_link(link, f"could not check: the {link} check raised {err(exc)} on this program (no evidence about "
+                                     f"the program; report it to firstdiv if the program is correct); the later links still ran",
+                               {"error": err(exc)})
     seconds[link] = round(time.perf_counter() - t0, 4)
     return out
 

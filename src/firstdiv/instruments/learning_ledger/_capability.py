@@ -11,14 +11,16 @@ budget, so "not fitted at the program's lr" says nothing about the program. Roun
 x10, x100, x1000 (every group scaled, ratios kept) and stop as soon as one fits; a round ends early when it
 fits, diverges, plateaus (under 0.1% of the initial loss gained in ``WINDOW`` steps) or, before the last
 round, is too slow to reach the criterion within ``PROBE`` steps at its current rate (then the next lr is tried;
-the last round, and the program's lr again when a higher one diverged, run the full budget). A round that diverges ends the escalation; when the program's own lr diverges, x0.1 and x0.01 are
+past ``PROBE`` steps a round still on course to fit within the whole budget keeps it, and no higher lr is tried after
+it spends it; the last round, and the program's lr again when a higher one diverged, run the full budget). A round that diverges ends the escalation; when the program's own lr diverges, x0.1 and x0.01 are
 tried instead.
 
 Criterion: *fit* = the loss fell by ``FIT`` (90%) of its initial value, or every supervised element of the tiny
 batch is predicted right (classification and language models); objectives without a known floor (a VAE's ELBO,
 an energy ``out.sum()``, anything whose task is not classification/LM/regression) are judged *learning* (down
 ``LEARN``, 10%) and a note says the floor is unknown. Verdicts: fitted/learning at some lr is PASS (a note names
-the lr when it is not the program's); learning by ``PROGRESS`` (25%) without fitting, or a budget under
+the lr when it is not the program's); learning by ``STEADY`` (50%) and still falling (``STILL``, 2% of the initial loss, over its last ``WINDOW`` steps) with the
+weights moving is PASS with a note "learning ... not fitted within the budget"; learning by ``PROGRESS`` (25%) otherwise, or a budget under
 ``MIN_BUDGET`` steps with the weights moving, is WARN. FAIL only when the evidence says why: the weights barely
 moved at every lr (relative change < 1e-3 even at x1000: the step size is far too small), the program's lr and
 every lower one diverge, or every lr plateaued at the same loss with the weights moving (the model cannot
@@ -47,6 +49,8 @@ TINY = 8
 FIT = 0.9
 LEARN = 0.10
 PROGRESS = 0.25
+STEADY = 0.5  # a round that fell this much and was still falling when it ended is learning (PASS with a note) ...
+STILL = 0.02  # ... still falling: by this fraction of the initial loss over its last WINDOW steps
 MIN_BUDGET = 20  # below this many steps a loss that has not fallen is a verdict only when the weights did not move
 SCALES = (1.0, 10.0, 100.0, 1000.0)
 DOWN = (0.1, 0.01)
@@ -70,6 +74,14 @@ class Round:
         finite = [v for v in self.losses if math.isfinite(v)]
         first = self.losses[0] if self.losses else 0.0
         return (first - min(finite)) / abs(first) if finite and first != 0 and math.isfinite(first) else 0.0
+
+    @property
+    def recent(self) -> float:
+        """The fall over the last ``WINDOW`` steps, as a fraction of the initial loss (0 when shorter or not finite)."""
+        head, first = self.losses[: len(self.losses) - WINDOW], self.losses[0] if self.losses else 0.0
+        if not head or not all(map(math.isfinite, self.losses)) or first == 0:
+            return 0.0
+        return (min(head) - min(self.losses)) / abs(first)
 
     def summary(self) -> dict[str, Any]:
         return {"lr": self.lr, "scale": self.scale, "steps": max(len(self.losses) - 1, 0), "outcome": self.outcome,
@@ -136,11 +148,13 @@ def _judge(r: Round, known: bool, i: int, budget: int, last: bool) -> str | None
     gained = (min(r.losses[: i - WINDOW + 1]) - min(r.losses)) / max(abs(first), 1e-12)
     if gained < 1e-3:
         return "plateau"
-    horizon = budget if last else min(budget, PROBE)  # a round before the last is a probe: the next lr is cheaper
+    if last:
+        return None
     target = FIT if known else LEARN
-    if not last and (i >= horizon or r.progress + gained * (horizon - i) / WINDOW < target):
-        return "slow"
-    return None
+    # a round before the last is a probe (the next lr is cheaper) until PROBE steps; past them, a round on course to fit
+    # within the whole budget at its current pace keeps the budget (the next lr would start over)
+    horizon = min(budget, PROBE) if i < PROBE else budget
+    return None if r.progress + gained * (horizon - i) / WINDOW >= target else "slow"
 
 
 def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool) -> tuple[Round, str | None]:
@@ -187,8 +201,8 @@ def _escalate(ctx: Ctx, tiny: Batch, known: bool) -> tuple[list[Round], str | No
         if error is not None:
             return rounds, error
         rounds.append(r)
-        if r.outcome in ("fitted", "learning"):
-            break
+        if r.outcome in ("fitted", "learning") or r.outcome == "budget" and len(r.losses) - 1 > PROBE:
+            break  # fitted, or on course past its probe it kept (and spent) the whole budget
         if r.outcome == "diverged":
             if k == 0:
                 for down in DOWN:
@@ -263,6 +277,10 @@ def _verdict(ctx: Ctx, rounds: list[Round], known: bool, ev: dict[str, Any]) -> 
         return warned("CAPABILITY", f"inconclusive: {steps} steps per round on {what} (up to lr {_lrs(top)}) took the loss "
                       f"{g4(first)} -> best {g4(best)} ({ev['fell_by']:.0%} down) with the weights moving (relative change "
                       f"{g4(ev['parameter_change'])}); give overfit_steps >= {MIN_BUDGET} for a verdict", ev)
+    steady = max(usable, key=lambda r: r.progress)
+    if steady.progress >= STEADY and steady.outcome in ("slow", "budget") and steady.recent >= STILL \
+            and steady.moved >= 1e-3:
+        return _learning(ctx, ev, steady)
     if ev["fell_by"] >= PROGRESS:
         return warned("CAPABILITY", f"learning but not fitted: on {what}, up to lr {_lrs(top)}, loss {g4(first)} -> best "
                       f"{g4(best)} ({ev['fell_by']:.0%} down) in {ev['steps']} steps; raise overfit_steps to see whether "
@@ -298,6 +316,14 @@ def _passed(ctx: Ctx, ev: dict[str, Any], good: Round, base: Round) -> Check:
                       f"{g4(base.losses[0])} -> {base.losses[-1]:.4g} at step {len(base.losses) - 1}): the lr is too large "
                       f"for this batch", ev)
     return passed("CAPABILITY", msg, ev)
+
+
+def _learning(ctx: Ctx, ev: dict[str, Any], r: Round) -> Check:
+    """A large fall still under way when the round ended: a learning batch, not a reason to look."""
+    note = (f"note: learning: {r.progress:.0%} down in {len(r.losses) - 1} steps at lr {_lrs(r)} (loss {g4(r.losses[0])} -> "
+            f"best {g4(min(r.losses))}, still falling), not fitted within the budget (raise overfit_steps to see it fit)")
+    ctx.report_notes.append(note)
+    return passed("CAPABILITY", f"learning on {_what(ctx, ev, r)}; {note}", ev)
 
 
 def _diverged(ctx: Ctx, ev: dict[str, Any], base: Round) -> Check:
