@@ -40,11 +40,12 @@ from ...report import Report, Status
 from .._core.batch import check_loss_fn, check_model, check_optimizer, compute_loss, loss_problem, split_batch
 from .._core.checks import compose, graph_leaves
 from .._core.closure import step_optimizers
+from .._core.frozen import check_frozen, declared
 from .._core.python_graph import Hidden, Registry, hidden_modules, python_graph
 from .._core.state import guarded
 from .._core.user_hooks import reports_user_hooks
 from ._common import Audit, finding, severity
-from ._frozen import check_frozen, declared, frozen_findings
+from ._frozen import frozen_findings
 from ._optimizer import optimizer_findings
 from ._structures import autograd_findings, hidden_finding, registered_findings
 
