@@ -38,7 +38,7 @@ def _overrides(model: nn.Module) -> list[str]:
 
 def frozen_findings(a: Audit, patterns: tuple[str, ...]) -> list[Check]:
     if not patterns:
-        return []
+        return _tied_frozen(a)
     params = [(n, a.reg.params[i][0]) for i, n in a.declared.items()]
     owned = a.owned_ids
     flips, error = _mode_flips(a.model, a.optimizer, params)
@@ -77,3 +77,16 @@ def frozen_findings(a: Audit, patterns: tuple[str, ...]) -> list[Check]:
                       f"{len(params)} parameters declared frozen ({', '.join(patterns)}): {len(now)} with requires_grad=True, "
                       f"{len(flipped)} unfrozen by model.train()/eval(), {len(trained)} trained by the optimizer", ev)
     return [summary, *out]
+
+
+def _tied_frozen(a: Audit) -> list[Check]:
+    """Undeclared: a frozen tensor with several names (a tied embedding and output layer) freezes all of them. It may
+    be meant, so a WARN naming every layer it stops; a ``frozen`` declaration naming it says it is meant."""
+    out = []
+    for p, names in a.reg.params.values():
+        if not p.requires_grad and len(names) > 1:
+            out.append(finding(names[0], "frozen.tied", Status.WARN,
+                               f"{names[0]} is frozen (requires_grad=False) and tied to {', '.join(names[1:])} (the same "
+                               f"tensor): {', '.join(modules_of(names[1:]))} cannot train either; if that is meant, "
+                               "declare it with frozen=(...)", {"names": names, "shape": list(p.shape)}))
+    return out
