@@ -1,8 +1,7 @@
 """The minimum evidence packet for a training problem (appendix, "The minimum evidence packet"):
 "Preserve observations before your intervention destroys the failing state."
 
-From whatever evidence is at hand (``model``, ``batch`` or ``loader``, ``loss_fn``, ``optimizer``) it
-records, as plain JSON-safe values:
+From the evidence at hand (``model``, ``batch`` or ``loader``, ``loss_fn``, ``optimizer``) it records (JSON-safe):
 
 - one known batch: inputs shape / dtype / device / range; targets shape / dtype / meaning / range,
   number of classes and ignored elements (``batch``: the given batch, else the first batch of a fresh
@@ -11,11 +10,9 @@ records, as plain JSON-safe values:
   parameter names, frozen names;
 - the loss on that batch: value, ``requires_grad``, ``grad_fn`` name (on a deep copy);
 - per parameter: shape, ``requires_grad``, the ``.grad`` state as found (None / zero / nonzero /
-  nonfinite, norm), the grad state after one controlled backward from ``.grad=None`` on the copy,
-  optimizer membership (owned, group index), and its delta after one controlled optimizer step on
-  the copy;
-- the optimizer: class, every param group's current lr and hyperparameters, stale tensors it owns;
-- the environment (python, torch, devices) and when the packet was taken.
+  nonfinite, norm; a sparse ``.grad``: layout, nnz, norm of its values), the grad state after one controlled backward
+  from ``.grad=None`` on the copy, optimizer membership, its delta after one controlled step (LBFGS: ``step(closure)``);
+- the optimizer: class, every param group's current lr and hyperparameters, stale tensors it owns; the environment.
 
 The report is a packet, not a verdict: PASS when the training packet is complete, WARN when a section
 could not be captured (the user's code raised: the error is in the packet), SKIPPED (with the partial
@@ -25,12 +22,8 @@ but never called (the step_probe / six_claims / learning_ledger instruments run 
 without an optimizer (manual updates) makes the optimizer and step sections notes. Batches may be bare
 tensors, dicts (``{"x1", "x2", "label"}``), and hold sparse tensors (layout, shape, nnz: a note).
 
-Only the training packet is built. The appendix's performance packet (workload, shapes, warmup,
-synchronisation, peak memory) belongs to ``performance_ledger``, and its regression packet (code
-version, configuration, data version, seeds, environment, evaluation contract) is what the lab's run
-records already hold.
-
-``save_packet(report, path)`` writes it as JSON; ``load_packet(path)`` reads it back into a Report.
+Only the training packet is built (the performance packet is ``performance_ledger``'s; the regression
+packet is what the lab's run records hold). ``save_packet(report, path)`` writes it as JSON; ``load_packet(path)`` reads it back into a Report.
 """
 
 from __future__ import annotations
@@ -185,11 +178,14 @@ def _dtype(t: torch.Tensor) -> str:
 def _grad_state(g: torch.Tensor | None) -> dict[str, Any]:
     if g is None:
         return {"state": "None", "norm": None}
-    g = g.detach()
+    g, sparse = g.detach(), {}
+    if g.layout != torch.strided:  # a sparse .grad (EmbeddingBag(sparse=True)): its stored values carry the state
+        sparse = {"layout": str(g.layout).replace("torch.", ""), "nnz": int(g._nnz())}
+        g = g.coalesce().values() if g.layout == torch.sparse_coo else g.values()
     if not bool(torch.isfinite(g).all()):
-        return {"state": "nonfinite", "norm": None}
+        return {"state": "nonfinite", "norm": None, **sparse}
     norm = float(g.float().norm())
-    return {"state": "zero" if norm == 0.0 else "nonzero", "norm": norm}
+    return {"state": "zero" if norm == 0.0 else "nonzero", "norm": norm, **sparse}
 
 
 def _model(model: nn.Module) -> dict[str, Any]:
@@ -262,16 +258,20 @@ def _controlled(ev: dict[str, Any], packet: dict[str, Any], notes: dict[str, str
     for n, p in names.items():
         packet["parameters"][n]["grad_after_backward"] = _grad_state(p.grad)
     if work_opt is not None:
-        _step(work_opt, names, packet, notes)
+        _step(work_opt, names, packet, notes, lambda: _reevaluate(work, work_opt, ev))
 
 
-def _step(opt: torch.optim.Optimizer, names: dict[str, torch.Tensor], packet: dict[str, Any], notes: dict[str, str]) -> None:
-    if isinstance(opt, torch.optim.LBFGS):
-        notes["step"] = "LBFGS needs a closure that re-evaluates the model: no controlled step taken"
-        return
+def _reevaluate(work: nn.Module, opt: torch.optim.Optimizer, ev: dict[str, Any]) -> torch.Tensor:
+    """The closure LBFGS needs, on the copy: zero the gradients, the loss on the batch, backward."""
+    opt.zero_grad()
+    (loss := compute_loss(work, ev["batch"], ev["loss_fn"])[1]).backward()
+    return loss
+
+
+def _step(opt: torch.optim.Optimizer, names: dict[str, Any], packet: dict[str, Any], notes: dict[str, str], closure: Any) -> None:
     before = {n: p.detach().clone() for n, p in names.items()}
-    try:
-        opt.step()
+    try:  # LBFGS re-evaluates the model: it steps with the closure; the others step on the gradients just taken
+        opt.step(closure) if isinstance(opt, torch.optim.LBFGS) else opt.step()
     except Exception as exc:  # noqa: BLE001
         notes["step"] = f"optimizer.step() raised {err(exc)}"
         return

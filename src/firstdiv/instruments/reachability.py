@@ -26,6 +26,7 @@ from ..errors import InvalidArgument
 from ..report import Report, Status, skipped
 from ._core import batch as _batch
 from ._core.checks import Check, check, compose, grad_state, graph_leaves, label, unique_params
+from ._core.frozen import check_frozen, declared
 from ._core.state import guarded
 from ._core.user_hooks import reports_user_hooks
 
@@ -38,16 +39,19 @@ _ROOT = "(root module)"
 
 @reports_user_hooks
 def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, *,
-                 loss: torch.Tensor | None = None) -> Report:
+                 loss: torch.Tensor | None = None, frozen: tuple[str, ...] = ()) -> Report:
     """For every parameter: is it on the loss's autograd graph, and what gradient does it get?
 
     Give ``batch`` (``(inputs, targets)`` or a dict) and ``loss_fn`` to trace one forward pass and name,
     for each unreachable parameter, the module boundary where its dependency path stops and why; or give
     ``loss=`` a loss tensor from your own forward pass to walk its graph only (cause not localized).
     The user's objects are left as found: gradients come from ``torch.autograd.grad`` (``.grad`` is not
-    written) under a guard that restores buffers, RNG states and grad mode.
+    written) under a guard that restores buffers, RNG states and grad mode. ``frozen``: fnmatch patterns of the
+    parameter names frozen on purpose (as four_structures takes them); a declared-frozen parameter with
+    requires_grad=False is a note, an undeclared one a WARN.
     """
     mode = _validated(model, batch, loss_fn, loss)
+    intent = declared(model, check_frozen(frozen))
     if not mode:
         return skipped(_NAME, "reachability needs a loss: pass batch and loss_fn (reachability(model, batch, loss_fn)) "
                               "or a loss tensor (reachability(model, loss=loss))")
@@ -71,11 +75,14 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
         grads = _grads(loss, on_graph, retain=mode == "loss", checks=checks)
         taint = tracer.info.get(id(loss), (None, frozenset()))[1] if tracer else frozenset()
         explain = (lambda p, names: _explain(p, names, tracer, taint)) if tracer else None
-        checks += [_param_check(p, names, reached, grads, explain) for p, names in params]
+        checks += [_param_check(p, names, reached, grads, explain, id(p) in intent) for p, names in params]
         details = {"parameters": len(params), "reached": sum(id(p) in reached for p, _ in params),
                    "modules_ran": sorted(k or _ROOT for k in tracer.modules) if tracer else [],
                    "cuts": [{"op": c.op, "grad_enabled": c.grad_enabled, "dtype": c.dtype, "origin": c.origin}
                             for c in tracer.cuts[:20]] if tracer else []}
+        notes = [c.finding.message for c in checks if c.finding.message.startswith("note: ")]
+        if notes:
+            details["notes"] = notes
     return compose(_NAME, checks, _EFFECTS, details)
 
 
@@ -289,13 +296,16 @@ def _grads(loss: torch.Tensor, params: list[nn.Parameter], retain: bool, checks:
 
 
 def _param_check(p: nn.Parameter, names: list[str], reached: set[int], grads: dict[int, Any],
-                 explain: Callable[[nn.Parameter, list[str]], tuple[str, str, dict]] | None) -> Check:
+                 explain: Callable[[nn.Parameter, list[str]], tuple[str, str, dict]] | None, declared_frozen: bool = False) -> Check:
     where, owner = names[0], names[0].rpartition(".")[0]
     ev: dict[str, Any] = {"requires_grad": bool(p.requires_grad), "is_leaf": bool(p.is_leaf), "reached": id(p) in reached}
     if len(names) > 1:
         ev["names"] = names
     if not p.requires_grad:
-        ev.update(boundary=owner, cause="requires_grad_false")
+        ev.update(boundary=owner, cause="requires_grad_false", declared_frozen=declared_frozen)
+        if declared_frozen:
+            return check(where, "reachability.declared_frozen", Status.PASS,
+                         f"note: {label(names)}: requires_grad=False, declared frozen: it receives no gradient, as declared", ev)
         return check(where, "reachability.requires_grad_false", Status.WARN,
                      f"{label(names)}: requires_grad=False (frozen); it cannot receive a gradient", ev)
     if id(p) in reached:

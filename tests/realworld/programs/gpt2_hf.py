@@ -95,6 +95,8 @@ build = functools.partial(_build)
 BUGS = [
     # labels shifted by hand AND by the model: position t is trained to predict token t+2.
     Bug("double_shift", functools.partial(_build, bug="double_shift"), "learning_ledger", ("TASK",)),
-    # the frozen embedding is also the output projection (tied lm_head): the vocabulary head never trains.
-    Bug("frozen_wte", functools.partial(_build, bug="frozen_wte"), "four_structures", ("transformer.wte.weight",)),
+    # the frozen embedding is also the output projection (tied lm_head): the vocabulary head never trains. Freezing a
+    # tied embedding can be meant and the blocks still learn, so no instrument can know it is a bug: a WARN that names it.
+    Bug("frozen_wte", functools.partial(_build, bug="frozen_wte"), "four_structures", ("transformer.wte.weight",),
+        "frozen.tied", status="WARN"),
 ]

@@ -40,11 +40,12 @@ from ...report import Report, Status
 from .._core.batch import check_loss_fn, check_model, check_optimizer, compute_loss, loss_problem, split_batch
 from .._core.checks import compose, graph_leaves
 from .._core.closure import step_optimizers
+from .._core.frozen import check_frozen, declared
 from .._core.python_graph import Hidden, Registry, hidden_modules, python_graph
 from .._core.state import guarded
 from .._core.user_hooks import reports_user_hooks
 from ._common import Audit, finding, severity
-from ._frozen import check_frozen, declared, frozen_findings
+from ._frozen import frozen_findings
 from ._optimizer import optimizer_findings
 from ._structures import autograd_findings, hidden_finding, registered_findings
 
@@ -80,11 +81,33 @@ def four_structures(model: nn.Module, optimizer: torch.optim.Optimizer | None = 
     reached, reason = None, "pass both batch and loss_fn to see what the autograd graph reaches"
     if batch is not None and loss_fn is not None:
         reached, reason = _autograd(model, optimizer, batch, loss_fn, hidden)
-    groups = [g for opt in (step_optimizers(train_step, optimizer, model) if optimizer is not None else [])
-              for g in opt.param_groups]
-    owned = [(g, i, t) for g, group in enumerate(groups) for i, t in enumerate(group["params"])]
-    audit = Audit(model, optimizer, reg, hidden, aliases, reached, reason, owned, declared(model, patterns))
+    opts = step_optimizers(train_step, optimizer, model) if optimizer is not None else []
+    groups = [(g, _label(o, optimizer, train_step)) for o in opts for g in o.param_groups]
+    owned = [(g, i, t) for g, (group, _) in enumerate(groups) for i, t in enumerate(group["params"])]
+    audit = Audit(model, optimizer, reg, hidden, aliases, reached, reason, owned, declared(model, patterns),
+                  owners=[name for _, name in groups])
     return _report(audit, patterns)
+
+
+def _label(opt: torch.optim.Optimizer, optimizer: Any, train_step: Any) -> str:
+    """How the user names ``opt``: ``optimizer`` for the one passed, else the closure variable or global of
+    ``train_step`` that holds it (``optimizerG (Adam, stepped by train_step)``)."""
+    kind = type(opt).__name__
+    if opt is optimizer:
+        return f"optimizer ({kind})"
+    fn = getattr(train_step, "__func__", train_step)
+    code = getattr(fn, "__code__", None)
+    cells = zip(code.co_freevars, getattr(fn, "__closure__", None) or ()) if code is not None else ()
+    names = [n for n, c in cells if _holds(c, opt)]
+    names += [n for n in (code.co_names if code is not None else ()) if getattr(fn, "__globals__", {}).get(n) is opt]
+    return f"{names[0] if names else 'another optimizer'} ({kind}, stepped by train_step)"
+
+
+def _holds(cell: Any, obj: Any) -> bool:
+    try:
+        return cell.cell_contents is obj
+    except ValueError:  # an empty cell
+        return False
 
 
 def _autograd(model: nn.Module, optimizer: Any, batch: Any, loss_fn: Any,

@@ -29,6 +29,7 @@ class Audit:
     owned: list[tuple[int, int, torch.Tensor]]  # (group, index, tensor), optimizer order
     declared: dict[int, str] = field(default_factory=dict)  # id -> name of parameters declared frozen
     notes: list[str] = field(default_factory=list)
+    owners: list[str] = field(default_factory=list)  # per group of ``owned``: the optimizer holding it, in the user's name
 
     @property
     def owned_ids(self) -> Counter:
@@ -104,6 +105,8 @@ HINTS = {
     "optimizer.stale_parameter": ("the optimizer owns the model's current parameter objects",
                                   "rebuild the optimizer (or add_param_group) after replacing a module"),
     "structure.duplicate_in_optimizer": ("each tensor owned once", "remove the duplicate from the param groups"),
+    "optimizer.multiple_owners": ("each parameter owned by one optimizer the step steps",
+                                  "build each optimizer over its own model's parameters (e.g. optimizerG over netG.parameters())"),
     "structure.device_mismatch": ("optimizer state on its parameter's device",
                                   "move the model before building or loading the optimizer"),
     "frozen.unfrozen_by_train": ("parameters declared frozen keep requires_grad=False across model.train()/eval()",

@@ -5,49 +5,15 @@ expected trainable."""
 
 from __future__ import annotations
 
-import difflib
-from fnmatch import fnmatchcase
 from typing import Any
 
 import torch
 from torch import nn
 
-from ...errors import InvalidArgument
 from ...report import Status
 from .._core.checks import Check
 from .._core.state import guarded
 from ._common import Audit, few, finding, listed, modules_of, note, severity
-
-
-def check_frozen(frozen: Any) -> tuple[str, ...]:
-    if isinstance(frozen, str):
-        return (frozen,)
-    if not isinstance(frozen, (tuple, list)) or not all(isinstance(p, str) for p in frozen):
-        raise InvalidArgument("Expected `frozen` to be a tuple of fnmatch patterns of parameter names "
-                              f"(e.g. frozen=('backbone.stage1.*',)) but got {type(frozen).__name__}")
-    return tuple(frozen)
-
-
-def _matches(name: str, pattern: str) -> bool:
-    return fnmatchcase(name, pattern) or fnmatchcase(name, pattern + ".*")  # a module path names its tensors
-
-
-def declared(model: nn.Module, patterns: tuple[str, ...]) -> dict[int, str]:
-    """``{id: name}`` of the parameters a pattern matches; InvalidArgument for a pattern matching none."""
-    named = list(model.named_parameters(remove_duplicate=False))
-    names = [n for n, _ in named]
-    for pattern in patterns:
-        if not any(_matches(n, pattern) for n in names):
-            modules = [m for m, _ in model.named_modules() if m]
-            close = difflib.get_close_matches(pattern, [*names, *modules, *(f"{m}.*" for m in modules)], n=3, cutoff=0.4)
-            raise InvalidArgument(f"`frozen` pattern {pattern!r} matches no parameter of {type(model).__name__}"
-                                  + (f"; close names: {', '.join(close)}" if close else "")
-                                  + "; use fnmatch patterns of names from model.named_parameters() (e.g. 'backbone.stage1.*')")
-    out: dict[int, str] = {}
-    for n, p in named:
-        if any(_matches(n, pat) for pat in patterns):
-            out.setdefault(id(p), n)
-    return out
 
 
 def _mode_flips(model: nn.Module, optimizer: Any, params: list[tuple[str, torch.Tensor]]) -> tuple[dict[str, list[str]], str]:
@@ -72,7 +38,7 @@ def _overrides(model: nn.Module) -> list[str]:
 
 def frozen_findings(a: Audit, patterns: tuple[str, ...]) -> list[Check]:
     if not patterns:
-        return []
+        return _tied_frozen(a)
     params = [(n, a.reg.params[i][0]) for i, n in a.declared.items()]
     owned = a.owned_ids
     flips, error = _mode_flips(a.model, a.optimizer, params)
@@ -111,3 +77,16 @@ def frozen_findings(a: Audit, patterns: tuple[str, ...]) -> list[Check]:
                       f"{len(params)} parameters declared frozen ({', '.join(patterns)}): {len(now)} with requires_grad=True, "
                       f"{len(flipped)} unfrozen by model.train()/eval(), {len(trained)} trained by the optimizer", ev)
     return [summary, *out]
+
+
+def _tied_frozen(a: Audit) -> list[Check]:
+    """Undeclared: a frozen tensor with several names (a tied embedding and output layer) freezes all of them. It may
+    be meant, so a WARN naming every layer it stops; a ``frozen`` declaration naming it says it is meant."""
+    out = []
+    for p, names in a.reg.params.values():
+        if not p.requires_grad and len(names) > 1:
+            out.append(finding(names[0], "frozen.tied", Status.WARN,
+                               f"{names[0]} is frozen (requires_grad=False) and tied to {', '.join(names[1:])} (the same "
+                               f"tensor): {', '.join(modules_of(names[1:]))} cannot train either; if that is meant, "
+                               "declare it with frozen=(...)", {"names": names, "shape": list(p.shape)}))
+    return out

@@ -46,7 +46,7 @@ def optimizer_findings(a: Audit) -> list[Check]:
     only_frozen = _owns_only_frozen(a, missing, note_, ev)
     out = [*only_frozen, *_stale_groups(pairs, dict(missing), note_, ev),
            *_missing_group([(n, p) for n, p in missing if n not in pairs], note_, ev)]
-    out += _unpaired(stale, pairs, note_, ev) + _duplicates(a, owned)
+    out += _unpaired(stale, pairs, note_, ev) + _multiple_owners(a, owned) + _duplicates(a, owned)
     out += ([] if only_frozen else _frozen_owned(a, owned)) + _state_devices(a)
     status = max((c.finding.status for c in out), key=severity, default=Status.PASS)
     summary = finding("OPTIMIZER", "structure.optimizer", status,
@@ -113,15 +113,41 @@ def _unpaired(stale: list, pairs: dict, note_: str, ev: dict) -> list[Check]:
 
 
 def _duplicates(a: Audit, owned: Counter) -> list[Check]:
-    out = []
+    out, shared = [], _shared(a, owned)
     for pid, count in owned.items():
-        if count > 1:
+        if count > 1 and pid not in shared:
             slots = [[g, i] for g, i, t in a.owned if id(t) == pid]
             tensor = next(t for _, _, t in a.owned if id(t) == pid)
             where = a.reg.name(tensor) or f"optimizer.param_groups[{slots[0][0]}][{slots[0][1]}]"
             out.append(finding(where, "structure.duplicate_in_optimizer", Status.FAIL,
                                f"{where}: owned {count} times by the optimizer (slots {slots}); it is updated {count} "
                                "times per step", {"count": count, "slots": slots}))
+    return out
+
+
+def _shared(a: Audit, owned: Counter) -> dict[int, tuple[str, ...]]:
+    """Parameters owned by more than one optimizer, each with its owners' names: each step updates them once per
+    optimizer, each with its own objective (a GAN's generator optimizer built over the discriminator)."""
+    owners: dict[int, list[str]] = {}
+    for g, _, t in a.owned:
+        if owned[id(t)] > 1 and g < len(a.owners):
+            owners.setdefault(id(t), []).append(a.owners[g])
+    return {pid: tuple(dict.fromkeys(names)) for pid, names in owners.items() if len(set(names)) > 1}
+
+
+def _multiple_owners(a: Audit, owned: Counter) -> list[Check]:
+    by_owners: dict[tuple[str, ...], list[str]] = {}
+    for pid, names in _shared(a, owned).items():
+        if pid in a.reg.params:
+            by_owners.setdefault(names, []).append(a.reg.params[pid][1][0])
+    out = []
+    for owners, params in by_owners.items():
+        mods = modules_of(params)
+        out.append(finding(params[0], "optimizer.multiple_owners", Status.FAIL,
+                           f"{params[0]}: owned by {len(owners)} optimizers ({', '.join(owners)}), with {len(params) - 1} more "
+                           f"of {type(a.model).__name__}'s parameters ({len(mods)} modules: {listed(mods)}): every train_step "
+                           f"updates them {len(owners)} times, once with each optimizer's objective",
+                           {"owners": list(owners), "parameters": few(params), "count": len(params)}))
     return out
 
 

@@ -232,6 +232,15 @@ def _update_check(names: list[str], group: dict | None, before: torch.Tensor, af
         return check(where, "step.update", Status.PASS,
                      f"{label(names)}: did not move, as expected: lr*|grad| (grad norm {gnorm:.3g}) is "
                      "within float rounding of every element", ev), False
+    if dnorm == 0.0 and group is not None and float(group["lr"]) == 0.0 and group.get("initial_lr") == 0:
+        gi = next(i for i, g in enumerate(copt.param_groups) if g is group)
+        ev.update(param_group=gi, initial_lr=0.0, group_params=len(group["params"]))
+        return check(where, "step.lr_zero", Status.FAIL,
+                     f"{label(names)}: param_group {gi} ({len(group['params'])} tensors) has base lr 0 (its schedule's "
+                     "initial_lr is 0, so every scheduled lr is 0 too): it never moves", ev,
+                     expected="a positive base lr for every group that holds trainable parameters",
+                     observed=f"param_group {gi}: lr 0, initial_lr 0",
+                     hint=f"set param_group {gi}'s 'lr' (a typo in the group's dict? a value meant for another key)"), False
     if dnorm == 0.0 and group is not None and float(group["lr"]) == 0.0:
         return check(where, "step.update", Status.PASS,
                      f"note: {label(names)}: its param group's lr is 0 now (a warmup schedule at its first step?), so it "
