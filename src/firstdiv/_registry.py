@@ -160,7 +160,7 @@ SPECS: tuple[InstrumentSpec, ...] = (
                    "firstdiv.four_structures(model, optimizer, batch, loss_fn).ok"),
     InstrumentSpec("reachability", _M + "reachability", "graph", "reads", "firstdiv.reachability(model, batch, loss_fn)",
                    _R[2], ("model", "batch", "loss_fn"),
-                   lambda ev, _: _fi().reachability(ev["model"], ev["batch"], ev["loss_fn"]),
+                   lambda ev, _: _fi().reachability(ev["model"], ev["batch"], ev["loss_fn"], **_opt(ev, "frozen")),
                    "firstdiv.reachability(model, batch, loss_fn).ok"),
     InstrumentSpec("step_probe", _M + "step_probe", "learning chain", "restores",
                    "firstdiv.step_probe(model, batch, loss_fn, optimizer, train_step=train_step)", _R[3], _TRAINING,

@@ -226,3 +226,16 @@ def test_four_structures_warns_a_frozen_tied_embedding():
     assert four_structures(model, opt, frozen=("wte",)).status is Status.PASS  # declared: meant
     model.wte.weight.requires_grad_(True)
     assert four_structures(model, torch.optim.AdamW(model.parameters())).status is Status.PASS
+
+
+def test_a_sparse_grad_on_the_users_model_survives_the_guard():
+    """EmbeddingBag(sparse=True) leaves a sparse .grad after a backward: the guard compares and restores it."""
+    from firstdiv.instruments._core.state import guarded
+
+    bag = nn.EmbeddingBag(20, 4, sparse=True)
+    bag(torch.randint(0, 20, (10,)), torch.tensor([0, 5])).sum().backward()
+    grad = bag.weight.grad
+    kept = grad.coalesce().values().clone()
+    with guarded(bag):
+        bag.weight.grad = None
+    assert bag.weight.grad is grad and torch.equal(bag.weight.grad.coalesce().values(), kept)

@@ -43,6 +43,11 @@ def same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
         return a is None and b is None
     if a.is_meta or b.is_meta:  # no values to compare: layout only
         return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+    if a.layout != b.layout:
+        return False
+    if a.is_sparse:  # a sparse .grad (EmbeddingBag(sparse=True)): the same entries at the same indices
+        a, b = a.coalesce(), b.coalesce()
+        return a.shape == b.shape and same(a.indices(), b.indices()) and same(a.values(), b.values())
     return (a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
             and bool(torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan())
                                            and torch.equal(a.nan_to_num(), b.nan_to_num()))))
