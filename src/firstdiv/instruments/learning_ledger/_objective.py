@@ -207,14 +207,16 @@ def _broadcast(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> 
     t = ctx.batch.targets
     if ctx.task != "regression" or not torch.is_tensor(t) or t.shape == od.shape or t.numel() != od.numel():
         return None
+    try:
+        wide = list(torch.broadcast_shapes(od.shape, t.shape))
+    except RuntimeError:
+        return None  # the shapes cannot broadcast: loss_fn reshapes one of them itself ([B, 256] vs [B, 1, 16, 16])
+    if math.prod(wide) <= od.numel():
+        return None
     at_target = _call(ctx, t.reshape(od.shape).to(od.dtype), t, ev, "outputs equal to targets")
     ev["loss_when_outputs_equal_targets"] = at_target
     if at_target is None or at_target <= 1e-6 * max(abs(value), 1e-12) or at_target <= 1e-12:
         return None
-    try:
-        wide = list(torch.broadcast_shapes(od.shape, t.shape))
-    except RuntimeError:
-        wide = None
     return failed("OBJECTIVE", "objective.shape_broadcast",
                   f"outputs {shape(od)} and targets {shape(t)} differ in shape, and the loss is {g4(at_target)} (not 0) "
                   f"even when the outputs equal the targets: every output is compared with every target", ev,
