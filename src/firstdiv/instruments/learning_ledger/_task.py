@@ -137,6 +137,9 @@ def _lm_shift(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
                                    f"with labels[:, 1:]",
                           hint="pass labels=input_ids (padding set to -100): the model shifts them itself; shift exactly once")
         return None
+    mlm = _mlm_copies(ctx, ids, t, ev)
+    if mlm is not None:
+        return mlm
     if a0 >= SHIFT_MATCH and a0 > a1:
         return failed("TASK", "task.target_not_shifted",
                       f"targets equal the inputs at {a0:.0%} of supervised positions (next token at {a1:.0%}): "
@@ -150,6 +153,34 @@ def _lm_shift(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
                       expected=expected, observed=f"targets[:, t] == inputs[:, t + 2] at {a2:.0%} of positions",
                       hint="the targets are shifted twice (once in the data, once in the loss?): shift exactly once")
     return None
+
+
+def _mlm_copies(ctx: Ctx, ids: torch.Tensor, t: torch.Tensor, ev: dict[str, Any]) -> Check | None:
+    """A masked LM (one input id, the mask token, stands at most supervised positions whose target differs from the
+    input, and is never a target) that also supervises positions where the input is visible: the BERT recipe keeps
+    10% of the masked positions unchanged, so more than half of the supervised positions being copies of a visible
+    token means the unmasked positions were not set to ignore_index."""
+    sup = t != ctx.ignore_index
+    differ = sup & (t != ids)
+    if int(differ.sum()) < 4:
+        return None
+    values, counts = ids[differ].unique(return_counts=True)
+    mask_id = int(values[counts.argmax()])
+    share = float(counts.max()) / int(differ.sum())
+    if share < 0.5 or bool((t[sup] == mask_id).any()):
+        return None
+    copies = sup & (t == ids) & (ids != mask_id)
+    frac = int(copies.sum()) / int(sup.sum())
+    ev.update(mask_token_id=mask_id, mask_share_of_changed=share, supervised_copies=frac)
+    if frac <= 0.5:
+        return None
+    return failed("TASK", "task.mlm_labels_not_masked",
+                  f"a masked LM (input id {mask_id}, the mask token, stands at {share:.0%} of the supervised positions whose "
+                  f"target differs) whose labels also supervise the visible tokens: at {frac:.0%} of the {int(sup.sum())} "
+                  f"supervised positions the target equals the input the model sees, so it is mostly asked to copy", ev,
+                  expected=f"labels == {ctx.ignore_index} wherever the input was not chosen for masking (~10% copies)",
+                  observed=f"targets == visible inputs at {frac:.0%} of supervised positions",
+                  hint=f"set labels[~masked_indices] = {ctx.ignore_index} (only the masked positions are predicted)")
 
 
 def _expected_from_probe(ctx: Ctx) -> tuple[torch.Tensor | None, torch.Tensor | None, str]:
