@@ -281,3 +281,15 @@ def test_dependency_probes_leave_the_rng_and_the_model_untouched():
     learning_ledger(model, _pair_batch(), _cosine, torch.optim.Adam(model.parameters()), overfit_steps=0)
     assert torch.equal(torch.get_rng_state(), state)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+def test_kld_with_the_wrong_sign_has_no_minimum():
+    torch.manual_seed(0)
+    images = torch.rand(12, 1, 4, 4)
+
+    def flipped(outputs, x):
+        recon, mu, logvar = outputs
+        bce = F.binary_cross_entropy(recon, x.view(-1, 16), reduction="sum")
+        return (bce + 0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())) / x.size(0)
+    report = run(TinyVAE(), (images, images), flipped, task_probe=lambda x: x)
+    assert (report.first_divergence.where, report.first_divergence.kind) == ("OBJECTIVE", "objective.wrong_sign")

@@ -13,6 +13,7 @@ node behind them, through views) and from their values:
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -186,3 +187,34 @@ def labels_compete(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
                   expected="one independent score per label (sigmoid / BCEWithLogitsLoss): the loss moves with each logit",
                   observed=f"loss invariant to a per-example shift of all {od.shape[-1]} logits; multilabel 0/1 targets",
                   hint="drop the softmax over the labels: use nn.BCEWithLogitsLoss on the raw logits (one sigmoid per label)")
+
+
+def unbounded_below(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
+    """A tuple output's side tensor (a VAE's ``mu``) that, scaled up 10x and 100x, drives the loss down each time and
+    far below zero: the loss has no minimum, a term with the wrong sign (``+0.5 * sum(1 + logvar - mu^2 - ...)``)."""
+    out = ctx.outputs
+    if not isinstance(out, (list, tuple)) or hasattr(out, "_fields"):
+        return None
+    for i, v in enumerate(out):
+        if not torch.is_tensor(v) or v is ctx.outputs[0] or not v.is_floating_point() or not bool(v.detach().abs().gt(0).any()):
+            continue
+        losses = []
+        for k in (10.0, 100.0):
+            parts = [w.detach() * k if j == i else (w.detach() if torch.is_tensor(w) else w) for j, w in enumerate(out)]
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    losses.append(float(ctx.loss_fn(type(out)(parts), ctx.batch.targets)))
+            except Exception:  # noqa: BLE001 - user code: this probe is skipped
+                break
+        if len(losses) < 2 or not (value > losses[0] > losses[1]) or losses[1] > -10 * max(abs(value), 1.0):
+            continue
+        ev.update(unbounded_output=f"outputs[{i}]", loss_at_10x=losses[0], loss_at_100x=losses[1])
+        return failed("OBJECTIVE", "objective.wrong_sign",
+                      f"the loss has no minimum: scaling outputs[{i}] {list(v.shape)} by 10 and 100 takes it from {g4(value)} "
+                      f"to {g4(losses[0])} and {g4(losses[1])}: a term of the loss rewards that output growing without bound "
+                      f"(a regulariser / KL term with the wrong sign)", ev,
+                      expected="a loss bounded below (a KL divergence >= 0 rises as mu grows)",
+                      observed=f"loss {g4(value)} -> {g4(losses[1])} at 100 x outputs[{i}]",
+                      hint="check the sign of each term that reads outputs[" + str(i) + "]: KLD = -0.5 * sum(1 + logvar - mu^2 - exp(logvar))")
+    return None
