@@ -18,6 +18,7 @@ from .._core.checks import Check
 from .._core.closure import step_optimizers
 from .._core.task import Ctx, err
 from ._common import failed, g4, passed, skipped_link
+from ._dependency import input_without_gradient, reached_leaves, target_as_input
 
 LIST_CAP = 20  # names listed in evidence before eliding
 
@@ -35,23 +36,6 @@ def trainable(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
 
-def _reached(loss: torch.Tensor) -> tuple[set[int], int]:
-    """ids of the leaf tensors the loss's autograd graph accumulates into, and the number of nodes walked."""
-    leaves: set[int] = set()
-    seen: dict[int, Any] = {}  # keeps nodes alive so ids stay unique during the walk
-    stack = [loss.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen[id(node)] = node
-        var = getattr(node, "variable", None)
-        if var is not None:
-            leaves.add(id(var))
-        stack.extend(nxt for nxt, _ in getattr(node, "next_functions", ()))
-    return leaves, len(seen)
-
-
 def check_dependency(ctx: Ctx) -> Check:
     train = trainable(ctx.work)
     frozen = [n for n, p in ctx.work.named_parameters() if not p.requires_grad]
@@ -64,7 +48,7 @@ def check_dependency(ctx: Ctx) -> Check:
                       f"the model has no trainable parameter ({len(frozen)} frozen): nothing can learn", ev,
                       expected="at least one parameter with requires_grad=True", observed=f"0 trainable, {len(frozen)} frozen",
                       hint="unfreeze the parameters meant to train (p.requires_grad_(True)) before building the optimizer")
-    leaves, nodes = _reached(ctx.loss) if grad_fn is not None else (set(), 0)
+    leaves, nodes = reached_leaves(ctx.loss) if grad_fn is not None else (set(), 0)
     unreachable = [n for n, p in train if id(p) not in leaves]
     ev.update(graph_nodes=nodes, reached=len(train) - len(unreachable), unreachable=_names(unreachable),
               unreachable_count=len(unreachable))
@@ -77,6 +61,10 @@ def check_dependency(ctx: Ctx) -> Check:
                       observed=f"unreachable: {', '.join(_names(unreachable)[:5])}",
                       hint="find where the dependency path stops (reachability): a .detach(), torch.no_grad(), an "
                            "integer cast, .item()/.numpy(), or a module never called")
+    for probe in (target_as_input, input_without_gradient):
+        found = probe(ctx, ev)
+        if found is not None:
+            return found
     return passed("DEPENDENCY", f"all {len(train)} trainable parameters are on the loss's graph ({nodes} nodes walked)", ev)
 
 

@@ -47,7 +47,7 @@ from .._core.examples import logits_of, num_examples
 from .._core.task import Ctx, is_int, shape
 from ._common import failed, g4, isclose, manual_ce, passed, supervised, to_logits_2d
 from ._objective_calls import call, example_axis, output_grad, packer, per_example
-from ._objective_forms import constant_outputs, normalized_over_examples, output_op, unreachable
+from ._objective_forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded_below, unreachable
 from ._objective_ids import identify, row_weights, standard
 
 PER_EXAMPLE = 8  # examples sliced out for the per-example checks
@@ -74,8 +74,8 @@ def check_objective(ctx: Ctx) -> Check:
     ctx.notes.update(pack=packer(ctx), output_op=output_op(logits),
                      example_axis=example_axis(od, num_examples(ctx.batch, ctx.batch_axis), ctx.batch_axis) or 0)
     ctx.notes["grad"] = output_grad(ctx, od, ev)
-    for check in (constant_outputs, _empty_mask, normalized_over_examples, _probabilities, _wrong_sign, _broadcast,
-                  unreachable, _sum_reduction, identify):
+    for check in (constant_outputs, _empty_mask, normalized_over_examples, _probabilities, _wrong_sign, unbounded_below, _broadcast,
+                  unreachable, labels_compete, _sum_reduction, identify):
         result = check(ctx, od, value, ev)
         if result is not None:
             return result
@@ -207,14 +207,16 @@ def _broadcast(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> 
     t = ctx.batch.targets
     if ctx.task != "regression" or not torch.is_tensor(t) or t.shape == od.shape or t.numel() != od.numel():
         return None
+    try:
+        wide = list(torch.broadcast_shapes(od.shape, t.shape))
+    except RuntimeError:
+        return None  # the shapes cannot broadcast: loss_fn reshapes one of them itself ([B, 256] vs [B, 1, 16, 16])
+    if math.prod(wide) <= od.numel():
+        return None
     at_target = _call(ctx, t.reshape(od.shape).to(od.dtype), t, ev, "outputs equal to targets")
     ev["loss_when_outputs_equal_targets"] = at_target
     if at_target is None or at_target <= 1e-6 * max(abs(value), 1e-12) or at_target <= 1e-12:
         return None
-    try:
-        wide = list(torch.broadcast_shapes(od.shape, t.shape))
-    except RuntimeError:
-        wide = None
     return failed("OBJECTIVE", "objective.shape_broadcast",
                   f"outputs {shape(od)} and targets {shape(t)} differ in shape, and the loss is {g4(at_target)} (not 0) "
                   f"even when the outputs equal the targets: every output is compared with every target", ev,

@@ -40,6 +40,25 @@ def cut(x: Any, rows: tuple[int, int] | None, n: int | None, axis: int) -> Any:
     return x
 
 
+def _uses(loss: Any, inner: torch.Tensor, pred: torch.Tensor) -> bool:
+    """Whether the user's loss is computed from the model's own ``outputs.loss`` (its autograd graph reaches that
+    loss's node; the walk stops at the logits, which both depend on). True when it cannot tell."""
+    start, target, stop = getattr(loss, "grad_fn", None), inner.grad_fn, pred.grad_fn
+    if start is None or target is None:
+        return True
+    seen: set[int] = set()
+    stack = [start]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen or node is stop:
+            continue
+        if node is target:
+            return True
+        seen.add(id(node))
+        stack.extend(n for n, _ in node.next_functions)
+    return False
+
+
 def packer(ctx: Ctx) -> Pack | None:
     """``pack(logits, rows)``: the model's output structure with ``logits`` in place of its prediction tensor and
     every other per-example tensor cut to ``rows``; None when the loss was computed inside the model."""
@@ -50,7 +69,7 @@ def packer(ctx: Ctx) -> Pack | None:
     if pred is None:
         return None
     if isinstance(out, dict):
-        if torch.is_tensor(out.get("loss")):
+        if torch.is_tensor(out.get("loss")) and _uses(getattr(ctx, "loss", None), out["loss"], pred):
             return None
         key = next(k for k, v in out.items() if v is pred)
 

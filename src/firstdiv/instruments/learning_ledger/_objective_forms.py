@@ -13,6 +13,7 @@ node behind them, through views) and from their values:
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -31,19 +32,28 @@ UNREACHABLE = 0.10  # the best reachable loss stays above this fraction of the c
 
 
 def output_op(outputs: torch.Tensor) -> tuple[str, int | None, list[int]] | None:
-    """``(op, dim, input_shape)`` of the normalising/bounding op that produced ``outputs`` (through views)."""
-    node = getattr(outputs, "grad_fn", None)
-    for _ in range(6):
+    """``(op, dim, input_shape)`` of the normalising/bounding op that produced ``outputs`` (through views); for a
+    ``torch.cat`` / ``torch.stack`` of parts made by the same op over the same dim (one head per label), that op
+    with one part's shape."""
+    return _op_of(getattr(outputs, "grad_fn", None), list(outputs.shape), 6)
+
+
+def _op_of(node: Any, full: list[int], depth: int) -> tuple[str, int | None, list[int]] | None:
+    for _ in range(depth):
         if node is None:
             return None
         name = type(node).__name__
         if name in _OPS:
             result = getattr(node, "_saved_result", None)
             dim = getattr(node, "_saved_dim", None)
-            full = list(result.shape) if torch.is_tensor(result) else list(outputs.shape)
+            shp = list(result.shape) if torch.is_tensor(result) else full
             if dim is not None and dim < 0:
-                dim += len(full)
-            return _OPS[name], dim, full
+                dim += len(shp)
+            return _OPS[name], dim, shp
+        if name in ("CatBackward0", "StackBackward0"):
+            parts = [_op_of(n, full, depth - 1) for n, _ in node.next_functions]
+            same = {(p[0], p[1]) for p in parts if p is not None}
+            return parts[0] if parts and None not in parts and len(same) == 1 else None
         if not any(name.startswith(v) for v in _VIEWS):
             return None
         node = next((n for n, _ in node.next_functions if n is not None), None)
@@ -148,3 +158,63 @@ def unreachable(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
                   observed=f"{constraint}; {instead}; best reachable loss {g4(reached)} vs floor {g4(floor)}",
                   hint="match the output layer to the targets: independent labels (multilabel 0/1) need one sigmoid per "
                        "label (raw logits + BCEWithLogitsLoss), not a softmax; unbounded targets need an unbounded output")
+
+
+def labels_compete(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
+    """Multilabel 0/1 targets (several labels on in a row) and a loss that does not change when one constant is
+    added to all of a row's logits: the loss normalises over the labels (a softmax inside loss_fn), so they compete
+    for one unit of probability and a row with two labels on can never be fitted."""
+    t = ctx.batch.targets
+    if ctx.label_kind != "multilabel" or not torch.is_tensor(t) or od.dim() < 2 or tuple(t.shape) != tuple(od.shape):
+        return None
+    oax = ctx.notes.get("example_axis", 0)
+    on = t.movedim(oax, 0).reshape(t.shape[oax], -1).sum(-1)
+    if od.shape[-1] < 2 or not bool((on >= 2).any()):
+        return None
+    shift = torch.linspace(-2.0, 2.0, od.shape[oax], dtype=od.dtype).reshape([-1 if d == oax else 1 for d in range(od.dim())])
+    moved = call(ctx, od + shift, t, ev, "logits shifted by a constant per example")
+    ev["loss_after_shifting_each_row"] = moved
+    if moved is None or abs(moved - value) > 1e-5 * max(abs(value), 1e-8):
+        return None
+    proj = simplex_projection(t.to(od.dtype), od.dim() - 1)
+    reached = call(ctx, proj.clamp_min(1e-6).log(), t, ev, "the best softmax over the labels")
+    ev.update(rows_with_several_labels=int((on >= 2).sum()), loss_at_best_softmax=reached)
+    return failed("OBJECTIVE", "objective.unreachable",
+                  f"the labels are independent ({int((on >= 2).sum())} of {len(on)} examples have several on) but the loss "
+                  f"({g4(value)}) is unchanged when a constant is added to an example's {od.shape[-1]} logits: loss_fn "
+                  f"normalises over the labels (a softmax), so they compete for one unit of probability and the best it "
+                  f"can do is {g4(reached) if reached is not None else 'n/a'}, not a fit", ev,
+                  expected="one independent score per label (sigmoid / BCEWithLogitsLoss): the loss moves with each logit",
+                  observed=f"loss invariant to a per-example shift of all {od.shape[-1]} logits; multilabel 0/1 targets",
+                  hint="drop the softmax over the labels: use nn.BCEWithLogitsLoss on the raw logits (one sigmoid per label)")
+
+
+def unbounded_below(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
+    """A tuple output's side tensor (a VAE's ``mu``) that, scaled up 10x and 100x, drives the loss down each time and
+    far below zero: the loss has no minimum, a term with the wrong sign (``+0.5 * sum(1 + logvar - mu^2 - ...)``)."""
+    out = ctx.outputs
+    if not isinstance(out, (list, tuple)) or hasattr(out, "_fields"):
+        return None
+    for i, v in enumerate(out):
+        if not torch.is_tensor(v) or v is ctx.outputs[0] or not v.is_floating_point() or not bool(v.detach().abs().gt(0).any()):
+            continue
+        losses = []
+        for k in (10.0, 100.0):
+            parts = [w.detach() * k if j == i else (w.detach() if torch.is_tensor(w) else w) for j, w in enumerate(out)]
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    losses.append(float(ctx.loss_fn(type(out)(parts), ctx.batch.targets)))
+            except Exception:  # noqa: BLE001 - user code: this probe is skipped
+                break
+        if len(losses) < 2 or not (value > losses[0] > losses[1]) or losses[1] > -10 * max(abs(value), 1.0):
+            continue
+        ev.update(unbounded_output=f"outputs[{i}]", loss_at_10x=losses[0], loss_at_100x=losses[1])
+        return failed("OBJECTIVE", "objective.wrong_sign",
+                      f"the loss has no minimum: scaling outputs[{i}] {list(v.shape)} by 10 and 100 takes it from {g4(value)} "
+                      f"to {g4(losses[0])} and {g4(losses[1])}: a term of the loss rewards that output growing without bound "
+                      f"(a regulariser / KL term with the wrong sign)", ev,
+                      expected="a loss bounded below (a KL divergence >= 0 rises as mu grows)",
+                      observed=f"loss {g4(value)} -> {g4(losses[1])} at 100 x outputs[{i}]",
+                      hint="check the sign of each term that reads outputs[" + str(i) + "]: KLD = -0.5 * sum(1 + logvar - mu^2 - exp(logvar))")
+    return None

@@ -120,6 +120,9 @@ def _cross_entropy(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
     ev.update(cross_entropy_manual=ce, ln_k=math.log(k) if k else None)
     if pairs:
         ev.update(example_library_loss=pairs[0][0], example_manual_ce=pairs[0][1])
+    twice = _softmax_then_ce(ctx, od, ev)
+    if twice is not None:
+        return twice
     if isclose(value, ce):
         ev["verdict"] = f"loss {g4(value)} = cross-entropy of the outputs as logits (ln K = {g4(math.log(k))})"
         return None
@@ -135,6 +138,31 @@ def _cross_entropy(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
     if _masked(ctx, od, value, ev) or not pairs:
         return None  # a masked cross-entropy (verdict set), or nothing to compare one example with: a note
     return _not_cross_entropy(ctx, od, value, ce, pairs, ev)
+
+
+def _softmax_then_ce(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any]) -> Check | None:
+    """The loss is cross-entropy of softmax(outputs): loss_fn turns the logits into probabilities and cross_entropy
+    reads those as logits. At an untrained model's small logits both are ~ln K, so the loss is probed at the same
+    logits spread out (std 3), where the two differ."""
+    std = float(od.float().std()) if od.numel() > 1 else 0.0
+    if not math.isfinite(std) or std == 0.0:
+        return None
+    z = (od.float() - od.float().mean()) * (3.0 / std)
+    t = ctx.batch.targets
+    probe = call(ctx, z.to(od.dtype), t, ev, "spread-out logits")
+    if probe is None:
+        return None
+    plain, twice = manual_ce(ctx, z, t), manual_ce(ctx, z.softmax(ctx.class_dim), t)
+    ev.update(loss_at_spread_logits=probe, ce_at_spread_logits=plain, ce_of_softmax_at_spread_logits=twice)
+    if not isclose(probe, twice) or isclose(probe, plain):
+        return None
+    return failed("OBJECTIVE", "objective.probabilities_as_logits",
+                  f"the loss is cross-entropy of softmax(outputs): at logits spread to std 3 it is {g4(probe)} = cross-entropy "
+                  f"of their softmax ({g4(twice)}), not of the logits ({g4(plain)}); loss_fn softmaxes the logits and "
+                  f"cross_entropy softmaxes them again, so the loss cannot fall far below ln K and its gradients vanish", ev,
+                  expected="raw logits into cross_entropy (it applies log_softmax itself)",
+                  observed=f"loss at spread logits {g4(probe)} = cross-entropy of softmax(logits) {g4(twice)}",
+                  hint="drop the .softmax() before F.cross_entropy / nn.CrossEntropyLoss (or use nll_loss of log_softmax)")
 
 
 def _masked(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> bool:

@@ -137,6 +137,9 @@ def _lm_shift(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
                                    f"with labels[:, 1:]",
                           hint="pass labels=input_ids (padding set to -100): the model shifts them itself; shift exactly once")
         return None
+    mlm = _mlm_copies(ctx, ids, t, ev)
+    if mlm is not None:
+        return mlm
     if a0 >= SHIFT_MATCH and a0 > a1:
         return failed("TASK", "task.target_not_shifted",
                       f"targets equal the inputs at {a0:.0%} of supervised positions (next token at {a1:.0%}): "
@@ -150,6 +153,34 @@ def _lm_shift(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
                       expected=expected, observed=f"targets[:, t] == inputs[:, t + 2] at {a2:.0%} of positions",
                       hint="the targets are shifted twice (once in the data, once in the loss?): shift exactly once")
     return None
+
+
+def _mlm_copies(ctx: Ctx, ids: torch.Tensor, t: torch.Tensor, ev: dict[str, Any]) -> Check | None:
+    """A masked LM (one input id, the mask token, stands at most supervised positions whose target differs from the
+    input, and is never a target) that also supervises positions where the input is visible: the BERT recipe keeps
+    10% of the masked positions unchanged, so more than half of the supervised positions being copies of a visible
+    token means the unmasked positions were not set to ignore_index."""
+    sup = t != ctx.ignore_index
+    differ = sup & (t != ids)
+    if int(differ.sum()) < 4:
+        return None
+    values, counts = ids[differ].unique(return_counts=True)
+    mask_id = int(values[counts.argmax()])
+    share = float(counts.max()) / int(differ.sum())
+    if share < 0.5 or bool((t[sup] == mask_id).any()):
+        return None
+    copies = sup & (t == ids) & (ids != mask_id)
+    frac = int(copies.sum()) / int(sup.sum())
+    ev.update(mask_token_id=mask_id, mask_share_of_changed=share, supervised_copies=frac)
+    if frac <= 0.5:
+        return None
+    return failed("TASK", "task.mlm_labels_not_masked",
+                  f"a masked LM (input id {mask_id}, the mask token, stands at {share:.0%} of the supervised positions whose "
+                  f"target differs) whose labels also supervise the visible tokens: at {frac:.0%} of the {int(sup.sum())} "
+                  f"supervised positions the target equals the input the model sees, so it is mostly asked to copy", ev,
+                  expected=f"labels == {ctx.ignore_index} wherever the input was not chosen for masking (~10% copies)",
+                  observed=f"targets == visible inputs at {frac:.0%} of supervised positions",
+                  hint=f"set labels[~masked_indices] = {ctx.ignore_index} (only the masked positions are predicted)")
 
 
 def _expected_from_probe(ctx: Ctx) -> tuple[torch.Tensor | None, torch.Tensor | None, str]:
@@ -197,7 +228,7 @@ def _probe(ctx: Ctx, ev: dict[str, Any]) -> Check:
         expected = expected.reshape(observed.shape)
     if is_int(observed):
         return _compare_labels(ctx, expected, observed, ev)
-    return _compare_values(expected.to(observed.dtype), observed, ev)
+    return _compare_values(ctx, expected.to(observed.dtype), observed, ev)
 
 
 def _compare_labels(ctx: Ctx, expected: torch.Tensor, observed: torch.Tensor, ev: dict[str, Any]) -> Check:
@@ -228,13 +259,51 @@ def _compare_labels(ctx: Ctx, expected: torch.Tensor, observed: torch.Tensor, ev
                        "label encoder fitted on a different split) before touching the model")
 
 
-def _compare_values(expected: torch.Tensor, observed: torch.Tensor, ev: dict[str, Any]) -> Check:
+def _near(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a - b).abs() <= 1e-3 * (1 + b.abs())
+
+
+def _copied_input(ctx: Ctx, observed: torch.Tensor) -> str | None:
+    """``inputs[:, 19, 0]`` when every target column is a copy of one input element of its example (continuous
+    targets, >= 4 examples, all distinct: a chance match is out of reach), else None."""
+    x = ctx.batch.inputs
+    if not torch.is_tensor(x) or not x.is_floating_point() or x.dim() < 2 or ctx.batch_axis != 0 or observed.dim() == 0:
+        return None
+    n = observed.shape[0]
+    if x.shape[0] != n or n < 4:
+        return None
+    flat, o = x.detach().reshape(n, -1).double(), observed.detach().reshape(n, -1).double()
+    names = []
+    for c in range(o.shape[1]):
+        col = o[:, c]
+        if col.unique().numel() < n:
+            return None
+        hits = _near(flat, col[:, None]).all(0).nonzero()
+        if not hits.numel():
+            return None
+        idx = torch.unravel_index(hits[-1], x.shape[1:])
+        names.append("inputs[:, " + ", ".join(str(int(i)) for i in idx) + "]")
+    return ", ".join(dict.fromkeys(names))
+
+
+def _compare_values(ctx: Ctx, expected: torch.Tensor, observed: torch.Tensor, ev: dict[str, Any]) -> Check:
     e, o = expected.double(), observed.double()
-    close = float(((e - o).abs() <= 1e-3 * (1 + o.abs())).double().mean())
+    close = float(_near(e, o).double().mean())
     var = float(o.var(unbiased=False)) if o.numel() > 1 else 0.0
     mse = float(((e - o) ** 2).mean())
     r2 = 1 - mse / var if var > 0 else (1.0 if mse == 0 else float("-inf"))
     ev.update(agreement=close, r2=r2 if r2 != float("-inf") else None, compared=int(o.numel()))
+    copy = _copied_input(ctx, observed) if close < AGREEMENT else None
+    if copy is not None:
+        ev["targets_copy"] = copy
+        return failed("TASK", "task.label_mismatch",
+                      f"the targets are a copy of the inputs' {copy} in every one of {observed.shape[0]} examples, while "
+                      f"task_probe gives other values ({close:.1%} within 1e-3, R^2 {g4(r2)}): the model is asked to repeat "
+                      f"a value it already sees", ev,
+                      expected="targets == task_probe(inputs) (within 1e-3)",
+                      observed=f"targets == {copy}; {close:.1%} of targets within 1e-3 of task_probe",
+                      hint="the target window is off by one: take the value after the input window (series[:, T]), "
+                           "not its last element")
     if close >= AGREEMENT or r2 >= AGREEMENT:
         return passed("TASK", f"task_probe agrees: {close:.1%} of {o.numel()} targets within 1e-3, R^2 {g4(r2)}", ev)
     return failed("TASK", "task.label_mismatch",

@@ -1,0 +1,135 @@
+"""DEPENDENCY's probes beyond "every trainable parameter is on the loss's graph": evidence, read from the program
+itself, that the graph is there but carries the wrong thing.
+
+- ``dependency.target_leak``: an input tensor equal to the integer target sequence (beside other inputs) that the
+  prediction at the same position reads: teacher forcing without the shift. A model that shifts it itself (the
+  prediction at p does not move with that input at p) and a loss that shifts the labels (a Hugging Face causal LM:
+  ``labels == input_ids``, read by TASK) are not leaks.
+- ``dependency.input_without_gradient``: a float input that changes the loss but is not on its graph, beside a float
+  output that carries no gradient: that input's branch runs under ``torch.no_grad()`` / ``.detach()`` (one tower of a
+  siamese pair). A stop-gradient target (SimSiam's ``z.detach()``) leaves every input on the graph; a frozen backbone
+  under ``no_grad`` returns outputs that require grad.
+
+Both run the ledger's deep copy with the RNG forked (the user's generators are untouched).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .._core.batch import Batch, compute_loss
+from .._core.checks import Check
+from .._core.examples import logits_of
+from .._core.task import Ctx, is_int
+from ._common import failed, g4
+
+
+def reached_leaves(loss: torch.Tensor) -> tuple[set[int], int]:
+    """ids of the leaf tensors the loss's autograd graph accumulates into, and the number of nodes walked."""
+    leaves: set[int] = set()
+    seen: dict[int, Any] = {}  # keeps nodes alive so ids stay unique during the walk
+    stack = [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen[id(node)] = node
+        var = getattr(node, "variable", None)
+        if var is not None:
+            leaves.add(id(var))
+        stack.extend(nxt for nxt, _ in getattr(node, "next_functions", ()))
+    return leaves, len(seen)
+
+
+def _items(inputs: Any, name: str = "inputs") -> list[tuple[str, Any]]:
+    if isinstance(inputs, dict):
+        return list(inputs.items())
+    if isinstance(inputs, (list, tuple)):
+        return [(f"{name}[{i}]", v) for i, v in enumerate(inputs)]
+    return [(name, inputs)]
+
+
+def _with(b: Batch, key: str, value: torch.Tensor) -> Batch:
+    x = b.inputs
+    new = {**x, key: value} if isinstance(x, dict) else type(x)(value if f"inputs[{i}]" == key else v for i, v in enumerate(x)) \
+        if isinstance(x, (list, tuple)) else value
+    return Batch(new, b.targets, b.as_kwargs)
+
+
+def _run(ctx: Ctx, batch: Batch, grad: bool = False) -> tuple[Any, Any] | None:
+    """Forward and loss on the ledger's copy with the RNG forked and reseeded (dropout draws the same masks each call)."""
+    try:
+        with torch.random.fork_rng(), torch.set_grad_enabled(grad):
+            torch.manual_seed(0)
+            return compute_loss(ctx.work, batch, ctx.loss_fn)
+    except Exception:  # noqa: BLE001 - user code; the link already ran the program once
+        return None
+
+
+def target_as_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
+    """An input tensor equal to the integer target sequence, beside other inputs, where the output at position p
+    moves with that input at p: the model reads the answer it is asked for (teacher forcing without the shift)."""
+    t, items = ctx.batch.targets, _items(ctx.batch.inputs)
+    if not is_int(t) or t.dim() < 2 or t.shape[1] < 2 or ctx.notes.get("shifted_inside") or len(items) < 2:
+        return None
+    key = next((k for k, v in items if torch.is_tensor(v) and v is not t and v.shape == t.shape and torch.equal(v, t)), None)
+    if key is None:
+        return None
+    v, p = dict(items)[key], t.shape[1] // 2
+    rows = v[:, p] != v[:, p].roll(1, 0)
+    if not bool(rows.any()):
+        return None
+    changed = v.clone()
+    changed[:, p] = v[:, p].roll(1, 0)
+    base, moved = _run(ctx, ctx.batch), _run(ctx, _with(ctx.batch, key, changed))
+    a, b = (logits_of(r[0]) if r is not None else None for r in (base, moved))
+    if a is None or b is None or a.dim() < 3 or a.shape[:2] != t.shape:
+        return None
+    here = float((a[rows, p] - b[rows, p]).abs().max())
+    ev.update(input_equal_to_targets=key, leak_position=p, output_change_at_position=here)
+    if here == 0.0:
+        return None  # the model shifts that input itself: position p reads only earlier tokens
+    return failed("DEPENDENCY", "dependency.target_leak",
+                  f"input '{key}' equals the targets {list(t.shape)} and the prediction at position {p} changes when "
+                  f"'{key}'[:, {p}] changes (by {g4(here)}): the model reads the token it is asked to predict", ev,
+                  expected=f"the prediction at position p depends on '{key}' only before p (targets shifted right)",
+                  observed=f"'{key}' == targets; output at position {p} moves with '{key}'[:, {p}]",
+                  hint=f"shift '{key}' right: [SOS] + targets[:, :-1] (teacher forcing feeds the previous target token)")
+
+
+def input_without_gradient(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
+    """A float output the loss reads that carries no gradient, and a float input that changes the loss but is not on
+    its graph: that input's branch runs under torch.no_grad() / .detach() (one tower of a siamese pair)."""
+    outs = [k for k, v in _items(ctx.outputs, "outputs") if torch.is_tensor(v) and v.is_floating_point() and not v.requires_grad]
+    items = [(k, v) for k, v in _items(ctx.batch.inputs) if torch.is_tensor(v) and v.is_floating_point() and v.layout == torch.strided]
+    if not outs or not items or ctx.batch.inputs is None:
+        return None
+    batch = ctx.batch
+    for k, v in items:
+        batch = _with(batch, k, v.detach().clone().requires_grad_(True))
+    run = _run(ctx, batch, grad=True)
+    base = _run(ctx, ctx.batch)
+    if run is None or base is None or not torch.is_tensor(run[1]) or run[1].numel() != 1 or run[1].grad_fn is None:
+        return None
+    leaves, _ = reached_leaves(run[1])
+    value = float(base[1])
+    for k, _v in items:
+        leaf = dict(_items(batch.inputs))[k]
+        if id(leaf) in leaves:
+            continue
+        noise = torch.linspace(-1.0, 1.0, leaf.numel(), dtype=leaf.dtype).reshape(leaf.shape).roll(1)
+        moved = _run(ctx, _with(ctx.batch, k, leaf.detach() + 0.5 * (1 + leaf.detach().abs()) * noise))
+        if moved is None or not math.isfinite(float(moved[1])) or float(moved[1]) == value:
+            continue
+        ev.update(input_without_gradient=k, outputs_without_gradient=outs, loss_when_input_perturbed=float(moved[1]))
+        return failed("DEPENDENCY", "dependency.input_without_gradient",
+                      f"input '{k}' changes the loss ({g4(value)} -> {g4(float(moved[1]))} when perturbed) but is not on its "
+                      f"autograd graph, and output {', '.join(outs)} carries no gradient: the branch that reads '{k}' runs "
+                      f"under torch.no_grad() or is detached, so no parameter learns from it", ev,
+                      expected=f"a gradient path from the loss through the branch that reads '{k}'",
+                      observed=f"'{k}' reaches the loss only through {', '.join(outs)} (requires_grad=False)",
+                      hint=f"compute the branch of '{k}' with gradients (remove the torch.no_grad() / .detach() around it)")
+    return None
