@@ -24,7 +24,7 @@ REPEAT_RTOL = 1e-5  # two evaluations of the same batch agree to this (float red
 class EvalRun:
     train: list[str]  # mode-dependent modules that ran in training mode, in the user's names
     evald: list[str]
-    calls: int  # calls of the model's copy or of a module eval_fn reaches
+    calls: int  # calls of the model's copy or of a module eval_fn reaches, per call of eval_fn
     results: list[Any]  # what each call of eval_fn returned
     owners: dict[str, str]  # module name -> the closure object it belongs to (label, class name)
 
@@ -93,7 +93,8 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
         for h in handles:
             h.remove()
     owners = {f"{label}.": f"{'the EMA copy ' if is_ema(m) else ''}{label} ({type(m).__name__})" for label, m in others}
-    return EvalRun([n for n, t in seen.items() if t], [n for n, t in seen.items() if not t], calls[0], results,
+    return EvalRun([n for n, t in seen.items() if t], [n for n, t in seen.items() if not t],
+                   max(calls[0] // repeat, min(calls[0], 1)), results,
                    {n: o for n in seen for p, o in owners.items() if n.startswith(p)})
 
 
