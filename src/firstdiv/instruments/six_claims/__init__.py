@@ -19,7 +19,9 @@ loss curve; no single gradient statistic separates them. Each claim gets its own
   / ``nonfinite`` (an all-zero gradient is a WARN, ``claim.differentiation.zero_gradient``);
 - UPDATE: every parameter with a healthy gradient moves in one optimizer step (on a copy), or, with
   ``optimizer=None``, in one call of your ``train_step`` (on your objects, restored) -> ``claim.update.not_updated``;
-- EVALUATION: ``eval_fn`` runs Dropout/BatchNorm in eval mode -> ``claim.evaluation.train_mode``.
+- EVALUATION: ``eval_fn`` runs Dropout/BatchNorm in eval mode, on the model and on what its closure reaches (an EMA
+  copy) -> ``claim.evaluation.train_mode``; a non-finite metric, or eval-mode output going non-finite where
+  training mode stays finite -> ``claim.evaluation.non_finite``; two calls disagreeing on one batch WARN.
 
 User code that raises (``eval_fn``, ``train_step``) leaves its claim SKIPPED (``*.not_checked``, the error's first
 line) and the report WARNs; notes (PASS findings whose message starts with ``note: ``) are also listed in
@@ -96,7 +98,8 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
     if batch_axis is not None and (not isinstance(batch_axis, int) or isinstance(batch_axis, bool) or batch_axis < 0):
         raise InvalidArgument(f"Expected `batch_axis` to be a non-negative int or None but got {batch_axis!r}")
     axis = _batch_axis(b, batch_axis)
-    extra = closure_state(train_step) if train_step is not None else []
+    # the user's objects train_step and eval_fn reach (an EMA copy, the model itself): restored afterwards
+    extra = [m for f in (train_step, eval_fn) if f is not None for m in closure_state(f)]
     with guarded(model, optimizer, *hidden_modules(model), *extra):
         try:
             run = measure(model, optimizer, b, loss_fn)

@@ -1,5 +1,5 @@
 """What the REPRESENTATION and EVALUATION claims measure on a copy of the model: how far the output is from affine
-in the input, and which mode-dependent modules (Dropout, BatchNorm) ``eval_fn`` ran in training mode."""
+in the input, and which modules (Dropout, BatchNorm) depend on train/eval mode (``_eval_probes`` watches them)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
-from .._core.copying import model_copy
 
 
 def flat(value: Any) -> torch.Tensor | None:
@@ -72,25 +70,3 @@ def mode_dependent(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(n, m) for n, m in model.named_modules()
             if (isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
             or (isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats) or _functional_dropout(m)]
-
-
-def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool) -> tuple[list[str], list[str], int]:
-    """eval_fn on a deep copy: names of mode-dependent modules that ran in train / eval mode, root calls."""
-    probe = model_copy(model)
-    if train_first:
-        probe.train()
-    seen: dict[str, bool] = {}
-    calls = [0]
-    handles = [m.register_forward_pre_hook(lambda mod, _i, n=n: seen.__setitem__(n, seen.get(n, False) or mod.training))
-               for n, m in mode_dependent(probe)]
-    # a call of any submodule counts (an EMA's eval_fn may call ``ema.module(x)``, skipping the root)
-
-    def count(top: bool) -> None:
-        calls[0] = calls[0] + 1 if top else max(calls[0], 1)
-    handles += [m.register_forward_pre_hook(lambda _m, _i, top=(n == ""): count(top)) for n, m in probe.named_modules()]
-    try:
-        eval_fn(probe, batch)
-    finally:
-        for h in handles:
-            h.remove()
-    return [n for n, t in seen.items() if t], [n for n, t in seen.items() if not t], calls[0]

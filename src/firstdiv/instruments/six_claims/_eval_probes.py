@@ -1,0 +1,181 @@
+"""What the EVALUATION claim observes while ``eval_fn`` runs: which mode-dependent modules ran in training mode (on the
+model's copy and on every module ``eval_fn`` reaches through its closure, such as an EMA copy), whether two calls on the
+same batch agree, and whether the model's eval-mode output on the batch goes non-finite where training mode does not."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .._core.batch import forward
+from .._core.closure import closure_state
+from .._core.copying import model_copy
+from ._model_probes import flat, mode_dependent
+
+REPEAT_RTOL = 1e-5  # two evaluations of the same batch agree to this (float reductions, not sampling noise)
+
+
+@dataclasses.dataclass
+class EvalRun:
+    train: list[str]  # mode-dependent modules that ran in training mode, in the user's names
+    evald: list[str]
+    calls: int  # calls of the model's copy or of a module eval_fn reaches, per call of eval_fn
+    results: list[Any]  # what each call of eval_fn returned
+    owners: dict[str, str]  # module name -> the closure object it belongs to (label, class name)
+
+
+def _names(fn: Any) -> dict[int, str]:
+    """The variable names under which ``fn`` holds objects: closure cells and the globals it names."""
+    f = getattr(fn, "func", fn)
+    f = getattr(f, "__func__", f)
+    if not isinstance(f, types.FunctionType):
+        return {}
+    out: dict[int, str] = {}
+    for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+        try:
+            out.setdefault(id(cell.cell_contents), name)
+        except ValueError:  # an empty cell
+            continue
+    for name in f.__code__.co_names:
+        if name in f.__globals__:
+            out.setdefault(id(f.__globals__[name]), name)
+    return out
+
+
+def closure_modules(eval_fn: Any, model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Modules ``eval_fn`` reaches other than its ``model`` argument (the user's model itself included: an eval_fn may
+    run it instead of its argument), labelled by the variable holding them; a submodule of another one is dropped."""
+    names = _names(eval_fn)
+    found = [m for m in closure_state(eval_fn) if isinstance(m, nn.Module)]
+    inner = {id(s) for m in found for s in m.modules() if s is not m}
+    return [(names.get(id(m), type(m).__name__), m) for m in found if id(m) not in inner]
+
+
+def is_ema(m: nn.Module) -> bool:
+    kind = type(m).__name__.lower()
+    return isinstance(m, torch.optim.swa_utils.AveragedModel) or "ema" in kind or "averaged" in kind
+
+
+def _hook(roots: list[tuple[str, nn.Module]], seen: dict[str, bool], calls: list[int]) -> list[Any]:
+    handles = []
+    for label, root in roots:
+        prefix = f"{label}." if label else ""
+        handles += [m.register_forward_pre_hook(lambda mod, _i, n=prefix + n: seen.__setitem__(n, seen.get(n, False)
+                                                                                               or mod.training))
+                    for n, m in mode_dependent(root)]
+
+        def count(top: bool) -> None:
+            calls[0] = calls[0] + 1 if top else max(calls[0], 1)
+        # a call of any submodule counts (an EMA's eval_fn may call ``ema.module(x)``, skipping the root)
+        handles += [m.register_forward_pre_hook(lambda _m, _i, top=(n == ""): count(top)) for n, m in root.named_modules()]
+    return handles
+
+
+def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repeat: int = 1) -> EvalRun:
+    """eval_fn on a deep copy of the model (``repeat`` times on the same batch), the modules its closure reaches hooked
+    too; the caller restores those (they are the user's objects)."""
+    probe = model_copy(model)
+    others = closure_modules(eval_fn, model)
+    if train_first:
+        for m in (probe, *(m for _, m in others)):
+            m.train()
+    seen: dict[str, bool] = {}
+    calls = [0]
+    handles = _hook([("", probe), *others], seen, calls)
+    try:
+        results = [eval_fn(probe, batch) for _ in range(repeat)]
+    finally:
+        for h in handles:
+            h.remove()
+    owners = {f"{label}.": f"{'the EMA copy ' if is_ema(m) else ''}{label} ({type(m).__name__})" for label, m in others}
+    return EvalRun([n for n, t in seen.items() if t], [n for n, t in seen.items() if not t],
+                   max(calls[0] // repeat, min(calls[0], 1)), results,
+                   {n: o for n in seen for p, o in owners.items() if n.startswith(p)})
+
+
+def _numbers(value: Any) -> np.ndarray | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return np.array([float(value)])
+    if torch.is_tensor(value):
+        return value.detach().double().reshape(-1).cpu().numpy() if value.is_floating_point() else None
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        parts = [p for p in (_numbers(v) for v in value) if p is not None]
+        return np.concatenate(parts) if parts else None
+    return None
+
+
+def non_finite_metric(results: list[Any]) -> str | None:
+    """The first non-finite value eval_fn returned, as text."""
+    for r in results:
+        x = _numbers(r)
+        if x is not None and x.size and not np.isfinite(x).all():
+            return str(float(x[~np.isfinite(x)][0]))
+    return None
+
+
+def disagree(results: list[Any]) -> tuple[float, float] | None:
+    """Two calls on the same batch whose numbers differ (beyond float reduction noise): the first differing pair."""
+    xs = [_numbers(r) for r in results[:2]]
+    if len(xs) < 2 or xs[0] is None or xs[1] is None or xs[0].shape != xs[1].shape:
+        return None
+    a, b = xs
+    ok = np.isclose(a, b, rtol=REPEAT_RTOL, atol=1e-12, equal_nan=True)
+    if ok.all():
+        return None
+    i = int(np.argmin(ok))
+    return float(a[i]), float(b[i])
+
+
+def eval_mode_non_finite(model: nn.Module, batch: Any) -> dict[str, Any] | None:
+    """The model's copy on the batch under no_grad, in eval then in train mode: when eval-mode output holds non-finite
+    values and training-mode output does not, the count and the first module whose output went non-finite."""
+    probe = model_copy(model)
+    with torch.no_grad():
+        out_eval = flat(forward(probe.eval(), batch))
+        if out_eval is None or bool(torch.isfinite(out_eval).all()):
+            return None
+        out_train = flat(forward(probe.train(), batch))
+        if out_train is None or not bool(torch.isfinite(out_train).all()):
+            return None
+        first = _first_non_finite(probe.eval(), batch)
+    bad = int((~torch.isfinite(out_eval)).sum())
+    return {"non_finite_outputs": bad, "outputs": int(out_eval.numel()), "first_module": first}
+
+
+def _first_non_finite(probe: nn.Module, batch: Any, depth: int = 8) -> str | None:
+    """The deepest module on the path of first non-finite outputs, descending one level of children at a time (hooks on
+    a fused block's insides would switch it to its unfused path, which may stay finite)."""
+    where, node = None, probe
+    for _ in range(depth):
+        prefix = f"{where}." if where else ""
+        hit = _first_child(probe, batch, [(prefix + n, m) for n, m in node.named_children()])
+        if hit is None:
+            break
+        where, node = hit
+    return where
+
+
+def _first_child(probe: nn.Module, batch: Any, kids: list[tuple[str, nn.Module]]) -> tuple[str, nn.Module] | None:
+    order: list[tuple[str, nn.Module]] = []
+
+    def look(name: str, mod: nn.Module, out: Any) -> None:
+        x = flat(out)
+        if x is not None and not bool(torch.isfinite(x).all()) and not order:
+            order.append((name, mod))
+    handles = [m.register_forward_hook(lambda mod, _i, o, n=n: look(n, mod, o)) for n, m in kids]
+    try:
+        out = flat(forward(probe, batch))
+    finally:
+        for h in handles:
+            h.remove()
+    still = out is not None and not bool(torch.isfinite(out).all())
+    return order[0] if order and still else None
