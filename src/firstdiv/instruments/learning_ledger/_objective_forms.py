@@ -47,6 +47,8 @@ def _op_of(node: Any, full: list[int], depth: int) -> tuple[str, int | None, lis
             result = getattr(node, "_saved_result", None)
             dim = getattr(node, "_saved_dim", None)
             shp = list(result.shape) if torch.is_tensor(result) else full
+            if dim is not None and dim >= 2 ** 63:  # a saved int64 -1 reads back as 2**64 - 1
+                dim -= 2 ** 64
             if dim is not None and dim < 0:
                 dim += len(shp)
             return _OPS[name], dim, shp
