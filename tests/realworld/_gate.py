@@ -46,6 +46,7 @@ class Verdict:
     where: str | None
     kind: str | None
     summary: str
+    not_applicable: bool = False  # SKIPPED because nothing of its kind is there (no shape-changing layer)
 
 
 def _summary(report: firstdiv.Report) -> str:
@@ -59,7 +60,7 @@ def _summary(report: firstdiv.Report) -> str:
 def verdict(report: firstdiv.Report) -> Verdict:
     div = report.first_divergence
     return Verdict(report.instrument, report.status.value, div.where if div else None, div.kind if div else None,
-                   _summary(report))
+                   _summary(report), bool(report.details.get("not_applicable")))
 
 
 def run_correct(program: Program) -> tuple[str, dict[str, Verdict]]:

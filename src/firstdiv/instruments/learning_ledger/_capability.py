@@ -115,7 +115,10 @@ def _tiny(ctx: Ctx) -> Batch:
 
 
 def _known_floor(ctx: Ctx) -> bool:
-    """Whether "fitted" has a meaning: a class objective (accuracy) or a regression loss that starts >= 0."""
+    """Whether "fitted" has a meaning: a class objective (accuracy) or a regression loss that starts >= 0, and an
+    objective OBJECTIVE identified (a VAE's ELBO or an RL loss has no floor the ledger knows)."""
+    if ctx.notes.get("objective_identified") is False:
+        return False
     if ctx.task in ("classification", "language_model") and ctx.class_dim is not None:
         return True
     loss = ctx.loss

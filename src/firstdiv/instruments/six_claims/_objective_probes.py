@@ -127,6 +127,15 @@ def descent(model: nn.Module, batch: Batch, loss_fn: Any, grads: dict[str, torch
     ev = {"loss_before_step": base[0], "loss_after_steps": after, "relative_step_sizes": [1e-3, 1e-4, 1e-5][:len(after)]}
     tol = 1e-6 * max(1.0, abs(base[0]))
     rose = len(after) == 3 and all(a is not None and a > base[0] + tol for a in after)
+    # first order, the smallest step lowers the loss by r * |p| * |g|; a gradient of the wrong sign raises it by about
+    # that much, while a semi-gradient objective (an advantage through value.item(), a stop-gradient target) moves it
+    # by a fraction: only the first is a broken gradient
+    predicted = 1e-5 * pnorm * gnorm
+    ev["predicted_decrease_at_smallest_step"] = predicted
+    if rose and after[-1] - base[0] < 0.5 * predicted:
+        ev["descent"] = ("the loss rose by less than half the first-order decrease: a semi-gradient objective (a target "
+                         "computed without gradient) is not a gradient of the loss it reports")
+        return "", ev
     return ("claim.objective.not_descended" if rose else ""), ev
 
 
