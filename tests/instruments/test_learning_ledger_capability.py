@@ -177,3 +177,33 @@ def test_a_recipe_lr_language_model_gets_no_warn_from_capability():
     assert f.status is Status.PASS, str(report)
     rounds = f.evidence["rounds"]
     assert all(r["outcome"] != "diverged" for r in rounds[:-1]) and math.isfinite(f.evidence["best_loss"])
+
+
+def test_a_train_step_on_a_data_stream_is_not_called_ascending():
+    """A word-LM style loop drawing a new batch each call moves the known batch's loss up and down by chance; only a
+    loss that rises at every call with the update clearly up the gradient is an ascent."""
+    import firstdiv
+
+    torch.manual_seed(1)
+    stream = [torch.randn(16, 6) for _ in range(8)]
+    targets = [(x[:, 0] > 0).long() for x in stream]
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    position = {"i": 0}
+
+    def train_step():
+        i = position["i"] % len(stream)
+        position["i"] += 1
+        model.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(stream[i]), targets[i])
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(p.grad, alpha=-2.0)
+        return loss
+
+    for start in range(4):
+        position["i"] = start
+        r = firstdiv.learning_ledger(model, (stream[7], targets[7]), torch.nn.functional.cross_entropy, None,
+                                     train_step=train_step, overfit_steps=0)
+        update = next(f for f in r.findings if f.where == "PARAMETER_UPDATE")
+        assert update.check != "update.ascends", update.message

@@ -146,3 +146,22 @@ def test_random_evaluation_with_modules_in_eval_mode_warns_and_leaves_the_rng():
     f = _evaluation(firstdiv.six_claims(model, batch, F.cross_entropy, opt, eval_fn=noisy_eval))
     assert f.status == firstdiv.Status.WARN and f.check == "claim.evaluation.not_repeatable"
     assert torch.equal(rng, torch.get_rng_state())
+
+
+def test_a_semi_gradient_objective_is_recognised_by_its_off_graph_reads():
+    """An actor-critic advantage R - value.item() takes a value off the graph: -grad is not the gradient of the loss
+    it reports, so a rise along -grad is no evidence of a broken gradient there."""
+    from firstdiv.instruments._core.batch import split_batch
+    from firstdiv.instruments.six_claims._objective_probes import _off_graph_reads
+
+    torch.manual_seed(0)
+    net = nn.Linear(4, 2)
+    x, returns = torch.randn(8, 4), torch.randn(8)
+
+    def actor_critic_loss(out, r):
+        value = out[:, 1]
+        advantage = r - torch.tensor([v.item() for v in value])
+        return -(out[:, 0] * advantage).mean() + torch.nn.functional.smooth_l1_loss(value, r)
+
+    assert _off_graph_reads(net, split_batch((x, returns)), actor_critic_loss) == ["item()"]
+    assert _off_graph_reads(net, split_batch((x, returns)), lambda out, r: (out[:, 1] - r).pow(2).mean()) == []

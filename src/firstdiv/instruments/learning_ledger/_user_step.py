@@ -7,8 +7,8 @@ grad, the model's own mode, the same seed before each evaluation so dropout draw
 trainable parameter's change. Verdicts:
 
 - ``update.ascends``: the first step moved the parameters along the gradient (cosine of the update with the
-  gradient above ``ASCENT_COSINE``, the gradient read on the ledger's copy) and the loss on the batch went up over the calls: training climbs the loss
-  (``(-loss).backward()``, ``p.data.add_(p.grad, alpha=+lr)``).
+  gradient above ``ASCENT_COSINE``, the gradient read on the ledger's copy) and the loss on the batch rose at every
+  call: training climbs the loss (``(-loss).backward()``, ``p.data.add_(p.grad, alpha=+lr)``).
 - ``update.diverges``: the loss became non-finite or grew ``DIVERGE``-fold within the calls: the step size is too
   large; the finding names the lr and the param group of the parameter that moved most.
 - ``update.not_moved``: a trainable parameter with a healthy gradient never changed over the calls.
@@ -16,6 +16,7 @@ trainable parameter's change. Verdicts:
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -100,8 +101,10 @@ def check_user_step(ctx: Ctx) -> Check:
     ev["update_gradient_cosine"] = cosine = descent / (norms[0] * norms[1]) if norms[0] * norms[1] > 0 else 0.0
     l0, last = losses[0], losses[-1]
     finite = [v for v in losses if math.isfinite(v)]
-    # clearly up the gradient (momentum, dropout and other batches leave a correct step near 0), and the loss rose
-    if cosine > ASCENT_COSINE and math.isfinite(l0) and (not math.isfinite(last) or last > l0):
+    # clearly up the gradient, and the loss rose at every call: a train_step drawing other batches (a data stream)
+    # moves this batch's loss up and down by chance, and its cosine with this batch's gradient reaches +-0.35
+    rising = all(b > a for a, b in itertools.pairwise(finite)) and len(finite) == len(losses)
+    if cosine > ASCENT_COSINE and math.isfinite(l0) and (not math.isfinite(last) or rising):
         return _ascends(ev, healthy, first, grads, l0, last)
     if math.isfinite(l0) and (not math.isfinite(last) or (l0 > 0 and max(finite) > DIVERGE * l0)):
         return _diverges(ctx, ev, total, l0, last, max(finite))

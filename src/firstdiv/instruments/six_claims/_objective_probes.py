@@ -127,16 +127,43 @@ def descent(model: nn.Module, batch: Batch, loss_fn: Any, grads: dict[str, torch
     ev = {"loss_before_step": base[0], "loss_after_steps": after, "relative_step_sizes": [1e-3, 1e-4, 1e-5][:len(after)]}
     tol = 1e-6 * max(1.0, abs(base[0]))
     rose = len(after) == 3 and all(a is not None and a > base[0] + tol for a in after)
-    # first order, the smallest step lowers the loss by r * |p| * |g|; a gradient of the wrong sign raises it by about
-    # that much, while a semi-gradient objective (an advantage through value.item(), a stop-gradient target) moves it
-    # by a fraction: only the first is a broken gradient
-    predicted = 1e-5 * pnorm * gnorm
-    ev["predicted_decrease_at_smallest_step"] = predicted
-    if rose and after[-1] - base[0] < 0.5 * predicted:
-        ev["descent"] = ("the loss rose by less than half the first-order decrease: a semi-gradient objective (a target "
-                         "computed without gradient) is not a gradient of the loss it reports")
+    # a semi-gradient objective reads values of the parameters off the graph (an advantage R - value.item(), a
+    # detached target): -grad is not the loss's gradient there, so a rise is no evidence of a broken gradient
+    reads = _off_graph_reads(probe, batch, loss_fn) if rose else []
+    if reads:
+        ev["descent"] = (f"note: the loss reads {', '.join(reads)} of tensors that require grad (a semi-gradient "
+                         "objective): -grad is not the gradient of the loss it reports, so descent was not judged")
         return "", ev
     return ("claim.objective.not_descended" if rose else ""), ev
+
+
+_OFF_GRAPH = {torch.Tensor.item: "item()", torch.Tensor.detach: "detach()", torch.Tensor.tolist: "tolist()",
+              torch.Tensor.numpy: "numpy()"}
+
+
+class _OffGraph(torch.overrides.TorchFunctionMode):
+    """Records the calls that take a value off the autograd graph of a tensor that requires grad."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = _OFF_GRAPH.get(func)
+        if name and args and torch.is_tensor(args[0]) and args[0].requires_grad and name not in self.seen:
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def _off_graph_reads(model: nn.Module, batch: Batch, loss_fn: Any) -> list[str]:
+    torch.manual_seed(SEED)
+    mode = _OffGraph()
+    try:
+        with torch.enable_grad(), mode:
+            compute_loss(model, batch, loss_fn)
+    except Exception:  # noqa: BLE001 - a probe that cannot run is no evidence
+        return []
+    return mode.seen
 
 
 
