@@ -91,3 +91,14 @@ def golden(request):
                         "with --update-golden and review `git diff tests/golden`.", pytrace=False)
 
     return check
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The real-program corpus's counts (tests/realworld/_results.py), when its gates ran."""
+    import sys
+
+    results = sys.modules.get("_results")
+    if results is not None and (results.RESULTS.correct or results.RESULTS.bugs):
+        terminalreporter.section("real-program corpus")
+        for line in results.counts(results.RESULTS):
+            terminalreporter.write_line(line)

@@ -7,7 +7,7 @@
 - every correct program genuinely learns under its own loop (else it is not a correct program);
 - every bug: the instrument it names does not PASS, and its first divergence names the bug's place.
 
-The counts are printed at the end of the run (``conftest.py``).
+The counts are printed at the end of the run (``_results.py``, through the root conftest).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 import torch
 from _api import load_programs, self_check
 from _gate import CHAIN, localized, run_bug, run_correct
+from _results import RESULTS
 from harness import assert_no_trace, watched
 
 PROGRAMS = load_programs()
@@ -30,12 +31,12 @@ def test_the_corpus_is_large_enough():
 
 
 @pytest.mark.parametrize(("name", "seed"), CORRECT, ids=[f"{n}-{s}" for n, s in CORRECT])
-def test_correct_program_gets_no_false_alarm(name, seed, one_thread, corpus_results):
+def test_correct_program_gets_no_false_alarm(name, seed, one_thread):
     program = PROGRAMS[name].build(seed)
     out = assert_no_trace(lambda: run_correct(program), watched(program))  # every instrument diagnose ran
     assert isinstance(out, tuple), f"diagnose raised {out!r}"
     status, verdicts = out
-    corpus_results.correct[(name, seed)] = (status, verdicts)
+    RESULTS.correct[(name, seed)] = (status, verdicts)
     alarms = {k: v for k, v in verdicts.items() if v.status == "FAIL"}
     assert not alarms, "\n".join(f"{k}: {v.summary}" for k, v in alarms.items())
     warns = {k: v for k, v in verdicts.items() if v.status in ("WARN", "SKIPPED") and k not in program.warns
@@ -53,8 +54,8 @@ def test_correct_program_learns_under_its_own_loop(name, one_thread):
 
 
 @pytest.mark.parametrize(("name", "bug"), BUGS, ids=[f"{n}-{b.name}" for n, b in BUGS])
-def test_bug_is_localized(name, bug, one_thread, corpus_results):
+def test_bug_is_localized(name, bug, one_thread):
     v = run_bug(bug)
-    corpus_results.bugs[(name, bug.name)] = (bug, v)
+    RESULTS.bugs[(name, bug.name)] = (bug, v)
     assert localized(bug, v), (f"{bug.instrument}: expected {bug.status} at {bug.where} {bug.kind}, got {v.status} "
                                f"{v.where} {v.kind}: {v.summary}")

@@ -1,12 +1,11 @@
-"""The corpus's counts, printed at the end of the run: false alarms per instrument on correct programs, bugs
-localized per instrument."""
+"""The corpus's counts, printed at the end of the run (the root conftest's terminal summary): false alarms per
+instrument on correct programs, bugs localized per instrument. Not a conftest.py: a second module named conftest
+would shadow the root one for ``from conftest import run_cli``."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-
-import pytest
 
 
 @dataclasses.dataclass
@@ -15,12 +14,7 @@ class Results:
     bugs: dict = dataclasses.field(default_factory=dict)
 
 
-_RESULTS = Results()
-
-
-@pytest.fixture
-def corpus_results() -> Results:
-    return _RESULTS
+RESULTS = Results()
 
 
 def counts(results: Results) -> list[str]:
@@ -43,10 +37,3 @@ def counts(results: Results) -> list[str]:
     lines += [f"bugs localized: {sum(h[0] for h in hits.values())}/{sum(h[1] for h in hits.values())}"]
     lines += [f"  {name:20s} {h[0]}/{h[1]}" for name, h in sorted(hits.items())]
     return lines
-
-
-def pytest_terminal_summary(terminalreporter):
-    if _RESULTS.correct or _RESULTS.bugs:
-        terminalreporter.section("real-program corpus")
-        for line in counts(_RESULTS):
-            terminalreporter.write_line(line)
