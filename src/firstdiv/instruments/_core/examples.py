@@ -11,6 +11,8 @@ API (stable; the learning instruments import it):
   when the examples cannot be separated (a sparse tensor of examples, or tensors whose sizes disagree, such
   as targets flattened to ``[T*B]``): the caller then uses the whole batch and says so.
 - ``num_examples(batch, axis) -> int | None``.
+- ``dense(t) -> Tensor``: ``t`` in the strided layout (a sparse ``.grad`` from ``EmbeddingBag(sparse=True)``
+  densified), for the arithmetic the instruments do on gradients.
 - ``logits_of(outputs) -> Tensor | None``: the prediction tensor of a model output: the tensor itself; a Hugging
   Face ``ModelOutput`` or dict's ``logits`` (else its first floating tensor other than ``loss``); a tuple's first
   floating tensor.
@@ -24,7 +26,7 @@ import torch
 
 from .batch import Batch
 
-__all__ = ["batch_axis", "logits_of", "num_examples", "take_examples", "tensors"]
+__all__ = ["batch_axis", "dense", "logits_of", "num_examples", "take_examples", "tensors"]
 
 
 def tensors(x: Any) -> list[torch.Tensor]:
@@ -114,3 +116,8 @@ def logits_of(outputs: Any) -> torch.Tensor | None:
     else:
         return None
     return next((t for t in items if torch.is_tensor(t) and t.is_floating_point() and t.dim() > 0), None)
+
+
+def dense(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in the strided layout: a sparse gradient densified, anything else as it is."""
+    return t.to_dense() if t.layout != torch.strided else t

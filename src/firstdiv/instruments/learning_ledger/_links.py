@@ -16,6 +16,7 @@ import torch
 from .._core.batch import compute_loss
 from .._core.checks import Check
 from .._core.closure import step_optimizers
+from .._core.examples import dense
 from .._core.task import Ctx, err
 from ._common import failed, g4, passed, skipped_link
 from ._dependency import input_without_gradient, reached_leaves, target_as_input
@@ -25,11 +26,6 @@ LIST_CAP = 20  # names listed in evidence before eliding
 
 def _names(names: list[str]) -> list[str]:
     return names if len(names) <= LIST_CAP else [*names[:LIST_CAP], f"... {len(names) - LIST_CAP} more"]
-
-
-def dense(g: torch.Tensor) -> torch.Tensor:
-    """A gradient as a dense tensor (``EmbeddingBag(sparse=True)`` and friends give sparse ``.grad``)."""
-    return g.to_dense() if g.layout != torch.strided else g
 
 
 def trainable(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:

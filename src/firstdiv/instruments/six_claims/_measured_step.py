@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from .._core.batch import Batch, compute_loss, loss_problem
+from .._core.examples import dense
 from .._core.lr import step_at_base_lr
 from .._core.state import detached_copy
 
@@ -80,7 +81,7 @@ def _dense_grad(grad: torch.Tensor | None) -> torch.Tensor | None:
     """A copy of ``grad``; a sparse gradient (``Embedding(sparse=True)``) densified, so every check reads it alike."""
     if grad is None:
         return None
-    return grad.detach().to_dense().clone() if grad.layout != torch.strided else grad.detach().clone()
+    return dense(grad.detach()).clone()
 
 
 def step_moves(model: nn.Module, train_step: Any) -> tuple[dict[str, bool], str]:

@@ -30,6 +30,7 @@ from torch import nn
 from ...report import Status
 from .._core import batch as _batch
 from .._core.checks import Check, check, label
+from .._core.examples import dense as densified
 
 ASCENT_COSINE = 0.3
 DIVERGE_LOSS_RATIO = 10.0
@@ -37,7 +38,8 @@ DIVERGE_RELATIVE_UPDATE = 1.0
 
 
 def dense(t: torch.Tensor) -> torch.Tensor:
-    return (t.to_dense() if t.is_sparse else t).detach().double().reshape(-1)
+    """``t`` densified, detached, in float64 and flat: the vectors the descent checks take inner products of."""
+    return densified(t).detach().double().reshape(-1)
 
 
 def eval_loss(model: nn.Module, batch: Any, loss_fn: Callable) -> float | None:
