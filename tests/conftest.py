@@ -98,7 +98,7 @@ def pytest_terminal_summary(terminalreporter):
     import sys
 
     results = sys.modules.get("_results")
-    if results is not None and (results.RESULTS.correct or results.RESULTS.bugs):
+    if results is not None and (results.RESULTS.correct or results.RESULTS.bugs or results.RESULTS.cases):
         terminalreporter.section("real-program corpus")
         for line in results.counts(results.RESULTS):
             terminalreporter.write_line(line)

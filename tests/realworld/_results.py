@@ -12,6 +12,7 @@ from collections import Counter
 class Results:
     correct: dict = dataclasses.field(default_factory=dict)
     bugs: dict = dataclasses.field(default_factory=dict)
+    cases: dict = dataclasses.field(default_factory=dict)  # (module, case, seed | 'bug') -> (Case, Outcome)
 
 
 RESULTS = Results()
@@ -21,6 +22,8 @@ def counts(results: Results) -> list[str]:
     """Lines: per instrument, FAIL / WARN counts over the correct runs; bugs localized."""
     from _gate import localized
 
+    if not (results.correct or results.bugs):
+        return _case_counts(results)
     runs = len(results.correct)
     by: dict[str, Counter] = {}
     for _status, verdicts in results.correct.values():
@@ -36,4 +39,24 @@ def counts(results: Results) -> list[str]:
         h[1] += 1
     lines += [f"bugs localized: {sum(h[0] for h in hits.values())}/{sum(h[1] for h in hits.values())}"]
     lines += [f"  {name:20s} {h[0]}/{h[1]}" for name, h in sorted(hits.items())]
-    return lines
+    return lines + _case_counts(results) if results.cases else lines
+
+
+def _case_counts(results: Results) -> list[str]:
+    """Per instrument: FAIL/WARN over the correct cases' runs, bug cases localized."""
+    from _cases import localized
+
+    runs: dict[str, Counter] = {}
+    hits: dict[str, list[int]] = {}
+    for (_module, _name, seed), (case, out) in results.cases.items():
+        if seed == "bug":
+            h = hits.setdefault(case.instrument, [0, 0])
+            h[0] += localized(case, out)
+            h[1] += 1
+        else:
+            runs.setdefault(case.instrument, Counter())[out.status] += 1
+    lines = [f"instrument cases: {sum(sum(c.values()) for c in runs.values())} correct runs"]
+    lines += [f"  {name:20s} " + ", ".join(f"{k} {c[k]}" for k in ("PASS", "WARN", "SKIPPED", "FAIL") if c[k])
+              for name, c in sorted(runs.items())]
+    lines += [f"bug cases localized: {sum(h[0] for h in hits.values())}/{sum(h[1] for h in hits.values())}"]
+    return lines + [f"  {name:20s} {h[0]}/{h[1]}" for name, h in sorted(hits.items())]
