@@ -41,6 +41,24 @@ def _setter(entries: list[Entry], before: int, what: str) -> Entry | None:
     return None
 
 
+def _pooling_culprit(entries: list[Entry], before: int, implied: list[int]) -> Entry | None:
+    """When more spatial positions arrive than ``in_features`` implies: the pooling layer between the last layer that
+    changed the spatial size and the flatten whose output is not the implied size, or an ``nn.Identity`` there (a
+    removed pooling layer, ``model.avgpool = nn.Identity()``)."""
+    for e in reversed(entries[:before]):
+        out, inp = e.observed_output, e.observed_input
+        if out is None:
+            continue
+        if e.operation == "Identity":
+            return e
+        pooling = "Pool" in e.operation or e.operation.startswith(("adaptive_", "max_pool", "avg_pool"))
+        if pooling and len(out) >= 3 and out[2:] != implied:
+            return e
+        if len(out) >= 3 and len(inp) == len(out) and out[2:] != inp[2:]:
+            return None
+    return None
+
+
 def _culprit_name(e: Entry | None) -> str:
     return e.stage if e is not None else "inputs"
 
@@ -84,8 +102,16 @@ def _backward(entries: list[Entry], linear: Entry, in_features: int) -> dict[str
         culprit = next((e for e in reversed(entries[:src.index]) if e.observed_output != e.observed_input), None)
         return {"flattened_from": src.observed_input, "flatten": src.stage, "observed": observed, "implied": None,
                 "changed": "C and spatial", "culprit": _culprit_name(culprit)}
+    pooling = None
+    for i, (what, implied) in enumerate(hypotheses):  # a removed or changed pooling layer explains it exactly
+        implied_spatial = [implied[n] for n in names]
+        if what == "spatial" and math.prod(spatial) > math.prod(implied_spatial):
+            pooling = _pooling_culprit(entries, src.index, implied_spatial)
+            if pooling is not None:
+                hypotheses.insert(0, hypotheses.pop(i))
+                break
     changed, implied = hypotheses[0]
-    culprit = _setter(entries, src.index, changed)
+    culprit = pooling or _setter(entries, src.index, changed)
     out = {"flattened_from": src.observed_input, "flatten": src.stage, "observed": observed, "implied": implied,
            "changed": changed, "culprit": _culprit_name(culprit),
            "culprit_operation": culprit.operation if culprit is not None else "the model inputs"}
@@ -103,6 +129,16 @@ def _axes(d: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items())
 
 
+def _what_culprit_did(back: dict[str, Any]) -> str:
+    if back["changed"] == "C":
+        return "set C"
+    if back.get("culprit_operation") == "Identity":
+        return "is an nn.Identity where a pooling layer would reduce the spatial size"
+    if "Pool" in back.get("culprit_operation", "") or back.get("culprit_operation", "").startswith("adaptive_"):
+        return "is the pooling layer whose output size differs"
+    return "set the spatial size"
+
+
 def _flatten_check(e: Entry, in_features: int, back: dict[str, Any]) -> Check:
     """A Linear after a flatten whose ``in_features`` is not the arriving C*H*W: say which quantity changed where."""
     arriving = e.observed_input[-1]
@@ -117,7 +153,7 @@ def _flatten_check(e: Entry, in_features: int, back: dict[str, Any]) -> Check:
     also = back.get("also_consistent")
     hint = (f"{_NEVER}: {e.stage} expects {in_features} = {_formula(back['implied'])} features but "
             f"{arriving} = {_formula(back['observed'])} arrive; {culprit} "
-            f"{'set C' if back['changed'] == 'C' else 'set the spatial size'} "
+            f"{_what_culprit_did(back)} "
             f"({_axes(back['observed'])} where in_features implies {_axes(back['implied'])})"
             + (f"; also consistent: {_axes(also['implied'])} (last change at {also['culprit']})" if also else "")
             + f". Changing in_features is correct only if the change at {culprit} was intended")

@@ -27,6 +27,7 @@ from torch import nn
 from torch.nn.modules import conv, padding, pooling
 
 from .._core.trace import op_name, tensors
+from ._unread import AXES, op_window, window_of
 
 _PASS_THROUGH = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish,
                  nn.Sigmoid, nn.Tanh, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid, nn.Softplus, nn.Softsign, nn.Tanhshrink,
@@ -35,7 +36,6 @@ _PASS_THROUGH = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.SELU, nn.
 #: layer names whose output has the input's shape (a ledger of only these derives no geometry)
 PASS_NAMES = {cls.__name__ for cls in _PASS_THROUGH} | {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm",
                                                         "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"}
-AXES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 
 
 def _n(value: Any, n: int) -> tuple[int, ...]:
@@ -261,6 +261,8 @@ class Entry:
     observed_output: list[int] | None = None
     ran: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    start: int = 0  # the ledger's clock when the layer began, and when it returned
+    end: int = 0
 
     def row(self) -> dict[str, Any]:
         status = ("input_mismatch" if self.problem else "raised" if not self.ran else "observed" if self.expected_output
@@ -273,11 +275,15 @@ class Ledger:
     """The Recorder's callbacks: derive before each layer runs (``pre``), observe after (``post``), and record
     the watched functional ops (``op``, after they ran)."""
 
-    def __init__(self) -> None:
+    def __init__(self, outputs_of: frozenset[str] = frozenset()) -> None:
         self.entries: list[Entry] = []
         self.open: dict[int, list[Entry]] = {}
+        self.clock = 0
+        self.outputs_of = outputs_of  # module paths whose every output shape is recorded (the designed ones)
+        self.outputs: list[tuple[int, str, list[int] | None]] = []  # (clock, path, output shape)
 
     def pre(self, path: str, module: nn.Module, args: tuple) -> None:
+        self.clock += 1
         first = next(tensors(args), None)
         if first is None:
             return
@@ -286,7 +292,11 @@ class Ledger:
             return
         expected, problem, operation, declares = rule
         entry = Entry(len(self.entries), path, operation, list(first.shape), expected, problem, declares,
-                      flatten_start=(module.start_dim % max(first.dim(), 1)) if isinstance(module, nn.Flatten) else None)
+                      flatten_start=(module.start_dim % max(first.dim(), 1)) if isinstance(module, nn.Flatten) else None,
+                      start=self.clock)
+        window = window_of(module)
+        if window is not None:
+            entry.extra["window"] = window
         if isinstance(module, nn.Linear):
             entry.extra["in_features"] = module.in_features
         elif isinstance(module, conv._ConvNd):
@@ -295,12 +305,15 @@ class Ledger:
         self.open.setdefault(id(module), []).append(entry)
 
     def post(self, path: str, module: nn.Module, args: tuple, output: Any) -> None:
+        self.clock += 1
         pending = self.open.get(id(module))
+        out = next(tensors(output), None) if pending or path in self.outputs_of else None
+        if path in self.outputs_of:
+            self.outputs.append((self.clock, path, list(out.shape) if out is not None else None))
         if not pending:
             return
         entry = pending.pop()
-        out = next(tensors(output), None)
-        entry.ran, entry.observed_output = True, (list(out.shape) if out is not None else None)
+        entry.ran, entry.observed_output, entry.end = True, (list(out.shape) if out is not None else None), self.clock
 
     def op(self, func: Any, args: tuple, kwargs: dict, out: torch.Tensor, path: str) -> None:
         src = args[0] if args and isinstance(args[0], torch.Tensor) else next(tensors(args), None)
@@ -313,7 +326,11 @@ class Ledger:
         if name == "flatten" or (name in ("view", "reshape") and out.dim() == 2 and src.dim() >= 3 and out.shape[0] == src.shape[0]):
             flat = 1 if name != "flatten" else _bind(("input", "start_dim"), args, kwargs).get("start_dim", 0) % max(src.dim(), 1)
         declares = "C" if name in ("cat", "concat") and _bind(("tensors", "dim"), args, kwargs).get("dim", 0) in (1, -3) else ""
+        self.clock += 1
         entry = Entry(len(self.entries), f"op:{name}@{path}", operation, shape, expected, problem, declares, flat,
-                      list(out.shape), True)
+                      list(out.shape), True, start=self.clock, end=self.clock)
+        window = op_window(name, _bind(_AVG_ARGS if name.startswith("avg") else _POOL_ARGS, args, kwargs))
+        if window is not None:
+            entry.extra["window"] = window
         self.entries.append(entry)
 
