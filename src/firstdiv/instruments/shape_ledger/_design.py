@@ -29,12 +29,15 @@ from ...report import Status
 from .._core.checks import Check, check
 from ._geometry import Entry, Ledger
 
-_COMPILED = "_orig_mod."
+_COMPILED = "_orig_mod."  # the wrapped module's attribute in a torch.compile OptimizedModule
 
 
 def user_path(path: str) -> str:
-    """A module path in the user's terms: ``torch.compile``'s ``_orig_mod`` wrapper level left out."""
-    return path.replace("." + _COMPILED, ".").replace("._orig_mod", "").removeprefix(_COMPILED).removeprefix("_orig_mod")
+    """A module path (or ``op:name@path``) in the user's terms: ``torch.compile``'s ``_orig_mod`` level left out."""
+    if _COMPILED not in path + ".":
+        return path
+    head, sep, tail = path.rpartition("@")
+    return head + sep + ".".join(p for p in tail.split(".") if p != "_orig_mod")
 
 
 def _shape(path: str, value: Any) -> tuple[int | None, ...]:
