@@ -19,6 +19,13 @@ compared with the flattened C*H*W that arrived, the factorizations ``in_features
 (or C) say whether the channel count or the spatial size differs, and the last earlier layer that set that
 quantity is the ``culprit`` (e.g. ``conv2``). Never repair the final Linear first.
 
+A self-consistent network can still differ from its design (a head's ``in_features`` patched to whatever ran):
+``designed={"layer4": (512, 7, 7), "avgpool": (512, 1, 1), "fc": (1000,)}`` (per-example output shapes by module
+path) makes the first module whose output differs a ``shape.design_mismatch``, with the culprit layer since the
+last designed output that matched. Conv/pooling windows whose last window stops before the input's edge leave rows
+or columns never read (``shape.unread_pixels``: WARN, or as declared by ``unread=``); a stride longer than the
+window (a 1x1 stride-2 shortcut) skips rows by design and is not flagged.
+
 A shape ledger proves composition; it does not prove that height and width were not swapped or that the
 preprocessing kept meaning (``tensor_trace`` contracts and ``stage_trace`` do that). The forward pass runs once on
 the user's model under a guard (buffers, RNG states and grad mode restored, hooks removed).
