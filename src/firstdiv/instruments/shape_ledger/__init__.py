@@ -70,8 +70,8 @@ def shape_ledger(model: nn.Module, inputs: Any, *, designed: dict[str, Any] | No
             compiled submodules, runs eagerly (dynamo disabled for this pass: nothing is compiled), its paths
             without the ``_orig_mod`` level.
         inputs: a tensor (``model(x)``), a tuple of positional args or a dict of keyword args.
-        designed: the design's per-example output shape (batch axis left out, ``None`` for a free axis) by module
-            path, e.g. ``{"layer4": (512, 7, 7), "avgpool": (512, 1, 1), "fc": (1000,)}`` for a ResNet-18 on 224x224.
+        designed: the design's per-example output shape (the first axis of the output, the batch, left out;
+            ``None`` for a free axis; the first tensor of a tuple/dict/``ModelOutput``) by module path, e.g. ``{"layer4": (512, 7, 7), "avgpool": (512, 1, 1), "fc": (1000,)}`` for a ResNet-18 on 224x224.
             A network "repaired" by patching a head's ``in_features`` runs and is self-consistent; the design
             catches it at the first module (in execution order) whose output differs (``shape.design_mismatch``,
             ``where`` = that module, evidence ``culprit`` = the layer since the last matching designed output that
