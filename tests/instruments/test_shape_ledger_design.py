@@ -105,6 +105,11 @@ def test_bad_designs_are_one_line_invalid_arguments(designed, message):
     with pytest.raises(InvalidArgument) as info:
         shape_ledger(small_resnet(), X, designed=designed)
     assert message in str(info.value) and "\n" not in str(info.value)
+    model = small_resnet()
+    before = Snapshot.take(model)
+    with pytest.raises(InvalidArgument, match=r"\(2, 10\) is the whole output shape \(2, 10\): give \(10,\)"):
+        shape_ledger(model, X, designed={"fc": (2, 10)})  # the batch axis included: found after the forward
+    assert before.diff(Snapshot.take(model)) == []
     with pytest.raises(InvalidArgument, match="Expected `unread` to be one of"):
         shape_ledger(small_resnet(), X, unread="ignore")
 

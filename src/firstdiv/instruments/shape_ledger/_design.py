@@ -163,6 +163,9 @@ def design_checks(ledger: Ledger, designed: dict[str, tuple[int | None, ...]],
                 out.append((clock, check(name, "shape.design", Status.PASS, f"{name}: per-example output "
                                          f"{tuple(observed)} as designed", {"designed": list(design)})))
             continue
+        if _matches(shape, design) and len(shape) > 1:
+            raise InvalidArgument(f"Expected `designed[{name!r}]` to be a per-example shape (batch axis left out) but "
+                                  f"{tuple(design)} is the whole output shape {tuple(shape)}: give {tuple(shape[1:])}")
         seen.add(path)
         out = [(k, c) for k, c in out if c.finding.where != name]
         if failed:
