@@ -264,3 +264,6 @@ def test_a_backend_without_a_kernel_for_the_dtype_is_skipped_not_failed():
             raise NotImplementedError('"slow_conv2d_cpu" not implemented for \'Half\'')
     report = ledger(HalfOnly(), torch.randn(1, 3, 8, 8))
     assert report.status is Status.SKIPPED and "this backend cannot run the model as given" in report.reason
+    assert [r["stage"] for r in report.details["ledger"]] == ["conv"]
+    report = ledger(HalfOnly(), torch.randn(1, 3, 8, 8), designed={"conv": (5, 6, 6)})  # a divergence before it
+    assert (report.first_divergence.where, report.first_divergence.kind) == ("conv", "shape.design_mismatch")

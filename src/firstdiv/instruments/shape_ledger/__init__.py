@@ -101,10 +101,11 @@ def shape_ledger(model: nn.Module, inputs: Any, *, designed: dict[str, Any] | No
     entries = ledger.entries
     for e in entries:
         e.stage = user_path(e.stage)
-    if exc is not None and _unsupported(exc):
-        return skipped(_NAME, f"this backend cannot run the model as given ({exception_line(exc)}): no geometry "
-                              "observed; run it where the model runs (its device and dtype)", raised=True)
     checks = _ordered(_findings(entries, unread), design_checks(ledger, design, user_path))
+    if exc is not None and _unsupported(exc) and not any(c.finding.status is Status.FAIL for c in checks):
+        return skipped(_NAME, f"this backend cannot run the model as given ({exception_line(exc)}): the geometry "
+                              "after it was not observed; run it where the model runs (its device and dtype)",
+                       raised=True, ledger=[e.row() for e in entries])
     if exc is not None and any(c.finding.status is Status.FAIL for c in checks):
         checks.append(_raised_after(rec, exc))
     elif exc is not None:
