@@ -69,6 +69,9 @@ def test_patched_in_features_is_self_consistent_but_differs_from_the_design_at_l
     assert ev["changed"] == "C" and ev["culprit"] == "layer4.0.conv1"
     assert "never patch a later layer's in_features" in div.hint
     assert finding(report, "avgpool", "shape.after_divergence").status is Status.SKIPPED
+    upstream = ledger(model, X, designed={"avgpool": (64, 1, 1), "fc": (10,)})  # the change starts upstream
+    assert upstream.first_divergence.where == "avgpool"
+    assert finding(upstream, "avgpool", "shape.design_mismatch").evidence["culprit"] == "layer4.0.conv1"
 
 
 def test_a_stride_change_inside_a_stage_is_caught_by_the_stage_design_and_blamed_on_its_conv():
