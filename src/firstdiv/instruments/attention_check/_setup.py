@@ -71,6 +71,8 @@ class Ctx:
     base: Run | None = None
     proj: Proj | None = None
     proj_reason: str = ""
+    path: str | None = None  # the module's named_modules() path in the user's model (None: the module was passed alone)
+    neutral: bool = False  # eval-mode dropout found: later runs leave it out so the other checks stay exact
 
     def bf(self, t: torch.Tensor) -> torch.Tensor:
         """A [B, T, ...] view of a tensor in the module's layout ([T, B, ...] when batch_first is False)."""
