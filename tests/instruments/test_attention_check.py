@@ -14,6 +14,7 @@ from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.attention_check import attention_check
 
 LEVELS = ("LEVEL_1", "LEVEL_2", "LEVEL_3", "LEVEL_4")
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny modules: one thread, no spin-waiting
 
 
 class HandAttention(nn.Module):

@@ -141,10 +141,11 @@ def attention_check(attn: Any, inputs: Any, *, num_heads: int | None = None, cau
     if module is None:
         attn = eager(attn, notes)
         return _checked(attn, inputs, (num_heads, causal, key_padding_mask, atol), None, notes, guard=True)
-    check_path(attn, module)
+    model = eager(attn, notes)
+    check_path(model, module)
     _options(causal, atol)
     with guarded(attn), torch.no_grad():
-        found = module_inputs(eager(attn, notes), inputs, module)
+        found = module_inputs(model, inputs, module)
         if found.module is None:
             return Report(_NAME, Status.SKIPPED, side_effects=_COPY, reason=f"{module} not checked: {found.reason}",
                           details={"path": module, "notes": notes})
