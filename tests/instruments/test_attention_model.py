@@ -152,6 +152,11 @@ def test_torch_compiled_module_and_model_are_checked_through_the_eager_module():
     assert report.status is Status.PASS and any("torch.compile" in n for n in report.details["notes"])
     whole = checked(torch.compile(model("missing_scale")), ids(), module="blocks.0.attn")
     assert (whole.first_divergence.where, whole.first_divergence.kind) == ("blocks.0.attn", "attention.missing_scale")
+    inner = model("future")
+    inner.blocks[0]["attn"] = torch.compile(inner.blocks[0]["attn"])  # compiled in place: never compiled by the check
+    part = checked(inner, ids(), module="blocks.0.attn")
+    assert (part.first_divergence.where, part.first_divergence.kind) == ("blocks.0.attn", "attention.future_visible")
+    assert any("blocks.0.attn is torch.compile'd" in n for n in part.details["notes"])
 
 
 def test_model_that_cannot_reach_the_module_is_skipped_with_the_reason():
@@ -170,6 +175,8 @@ def test_model_that_cannot_reach_the_module_is_skipped_with_the_reason():
     torch.manual_seed(0)
     never = checked(Skips(), ids(), module="blocks.1.attn")
     assert never.status is Status.SKIPPED and "never called blocks.1.attn" in never.reason
+    embedding = checked(model(), ids(), module="embed")  # integer ids: not hidden states
+    assert embedding.status is Status.SKIPPED and "what the model passes to embed is not attention inputs" in embedding.reason
 
 
 @pytest.mark.parametrize("call, message", [

@@ -54,6 +54,19 @@ or padded: an additive ``attention_mask [B, 1, Tq, Tk]`` (0 / finfo.min) for Hug
 + ``is_causal`` / ``src_mask`` for ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer``, and ``key_padding_mask`` /
 ``src_key_padding_mask`` for modules whose forward takes one (``details['masks_built']``).
 
+EVAL-MODE RANDOMNESS: the eval path runs twice on the same input (no reseeding in between) and must agree, and no
+dropout may be active under ``eval()`` (``F.dropout(training=True)``, SDPA ``dropout_p > 0``); the references never
+reproduce dropout: once some is found, later passes leave it out and a note says so.
+
+THE USER'S MODEL: ``attention_check(model, model_inputs, module="blocks.0.attn")`` runs a copy of the model once and
+checks the module at that ``named_modules()`` path on exactly what the model passes it (masks, ``position_embeddings``,
+``cache_position``; a key/value cache is not passed on); every finding's ``where`` is that path and a failing check's
+``kind`` names the problem (``attention.missing_scale``, ``attention.wrong_scale``, ``attention.future_visible``,
+``attention.head_split_merge``, ``attention.eval_dropout`` ...), its level in ``evidence['level']``. Passed alone, the
+module's findings keep ``where = LEVEL_n`` and the level's kind, the diagnosis in ``observed``. ``torch.compile``d
+models and modules are checked through the eager module they wrap. T5-style attention (a relative position bias, no
+1/sqrt(Dh) by design) leaves the LEVEL_4 reference SKIPPED with that reason.
+
 Every level runs (each is independent evidence); the first divergence is the earliest failing check. A check that
 cannot run is SKIPPED with the reason. Limits: positional schemes other than ``position_embeddings`` (ALiBi, RoPE
 computed inside the module) make the LEVEL_4 reference disagree; fused qkv projections must be laid out ``[q | k | v]``;
@@ -75,7 +88,7 @@ from .._core.user_hooks import reports_user_hooks
 from ._capture import Site
 from ._diagnose import relabel
 from ._levels import level1, level3, reference, w4_of
-from ._model import check_path, eager, module_inputs
+from ._model import attention_inputs_reason, check_path, eager, module_inputs
 from ._probes import batch_isolation, causality, merge_probe, perturbations, run, time_isolation
 from ._randomness import eval_randomness
 from ._setup import (
@@ -146,9 +159,10 @@ def attention_check(attn: Any, inputs: Any, *, num_heads: int | None = None, cau
     _options(causal, atol)
     with guarded(attn), torch.no_grad():
         found = module_inputs(model, inputs, module)
-        if found.module is None:
-            return Report(_NAME, Status.SKIPPED, side_effects=_COPY, reason=f"{module} not checked: {found.reason}",
-                          details={"path": module, "notes": notes})
+        why = found.reason or attention_inputs_reason(found.inputs, module)
+        if why:
+            return Report(_NAME, Status.SKIPPED, side_effects=_COPY, reason=f"{module} not checked: {why}",
+                          details={"path": module, "notes": notes + found.notes})
         return _checked(found.module, found.inputs, (num_heads, causal, key_padding_mask, atol), module,
                         notes + found.notes, guard=False)
 

@@ -17,7 +17,7 @@ from torch import nn
 from ...errors import InvalidArgument
 from .._core.state import detached_copy
 from ._capture import describe
-from ._setup import type_name
+from ._setup import check_hidden, split_inputs, type_name
 
 
 def eager(obj: Any, notes: list[str]) -> Any:
@@ -100,6 +100,26 @@ def _without_cache(inputs: Any, notes: list[str]) -> Any:
     return out
 
 
+def _uncompile(work: nn.Module, notes: list[str]) -> None:
+    """torch.compile'd submodules of the copy are replaced by the eager modules they wrap (no compilation runs)."""
+    for name, sub in list(work.named_modules()):
+        inner = getattr(sub, "_orig_mod", None)
+        if name and isinstance(inner, nn.Module) and "._orig_mod" not in f".{name}":
+            parent, _, attr = name.rpartition(".")
+            setattr(work.get_submodule(parent) if parent else work, attr, inner)
+            notes.append(f"{name} is torch.compile'd: checked the eager {type(inner).__name__} it wraps")
+
+
+def attention_inputs_reason(inputs: Any, path: str) -> str:
+    """Why what the model passed to ``path`` is not attention inputs (hidden states [B, T, E] first), '' when it is."""
+    try:
+        args, kwargs, loc = split_inputs(inputs)
+        check_hidden(args[loc] if isinstance(loc, int) else kwargs[loc])
+    except InvalidArgument as exc:
+        return f"what the model passes to {path} is not attention inputs ({exc})"
+    return ""
+
+
 def module_inputs(model: nn.Module, inputs: Any, path: str) -> ModuleInputs:
     """Run a copy of ``model`` on ``inputs`` until the module at ``path`` is called; its module and inputs."""
     notes: list[str] = []
@@ -107,7 +127,8 @@ def module_inputs(model: nn.Module, inputs: Any, path: str) -> ModuleInputs:
         work = detached_copy(model)[0].eval()
     except Exception as exc:  # noqa: BLE001 - an uncopyable model is reported, not run on the user's object
         return ModuleInputs(None, reason=f"the model could not be deep-copied ({describe(exc)})")
-    target = eager(work.get_submodule(path), notes)
+    _uncompile(work, notes)
+    target = work.get_submodule(path)
     seen: list[tuple[tuple, dict]] = []
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
