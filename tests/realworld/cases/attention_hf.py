@@ -24,7 +24,7 @@ def _gpt2(seed: int, impl: str = "eager", **config) -> AttentionProgram:
                             "transformer.h.0.attn")
 
 
-def _bert(seed: int) -> AttentionProgram:
+def _bert(seed: int, path: str = "bert.encoder.layer.0.attention.self") -> AttentionProgram:
     torch.manual_seed(seed)
     cfg = transformers.BertConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=1, intermediate_size=64,
                                   vocab_size=VOCAB, num_labels=2)
@@ -32,7 +32,7 @@ def _bert(seed: int) -> AttentionProgram:
     mask = torch.ones_like(ids)
     mask[1, 5:] = 0
     return AttentionProgram(transformers.BertForSequenceClassification(cfg).eval(),
-                            {"input_ids": ids, "attention_mask": mask}, "bert.encoder.layer.0.attention.self")
+                            {"input_ids": ids, "attention_mask": mask}, path)
 
 
 def _t5(seed: int, path: str) -> AttentionProgram:
@@ -63,6 +63,11 @@ def _vit(seed: int) -> AttentionProgram:
     return AttentionProgram(model, pixels, path)
 
 
+def _bf16(program: AttentionProgram) -> AttentionProgram:
+    program.model.to(torch.bfloat16)
+    return program
+
+
 def _case(name: str, build, **bug) -> Case:
     return Case(name, INSTRUMENT, build, check, **bug)
 
@@ -70,10 +75,13 @@ def _case(name: str, build, **bug) -> Case:
 CASES = [
     _case("gpt2_eager", _gpt2),
     _case("gpt2_sdpa", lambda s: _gpt2(s, "sdpa")),
+    _case("gpt2_sdpa_bf16", lambda s: _bf16(_gpt2(s, "sdpa"))),
     _case("bert_padded", _bert),
+    _case("bert_attention_block", lambda s: _bert(s, "bert.encoder.layer.0.attention")),
     _case("t5_encoder_relative_bias", lambda s: _t5(s, "encoder.block.0.layer.0.SelfAttention")),
     _case("t5_decoder_causal", lambda s: _t5(s, "decoder.block.1.layer.0.SelfAttention")),
     _case("llama_rotary_gqa", lambda s: _llama(s, "sdpa")),
+    _case("llama_rotary_gqa_eager", lambda s: _llama(s, "eager")),
     _case("vit_patches", _vit),
     _case("gpt2_scale_attn_weights_off", lambda s: _gpt2(s, scale_attn_weights=False), bug=True,
           where=("transformer.h.0.attn",), kind="missing_scale"),
