@@ -126,6 +126,22 @@ class PaddedEncoder(nn.Module):
         return self.out((x * keep).sum(1) / keep.sum(1))
 
 
+class SeqFirstEncoder(nn.Module):
+    """nn.TransformerEncoder in its default (T, B, E) layout with src_key_padding_mask: in eval mode torch runs its
+    fused fast path, which never calls ``layers.N.self_attn`` unless something observes it."""
+
+    def __init__(self, vocab: int = 50, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim, padding_idx=0)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.1)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.out = nn.Linear(dim, 2)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.encoder(self.embed(tokens).transpose(0, 1), src_key_padding_mask=tokens == 0)
+        return self.out(h[0])
+
+
 def tokens(seed: int, batch: int = 2, length: int = 8, vocab: int = 50, pad_tail: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, vocab, (batch, length), generator=g)

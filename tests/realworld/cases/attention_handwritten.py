@@ -7,7 +7,7 @@ left on in eval mode."""
 from __future__ import annotations
 
 import torch
-from _attention_models import AttentionProgram, PaddedEncoder, TinyGPT, check, tokens
+from _attention_models import AttentionProgram, PaddedEncoder, SeqFirstEncoder, TinyGPT, check, tokens
 from _cases import Case
 
 INSTRUMENT = "attention_check"
@@ -24,6 +24,11 @@ def _encoder(seed: int) -> AttentionProgram:
     return AttentionProgram(PaddedEncoder().eval(), tokens(seed, pad_tail=3), "self_attn")
 
 
+def _seq_first(seed: int) -> AttentionProgram:
+    torch.manual_seed(seed)
+    return AttentionProgram(SeqFirstEncoder().eval(), tokens(seed, pad_tail=2), "encoder.layers.1.self_attn")
+
+
 def _case(name: str, build, **bug) -> Case:
     return Case(name, INSTRUMENT, build, check, **bug)
 
@@ -31,6 +36,7 @@ def _case(name: str, build, **bug) -> Case:
 CASES = [
     _case("nanogpt_tril_buffer", lambda s: _gpt(s, "blocks.1.attn")),
     _case("mha_key_padding_mask", _encoder),
+    _case("transformer_encoder_seq_first_padding", _seq_first),
     _case("sdpa_is_causal", lambda s: _gpt(s, "blocks.0.attn", sdpa=True)),
     _case("nanogpt_missing_scale", lambda s: _gpt(s, bug="missing_scale"), bug=True, where=("blocks.0.attn",),
           kind="missing_scale"),

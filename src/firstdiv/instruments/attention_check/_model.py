@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from ...errors import InvalidArgument
 from .._core.state import detached_copy
@@ -38,6 +39,11 @@ class ModuleInputs:
     inputs: Any = None
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+
+
+class _Plain(TorchFunctionMode):
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
 
 
 class _Stop(Exception):
@@ -137,7 +143,7 @@ def module_inputs(model: nn.Module, inputs: Any, path: str) -> ModuleInputs:
 
     handle = target.register_forward_pre_hook(hook, with_kwargs=True)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _Plain():  # a mode turns torch's fused eval fast paths off: every submodule is called
             _call(work, inputs)
     except _Stop:
         pass
