@@ -90,7 +90,7 @@ def test_clean_model_passes_with_every_finding_at_the_module_path():
     ("future", "attention.future_visible", "LEVEL_3", "the causal mask lets a query see future keys"),
     ("split", "attention.head_split_merge", "LEVEL_2", "heads split/merged"),
     ("softmax_axis", "attention.softmax_axis", "LEVEL_3", "softmax taken over the query axis"),
-    ("dropout", "attention.eval_dropout", "LEVEL_4", "F.dropout(p=0.2) in (root) is active under eval()"),
+    ("dropout", "attention.eval_dropout", "LEVEL_4", "F.dropout(p=0.2) in blocks.0.attn is active under eval()"),
     ("noise", "attention.eval_randomness", "LEVEL_4", "outputs differ"),
 ])
 def test_each_slip_is_named_at_the_module_path(bug, kind, level, said):
@@ -111,7 +111,7 @@ def test_eval_dropout_is_never_reproduced_and_the_other_levels_still_run():
     report = checked(model("dropout"), ids(), module="blocks.0.attn")
     assert [f.check for f in report.findings if f.status is Status.FAIL] == ["attention.eval_dropout"]
     random = report.findings[0]
-    assert random.evidence["stochastic_ops"] == ["F.dropout(p=0.2) in (root)"]
+    assert random.evidence["stochastic_ops"] == ["F.dropout(p=0.2) in blocks.0.attn"]
     assert any("dropout left out" in n for n in report.details["notes"])
 
 

@@ -28,6 +28,13 @@ def _difference(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
     return float(d.max()) if d.numel() else 0.0
 
 
+def _named(ctx: Ctx, op: str) -> str:
+    """'F.dropout(p=0.1) in drop' with the module's own path in front ('blocks.0.attn.drop'); '(root)' is the module."""
+    text, _, inner = op.rpartition(" in ")
+    root = ctx.path or ctx.name
+    return f"{text} in {root if inner == '(root)' else f'{root}.{inner}' if ctx.path else inner}"
+
+
 def eval_randomness(ctx: Ctx, first: Run) -> tuple[Check, Run]:
     """(the check, the run the other levels use as their base: ``first``, or a run without the active dropout)."""
     where = ctx.path or ctx.name
@@ -36,7 +43,7 @@ def eval_randomness(ctx: Ctx, first: Run) -> tuple[Check, Run]:
     if second.error or second.output is None:
         return check("LEVEL_4", RANDOM, Status.SKIPPED, f"eval path not run twice: the second pass raised {second.error or 'nothing'}",
                      ev), first
-    ops = list(dict.fromkeys(first.stochastic + second.stochastic))
+    ops = list(dict.fromkeys(_named(ctx, op) for op in first.stochastic + second.stochastic))
     diff, thr = _difference(first.output, second.output), threshold(ctx, first.output)
     ev.update({"max_abs_difference": diff, "threshold": thr, "stochastic_ops": ops})
     if not ops and diff <= thr:
