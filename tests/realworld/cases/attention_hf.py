@@ -58,8 +58,8 @@ def _vit(seed: int) -> AttentionProgram:
                                  image_size=16, patch_size=8)
     pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(seed))
     model = transformers.ViTModel(cfg).eval()
-    path = next(n for n, m in model.named_modules() if type(m).__name__ == "ViTSelfAttention" or
-                (type(m).__name__ == "ViTAttention" and hasattr(m, "q_proj")))
+    names = dict(model.named_modules())  # transformers 5 names it layers.0.attention, 4.x encoder.layer.0.attention.attention
+    path = next(p for p in ("layers.0.attention", "encoder.layer.0.attention.attention") if p in names)
     return AttentionProgram(model, pixels, path)
 
 
