@@ -191,3 +191,25 @@ def test_misuse_of_module_is_a_one_line_invalid_argument(call, message):
     with pytest.raises(InvalidArgument) as info:
         call()
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_inputs_the_model_passes_that_do_not_fit_are_skipped_not_raised():
+    class Masked(Attention):
+        def forward(self, x, key_padding_mask=None):  # takes a [B, 1, 1, T] mask its model builds
+            return super().forward(x)
+
+    class Outer(Model):
+        def __init__(self):
+            super().__init__()
+            self.blocks[0]["attn"] = Masked()
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            return self.head(self.blocks[0]["attn"](x, key_padding_mask=(ids == 0)[:, None, None, :]))
+
+    torch.manual_seed(0)
+    report = checked(Outer(), ids(), module="blocks.0.attn")
+    assert report.status is Status.SKIPPED and "what the model passes it does not fit" in report.reason
+    assert "Expected `key_padding_mask` to be a bool tensor [B, Tk]" in report.reason
+    with pytest.raises(InvalidArgument, match="key_padding_mask"):
+        attention_check(Outer(), ids(), module="blocks.0.attn", key_padding_mask=torch.zeros(2, 3, dtype=torch.bool))

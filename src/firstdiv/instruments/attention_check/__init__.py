@@ -163,8 +163,14 @@ def attention_check(attn: Any, inputs: Any, *, num_heads: int | None = None, cau
         if why:
             return Report(_NAME, Status.SKIPPED, side_effects=_COPY, reason=f"{module} not checked: {why}",
                           details={"path": module, "notes": notes + found.notes})
-        return _checked(found.module, found.inputs, (num_heads, causal, key_padding_mask, atol), module,
-                        notes + found.notes, guard=False)
+        try:
+            return _checked(found.module, found.inputs, (num_heads, causal, key_padding_mask, atol), module,
+                            notes + found.notes, guard=False)
+        except InvalidArgument as exc:  # what the model passes does not fit; a bad argument of the user's still raises
+            if num_heads is not None or key_padding_mask is not None:
+                raise
+            return Report(_NAME, Status.SKIPPED, side_effects=_COPY, details={"path": module, "notes": notes + found.notes},
+                          reason=f"{module} not checked: what the model passes it does not fit ({exc})")
 
 
 _COPY = "none: every forward pass ran on a deep copy in eval mode under no_grad"
