@@ -213,3 +213,26 @@ def test_inputs_the_model_passes_that_do_not_fit_are_skipped_not_raised():
     assert "Expected `key_padding_mask` to be a bool tensor [B, Tk]" in report.reason
     with pytest.raises(InvalidArgument, match="key_padding_mask"):
         attention_check(Outer(), ids(), module="blocks.0.attn", key_padding_mask=torch.zeros(2, 3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 5])
+def test_user_code_raising_half_way_leaves_no_trace(fail_at):
+    calls = {"n": 0}
+
+    def hook(module, args):
+        calls["n"] += 1
+        if calls["n"] == fail_at:
+            raise RuntimeError("boom half-way")
+
+    m = model()
+    m.train()
+    handle = m.blocks[0]["attn"].register_forward_pre_hook(hook)  # the copies carry it: user code that raises
+    try:
+        report = checked(m, ids(), module="blocks.0.attn")
+    finally:
+        handle.remove()
+    assert m.training and report.status is not Status.FAIL, str(report)
+    if fail_at == 1:
+        assert report.status is Status.SKIPPED and "RuntimeError: boom half-way" in report.reason
+    else:  # a later pass raised: the checks that needed it say so
+        assert "boom half-way" in report.reason + " ".join(f.message for f in report.findings), str(report)
