@@ -14,6 +14,7 @@ from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.attention_check import attention_check
 
 LEVELS = ("LEVEL_1", "LEVEL_2", "LEVEL_3", "LEVEL_4")
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny modules: one thread, no spin-waiting
 
 
 class HandAttention(nn.Module):
@@ -315,7 +316,7 @@ def test_report_round_trips_and_renders():
     torch.manual_seed(0)
     report = checked(HandAttention(fault="view_merge"), hidden(), num_heads=2, causal=True)
     again = Report.from_dict(json.loads(report.to_json()))
-    assert again.first_divergence == report.first_divergence and len(again.findings) == 11
+    assert again.first_divergence == report.first_divergence and len(again.findings) == 12
     assert "LEVEL_2" in str(report)
 
 

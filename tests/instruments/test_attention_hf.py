@@ -11,8 +11,9 @@ from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.attention_check import attention_check
 
 pytest.importorskip("transformers", reason="transformers is a test dependency: pip install -e '.[dev]'")
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread, no spin-waiting
 
-from transformers import BertConfig, GPT2Config, LlamaConfig
+from transformers import BertConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig, T5Config, T5EncoderModel
 from transformers.models.bert.modeling_bert import BertAttention, BertSelfAttention
 from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
@@ -31,10 +32,10 @@ def padding():
     return pad
 
 
-def checked(module, inputs, **options):
-    before = Snapshot.take(module)
-    report = attention_check(module, inputs, **options)
-    assert before.diff(Snapshot.take(module)) == []
+def checked(attn, inputs, **options):
+    before = Snapshot.take(attn)
+    report = attention_check(attn, inputs, **options)
+    assert before.diff(Snapshot.take(attn)) == []
     json.dumps(report.to_dict())
     return report
 
@@ -100,6 +101,7 @@ def test_gpt2_missing_scale_is_level_4():
     assert (report.first_divergence.where, report.first_divergence.kind) == ("LEVEL_4", "attention.reference_mismatch")
     assert [report.details["levels"][lv] for lv in LEVELS] == ["PASS", "PASS", "PASS", "FAIL"]
     assert "1/sqrt(Dh)" in report.first_divergence.hint
+    assert "scores are q·k with scale 1 (1/sqrt(Dh)=0.3536 missing)" in report.first_divergence.observed
 
 
 def test_gpt2_given_a_mask_that_lets_the_future_through():
@@ -145,3 +147,53 @@ def test_llama_attention_with_rotary_and_grouped_kv_passes(impl):
     assert unrotated.status is Status.PASS  # cos=1, sin=0: identity rotation, same verdict
     missing = checked(module, x)  # LlamaAttention needs (cos, sin) from its model
     assert missing.status is Status.SKIPPED and "TypeError" in missing.reason and "LlamaRotaryEmbedding" in missing.reason
+
+
+def tiny_gpt2(**config):
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_embd=E, n_head=HEADS, n_layer=2, n_positions=16, vocab_size=40, bos_token_id=0, eos_token_id=0,
+                     **config)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def ids():
+    return torch.randint(0, 40, (B, T), generator=torch.Generator().manual_seed(0))
+
+
+def test_gpt2_model_checked_at_its_path_on_the_models_own_inputs():
+    report = checked(tiny_gpt2(), {"input_ids": ids()}, module="transformer.h.1.attn")
+    assert report.status is Status.PASS and {f.where for f in report.findings} == {"transformer.h.1.attn"}, str(report)
+    assert any("Cache" in n for n in report.details["notes"])  # the model's cache is not passed on: no growth per pass
+    bug = checked(tiny_gpt2(scale_attn_weights=False), {"input_ids": ids()}, module="transformer.h.0.attn")
+    div = bug.first_divergence
+    assert (div.where, div.kind) == ("transformer.h.0.attn", "attention.missing_scale"), str(bug)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_model_is_checked_not_crashed(dtype):
+    report = checked(tiny_gpt2(attn_implementation="sdpa").to(dtype), {"input_ids": ids()}, module="transformer.h.0.attn")
+    assert report.status is Status.PASS, str(report)
+
+
+def test_t5_reference_is_skipped_by_design_not_failed():
+    torch.manual_seed(0)
+    model = T5EncoderModel(T5Config(d_model=E, d_kv=8, num_heads=HEADS, num_layers=1, d_ff=2 * E, vocab_size=40)).eval()
+    report = checked(model, {"input_ids": ids()}, module="encoder.block.0.layer.0.SelfAttention")
+    assert report.status is Status.PASS, str(report)
+    ref = next(f for f in report.findings if f.check == "attention.reference_mismatch")
+    assert ref.status is Status.SKIPPED and "by design (T5), does not scale them by 1/sqrt(Dh)" in ref.message
+
+
+def test_llama_attention_with_cache_position_and_a_4d_additive_mask():
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=E, num_attention_heads=HEADS, num_key_value_heads=2, intermediate_size=2 * E,
+                         num_hidden_layers=1, attn_implementation="eager")
+    module = LlamaAttention(config, layer_idx=0)
+    x = hidden()
+    cos, sin = LlamaRotaryEmbedding(config)(x, torch.arange(T)[None].expand(B, T))
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    mask = torch.zeros(B, 1, T, T).masked_fill(future | padding()[:, None, None, :], torch.finfo(torch.float32).min)
+    report = checked(module, {"hidden_states": x, "position_embeddings": (cos, sin), "attention_mask": mask,
+                              "cache_position": torch.arange(T)})
+    assert_clean(report)
+    assert report.details["causal"] is True and report.details["masks_built"] == []

@@ -54,6 +54,19 @@ or padded: an additive ``attention_mask [B, 1, Tq, Tk]`` (0 / finfo.min) for Hug
 + ``is_causal`` / ``src_mask`` for ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer``, and ``key_padding_mask`` /
 ``src_key_padding_mask`` for modules whose forward takes one (``details['masks_built']``).
 
+EVAL-MODE RANDOMNESS: the eval path runs twice on the same input (no reseeding in between) and must agree, and no
+dropout may be active under ``eval()`` (``F.dropout(training=True)``, SDPA ``dropout_p > 0``); the references never
+reproduce dropout: once some is found, later passes leave it out and a note says so.
+
+THE USER'S MODEL: ``attention_check(model, model_inputs, module="blocks.0.attn")`` runs a copy of the model once and
+checks the module at that ``named_modules()`` path on exactly what the model passes it (masks, ``position_embeddings``,
+``cache_position``; a key/value cache is not passed on); every finding's ``where`` is that path and a failing check's
+``kind`` names the problem (``attention.missing_scale``, ``attention.wrong_scale``, ``attention.future_visible``,
+``attention.head_split_merge``, ``attention.eval_dropout`` ...), its level in ``evidence['level']``. Passed alone, the
+module's findings keep ``where = LEVEL_n`` and the level's kind, the diagnosis in ``observed``. ``torch.compile``d
+models and modules are checked through the eager module they wrap. T5-style attention (a relative position bias, no
+1/sqrt(Dh) by design) leaves the LEVEL_4 reference SKIPPED with that reason.
+
 Every level runs (each is independent evidence); the first divergence is the earliest failing check. A check that
 cannot run is SKIPPED with the reason. Limits: positional schemes other than ``position_embeddings`` (ALiBi, RoPE
 computed inside the module) make the LEVEL_4 reference disagree; fused qkv projections must be laid out ``[q | k | v]``;
@@ -73,8 +86,11 @@ from .._core.checks import Check, compose
 from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._capture import Site
+from ._diagnose import relabel
 from ._levels import level1, level3, reference, w4_of
+from ._model import attention_inputs_reason, check_path, eager, module_inputs
 from ._probes import batch_isolation, causality, merge_probe, perturbations, run, time_isolation
+from ._randomness import eval_randomness
 from ._setup import (
     Ctx,
     batch_first_of,
@@ -105,51 +121,100 @@ LEVELS = ("LEVEL_1", "LEVEL_2", "LEVEL_3", "LEVEL_4")
 
 @reports_user_hooks
 def attention_check(attn: Any, inputs: Any, *, num_heads: int | None = None, causal: bool | None = None,
-                    key_padding_mask: torch.Tensor | None = None, atol: float = 1e-5) -> Report:
+                    key_padding_mask: torch.Tensor | None = None, atol: float = 1e-5, module: str | None = None) -> Report:
     """Check an attention module or function at four levels and report the earliest that fails.
 
     Args:
-        attn: an attention ``nn.Module`` (run as a deep copy in eval mode) or a callable.
+        attn: an attention ``nn.Module`` (run as a deep copy in eval mode) or a callable; with ``module``, the user's
+            whole model.
         inputs: what ``attn`` receives: the hidden states ``[B, T, E]`` (``[T, B, E]`` for ``batch_first=False``
             ``nn.MultiheadAttention``), a tuple of positional arguments (hidden states first, e.g. ``(x, x, x)`` for
-            ``nn.MultiheadAttention``) or a dict of keyword arguments (``hidden_states``, ``position_embeddings``...).
+            ``nn.MultiheadAttention``) or a dict of keyword arguments (``hidden_states``, ``position_embeddings``...);
+            with ``module``, the model's own inputs (``input_ids``, a dict of them, ``pixel_values``...).
         num_heads: Nh; default: read from the module (``num_heads``, ``num_attention_heads``, ``n_head``, its config),
             else from the captured weights.
         causal: whether future keys are forbidden; default: inferred (``details['causal_from']`` says from what).
         key_padding_mask: ``[B, Tk]`` bool, True = padding key (as in ``nn.MultiheadAttention``).
         atol: absolute tolerance for row sums, comparisons and "unchanged".
+        module: the ``named_modules()`` path of the attention module inside the model ``attn`` (``"blocks.0.attn"``,
+            ``"transformer.h.0.attn"``): the model runs once on ``inputs`` and the module is checked on what it receives.
 
     Returns:
-        A Report; ``first_divergence.where`` is ``LEVEL_1``..``LEVEL_4`` and ``kind`` one of ``attention.shape``,
+        A Report. With ``module``, every finding's ``where`` is that path and a failing check's ``kind`` names the
+        problem (``attention.missing_scale``, ``attention.wrong_scale``, ``attention.future_visible``,
+        ``attention.padding_visible``, ``attention.head_split_merge``, ``attention.softmax_axis``,
+        ``attention.eval_dropout``, ``attention.eval_randomness``, ...), the level in ``evidence['level']``. Without it,
+        ``where`` is ``LEVEL_1``..``LEVEL_4`` and ``kind`` the level's check (``attention.shape``,
         ``attention.axis_semantics``, ``attention.nonfinite``, ``attention.blocked_query``,
         ``attention.rows_not_normalized``, ``attention.forbidden_weight``, ``attention.causality``,
-        ``attention.reference_mismatch``; findings' evidence names the op and module.
+        ``attention.reference_mismatch``, ``attention.eval_dropout``, ``attention.eval_randomness``); the diagnosis is
+        in ``observed``. Findings' evidence names the op and module.
     """
-    ctx = _context(attn, inputs, num_heads, causal, key_padding_mask, atol)
-    with guarded(attn if isinstance(attn, nn.Module) else ()), torch.no_grad():
+    notes: list[str] = []
+    if module is None:
+        attn = eager(attn, notes)
+        return _checked(attn, inputs, (num_heads, causal, key_padding_mask, atol), None, notes, guard=True)
+    model = eager(attn, notes)
+    check_path(model, module)
+    _options(causal, atol)
+    with guarded(attn), torch.no_grad():
+        found = module_inputs(model, inputs, module)
+        why = found.reason or attention_inputs_reason(found.inputs, module)
+        if why:
+            return Report(_NAME, Status.SKIPPED, side_effects=_COPY, reason=f"{module} not checked: {why}",
+                          details={"path": module, "notes": notes + found.notes})
+        try:
+            return _checked(found.module, found.inputs, (num_heads, causal, key_padding_mask, atol), module,
+                            notes + found.notes, guard=False)
+        except InvalidArgument as exc:  # what the model passes does not fit; a bad argument of the user's still raises
+            if num_heads is not None or key_padding_mask is not None:
+                raise
+            return Report(_NAME, Status.SKIPPED, side_effects=_COPY, details={"path": module, "notes": notes + found.notes},
+                          reason=f"{module} not checked: what the model passes it does not fit ({exc})")
+
+
+_COPY = "none: every forward pass ran on a deep copy in eval mode under no_grad"
+
+
+def _checked(attn: Any, inputs: Any, options: tuple, path: str | None, notes: list[str], *, guard: bool) -> Report:
+    ctx = _context(attn, inputs, *options)
+    ctx.path, ctx.notes = path, notes + ctx.notes
+    with guarded(attn if guard and isinstance(attn, nn.Module) else ()), torch.no_grad():
         effects = _prepare(ctx, attn)
-        ctx.base = run(ctx)
-        if ctx.base.error or ctx.base.output is None:
-            what = ctx.base.error or "no tensor in its output"
-            b = bound(ctx)
-            rotary_hint = ("; it takes position_embeddings (cos, sin): build them with the model's rotary embedding module "
-                           "(e.g. LlamaRotaryEmbedding(config)(x, position_ids)) and pass them in `inputs`"
-                           if b is not None and "position_embeddings" in b.signature.parameters
-                           and b.arguments.get("position_embeddings") is None else "")
-            return Report(_NAME, Status.SKIPPED, side_effects=effects, details=_details(ctx, {}),
-                          reason=f"{ctx.name} raised {what} on inputs {_shapes(ctx)}{rotary_hint}; attention_check needs one "
-                                 "forward pass that runs and returns the attention output [B, Tq, E] (or a tuple starting with it)")
+        first = run(ctx)
+        if first.error or first.output is None:
+            return _not_run(ctx, first, effects)
+        random_check, ctx.base = eval_randomness(ctx, first)
         checks = _levels(ctx)
+        # eval-mode randomness blurs every other comparison: when it fails it is the first divergence
+        checks = [random_check, *checks] if random_check.finding.status is Status.FAIL else [*checks, random_check]
     return _report(ctx, checks, effects)
+
+
+def _not_run(ctx: Ctx, first: Any, effects: str) -> Report:
+    what = first.error or "no tensor in its output"
+    b = bound(ctx)
+    rotary_hint = ("; it takes position_embeddings (cos, sin): build them with the model's rotary embedding module "
+                   "(e.g. LlamaRotaryEmbedding(config)(x, position_ids)) and pass them in `inputs`, or pass the whole model "
+                   "with module=" if b is not None and "position_embeddings" in b.signature.parameters
+                   and b.arguments.get("position_embeddings") is None else "")
+    ctx.base = first
+    return Report(_NAME, Status.SKIPPED, side_effects=effects, details=_details(ctx, {}),
+                  reason=f"{ctx.path or ctx.name} raised {what} on inputs {_shapes(ctx)}{rotary_hint}; attention_check needs "
+                         "one forward pass that runs and returns the attention output [B, Tq, E] (or a tuple starting with it)")
+
+
+def _options(causal: Any, atol: Any) -> None:
+    if causal is not None and not isinstance(causal, bool):
+        raise InvalidArgument(f"Expected `causal` to be True, False or None but got {causal!r}")
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not atol >= 0:
+        raise InvalidArgument(f"Expected `atol` to be a number >= 0 but got {atol!r}")
 
 
 def _context(attn: Any, inputs: Any, num_heads: Any, causal: Any, key_padding_mask: Any, atol: Any) -> Ctx:
     if not isinstance(attn, nn.Module) and not callable(attn):
         raise InvalidArgument(f"Expected `attn` to be a torch.nn.Module or a callable but got {type_name(attn)}")
-    if causal is not None and not isinstance(causal, bool):
-        raise InvalidArgument(f"Expected `causal` to be True, False or None but got {causal!r}")
-    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not atol >= 0:
-        raise InvalidArgument(f"Expected `atol` to be a number >= 0 but got {atol!r}")
+    _options(causal, atol)
     args, kwargs, loc = split_inputs(inputs)
     hidden = args[loc] if isinstance(loc, int) else kwargs[loc]
     check_hidden(hidden)
@@ -174,7 +239,7 @@ def _prepare(ctx: Ctx, attn: Any) -> str:
     if isinstance(attn, nn.Module):
         try:
             work = detached_copy(attn)[0]
-            effects = "none: every forward pass ran on a deep copy in eval mode under no_grad"
+            effects = _COPY
         except Exception as exc:  # noqa: BLE001 - an uncopyable module is still observable under guarded()
             work = attn
             effects = f"forward passes on your module in eval mode (deep copy failed: {type(exc).__name__}); every value restored"
@@ -222,7 +287,7 @@ def _infer_causal(ctx: Ctx, site: Site | None, w4: torch.Tensor | None, nh: int 
 
 
 def _level_status(checks: list[Check], level: str) -> str:
-    statuses = [c.finding.status for c in checks if c.finding.where == level]
+    statuses = [c.finding.status for c in checks if c.finding.where == level]  # before relabel(): where is the level
     for s in (Status.FAIL, Status.WARN, Status.PASS):
         if s in statuses:
             return s.value
@@ -235,7 +300,8 @@ def _report(ctx: Ctx, checks: list[Check], effects: str) -> Report:
     reason = ""
     if all(c.finding.status is Status.SKIPPED for c in checks):
         reason = f"no level could be checked; first reason: {checks[0].finding.message}"
-    return compose(_NAME, checks, effects, _details(ctx, {"levels": levels, "first_failing_level": failing}), reason)
+    details = _details(ctx, {"levels": levels, "first_failing_level": failing, "path": ctx.path})
+    return compose(_NAME, relabel(checks, ctx.path), effects, details, reason)
 
 
 def _details(ctx: Ctx, extra: dict) -> dict:

@@ -31,6 +31,7 @@ Q_NAMES = ("q_proj", "query", "q", "to_q", "wq", "q_lin", "q_linear")
 K_NAMES = ("k_proj", "key", "k", "to_k", "wk", "k_lin", "k_linear")
 V_NAMES = ("v_proj", "value", "v", "to_v", "wv", "v_lin", "v_linear")
 _MHA_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
+_DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
 
@@ -80,6 +81,7 @@ class Run:
     sites: list[Site]
     calls: list[ModuleCall]
     error: str = ""
+    stochastic: list[str] = field(default_factory=list)  # "op (p=...) in module" for each random op that ran
 
 
 @dataclass
@@ -131,9 +133,10 @@ def _op_name(func: Any) -> str:
 class Recorder(TorchFunctionMode):
     """Records attention sites (softmax / SDPA / MHA), module paths and linear-like module calls."""
 
-    def __init__(self, tq: int, tk: int, pinned: list[torch.Tensor] | None = None) -> None:
+    def __init__(self, tq: int, tk: int, pinned: list[torch.Tensor] | None = None, neutral: bool = False) -> None:
         super().__init__()
-        self.tq, self.tk, self.pinned = tq, tk, pinned or []
+        self.tq, self.tk, self.pinned, self.neutral = tq, tk, pinned or [], neutral
+        self.stochastic: list[str] = []
         self.sites: list[Site] = []
         self.calls: list[ModuleCall] = []
         self.stack: list[str] = []
@@ -160,7 +163,23 @@ class Recorder(TorchFunctionMode):
             return self._sdpa(func, args, kwargs)
         if name == "multi_head_attention_forward":
             return self._mha(func, args, kwargs)
+        if name in _DROPOUTS:
+            return self._dropout(func, args, kwargs)
         return func(*args, **kwargs)
+
+    def _random(self, op: str, p: float) -> None:
+        where = self.stack[-1] if self.stack else ""
+        self.stochastic.append(f"{op}(p={p:g}) in {where or '(root)'}")
+
+    def _dropout(self, func: Any, args: Any, kwargs: dict) -> Any:
+        """Dropout that is active (training=True, p > 0) is recorded; a neutral run replaces it by the identity."""
+        a = dict(zip(("input", "p", "training"), args))
+        a.update(kwargs)
+        p, training = float(a.get("p", 0.5)), bool(a.get("training", True))
+        if not (training and p > 0):
+            return func(*args, **kwargs)
+        self._random(_op_name(func), p)
+        return a["input"] if self.neutral else func(*args, **kwargs)
 
     def _fits(self, t: Any) -> bool:
         return isinstance(t, torch.Tensor) and t.dim() >= 3 and tuple(t.shape[-2:]) == (self.tq, self.tk)
@@ -180,14 +199,18 @@ class Recorder(TorchFunctionMode):
         q, k, v = a["query"], a["key"], a["value"]
         weights = sdpa_weights(q, k, a.get("attn_mask"), bool(a.get("is_causal", False)), a.get("scale"),
                                bool(a.get("enable_gqa", False)))
+        p = float(a.get("dropout_p", 0.0) or 0.0)
+        if p > 0:
+            self._random("F.scaled_dot_product_attention dropout_p", p)
+        call = {**a, "dropout_p": 0.0} if self.neutral else a  # a neutral run leaves the eval-mode dropout out
         if not self._fits(weights):
-            return func(*args, **kwargs)
+            return func(**call)
         site = self._site("F.scaled_dot_product_attention", weights, args=a)
         pinned = self._pin(site.index)
         if pinned is not None and pinned.shape == weights.shape:
             out = pinned.to(v.dtype) @ repeat_heads(v, q.size(-3))
         else:
-            out = func(**{**a, "dropout_p": 0.0})  # probes compare exact values: no dropout
+            out = func(**call)
         site.output = out.detach().clone()
         return out
 
@@ -196,7 +219,11 @@ class Recorder(TorchFunctionMode):
         bound.apply_defaults()
         a = dict(bound.arguments)
         need, average = a["need_weights"], a["average_attn_weights"]
-        out, weights = func(**{**a, "need_weights": True, "average_attn_weights": False, "training": False})
+        training = bool(a["training"]) and float(a["dropout_p"]) > 0
+        if training:
+            self._random("F.multi_head_attention_forward dropout_p", float(a["dropout_p"]))
+        out, weights = func(**{**a, "need_weights": True, "average_attn_weights": False,
+                               "training": training and not self.neutral})
         if weights is None or not self._fits(weights):
             return out, (weights.mean(dim=-3) if average and weights is not None and weights.dim() == 4 else weights)
         site = self._site("F.multi_head_attention_forward", weights, args=a)
@@ -226,9 +253,10 @@ class Recorder(TorchFunctionMode):
 
 
 def capture(fn: Any, args: tuple, kwargs: dict, tq: int, tk: int, *, pinned: list[torch.Tensor] | None = None,
-            tags: Tags | None = None) -> Run:
-    """One forward pass of ``fn(*args, **kwargs)`` under no_grad with the recorder; never raises (``Run.error``)."""
-    rec = Recorder(tq, tk, pinned)
+            tags: Tags | None = None, neutral: bool = False) -> Run:
+    """One forward pass of ``fn(*args, **kwargs)`` under no_grad with the recorder; never raises (``Run.error``).
+    ``neutral``: active dropout (an eval-mode bug, reported by the randomness check) is left out of this run."""
+    rec = Recorder(tq, tk, pinned, neutral)
     handles = []
     try:
         if isinstance(fn, nn.Module):
@@ -237,9 +265,9 @@ def capture(fn: Any, args: tuple, kwargs: dict, tq: int, tk: int, *, pinned: lis
                 handles.append(module.register_forward_hook(rec.leave(path, tags)))
         with torch.no_grad(), rec:
             out = fn(*args, **kwargs)
-        return Run(first_tensor(out), rec.sites, rec.calls)
+        return Run(first_tensor(out), rec.sites, rec.calls, stochastic=rec.stochastic)
     except Exception as exc:  # noqa: BLE001 - user code: the probe reports it
-        return Run(None, rec.sites, rec.calls, describe(exc))
+        return Run(None, rec.sites, rec.calls, describe(exc), rec.stochastic)
     finally:
         for handle in handles:
             handle.remove()

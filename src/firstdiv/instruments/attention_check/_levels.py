@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 from ...report import Status
 from .._core.checks import Check, check
 from ._capture import Site, repeat_heads
-from ._setup import Ctx, rotary
+from ._setup import Ctx, bound, rotary
 
 SHAPE, NONFINITE, BLOCKED = "attention.shape", "attention.nonfinite", "attention.blocked_query"
 ROWS, FORBIDDEN, REFERENCE = "attention.rows_not_normalized", "attention.forbidden_weight", "attention.reference_mismatch"
@@ -186,18 +187,21 @@ def reference(ctx: Ctx, site: Site | None, nh: int | None, forbidden: torch.Tens
         return check("LEVEL_4", REFERENCE, Status.SKIPPED, f"reference not computed: {NO_SITE}", {})
     if site.op.endswith("multi_head_attention_forward"):
         return _ref_mha(ctx, site)
+    by_design = _position_bias(ctx)
+    if by_design:
+        return check("LEVEL_4", REFERENCE, Status.SKIPPED, f"reference not computed: {by_design}", {"module_type": ctx.name})
     if ctx.proj is not None and ctx.proj.merged is not None and nh:
         return _ref_proj(ctx, nh, forbidden)
     q = site.args.get("query")
     if site.op.endswith("scaled_dot_product_attention") and isinstance(q, torch.Tensor) and q.dim() == 4:
         a = site.args
         k, v = repeat_heads(a["key"], q.size(1)), repeat_heads(a["value"], q.size(1))
-        ref, unscaled = _sdpa(q, k, v, ~forbidden), _sdpa(q, k, v, ~forbidden, scale=1.0)
+        ref = _sdpa(q, k, v, ~forbidden)
+        alts = _alternatives(lambda s: _sdpa(q, k, v, ~forbidden, scale=s).transpose(1, 2), q.size(-1), ctx.E)
         lowp = F.scaled_dot_product_attention(q, k, v, attn_mask=~forbidden).transpose(1, 2) if q.dtype in _HALF else None
         ev = {"from": f"the q/k/v passed to {site.op} in {where_module(ctx, site)}", "scale_passed": a.get("scale"),
               "scale_reference": 1 / math.sqrt(q.size(-1))}
-        return _compare(ctx, site.output.transpose(1, 2), ref.transpose(1, 2), ev, q.dtype, forbidden, unscaled.transpose(1, 2),
-                        lowp)
+        return _compare(ctx, site.output.transpose(1, 2), ref.transpose(1, 2), ev, q.dtype, forbidden, alts, lowp)
     reason = ctx.proj_reason or ("number of heads unknown; pass num_heads" if not nh else
                                  ctx.proj.merged_from if ctx.proj is not None else "projections not identified")
     return check("LEVEL_4", REFERENCE, Status.SKIPPED, f"reference not computed: {reason}", {})
@@ -223,13 +227,14 @@ def _ref_proj(ctx: Ctx, nh: int, forbidden: torch.Tensor) -> Check:
     ev = {"from": f"q/k/v = outputs of {proj.q}, {proj.k}, {proj.v}" + (" (rotary position embeddings applied)" if rope else ""),
           "compared_with": proj.merged_from, "scale_reference": 1 / math.sqrt(dh)}
     ref = _sdpa(q, k, v, ~forbidden).transpose(1, 2).reshape(ctx.B, ctx.Tq, nh * dh)
-    unscaled = _sdpa(q, k, v, ~forbidden, scale=1.0).transpose(1, 2).reshape(ctx.B, ctx.Tq, nh * dh)
+    alts = _alternatives(lambda s: _sdpa(q, k, v, ~forbidden, scale=s).transpose(1, 2).reshape(ctx.B, ctx.Tq, nh * dh),
+                         dh, ctx.E)
     dt = proj.q_out.dtype
     lowp = None
     if dt in _HALF:  # the same reference in the module's precision: how far rounding alone moves it
         lowp = F.scaled_dot_product_attention(q.to(dt), k.to(dt), v.to(dt), attn_mask=~forbidden)
         lowp = lowp.transpose(1, 2).reshape(ctx.B, ctx.Tq, nh * dh)
-    return _compare(ctx, proj.merged, ref, ev, dt, forbidden, unscaled, lowp)
+    return _compare(ctx, proj.merged, ref, ev, dt, forbidden, alts, lowp)
 
 
 def _ref_mha(ctx: Ctx, site: Site) -> Check:
@@ -265,8 +270,33 @@ def _ref_mha(ctx: Ctx, site: Site) -> Check:
     return _compare(ctx, site.output.transpose(0, 1), out.transpose(0, 1), ev, a["query"].dtype, torch.isneginf(mask))
 
 
+def _position_bias(ctx: Ctx) -> str:
+    """Why the 1/sqrt(Dh) reference does not apply by design: T5-style attention (a learned relative position bias added
+    to unscaled scores; T5 folds the scale into its weight initialisation), read from the module's type and attributes."""
+    module = ctx.module
+    if module is None:
+        return ""
+    for path, sub in module.named_modules():
+        if hasattr(sub, "has_relative_attention_bias") or hasattr(sub, "relative_attention_bias"):
+            return (f"{type(sub).__name__}{' at ' + path if path else ''} adds a relative position bias to its scores and, "
+                    "by design (T5), does not scale them by 1/sqrt(Dh): the scale and the bias are not checked")
+    b = bound(ctx)
+    if b is not None and isinstance(b.arguments.get("position_bias"), torch.Tensor):
+        return "the module adds the position_bias it is given to its scores: the 1/sqrt(Dh) reference does not apply"
+    return ""
+
+
+def _alternatives(fn: Callable[[float], torch.Tensor], dh: int, e: int) -> list[tuple[str, float, torch.Tensor]]:
+    """The reference with the scales a bug puts in place of 1/sqrt(Dh): none (1), 1/Dh, 1/sqrt(E), 1/E."""
+    out: list[tuple[str, float, torch.Tensor]] = []
+    for label, value in (("1", 1.0), ("1/Dh", 1 / dh), ("1/sqrt(E)", 1 / math.sqrt(e)), ("1/E", 1 / e)):
+        if not any(math.isclose(value, v) for _, v, _ in out) and not math.isclose(value, 1 / math.sqrt(dh)):
+            out.append((label, value, fn(value)))
+    return out
+
+
 def _compare(ctx: Ctx, actual: torch.Tensor, ref: torch.Tensor, ev: dict, dtype: torch.dtype, forbidden: torch.Tensor,
-             unscaled: torch.Tensor | None = None, lowp: torch.Tensor | None = None) -> Check:
+             alts: list[tuple[str, float, torch.Tensor]] = (), lowp: torch.Tensor | None = None) -> Check:
     """actual and ref as [B, Tq, ...]; fully masked queries and rows where the module is non-finite are left out."""
     a, r = actual.double(), ref.double()
     blocked = forbidden.all(-1).any(1)  # [B, Tq]
@@ -278,15 +308,23 @@ def _compare(ctx: Ctx, actual: torch.Tensor, ref: torch.Tensor, ev: dict, dtype:
     tol = _tolerance(ctx, scale, dtype, noise)
     err = float((a[valid] - r[valid]).abs().max())
     ev = {**ev, "max_abs_error": err, "tolerance": tol, "reference_max_abs": scale, "rows_compared": int(valid.sum())}
-    unscaled_fits = False
-    if unscaled is not None:
-        ev["max_abs_error_vs_unscaled"] = float((a[valid] - unscaled.double()[valid]).abs().max())
-        unscaled_fits = ev["max_abs_error_vs_unscaled"] <= tol
+    errors = {label: float((a[valid] - t.double()[valid]).abs().max()) for label, _, t in alts}
+    if errors:
+        ev["max_abs_error_vs_scale"] = errors
+    if "1" in errors:
+        ev["max_abs_error_vs_unscaled"] = errors["1"]
     if err <= tol:
         return check("LEVEL_4", REFERENCE, Status.PASS, f"agrees with F.scaled_dot_product_attention on the same q/k/v (max "
                      f"error {err:.3g}, tolerance {tol:.3g})", ev)
-    hint = ("the scores are not scaled by 1/sqrt(Dh)" if unscaled_fits else
+    fit = next(((label, value) for label, value, _ in alts if errors[label] <= tol), None)
+    want = ev.get("scale_reference")
+    if fit is not None:
+        ev["scale_fit"] = {"scale": fit[0], "value": fit[1]}
+    said = ("" if fit is None else "; it matches the reference with scale 1: missing 1/sqrt(Dh)" if fit[0] == "1" else
+            f"; it matches the reference with scale {fit[0]} = {fit[1]:.4g} instead of 1/sqrt(Dh) = {want:.4g}")
+    hint = ("the scores are not scaled by 1/sqrt(Dh)" if fit is not None and fit[0] == "1" else
+            f"the scores are scaled by {fit[0]}: use 1/sqrt(Dh) (head_dim ** -0.5)" if fit is not None else
             "compare the score scale (1/sqrt(Dh)), the mask and the softmax axis with the reference")
     return check("LEVEL_4", REFERENCE, Status.FAIL, f"differs from F.scaled_dot_product_attention on the same q/k/v by {err:.3g} "
-                 f"(tolerance {tol:.3g}){'; it matches the reference with scale 1: missing 1/sqrt(Dh)' if unscaled_fits else ''}",
-                 ev, expected=f"within {tol:.3g} of the reference", observed=f"max error {err:.3g}", hint=hint)
+                 f"(tolerance {tol:.3g}){said}", ev, expected=f"within {tol:.3g} of the reference", observed=f"max error {err:.3g}",
+                 hint=hint)

@@ -41,6 +41,7 @@ def run(ctx: Ctx, hidden: torch.Tensor | None = None, **options: Any) -> Run:
             if isinstance(t, torch.Tensor) and (t is ctx.hidden or (t.shape == ctx.hidden.shape and torch.equal(t, ctx.hidden))):
                 memo[id(t)] = hidden
     args, kwargs = fresh((ctx.args, ctx.kwargs), memo)
+    options.setdefault("neutral", ctx.neutral)
     return capture(ctx.fn, args, kwargs, ctx.Tq, ctx.Tk, **options)
 
 

@@ -71,6 +71,8 @@ class Ctx:
     base: Run | None = None
     proj: Proj | None = None
     proj_reason: str = ""
+    path: str | None = None  # the module's named_modules() path in the user's model (None: the module was passed alone)
+    neutral: bool = False  # eval-mode dropout found: later runs leave it out so the other checks stay exact
 
     def bf(self, t: torch.Tensor) -> torch.Tensor:
         """A [B, T, ...] view of a tensor in the module's layout ([T, B, ...] when batch_first is False)."""
@@ -104,7 +106,8 @@ def split_inputs(inputs: Any) -> tuple[tuple, dict, Any]:
 def check_hidden(hidden: torch.Tensor) -> None:
     if hidden.dim() != 3 or not hidden.is_floating_point():
         raise InvalidArgument("Expected the hidden states (first of `inputs`) to be a 3-d floating-point tensor [B, T, E] but "
-                              f"got shape {tuple(hidden.shape)} {str(hidden.dtype).replace('torch.', '')}")
+                              f"got shape {tuple(hidden.shape)} {str(hidden.dtype).replace('torch.', '')}; for a whole model "
+                              "pass its own inputs with module='<named_modules() path of its attention module>'")
 
 
 def bound(ctx: Ctx) -> inspect.BoundArguments | None:
