@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler, default_collate, get_worker_info
+from torch.utils.data import DataLoader, Dataset, RandomSampler, get_worker_info
+
+from ._rng_cover import Budget, budget, epoch_batches
 
 GLOBALS = ("torch global", "numpy legacy global", "random")
 _HELD_KINDS = ((np.random.Generator, "numpy.Generator"), (np.random.RandomState, "numpy.RandomState"),
@@ -26,9 +28,7 @@ _HELD_KINDS = ((np.random.Generator, "numpy.Generator"), (np.random.RandomState,
 def _feed(h: Any, obj: Any) -> None:
     """Feed a structural description of ``obj`` (states, tensors, arrays, containers) into hash ``h``."""
     if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu().contiguous()
-        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        _feed_tensor(h, obj)
     elif isinstance(obj, np.ndarray):
         h.update(f"A{obj.dtype}{obj.shape}".encode() + np.ascontiguousarray(obj).tobytes())
     elif isinstance(obj, dict):
@@ -53,9 +53,27 @@ def _feed(h: Any, obj: Any) -> None:
             h.update(f"<{type(obj).__qualname__}>".encode())
 
 
+def _feed_tensor(h: Any, obj: torch.Tensor) -> None:
+    t = obj.detach().cpu()
+    h.update(f"T{t.dtype}{t.layout}{tuple(t.shape)}".encode())
+    if t.layout != torch.strided:  # sparse COO/CSR/CSC/BSR: the coalesced indices and values
+        t = t.to_sparse_coo().coalesce() if t.layout != torch.sparse_coo else t.coalesce()
+        for part in (t.indices(), t.values()):
+            _feed_tensor(h, part)
+        return
+    if t.is_quantized:
+        t = t.dequantize()
+    t = t.contiguous()
+    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+
+
 def _digest(obj: Any) -> str:
     h = hashlib.blake2b(digest_size=8)
-    _feed(h, obj)
+    try:
+        _feed(h, obj)
+    except Exception:  # noqa: BLE001 (an item we cannot read byte by byte is described by type and repr)
+        h = hashlib.blake2b(digest_size=8)  # by type only: a repr may hold an address that differs per pass
+        h.update(f"<{type(obj).__qualname__}>".encode())
     return h.hexdigest()
 
 
@@ -142,7 +160,7 @@ class _Probe(Dataset):
 
 
 class _ProbeCollate:
-    """Runs the loader's own collate (its draws count) and returns the probe records instead."""
+    """Runs the loader's own collate (its draws count; none for a bare Dataset) and returns the probe records."""
 
     def __init__(self, collate: Any, batched: bool) -> None:
         self.collate, self.batched = collate, batched
@@ -150,7 +168,7 @@ class _ProbeCollate:
     def __call__(self, batch: Any) -> list[dict[str, Any]]:
         pairs = batch if self.batched else [batch]
         records = [rec for rec, _ in pairs]
-        if not any("error" in rec for rec in records):
+        if self.collate is not None and not any("error" in rec for rec in records):
             self.collate([item for _, item in pairs] if self.batched else pairs[0][1])
         return records
 
@@ -209,7 +227,7 @@ def _loader(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -> 
     src = plan.loader
     gen = torch.Generator().manual_seed(plan.seed) if repair else None
     batched = plan.batch_size is not None or (src is not None and src.batch_sampler is not None)
-    collate = src.collate_fn if src is not None else default_collate
+    collate = src.collate_fn if src is not None else None  # a bare Dataset: its items need not be collatable
     kw: dict[str, Any] = {"num_workers": workers, "collate_fn": _ProbeCollate(collate, batched)}
     if src is None:
         kw.update(batch_size=plan.batch_size, shuffle=True, generator=gen, worker_init_fn=repair)
@@ -232,29 +250,34 @@ def _loader(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -> 
     return DataLoader(probe, **kw)
 
 
-def _one_pass(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -> list[dict[str, Any]]:
+def _one_pass(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -> tuple[list[dict[str, Any]], Budget]:
+    """One pass of as many whole batches as :func:`budget` plans, so that every worker is observed."""
     _seed_torch(plan.seed)
     if repair is not None and workers == 0:
         repair.apply(probe)  # worker_init_fn never runs without workers: seed in the main process
+    loader = _loader(plan, probe, workers, repair)
+    plan_of = budget(plan.items, plan.batch_size, workers, loader.prefetch_factor or 0, epoch_batches(loader))
     records: list[dict[str, Any]] = []
-    it = iter(_loader(plan, probe, workers, repair))
+    it = iter(loader)
     try:
-        for batch in it:
+        for k, batch in enumerate(it):
             records.extend(batch)
-            if len(records) >= plan.items or any("error" in r for r in batch):
+            if k + 1 >= plan_of.batches or any("error" in r for r in batch):
                 break
     finally:
         shutdown = getattr(it, "_shutdown_workers", None)  # stop workers now, not at garbage collection
         if shutdown is not None:
             shutdown()
-    return records[:plan.items]
+    return records, plan_of
 
 
-def run_setting(plan: Plan, inner: Any, workers: int, repair: bool) -> list[list[dict[str, Any]]]:
-    """Two passes over ``inner``, one copy of the dataset (its held generators carry over, as in a process)."""
+def run_setting(plan: Plan, inner: Any, workers: int, repair: bool) -> tuple[list[list[dict[str, Any]]], Budget]:
+    """Two passes over ``inner``, one copy of the dataset (its held generators carry over, as in a process),
+    and the budget they ran under."""
     probe = _Probe(inner, plan.held)
     fix = _Repair(plan.held, plan.loader.worker_init_fn if plan.loader is not None else None) if repair else None
-    return [_one_pass(plan, probe, workers, fix) for _ in range(2)]
+    (first, plan_of), (second, _) = (_one_pass(plan, probe, workers, fix) for _ in range(2))
+    return [first, second], plan_of
 
 
 def repair_code(seed: int, held: list[Held], user_init: str | None = None, workers: Iterable[int] = (2,)) -> str:
