@@ -229,6 +229,8 @@ def _loader(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -> 
     batched = plan.batch_size is not None or (src is not None and src.batch_sampler is not None)
     collate = src.collate_fn if src is not None else None  # a bare Dataset: its items need not be collatable
     kw: dict[str, Any] = {"num_workers": workers, "collate_fn": _ProbeCollate(collate, batched)}
+    if workers:  # prefetching decides how many batches are computed ahead, not what a worker draws for an item
+        kw["prefetch_factor"] = 1
     if src is None:
         kw.update(batch_size=plan.batch_size, shuffle=True, generator=gen, worker_init_fn=repair)
         return DataLoader(probe, **kw)
@@ -246,7 +248,7 @@ def _loader(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -> 
         sampler.generator = gen  # what shuffle=True with generator=gen builds
     kw.update(generator=gen, worker_init_fn=repair or src.worker_init_fn, timeout=src.timeout if workers else 0)
     if workers:
-        kw.update(multiprocessing_context=src.multiprocessing_context, prefetch_factor=src.prefetch_factor)
+        kw["multiprocessing_context"] = src.multiprocessing_context
     return DataLoader(probe, **kw)
 
 
