@@ -9,7 +9,16 @@ import random
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, SubsetRandomSampler, WeightedRandomSampler, get_worker_info
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    RandomSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+    get_worker_info,
+)
 
 from firstdiv import Status, rng_audit
 from firstdiv.lab._rng_cover import MAX_COMPUTED, budget
@@ -96,29 +105,36 @@ def test_duplication_is_the_first_divergence_before_pass_to_pass_differences():
 
 
 def test_workers_the_dataset_cannot_reach_are_a_skipped_finding():
-    report = rng_audit(DataLoader(HeldRng(n=40), batch_size=16), (4,), items=4)
-    cover = next(f for f in report.findings if f.where == "coverage" and f.check == "num_workers=4")
-    assert cover.status is Status.SKIPPED and "workers [3] received no batch" in cover.message
-    assert "one epoch has 3 batches for 4 workers" in cover.message and "among workers [0, 1, 2]" in cover.message
+    report = rng_audit(DataLoader(HeldRng(n=32), batch_size=16), (3,), items=4)
+    cover = next(f for f in report.findings if f.where == "coverage" and f.check == "num_workers=3")
+    assert cover.status is Status.SKIPPED and "workers [2] received no batch" in cover.message
+    assert "one epoch has 2 batches for 3 workers" in cover.message and "among workers [0, 1]" in cover.message
     assert report.first_divergence.where == "dataset.rng"  # still found among the workers it reached
-    assert "not observed (num_workers=4): workers [3]" in to_text(report, width=200)
+    assert "not observed (num_workers=3): workers [2]" in to_text(report, width=200)
     alone = rng_audit(DataLoader(PerIndex(n=8), batch_size=8), (2,))
     cover = next(f for f in alone.findings if f.where == "coverage" and f.check == "num_workers=2")
     assert cover.status is Status.SKIPPED and "could not be checked" in cover.message
     assert alone.status is Status.PASS  # what could not be checked is no FAIL
 
 
-def test_budget_caps_the_cost_and_says_so():
+def test_budget_caps_the_cost_and_says_so(monkeypatch):
     assert budget(16, 32, 2, 1, 100).batches == 4  # two batches per worker
     assert budget(16, 1, 2, 1, 100).batches == 16  # items already give each worker 8
     assert budget(16, 3, 4, 1, 100).batches == 8  # two batches (6 items) per worker
     assert budget(16, 32, 2, 1, 3).batches == 3  # never more than one epoch
-    big = budget(1, 128, 4, 1, 100)  # 4 workers x 2 batches x 128 exceeds the budget: only worker 0
+    assert budget(1, 64, 4, 1, 100).batches == 4  # 4 x 2 x 64 + prefetch exceeds 512 items: one batch per worker
+    big = budget(1, 128, 4, 1, 100)  # even one batch per worker exceeds it: only worker 0
     assert (big.batches, big.capped, MAX_COMPUTED) == (1, True, 512)
-    report = rng_audit(DataLoader(PerIndex(n=1024), batch_size=128), (4,), items=1)
-    cover = next(f for f in report.findings if f.where == "coverage" and f.check == "num_workers=4")
-    assert cover.status is Status.SKIPPED and "exceed the audit's 512 items per pass" in cover.message
+    monkeypatch.setattr("firstdiv.lab._rng_cover.MAX_COMPUTED", 32)  # the same at a size a test can afford
+    report = rng_audit(DataLoader(PerIndex(n=64), batch_size=16), (2,), items=1)
+    cover = next(f for f in report.findings if f.where == "coverage" and f.check == "num_workers=2")
+    assert cover.status is Status.SKIPPED and "exceed the audit's 32 items per pass" in cover.message
     assert "smaller batch_size=" in cover.message and report.status is Status.PASS
+    monkeypatch.undo()
+    sampler = BatchSampler(RandomSampler(range(160)), 32, drop_last=False)  # planned by its batch_size too
+    report = rng_audit(DataLoader(HeldRng(), batch_sampler=sampler), (2,), items=16)
+    assert report.details["observed"] == {"num_workers=2": {"0": 64, "1": 64}}
+    assert report.first_divergence.where == "dataset.rng"
 
 
 @pytest.mark.parametrize("make", [

@@ -258,7 +258,9 @@ def _one_pass(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -
     if repair is not None and workers == 0:
         repair.apply(probe)  # worker_init_fn never runs without workers: seed in the main process
     loader = _loader(plan, probe, workers, repair)
-    plan_of = budget(plan.items, plan.batch_size, workers, loader.prefetch_factor or 0, epoch_batches(loader))
+    size = getattr(loader.batch_sampler, "batch_size", None)  # also a caller's batch_sampler= that says its size
+    plan_of = budget(plan.items, size if isinstance(size, int) else None, workers, loader.prefetch_factor or 0,
+                     epoch_batches(loader))
     records: list[dict[str, Any]] = []
     it = iter(loader)
     try:
