@@ -22,6 +22,7 @@ from torch.utils.data import (
 
 from firstdiv import Status, rng_audit
 from firstdiv.lab._rng_cover import MAX_COMPUTED, budget
+from firstdiv.lab._rng_probe import find_held
 from firstdiv.render import to_text
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -192,3 +193,17 @@ def test_random_module_shared_by_a_constant_worker_init_fn_is_named():
     div = report.first_divergence
     assert (div.where, div.kind) == ("random", "rng.duplicated_across_workers") and "one constant" in div.hint
     assert report.details["repair_ok"] is True  # the repair reseeds after the caller's worker_init_fn
+
+
+def test_generators_in_wrapped_datasets_are_found_named_and_repaired():
+    full = HeldRng(n=64)
+    train, _ = torch.utils.data.random_split(full, [48, 16], generator=torch.Generator().manual_seed(0))
+    both = torch.utils.data.ConcatDataset([train, HeldRng(n=8)])
+    assert [g.name for g in find_held(both)] == ["dataset.datasets[0].dataset.rng", "dataset.datasets[1].rng"]
+    state = full.rng.bit_generator.state
+    report = rng_audit(DataLoader(train, batch_size=4, shuffle=True), (2,))
+    div = report.first_divergence
+    assert (div.where, div.kind) == ("dataset.dataset.rng", "rng.duplicated_across_workers")
+    assert report.details["repair_ok"] is True
+    assert "ds.dataset.rng = np.random.default_rng(derived_seed(seed, 0))" in report.details["repair_code"]
+    assert full.rng.bit_generator.state == state

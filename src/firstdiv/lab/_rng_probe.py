@@ -79,37 +79,62 @@ def _digest(obj: Any) -> str:
 
 @dataclass(frozen=True)
 class Held:
-    """A generator the dataset holds: ``dataset.<attr>`` or ``dataset.<attr>[key]``."""
+    """A generator the dataset holds: ``dataset.<attr>`` or ``dataset.<attr>[key]``, also in a dataset it wraps
+    (``via``: the steps ``(attr, key or None)`` to it, as ``Subset.dataset`` or ``ConcatDataset.datasets[k]``)."""
 
     name: str
     attr: str
     key: Any
     kind: str
+    via: tuple[tuple[str, Any], ...] = ()
+
+    def _holder(self, ds: Any) -> Any:
+        for attr, key in self.via:
+            ds = getattr(ds, attr, None) if key is None else getattr(ds, attr)[key]
+        return ds
 
     def get(self, ds: Any) -> Any:
-        obj = getattr(ds, self.attr, None)
+        obj = getattr(self._holder(ds), self.attr, None)
         return obj if self.key is None or obj is None else obj[self.key]
 
     def put(self, ds: Any, value: Any) -> None:
+        holder = self._holder(ds)
         if self.key is None:
-            setattr(ds, self.attr, value)
+            setattr(holder, self.attr, value)
         else:
-            getattr(ds, self.attr)[self.key] = value
+            getattr(holder, self.attr)[self.key] = value
+
+    def code(self, root: str = "ds") -> str:
+        steps = [*self.via, (self.attr, self.key)]
+        return root + "".join(f".{a}" + ("" if k is None else f"[{k!r}]") for a, k in steps)
 
 
 def _kind(obj: Any) -> str | None:
     return next((name for cls, name in _HELD_KINDS if isinstance(obj, cls)), None)
 
 
-def find_held(ds: Any) -> list[Held]:
-    """Generators among the dataset's attributes, and one level into its lists and dicts."""
-    found = []
+def find_held(ds: Any, via: tuple[tuple[str, Any], ...] = (), seen: set[int] | None = None) -> list[Held]:
+    """Generators among the dataset's attributes and one level into its lists and dicts, and the same in
+    the datasets it wraps (a Subset's, a ConcatDataset's), three levels deep."""
+    seen = set() if seen is None else seen
+    if id(ds) in seen or len(via) > 3:
+        return []
+    seen.add(id(ds))
+    found, inner = [], []
     for attr, value in sorted(getattr(ds, "__dict__", {}).items()):
         if _kind(value):
-            found.append(Held(f"dataset.{attr}", attr, None, _kind(value)))
+            found.append(Held(Held("", attr, None, "", via).code("dataset"), attr, None, _kind(value), via))
+        elif isinstance(value, Dataset):
+            inner.append(((*via, (attr, None)), value))
         elif isinstance(value, (list, dict)):
             items = value.items() if isinstance(value, dict) else enumerate(value)
-            found += [Held(f"dataset.{attr}[{k!r}]", attr, k, _kind(v)) for k, v in items if _kind(v)]
+            for k, v in items:
+                if _kind(v):
+                    found.append(Held(Held("", attr, k, "", via).code("dataset"), attr, k, _kind(v), via))
+                elif isinstance(v, Dataset):
+                    inner.append(((*via, (attr, k)), v))
+    for path, value in inner:
+        found += find_held(value, path, seen)
     return found
 
 
@@ -296,7 +321,7 @@ def repair_code(seed: int, held: list[Held], user_init: str | None = None, worke
         lines += ["    info = torch.utils.data.get_worker_info()",
                   "    ds = info.dataset if info is not None else dataset"]
     for k, g in enumerate(held):
-        target = "ds." + g.attr + ("" if g.key is None else f"[{g.key!r}]")
+        target = g.code()
         lines.append({"numpy.Generator": f"    {target} = np.random.default_rng(derived_seed(seed, {k}))",
                       "torch.Generator": f"    {target}.manual_seed(derived_seed(seed, {k}))"}
                      .get(g.kind, f"    {target}.seed(derived_seed(seed, {k}))"))

@@ -148,7 +148,7 @@ def seed_everything(worker_id: int) -> None:
 
 
 def _program(loader: DataLoader) -> types.SimpleNamespace:
-    ds = loader.dataset
+    ds = getattr(loader.dataset, "dataset", loader.dataset)  # a random_split's Subset: the full dataset
     return types.SimpleNamespace(loader=loader, sample=getattr(ds, "images", getattr(ds, "ids", None)))
 
 
@@ -165,6 +165,11 @@ def _loader(dataset_cls: type, **kw) -> callable:
 def _big_batches(seed: int) -> types.SimpleNamespace:
     gen = torch.Generator().manual_seed(seed)
     return _program(DataLoader(TorchCrops(seed, n=160), batch_size=32, shuffle=True, num_workers=2, generator=gen))
+
+
+def _split_loader(seed: int) -> types.SimpleNamespace:
+    train, _ = torch.utils.data.random_split(HeldRng(seed), [40, 8], generator=torch.Generator().manual_seed(seed))
+    return _program(DataLoader(train, batch_size=4, shuffle=True, num_workers=2))
 
 
 def _bug(name: str, build: callable, where: str) -> Case:
@@ -186,6 +191,7 @@ CASES = [
          "numpy legacy global"),
     _bug("worker_init_seed_everything_text", _loader(MaskedText, worker_init_fn=seed_everything), "random"),
     _bug("worker_init_seed_everything_crops", _loader(TorchCrops, worker_init_fn=seed_everything), "torch global"),
+    _bug("default_rng_in_init_random_split", _split_loader, "dataset.dataset.rng"),
     _bug("default_rng_in_init_batch_32", lambda seed: _program(DataLoader(HeldRng(seed, n=160), batch_size=32,
                                                                           shuffle=True, num_workers=2)), "dataset.rng"),
 ]
