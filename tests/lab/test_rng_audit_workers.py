@@ -207,3 +207,21 @@ def test_generators_in_wrapped_datasets_are_found_named_and_repaired():
     assert report.details["repair_ok"] is True
     assert "ds.dataset.rng = np.random.default_rng(derived_seed(seed, 0))" in report.details["repair_code"]
     assert full.rng.bit_generator.state == state
+
+
+def test_a_sampler_that_cannot_be_copied_is_skipped_with_the_reason():
+    class LockedSampler(torch.utils.data.Sampler):
+        def __init__(self):
+            import threading
+
+            self.lock = threading.Lock()
+
+        def __len__(self):
+            return 8
+
+        def __iter__(self):
+            return iter(range(8))
+
+    report = rng_audit(DataLoader(PerIndex(n=8), batch_size=2, sampler=LockedSampler()), (0,))
+    assert report.status is Status.SKIPPED and report.reason.startswith("copy.deepcopy(loader.sampler) raised TypeError")
+    assert "make LockedSampler deep-copyable" in report.reason

@@ -248,6 +248,18 @@ def _seed_torch(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
+class CopyError(Exception):
+    """A part of the caller's loader that the audit could not copy (it never runs on the caller's own)."""
+
+
+def _copy(obj: Any, memo: dict[int, Any], what: str) -> Any:
+    try:
+        return copy.deepcopy(obj, memo)
+    except Exception as exc:  # noqa: BLE001 (any copy failure is the caller's object's, said in one line)
+        raise CopyError(f"copy.deepcopy(loader.{what}) raised {type(exc).__name__}: {exc}; the audit runs each pass on "
+                        f"a copy to leave yours untouched: make {type(obj).__name__} deep-copyable") from None
+
+
 def _loader(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -> DataLoader:
     src = plan.loader
     gen = torch.Generator().manual_seed(plan.seed) if repair else None
@@ -261,13 +273,13 @@ def _loader(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -> 
         return DataLoader(probe, **kw)
     memo: dict[int, Any] = {id(src.dataset): probe._fd_inner}
     if src.generator is not None:  # a fresh copy of the caller's generator each pass (or the repair's)
-        gen = copy.deepcopy(src.generator) if gen is None else gen
+        gen = _copy(src.generator, {}, "generator") if gen is None else gen
         memo[id(src.generator)] = gen
     if src.batch_size is None and src.batch_sampler is not None:
-        kw["batch_sampler"] = copy.deepcopy(src.batch_sampler, memo)
+        kw["batch_sampler"] = _copy(src.batch_sampler, memo, "batch_sampler")
         sampler = getattr(kw["batch_sampler"], "sampler", None)
     else:
-        kw.update(sampler=copy.deepcopy(src.sampler, memo), batch_size=plan.batch_size, drop_last=src.drop_last)
+        kw.update(sampler=_copy(src.sampler, memo, "sampler"), batch_size=plan.batch_size, drop_last=src.drop_last)
         sampler = kw["sampler"]
     if repair and isinstance(sampler, RandomSampler) and sampler.generator is None:
         sampler.generator = gen  # what shuffle=True with generator=gen builds

@@ -8,6 +8,12 @@ loader's generator and sampler) start from the same state each pass; everything 
 and the generators it holds, numpy's and ``random``'s globals) carries over, as it does in a process.
 The repair (explicit ``generator=`` plus a ``worker_init_fn`` reseeding the rest) is then applied and
 verified with the same two passes. Everything that mutates runs on deep copies.
+
+With workers a pass takes whole batches until every worker has been observed a few times (batch k comes from
+worker k % num_workers; :mod:`firstdiv.lab._rng_cover` plans it from the batch size, the workers, the prefetch
+and the epoch's length, within a budget), and says which workers it could not reach and why. A stream two
+workers draw from the same state (a generator made in ``__init__`` and copied into every worker, a
+``worker_init_fn`` seeding a constant) is ranked first, before the streams that differ between passes.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from .._globals import restore_rng, rng_state
 from ..errors import InvalidArgument, WorkloadError
 from ..report import Divergence, Finding, Report, Status, skipped
 from ._rng_cover import Budget, observed_counts, unobserved
-from ._rng_probe import GLOBALS, Plan, RngDemo, find_held, repair_code, run_setting
+from ._rng_probe import GLOBALS, CopyError, Plan, RngDemo, find_held, repair_code, run_setting
 from ._targets import Kind, load_callable
 
 INSTRUMENT = "rng_audit"
@@ -298,6 +304,8 @@ def _run(plan: Plan, workers: int, repair: bool) -> tuple[list[list[dict[str, An
                          "yours untouched: make the dataset deep-copyable (define __deepcopy__)") from None
     try:
         passes, plan_of = run_setting(plan, inner, workers, repair)
+    except CopyError as exc:
+        raise _PassError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 (worker failures arrive as any type)
         last = ([x.strip() for x in str(exc).splitlines() if x.strip()] or [type(exc).__name__])[-1]  # worker tracebacks
         if not last.startswith(type(exc).__name__):
@@ -314,11 +322,13 @@ def rng_audit(dataset_or_loader: Any, num_workers: Any = (0, 2), *, seed: int = 
               batch_size: int | None = None) -> Report:
     """Which RNGs in a data pipeline reproduce from ``torch.manual_seed(seed)``, per ``num_workers``.
 
-    Runs two passes of ``items`` items per setting, observing torch's, numpy's legacy and ``random``'s
-    global RNGs and the generators the dataset holds, without drawing from any of them; flags streams
-    that differ between passes or that two workers share; applies and verifies the repair. A bare
-    Dataset is loaded with ``shuffle=True`` and ``batch_size`` (default 1); a DataLoader keeps its
-    sampler, batch size, collate, worker_init_fn and generator. Leaves every object and RNG as found.
+    Runs two passes of at least ``items`` items per setting (with workers, whole batches until each worker
+    is observed; ``details['observed']`` counts the items per worker), observing torch's, numpy's legacy and
+    ``random``'s global RNGs and the generators the dataset holds (also inside a Subset or ConcatDataset),
+    without drawing from any of them; flags streams that two workers share (first) or that differ between
+    passes; applies and verifies the repair. A bare Dataset is loaded with ``shuffle=True`` and
+    ``batch_size`` (default 1), its items not collated; a DataLoader keeps its sampler, batch size, collate,
+    worker_init_fn and generator (prefetching one batch per worker). Leaves every object and RNG as found.
     """
     settings = _settings(num_workers)
     plan = _plan(dataset_or_loader, seed, items, batch_size)
