@@ -170,6 +170,11 @@ def test_demo_renders_table_and_pasteable_repair(demo):
     assert isinstance(back, RngAuditReport) and back.table == demo.table and back.first_divergence == demo.first_divergence
 
 
+def test_demo_text_matches_golden(demo, golden):
+    # the whole terminal text: divergence, per-setting item counts, table, repair, per-worker observations
+    golden("rng_audit_demo.txt", to_text(demo, width=120))
+
+
 def test_printed_repair_does_what_the_verified_repair_does():
     held = find_held(AllKinds())
     assert [g.name for g in held] == ["dataset.by_name['legacy']", "dataset.gen", "dataset.py", "dataset.rngs[0]"]

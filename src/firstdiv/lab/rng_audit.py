@@ -160,17 +160,23 @@ class RngAuditReport(Report):
         return {row["rng"]: dict(zip(self.details["columns"], _row_texts(row))) for row in self.details["rows"]}
 
     def __rich_body__(self) -> Iterable[Any]:
-        from rich.text import Text
+        from rich.table import Table
 
         from ..render.experiments import render_rng_audit
 
         d = self.details
         per_pass = " / ".join(f"{sum(n.values())} ({col})" for col, n in d["observed"].items())
-        shown = SimpleNamespace(ok=self.ok, details={**d, "items": per_pass or d["items"]})
-        yield from render_rng_audit(shown, _row_texts)
+        for part in render_rng_audit(SimpleNamespace(ok=self.ok, details={**d, "items": per_pass}), _row_texts):
+            yield part
+            if isinstance(part, Table):  # how much of each worker the table rests on, right under it
+                yield from self._observed_lines()
+
+    def _observed_lines(self) -> Iterable[Any]:
+        from rich.text import Text
+
         yield Text("  items observed per pass: " + "; ".join(
             f"{col}: " + ", ".join(f"{n} in the main process" if w == "main" else f"{n} from worker {w}"
-                                   for w, n in n_of.items()) for col, n_of in d["observed"].items()))
+                                   for w, n in n_of.items()) for col, n_of in self.details["observed"].items()))
         for f in self.findings:
             if f.where == "coverage" and f.status is Status.SKIPPED:
                 yield Text(f"  not observed ({f.check}): {f.message}", style="yellow")
