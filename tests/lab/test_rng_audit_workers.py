@@ -145,7 +145,9 @@ def test_budget_caps_the_cost_and_says_so(monkeypatch):
     lambda i, rng: torch.from_numpy(rng.random((3, 4)) * (rng.random((3, 4)) > 0.7)).to_sparse(),
     lambda i, rng: torch.from_numpy(rng.random((3, 4)) * (rng.random((3, 4)) > 0.7)).to_sparse_csr(),
     lambda i, rng: object(),  # no bytes to read: compared by type only
-], ids=["tuple", "dict", "str", "sparse_coo", "sparse_csr", "object"])
+    lambda i, rng: np.array([f"img_{i}.png", {"boxes": rng.random(2).tolist()}], dtype=object),  # bytes are addresses
+    lambda i, rng: (torch.Generator().manual_seed(int(i)), i),  # compared by its state
+], ids=["tuple", "dict", "str", "sparse_coo", "sparse_csr", "object", "object_array", "generator"])
 def test_common_item_types_reproduce_as_a_bare_dataset(make):
     report = rng_audit(PerIndex(n=12, make=make), (0, 2), items=4, batch_size=2)
     assert report.status is Status.PASS, (report.reason, report.first_divergence)

@@ -30,7 +30,14 @@ def _feed(h: Any, obj: Any) -> None:
     if isinstance(obj, torch.Tensor):
         _feed_tensor(h, obj)
     elif isinstance(obj, np.ndarray):
-        h.update(f"A{obj.dtype}{obj.shape}".encode() + np.ascontiguousarray(obj).tobytes())
+        h.update(f"A{obj.dtype}{obj.shape}".encode())
+        if obj.dtype.hasobject:  # its bytes are addresses: describe the elements instead
+            _feed(h, obj.ravel().tolist())
+        else:
+            h.update(np.ascontiguousarray(obj).tobytes())
+    elif _kind(obj):  # a generator handed out in an item: its state
+        h.update(_kind(obj).encode())
+        _feed(h, _state(obj, _kind(obj)))
     elif isinstance(obj, dict):
         h.update(b"{")
         for key in sorted(obj, key=repr):
