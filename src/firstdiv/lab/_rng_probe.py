@@ -152,7 +152,8 @@ def _state(obj: Any, kind: str) -> Any:
 
 
 def _states(ds: Any, held: list[Held]) -> dict[str, str]:
-    out = dict(zip(GLOBALS, map(_digest, (torch.get_rng_state(), np.random.get_state(), random.getstate()))))
+    py = hashlib.blake2b(repr(random.getstate()).encode(), digest_size=8).hexdigest()  # 625 ints: one repr
+    out = dict(zip(GLOBALS, (_digest(torch.get_rng_state()), _digest(np.random.get_state()), py)))
     for g in held:
         obj = g.get(ds)
         out[g.name] = _digest(_state(obj, g.kind)) if _kind(obj) == g.kind else "missing"
