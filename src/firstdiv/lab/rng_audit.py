@@ -165,10 +165,11 @@ class RngAuditReport(Report):
         from ..render.experiments import render_rng_audit
 
         d = self.details
-        per_pass = " / ".join(f"{sum(n.values())} ({col})" for col, n in d["observed"].items())
-        for part in render_rng_audit(SimpleNamespace(ok=self.ok, details={**d, "items": per_pass}), _row_texts):
+        per_pass = " / ".join(f"{sum(n.values())} ({col})" for col, n in d.get("observed", {}).items())
+        shown = SimpleNamespace(ok=self.ok, details={**d, "items": per_pass or d["items"]})
+        for part in render_rng_audit(shown, _row_texts):
             yield part
-            if isinstance(part, Table):  # how much of each worker the table rests on, right under it
+            if isinstance(part, Table) and "observed" in d:  # how much of each worker the table rests on
                 yield from self._observed_lines()
 
     def _observed_lines(self) -> Iterable[Any]:
