@@ -127,11 +127,13 @@ def test_demo_table_on_this_pytorch(demo):
         "torch global": dict(zip(COLS, [R, R, R])),
         "numpy legacy global": dict(zip(COLS, [NO, R, R])),
         "random": dict(zip(COLS, [NO, R, R])),
-        "dataset.rng": dict(zip(COLS, [NO, "REPRODUCES, DUPLICATED x9", R])),
+        "dataset.rng": dict(zip(COLS, [NO, "REPRODUCES, DUPLICATED x8", R])),
         "item content": dict(zip(COLS, [NO, R, R])),
     }
     held = next(row for row in demo.details["rows"] if row["rng"] == "dataset.rng")
-    assert held["cells"]["2"]["duplicated"] == 9 and held["cells"]["2"]["duplicated_workers"] == [0, 1]
+    # each worker's 8 draws replay the other's: 8 draws made from the same state by both workers
+    assert held["cells"]["2"]["observed"] == {"0": 8, "1": 8} and demo.details["observed"]["num_workers=2"] == {"0": 8, "1": 8}
+    assert held["cells"]["2"]["duplicated"] == 8 and held["cells"]["2"]["duplicated_workers"] == [0, 1]
     assert held["repair"]["2"] == {**held["repair"]["2"], "ok": True, "reproduces": True, "duplicated": 0}
     assert demo.details["repair_ok"] is True
 
@@ -139,10 +141,13 @@ def test_demo_table_on_this_pytorch(demo):
 def test_demo_report_is_self_consistent(demo):
     assert demo.status is Status.FAIL and not demo.ok
     div = demo.first_divergence
-    assert (div.where, div.kind) == ("numpy legacy global", "rng.not_reproducible")
-    assert "num_workers=0" in div.expected and "main process" in div.observed and "generator=" in div.hint
+    # the stream every worker shares is ranked before the pass-to-pass differences of num_workers=0
+    assert (div.where, div.kind) == ("dataset.rng", "rng.duplicated_across_workers")
+    assert div.expected == "num_workers=2: a distinct stream in each worker"
+    assert "workers [0, 1] share the dataset.rng stream" in div.observed and "worker 1: 8 items" in div.observed
+    assert "copied into every worker" in div.hint and "worker_init_fn" in div.hint
     failing = [(f.where, f.check) for f in demo.findings if f.status is Status.FAIL]
-    assert failing[0] == ("numpy legacy global", "num_workers=0")
+    assert ("numpy legacy global", "num_workers=0") in failing
     assert ("dataset.rng", "num_workers=2") in failing and not any(c.startswith("repair") for _, c in failing)
     for row in demo.details["rows"]:  # every cell's text follows from its evidence
         for w, cell in row["cells"].items():
@@ -156,11 +161,18 @@ def test_demo_report_is_self_consistent(demo):
 
 def test_demo_renders_table_and_pasteable_repair(demo):
     text = to_text(demo, width=120)
-    assert "FIRST DIVERGENCE at numpy legacy global  [rng.not_reproducible]" in text
-    assert "dataset.rng          DOES NOT       REPRODUCES, DUPLICATED x9  REPRODUCES" in text
+    assert "FIRST DIVERGENCE at dataset.rng  [rng.duplicated_across_workers]" in text
+    assert "dataset.rng          DOES NOT       REPRODUCES, DUPLICATED x8  REPRODUCES" in text
+    assert "16 (num_workers=0) / 16 (num_workers=2) items per pass" in text
+    assert "items observed per pass: num_workers=0: 16 in the main process; num_workers=2: 8 from worker 0, 8 from worker 1" in text
     assert "ds.rng = np.random.default_rng(derived_seed(seed, 0))" in text and "seed_worker(0)" in text
     back = Report.from_dict(json.loads(demo.to_json()))
     assert isinstance(back, RngAuditReport) and back.table == demo.table and back.first_divergence == demo.first_divergence
+
+
+def test_demo_text_matches_golden(demo, golden):
+    # the whole terminal text: divergence, per-setting item counts, table, repair, per-worker observations
+    golden("rng_audit_demo.txt", to_text(demo, width=120))
 
 
 def test_printed_repair_does_what_the_verified_repair_does():
@@ -294,7 +306,8 @@ def test_cli_builtin_demo_exits_1_with_json(cli):
     proc = cli("rng-audit", "--json", "--items", "8")
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["status"] == "FAIL" and data["first_divergence"]["where"] == "numpy legacy global"
+    assert data["status"] == "FAIL" and data["first_divergence"]["where"] == "dataset.rng"
+    assert data["first_divergence"]["kind"] == "rng.duplicated_across_workers"
     assert data["details"]["repair_ok"] is True
 
 

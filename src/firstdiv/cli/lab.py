@@ -373,7 +373,7 @@ def _stored(ref: str, store: str | None) -> list[Any] | None:
 @click.argument("target", required=False, default="builtin:rng-demo")
 @click.option("--workers", default="0,2", show_default=True, help="num_workers settings to audit, comma-separated.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed given to torch.manual_seed before each pass.")
-@click.option("--items", type=int, default=16, show_default=True, help="Items observed per pass.")
+@click.option("--items", type=int, default=16, show_default=True, help="Items observed per pass, at least (with workers: enough whole batches to observe each worker).")
 @click.option("--batch-size", type=int, default=None, help="Batch size (default: the loader's, or 1 for a Dataset).")
 @json_option
 def rng_audit_command(target: str, workers: str, seed: int, items: int, batch_size: int | None, as_json: bool) -> int:

@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler, default_collate, get_worker_info
+from torch.utils.data import DataLoader, Dataset, RandomSampler, get_worker_info
+
+from ._rng_cover import Budget, budget, epoch_batches
 
 GLOBALS = ("torch global", "numpy legacy global", "random")
 _HELD_KINDS = ((np.random.Generator, "numpy.Generator"), (np.random.RandomState, "numpy.RandomState"),
@@ -26,11 +28,16 @@ _HELD_KINDS = ((np.random.Generator, "numpy.Generator"), (np.random.RandomState,
 def _feed(h: Any, obj: Any) -> None:
     """Feed a structural description of ``obj`` (states, tensors, arrays, containers) into hash ``h``."""
     if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu().contiguous()
-        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        _feed_tensor(h, obj)
     elif isinstance(obj, np.ndarray):
-        h.update(f"A{obj.dtype}{obj.shape}".encode() + np.ascontiguousarray(obj).tobytes())
+        h.update(f"A{obj.dtype}{obj.shape}".encode())
+        if obj.dtype.hasobject:  # its bytes are addresses: describe the elements instead
+            _feed(h, obj.ravel().tolist())
+        else:
+            h.update(np.ascontiguousarray(obj).tobytes())
+    elif _kind(obj):  # a generator handed out in an item: its state
+        h.update(_kind(obj).encode())
+        _feed(h, _state(obj, _kind(obj)))
     elif isinstance(obj, dict):
         h.update(b"{")
         for key in sorted(obj, key=repr):
@@ -53,45 +60,88 @@ def _feed(h: Any, obj: Any) -> None:
             h.update(f"<{type(obj).__qualname__}>".encode())
 
 
+def _feed_tensor(h: Any, obj: torch.Tensor) -> None:
+    t = obj.detach().cpu()
+    h.update(f"T{t.dtype}{t.layout}{tuple(t.shape)}".encode())
+    if t.layout != torch.strided:  # sparse COO/CSR/CSC/BSR: the coalesced indices and values
+        t = t.to_sparse_coo().coalesce() if t.layout != torch.sparse_coo else t.coalesce()
+        for part in (t.indices(), t.values()):
+            _feed_tensor(h, part)
+        return
+    if t.is_quantized:
+        t = t.dequantize()
+    t = t.contiguous()
+    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+
+
 def _digest(obj: Any) -> str:
     h = hashlib.blake2b(digest_size=8)
-    _feed(h, obj)
+    try:
+        _feed(h, obj)
+    except Exception:  # noqa: BLE001 (an item we cannot read byte by byte is described by type and repr)
+        h = hashlib.blake2b(digest_size=8)  # by type only: a repr may hold an address that differs per pass
+        h.update(f"<{type(obj).__qualname__}>".encode())
     return h.hexdigest()
 
 
 @dataclass(frozen=True)
 class Held:
-    """A generator the dataset holds: ``dataset.<attr>`` or ``dataset.<attr>[key]``."""
+    """A generator the dataset holds: ``dataset.<attr>`` or ``dataset.<attr>[key]``, also in a dataset it wraps
+    (``via``: the steps ``(attr, key or None)`` to it, as ``Subset.dataset`` or ``ConcatDataset.datasets[k]``)."""
 
     name: str
     attr: str
     key: Any
     kind: str
+    via: tuple[tuple[str, Any], ...] = ()
+
+    def _holder(self, ds: Any) -> Any:
+        for attr, key in self.via:
+            ds = getattr(ds, attr, None) if key is None else getattr(ds, attr)[key]
+        return ds
 
     def get(self, ds: Any) -> Any:
-        obj = getattr(ds, self.attr, None)
+        obj = getattr(self._holder(ds), self.attr, None)
         return obj if self.key is None or obj is None else obj[self.key]
 
     def put(self, ds: Any, value: Any) -> None:
+        holder = self._holder(ds)
         if self.key is None:
-            setattr(ds, self.attr, value)
+            setattr(holder, self.attr, value)
         else:
-            getattr(ds, self.attr)[self.key] = value
+            getattr(holder, self.attr)[self.key] = value
+
+    def code(self, root: str = "ds") -> str:
+        steps = [*self.via, (self.attr, self.key)]
+        return root + "".join(f".{a}" + ("" if k is None else f"[{k!r}]") for a, k in steps)
 
 
 def _kind(obj: Any) -> str | None:
     return next((name for cls, name in _HELD_KINDS if isinstance(obj, cls)), None)
 
 
-def find_held(ds: Any) -> list[Held]:
-    """Generators among the dataset's attributes, and one level into its lists and dicts."""
-    found = []
+def find_held(ds: Any, via: tuple[tuple[str, Any], ...] = (), seen: set[int] | None = None) -> list[Held]:
+    """Generators among the dataset's attributes and one level into its lists and dicts, and the same in
+    the datasets it wraps (a Subset's, a ConcatDataset's), three levels deep."""
+    seen = set() if seen is None else seen
+    if id(ds) in seen or len(via) > 3:
+        return []
+    seen.add(id(ds))
+    found, inner = [], []
     for attr, value in sorted(getattr(ds, "__dict__", {}).items()):
         if _kind(value):
-            found.append(Held(f"dataset.{attr}", attr, None, _kind(value)))
+            found.append(Held(Held("", attr, None, "", via).code("dataset"), attr, None, _kind(value), via))
+        elif isinstance(value, Dataset):
+            inner.append(((*via, (attr, None)), value))
         elif isinstance(value, (list, dict)):
             items = value.items() if isinstance(value, dict) else enumerate(value)
-            found += [Held(f"dataset.{attr}[{k!r}]", attr, k, _kind(v)) for k, v in items if _kind(v)]
+            for k, v in items:
+                if _kind(v):
+                    found.append(Held(Held("", attr, k, "", via).code("dataset"), attr, k, _kind(v), via))
+                elif isinstance(v, Dataset):
+                    inner.append(((*via, (attr, k)), v))
+    for path, value in inner:
+        found += find_held(value, path, seen)
     return found
 
 
@@ -102,7 +152,8 @@ def _state(obj: Any, kind: str) -> Any:
 
 
 def _states(ds: Any, held: list[Held]) -> dict[str, str]:
-    out = dict(zip(GLOBALS, map(_digest, (torch.get_rng_state(), np.random.get_state(), random.getstate()))))
+    py = hashlib.blake2b(repr(random.getstate()).encode(), digest_size=8).hexdigest()  # 625 ints: one repr
+    out = dict(zip(GLOBALS, (_digest(torch.get_rng_state()), _digest(np.random.get_state()), py)))
     for g in held:
         obj = g.get(ds)
         out[g.name] = _digest(_state(obj, g.kind)) if _kind(obj) == g.kind else "missing"
@@ -142,7 +193,7 @@ class _Probe(Dataset):
 
 
 class _ProbeCollate:
-    """Runs the loader's own collate (its draws count) and returns the probe records instead."""
+    """Runs the loader's own collate (its draws count; none for a bare Dataset) and returns the probe records."""
 
     def __init__(self, collate: Any, batched: bool) -> None:
         self.collate, self.batched = collate, batched
@@ -150,7 +201,7 @@ class _ProbeCollate:
     def __call__(self, batch: Any) -> list[dict[str, Any]]:
         pairs = batch if self.batched else [batch]
         records = [rec for rec, _ in pairs]
-        if not any("error" in rec for rec in records):
+        if self.collate is not None and not any("error" in rec for rec in records):
             self.collate([item for _, item in pairs] if self.batched else pairs[0][1])
         return records
 
@@ -205,56 +256,77 @@ def _seed_torch(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
+class CopyError(Exception):
+    """A part of the caller's loader that the audit could not copy (it never runs on the caller's own)."""
+
+
+def _copy(obj: Any, memo: dict[int, Any], what: str) -> Any:
+    try:
+        return copy.deepcopy(obj, memo)
+    except Exception as exc:  # noqa: BLE001 (any copy failure is the caller's object's, said in one line)
+        raise CopyError(f"copy.deepcopy(loader.{what}) raised {type(exc).__name__}: {exc}; the audit runs each pass on "
+                        f"a copy to leave yours untouched: make {type(obj).__name__} deep-copyable") from None
+
+
 def _loader(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -> DataLoader:
     src = plan.loader
     gen = torch.Generator().manual_seed(plan.seed) if repair else None
     batched = plan.batch_size is not None or (src is not None and src.batch_sampler is not None)
-    collate = src.collate_fn if src is not None else default_collate
+    collate = src.collate_fn if src is not None else None  # a bare Dataset: its items need not be collatable
     kw: dict[str, Any] = {"num_workers": workers, "collate_fn": _ProbeCollate(collate, batched)}
+    if workers:  # prefetching decides how many batches are computed ahead, not what a worker draws for an item
+        kw["prefetch_factor"] = 1
     if src is None:
         kw.update(batch_size=plan.batch_size, shuffle=True, generator=gen, worker_init_fn=repair)
         return DataLoader(probe, **kw)
     memo: dict[int, Any] = {id(src.dataset): probe._fd_inner}
     if src.generator is not None:  # a fresh copy of the caller's generator each pass (or the repair's)
-        gen = copy.deepcopy(src.generator) if gen is None else gen
+        gen = _copy(src.generator, {}, "generator") if gen is None else gen
         memo[id(src.generator)] = gen
     if src.batch_size is None and src.batch_sampler is not None:
-        kw["batch_sampler"] = copy.deepcopy(src.batch_sampler, memo)
+        kw["batch_sampler"] = _copy(src.batch_sampler, memo, "batch_sampler")
         sampler = getattr(kw["batch_sampler"], "sampler", None)
     else:
-        kw.update(sampler=copy.deepcopy(src.sampler, memo), batch_size=plan.batch_size, drop_last=src.drop_last)
+        kw.update(sampler=_copy(src.sampler, memo, "sampler"), batch_size=plan.batch_size, drop_last=src.drop_last)
         sampler = kw["sampler"]
     if repair and isinstance(sampler, RandomSampler) and sampler.generator is None:
         sampler.generator = gen  # what shuffle=True with generator=gen builds
     kw.update(generator=gen, worker_init_fn=repair or src.worker_init_fn, timeout=src.timeout if workers else 0)
     if workers:
-        kw.update(multiprocessing_context=src.multiprocessing_context, prefetch_factor=src.prefetch_factor)
+        kw["multiprocessing_context"] = src.multiprocessing_context
     return DataLoader(probe, **kw)
 
 
-def _one_pass(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -> list[dict[str, Any]]:
+def _one_pass(plan: Plan, probe: _Probe, workers: int, repair: _Repair | None) -> tuple[list[dict[str, Any]], Budget]:
+    """One pass of as many whole batches as :func:`budget` plans, so that every worker is observed."""
     _seed_torch(plan.seed)
     if repair is not None and workers == 0:
         repair.apply(probe)  # worker_init_fn never runs without workers: seed in the main process
+    loader = _loader(plan, probe, workers, repair)
+    size = getattr(loader.batch_sampler, "batch_size", None)  # also a caller's batch_sampler= that says its size
+    plan_of = budget(plan.items, size if isinstance(size, int) else None, workers, loader.prefetch_factor or 0,
+                     epoch_batches(loader))
     records: list[dict[str, Any]] = []
-    it = iter(_loader(plan, probe, workers, repair))
+    it = iter(loader)
     try:
-        for batch in it:
+        for k, batch in enumerate(it):
             records.extend(batch)
-            if len(records) >= plan.items or any("error" in r for r in batch):
+            if k + 1 >= plan_of.batches or any("error" in r for r in batch):
                 break
     finally:
         shutdown = getattr(it, "_shutdown_workers", None)  # stop workers now, not at garbage collection
         if shutdown is not None:
             shutdown()
-    return records[:plan.items]
+    return records, plan_of
 
 
-def run_setting(plan: Plan, inner: Any, workers: int, repair: bool) -> list[list[dict[str, Any]]]:
-    """Two passes over ``inner``, one copy of the dataset (its held generators carry over, as in a process)."""
+def run_setting(plan: Plan, inner: Any, workers: int, repair: bool) -> tuple[list[list[dict[str, Any]]], Budget]:
+    """Two passes over ``inner``, one copy of the dataset (its held generators carry over, as in a process),
+    and the budget they ran under."""
     probe = _Probe(inner, plan.held)
     fix = _Repair(plan.held, plan.loader.worker_init_fn if plan.loader is not None else None) if repair else None
-    return [_one_pass(plan, probe, workers, fix) for _ in range(2)]
+    (first, plan_of), (second, _) = (_one_pass(plan, probe, workers, fix) for _ in range(2))
+    return [first, second], plan_of
 
 
 def repair_code(seed: int, held: list[Held], user_init: str | None = None, workers: Iterable[int] = (2,)) -> str:
@@ -269,7 +341,7 @@ def repair_code(seed: int, held: list[Held], user_init: str | None = None, worke
         lines += ["    info = torch.utils.data.get_worker_info()",
                   "    ds = info.dataset if info is not None else dataset"]
     for k, g in enumerate(held):
-        target = "ds." + g.attr + ("" if g.key is None else f"[{g.key!r}]")
+        target = g.code()
         lines.append({"numpy.Generator": f"    {target} = np.random.default_rng(derived_seed(seed, {k}))",
                       "torch.Generator": f"    {target}.manual_seed(derived_seed(seed, {k}))"}
                      .get(g.kind, f"    {target}.seed(derived_seed(seed, {k}))"))

@@ -8,12 +8,19 @@ loader's generator and sampler) start from the same state each pass; everything 
 and the generators it holds, numpy's and ``random``'s globals) carries over, as it does in a process.
 The repair (explicit ``generator=`` plus a ``worker_init_fn`` reseeding the rest) is then applied and
 verified with the same two passes. Everything that mutates runs on deep copies.
+
+With workers a pass takes whole batches until every worker has been observed a few times (batch k comes from
+worker k % num_workers; :mod:`firstdiv.lab._rng_cover` plans it from the batch size, the workers, the prefetch
+and the epoch's length, within a budget), and says which workers it could not reach and why. A stream two
+workers draw from the same state (a generator made in ``__init__`` and copied into every worker, a
+``worker_init_fn`` seeding a constant) is ranked first, before the streams that differ between passes.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -23,7 +30,8 @@ from .._format import describe_error
 from .._globals import restore_rng, rng_state
 from ..errors import InvalidArgument, WorkloadError
 from ..report import Divergence, Finding, Report, Status, skipped
-from ._rng_probe import GLOBALS, Plan, RngDemo, find_held, repair_code, run_setting
+from ._rng_cover import Budget, observed_counts, unobserved
+from ._rng_probe import GLOBALS, CopyError, Plan, RngDemo, find_held, repair_code, run_setting
 from ._targets import Kind, load_callable
 
 INSTRUMENT = "rng_audit"
@@ -42,11 +50,14 @@ def _sequence(recs: list[dict[str, Any]], row: str) -> list[Any]:
 
 
 def _collisions(recs: list[dict[str, Any]], row: str) -> tuple[int, list[int]]:
-    seen: dict[str, set[int]] = {}
+    """Draws that two workers made from the same state to the same state, at different indices: a shared stream.
+    (The same index twice, as a sampler with replacement gives, may legitimately reseed to the same state.)"""
+    seen: dict[tuple[str, str], set[tuple[int, Any]]] = {}
     for r in recs:
-        for state in (r["before"][row], r["after"][row]):
-            seen.setdefault(state, set()).add(r["worker"])
-    shared = [ws for ws in seen.values() if len(ws) > 1]
+        if r["before"][row] != r["after"][row]:
+            seen.setdefault((r["before"][row], r["after"][row]), set()).add((r["worker"], r["index"]))
+    shared = [{w for w, _ in got} for got in seen.values()
+              if len({w for w, _ in got}) > 1 and len({i for _, i in got}) > 1]
     return len(shared), sorted(set().union(*shared)) if shared else []
 
 
@@ -62,7 +73,7 @@ def _cell(passes: list[list[dict[str, Any]]], row: str, workers: int) -> dict[st
     if drawn and workers >= 2 and row not in (ORDER, CONTENT):
         dup, dup_workers = max((_collisions(p, row) for p in passes), key=lambda c: c[0])
     return {"reproduces": diff is None, "drawn": drawn, "duplicated": dup, "duplicated_workers": dup_workers,
-            "first_difference": where, "ok": not drawn or (diff is None and dup == 0)}
+            "first_difference": where, "ok": not drawn or (diff is None and dup == 0), "observed": observed_counts(passes[0])}
 
 
 def _label(cell: dict[str, Any]) -> str:
@@ -90,23 +101,50 @@ _UNSEEN = ("the items change though every observed RNG reproduces: __getitem__ d
            "derive its seed from torch.initial_seed()")
 
 
-def _divergence(rows: list[dict[str, Any]], hint: str) -> Divergence | None:
-    """The first failing cell in table order: rows top to bottom, then the columns left to right."""
-    for row in rows:
-        what = {ORDER: "indices", CONTENT: "items"}.get(row["rng"], "states")
-        for repaired, cells in ((False, row["cells"]), (True, row["repair"])):
-            for w, c in cells.items():
-                if c["ok"]:
+def _failures(rows: list[dict[str, Any]]) -> Iterable[tuple[int, dict[str, Any], bool, str, dict[str, Any]]]:
+    """Failing cells, ranked: a stream shared across workers (the cause users see as repeated augmentations),
+    then a stream or item that differs between passes, then a stream the repair leaves failing."""
+    for rank, repaired in ((0, False), (1, False), (2, True)):
+        for row in rows:
+            for w, c in (row["repair"] if repaired else row["cells"]).items():
+                if c["ok"] or (rank == 0 and not c["duplicated"]) or (rank == 1 and c["reproduces"]):
                     continue
-                setting = ("with the repair, " if repaired else "") + f"num_workers={w}"
-                expected = f"{setting}: " + (f"the same {what} in both passes" if not c["reproduces"]
-                                             else "a distinct stream in each worker")
-                kind = "rng.duplicated_across_workers" if c["reproduces"] else "rng.not_reproducible"
-                why = _UNSEEN if row["rng"] == CONTENT else hint
-                if repaired and row["rng"] != CONTENT:
-                    why = "the repair does not control this stream; seed it from torch.initial_seed() in worker_init_fn"
-                return Divergence(row["rng"], kind, expected, _observed(c), why)
+                yield rank, row, repaired, w, c
+
+
+def _divergence(rows: list[dict[str, Any]], hint: str) -> Divergence | None:
+    """The first failing cell in rank order; within a rank, rows top to bottom, then columns left to right."""
+    for rank, row, repaired, w, c in _failures(rows):
+        what = {ORDER: "indices", CONTENT: "items"}.get(row["rng"], "states")
+        setting = ("with the repair, " if repaired else "") + f"num_workers={w}"
+        if c["duplicated"] and (rank == 0 or c["reproduces"]):
+            kind, expected = "rng.duplicated_across_workers", f"{setting}: a distinct stream in each worker"
+            observed = (f"workers {c['duplicated_workers']} share the {row['rng']} stream: {c['duplicated']} draws "
+                        f"repeated from the same state in more than one worker in one pass ({_per_worker(c)})")
+        else:
+            kind, expected, observed = "rng.not_reproducible", f"{setting}: the same {what} in both passes", _observed(c)
+        why = _UNSEEN if row["rng"] == CONTENT else hint
+        if kind == "rng.duplicated_across_workers" and not repaired:
+            why = _shared_hint(row["rng"])
+        if repaired and row["rng"] != CONTENT:
+            why = "the repair does not control this stream; seed it from torch.initial_seed() in worker_init_fn"
+        return Divergence(row["rng"], kind, expected, observed, why)
     return None
+
+
+def _shared_hint(name: str) -> str:
+    if name.startswith("dataset."):
+        return (f"{name} is created once (in __init__) and copied into every worker process, so each worker replays "
+                "the same draws: reseed it per worker in a worker_init_fn from torch.initial_seed() "
+                "(details['repair_code'])")
+    return (f"every worker starts the {name} RNG from the same state: PyTorch seeds it per worker, so a "
+            "worker_init_fn (or code in the workers) reseeds it with one constant; derive the seed from "
+            "torch.initial_seed() or get_worker_info().seed instead (details['repair_code'])")
+
+
+def _per_worker(c: dict[str, Any]) -> str:
+    seen = c.get("observed", {})
+    return ", ".join(f"{'main process' if w == 'main' else 'worker ' + w}: {n} items" for w, n in seen.items())
 
 
 # -- the report ---------------------------------------------------------------------------------------
@@ -122,9 +160,27 @@ class RngAuditReport(Report):
         return {row["rng"]: dict(zip(self.details["columns"], _row_texts(row))) for row in self.details["rows"]}
 
     def __rich_body__(self) -> Iterable[Any]:
+        from rich.table import Table
+
         from ..render.experiments import render_rng_audit
 
-        return render_rng_audit(self, _row_texts)
+        d = self.details
+        per_pass = " / ".join(f"{sum(n.values())} ({col})" for col, n in d.get("observed", {}).items())
+        shown = SimpleNamespace(ok=self.ok, details={**d, "items": per_pass or d["items"]})
+        for part in render_rng_audit(shown, _row_texts):
+            yield part
+            if isinstance(part, Table) and "observed" in d:  # how much of each worker the table rests on
+                yield from self._observed_lines()
+
+    def _observed_lines(self) -> Iterable[Any]:
+        from rich.text import Text
+
+        yield Text("  items observed per pass: " + "; ".join(
+            f"{col}: " + ", ".join(f"{n} in the main process" if w == "main" else f"{n} from worker {w}"
+                                   for w, n in n_of.items()) for col, n_of in self.details["observed"].items()))
+        for f in self.findings:
+            if f.where == "coverage" and f.status is Status.SKIPPED:
+                yield Text(f"  not observed ({f.check}): {f.message}", style="yellow")
 
 
 def _row_texts(row: dict[str, Any]) -> list[str]:
@@ -140,17 +196,35 @@ def _findings(rows: list[dict[str, Any]]) -> list[Finding]:
             for w, c in cells.items():
                 msg = (_label(c) if c["drawn"] else "not drawn by __getitem__") + (
                     f"; first difference {c['first_difference']}" if c["first_difference"] else "")
+                if c["duplicated"]:
+                    msg += f"; workers {c['duplicated_workers']} share it ({_per_worker(c)})"
                 out.append(Finding(row["rng"], f"{prefix}num_workers={w}", Status.PASS if c["ok"] else Status.FAIL, msg,
-                                   {k: c[k] for k in ("reproduces", "drawn", "duplicated", "duplicated_workers")}))
+                                   {k: c[k] for k in ("reproduces", "drawn", "duplicated", "duplicated_workers",
+                                                      "observed")}))
     return out
 
 
-def _build(plan: Plan, settings: list[int], runs: dict[tuple[bool, int], Any], source: str) -> RngAuditReport:
-    names = [ORDER, *GLOBALS, *(g.name for g in plan.held), CONTENT]
+def _coverage(runs: dict[tuple[bool, int], tuple[list[Any], Budget]]) -> list[Finding]:
+    """Per setting: the items each worker contributed to a pass, or which workers were never reached and why."""
+    out = []
+    for (fix, w), (passes, plan_of) in runs.items():
+        counts = observed_counts(passes[0])
+        missing = unobserved(plan_of, counts)
+        check = ("repair, " if fix else "") + f"num_workers={w}"
+        msg = missing or (f"{plan_of.batches} batches per pass; items per worker {counts}" if w >= 2
+                          else f"{len(passes[0])} items per pass in the main process" if w == 0
+                          else f"{len(passes[0])} items per pass in the one worker")
+        out.append(Finding("coverage", check, Status.SKIPPED if missing else Status.PASS, msg,
+                           {"observed": counts, "budget": plan_of.to_dict()}))
+    return out
+
+
+def _build(plan: Plan, settings: list[int], runs: dict[tuple[bool, int], tuple[list[Any], Budget]],
+           source: str) -> RngAuditReport:
     rows = []
-    for name in names:
-        cells = {str(w): _cell(runs[False, w], name, w) for w in settings}
-        fixed = {str(w): _cell(runs[True, w], name, w) for w in settings}
+    for name in [ORDER, *GLOBALS, *(g.name for g in plan.held), CONTENT]:
+        cells = {str(w): _cell(runs[False, w][0], name, w) for w in settings}
+        fixed = {str(w): _cell(runs[True, w][0], name, w) for w in settings}
         rows.append({"rng": name, "cells": cells, "repair": fixed})
     user_init = plan.loader.worker_init_fn if plan.loader is not None else None
     code = repair_code(plan.seed, plan.held, getattr(user_init, "__name__", "your_worker_init_fn") if user_init else None,
@@ -160,15 +234,16 @@ def _build(plan: Plan, settings: list[int], runs: dict[tuple[bool, int], Any], s
             f"{streams} from torch.initial_seed(); with num_workers=0 reseed them before each pass (details['repair_code'])")
     div = _divergence(rows, hint)
     repair_ok = all(c["ok"] for row in rows for c in row["repair"].values())
-    findings = _findings(rows) + [Finding("repair", "applied and verified", Status.PASS if repair_ok else Status.FAIL,
+    findings = _coverage(runs) + _findings(rows) + [Finding("repair", "applied and verified", Status.PASS if repair_ok else Status.FAIL,
                                           "every drawn stream reproduces, none duplicated" if repair_ok
                                           else "some stream still fails with the repair")]
     order = {("repair, " if fix else "") + f"num_workers={w}": [[r["index"] for r in p] for p in passes]
-             for (fix, w), passes in runs.items()}
+             for (fix, w), (passes, _) in runs.items()}
+    seen = {f"num_workers={w}": observed_counts(runs[False, w][0][0]) for w in settings}
     details = {"source": source, "seed": plan.seed, "items": plan.items, "batch_size": plan.batch_size,
                "num_workers": settings, "columns": [f"num_workers={w}" for w in settings] + ["with the repair"],
                "rows": rows, "order": order, "held": [g.name for g in plan.held], "repair_ok": repair_ok,
-               "repair_code": code}
+               "repair_code": code, "observed": seen}
     return RngAuditReport(INSTRUMENT, Status.FAIL if div else Status.PASS, div, tuple(findings), _SIDE_EFFECTS,
                           details=details)
 
@@ -227,7 +302,7 @@ def _plan(obj: Any, seed: Any, items: Any, batch_size: Any) -> Plan | Report:
     return Plan(ds, loader, batch_size, items, seed, find_held(ds))
 
 
-def _run(plan: Plan, workers: int, repair: bool) -> list[list[dict[str, Any]]]:
+def _run(plan: Plan, workers: int, repair: bool) -> tuple[list[list[dict[str, Any]]], Budget]:
     where = f"num_workers={workers}" + (" with the repair" if repair else "")
     try:
         inner = copy.deepcopy(plan.dataset)
@@ -235,7 +310,9 @@ def _run(plan: Plan, workers: int, repair: bool) -> list[list[dict[str, Any]]]:
         raise _PassError(f"copy.deepcopy(dataset) raised {describe_error(exc, None)}; the audit runs on a copy to leave "
                          "yours untouched: make the dataset deep-copyable (define __deepcopy__)") from None
     try:
-        passes = run_setting(plan, inner, workers, repair)
+        passes, plan_of = run_setting(plan, inner, workers, repair)
+    except CopyError as exc:
+        raise _PassError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 (worker failures arrive as any type)
         last = ([x.strip() for x in str(exc).splitlines() if x.strip()] or [type(exc).__name__])[-1]  # worker tracebacks
         if not last.startswith(type(exc).__name__):
@@ -245,18 +322,20 @@ def _run(plan: Plan, workers: int, repair: bool) -> list[list[dict[str, Any]]]:
     if bad is not None:
         raise _PassError(f"dataset[{bad['index']}] raised {bad['error']} at {where}; fix __getitem__ and rerun "
                          "(the audit calls it as a DataLoader does)")
-    return passes
+    return passes, plan_of
 
 
 def rng_audit(dataset_or_loader: Any, num_workers: Any = (0, 2), *, seed: int = 0, items: int = 16,
               batch_size: int | None = None) -> Report:
     """Which RNGs in a data pipeline reproduce from ``torch.manual_seed(seed)``, per ``num_workers``.
 
-    Runs two passes of ``items`` items per setting, observing torch's, numpy's legacy and ``random``'s
-    global RNGs and the generators the dataset holds, without drawing from any of them; flags streams
-    that differ between passes or that two workers share; applies and verifies the repair. A bare
-    Dataset is loaded with ``shuffle=True`` and ``batch_size`` (default 1); a DataLoader keeps its
-    sampler, batch size, collate, worker_init_fn and generator. Leaves every object and RNG as found.
+    Runs two passes of at least ``items`` items per setting (with workers, whole batches until each worker
+    is observed; ``details['observed']`` counts the items per worker), observing torch's, numpy's legacy and
+    ``random``'s global RNGs and the generators the dataset holds (also inside a Subset or ConcatDataset),
+    without drawing from any of them; flags streams that two workers share (first) or that differ between
+    passes; applies and verifies the repair. A bare Dataset is loaded with ``shuffle=True`` and
+    ``batch_size`` (default 1), its items not collated; a DataLoader keeps its sampler, batch size, collate,
+    worker_init_fn and generator (prefetching one batch per worker). Leaves every object and RNG as found.
     """
     settings = _settings(num_workers)
     plan = _plan(dataset_or_loader, seed, items, batch_size)
