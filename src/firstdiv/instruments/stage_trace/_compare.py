@@ -1,0 +1,114 @@
+"""The training pipeline against the evaluation pipeline on the same record (``eval_stages=``).
+
+Both run on copies of the sample with the same seed. The train outputs form a chain (the input, then one
+output per stage); each eval stage's output must equal a train output at or after the one the previous eval
+stage matched (an eval stage may do the work of several train stages). Equal means same leaves, shapes, dtypes
+and values; after a declared augmentation (``augmentations=``, names of train stages allowed to differ, e.g. a
+random flip or crop) only the shapes, dtypes and, for float arrays, the mean (within half a std) and std
+(within x1.5) must agree. The first eval stage matching no train output fails at ``eval:<stage>``; an eval
+pipeline that ends before the train one does (it never produces the final train output) fails at the first
+train stage it has no counterpart of (e.g. the normalization it forgot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...report import Status
+from .._core.checks import Check, check
+from ._probes import as_tensor, clone, dtype_name, leaves
+
+KIND = "stage.train_eval"
+HINT = "run the same deterministic stages (resize, scaling, normalization, tokenizer settings) in both pipelines"
+
+
+def _tensor_diff(key: str, a: torch.Tensor, b: torch.Tensor, loose: bool) -> str:
+    if a.shape != b.shape:
+        return f"{key} shape {list(a.shape)} vs {list(b.shape)}"
+    if a.dtype != b.dtype:
+        return f"{key} dtype {dtype_name(a.dtype)} vs {dtype_name(b.dtype)}"
+    if a.numel() == 0 or a.is_complex():
+        return ""
+    x, y = a.double(), b.double()
+    if not loose:
+        scale = float(x.abs().max()) if bool(torch.isfinite(x).all()) else 1.0
+        if not torch.allclose(x, y, rtol=1e-4, atol=1e-5 * (1 + scale), equal_nan=True):
+            return f"{key} values differ (max |difference| {float((x - y).abs().nan_to_num(0).max()):.4g})"
+        return ""
+    if not a.is_floating_point() or x.numel() < 2:
+        return ""
+    ma, mb, sa, sb = float(x.mean()), float(y.mean()), float(x.std()), float(y.std())
+    if abs(ma - mb) > 0.5 * max(sa, sb) + 1e-6 * (1 + abs(ma)) or not (sb / 1.5 - 1e-9 <= sa <= 1.5 * sb + 1e-9):
+        return f"{key} statistics: mean {ma:.4g}, std {sa:.4g} vs mean {mb:.4g}, std {sb:.4g}"
+    return ""
+
+
+def difference(a: Any, b: Any, fields: tuple[str, ...], loose: bool) -> str:
+    """'' when the train sample ``a`` and eval sample ``b`` agree, else the first difference."""
+    la, lb = leaves(a, fields), leaves(b, fields)
+    if list(la) != list(lb):
+        return f"keys {sorted(la)} vs {sorted(lb)}"
+    for key in la:
+        va, vb = la[key], lb[key]
+        ta, tb = as_tensor(va), as_tensor(vb)
+        name = key or "sample"
+        if (ta is None) != (tb is None):
+            return f"{name}: {type(va).__name__} vs {type(vb).__name__}"
+        if ta is not None:
+            diff = _tensor_diff(name, ta, tb, loose)
+        else:
+            try:
+                same = type(va) is type(vb) and bool(np.all(va == vb))
+            except Exception:  # noqa: BLE001 - values that cannot be compared are compared by their text
+                same = repr(va) == repr(vb)
+            diff = "" if same or loose else f"{name}: {va!r:.40} vs {vb!r:.40}"
+        if diff:
+            return diff
+    return ""
+
+
+def run_eval(named: list[tuple[str, Callable]], sample: Any) -> tuple[list[tuple[str, Any]], str]:
+    """Each eval stage's output on a copy, and the error of the stage that raised (or returned None)."""
+    outs, current = [], sample
+    for name, fn in named:
+        try:
+            current = fn(clone(current))
+        except Exception as exc:  # noqa: BLE001 - reported as the eval pipeline's failure
+            return outs, f"eval stage {name!r} raised {type(exc).__name__}: {str(exc)[:160]}"
+        if current is None:
+            return outs, f"eval stage {name!r} returned None"
+        outs.append((name, current))
+    return outs, ""
+
+
+def compare(train: list[tuple[str, Any, bool]], evals: list[tuple[str, Any]], error: str, fields: tuple[str, ...]) -> Check:
+    """One finding: where the eval pipeline parts from the train one (``train``: (stage, output, loose))."""
+    if error:
+        return check(f"eval:{evals[-1][0]}" if evals else "eval", KIND, Status.FAIL, error, {},
+                     expected="the eval pipeline runs", observed=error, hint=HINT)
+    prev, pairs = 0, []
+    for name, out in evals:
+        hit = next((i for i in range(prev, len(train)) if not difference(train[i][1], out, fields, train[i][2])), None)
+        if hit is None:
+            near = next((i for i in range(prev, len(train)) if train[i][0] == name), min(prev + 1, len(train) - 1))
+            why = difference(train[near][1], out, fields, train[near][2])
+            return check(f"eval:{name}", KIND, Status.FAIL,
+                         f"eval stage {name!r} gives a sample no train stage gives (after {train[prev][0]!r}); against "
+                         f"train {train[near][0]!r}: {why}", {"matched": pairs, "train_stage": train[near][0], "difference": why},
+                         expected=f"the output of train stage {train[near][0]!r}", observed=why, hint=HINT)
+        prev = hit
+        pairs.append([name, train[hit][0]])
+    last = train[-1]
+    final = difference(last[1], evals[-1][1], fields, last[2]) if evals else "no eval stages"
+    if final:
+        missing = next((t for t in train[prev + 1:] if difference(t[1], train[prev][1], fields, t[2])), last)
+        return check(missing[0], KIND, Status.FAIL,
+                     f"the eval pipeline ends at the output of train stage {train[prev][0]!r}; it has no counterpart of "
+                     f"train stage {missing[0]!r}: final samples differ: {final}", {"matched": pairs, "difference": final},
+                     expected=f"eval output = train output (through {last[0]!r})", observed=final, hint=HINT)
+    return check("(eval_stages)", KIND, Status.PASS,
+                 "eval pipeline agrees with the train pipeline: " + ", ".join(f"{e}={t}" for e, t in pairs), {"matched": pairs})
