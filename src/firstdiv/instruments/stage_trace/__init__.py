@@ -105,7 +105,7 @@ def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = Non
     """
     if not isinstance(sample, (torch.Tensor, np.ndarray, dict, tuple, list)):
         raise InvalidArgument("Expected `sample` to be a tensor, a numpy array, a dict like {'image': ..., 'mask': ...} or an "
-                              f"(input, target) tuple (wrap raw text as {'text': ...}) but got {type(sample).__name__}")
+                              f"(input, target) tuple (wrap raw text as {{'text': ...}}) but got {type(sample).__name__}")
     named = ar.check_stages(stages)
     names = [n for n, _ in named]
     evals = None if eval_stages is None else ar.check_stages(eval_stages)
@@ -142,7 +142,7 @@ def _eval_check(walk: _Walk, evals: list[tuple[str, Callable]], sample: Any) -> 
         return check("(eval_stages)", _compare.KIND, Status.SKIPPED, "eval pipeline not compared: the train walk stopped at "
                      f"{walk.rows[-1]['stage']!r}")
     outs, error = _compare.run_eval(evals, sample)
-    return _compare.compare(walk.outputs, outs, error, walk.declared.fields)
+    return _compare.compare(walk.outputs, outs, error, walk.declared.fields, walk.declared.augmentations)
 
 
 # ---- contracts and user probes --------------------------------------------------------------------

@@ -85,7 +85,14 @@ def run_eval(named: list[tuple[str, Callable]], sample: Any) -> tuple[list[tuple
     return outs, ""
 
 
-def compare(train: list[tuple[str, Any, bool]], evals: list[tuple[str, Any]], error: str, fields: tuple[str, ...]) -> Check:
+def _missing(stage: str, context: str, pairs: list[list[str]], diff: str) -> Check:
+    return check(stage, KIND, Status.FAIL, f"{context}; it has no counterpart of train stage {stage!r}: samples differ: {diff}",
+                 {"matched": pairs, "difference": diff}, expected=f"the eval pipeline does what train stage {stage!r} does",
+                 observed=f"eval skips it: {diff}", hint=HINT)
+
+
+def compare(train: list[tuple[str, Any, bool]], evals: list[tuple[str, Any]], error: str, fields: tuple[str, ...],
+            augmentations: set[str]) -> Check:
     """One finding: where the eval pipeline parts from the train one (``train``: (stage, output, loose))."""
     if error:
         return check(f"eval:{evals[-1][0]}" if evals else "eval", KIND, Status.FAIL, error, {},
@@ -94,7 +101,13 @@ def compare(train: list[tuple[str, Any, bool]], evals: list[tuple[str, Any]], er
     for name, out in evals:
         hit = next((i for i in range(prev, len(train)) if not difference(train[i][1], out, fields, train[i][2])), None)
         if hit is None:
-            near = next((i for i in range(prev, len(train)) if train[i][0] == name), min(prev + 1, len(train) - 1))
+            near = next((i for i in range(prev + 1, len(train)) if train[i][0] == name), None)
+            skipped = [train[k] for k in range(prev + 1, near or prev + 1) if train[k][0] not in augmentations
+                       and difference(train[k - 1][1], train[k][1], fields, train[k][2])]
+            if skipped:
+                return _missing(skipped[0][0], f"after train stage {train[prev][0]!r} the eval pipeline goes to {name!r}",
+                                pairs, difference(train[near][1], out, fields, train[near][2]))  # type: ignore[index]
+            near = min(prev + 1, len(train) - 1) if near is None else near
             why = difference(train[near][1], out, fields, train[near][2])
             return check(f"eval:{name}", KIND, Status.FAIL,
                          f"eval stage {name!r} gives a sample no train stage gives (after {train[prev][0]!r}); against "
@@ -105,10 +118,8 @@ def compare(train: list[tuple[str, Any, bool]], evals: list[tuple[str, Any]], er
     last = train[-1]
     final = difference(last[1], evals[-1][1], fields, last[2]) if evals else "no eval stages"
     if final:
-        missing = next((t for t in train[prev + 1:] if difference(t[1], train[prev][1], fields, t[2])), last)
-        return check(missing[0], KIND, Status.FAIL,
-                     f"the eval pipeline ends at the output of train stage {train[prev][0]!r}; it has no counterpart of "
-                     f"train stage {missing[0]!r}: final samples differ: {final}", {"matched": pairs, "difference": final},
-                     expected=f"eval output = train output (through {last[0]!r})", observed=final, hint=HINT)
+        missing = next((t for t in train[prev + 1:] if t[0] not in augmentations
+                        and difference(t[1], train[prev][1], fields, t[2])), last)
+        return _missing(missing[0], f"the eval pipeline ends at the output of train stage {train[prev][0]!r}", pairs, final)
     return check("(eval_stages)", KIND, Status.PASS,
                  "eval pipeline agrees with the train pipeline: " + ", ".join(f"{e}={t}" for e, t in pairs), {"matched": pairs})

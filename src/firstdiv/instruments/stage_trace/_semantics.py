@@ -89,8 +89,8 @@ _SWAPS = {"rot90", "rot270", "transpose"}  # transforms that exchange height and
 
 
 def matching(before: torch.Tensor, after: torch.Tensor, hw_before: tuple[int, ...], hw_after: tuple[int, ...]) -> list[str] | None:
-    """Candidate spatial transforms T with T(before) == after up to a per-channel affine map of the values
-    (compared on pooled views; ``hw_*`` are the full sizes). None when nothing can be said (channel count
+    """Candidate spatial transforms T with T(before) == after up to a per-channel affine map of the values and
+    a reordering of the channels (a BGR->RGB swap keeps the geometry; compared on pooled views; ``hw_*`` are the full sizes). None when nothing can be said (channel count
     changed, or no channel varies)."""
     if before.shape[0] != after.shape[0]:
         return None
@@ -101,7 +101,7 @@ def matching(before: torch.Tensor, after: torch.Tensor, hw_before: tuple[int, ..
         moved = fn(before)
         if moved.shape != after.shape:
             continue
-        corrs = [c for m, a in zip(moved, after) if (c := _corr(m, a)) is not None]
+        corrs = [max(cs) for a in after if (cs := [c for m in moved if (c := _corr(m, a)) is not None])]
         informative = informative or bool(corrs)
         if corrs and min(corrs) > MATCH_CORR:
             found.append(name)
