@@ -4,7 +4,7 @@ Both run on copies of the sample with the same seed. The train outputs form a ch
 output per stage); each eval stage's output must equal a train output at or after the one the previous eval
 stage matched (an eval stage may do the work of several train stages). Equal means same leaves, shapes, dtypes
 and values; after a declared augmentation (``augmentations=``, names of train stages allowed to differ, e.g. a
-random flip or crop) only the shapes, dtypes and, for float arrays, the mean (within half a std) and std
+random flip or crop) only the shapes, dtypes, the lengths of sequences and, for float arrays, the mean (within half a std) and std
 (within x1.5) must agree. The first eval stage matching no train output fails at ``eval:<stage>``; an eval
 pipeline that ends before the train one does (it never produces the final train output) fails at the first
 train stage it has no counterpart of (e.g. the normalization it forgot).
@@ -47,6 +47,13 @@ def _tensor_diff(key: str, a: torch.Tensor, b: torch.Tensor, loose: bool) -> str
     return ""
 
 
+def _length(value: Any) -> int | None:
+    try:
+        return len(value)
+    except TypeError:
+        return None
+
+
 def difference(a: Any, b: Any, fields: tuple[str, ...], loose: bool) -> str:
     """'' when the train sample ``a`` and eval sample ``b`` agree, else the first difference."""
     la, lb = leaves(a, fields), leaves(b, fields)
@@ -65,7 +72,10 @@ def difference(a: Any, b: Any, fields: tuple[str, ...], loose: bool) -> str:
                 same = type(va) is type(vb) and bool(np.all(va == vb))
             except Exception:  # noqa: BLE001 - values that cannot be compared are compared by their text
                 same = repr(va) == repr(vb)
-            diff = "" if same or loose else f"{name}: {va!r:.40} vs {vb!r:.40}"
+            na, nb = _length(va), _length(vb)
+            if loose and not same:  # after an augmentation: the same kind of value, of the same length
+                same = type(va) is type(vb) and (isinstance(va, str) or na == nb)
+            diff = "" if same else f"{name}: {va!r:.40} vs {vb!r:.40}" + (f" (length {na} vs {nb})" if na != nb else "")
         if diff:
             return diff
     return ""
