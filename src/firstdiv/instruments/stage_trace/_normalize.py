@@ -108,6 +108,7 @@ def _judge(stage: str, key: str, src: str, stats: tuple[np.ndarray, np.ndarray],
     scales = [1.0, 1 / 255] if integer else [1.0]
     preds = [((k * m - mean) / std, k * s / std, k) for k in scales]
     fits = [(pm, ps, k) for pm, ps, k in preds if not _far(pm, ps, om, os_, 2.0 if low else 1.0).any()]
+    word = "channel" if order else "element"
     names = list(order) if order and len(order) == len(om) else [str(i) for i in range(len(om))]
     ev = {"key": key, "source": src, "declared_mean": mean.tolist(), "declared_std": std.tolist(), "input_mean": m.tolist(),
           "input_std": s.tolist(), "output_mean": om.tolist(), "output_std": os_.tolist()}
@@ -115,11 +116,11 @@ def _judge(stage: str, key: str, src: str, stats: tuple[np.ndarray, np.ndarray],
         pm, ps, k = preds[-1] if not x.is_floating_point() else preds[0]
         c = int(np.argmax(np.abs(om - pm) / np.maximum(np.maximum(ps, os_), 1e-6) + np.abs(np.log((os_ + 1e-12) / (ps + 1e-12)))))
         return [Outcome("numeric", "normalization", False,
-                        f"{key} channel {names[c]}: {stage!r} declares {src} mean {mean.tolist()}, std {std.tolist()}, so from the "
+                        f"{key} {word} {names[c]}: {stage!r} declares {src} mean {mean.tolist()}, std {std.tolist()}, so from the "
                         f"input (mean {m[c]:.4g}, std {s[c]:.4g}) the output should have mean {pm[c]:.4g}, std {ps[c]:.4g}; it has "
                         f"mean {om[c]:.4g}, std {os_[c]:.4g}: the stage does not compute (x - mean) / std", {**ev, "channel": names[c]},
-                        expected=f"channel {names[c]} mean {pm[c]:.4g}, std {ps[c]:.4g}",
-                        observed=f"channel {names[c]} mean {om[c]:.4g}, std {os_[c]:.4g}", subkind="normalization")]
+                        expected=f"{word} {names[c]} mean {pm[c]:.4g}, std {ps[c]:.4g}",
+                        observed=f"{word} {names[c]} mean {om[c]:.4g}, std {os_[c]:.4g}", subkind="normalization")]
     k = fits[0][2]
     if order and float(xc.min()) >= 0:
         wrong = _wrong_scale(k, float(xc.max()) * k, mean, std)
