@@ -87,12 +87,14 @@ def normalization(stage: str, fn: Any, before: Seen, after: Seen, contract: dict
     key = "" if key == "sample" else key
     src, mean, std = found
     x, y = before.arrays.get(key), after.arrays.get(key)
+    is_image = after.image is not None and after.image[0] == key and before.image is not None and before.image[0] == key
+    if is_image and before.view is not None and after.view is not None and before.view.shape == after.view.shape:
+        x, y = before.view, after.view  # (C, H, W) both: the stage may also move the channel axis
     if x is None or y is None or x.shape != y.shape or not y.is_floating_point():
         return [Outcome("numeric", "normalization", None, f"{stage}: declared {src} not checked: "
                         f"{key or 'sample'} {'missing' if x is None or y is None else 'changed shape or is not float'}")]
     n = max(mean.size, std.size)
-    is_image = after.image is not None and after.image[0] == key
-    xc, yc = _channels(x, before.view if is_image else None, n), _channels(y, after.view if is_image else None, n)
+    xc, yc = _channels(x, x if is_image else None, n), _channels(y, y if is_image else None, n)
     if xc is None or yc is None or (mean.size not in (1, n)) or (std.size not in (1, n)) or (std == 0).any():
         return [Outcome("numeric", "normalization", None, f"{stage}: declared {src} ({n} values) does not fit {key or 'sample'} "
                         f"{list(y.shape)}")]
