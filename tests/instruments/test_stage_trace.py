@@ -14,6 +14,7 @@ from firstdiv import InvalidArgument, Report, Status, stage_trace
 from firstdiv.instruments._core.state import Snapshot
 from firstdiv.zoo import pipeline
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one intra-op thread
 CATEGORIES = ["structure", "numeric", "semantics", "relationships", "provenance"]
 
 

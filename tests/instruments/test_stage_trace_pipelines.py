@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from firstdiv import InvalidArgument, Status, stage_trace
 from firstdiv.instruments._core.state import Snapshot
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one intra-op thread
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 CLASSES = {"bird": 0, "cat": 1, "dog": 2}
 

@@ -12,7 +12,6 @@ import itertools
 import re
 from typing import Any
 
-import numpy as np
 import torch
 
 from ._probes import Outcome, Seen, Track
@@ -101,19 +100,30 @@ def matching(before: torch.Tensor, after: torch.Tensor, hw_before: tuple[int, ..
         moved = fn(before)
         if moved.shape != after.shape:
             continue
-        corrs = [max(cs) for a in after if (cs := [c for m in moved if (c := _corr(m, a)) is not None])]
+        corrs = _best_corrs(moved, after)
         informative = informative or bool(corrs)
         if corrs and min(corrs) > MATCH_CORR:
             found.append(name)
     return found if informative else None
 
 
-def _corr(a: torch.Tensor, b: torch.Tensor) -> float | None:
-    a, b = a.flatten() - a.mean(), b.flatten() - b.mean()
-    na, nb = float(a.norm()), float(b.norm())
-    if na == 0 or nb == 0 or not (np.isfinite(na) and np.isfinite(nb)):
-        return None
-    return float(a @ b) / (na * nb)
+def _unit_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each channel centred and scaled to unit norm (rows), and which channels vary (finite, non-zero norm)."""
+    rows = x.reshape(x.shape[0], -1)
+    rows = rows - rows.mean(dim=1, keepdim=True)
+    norm = rows.norm(dim=1)
+    ok = torch.isfinite(norm) & (norm > 0)
+    return rows / torch.where(ok, norm, torch.ones_like(norm)).unsqueeze(1), ok
+
+
+def _best_corrs(moved: torch.Tensor, after: torch.Tensor) -> list[float]:
+    """For each varying channel of ``after``, its best correlation with a varying channel of ``moved``."""
+    a, ok_a = _unit_rows(moved)
+    b, ok_b = _unit_rows(after)
+    if not bool(ok_a.any()):
+        return []
+    corr = (b @ a.T)[:, ok_a]
+    return [float(v) for v in corr.max(dim=1).values[ok_b]]
 
 
 def move_box(box: list[int], name: str, h: int, w: int) -> list[int]:
