@@ -139,3 +139,48 @@ def program(seed, *, index=0, stages=None, eval_stages=None, **data):
 
 
 KNOWN_RED = {"channel_order": "RGB", "known_colour": {"box": [2, 8, 3, 11], "rgb": [255, 0, 0]}}
+
+
+class RandomResizedCrop:
+    def __init__(self, size, scale=(0.5, 1.0), seed=0):
+        self.size, self.scale, self.g = size, scale, torch.Generator().manual_seed(seed)
+
+    def __call__(self, sample):
+        image, label = sample
+        h, w = image.shape[-2:]
+        frac = self.scale[0] + (self.scale[1] - self.scale[0]) * torch.rand(1, generator=self.g).item()
+        ch, cw = max(1, int(h * frac ** 0.5)), max(1, int(w * frac ** 0.5))
+        y = int(torch.randint(0, h - ch + 1, (1,), generator=self.g))
+        x = int(torch.randint(0, w - cw + 1, (1,), generator=self.g))
+        crop = image[:, y:y + ch, x:x + cw]
+        return F.interpolate(crop[None], size=self.size, mode="bilinear", align_corners=False)[0], label
+
+
+class CenterCrop:
+    def __init__(self, size):
+        self.size = size
+
+    def __call__(self, sample):
+        image, label = sample
+        h, w = image.shape[-2:]
+        y, x = (h - self.size[0]) // 2, (w - self.size[1]) // 2
+        return image[:, y:y + self.size[0], x:x + self.size[1]], label
+
+
+class AddGaussianNoise:
+    def __init__(self, mean=0.0, std=0.03, seed=0):
+        self.mean, self.std, self.g = mean, std, torch.Generator().manual_seed(seed)
+
+    def __call__(self, sample):
+        image, label = sample
+        return (image + self.mean + self.std * torch.randn(image.shape, generator=self.g)).clamp(0, 1), label
+
+
+class Brightness:
+    def __init__(self, factor=0.3, seed=0):
+        self.factor, self.g = factor, torch.Generator().manual_seed(seed)
+
+    def __call__(self, sample):
+        image, label = sample
+        scale = 1 + self.factor * (2 * torch.rand(1, generator=self.g).item() - 1)
+        return (image * scale).clamp(0, 1), label

@@ -14,10 +14,14 @@ from _pipelines_image import (
     KNOWN_RED,
     STAIN_MEAN,
     STAIN_STD,
+    AddGaussianNoise,
+    Brightness,
+    CenterCrop,
     EncodeLabel,
     FromOpenCV,
     Normalize,
     NormalizeByMean,
+    RandomResizedCrop,
     Resize,
     ToTensor,
     listing_order_classes,
@@ -57,6 +61,21 @@ def with_stage(name, stage, after):
             stages.insert(names.index(after) + 1, (name, stage))
         return stages
     return build
+
+
+def crop_train(seed, data):
+    return [("to_tensor", ToTensor()), ("random_resized_crop", RandomResizedCrop((28, 28), seed=seed)),
+            ("brightness", Brightness(seed=seed)), ("noise", AddGaussianNoise(seed=seed)),
+            ("normalize", Normalize(IMAGENET_MEAN, IMAGENET_STD)), ("encode_label", EncodeLabel(sorted_classes(data.paths)))]
+
+
+def crop_eval(seed, data):
+    return [("to_tensor", ToTensor()), ("resize", Resize((32, 32))), ("center_crop", CenterCrop((28, 28))),
+            ("normalize", Normalize(IMAGENET_MEAN, IMAGENET_STD)), ("encode_label", EncodeLabel(sorted_classes(data.paths)))]
+
+
+def trace_crops(p):
+    return trace(p, eval_stages=p.eval_stages, augmentations={"random_resized_crop", "brightness", "noise"})
 
 
 def opencv_stages(seed, data):
@@ -103,7 +122,12 @@ CASES = [
     Case("stained_tissue_rgb", "stage_trace", lambda s: program(s, mean=STAIN_MEAN, std=STAIN_STD, stages=stain_stages), trace),
     Case("dict_channels_last_bf16", "stage_trace", dict_program,
          lambda p: stage_trace(p.sample, p.stages, class_to_idx=p.class_to_idx)),
+    Case("random_crop_jitter_noise_vs_center_crop", "stage_trace",
+         lambda s: program(s, index=s, stages=crop_train, eval_stages=crop_eval), trace_crops),
     # bugs
+    Case("eval_center_crop_without_normalize", "stage_trace",
+         lambda s: program(s, stages=crop_train, eval_stages=lambda seed, d: [t for t in crop_eval(seed, d) if t[0] != "normalize"]),
+         trace_crops, bug=True, where=("normalize",), kind="train_eval"),
     Case("opencv_port_on_rgb_decoder", "stage_trace", lambda s: program(s, red_box=True, stages=opencv_stages),
          lambda p: trace(p, meta=KNOWN_RED), bug=True, where=("from_opencv",), kind="semantics"),
     Case("stained_tissue_bgr_decoder", "stage_trace",

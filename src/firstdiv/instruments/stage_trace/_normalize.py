@@ -1,8 +1,9 @@
 """The declared-normalization probe of ``stage_trace`` (NUMERIC INTERPRETATION, and SEMANTICS for a channel
 order that the per-channel statistics expose).
 
-A stage declares the mean/std it normalizes with by ``mean``/``std`` attributes (on the callable, a bound method's
-object, a partial's function or keywords, or variables a closure captured), or by the contract
+A stage named like a normalization (normalize, standardize, norm, zscore, whiten: its stage name, class or
+function name) declares the mean/std it normalizes with by ``mean``/``std`` attributes (on the callable, a bound
+method's object, a partial's function or keywords, or variables a closure captured); any stage by the contract
 ``{stage: {key: {"normalized": {"mean": [...], "std": [...]}}}}``. From the input's per-channel mean m and std s,
 the output of ``(k * x - mean) / std`` has mean ``(k * m - mean) / std`` and std ``k * s / std`` (k = 1, or 1/255
 for a stage that also scales an integer image); an output far from every such prediction fails, naming the
@@ -14,6 +15,7 @@ near 0 is reported as a channel order problem.
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,8 @@ from ._probes import Outcome, Seen
 MEAN_TOL = 0.05      # |observed - predicted| mean, in predicted standard deviations
 STD_TOL = 0.05       # relative error of the predicted standard deviation
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+NAMED = re.compile(r"normali[sz]|standardi[sz]|norm(?![a-z])|z_?score|whiten", re.IGNORECASE)
+SWAP_FAR = 2.0       # a channel mean this far from 0 after normalizing, that a channel permutation brings within 0.5
 
 
 def numbers(value: Any) -> np.ndarray | None:
@@ -37,10 +41,13 @@ def numbers(value: Any) -> np.ndarray | None:
     return arr if arr.size and np.isfinite(arr).all() else None
 
 
-def declared(fn: Any, spec: Any) -> tuple[str, np.ndarray, np.ndarray] | None:
-    """(source, mean, std) a stage declares, or None."""
+def declared(fn: Any, spec: Any, names: list[str]) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """(source, mean, std) a stage declares, or None. Attributes count only for a stage whose name (or its
+    callable's class or function name, among ``names``) says it normalizes."""
     if isinstance(spec, dict):
         return "contract 'normalized'", numbers(spec["mean"]), numbers(spec["std"])  # validated up front
+    if not any(NAMED.search(n) for n in names):
+        return None  # mean/std of something else (an AddGaussianNoise(mean, std) augmentation)
     holders = [(fn, "stage"), (getattr(fn, "__self__", None), "stage object"), (getattr(fn, "func", None), "partial function")]
     for obj, label in holders:
         if obj is not None:
@@ -81,7 +88,9 @@ def normalization(stage: str, fn: Any, before: Seen, after: Seen, contract: dict
     """The declared normalization of ``stage`` checked against its output (see the module docstring)."""
     specs = [(k, s["normalized"]) for k, s in contract.items() if isinstance(s, dict) and "normalized" in s]
     key, spec = specs[0] if specs else ((after.image[0] if after.image else None), None)
-    found = declared(fn, spec)
+    owner = getattr(fn, "__self__", None) or getattr(fn, "func", None) or fn
+    found = declared(fn, spec, [stage, type(fn).__name__, type(owner).__name__, getattr(fn, "__name__", ""),
+                                getattr(owner, "__name__", "")])
     if found is None or key is None:
         return []
     key = "" if key == "sample" else key
@@ -152,7 +161,7 @@ def _wrong_scale(k: float, top: float, mean: np.ndarray, std: np.ndarray) -> str
 
 def _swapped(m: np.ndarray, s: np.ndarray, mean: np.ndarray, std: np.ndarray, om: np.ndarray, names: list[str]) -> str:
     """A channel order under which the output channel means would be near 0 while they are far from it now."""
-    if len(om) != 3 or mean.size != 3 or np.abs(om).max() <= 1.0:
+    if len(om) != 3 or mean.size != 3 or np.abs(om).max() <= SWAP_FAR:
         return ""
     std3 = std if std.size == 3 else np.repeat(std, 3)
     for perm in itertools.permutations(range(3)):
