@@ -291,3 +291,45 @@ def test_bad_declarations_are_one_line_errors():
         with pytest.raises(InvalidArgument, match=match) as err:
             stage_trace((image(), 1), stages(), **kwargs)
         assert "\n" not in str(err.value)
+
+
+def test_noise_stage_with_mean_and_std_is_not_a_normalization():
+    class AddGaussianNoise:
+        def __init__(self, mean=0.0, std=0.05):
+            self.mean, self.std = mean, std
+
+        def __call__(self, sample):
+            g = torch.Generator().manual_seed(0)
+            return sample[0] + self.mean + self.std * torch.randn(sample[0].shape, generator=g), sample[1]
+
+    report = traced((image(), 1), [("to_tensor", to_tensor), ("augment", AddGaussianNoise())])
+    assert report.status is Status.PASS and not any("mean) / std" in f.message for f in report.findings)
+    renamed = traced((image(), 1), [("to_tensor", to_tensor), ("normalize", AddGaussianNoise())])
+    fails(renamed, "normalize", "normalization")  # named a normalization: its mean/std are held to it
+
+
+def test_eval_intermediate_stage_rejoins_the_train_chain():
+    def resize(size):
+        return lambda s: (torch.nn.functional.interpolate(s[0][None], size=size, mode="bilinear")[0], s[1])
+
+    def crop(s):
+        return s[0][:, 4:20, 4:20], s[1]
+
+    train_stages = [("to_tensor", to_tensor), ("random_crop", lambda s: (s[0][:, 2:18, 5:21], s[1])), ("normalize", Normalize(MEAN, STD))]
+    evals = [("to_tensor", to_tensor), ("resize", resize((24, 24))), ("center_crop", crop), ("normalize", Normalize(MEAN, STD))]
+    ok = traced((image(h=24, w=28), 1), train_stages, eval_stages=evals, augmentations={"random_crop"})
+    assert ok.status is Status.PASS, str(ok)
+    bad = evals[:2] + [("center_crop", lambda s: (s[0][:, 2:22, 2:22], s[1]))] + evals[3:]
+    fails(traced((image(h=24, w=28), 1), train_stages, eval_stages=bad, augmentations={"random_crop"}), "eval:resize", "train_eval")
+
+
+def test_token_sequences_after_an_augmentation_must_mostly_agree():
+    words = ["aa", "bb", "cc", "dd", "ee", "ff", "gg", "hh", "ii", "jj"]
+    vocab = {w: i + 2 for i, w in enumerate(words)}
+    to_ids = ("to_ids", lambda r: {"input_ids": torch.tensor([vocab.get(t, 1) for t in r["text"].split(" ")]), "label": r["label"]})
+    drop = ("token_drop", lambda r: {**r, "input_ids": torch.where(torch.arange(len(r["input_ids"])) % 5 == 0, 1, r["input_ids"])})
+    record = {"text": " ".join(words), "label": 1}
+    ok = traced(record, [to_ids, drop], eval_stages=[to_ids], augmentations={"token_drop"})
+    assert ok.status is Status.PASS, str(ok)
+    chars = ("to_ids", lambda r: {"input_ids": torch.tensor([vocab.get(c, 1) for c in r["text"].replace(" ", "")]), "label": r["label"]})
+    fails(traced(record, [to_ids, drop], eval_stages=[chars], augmentations={"token_drop"}), "eval:to_ids", "train_eval")
