@@ -30,6 +30,22 @@ before and after it:
   where its statistics came from; a split named val/valid/validation/dev/test/eval/holdout/trainval/all/full
   fails.
 
+The sample may be the ``(input, target)`` tuple (or list) a ``Dataset`` returns, and containers may nest: leaves
+are named by dict key, tuple position ("0", "1") or ``fields=("image", "label")``, joined by "."; a tuple's first
+element with >= 2 dims is its image. Leaves the probes cannot read (sparse, quantized, nested, meta tensors) give
+a ``stage.unread`` SKIPPED finding naming the leaf and the reason. Declarations add probes:
+
+- a stage named like a normalization with ``mean``/``std`` (or the contract ``normalized``): its output must be
+  ``(x - mean) / std`` of its input, per channel, with statistics on the input's scale (``stage.numeric.
+  normalization``); channel means far from 0 that a channel permutation explains: ``stage.semantics.
+  channel_order``;
+- ``class_to_idx`` / ``label_rule`` / ``label_key``: the stage that changes the label must give the declared class
+  (``stage.semantics.label_map``), and no stage may turn a class label into a non-integral number
+  (``stage.semantics.label_changed``);
+- ``eval_stages`` (with ``augmentations``): the evaluation pipeline on the same sample must agree with the train
+  one; ``stage.train_eval`` at the first stage where they part (an eval stage ``eval:<name>``, or the train
+  stage the eval pipeline lacks).
+
 A stage that raises gives ``stage.raised`` with the trace up to it. User probes and contracts add to the
 categories. Categories no probe could check are listed as SKIPPED findings: an all-green metadata report
 is not a clean bill of health.
@@ -74,8 +90,8 @@ _HINTS = {
 _MISSING = {
     "structure": "no array changed shape and no contract was given: add contracts={stage: {key: {'shape': ..., 'layout': ...}}}",
     "numeric": "no image found (keys image/img/pixels/pixel_values/input/x): add contracts with 'range'",
-    "semantics": "give sample['meta'] = {'channel_order': 'RGB', 'known_colour': {'box': [y0, y1, x0, x1], 'rgb': [r, g, b]}} "
-                 "or a probe ('semantics', fn)",
+    "semantics": "give sample['meta'] (or meta=) {'channel_order': 'RGB', 'known_colour': {'box': [y0, y1, x0, x1], "
+                 "'rgb': [r, g, b]}}, class_to_idx= / label_rule= for the label, or a probe ('semantics', fn)",
     "relationships": "give a 'mask' aligned with the image, or a probe ('relationships', fn)",
     "provenance": "set fitted_on='train' on fitted stages (normalize) or sample['meta']['provenance'] = {stage: split}",
 }
