@@ -313,7 +313,7 @@ def test_contracts_dtype_shape_layout_range():
     ({"fields": ("image", "image")}, "Expected `fields`"),
     ({"class_to_idx": ["cat"]}, "Expected `class_to_idx`"),
     ({"label_rule": 3}, "Expected `label_rule`"),
-    ({"augmentations": {"to_float"}}, "Expected `eval_stages=`"),
+    ({"augmentations": "to_float"}, "Expected `augmentations`"),
     ({"augmentations": {"flip"}, "eval_stages": [("to_float", to_float)]}, "Expected `augmentations` among"),
     ({"eval_stages": []}, "Expected `stages`"),
     ({"meta": "RGB"}, "Expected `meta`"),

@@ -15,6 +15,7 @@ from firstdiv.instruments._core.state import Snapshot
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one intra-op thread
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+FIELDS = ("image", "label")
 CLASSES = {"bird": 0, "cat": 1, "dog": 2}
 
 
@@ -333,3 +334,19 @@ def test_token_sequences_after_an_augmentation_must_mostly_agree():
     assert ok.status is Status.PASS, str(ok)
     chars = ("to_ids", lambda r: {"input_ids": torch.tensor([vocab.get(c, 1) for c in r["text"].replace(" ", "")]), "label": r["label"]})
     fails(traced(record, [to_ids, drop], eval_stages=[chars], augmentations={"token_drop"}), "eval:to_ids", "train_eval")
+
+
+def test_pil_image_in_a_tuple_is_read_as_an_array():
+    pil = pytest.importorskip("PIL.Image")
+    sample = (pil.fromarray(image().numpy()), "dog")
+    to_t = ("to_tensor", lambda s: (torch.from_numpy(np.asarray(s[0]).copy()).permute(2, 0, 1).float() / 255, s[1]))
+    report = traced(sample, [to_t, ("normalize", Normalize(MEAN, STD))], fields=FIELDS)
+    assert report.status is Status.PASS and report.details["trace"][0]["image"]["dtype"] == "uint8"
+    assert "to_tensor" in report.details["checked"]["structure"] and "normalize" in report.details["checked"]["numeric"]
+
+
+def test_declared_augmentation_may_move_the_label():
+    mix = ("mixup", lambda s: (s[0], torch.tensor([0.6, 0.0, 0.4])))
+    soft = [("to_tensor", to_tensor), ("encode_label", lambda s: (s[0], torch.nn.functional.one_hot(torch.tensor(2), 3).float())), mix]
+    assert traced((image(), "dog"), soft, class_to_idx=CLASSES, augmentations={"mixup"}).status is Status.PASS
+    fails(traced((image(), "dog"), soft, class_to_idx=CLASSES), "mixup", "label_map")

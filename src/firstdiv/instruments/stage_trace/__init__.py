@@ -117,7 +117,7 @@ def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = Non
     provenance) for a sample that cannot carry ``sample["meta"]``. ``class_to_idx`` / ``label_rule(record)``
     / ``label_key``: the class the label must become at the stage that encodes it. ``eval_stages``: the
     evaluation pipeline, run on the same sample and compared with the train one (``augmentations``: train
-    stage names allowed to differ). ``seed`` seeds the global RNGs during the walk only.
+    stage names allowed to differ from it and to move the label, e.g. mixup). ``seed`` seeds the global RNGs during the walk only.
     """
     if not isinstance(sample, (torch.Tensor, np.ndarray, dict, tuple, list)):
         raise InvalidArgument("Expected `sample` to be a tensor, a numpy array, a dict like {'image': ..., 'mask': ...} or an "
@@ -125,7 +125,7 @@ def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = Non
     named = ar.check_stages(stages)
     names = [n for n, _ in named]
     evals = None if eval_stages is None else ar.check_stages(eval_stages)
-    decl = _Declared(ar.check_fields(fields), set(ar.check_augmentations(augmentations, names, eval_stages)))
+    decl = _Declared(ar.check_fields(fields), set(ar.check_augmentations(augmentations, names)))
     ar.check_labels(class_to_idx, label_rule, label_key)
     user = ar.check_probes(probes)
     wants = check_contracts(contracts, names)
@@ -228,7 +228,7 @@ def _probe_stage(stage: str, fn: Callable, samples: tuple[Any, Any], seen: tuple
     outs += _safely("semantics", semantics, stage, after, track)
     outs += _safely("provenance", provenance, stage, fn, track)
     outs += _safely("numeric", normalization, stage, fn, before, after, contract, track.channel_order)
-    if decl.labels is not None:
+    if decl.labels is not None and stage not in decl.augmentations:  # mixup/label smoothing may move the label
         outs += _safely("semantics", lb.label_outcomes, stage, samples[0], samples[1], decl.fields, decl.labels)
     outs += _user(stage, *samples, probes)
     return outs

@@ -97,7 +97,7 @@ def check_labels(class_to_idx: Any, label_rule: Any, label_key: Any) -> None:
         raise InvalidArgument(f"Expected `label_key` to be a key such as 'label' or a tuple position such as '1' but got {label_key!r}")
 
 
-def check_augmentations(augmentations: Any, names: list[str], eval_stages: Any) -> set[str]:
+def check_augmentations(augmentations: Any, names: list[str]) -> set[str]:
     if augmentations is None:
         return set()
     if isinstance(augmentations, str) or not isinstance(augmentations, (set, frozenset, list, tuple)):
@@ -105,6 +105,4 @@ def check_augmentations(augmentations: Any, names: list[str], eval_stages: Any) 
     unknown = [a for a in augmentations if a not in names]
     if unknown:
         raise InvalidArgument(f"Expected `augmentations` among the stages {', '.join(names)} but got {unknown[0]!r}")
-    if eval_stages is None:
-        raise InvalidArgument("Expected `eval_stages=` with `augmentations=`: augmentations are what the eval pipeline may skip")
     return set(augmentations)

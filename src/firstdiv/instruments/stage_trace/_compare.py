@@ -113,7 +113,8 @@ def run_eval(named: list[tuple[str, Callable]], sample: Any) -> tuple[list[tuple
 
 
 def _missing(stage: str, context: str, pairs: list[list[str]], diff: str) -> Check:
-    return check(stage, KIND, Status.FAIL, f"{context}; it has no counterpart of train stage {stage!r}: samples differ: {diff}",
+    return check(stage, KIND, Status.FAIL, f"{context}; it has no counterpart of train stage {stage!r}: samples differ: {diff} "
+                 f"(if {stage!r} is an augmentation, name it in augmentations=)",
                  {"matched": pairs, "difference": diff}, expected=f"the eval pipeline does what train stage {stage!r} does",
                  observed=f"eval skips it: {diff}", hint=HINT)
 

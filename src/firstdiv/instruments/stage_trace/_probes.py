@@ -80,8 +80,14 @@ def as_tensor(value: Any) -> torch.Tensor | None:
     probes cannot read (see :func:`unreadable`)."""
     if isinstance(value, torch.Tensor):
         return None if unreadable(value) else value.detach().cpu()
+    if not isinstance(value, np.ndarray) and hasattr(value, "__array_interface__"):  # a PIL image
+        try:
+            value = np.asarray(value)
+        except Exception:  # noqa: BLE001 - not an array after all
+            return None
     if isinstance(value, np.ndarray) and (np.issubdtype(value.dtype, np.number) or value.dtype == np.bool_):
-        return torch.from_numpy(np.ascontiguousarray(value))
+        value = np.ascontiguousarray(value)
+        return torch.from_numpy(value if value.flags.writeable else value.copy())  # a read-only buffer is copied
     return None
 
 
