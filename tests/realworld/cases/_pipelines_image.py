@@ -133,7 +133,7 @@ def train_stages(seed, class_to_idx, normalize=None, size=(32, 32)):
 def program(seed, *, index=0, stages=None, eval_stages=None, **data):
     data_set = FolderImages(seed, **data)
     c2i = sorted_classes(data_set.paths)
-    return SimpleNamespace(dataset=data_set, sample=data_set[index], class_to_idx=c2i,
+    return SimpleNamespace(dataset=data_set, sample=data_set[index % len(data_set)], class_to_idx=c2i,
                            stages=stages(seed, data_set) if stages else train_stages(seed, c2i),
                            eval_stages=eval_stages(seed, data_set) if eval_stages else None)
 

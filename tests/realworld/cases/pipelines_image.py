@@ -104,7 +104,7 @@ def _dict_stage(fn, sample):
 
 def dict_program(seed):
     p = program(seed, index=seed)
-    p.sample = DictImages(p.dataset)[seed]
+    p.sample = DictImages(p.dataset)[seed % len(p.dataset)]
     c2i = p.class_to_idx
     p.stages = [(n, partial(_dict_stage, fn)) for n, fn in train_stages(seed, c2i)[:-1]] + [
         ("channels_last_bf16", lambda s: {**s, "pixel_values": s["pixel_values"][None].to(torch.bfloat16)
