@@ -350,3 +350,28 @@ def test_declared_augmentation_may_move_the_label():
     soft = [("to_tensor", to_tensor), ("encode_label", lambda s: (s[0], torch.nn.functional.one_hot(torch.tensor(2), 3).float())), mix]
     assert traced((image(), "dog"), soft, class_to_idx=CLASSES, augmentations={"mixup"}).status is Status.PASS
     fails(traced((image(), "dog"), soft, class_to_idx=CLASSES), "mixup", "label_map")
+
+
+IMAGENET_MEAN, IMAGENET_STD = torch.tensor(MEAN).view(3, 1, 1), torch.tensor(STD).view(3, 1, 1)
+
+
+def test_lambda_reading_global_statistics_is_checked():
+    good = ("normalize", lambda s: ((s[0] - IMAGENET_MEAN) / IMAGENET_STD, s[1]))
+    variance = ("normalize", lambda s: ((s[0] - IMAGENET_MEAN) / IMAGENET_STD.pow(2), s[1]))
+    ok = traced((image(), 1), [("to_tensor", to_tensor), good])
+    assert ok.status is Status.PASS and any("globals mean/std" in f.message for f in ok.findings)
+    fails(traced((image(), 1), [("to_tensor", to_tensor), variance]), "normalize", "normalization")
+    by_mean = ("normalize", lambda s: ((s[0] - IMAGENET_MEAN) / IMAGENET_MEAN, s[1]))  # reads no std: declares nothing
+    assert traced((image(), 1), [("to_tensor", to_tensor), by_mean]).status is Status.PASS
+    declared = {"normalize": {"0": {"normalized": {"mean": MEAN, "std": STD}}}}
+    fails(traced((image(), 1), [("to_tensor", to_tensor), by_mean], contracts=declared), "normalize", "normalization")
+
+
+def test_brightness_augmentation_is_no_missing_normalization():
+    def brightness(s):
+        return (s[0] * 0.6).clamp(0, 1), s[1]
+
+    train_stages = [("to_tensor", to_tensor), ("brightness", brightness), ("normalize", Normalize(MEAN, STD))]
+    evals = [("to_tensor", to_tensor), ("normalize", Normalize(MEAN, STD))]
+    assert traced((image(), 1), train_stages, eval_stages=evals, augmentations={"brightness"}).status is Status.PASS
+    fails(traced((image(), 1), train_stages, eval_stages=evals[:1], augmentations={"brightness"}), "normalize", "train_eval")

@@ -3,7 +3,8 @@ order that the per-channel statistics expose).
 
 A stage named like a normalization (normalize, standardize, norm, zscore, whiten: its stage name, class or
 function name) declares the mean/std it normalizes with by ``mean``/``std`` attributes (on the callable, a bound
-method's object, a partial's function or keywords, or variables a closure captured); any stage by the contract
+method's object, a partial's function or keywords, variables a closure captured or globals it reads such as
+IMAGENET_MEAN/IMAGENET_STD); any stage by the contract
 ``{stage: {key: {"normalized": {"mean": [...], "std": [...]}}}}``. From the input's per-channel mean m and std s,
 the output of ``(k * x - mean) / std`` has mean ``(k * m - mean) / std`` and std ``k * s / std`` (k = 1, or 1/255
 for a stage that also scales an integer image); an output far from every such prediction fails, naming the
@@ -57,13 +58,28 @@ def declared(fn: Any, spec: Any, names: list[str]) -> tuple[str, np.ndarray, np.
     keywords = getattr(fn, "keywords", None)
     if isinstance(keywords, dict) and (m := numbers(keywords.get("mean"))) is not None and (s := numbers(keywords.get("std"))) is not None:
         return "partial keywords mean/std", m, s
+    return _from_code(fn)
+
+
+def _from_code(fn: Any) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """mean/std a function captured (closure variables ``mean``/``std``) or reads as globals (one global named
+    like ``*mean*`` and one like ``*std*``, e.g. IMAGENET_MEAN / IMAGENET_STD)."""
     code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
     captured = dict(zip(getattr(code, "co_freevars", ()), cells))
     try:
         m, s = (numbers(captured[n].cell_contents) if n in captured else None for n in ("mean", "std"))
     except ValueError:  # an empty cell
         return None
-    return ("closure mean/std", m, s) if m is not None and s is not None else None
+    if m is not None and s is not None:
+        return "closure mean/std", m, s
+    space = getattr(fn, "__globals__", {})
+    found = {}
+    for part in ("mean", "std"):
+        hits = [n for n in getattr(code, "co_names", ()) if part in n.lower() and n in space]
+        found[part] = numbers(space[hits[0]]) if len(hits) == 1 else None
+    if found["mean"] is not None and found["std"] is not None:
+        return "globals mean/std", found["mean"], found["std"]
+    return None
 
 
 def _channels(t: torch.Tensor, view: torch.Tensor | None, n: int) -> torch.Tensor | None:
