@@ -237,6 +237,8 @@ def test_label_rule_one_hot_and_unknown_class():
     fails(traced((image(), "dog"), one_hot, label_rule=lambda r: 1), "one_hot", "label_map")
     unknown = traced((image(), "wolf"), stages(label_map={"wolf": 0}), class_to_idx=CLASSES)
     assert unknown.status is Status.PASS and any("not in class_to_idx" in f.message for f in unknown.findings)
+    mapped = traced((image(), 2), stages()[:2], class_to_idx=CLASSES)
+    assert any(f.check == "stage.label" and f.status is Status.SKIPPED and "label_rule" in f.message for f in mapped.findings)
     broken = traced((image(), "dog"), stages(), label_rule=lambda r: r["missing"])
     assert broken.status is Status.PASS and any("label_rule raised" in f.message for f in broken.findings)
 

@@ -137,8 +137,9 @@ def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = Non
         _seed(seed)
         decl.labels = lb.start(sp.clone(current), decl.fields, label_key, class_to_idx, label_rule) \
             if class_to_idx is not None or label_rule is not None or label_key is not None else None
-        if decl.labels is not None and decl.labels.note:
-            walk.checks.append(check("(input)", "stage.label", Status.SKIPPED, f"label not checked: {decl.labels.note}"))
+        if decl.labels is not None and (decl.labels.note or decl.labels.info):
+            walk.checks.append(check("(input)", "stage.label", Status.SKIPPED,
+                                     f"label not checked: {decl.labels.note or decl.labels.info}"))
         walk.run(named, current, seen)
         if evals is not None:
             _seed(seed)

@@ -30,7 +30,8 @@ class Labels:
     class_to_idx: dict[Any, int] | None
     expected: int | None = None
     name: Any = None
-    note: str = ""
+    note: str = ""             # why the label cannot be checked at all
+    info: str = ""             # what part of the declarations cannot be checked
 
 
 def find(sample: Any, fields: tuple[str, ...], key: str | None) -> tuple[str, Any] | None:
@@ -92,6 +93,9 @@ def start(sample: Any, fields: tuple[str, ...], key: str | None, class_to_idx: d
             labels.expected = class_to_idx[value]
     elif idx is not None:
         labels.expected = idx
+        if class_to_idx is not None and rule is None:
+            labels.info = (f"the label entered as class index {idx}: class_to_idx was applied before the first stage; "
+                           "give label_rule= (record -> class name or index) to check that mapping")
     else:
         labels.note = f"the {'rule' if rule else 'input'}'s label {value!r:.60} is not a class name or index"
     return labels
