@@ -377,3 +377,20 @@ def test_brightness_augmentation_is_no_missing_normalization():
     evals = [("to_tensor", to_tensor), ("normalize", Normalize(MEAN, STD))]
     assert traced((image(), 1), train_stages, eval_stages=evals, augmentations={"brightness"}).status is Status.PASS
     fails(traced((image(), 1), train_stages, eval_stages=evals[:1], augmentations={"brightness"}), "normalize", "train_eval")
+
+
+def test_known_colour_box_follows_a_resize():
+    meta = {"channel_order": "RGB", "known_colour": {"box": [4, 16, 6, 18], "rgb": [255, 0, 0]}}
+    red = image(h=32, w=40).clone()
+    red[4:16, 6:18] = torch.tensor([255, 0, 0], dtype=torch.uint8)
+
+    def resize(s):
+        return torch.nn.functional.interpolate(s[0][None], size=(24, 30), mode="bilinear", align_corners=False)[0], s[1]
+
+    ok = traced((red, 1), [("to_tensor", to_tensor), ("resize", resize)], meta=meta)
+    assert ok.status is Status.PASS and "resize" in ok.details["checked"]["semantics"], str(ok)
+    swap = ("to_bgr", lambda s: (s[0].flip(0), s[1]))
+    div = fails(traced((red, 1), [("to_tensor", to_tensor), ("resize", resize), swap], meta=meta), "to_bgr", "stage.semantics")
+    assert "BGR" in div.observed
+    crop = ("crop", lambda s: (s[0][:, 10:30, 0:20], s[1]))  # not a resize: the box is not followed
+    assert traced((red, 1), [("to_tensor", to_tensor), crop], meta=meta).status is Status.PASS

@@ -20,7 +20,7 @@ before and after it:
   pipeline must produce, default RGB). After each stage whose image has 3 channels in a display range
   (integer 0..255 or float 0..1), the box's mean colour must be within 64 of the expected colour; a
   channel permutation that fits instead is reported as that order (e.g. BGR). The box follows the image
-  through flips and rotations.
+  through flips, rotations and resizes (a bilinear resize of the input explains the output).
 - RELATIONSHIPS (``stage.relationships``): the image's spatial transform, found among identity, flip-h,
   flip-v, rot90/180/270 and transpose (up to a per-channel affine change of values), must be one the mask
   underwent too (``mask``/``masks``/``segmentation``/``seg``, or ``label``/``target``/``y`` when spatial);
