@@ -45,7 +45,7 @@ def _same(a, b) -> bool:
         return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
+    return a is b or a == b
 
 
 def traced(sample, stages, **kwargs):
@@ -394,3 +394,21 @@ def test_known_colour_box_follows_a_resize():
     assert "BGR" in div.observed
     crop = ("crop", lambda s: (s[0][:, 10:30, 0:20], s[1]))  # not a resize: the box is not followed
     assert traced((red, 1), [("to_tensor", to_tensor), crop], meta=meta).status is Status.PASS
+
+
+def test_leaves_that_refuse_comparison_are_skipped_not_raised():
+    class Opaque:
+        def __eq__(self, other):
+            raise TypeError("no comparison")
+
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+        __hash__ = object.__hash__
+
+    sample = (image(), Opaque())
+    report = traced(sample, [("to_tensor", lambda s: (to_tensor(s)[0], s[1]))], eval_stages=[("to_tensor", lambda s: s)],
+                    label_key="1")
+    assert report.status is Status.PASS, str(report)
+    skipped = {f.check for f in report.findings if f.status is Status.SKIPPED and "no repr" in f.message}
+    assert skipped == {"stage.train_eval", "stage.label"}, str(report)

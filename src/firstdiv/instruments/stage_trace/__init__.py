@@ -135,8 +135,8 @@ def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = Non
     current, seen = walk.start(sample)
     with guarded():
         _seed(seed)
-        decl.labels = lb.start(sp.clone(current), decl.fields, label_key, class_to_idx, label_rule) \
-            if class_to_idx is not None or label_rule is not None or label_key is not None else None
+        if class_to_idx is not None or label_rule is not None or label_key is not None:
+            decl.labels = _labels(sp.clone(current), decl.fields, label_key, class_to_idx, label_rule)
         if decl.labels is not None and (decl.labels.note or decl.labels.info):
             walk.checks.append(check("(input)", "stage.label", Status.SKIPPED,
                                      f"label not checked: {decl.labels.note or decl.labels.info}"))
@@ -156,12 +156,22 @@ class _Declared:
     labels: lb.Labels | None = None
 
 
+def _labels(sample: Any, fields: tuple[str, ...], key: str | None, class_to_idx: Any, rule: Any) -> lb.Labels:
+    try:
+        return lb.start(sample, fields, key, class_to_idx, rule)
+    except Exception as exc:  # noqa: BLE001 - a label the probe cannot read is a note, never a crash
+        return lb.Labels(key, class_to_idx, note=f"the label could not be read: {_error(exc)}")
+
+
 def _eval_check(walk: _Walk, evals: list[tuple[str, Callable]], sample: Any) -> Check:
     if len(walk.outputs) != len(walk.rows):
         return check("(eval_stages)", _compare.KIND, Status.SKIPPED, "eval pipeline not compared: the train walk stopped at "
                      f"{walk.rows[-1]['stage']!r}")
     outs, error = _compare.run_eval(evals, sample)
-    return _compare.compare(walk.outputs, outs, error, walk.declared.fields, walk.declared.augmentations)
+    try:
+        return _compare.compare(walk.outputs, outs, error, walk.declared.fields, walk.declared.augmentations)
+    except Exception as exc:  # noqa: BLE001 - samples the comparison cannot read are not a verdict
+        return check("(eval_stages)", _compare.KIND, Status.SKIPPED, f"eval pipeline not compared: {_error(exc)}")
 
 
 # ---- contracts and user probes --------------------------------------------------------------------
