@@ -226,6 +226,10 @@ def _image(found: dict[str, torch.Tensor], tuple_sample: bool) -> tuple[str, tor
     """The bare tensor, else an image key (also as the last part of a nested key), else a tuple's first element."""
     if "" in found:
         return "", found[""]
+    for name in IMAGE_KEYS:  # top-level keys first, in IMAGE_KEYS order, then nested ones
+        for k, t in found.items():
+            if k == name and t.dim() >= 2:
+                return k, t
     for k, t in found.items():
         if k.rsplit(".", 1)[-1] in IMAGE_KEYS and t.dim() >= 2:
             return k, t
