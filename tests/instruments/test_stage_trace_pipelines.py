@@ -412,3 +412,23 @@ def test_leaves_that_refuse_comparison_are_skipped_not_raised():
     assert report.status is Status.PASS, str(report)
     skipped = {f.check for f in report.findings if f.status is Status.SKIPPED and "no repr" in f.message}
     assert skipped == {"stage.train_eval", "stage.label"}, str(report)
+
+
+def _with_extra(fn, sample):
+    return (*fn(sample[:2]), sample[2])
+
+
+def test_reports_with_the_new_probes_round_trip_as_json():
+    import json
+
+    from firstdiv import Report
+
+    evals = [("to_tensor", to_tensor), ("encode_label", encode(CLASSES))]
+    sample = (image(), "dog", torch.eye(3).to_sparse())
+    run = [("to_tensor", lambda s: (*to_tensor(s[:2]), s[2])), ("normalize", lambda s: (*Normalize(MEAN, STD)(s[:2]), s[2])),
+           ("encode_label", lambda s: (s[0], CLASSES[s[1]], s[2]))]
+    report = traced(sample, run, fields=("image", "label", "extra"), class_to_idx=CLASSES,
+                    eval_stages=[(n, functools.partial(_with_extra, f)) for n, f in evals])
+    assert report.status is Status.FAIL and report.first_divergence.where == "normalize"
+    assert Report.from_dict(json.loads(report.to_json())).to_dict() == report.to_dict()
+    assert "FIRST DIVERGENCE at normalize" in str(report)
