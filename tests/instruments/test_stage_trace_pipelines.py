@@ -432,3 +432,15 @@ def test_reports_with_the_new_probes_round_trip_as_json():
     assert report.status is Status.FAIL and report.first_divergence.where == "normalize"
     assert Report.from_dict(json.loads(report.to_json())).to_dict() == report.to_dict()
     assert "FIRST DIVERGENCE at normalize" in str(report)
+
+
+def test_normalize_of_another_key_is_not_held_against_the_image():
+    depth_norm = Normalize([2.0], [0.5])
+    stage = ("normalize", lambda s: {**s, "depth": (s["depth"] - 2.0) / 0.5})
+    stage[1].mean, stage[1].std = depth_norm.mean, depth_norm.std
+    sample = {"image": image().permute(2, 0, 1).float() / 255, "depth": torch.rand(1, 24, 28) * 4}
+    report = traced(sample, [stage])
+    assert report.status is Status.PASS, str(report)
+    forgot = ("normalize", lambda s: s)  # declares statistics and changes nothing
+    forgot[1].mean, forgot[1].std = MEAN, STD
+    fails(traced({"image": sample["image"]}, [forgot]), "normalize", "normalization")

@@ -118,12 +118,23 @@ def normalization(stage: str, fn: Any, before: Seen, after: Seen, contract: dict
     if x is None or y is None or x.shape != y.shape or not y.is_floating_point():
         return [Outcome("numeric", "normalization", None, f"{stage}: declared {src} not checked: "
                         f"{key or 'sample'} {'missing' if x is None or y is None else 'changed shape or is not float'}")]
+    if not specs and x.dtype == y.dtype and torch.equal(x, y) and _others_changed(before, after, key):
+        return [Outcome("numeric", "normalization", None, f"{stage}: declared {src} not checked: {key or 'sample'} is "
+                        "unchanged while other arrays changed (name the normalized key with contracts 'normalized')")]
     n = max(mean.size, std.size)
     xc, yc = _channels(x, x if is_image else None, n), _channels(y, y if is_image else None, n)
     if xc is None or yc is None or (mean.size not in (1, n)) or (std.size not in (1, n)) or (std == 0).any():
         return [Outcome("numeric", "normalization", None, f"{stage}: declared {src} ({n} values) does not fit {key or 'sample'} "
                         f"{list(y.shape)}")]
     return _judge(stage, key or "sample", src, (mean, std), (xc, yc, x), y.dtype in LOW_PRECISION, order if is_image else "")
+
+
+def _others_changed(before: Seen, after: Seen, key: str) -> bool:
+    for k, t in after.arrays.items():
+        prior = before.arrays.get(k)
+        if k != key and (prior is None or prior.shape != t.shape or prior.dtype != t.dtype or not torch.equal(prior, t)):
+            return True
+    return False
 
 
 def _judge(stage: str, key: str, src: str, stats: tuple[np.ndarray, np.ndarray], data: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
