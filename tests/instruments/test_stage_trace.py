@@ -14,6 +14,7 @@ from firstdiv import InvalidArgument, Report, Status, stage_trace
 from firstdiv.instruments._core.state import Snapshot
 from firstdiv.zoo import pipeline
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one intra-op thread
 CATEGORIES = ["structure", "numeric", "semantics", "relationships", "provenance"]
 
 
@@ -307,7 +308,16 @@ def test_contracts_dtype_shape_layout_range():
 # ---- misuse and rendering ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"sample": [1, 2]}, "Expected `sample`"),
+    ({"sample": "raw text"}, "Expected `sample`"),
+    ({"sample": None}, "Expected `sample`"),
+    ({"fields": ("image", "image")}, "Expected `fields`"),
+    ({"class_to_idx": ["cat"]}, "Expected `class_to_idx`"),
+    ({"label_rule": 3}, "Expected `label_rule`"),
+    ({"augmentations": "to_float"}, "Expected `augmentations`"),
+    ({"augmentations": {"flip"}, "eval_stages": [("to_float", to_float)]}, "Expected `augmentations` among"),
+    ({"eval_stages": []}, "Expected `stages`"),
+    ({"meta": "RGB"}, "Expected `meta`"),
+    ({"contracts": {"to_float": {"image": {"normalized": {"mean": [0.5]}}}}}, "normalized"),
     ({"stages": []}, "Expected `stages`"),
     ({"stages": [("a", 3)]}, "Expected each stage"),
     ({"stages": [("a", to_float), ("a", to_float)]}, "unique stage names"),

@@ -20,7 +20,7 @@ before and after it:
   pipeline must produce, default RGB). After each stage whose image has 3 channels in a display range
   (integer 0..255 or float 0..1), the box's mean colour must be within 64 of the expected colour; a
   channel permutation that fits instead is reported as that order (e.g. BGR). The box follows the image
-  through flips and rotations.
+  through flips, rotations and resizes (a bilinear resize of the input explains the output).
 - RELATIONSHIPS (``stage.relationships``): the image's spatial transform, found among identity, flip-h,
   flip-v, rot90/180/270 and transpose (up to a per-channel affine change of values), must be one the mask
   underwent too (``mask``/``masks``/``segmentation``/``seg``, or ``label``/``target``/``y`` when spatial);
@@ -29,6 +29,22 @@ before and after it:
   with a ``fitted_on`` or ``provenance`` attribute, or ``meta["provenance"] = {stage name: split}``, declares
   where its statistics came from; a split named val/valid/validation/dev/test/eval/holdout/trainval/all/full
   fails.
+
+The sample may be the ``(input, target)`` tuple (or list) a ``Dataset`` returns, and containers may nest: leaves
+are named by dict key, tuple position ("0", "1") or ``fields=("image", "label")``, joined by "."; a tuple's first
+element with >= 2 dims is its image. Leaves the probes cannot read (sparse, quantized, nested, meta tensors) give
+a ``stage.unread`` SKIPPED finding naming the leaf and the reason. Declarations add probes:
+
+- a stage named like a normalization with ``mean``/``std`` (or the contract ``normalized``): its output must be
+  ``(x - mean) / std`` of its input, per channel, with statistics on the input's scale (``stage.numeric.
+  normalization``); channel means far from 0 that a channel permutation explains: ``stage.semantics.
+  channel_order``;
+- ``class_to_idx`` / ``label_rule`` / ``label_key``: the stage that changes the label must give the declared class
+  (``stage.semantics.label_map``), and no stage may turn a class label into a non-integral number
+  (``stage.semantics.label_changed``);
+- ``eval_stages`` (with ``augmentations``): the evaluation pipeline on the same sample must agree with the train
+  one; ``stage.train_eval`` at the first stage where they part (an eval stage ``eval:<name>``, or the train
+  stage the eval pipeline lacks).
 
 A stage that raises gives ``stage.raised`` with the trace up to it. User probes and contracts add to the
 categories. Categories no probe could check are listed as SKIPPED findings: an all-green metadata report
@@ -51,17 +67,19 @@ from ...report import Report, Status
 from .._core.checks import Check, check, compose
 from .._core.state import guarded
 from .._core.user_hooks import reports_user_hooks
+from . import _args as ar
+from . import _compare
+from . import _labels as lb
 from . import _probes as sp
+from ._args import Probe
 from ._contracts import check_contracts, contract_outcomes
+from ._normalize import normalization
 from ._semantics import provenance, relationships, semantics
 from ._structure import numeric, structure
 
 __all__ = ["stage_trace"]
 
 _NAME = "stage_trace"
-_ALIASES = {"structure": "structure", "numeric": "numeric", "numeric interpretation": "numeric",
-            "numeric_interpretation": "numeric", "semantics": "semantics", "relationships": "relationships",
-            "provenance": "provenance"}
 _HINTS = {
     "structure": "compare the stage's reshape/view with the permute it meant, and what it returns",
     "numeric": "scale once (/255), normalize once, with the statistics the model was trained with",
@@ -72,100 +90,88 @@ _HINTS = {
 _MISSING = {
     "structure": "no array changed shape and no contract was given: add contracts={stage: {key: {'shape': ..., 'layout': ...}}}",
     "numeric": "no image found (keys image/img/pixels/pixel_values/input/x): add contracts with 'range'",
-    "semantics": "give sample['meta'] = {'channel_order': 'RGB', 'known_colour': {'box': [y0, y1, x0, x1], 'rgb': [r, g, b]}} "
-                 "or a probe ('semantics', fn)",
+    "semantics": "give sample['meta'] (or meta=) {'channel_order': 'RGB', 'known_colour': {'box': [y0, y1, x0, x1], "
+                 "'rgb': [r, g, b]}}, class_to_idx= / label_rule= for the label, or a probe ('semantics', fn)",
     "relationships": "give a 'mask' aligned with the image, or a probe ('relationships', fn)",
     "provenance": "set fitted_on='train' on fitted stages (normalize) or sample['meta']['provenance'] = {stage: split}",
 }
-Probe = Callable[[Any, Any, str], Any]
-
-
 @reports_user_hooks
 def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = None,
-                contracts: dict[str, dict[str, dict[str, Any]]] | None = None, seed: int = 0) -> Report:
-    """Walk ``sample`` (a tensor, numpy array, or dict like ``{"image", "mask", "label", "meta"}``) through
-    ``stages`` (a list of ``(name, callable)`` or a dict name -> callable, each mapping a sample to the next)
-    and report the first stage where a contract category fails (where = stage name, kind
-    ``stage.structure|numeric|semantics|relationships|provenance|raised``).
+                contracts: dict[str, dict[str, dict[str, Any]]] | None = None, seed: int = 0,
+                fields: tuple[str, ...] | None = None, meta: dict[str, Any] | None = None,
+                class_to_idx: dict[Any, int] | None = None, label_rule: Callable[[Any], Any] | None = None,
+                label_key: str | None = None, eval_stages: Any = None, augmentations: Any = None) -> Report:
+    """Walk ``sample`` (a tensor, numpy array, dict like ``{"image", "mask", "label", "meta"}``, or the
+    ``(input, target)`` tuple/list a ``Dataset`` returns, nested containers allowed) through ``stages`` (a list
+    of ``(name, callable)`` or a dict name -> callable, each mapping a sample to the next) and report the first
+    stage where a contract category fails (where = stage name, kind
+    ``stage.structure|numeric|semantics|relationships|provenance|raised``, with a suffix such as
+    ``.normalization``, ``.channel_order``, ``.label_map`` for the declared-statistics and label probes).
 
     ``probes``: ``{name: fn}`` (category semantics) or ``{name: (category, fn)}``; ``fn(before, after,
     stage_name)`` gets copies and returns None (ok) or a failure message. ``contracts``: ``{stage: {key:
-    {"dtype": ..., "shape": [...], "range": (lo, hi), "layout": "CHW"}}}`` checked after that stage (key ""
-    or "sample" for a bare tensor sample). ``seed`` seeds the global RNGs during the walk only.
+    {"dtype": ..., "shape": [...], "range": (lo, hi), "layout": "CHW", "normalized": {"mean": [...], "std":
+    [...]}}}}`` checked after that stage (key "" or "sample" for a bare tensor sample; a tuple's elements are
+    "0", "1", ... or the names in ``fields``, nested keys joined by "."). A stage with ``mean``/``std``
+    attributes declares its normalization too. ``meta``: the meta contract (channel order, known colour,
+    provenance) for a sample that cannot carry ``sample["meta"]``. ``class_to_idx`` / ``label_rule(record)``
+    / ``label_key``: the class the label must become at the stage that encodes it. ``eval_stages``: the
+    evaluation pipeline, run on the same sample and compared with the train one (``augmentations``: train
+    stage names allowed to differ from it and to move the label, e.g. mixup). ``seed`` seeds the global RNGs during the walk only.
     """
-    if not isinstance(sample, (torch.Tensor, np.ndarray, dict)):
-        raise InvalidArgument("Expected `sample` to be a tensor, a numpy array or a dict like {'image': ..., 'mask': ...} "
-                              f"but got {type(sample).__name__}")
-    named = _check_stages(stages)
-    user = _check_probes(probes)
-    wants = check_contracts(contracts, [n for n, _ in named])
+    if not isinstance(sample, (torch.Tensor, np.ndarray, dict, tuple, list)):
+        raise InvalidArgument("Expected `sample` to be a tensor, a numpy array, a dict like {'image': ..., 'mask': ...} or an "
+                              f"(input, target) tuple (wrap raw text as {{'text': ...}}) but got {type(sample).__name__}")
+    named = ar.check_stages(stages)
+    names = [n for n, _ in named]
+    evals = None if eval_stages is None else ar.check_stages(eval_stages)
+    decl = _Declared(ar.check_fields(fields), set(ar.check_augmentations(augmentations, names)))
+    ar.check_labels(class_to_idx, label_rule, label_key)
+    user = ar.check_probes(probes)
+    wants = check_contracts(contracts, names)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise InvalidArgument(f"Expected `seed` to be an int in [0, 2**32) but got {seed!r}")
-    walk = _Walk(_track(sample), user, wants)
+    walk = _Walk(ar.track(sample, meta), user, wants, decl)
     current, seen = walk.start(sample)
     with guarded():
         _seed(seed)
+        if class_to_idx is not None or label_rule is not None or label_key is not None:
+            decl.labels = _labels(sp.clone(current), decl.fields, label_key, class_to_idx, label_rule)
+        if decl.labels is not None and (decl.labels.note or decl.labels.info):
+            walk.checks.append(check("(input)", "stage.label", Status.SKIPPED,
+                                     f"label not checked: {decl.labels.note or decl.labels.info}"))
         walk.run(named, current, seen)
-    return _report(walk, seed, [n for n, _ in named])
+        if evals is not None:
+            _seed(seed)
+            walk.checks.append(_eval_check(walk, evals, sp.clone(sample)))
+    return _report(walk, seed, names)
 
 
-# ---- argument checks ------------------------------------------------------------------------------
+@dataclass
+class _Declared:
+    """The declarations beyond probes and contracts: tuple field names, train augmentations, the label."""
 
-def _check_stages(stages: Any) -> list[tuple[str, Callable]]:
-    items = list(stages.items()) if isinstance(stages, dict) else stages
-    if not isinstance(items, (list, tuple)) or not items:
-        raise InvalidArgument(f"Expected `stages` to be a non-empty list of (name, callable) or a dict but got {stages!r:.80}")
-    seen: set[str] = set()
-    for item in items:
-        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str) and callable(item[1])):
-            raise InvalidArgument(f"Expected each stage to be a (name, callable) pair but got {item!r:.80}")
-        if item[0] in seen:
-            raise InvalidArgument(f"Expected unique stage names but got {item[0]!r} twice")
-        seen.add(item[0])
-    return [(n, f) for n, f in items]
+    fields: tuple[str, ...]
+    augmentations: set[str]
+    labels: lb.Labels | None = None
 
 
-def _check_probes(probes: Any) -> dict[str, tuple[str, Probe]]:
-    if probes is None:
-        return {}
-    if not isinstance(probes, dict):
-        raise InvalidArgument(f"Expected `probes` to be a dict name -> callable or (category, callable) but got {type(probes).__name__}")
-    out = {}
-    for name, spec in probes.items():
-        category, fn = "semantics", spec
-        if not callable(spec):
-            category, fn = spec if isinstance(spec, tuple) and len(spec) == 2 else (None, None)
-        cat = _ALIASES.get(category.lower()) if isinstance(category, str) else None
-        if cat is None or not callable(fn):
-            raise InvalidArgument(f"Expected probe {name!r} to be a callable or (category, callable) with category one of "
-                                  f"{', '.join(sp.CATEGORIES)} but got {spec!r:.80}")
-        out[str(name)] = (cat, fn)
-    return out
+def _labels(sample: Any, fields: tuple[str, ...], key: str | None, class_to_idx: Any, rule: Any) -> lb.Labels:
+    try:
+        return lb.start(sample, fields, key, class_to_idx, rule)
+    except Exception as exc:  # noqa: BLE001 - a label the probe cannot read is a note, never a crash
+        return lb.Labels(key, class_to_idx, note=f"the label could not be read: {_error(exc)}")
 
 
-def _track(sample: Any) -> sp.Track:
-    meta = sample.get("meta") if isinstance(sample, dict) else None
-    track = sp.Track()
-    if not isinstance(meta, dict):
-        return track
-    order = meta.get("channel_order", "RGB")
-    if not isinstance(order, str) or sorted(order.upper()) != sorted("RGB"):
-        raise InvalidArgument(f"Expected meta['channel_order'] to be an order of R, G, B such as 'RGB' but got {order!r}")
-    track.channel_order = order.upper()
-    known = meta.get("known_colour", meta.get("known_color"))
-    if known is not None:
-        box, rgb = (known.get("box"), known.get("rgb")) if isinstance(known, dict) else (None, None)
-        if not (isinstance(box, (list, tuple)) and len(box) == 4 and all(isinstance(v, int) and v >= 0 for v in box)
-                and box[0] < box[1] and box[2] < box[3]):
-            raise InvalidArgument(f"Expected meta['known_colour']['box'] to be [y0, y1, x0, x1] ints with y0 < y1, x0 < x1 but got {box!r}")
-        if not (isinstance(rgb, (list, tuple)) and len(rgb) == 3 and all(isinstance(v, (int, float)) and 0 <= v <= 255 for v in rgb)):
-            raise InvalidArgument(f"Expected meta['known_colour']['rgb'] to be three numbers in 0..255 but got {rgb!r}")
-        track.box, track.colour = list(box), [float(rgb["RGB".index(c)]) for c in track.channel_order]
-    prov = meta.get("provenance", {})
-    if not isinstance(prov, dict):
-        raise InvalidArgument(f"Expected meta['provenance'] to be a dict stage -> split but got {type(prov).__name__}")
-    track.provenance = dict(prov)
-    return track
+def _eval_check(walk: _Walk, evals: list[tuple[str, Callable]], sample: Any) -> Check:
+    if len(walk.outputs) != len(walk.rows):
+        return check("(eval_stages)", _compare.KIND, Status.SKIPPED, "eval pipeline not compared: the train walk stopped at "
+                     f"{walk.rows[-1]['stage']!r}")
+    outs, error = _compare.run_eval(evals, sample)
+    try:
+        return _compare.compare(walk.outputs, outs, error, walk.declared.fields, walk.declared.augmentations)
+    except Exception as exc:  # noqa: BLE001 - samples the comparison cannot read are not a verdict
+        return check("(eval_stages)", _compare.KIND, Status.SKIPPED, f"eval pipeline not compared: {_error(exc)}")
 
 
 # ---- contracts and user probes --------------------------------------------------------------------
@@ -222,7 +228,7 @@ def _describe(row: dict[str, Any]) -> str:
 
 
 def _probe_stage(stage: str, fn: Callable, samples: tuple[Any, Any], seen: tuple[sp.Seen, sp.Seen | None], track: sp.Track,
-                 probes: dict[str, tuple[str, Probe]], contract: dict[str, Any]) -> list[sp.Outcome]:
+                 probes: dict[str, tuple[str, Probe]], contract: dict[str, Any], decl: _Declared) -> list[sp.Outcome]:
     before, after = seen
     outs = _safely("structure", structure, stage, before, after)
     if after is None:
@@ -232,6 +238,9 @@ def _probe_stage(stage: str, fn: Callable, samples: tuple[Any, Any], seen: tuple
     outs += _safely("relationships", relationships, stage, before, after, track)  # moves the known-colour box
     outs += _safely("semantics", semantics, stage, after, track)
     outs += _safely("provenance", provenance, stage, fn, track)
+    outs += _safely("numeric", normalization, stage, fn, before, after, contract, track.channel_order)
+    if decl.labels is not None and stage not in decl.augmentations:  # mixup/label smoothing may move the label
+        outs += _safely("semantics", lb.label_outcomes, stage, samples[0], samples[1], decl.fields, decl.labels)
     outs += _user(stage, *samples, probes)
     return outs
 
@@ -260,7 +269,8 @@ def _findings(stage: str, outs: list[sp.Outcome], failed: dict[str, str], checke
         evidence = {o.probe: o.evidence for o in applied}
         status = Status.FAIL if new else Status.WARN if again else Status.PASS
         first = new[0] if new else None
-        rows.append(check(stage, f"stage.{cat}", status, "; ".join(msgs), evidence,
+        kind = f"stage.{cat}" + (f".{first.subkind}" if first and first.subkind else "")
+        rows.append(check(stage, kind, status, "; ".join(msgs), evidence,
                           expected=first.expected if first else "", observed=first.observed if first else "",
                           hint=_HINTS[cat] if first else ""))
         for o in new:
@@ -290,7 +300,10 @@ class _Walk:
     track: sp.Track
     probes: dict[str, tuple[str, Probe]]
     contracts: dict[str, dict[str, dict[str, Any]]]
+    declared: _Declared
     checks: list[Check] = field(default_factory=list)
+    outputs: list[tuple[str, Any, bool]] = field(default_factory=list)  # (stage, sample after it, after an augmentation)
+    unread: dict[str, str] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     checked: dict[str, list[str]] = field(default_factory=lambda: {c: [] for c in sp.CATEGORIES})
@@ -298,8 +311,10 @@ class _Walk:
     def start(self, sample: Any) -> tuple[Any, sp.Seen]:
         """The caller's sample copied, read, and recorded as the "(input)" row."""
         current = sp.clone(sample)
-        seen = sp.look(current)
+        seen = sp.look(current, self.declared.fields)
         self.rows.append(_row("(input)", sample, seen, self.track, []))
+        self.outputs.append(("(input)", current, False))
+        self._unread("(input)", seen)
         return current, seen
 
     def run(self, named: list[tuple[str, Callable]], current: Any, seen: sp.Seen) -> None:
@@ -318,9 +333,12 @@ class _Walk:
             self.rows.append({"stage": name, "raised": _error(exc)})
             return None
         self.track.moves = None
-        seen_after = None if after is None else sp.look(after)
+        seen_after = None if after is None else sp.look(after, self.declared.fields)
         outs = _probe_stage(name, fn, (current, after), (seen, seen_after), self.track, self.probes,
-                            self.contracts.get(name, {}))
+                            self.contracts.get(name, {}), self.declared)
+        if seen_after is not None:
+            self.outputs.append((name, after, self.outputs[-1][2] or name in self.declared.augmentations))
+            self._unread(name, seen_after)
         notes = [o.message for o in outs if o.ok is None]
         if seen_after is None:
             self.rows.append({"stage": name, "type": "NoneType", "notes": notes})
@@ -329,6 +347,12 @@ class _Walk:
         self.checks.append(check(name, "stage.trace", Status.PASS, _describe(self.rows[-1]), {"row": len(self.rows) - 1}))
         self.checks += _findings(name, outs, self.failed, self.checked)
         return None if after is None or seen_after is None else (after, seen_after)
+
+    def _unread(self, stage: str, seen: sp.Seen) -> None:
+        for key, why in seen.unread.items():
+            if key not in self.unread:
+                self.unread[key] = why
+                self.checks.append(check(stage, "stage.unread", Status.SKIPPED, f"{key} not checked: {why}", {"key": key}))
 
 
 def _seed(seed: int) -> None:

@@ -14,9 +14,10 @@ import numpy as np
 import torch
 
 from ...errors import InvalidArgument
+from ._normalize import numbers
 from ._probes import Outcome, Seen, dtype_name, layout
 
-_CONTRACT_KEYS = ("dtype", "shape", "range", "layout")
+_CONTRACT_KEYS = ("dtype", "shape", "range", "layout", "normalized")
 _LAYOUTS = ("HW", "CHW", "HWC", "NCHW", "NHWC")
 
 
@@ -47,6 +48,11 @@ def _check_spec(label: str, spec: Any) -> None:
     rng = spec.get("range", (0, 0))
     if not (isinstance(rng, (list, tuple)) and len(rng) == 2 and all(isinstance(v, (int, float)) for v in rng) and rng[0] <= rng[1]):
         raise InvalidArgument(f"Expected {label}['range'] to be (low, high) numbers with low <= high but got {rng!r}")
+    norm = spec.get("normalized", {"mean": 0, "std": 1})
+    if not (isinstance(norm, dict) and set(norm) == {"mean", "std"} and numbers(norm["mean"]) is not None
+            and (std := numbers(norm["std"])) is not None and (std > 0).all()):
+        raise InvalidArgument(f"Expected {label}['normalized'] to be {{'mean': [...], 'std': [...]}} (numbers, std > 0) "
+                              f"but got {norm!r:.80}")
     if spec.get("layout", "HW") not in _LAYOUTS:
         raise InvalidArgument(f"Expected {label}['layout'] to be one of {', '.join(_LAYOUTS)} but got {spec['layout']!r}")
 
@@ -80,7 +86,7 @@ def contract_outcomes(stage: str, after: Seen, per_key: dict[str, dict[str, Any]
             out.append(Outcome("structure", probe, False, f"contract for {key!r}: no such array after the stage",
                                {"keys": sorted(found)}, expected=f"an array at {key!r}", observed=f"arrays: {sorted(found)}"))
             continue
-        for item in _CONTRACT_KEYS:
+        for item in _ITEMS:
             if item in spec:
                 out.append(_contract_item(probe, item, spec[item], t, f"{key or 'sample'}"))
     return out

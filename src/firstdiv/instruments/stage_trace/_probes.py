@@ -35,6 +35,7 @@ class Outcome:
     evidence: dict[str, Any] = field(default_factory=dict)
     expected: Any = ""
     observed: Any = ""
+    subkind: str = ""          # appended to the finding's kind (stage.<category>.<subkind>) when it fails first
 
 
 @dataclass
@@ -65,8 +66,9 @@ def clone(obj: Any) -> Any:
             except Exception:  # noqa: BLE001 - an exotic mapping: a plain dict holds the same items
                 return out
         return out
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(clone(v) for v in obj)
+    if isinstance(obj, (list, tuple)):
+        items = [clone(v) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
     try:
         return copy.deepcopy(obj)
     except Exception:  # noqa: BLE001 - uncopyable objects are shared read-only
@@ -74,20 +76,56 @@ def clone(obj: Any) -> Any:
 
 
 def as_tensor(value: Any) -> torch.Tensor | None:
-    """A CPU tensor of an array-valued entry (probes compare samples across a device move)."""
+    """A CPU tensor of an array-valued entry (probes compare samples across a device move); None for what the
+    probes cannot read (see :func:`unreadable`)."""
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
+        return None if unreadable(value) else value.detach().cpu()
+    if not isinstance(value, np.ndarray) and hasattr(value, "__array_interface__"):  # a PIL image
+        try:
+            value = np.asarray(value)
+        except Exception:  # noqa: BLE001 - not an array after all
+            return None
     if isinstance(value, np.ndarray) and (np.issubdtype(value.dtype, np.number) or value.dtype == np.bool_):
-        return torch.from_numpy(np.ascontiguousarray(value))
+        value = np.ascontiguousarray(value)
+        return torch.from_numpy(value if value.flags.writeable else value.copy())  # a read-only buffer is copied
     return None
 
 
-def arrays(sample: Any) -> dict[str, torch.Tensor]:
-    """Array-valued entries of a sample by key ('' for a bare tensor/array sample)."""
-    if isinstance(sample, dict):
-        return {str(k): t for k, v in sample.items() if (t := as_tensor(v)) is not None}
-    t = as_tensor(sample)
-    return {} if t is None else {"": t}
+def unreadable(value: Any) -> str | None:
+    """Why a tensor leaf cannot be read by the probes (sparse, quantized, nested, meta), else None."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    if value.layout != torch.strided:
+        return f"{str(value.layout).replace('torch.', '')} tensor (densify it with .to_dense() or give a probe)"
+    if value.is_quantized or value.is_nested or value.is_meta:
+        return f"{'quantized' if value.is_quantized else 'nested' if value.is_nested else 'meta'} tensor (give a probe)"
+    return None
+
+
+def _atom(value: Any) -> bool:
+    return isinstance(value, (str, bytes, int, float, bool, type(None), np.generic))
+
+
+def leaves(sample: Any, fields: tuple[str, ...] = (), prefix: str = "", depth: int = 0) -> dict[str, Any]:
+    """Every leaf of a sample by dotted key: dict keys, tuple/list elements by index (the top-level tuple's by
+    ``fields`` when given, a namedtuple's by its field names); '' for a bare leaf. A list of strings or numbers
+    (tokens) is one leaf."""
+    if isinstance(sample, dict) and depth < 8:
+        items = [(str(k), v) for k, v in sample.items()]
+    elif isinstance(sample, (list, tuple)) and sample and not all(_atom(v) for v in sample) and depth < 8:
+        names = getattr(sample, "_fields", None) or (fields if not prefix and len(fields) == len(sample) else None)
+        items = list(zip(names or [str(i) for i in range(len(sample))], sample))
+    else:
+        return {prefix: sample}
+    out: dict[str, Any] = {}
+    for k, v in items:
+        out.update(leaves(v, fields, f"{prefix}.{k}" if prefix else k, depth + 1))
+    return out
+
+
+def arrays(sample: Any, fields: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """Array-valued leaves of a sample by key ('' for a bare tensor/array sample)."""
+    return {k: t for k, v in leaves(sample, fields).items() if (t := as_tensor(v)) is not None}
 
 
 def layout(t: torch.Tensor) -> str | None:
@@ -173,19 +211,37 @@ class Seen:
     small: torch.Tensor | None       # ... pooled for transform matching
     mask_small: torch.Tensor | None  # the mask as (C, H, W), pooled the same way
     mask_hw: tuple[int, ...] | None  # the mask's full spatial size
+    unread: dict[str, str] = field(default_factory=dict)  # leaves the probes cannot read, with the reason
 
 
-def look(sample: Any) -> Seen:
+def look(sample: Any, fields: tuple[str, ...] = ()) -> Seen:
     """The sample as the probes read it; one the probes cannot read (an exotic tensor type) shows no arrays."""
     try:
-        return _look(sample)
-    except Exception:  # noqa: BLE001 - reading must never crash the trace
-        return Seen({}, None, None, None, None, None, None, None)
+        return _look(sample, fields)
+    except Exception as exc:  # noqa: BLE001 - reading must never crash the trace
+        return Seen({}, None, None, None, None, None, None, None, {"sample": f"not readable: {type(exc).__name__}: {exc}"})
 
 
-def _look(sample: Any) -> Seen:
-    found = arrays(sample)
-    image = ("", found[""]) if "" in found else next(((k, found[k]) for k in IMAGE_KEYS if k in found and found[k].dim() >= 2), None)
+def _image(found: dict[str, torch.Tensor], tuple_sample: bool) -> tuple[str, torch.Tensor] | None:
+    """The bare tensor, else an image key (also as the last part of a nested key), else a tuple's first element."""
+    if "" in found:
+        return "", found[""]
+    for name in IMAGE_KEYS:  # top-level keys first, in IMAGE_KEYS order, then nested ones
+        for k, t in found.items():
+            if k == name and t.dim() >= 2:
+                return k, t
+    for k, t in found.items():
+        if k.rsplit(".", 1)[-1] in IMAGE_KEYS and t.dim() >= 2:
+            return k, t
+    first = next(iter(found), None)
+    return (first, found[first]) if tuple_sample and first is not None and found[first].dim() >= 2 else None
+
+
+def _look(sample: Any, fields: tuple[str, ...]) -> Seen:
+    every = leaves(sample, fields)
+    unread = {k or "sample": why for k, v in every.items() if (why := unreadable(v))}
+    found = {k: t for k, v in every.items() if (t := as_tensor(v)) is not None}
+    image = _image(found, isinstance(sample, (list, tuple)))
     key = next((k for k in MASK_KEYS if k in found), None) or next(
         (k for k in SPATIAL_LABEL_KEYS if k in found and found[k].dim() >= 2), None)
     mask = None if key is None else (key, found[key])
@@ -194,7 +250,7 @@ def _look(sample: Any) -> Seen:
     if mask is not None and view is not None:
         mask_view = spatial(mask[1], _mask_layout(mask[1], tuple(view.shape[1:])))
     return Seen(found, image, mask, stats(image[1]) if image is not None else None, view, _pooled(view), _pooled(mask_view),
-                tuple(mask_view.shape[1:]) if mask_view is not None else None)
+                tuple(mask_view.shape[1:]) if mask_view is not None else None, unread)
 
 
 def _mask_layout(mask: torch.Tensor, image_hw: tuple[int, ...]) -> str | None:

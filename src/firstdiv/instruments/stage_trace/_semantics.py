@@ -9,16 +9,17 @@ the semantics probe. Each probe returns :class:`~firstdiv.instruments.stage_trac
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from typing import Any
 
-import numpy as np
 import torch
 
-from ._probes import Outcome, Seen, Track
+from ._probes import POOL, Outcome, Seen, Track
 
 COLOUR_TOL = 64.0          # max per-channel distance (0..255 scale) of the known colour
 MATCH_CORR = 0.999         # per-channel correlation for "this candidate transform explains the change"
+RESIZE_CORR = 0.98         # per-channel correlation of an output with the bilinearly resized input: a resize
 LEAK = {"val", "valid", "validation", "dev", "test", "testing", "eval", "evaluation", "holdout", "trainval", "all", "full"}
 
 
@@ -89,8 +90,8 @@ _SWAPS = {"rot90", "rot270", "transpose"}  # transforms that exchange height and
 
 
 def matching(before: torch.Tensor, after: torch.Tensor, hw_before: tuple[int, ...], hw_after: tuple[int, ...]) -> list[str] | None:
-    """Candidate spatial transforms T with T(before) == after up to a per-channel affine map of the values
-    (compared on pooled views; ``hw_*`` are the full sizes). None when nothing can be said (channel count
+    """Candidate spatial transforms T with T(before) == after up to a per-channel affine map of the values and
+    a reordering of the channels (a BGR->RGB swap keeps the geometry; compared on pooled views; ``hw_*`` are the full sizes). None when nothing can be said (channel count
     changed, or no channel varies)."""
     if before.shape[0] != after.shape[0]:
         return None
@@ -101,19 +102,30 @@ def matching(before: torch.Tensor, after: torch.Tensor, hw_before: tuple[int, ..
         moved = fn(before)
         if moved.shape != after.shape:
             continue
-        corrs = [c for m, a in zip(moved, after) if (c := _corr(m, a)) is not None]
+        corrs = _best_corrs(moved, after)
         informative = informative or bool(corrs)
         if corrs and min(corrs) > MATCH_CORR:
             found.append(name)
     return found if informative else None
 
 
-def _corr(a: torch.Tensor, b: torch.Tensor) -> float | None:
-    a, b = a.flatten() - a.mean(), b.flatten() - b.mean()
-    na, nb = float(a.norm()), float(b.norm())
-    if na == 0 or nb == 0 or not (np.isfinite(na) and np.isfinite(nb)):
-        return None
-    return float(a @ b) / (na * nb)
+def _unit_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each channel centred and scaled to unit norm (rows), and which channels vary (finite, non-zero norm)."""
+    rows = x.reshape(x.shape[0], -1)
+    rows = rows - rows.mean(dim=1, keepdim=True)
+    norm = rows.norm(dim=1)
+    ok = torch.isfinite(norm) & (norm > 0)
+    return rows / torch.where(ok, norm, torch.ones_like(norm)).unsqueeze(1), ok
+
+
+def _best_corrs(moved: torch.Tensor, after: torch.Tensor) -> list[float]:
+    """For each varying channel of ``after``, its best correlation with a varying channel of ``moved``."""
+    a, ok_a = _unit_rows(moved)
+    b, ok_b = _unit_rows(after)
+    if not bool(ok_a.any()):
+        return []
+    corr = (b @ a.T)[:, ok_a]
+    return [float(v) for v in corr.max(dim=1).values[ok_b]]
 
 
 def move_box(box: list[int], name: str, h: int, w: int) -> list[int]:
@@ -132,7 +144,11 @@ def relationships(stage: str, before: Seen, after: Seen, track: Track) -> list[O
         return []
     hw_b, hw_a = tuple(before.view.shape[1:]), tuple(after.view.shape[1:])
     img_moves = track.moves = matching(before.small, after.small, hw_b, hw_a)
-    _move_track(track, img_moves, hw_b, hw_a, stage)
+    if img_moves is None and hw_b != hw_a and track.box is not None and resized(before.view, after.view):
+        track.box = scale_box(track.box, hw_b, hw_a)
+        track.box_note = "" if track.box else f"the known colour box is too small after the resize at {stage!r}"
+    else:
+        _move_track(track, img_moves, hw_b, hw_a, stage)
     if before.mask is None or after.mask is None or before.mask_hw is None or after.mask_hw is None:
         return []
     name = after.mask[0]
@@ -159,6 +175,27 @@ def relationships(stage: str, before: Seen, after: Seen, track: Track) -> list[O
 
 def _name(moves: list[str]) -> str:
     return "unchanged in place" if moves == ["identity"] else "/".join(moves)
+
+
+def resized(before: torch.Tensor, after: torch.Tensor) -> bool:
+    """Is ``after`` (C, H', W') the image ``before`` (C, H, W) resized (each channel correlating > RESIZE_CORR with
+    the interpolated input, compared on pooled views)?"""
+    if before.shape[0] != after.shape[0] or before.is_complex() or not bool(torch.isfinite(after.double()).all()):
+        return False
+    size = tuple(after.shape[1:])
+    guess = torch.nn.functional.interpolate(before.double()[None], size=size, mode="bilinear", align_corners=False)[0]
+    small = tuple(min(POOL, n) for n in size)
+    pool = torch.nn.functional.adaptive_avg_pool2d
+    corrs = _best_corrs(pool(guess[None], small)[0], pool(after.double()[None], small)[0])
+    return bool(corrs) and min(corrs) > RESIZE_CORR
+
+
+def scale_box(box: list[int], hw_b: tuple[int, ...], hw_a: tuple[int, ...]) -> list[int] | None:
+    """The box's inner part after a resize from ``hw_b`` to ``hw_a`` (one pixel in from each scaled edge, where
+    interpolation mixes in the neighbours); None when nothing is left."""
+    sy, sx = hw_a[0] / hw_b[0], hw_a[1] / hw_b[1]
+    y0, y1, x0, x1 = math.ceil(box[0] * sy) + 1, math.floor(box[1] * sy) - 1, math.ceil(box[2] * sx) + 1, math.floor(box[3] * sx) - 1
+    return [y0, y1, x0, x1] if y0 < y1 and x0 < x1 else None
 
 
 def _move_track(track: Track, moves: list[str] | None, hw_b: tuple[int, ...], hw_a: tuple[int, ...], stage: str) -> None:

@@ -94,7 +94,8 @@ def numeric(stage: str, before: Seen, after: Seen) -> list[Outcome]:
         return [Outcome("numeric", "finite", False, f"{key}: {now['nonfinite']} non-finite values appeared",
                         {**ev, "nonfinite": now["nonfinite"]}, expected="finite values", observed=f"{now['nonfinite']} NaN/Inf")]
     became_float = was is not None and not before.image[1].is_floating_point() and t.is_floating_point()  # type: ignore[index]
-    if became_float and re.search(r"float|tensor", stage, re.IGNORECASE) and now.get("max", 0) > 1 + 1e-6:
+    if became_float and re.search(r"float|tensor", stage, re.IGNORECASE) and now.get("max", 0) > 1 + 1e-6 \
+            and now.get("min", 0) >= 0:  # negative values: the stage normalized too (a fused to_tensor + normalize)
         return [Outcome("numeric", "to_float", False,
                         f"{key}: integer image became float with max {now['max']:.4g} after {stage!r}: still on the 0..255 "
                         "scale (the division by 255 is missing)", ev,
