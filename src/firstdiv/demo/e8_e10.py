@@ -8,6 +8,7 @@ from .._rich import Console, Text
 from ..lab.bisect import bisect
 from ..lab.store import Store
 from ..lab.sweep import sweep
+from . import BACKEND
 from ._console import heading, say
 
 #: Six plausible changes at once, one of which (lr x10) is the regression.
@@ -34,9 +35,9 @@ def e8(wl: Any, st: Store, console: Console | None, progress: bool) -> dict[str,
 
     heading(console, "E8 — Curves, not endpoints",
              "baseline vs a lower learning rate run twice as long: do similar endpoints mean similar runs?")
-    a = sweep(wl, "0-7", name="demo-e8-baseline", store=st, checkpoint_policy="best:patience=5", progress=progress)
+    a = sweep(wl, "0-7", name="demo-e8-baseline", store=st, checkpoint_policy="best:patience=5", progress=progress, backend=BACKEND)
     b = sweep(wl, "0-7", sets=["lr=0.01", "epochs=40"], name="demo-e8-lr0.01-40ep", store=st,
-              checkpoint_policy="best:patience=5", progress=progress)
+              checkpoint_policy="best:patience=5", progress=progress, backend=BACKEND)
     declared = curves(a, b, metric="val_loss")
     posthoc = curves(a, b, metric="val_loss", policy="best")
     d, p = declared.details, posthoc.details
@@ -66,12 +67,12 @@ def e10(wl: Any, base: Any, st: Store, console: Console | None, progress: bool) 
 
     heading(console, "E10 — A policy guardrail from baseline variation",
              "what threshold fails a broken run but passes a healthy one, with a false-alarm rate we can state?")
-    first = sweep(wl, "0-19", name="demo-gate-calibration-20", store=st, progress=progress)
+    first = sweep(wl, "0-19", name="demo-gate-calibration-20", store=st, progress=progress, backend=BACKEND)
     gate20 = Gate.calibrate(first, alpha=0.05, holdout="20-39", store=st)
-    second = sweep(wl, "0-39", name="demo-gate-calibration-40", store=st, progress=progress)
+    second = sweep(wl, "0-39", name="demo-gate-calibration-40", store=st, progress=progress, backend=BACKEND)
     gate = Gate.calibrate(second, alpha=0.05, holdout="40-59", store=st)
-    healthy = gate.check(sweep(wl, "999", name="demo-gate-healthy-999", store=st, progress=progress))
-    broken = gate.check(sweep(wl, "999", sets=["lr=0.2"], name="demo-gate-lr10x-999", store=st, progress=progress))
+    healthy = gate.check(sweep(wl, "999", name="demo-gate-healthy-999", store=st, progress=progress, backend=BACKEND))
+    broken = gate.check(sweep(wl, "999", sets=["lr=0.2"], name="demo-gate-lr10x-999", store=st, progress=progress, backend=BACKEND))
     h20, h40 = gate20.holdout, gate.holdout
     say(console,
          Text(f"  rule: split-conformal order statistic, alpha {gate.alpha}: a healthy run fails with probability "
