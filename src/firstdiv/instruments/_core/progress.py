@@ -17,6 +17,7 @@ raises: a display that fails (a closed stream) turns itself off; the work goes o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -85,10 +86,8 @@ class _Display:
         with self.lock:
             self.closed = True
             if self.started:
-                try:
+                with contextlib.suppress(Exception):  # a display must never break the work
                     self.bar.stop()
-                except Exception:  # noqa: BLE001 - a display must never break the work
-                    pass
                 self.started = False
 
 
