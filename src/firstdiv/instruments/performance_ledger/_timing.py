@@ -86,8 +86,12 @@ def memory_sample(device: torch.device) -> dict[str, Any]:
     return out
 
 
+def _no_tick(advance: float = 1) -> None:
+    return None
+
+
 def run_step(step: Callable[[Any], Any], fetch: Callable[[], Any], warmup: int, repeats: int,
-             sync: Callable[[], None], device: torch.device) -> StepRun:
+             sync: Callable[[], None], device: torch.device, tick: Callable[..., None] = _no_tick) -> StepRun:
     """Warm-up calls, then ``repeats`` timed calls (wait = producing the batch, step = the call), then the
     live-tensor growth watch. Exceptions propagate (the caller reports them)."""
     run = StepRun(calls={"warmup": 0, "timed": 0, "memory": 0})
@@ -96,6 +100,7 @@ def run_step(step: Callable[[Any], Any], fetch: Callable[[], Any], warmup: int, 
         run.first_batch = b if run.first_batch is None else run.first_batch
         step(b)
         run.calls["warmup"] += 1
+        tick()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     run.memory.append(memory_sample(device))
@@ -113,11 +118,32 @@ def run_step(step: Callable[[Any], Any], fetch: Callable[[], Any], warmup: int, 
         run.calls["timed"] += 1
         del b
         run.memory.append(memory_sample(device))
-    run.live, run.survivors = watch_growth(step, fetch, run)
+        tick()
+    run.live, run.survivors = watch_growth(step, fetch, run, tick)
     return run
 
 
-def watch_growth(step: Callable[[Any], Any], fetch: Callable[[], Any], run: StepRun) -> tuple[list[int], list[dict]]:
+def time_step(step: Callable[[Any], Any], fetch: Callable[[], Any], repeats: int, sync: Callable[[], None],
+              tick: Callable[..., None] = _no_tick) -> tuple[list[float], list[float]]:
+    """``repeats`` more timed calls exactly like run_step's (no warm-up, no memory samples): (waits, steps)."""
+    waits, steps = [], []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        b = fetch()
+        sync()
+        t1 = time.perf_counter()
+        step(b)
+        sync()
+        steps.append(time.perf_counter() - t1)
+        waits.append(t1 - t0)
+        del b
+        tick()
+    return waits, steps
+
+
+def watch_growth(step: Callable[[Any], Any], fetch: Callable[[], Any], run: StepRun,
+                 tick: Callable[..., None] = _no_tick) -> tuple[list[int], list[dict]]:
     """Live bytes of tensors the step created, after each of ``GROWTH_ITERATIONS`` identical iterations (the
     batch is produced outside the tracker; the step's return value is dropped; cycles collected first)."""
     tracker = LiveTensors(keep_tensors=True)
@@ -137,6 +163,7 @@ def watch_growth(step: Callable[[Any], Any], fetch: Callable[[], Any], run: Step
             del b
             gc.collect()
             series.append(tracker.live_bytes())
+            tick()
         survivors = tracker.survivors(range(1, GROWTH_ITERATIONS - 1))
     finally:
         tracker.clear()
@@ -175,7 +202,8 @@ class PhaseError(Exception):
 
 
 def run_phases(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, fetch: Callable[[], Any],
-               warmup: int, repeats: int, sync: Callable[[], None]) -> dict[str, list[float]]:
+               warmup: int, repeats: int, sync: Callable[[], None],
+               tick: Callable[..., None] = _no_tick) -> dict[str, list[float]]:
     """``warmup + repeats`` iterations of wait / transfer / forward / loss / backward / optimizer (step and
     zero_grad) on ``detached_copy(model, optimizer)``; seconds of each phase for the timed iterations."""
     m_copy, o_copy = detached_copy(model, optimizer)
@@ -188,6 +216,7 @@ def run_phases(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Call
             if i >= warmup:
                 for name, seconds in zip(PHASES, row):
                     times[name].append(seconds)
+            tick()
     return times
 
 
