@@ -37,7 +37,7 @@ Busy machines (``_reconcile``): a starved verdict at read_decode_transform or co
 producer's own measured cost per batch, a phase that cannot be split must be starved twice in a row; while not,
 it is measured again (at most 3 times); a wait the producer's cost cannot explain is scheduler noise (PASS, with
 the numbers). The machine's load is in ``details["machine"]`` and the ``loader.machine`` finding. A FAIL names the phase in
-your names: ``read_decode_transform: <Dataset>.__getitem__``, ``collate: <collate_fn>``.
+your names (``<Dataset>.__getitem__``, the collate_fn) in its message, observed and ``in_your_code``.
 
 Leave no trace: the loader's generators (its own and its samplers') and the global RNGs are given back; a
 persistent-workers iterator the loader did not have is shut down; the modules and optimizers ``step``
@@ -348,11 +348,11 @@ def _throughput_check(t: dict[str, Any], workers: int) -> Check:
     return check("end_to_end", "loader.throughput", Status.PASS, f"{prod}; {cons}; end to end {t['end_to_end']} {unit}", t)
 
 
-def _verdict_check(v: lc.Verdict, n: lc.Numbers, s: dict[str, Any], where: str) -> Check:
+def _verdict_check(v: lc.Verdict, n: lc.Numbers, s: dict[str, Any], code: str) -> Check:
     ev = {"effective_wait_ms": v.effective_wait, "wait_median_ms": n.wait, "work_median_ms": n.work,
           "startup_per_batch_ms": v.startup_per_batch, "stall_share": n.stall_share, "steady_idle_share": s["idle_share"],
-          "limiting_phase": v.phase, "rule": v.rule}
-    text = lc.PHASE_TEXT[v.phase]
+          "limiting_phase": v.phase, "in_your_code": code or None, "rule": v.rule}
+    text, where = lc.PHASE_TEXT[v.phase] + (f", in your code {code}" if code else ""), v.phase
     if v.starved is None:
         return check(where, "loader.starved", Status.SKIPPED,
                      f"no step given, so starvation is not judged; the loader's own limit is {text}: {v.rule}", ev)
@@ -365,7 +365,7 @@ def _verdict_check(v: lc.Verdict, n: lc.Numbers, s: dict[str, Any], where: str) 
                  f"the consumer waits for data ({idle:.0%} of each batch's time is waiting): {v.rule}; the limit is {text}", ev,
                  expected=f"median wait per batch below max({lc.FLOOR_MS} ms, {lc.WAIT_RATIO} x median work {n.work} ms) "
                           f"and fewer than {lc.STALL_SHARE:.0%} of batches stalled",
-                 observed=f"effective wait {v.effective_wait} ms per batch (steady median {n.wait} ms + start-up "
+                 observed=f"{code or text}: effective wait {v.effective_wait} ms per batch (steady median {n.wait} ms + start-up "
                           f"{v.startup_per_batch} ms), work {n.work} ms, {n.stall_share:.0%} stalled",
                  hint=lc.HINTS[v.phase])
 

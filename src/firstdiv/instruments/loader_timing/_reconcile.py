@@ -122,17 +122,16 @@ def machine_check(tries: list[tuple[dict[str, Any], str]]) -> Check:
 
 
 def phase_where(loader: Any, phase: str) -> str:
-    """The phase in the user's names: the Dataset's class and __getitem__ (and its transform), the collate_fn."""
+    """The phase in your names: ``<Dataset>.__getitem__`` (and its transform), the collate_fn; "" for the others."""
     if not isinstance(loader, DataLoader):
-        return phase
+        return ""
     if phase == "read_decode_transform":
         ds = loader.dataset
         transform = getattr(ds, "transform", None)
-        extra = f" (transform {_name(transform)})" if callable(transform) else ""
-        return f"{phase}: {type(ds).__name__}.__getitem__{extra}"
+        return f"{type(ds).__name__}.__getitem__" + (f" (transform {_name(transform)})" if callable(transform) else "")
     if phase == "collate":
-        return f"{phase}: {_name(loader.collate_fn)}"
-    return phase
+        return _name(loader.collate_fn)
+    return ""
 
 
 def _name(fn: Any) -> str:
