@@ -57,9 +57,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from ...errors import InvalidArgument
 from ...report import Report, Status
-from .._core.batch import check_callable
 from .._core.checks import Check, check, compose
 from .._core.closure import closure_state
 from .._core.progress import progress
@@ -78,7 +76,7 @@ from ._measure import (
     time_host_to_device,
     time_producer,
 )
-from ._setup import check_count, check_loader, check_sweep, kept_loader, rebuild
+from ._setup import check_consumer, check_count, check_loader, check_sweep, kept_loader, rebuild
 
 __all__ = ["loader_timing"]
 
@@ -100,7 +98,7 @@ def loader_timing(loader: Any, step: Callable[[Any], Any] | None = None, *, batc
     whose measured cost explains the wait (``_reconcile``: repeated while the evidence disagrees).
     """
     check_loader(loader)
-    step = _consumer(step, train_step)
+    step = check_consumer(step, train_step)
     check_count(batches, "batches", 1)
     check_count(warmup, "warmup", 0)
     controls = check_sweep(sweep)
@@ -116,15 +114,6 @@ def loader_timing(loader: Any, step: Callable[[Any], Any] | None = None, *, batc
         rows = [_sweep_row(loader, step, c, v, batches, warmup) for c, vs in controls.items() for v in vs] if is_dl else []
         calls += sum(r.get("calls", 0) for r in rows)
     return _report(loader, tries, rows, controls, _side_effects(step, objects, calls, main), warmup)
-
-
-def _consumer(step: Any, train_step: Any) -> Callable[[Any], Any] | None:
-    if step is not None and train_step is not None:
-        raise InvalidArgument("Expected one consumer but got both `step` and `train_step`: pass train_step=your_step "
-                              "(train_step(batch) of your loop) and leave step out")
-    if (chosen := step if step is not None else train_step) is not None:
-        check_callable(chosen, "step" if step is not None else "train_step")
-    return chosen
 
 
 @dataclass
@@ -154,6 +143,8 @@ def _tries(loader: Any, step: Any, batches: int, warmup: int, rewind: Callable[[
         rng.restore()
         if main.run.error_in:
             return [*out, _Try(main, None, {}, facts, None, None, calls)]
+        if out and main.persistent and main.summary["first_wait_ms"] is None:  # started once, in the first try
+            main.summary.update({k: out[0].main.summary[k] for k in ("first_wait_ms", "startup_batches")})
         producer = time_producer(loader, min(PRODUCER_BATCHES, batches)) if is_dl else None
         rewind()
         rng.restore()
