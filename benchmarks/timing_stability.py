@@ -3,7 +3,9 @@
 processes (default 2) spin on the CPU beside them.
 
 For a correct case a false alarm is a FAIL, a WARN the case does not declare, or a SKIPPED; for a bug case a
-detection is its instrument's status at the place the case names. Prints one row per case and the totals; no
+detection is its instrument's status at the place the case names. "remeasured": runs whose evidence disagreed at
+first (loader_timing's wait vs the producer's cost, performance_ledger's phases vs the step) and were measured
+again. Prints one row per case and the totals; no
 assertion (tests/realworld/test_timing_stability.py is the gate, with 20 runs in all).
 
     python benchmarks/timing_stability.py [--runs 20] [--burners 2] [--threads 1] [--only loader_timing]
@@ -33,18 +35,20 @@ def _args() -> argparse.Namespace:
 
 
 def _row(case, runs: int, localized, outcome) -> dict:
-    bad, seconds, statuses = 0, [], {}
+    bad, again, seconds, statuses = 0, 0, [], {}
     for i in range(runs):
         seed = case.seeds[i % len(case.seeds)] if not case.bug else i
         t0 = time.perf_counter()
-        out = outcome(case.call(case.build(seed)))
+        report = case.call(case.build(seed))
         seconds.append(time.perf_counter() - t0)
+        out = outcome(report)
+        again += len(report.details.get("measurements") or report.details.get("reconcile") or [None]) > 1
         statuses[out.status] = statuses.get(out.status, 0) + 1
         if case.bug:
             bad += not localized(case, out)
         else:
             bad += out.status in ("FAIL", "SKIPPED") or (out.status == "WARN" and not case.warn)
-    return {"bad": bad, "median_s": float(np.median(seconds)), "statuses": statuses}
+    return {"bad": bad, "again": again, "median_s": float(np.median(seconds)), "statuses": statuses}
 
 
 def main() -> None:
@@ -62,7 +66,7 @@ def main() -> None:
         time.sleep(0.5)
         print(f"{len(cases)} timing cases x {args.runs} runs, {args.burners} burning processes, "
               f"torch threads {torch.get_num_threads()}")
-        print(f"{'case':42} {'kind':8} {'rate':>16} {'median s':>9}  statuses")
+        print(f"{'case':42} {'kind':8} {'rate':>16} {'median s':>9} {'remeasured':>10}  statuses")
         for case in cases:
             r = _row(case, args.runs, localized, outcome)
             good = args.runs - r["bad"] if case.bug else r["bad"]
@@ -70,7 +74,7 @@ def main() -> None:
             totals[case.bug][1] += args.runs
             what = "detected" if case.bug else "false"
             print(f"{case.name:42} {'bug' if case.bug else 'correct':8} {f'{good}/{args.runs} {what}':>16} "
-                  f"{r['median_s']:9.3f}  {r['statuses']}")
+                  f"{r['median_s']:9.3f} {r['again']:>10}  {r['statuses']}")
     finally:
         for p in procs:
             p.kill()

@@ -84,12 +84,14 @@ def performance_ledger(step: Callable[..., Any] | None, batch: Any = None, *, wa
         if run is not None and times is not None:
             again = functools.partial(_again, step, batch, model, optimizer, loss_fn, warmup, repeats, sync, run)
             run.step, run.wait, times, rounds = rcl.reconcile(run.step, run.wait, times, again)
-    return _assemble(run, times, rounds, checks, details, locals())
+    given = {"batch": batch, "model": model, "optimizer": optimizer, "warmup": warmup, "repeats": repeats,
+             "phases": phases, "phased": phased, "profile": profile, "device": device, "sync": sync}
+    return _assemble(run, times, rounds, checks, details, given)
 
 
 def _assemble(run: pt.StepRun | None, times: dict | None, rounds: list | None, checks: list[Check], details: dict,
               a: dict[str, Any]) -> Report:
-    """The findings in order (``a``: performance_ledger's arguments and measurements)."""
+    """The findings in order (``a``: performance_ledger's arguments, the device and its synchronizer)."""
     out: list[Check] = []
     if run is not None:
         if a["batch"] is not None:
