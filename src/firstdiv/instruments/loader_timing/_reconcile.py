@@ -68,11 +68,13 @@ class Load:
 
 
 def text(facts: dict[str, Any]) -> str:
-    avg = facts["loadavg"]
-    load = f"load average {avg[0]} over {facts['cpus']} CPUs" if avg else f"{facts['cpus']} CPUs (no load average here)"
+    """One line on the machine's load (the counts are in the facts: the line carries only percentages and times)."""
+    per_cpu = facts["load_per_cpu"]
+    load = ("no load average on this platform" if per_cpu is None else
+            f"the 1-minute load average is {per_cpu:.0%} of the CPUs this process may use")
     share = "" if facts["cpu_share"] is None else \
         f"; this process ran on a CPU for {facts['cpu_share']:.0%} of the {facts['wall_s']:.3g} s measured"
-    return load + share + ("; a busy machine: more runnable work than CPUs" if facts["busy"] else "")
+    return load + share
 
 
 def explained(n: lc.Numbers, v: lc.Verdict) -> tuple[bool | None, str]:
