@@ -5,9 +5,12 @@ from __future__ import annotations
 import io
 import time
 
+import pytest
 from rich.console import Console
 
 from firstdiv.instruments._core.progress import progress, progress_enabled
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _console() -> tuple[Console, io.StringIO]:
@@ -66,3 +69,33 @@ def test_tick_never_raises_when_the_stream_is_closed():
         buf.close()
         tick()
         tick()
+
+
+def test_performance_ledger_and_loader_timing_show_progress_when_forced(monkeypatch, capsys):
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from firstdiv.instruments._core import progress as progress_module
+    from firstdiv.instruments.loader_timing import loader_timing
+    from firstdiv.instruments.performance_ledger import performance_ledger
+
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = (torch.randn(8, 4), torch.randint(0, 2, (8,)))
+
+    def step(b):
+        time.sleep(0.01)
+        opt.zero_grad()
+        F.cross_entropy(model(b[0]), b[1]).backward()
+        opt.step()
+
+    monkeypatch.setattr(progress_module, "DELAY_S", 0.0)
+    monkeypatch.delenv("FIRSTDIV_PROGRESS", raising=False)
+    performance_ledger(step, batch, model=model, optimizer=opt, loss_fn=F.cross_entropy, repeats=3, warmup=1)
+    assert capsys.readouterr().err == ""  # stderr is captured: not a terminal
+    monkeypatch.setenv("FIRSTDIV_PROGRESS", "1")
+    performance_ledger(step, batch, model=model, optimizer=opt, loss_fn=F.cross_entropy, repeats=3, warmup=1)
+    loader_timing([batch] * 4, train_step=step, batches=3)
+    err = capsys.readouterr().err
+    assert "performance_ledger" in err and "loader_timing" in err

@@ -96,22 +96,23 @@ def _silent(advance: float = 1, description: str | None = None) -> None:
 
 
 @contextmanager
-def progress(description: str, total: float | None = None, *, delay: float = DELAY_S, force: bool | None = None,
+def progress(description: str, total: float | None = None, *, delay: float | None = None, force: bool | None = None,
              console: Any = None) -> Iterator[Callable[..., None]]:
     """Yield ``tick(advance=1, description=None)``; a transient bar (spinner-like pulse when ``total`` is None)
-    appears on stderr after ``delay`` seconds when :func:`progress_enabled`. ``console``: a rich Console to
-    draw on (tests pass one with ``force_terminal=True``); giving one counts as the terminal check."""
+    appears on stderr after ``delay`` seconds (default ``DELAY_S``) when :func:`progress_enabled`; a forced
+    display draws as on a terminal. ``console``: a rich Console to draw on (tests pass one with
+    ``force_terminal=True``); giving one counts as the terminal check."""
     if console is None:
         if not progress_enabled(force=force):
             yield _silent
             return
         from ... import _rich
 
-        console = _rich.Console(stderr=True)
+        console = _rich.Console(stderr=True, force_terminal=True)
     elif not progress_enabled(console.file, force=True if force is None else force):
         yield _silent
         return
-    display = _Display(description, total, console, max(0.0, float(delay)))
+    display = _Display(description, total, console, max(0.0, float(DELAY_S if delay is None else delay)))
     try:
         yield display.tick
     finally:
