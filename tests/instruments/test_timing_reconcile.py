@@ -138,20 +138,36 @@ def test_train_step_is_the_consumer_and_both_consumers_is_an_error():
 # --- performance_ledger: phases against the step ---------------------------------------------------------------
 
 
+def measured(step, phases, step_cpu=(), phases_cpu=None):
+    return prc.Measured(list(step), [0.0] * len(step), phases, list(step_cpu), [0.0] * len(step_cpu), phases_cpu or {})
+
+
 def test_compare_rules():
-    agree = prc.compare([0.010] * 5, [0.0] * 5, {"forward": [0.004] * 5, "backward": [0.005] * 5})
+    agree = prc.compare(measured([0.010] * 5, {"forward": [0.004] * 5, "backward": [0.005] * 5}))
     assert agree["agree"] and abs(agree["ratio"] - 0.9) < 1e-9
-    five = prc.compare([0.002] * 5, [0.0] * 5, {"forward": [0.004] * 5, "backward": [0.006] * 5})
+    five = prc.compare(measured([0.002] * 5, {"forward": [0.004] * 5, "backward": [0.006] * 5}))
     assert not five["agree"] and five["ratio"] == pytest.approx(5.0)
-    tiny = prc.compare([0.00001] * 5, [0.0] * 5, {"forward": [0.0001] * 5})  # 10x, but 90 us: within noise
+    tiny = prc.compare(measured([0.00001] * 5, {"forward": [0.0001] * 5}))  # 10x, but 90 us: within noise
     assert tiny["agree"]
-    noisy = prc.compare([0.001, 0.001, 0.001, 0.02, 0.001], [0.0] * 5,
-                        {"forward": [0.004, 0.004, 0.03, 0.004, 0.03]})  # wide spreads excuse no 4x disagreement
+    noisy = prc.compare(measured([0.001, 0.001, 0.001, 0.02, 0.001],
+                                 {"forward": [0.004, 0.004, 0.03, 0.004, 0.03]}))  # wide spreads excuse nothing
     assert not noisy["agree"] and noisy["iqr_sum_s"] > noisy["phase_sum_s"] - noisy["step_plus_wait_s"]
     calls = []
-    *_, rounds = prc.reconcile([0.002] * 5, [0.0] * 5, {"f": [0.01] * 5},
-                               lambda: calls.append(1) or ([0.01] * 5, [0.0] * 5, {"f": [0.01] * 5}))
+    _, rounds = prc.reconcile(measured([0.002] * 5, {"f": [0.01] * 5}),
+                              lambda: calls.append(1) or measured([0.01] * 5, {"f": [0.01] * 5}))
     assert len(calls) == 1 and [r["agree"] for r in rounds] == [False, True]
+
+
+def test_a_loaded_machine_stretching_the_wall_clock_is_said_not_warned():
+    # the step read at 20 ms of wall-clock while other processes held the cores; its CPU time is the phases'
+    m = measured([0.020] * 5, {"forward": [0.002] * 5, "backward": [0.002] * 5}, [0.004] * 5,
+                 {"forward": [0.002] * 5, "backward": [0.002] * 5})
+    _, rounds = prc.reconcile(m, lambda: m, use_cpu=True)
+    assert len(rounds) == prc.ROUNDS and rounds[-1]["cpu"]["agree"] and not rounds[-1]["agree"]
+    c = prc.reconcile_check(rounds)
+    assert c.finding.status is Status.PASS and "CPU time agrees" in c.finding.message
+    both = measured([0.020] * 5, {"forward": [0.002] * 5}, [0.020] * 5, {"forward": [0.002] * 5})
+    assert prc.reconcile_check(prc.reconcile(both, lambda: None, use_cpu=True)[1]).finding.status is Status.WARN
 
 
 def program():

@@ -78,12 +78,15 @@ def performance_ledger(step: Callable[..., Any] | None, batch: Any = None, *, wa
                 run = _measure_step(step, batch, model, optimizer, warmup, repeats, profile, sync, device, tick)
             except Exception as exc:  # noqa: BLE001 - the user's step: its failure is the report, everything restored
                 return _step_raised(exc)
+        cpu: dict[str, list[float]] = {}
         if phased:
-            times, skip = _phase_times(model, optimizer, loss_fn, batch, warmup, repeats, sync, tick)
+            times, skip = _phase_times(model, optimizer, loss_fn, batch, warmup, repeats, sync, tick, cpu)
             checks += skip
         if run is not None and times is not None:
             again = functools.partial(_again, step, batch, model, optimizer, loss_fn, warmup, repeats, sync, run)
-            run.step, run.wait, times, rounds = rcl.reconcile(run.step, run.wait, times, again)
+            m, rounds = rcl.reconcile(rcl.Measured(run.step, run.wait, times, run.step_cpu, run.wait_cpu, cpu), again,
+                                      use_cpu=device.type == "cpu")
+            run.step, run.wait, times = m.step, m.wait, m.phases
     given = {"batch": batch, "model": model, "optimizer": optimizer, "warmup": warmup, "repeats": repeats,
              "phases": phases, "phased": phased, "profile": profile, "device": device, "sync": sync}
     return _assemble(run, times, rounds, checks, details, given)
@@ -319,18 +322,19 @@ def _measure_step(step: Callable, batch: Any, model: Any, optimizer: Any, warmup
 
 
 def _again(step: Callable, batch: Any, model: Any, optimizer: Any, loss_fn: Any, warmup: int, repeats: int,
-           sync: Callable[[], None], run: pt.StepRun) -> tuple[list[float], list[float], dict] | None:
+           sync: Callable[[], None], run: pt.StepRun) -> rcl.Measured | None:
     """The step and the phases measured once more (the step on your objects under guarded()); None when
     either raised this time."""
+    cpu: dict[str, list[float]] = {}
     try:
         with guarded(model, optimizer, step):
-            waits, steps = pt.time_step(_caller(step, batch), _fetcher(batch), repeats, sync)
+            again = pt.time_step(_caller(step, batch), _fetcher(batch), repeats, sync)
         run.calls["reconcile"] = run.calls.get("reconcile", 0) + repeats
         with guarded(model, optimizer):
-            times = pt.run_phases(model, optimizer, loss_fn, _fetcher(batch), warmup, repeats, sync)
+            times = pt.run_phases(model, optimizer, loss_fn, _fetcher(batch), warmup, repeats, sync, cpu=cpu)
     except Exception:  # noqa: BLE001 - it ran before; a second failure only ends the reconciliation
         return None
-    return steps, waits, times
+    return rcl.Measured(again.step, again.wait, times, again.step_cpu, again.wait_cpu, cpu)
 
 
 def _effects(run: pt.StepRun | None, model: Any, optimizer: Any, phased: bool, device: torch.device,
@@ -361,11 +365,11 @@ def _step_raised(exc: BaseException) -> Report:
 
 
 def _phase_times(model: Any, optimizer: Any, loss_fn: Any, batch: Any, warmup: int, repeats: int,
-                 sync: Callable[[], None], tick: Callable[..., None]) -> tuple[dict | None, list[Check]]:
-    """(seconds per phase, []) or (None, [the SKIPPED finding saying why not]); never raises."""
+                 sync: Callable[[], None], tick: Callable[..., None], cpu: dict) -> tuple[dict | None, list[Check]]:
+    """(seconds per phase, []) or (None, [the SKIPPED finding why not]), never raising; CPU seconds into ``cpu``."""
     try:
         with guarded(model, optimizer):
-            return pt.run_phases(model, optimizer, loss_fn, _fetcher(batch), warmup, repeats, sync, tick), []
+            return pt.run_phases(model, optimizer, loss_fn, _fetcher(batch), warmup, repeats, sync, tick, cpu), []
     except (pt.PhaseError, InvalidArgument) as exc:
         why = str(exc)
     except Exception as exc:  # noqa: BLE001 - e.g. a batch the copy's forward cannot take (sparse, nested)
