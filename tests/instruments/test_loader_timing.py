@@ -92,12 +92,17 @@ def timed(loader, *objects, **kwargs) -> Report:
     return report
 
 
+def finding_of(report, kind):
+    return next(f for f in report.findings if f.check == kind)
+
+
 def test_sleeping_getitem_starves_at_read_decode_transform():
     model, opt, step = trainer()
     loader = DataLoader(Sleepy(delay=0.005), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(1))
     r = timed(loader, model, opt, step=step, batches=4)
     assert r.status is Status.FAIL
     assert (r.first_divergence.where, r.first_divergence.kind) == ("read_decode_transform", "loader.starved")
+    assert r.first_divergence.observed.startswith("Sleepy.__getitem__: ")
     d = r.details
     assert d["limiting_phase"] == "read_decode_transform" and d["starved"] is True
     assert d["wait_ms"]["median"] > 10 * d["work_ms"]["median"]  # 4 x 5 ms of sleep vs a tiny Linear step
@@ -118,6 +123,7 @@ def test_slow_collate_starves_at_collate():
     r = timed(loader, model, opt, step=step, batches=3)
     assert r.status is Status.FAIL
     assert (r.first_divergence.where, r.first_divergence.kind) == ("collate", "loader.starved")
+    assert "in your code slow_collate" in finding_of(r, "loader.starved").message
     p = r.details["producer"]
     assert median(p["collate_ms"]) > 5 * median(p["getitem_ms"])
 

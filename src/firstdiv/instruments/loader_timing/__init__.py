@@ -33,6 +33,12 @@ Rules (W = median steady wait, K = median steady work, all per batch, in ms):
   >= 20% and >= 0.5 ms and end-to-end examples/s stayed within 15%: the workers compete with the consumer
   for the same CPU, and more of them cannot create more of it.
 
+Busy machines (``_reconcile``): a starved verdict at read_decode_transform or collate must be explained by the
+producer's own measured cost per batch, a phase that cannot be split must be starved twice in a row; while not,
+it is measured again (at most 3 times); a wait the producer's cost cannot explain is scheduler noise (PASS, with
+the numbers). The machine's load is in ``details["machine"]`` and the ``loader.machine`` finding. A FAIL names the phase in
+your names (``<Dataset>.__getitem__``, the collate_fn) in its message, observed and ``in_your_code``.
+
 Leave no trace: the loader's generators (its own and its samplers') and the global RNGs are given back; a
 persistent-workers iterator the loader did not have is shut down; the modules and optimizers ``step``
 reaches through its closure, defaults, named globals, bound object or partial arguments are restored
@@ -52,12 +58,13 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from ...report import Report, Status
-from .._core.batch import check_callable
 from .._core.checks import Check, check, compose
 from .._core.closure import closure_state
+from .._core.progress import progress
 from .._core.state import Snapshot, guarded
 from .._core.user_hooks import reports_user_hooks
 from . import _checks as lc
+from . import _reconcile as rc
 from ._measure import (
     PRODUCER_BATCHES,
     Producer,
@@ -69,7 +76,7 @@ from ._measure import (
     time_host_to_device,
     time_producer,
 )
-from ._setup import check_count, check_loader, check_sweep, kept_loader, rebuild
+from ._setup import check_consumer, check_count, check_loader, check_sweep, kept_loader, rebuild
 
 __all__ = ["loader_timing"]
 
@@ -78,37 +85,87 @@ _NAME = "loader_timing"
 
 @reports_user_hooks
 def loader_timing(loader: Any, step: Callable[[Any], Any] | None = None, *, batches: int = 20,
-                  sweep: dict[str, list[Any]] | None = None, warmup: int = 1) -> Report:
+                  sweep: dict[str, list[Any]] | None = None, warmup: int = 1,
+                  train_step: Callable[[Any], Any] | None = None) -> Report:
     """Time the wait for each batch against the work done on it, split the producer into its phases, and
-    name the limiting phase (module docstring: the rules). ``step(batch)`` is the consumer (default: none).
+    name the limiting phase (module docstring: the rules). ``step(batch)`` is the consumer (default: none);
+    ``train_step(batch)``, the step of your own loop, is the same consumer under its usual name.
 
     ``loader``: a ``DataLoader`` (or any iterable of batches: then no producer split and no sweep);
     ``batches``: steady batches measured after ``warmup`` batches; ``sweep``: ``{control: [values]}`` over
     ``num_workers``, ``pin_memory``, ``batch_size``, ``prefetch_factor``, ``persistent_workers``, one control
-    at a time. Returns FAIL (``loader.starved`` at the phase) only when the consumer is starved.
+    at a time. Returns FAIL (``loader.starved`` at the phase) only when the consumer is starved by a phase
+    whose measured cost explains the wait (``_reconcile``: repeated while the evidence disagrees).
     """
     check_loader(loader)
-    if step is not None:
-        check_callable(step, "step")
+    step = check_consumer(step, train_step)
     check_count(batches, "batches", 1)
     check_count(warmup, "warmup", 0)
     controls = check_sweep(sweep)
     objects = closure_state(step) if step is not None else []
-    calls = 0
     with guarded(*objects, step), kept_loader(loader) as rewind:  # step: the schedulers and scalers it holds
-        rng = Snapshot.take()
-        main = _measure_main(loader, step, batches, warmup)
-        calls += len(main.run.waits) + (main.run.error_in == "step")
+        with progress(f"loader_timing: {batches + warmup} batches", total=None) as tick:
+            tries = _tries(loader, step, batches, warmup, rewind, tick)
+        main = tries[-1].main
+        calls = sum(t.calls for t in tries)
         if main.run.error_in:
             return _could_not_run(main, _side_effects(step, objects, calls, main))
-        rewind()
-        rng.restore()
         is_dl = isinstance(loader, DataLoader)
-        producer = time_producer(loader, min(PRODUCER_BATCHES, batches)) if is_dl else None
-        h2d = _host_to_device(loader, producer)
         rows = [_sweep_row(loader, step, c, v, batches, warmup) for c, vs in controls.items() for v in vs] if is_dl else []
         calls += sum(r.get("calls", 0) for r in rows)
-    return _report(loader, main, producer, h2d, rows, controls, _side_effects(step, objects, calls, main), warmup)
+    return _report(loader, tries, rows, controls, _side_effects(step, objects, calls, main), warmup)
+
+
+@dataclass
+class _Try:
+    """One measurement: the wait/work loop, the producer split, the copies, the machine's load, the verdict."""
+
+    main: _Main
+    producer: Producer | None
+    h2d: dict[str, Any]
+    load: dict[str, Any]
+    numbers: lc.Numbers | None
+    verdict: lc.Verdict | None
+    calls: int
+    settled: str = ""
+
+
+def _tries(loader: Any, step: Any, batches: int, warmup: int, rewind: Callable[[], None], tick: Any) -> list[_Try]:
+    """Measure until the verdict is settled (``_reconcile.settled``), at most ``_reconcile.TRIES`` times."""
+    rng, out = Snapshot.take(), []
+    is_dl = isinstance(loader, DataLoader)
+    for _ in range(rc.TRIES):
+        load = rc.Load.begin()
+        main = _measure_main(loader, step, batches, warmup, tick)
+        facts = load.end().facts()
+        calls = len(main.run.waits) + (main.run.error_in == "step")
+        rewind()
+        rng.restore()
+        if main.run.error_in:
+            return [*out, _Try(main, None, {}, facts, None, None, calls)]
+        if out and main.persistent and main.summary["first_wait_ms"] is None:  # started once, in the first try
+            main.summary.update({k: out[0].main.summary[k] for k in ("first_wait_ms", "startup_batches")})
+        producer = time_producer(loader, min(PRODUCER_BATCHES, batches)) if is_dl else None
+        rewind()
+        rng.restore()
+        h2d = _host_to_device(loader, producer)
+        n = _numbers(main, producer, h2d)
+        out.append(_Try(main, producer, h2d, facts, n, lc.decide(n, None), calls))
+        done, why = rc.settled([(t.numbers, t.verdict) for t in out], not main.one_shot)
+        out[-1].settled = why
+        if done:
+            break
+    return out
+
+
+def _numbers(main: _Main, producer: Producer | None, h2d: dict[str, Any]) -> lc.Numbers:
+    s = main.summary
+    split = producer is not None and not producer.error and bool(producer.getitem)
+    g = _median_ms(producer.getitem) if split else None
+    c = _median_ms(producer.collate) if split else None
+    return lc.Numbers(s["wait_ms"]["median"], s["work_ms"]["median"], s["stall_share"] or 0.0, s["first_wait_ms"], g, c,
+                      _median_ms(h2d.get("seconds", [])), main.workers, main.persistent,
+                      main.epoch_batches or s["batches_measured"], main.step_given)
 
 
 @dataclass
@@ -131,14 +188,14 @@ def _epoch_batches(loader: Any) -> int | None:
         return None
 
 
-def _measure_main(loader: Any, step: Any, batches: int, warmup: int) -> _Main:
+def _measure_main(loader: Any, step: Any, batches: int, warmup: int, tick: Any = None) -> _Main:
     is_dl = isinstance(loader, DataLoader)
     workers = loader.num_workers if is_dl else 0
     persistent = bool(is_dl and loader.persistent_workers)
     had = bool(is_dl and loader._iterator is not None)
     one_shot = isinstance(loader, Iterator)
     run = measure(loader, step, warmup + batches, restartable=not one_shot,
-                  collated=not is_dl or loader._auto_collation, keep_iterator=persistent)
+                  collated=not is_dl or loader._auto_collation, keep_iterator=persistent, tick=tick)
     split = split_run(run, warmup, lambda i: workers > 0 and (not persistent or (i == 0 and not had)))
     summary = summarize(run, split) if run.waits else {}
     return _Main(run, summary, workers, persistent, _epoch_batches(loader), one_shot, step is not None)
@@ -213,27 +270,34 @@ def _median_ms(values: list[float]) -> float | None:
     return round(float(np.median(values)) * 1e3, 4) if values else None
 
 
-def _report(loader: Any, main: _Main, producer: Producer | None, h2d: dict[str, Any], rows: list[dict[str, Any]],
-            controls: dict[str, list[Any]], side_effects: str, warmup: int) -> Report:
+def _report(loader: Any, tries: list[_Try], rows: list[dict[str, Any]], controls: dict[str, list[Any]],
+            side_effects: str, warmup: int) -> Report:
+    last = tries[-1]
+    main, producer, h2d, n = last.main, last.producer, last.h2d, last.numbers
     s, plain = main.summary, not isinstance(loader, DataLoader)
-    split = producer is not None and not producer.error and bool(producer.getitem)
-    g = _median_ms(producer.getitem) if split else None
-    c = _median_ms(producer.collate) if split else None
-    h = _median_ms(h2d.get("seconds", []))
+    split = n.getitem is not None
     found = lc.contention(rows)
-    n = lc.Numbers(s["wait_ms"]["median"], s["work_ms"]["median"], s["stall_share"] or 0.0, s["first_wait_ms"], g, c, h,
-                   main.workers, main.persistent, main.epoch_batches or s["batches_measured"], main.step_given)
     v = lc.decide(n, found)
+    ok, why = rc.explained(n, v)
+    if ok is False:
+        v = rc.noise_verdict(n, v, why, len(tries))
     throughput = _throughput(s, producer if split else None, main.workers, main.step_given)
     checks = lc.producer_checks(producer)
     if not plain:
         checks.append(lc.startup_check(v, s["first_wait_ms"], main.workers, main.persistent, n.epoch_batches))
-    checks += [_wait_check(s, main), lc.h2d_check(h2d, h), _work_check(s, main.step_given),
+    checks += [_wait_check(s, main), lc.h2d_check(h2d, n.h2d), _work_check(s, main.step_given),
                _throughput_check(throughput, main.workers)]
     checks += lc.sweep_checks(rows, controls, plain)
     checks += lc.contention_check(rows, found)
-    checks.append(_verdict_check(v, n, s))
+    checks.append(rc.machine_check([(t.load, t.settled) for t in tries]))
+    checks.append(_verdict_check(v, n, s, rc.phase_where(loader, v.phase)))
     details = _details(loader, main, producer, h2d, rows, found, v, warmup, throughput)
+    details["machine"] = last.load
+    details["measurements"] = [{"wait_ms": t.main.summary.get("wait_ms", {}).get("median"),
+                                "work_ms": t.main.summary.get("work_ms", {}).get("median"),
+                                "starved": t.verdict.starved if t.verdict else None,
+                                "phase": t.verdict.phase if t.verdict else None, "settled": t.settled,
+                                "machine": t.load} for t in tries]
     return compose(_NAME, checks, side_effects, details)
 
 
@@ -275,24 +339,24 @@ def _throughput_check(t: dict[str, Any], workers: int) -> Check:
     return check("end_to_end", "loader.throughput", Status.PASS, f"{prod}; {cons}; end to end {t['end_to_end']} {unit}", t)
 
 
-def _verdict_check(v: lc.Verdict, n: lc.Numbers, s: dict[str, Any]) -> Check:
+def _verdict_check(v: lc.Verdict, n: lc.Numbers, s: dict[str, Any], code: str) -> Check:
     ev = {"effective_wait_ms": v.effective_wait, "wait_median_ms": n.wait, "work_median_ms": n.work,
           "startup_per_batch_ms": v.startup_per_batch, "stall_share": n.stall_share, "steady_idle_share": s["idle_share"],
-          "limiting_phase": v.phase, "rule": v.rule}
-    text = lc.PHASE_TEXT[v.phase]
+          "limiting_phase": v.phase, "in_your_code": code or None, "rule": v.rule}
+    text, where = lc.PHASE_TEXT[v.phase] + (f", in your code {code}" if code else ""), v.phase
     if v.starved is None:
-        return check(v.phase, "loader.starved", Status.SKIPPED,
+        return check(where, "loader.starved", Status.SKIPPED,
                      f"no step given, so starvation is not judged; the loader's own limit is {text}: {v.rule}", ev)
     if not v.starved:
         status = Status.WARN if v.phase == "host_to_device" else Status.PASS
         msg = f"not starved: {v.rule}; the loop's time is {text}"
-        return check(v.phase, "loader.starved", status, msg, ev, hint=lc.HINTS.get(v.phase, ""))
+        return check(where, "loader.starved", status, msg, ev, hint=lc.HINTS.get(v.phase, ""))
     idle = v.effective_wait / (v.effective_wait + n.work)
-    return check(v.phase, "loader.starved", Status.FAIL,
+    return check(where, "loader.starved", Status.FAIL,
                  f"the consumer waits for data ({idle:.0%} of each batch's time is waiting): {v.rule}; the limit is {text}", ev,
                  expected=f"median wait per batch below max({lc.FLOOR_MS} ms, {lc.WAIT_RATIO} x median work {n.work} ms) "
                           f"and fewer than {lc.STALL_SHARE:.0%} of batches stalled",
-                 observed=f"effective wait {v.effective_wait} ms per batch (steady median {n.wait} ms + start-up "
+                 observed=f"{code or text}: effective wait {v.effective_wait} ms per batch (steady median {n.wait} ms + start-up "
                           f"{v.startup_per_batch} ms), work {n.work} ms, {n.stall_share:.0%} stalled",
                  hint=lc.HINTS[v.phase])
 

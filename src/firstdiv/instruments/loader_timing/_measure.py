@@ -80,7 +80,7 @@ def shutdown(it: Any) -> None:
 
 
 def measure(source: Iterable, step: Callable[[Any], Any] | None, total: int, *, restartable: bool,
-            collated: bool = True, keep_iterator: bool = False) -> Run:
+            collated: bool = True, keep_iterator: bool = False, tick: Callable[[], Any] | None = None) -> Run:
     """``total`` rounds of ``t0; batch = next(it); t1; step(batch); t2``. A finished epoch starts a fresh
     iterator (its teardown and start-up count in the next batch's wait) unless ``restartable`` is False.
     Workers are shut down afterwards unless ``keep_iterator`` (a persistent-workers loader owns them)."""
@@ -124,6 +124,8 @@ def measure(source: Iterable, step: Callable[[Any], Any] | None, total: int, *, 
             run.examples.append(count_examples(batch, collated))
             run.fresh.append(fresh)
             del batch
+            if tick is not None:
+                tick()
     finally:
         if it is not None and not keep_iterator:
             shutdown(it)

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
 
 from ...errors import InvalidArgument
-from .._core.batch import _type_name
+from .._core.batch import _type_name, check_callable
 
 #: sweepable controls -> (check of one value, what it must be)
 CONTROLS: dict[str, tuple[Any, str]] = {
@@ -35,6 +35,16 @@ def check_loader(loader: Any) -> Any:
         raise InvalidArgument(f"Expected `loader` to be a torch.utils.data.DataLoader or an iterable of batches "
                               f"but got {_type_name(loader)}")
     return loader
+
+
+def check_consumer(step: Any, train_step: Any) -> Any:
+    """The consumer: ``step`` or ``train_step`` (one of them, callable), or None."""
+    if step is not None and train_step is not None:
+        raise InvalidArgument("Expected one consumer but got both `step` and `train_step`: pass train_step=your_step "
+                              "(train_step(batch) of your loop) and leave step out")
+    if (chosen := step if step is not None else train_step) is not None:
+        check_callable(chosen, "step" if step is not None else "train_step")
+    return chosen
 
 
 def check_count(value: Any, name: str, minimum: int) -> int:

@@ -14,6 +14,9 @@ eager/compiled, warm-up, repeats, synchronization boundary, metric) and then mea
   (:class:`~firstdiv.instruments._core.memory.LiveTensors`). Live bytes rising at every one of those iterations
   (exact counts: a healthy step returns to the same live set) is kind ``memory.growth`` where ``"step"`` with
   bytes/iteration (least-squares slope) -- e.g. a step that appends ``loss`` instead of ``loss.item()``.
+- RECONCILE (``_reconcile``): the sum of the phase medians against the step's median plus its input wait;
+  while they disagree beyond noise both are measured again (3 measurements at most, the last reported), and a
+  disagreement that stays is a WARN (``perf.reconcile``) with the numbers, never a silent PASS and never a FAIL.
 - ``profile=True``: torch.profiler's top operators over 3 extra calls, for localization only; the reported
   times are the unprofiled ones.
 - The instrument's own overhead: an empty step timed the same way.
@@ -39,8 +42,10 @@ from ...report import Report, Status, skipped
 from .._core import batch as _batch
 from .._core.checks import Check, check, compose
 from .._core.memory import OOM_ERRORS, fmt_bytes
+from .._core.progress import progress
 from .._core.state import guarded
 from .._core.user_hooks import reports_user_hooks
+from . import _reconcile as rcl
 from . import _timing as pt
 
 __all__ = ["performance_ledger"]
@@ -63,27 +68,56 @@ def performance_ledger(step: Callable[..., Any] | None, batch: Any = None, *, wa
     device = _device(model, batch)
     sync, sync_text = pt.synchronizer(device)
     details: dict[str, Any] = {"contract": _contract(step, batch, model, device, warmup, repeats, sync_text)}
-    checks: list[Check] = []
-    run = None
-    if step is not None:
-        try:
-            run = _measure_step(step, batch, model, optimizer, warmup, repeats, profile, sync, device)
-        except Exception as exc:  # noqa: BLE001 - the user's step: its failure is the report, everything restored
-            return _step_raised(exc)
-        if batch is not None:
-            details["contract"]["inputs"] = _batch.describe(run.first_batch)
-        checks += _time_checks(run, repeats, details)
     phased = phases and all(v is not None for v in (model, optimizer, loss_fn, batch))
-    checks += _phases(phases, phased, model, optimizer, loss_fn, batch, warmup, repeats, sync, details)
+    units = (step is not None) * (warmup + repeats + pt.GROWTH_ITERATIONS + profile * _PROFILED_CALLS) + \
+        phased * (warmup + repeats)
+    run, times, rounds, checks = None, None, None, []
+    with progress("performance_ledger: timing the step", total=units) as tick:
+        if step is not None:
+            try:
+                run = _measure_step(step, batch, model, optimizer, warmup, repeats, profile, sync, device, tick)
+            except Exception as exc:  # noqa: BLE001 - the user's step: its failure is the report, everything restored
+                return _step_raised(exc)
+        cpu: dict[str, list[float]] = {}
+        if phased:
+            times, skip = _phase_times(model, optimizer, loss_fn, batch, warmup, repeats, sync, tick, cpu)
+            checks += skip
+        if run is not None and times is not None:
+            again = functools.partial(_again, step, batch, model, optimizer, loss_fn, warmup, repeats, sync, run)
+            m, rounds = rcl.reconcile(rcl.Measured(run.step, run.wait, times, run.step_cpu, run.wait_cpu, cpu), again,
+                                      use_cpu=device.type == "cpu")
+            run.step, run.wait, times = m.step, m.wait, m.phases
+    given = {"batch": batch, "model": model, "optimizer": optimizer, "warmup": warmup, "repeats": repeats,
+             "phases": phases, "phased": phased, "profile": profile, "device": device, "sync": sync}
+    return _assemble(run, times, rounds, checks, details, given)
+
+
+def _assemble(run: pt.StepRun | None, times: dict | None, rounds: list | None, checks: list[Check], details: dict,
+              a: dict[str, Any]) -> Report:
+    """The findings in order (``a``: performance_ledger's arguments, the device and its synchronizer)."""
+    out: list[Check] = []
     if run is not None:
-        checks += _memory_checks(run, device, details)
-        checks.append(_growth_check(run, device, details))
+        if a["batch"] is not None:
+            details["contract"]["inputs"] = _batch.describe(run.first_batch)
+        out += _time_checks(run, a["repeats"], details)
+    if a["phases"] and not a["phased"]:
+        out.append(check("step", "perf.phase_time", Status.SKIPPED,
+                         "phases not timed: pass model=, loss_fn=, optimizer= and a batch to time input wait, transfer, "
+                         "forward, loss, backward and optimizer separately"))
+    out += checks + (_phase_checks(times, a["repeats"], details) if times is not None else [])
+    if rounds is not None:
+        details["reconcile"] = rounds
+        out.append(rcl.reconcile_check(rounds))
+    if run is not None:
+        out += _memory_checks(run, a["device"], details)
+        out.append(_growth_check(run, a["device"], details))
         if run.profile is not None:
-            checks.append(_profile_check(run, details))
-    if profile and run is None:
-        checks.append(check("step", "perf.profile", Status.SKIPPED, "profile=True needs a step to profile: pass step"))
-    checks.append(_overhead_check(pt.time_empty(repeats, sync), details))
-    return compose(_NAME, checks, _effects(run, model, optimizer, phased, device, warmup, repeats), details)
+            out.append(_profile_check(run, details))
+    if a["profile"] and run is None:
+        out.append(check("step", "perf.profile", Status.SKIPPED, "profile=True needs a step to profile: pass step"))
+    out.append(_overhead_check(pt.time_empty(a["repeats"], a["sync"]), details))
+    effects = _effects(run, a["model"], a["optimizer"], a["phased"], a["device"], a["warmup"], a["repeats"])
+    return compose(_NAME, out, effects, details)
 
 
 def _validated(step: Any, warmup: Any, repeats: Any, phases: Any, model: Any, optimizer: Any, loss_fn: Any,
@@ -276,14 +310,31 @@ def _caller(step: Callable, batch: Any) -> Callable[[Any], Any]:
 
 
 def _measure_step(step: Callable, batch: Any, model: Any, optimizer: Any, warmup: int, repeats: int, profile: bool,
-                  sync: Callable[[], None], device: torch.device) -> pt.StepRun:
+                  sync: Callable[[], None], device: torch.device, tick: Callable[..., None]) -> pt.StepRun:
     call, fetch = _caller(step, batch), _fetcher(batch)
     with guarded(model, optimizer, step):  # step: the LR schedulers and GradScalers it holds
-        run = pt.run_step(call, fetch, warmup, repeats, sync, device)
+        run = pt.run_step(call, fetch, warmup, repeats, sync, device, tick)
         if profile:
             run.profile = pt.profile_top(call, fetch, _PROFILED_CALLS, sync, device)
             run.calls["profiled"] = _PROFILED_CALLS
+            tick(_PROFILED_CALLS)
     return run
+
+
+def _again(step: Callable, batch: Any, model: Any, optimizer: Any, loss_fn: Any, warmup: int, repeats: int,
+           sync: Callable[[], None], run: pt.StepRun) -> rcl.Measured | None:
+    """The step and the phases measured once more (the step on your objects under guarded()); None when
+    either raised this time."""
+    cpu: dict[str, list[float]] = {}
+    try:
+        with guarded(model, optimizer, step):
+            again = pt.time_step(_caller(step, batch), _fetcher(batch), repeats, sync)
+        run.calls["reconcile"] = run.calls.get("reconcile", 0) + repeats
+        with guarded(model, optimizer):
+            times = pt.run_phases(model, optimizer, loss_fn, _fetcher(batch), warmup, repeats, sync, cpu=cpu)
+    except Exception:  # noqa: BLE001 - it ran before; a second failure only ends the reconciliation
+        return None
+    return rcl.Measured(again.step, again.wait, times, again.step_cpu, again.wait_cpu, cpu)
 
 
 def _effects(run: pt.StepRun | None, model: Any, optimizer: Any, phased: bool, device: torch.device,
@@ -313,20 +364,17 @@ def _step_raised(exc: BaseException) -> Report:
                           "(every value on model=/optimizer= was restored)")
 
 
-def _phases(phases: bool, phased: bool, model: Any, optimizer: Any, loss_fn: Any, batch: Any, warmup: int,
-            repeats: int, sync: Callable[[], None], details: dict) -> list[Check]:
-    if not phases:
-        return []
-    if not phased:
-        return [check("step", "perf.phase_time", Status.SKIPPED,
-                      "phases not timed: pass model=, loss_fn=, optimizer= and a batch to time input wait, transfer, "
-                      "forward, loss, backward and optimizer separately")]
+def _phase_times(model: Any, optimizer: Any, loss_fn: Any, batch: Any, warmup: int, repeats: int,
+                 sync: Callable[[], None], tick: Callable[..., None], cpu: dict) -> tuple[dict | None, list[Check]]:
+    """(seconds per phase, []) or (None, [the SKIPPED finding why not]), never raising; CPU seconds into ``cpu``."""
     try:
         with guarded(model, optimizer):
-            times = pt.run_phases(model, optimizer, loss_fn, _fetcher(batch), warmup, repeats, sync)
+            return pt.run_phases(model, optimizer, loss_fn, _fetcher(batch), warmup, repeats, sync, tick, cpu), []
     except (pt.PhaseError, InvalidArgument) as exc:
-        return [check("step", "perf.phase_time", Status.SKIPPED, f"phases not timed: {exc}")]
-    return _phase_checks(times, repeats, details)
+        why = str(exc)
+    except Exception as exc:  # noqa: BLE001 - e.g. a batch the copy's forward cannot take (sparse, nested)
+        why = f"timing the phases raised {_batch.describe_error(exc)}"
+    return None, [check("step", "perf.phase_time", Status.SKIPPED, f"phases not timed: {why}")]
 
 
 def _profile_check(run: pt.StepRun, details: dict) -> Check:

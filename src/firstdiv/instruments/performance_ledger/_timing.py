@@ -70,6 +70,8 @@ class StepRun:
 
     wait: list[float] = field(default_factory=list)
     step: list[float] = field(default_factory=list)
+    wait_cpu: list[float] = field(default_factory=list)  # process CPU seconds of the same regions
+    step_cpu: list[float] = field(default_factory=list)
     memory: list[dict[str, Any]] = field(default_factory=list)
     live: list[int] = field(default_factory=list)
     survivors: list[dict[str, Any]] = field(default_factory=list)
@@ -86,8 +88,12 @@ def memory_sample(device: torch.device) -> dict[str, Any]:
     return out
 
 
+def _no_tick(advance: float = 1) -> None:
+    return None
+
+
 def run_step(step: Callable[[Any], Any], fetch: Callable[[], Any], warmup: int, repeats: int,
-             sync: Callable[[], None], device: torch.device) -> StepRun:
+             sync: Callable[[], None], device: torch.device, tick: Callable[..., None] = _no_tick) -> StepRun:
     """Warm-up calls, then ``repeats`` timed calls (wait = producing the batch, step = the call), then the
     live-tensor growth watch. Exceptions propagate (the caller reports them)."""
     run = StepRun(calls={"warmup": 0, "timed": 0, "memory": 0})
@@ -96,28 +102,54 @@ def run_step(step: Callable[[Any], Any], fetch: Callable[[], Any], warmup: int, 
         run.first_batch = b if run.first_batch is None else run.first_batch
         step(b)
         run.calls["warmup"] += 1
+        tick()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     run.memory.append(memory_sample(device))
     for _ in range(repeats):
         sync()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         b = fetch()
         sync()
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         step(b)
         sync()
         run.step.append(time.perf_counter() - t1)
+        run.step_cpu.append(time.process_time() - c1)
         run.wait.append(t1 - t0)
+        run.wait_cpu.append(c1 - c0)
         run.first_batch = b if run.first_batch is None else run.first_batch
         run.calls["timed"] += 1
         del b
         run.memory.append(memory_sample(device))
-    run.live, run.survivors = watch_growth(step, fetch, run)
+        tick()
+    run.live, run.survivors = watch_growth(step, fetch, run, tick)
     return run
 
 
-def watch_growth(step: Callable[[Any], Any], fetch: Callable[[], Any], run: StepRun) -> tuple[list[int], list[dict]]:
+def time_step(step: Callable[[Any], Any], fetch: Callable[[], Any], repeats: int, sync: Callable[[], None],
+              tick: Callable[..., None] = _no_tick) -> StepRun:
+    """``repeats`` more timed calls exactly like run_step's (no warm-up, memory samples or growth watch)."""
+    run = StepRun()
+    for _ in range(repeats):
+        sync()
+        t0, c0 = time.perf_counter(), time.process_time()
+        b = fetch()
+        sync()
+        t1, c1 = time.perf_counter(), time.process_time()
+        step(b)
+        sync()
+        run.step.append(time.perf_counter() - t1)
+        run.step_cpu.append(time.process_time() - c1)
+        run.wait.append(t1 - t0)
+        run.wait_cpu.append(c1 - c0)
+        del b
+        tick()
+    return run
+
+
+def watch_growth(step: Callable[[Any], Any], fetch: Callable[[], Any], run: StepRun,
+                 tick: Callable[..., None] = _no_tick) -> tuple[list[int], list[dict]]:
     """Live bytes of tensors the step created, after each of ``GROWTH_ITERATIONS`` identical iterations (the
     batch is produced outside the tracker; the step's return value is dropped; cycles collected first)."""
     tracker = LiveTensors(keep_tensors=True)
@@ -137,6 +169,7 @@ def watch_growth(step: Callable[[Any], Any], fetch: Callable[[], Any], run: Step
             del b
             gc.collect()
             series.append(tracker.live_bytes())
+            tick()
         survivors = tracker.survivors(range(1, GROWTH_ITERATIONS - 1))
     finally:
         tracker.clear()
@@ -175,29 +208,35 @@ class PhaseError(Exception):
 
 
 def run_phases(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, fetch: Callable[[], Any],
-               warmup: int, repeats: int, sync: Callable[[], None]) -> dict[str, list[float]]:
+               warmup: int, repeats: int, sync: Callable[[], None], tick: Callable[..., None] = _no_tick,
+               cpu: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     """``warmup + repeats`` iterations of wait / transfer / forward / loss / backward / optimizer (step and
-    zero_grad) on ``detached_copy(model, optimizer)``; seconds of each phase for the timed iterations."""
+    zero_grad) on ``detached_copy(model, optimizer)``; seconds of each phase for the timed iterations (and, into
+    ``cpu`` when given, the process CPU seconds of each)."""
     m_copy, o_copy = detached_copy(model, optimizer)
     o_copy.zero_grad(set_to_none=True)
     device = next((p.device for p in m_copy.parameters()), torch.device("cpu"))
     times: dict[str, list[float]] = {p: [] for p in PHASES}
     with torch.enable_grad():
         for i in range(warmup + repeats):
-            row = _phase_iteration(m_copy, o_copy, loss_fn, fetch, sync, device)
+            row, row_cpu = _phase_iteration(m_copy, o_copy, loss_fn, fetch, sync, device)
             if i >= warmup:
-                for name, seconds in zip(PHASES, row):
+                for name, seconds, cpu_s in zip(PHASES, row, row_cpu):
                     times[name].append(seconds)
+                    if cpu is not None:
+                        cpu.setdefault(name, []).append(cpu_s)
+            tick()
     return times
 
 
 def _phase_iteration(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, fetch: Callable[[], Any],
-                     sync: Callable[[], None], device: torch.device) -> list[float]:
-    marks = []
+                     sync: Callable[[], None], device: torch.device) -> tuple[list[float], list[float]]:
+    marks, cpu = [], []
 
     def mark() -> None:
         sync()
         marks.append(time.perf_counter())
+        cpu.append(time.process_time())
 
     mark()
     b = _batch.split_batch(fetch(), model)
@@ -219,7 +258,7 @@ def _phase_iteration(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
         mark()
     except Exception as exc:  # user code (custom autograd, optimizer): reported, not raised
         raise PhaseError(f"backward or optimizer.step raised {_batch.describe_error(exc)}") from exc
-    return [b - a for a, b in itertools.pairwise(marks)]
+    return [b - a for a, b in itertools.pairwise(marks)], [b - a for a, b in itertools.pairwise(cpu)]
 
 
 def _timed_loss(model: nn.Module, b: _batch.Batch, loss_fn: Callable, mark: Callable[[], None]) -> tuple[Any, Any]:
