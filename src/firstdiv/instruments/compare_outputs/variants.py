@@ -33,7 +33,7 @@ import os
 import re
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -43,7 +43,7 @@ from ...errors import InvalidArgument
 from .._core.batch import check_model, describe_error
 from .._core.copying import folded, model_copy
 from .._core.layers import train_mode_modules
-from .._core.outputs import Tolerance, split_inputs
+from .._core.outputs import Tolerance, cache_tree, is_cache, split_inputs
 from .._core.state import guarded
 
 __all__ = ["KINDS", "TOLERANCES", "Tolerance", "Unavailable", "variants"]
@@ -120,12 +120,43 @@ def _reloaded(model: nn.Module, *, factory: str | None, **_: Any) -> Any:
                            "not tested -- pass factory='pkg.mod:make_model' for a fresh-process reload")
 
 
+class _PlainOutputs(nn.Module):
+    """Exports a model whose output holds a key/value cache object torch.export cannot flatten (no pytree
+    registration): the same forward, returning the cache as the dict of its tensors (the leaves compare_outputs
+    compares it by)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return _plain_caches(self.model(*args, **kwargs))
+
+
+def _plain_caches(value: Any) -> Any:
+    if is_cache(value):
+        return cache_tree(value)
+    if isinstance(value, Mapping):
+        return {k: _plain_caches(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_plain_caches(v) for v in value)
+    return value
+
+
 def _export(model: nn.Module, *, example_inputs: Any, **_: Any) -> Any:
     args, kwargs = split_inputs(example_inputs)
     try:
         program = torch.export.export(_copy(model), args, kwargs)
     except Exception as exc:  # noqa: BLE001 - a model export refuses is a finding about the deployment path
-        return Unavailable("export", f"torch.export.export raised {describe_error(exc)}", failed=True)
+        if "pytree" not in str(exc) or "Cache" not in str(exc):
+            return Unavailable("export", f"torch.export.export raised {describe_error(exc)}", failed=True)
+        try:
+            program = torch.export.export(_PlainOutputs(_copy(model)), args, kwargs)
+        except Exception as inner:  # noqa: BLE001 - as above
+            return Unavailable("export", f"torch.export.export raised {describe_error(inner)}", failed=True)
+        return _describe(program.module(), "export: torch.export.export(copy, example_inputs).module(), through a wrapper "
+                                           "returning the output's key/value cache as a dict of its tensors (the cache "
+                                           "type has no pytree registration); module paths are prefixed 'model.'")
     return _describe(program.module(), "export: torch.export.export(copy, example_inputs).module()")
 
 

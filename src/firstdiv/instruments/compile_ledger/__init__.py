@@ -189,9 +189,16 @@ def _correct(ctx: Ctx) -> Check:
     ev: dict[str, Any] = {"inputs": len(ctx.comparisons), "rtol": ctx.rtol, "atol": ctx.atol,
                           "max_abs_error": _num(worst_abs), "max_rel_error": _num(worst_rel),
                           "per_input_max_abs": [_num(c.max_abs) for c in ctx.comparisons]}
+    caches = sorted({p for c in ctx.comparisons for p in c.caches})
+    note = ""
+    if caches:
+        ev["cache_objects"] = caches
+        note = (f"; note: key/value cache object(s) at {', '.join(caches[:3])} compared by the tensors they hold "
+                f"(not by ==)")
     if bad is None:
         return check("CORRECT", "compile.correct", Status.PASS, f"compiled outputs match eager on all {len(ctx.comparisons)} inputs: "
-                     f"max abs error {worst_abs:.3g}, max rel error {worst_rel:.3g} (atol {ctx.atol:g}, rtol {ctx.rtol:g})", ev)
+                     f"max abs error {worst_abs:.3g}, max rel error {worst_rel:.3g} (atol {ctx.atol:g}, rtol {ctx.rtol:g})"
+                     f"{note}", ev)
     i, c = bad
     ev.update({"input": i, "call": ctx.describe(i), "path": c.worst, "input_max_abs": _num(c.max_abs),
                "input_max_rel": _num(c.max_rel), "bad_elements": c.bad_elements, "problem": c.problem})
