@@ -27,7 +27,9 @@ WORTH_IT  eager call (median) vs cold first compiled call (fresh dynamo cache: t
           ``break_even_calls = (cold - eager) / (eager - steady)`` when steady < eager, else "never".
           WARN (``compile.not_worth_it``) when it never pays off or needs more than ``payoff_calls`` calls.
           Debugging backends (``eager``, ``aot_eager`` ...) do not optimize: their timings are reported,
-          not judged.
+          not judged, and the warm-cache call is not made (no code-generation cache; ``warm_cache_measured``
+          False, the cold figures stand in). CAPTURED compiles ``fullgraph=True`` only when the recording
+          capture saw a break or not exactly one graph (one graph without a break is what it demands).
 
 Leave no trace (how, in :mod:`firstdiv.instruments.compile_ledger._capture`): modules are deep-copied and run in
 their current mode; every compile uses its own copy of the top frame's code object, so the user's dynamo

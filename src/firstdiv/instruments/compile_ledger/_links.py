@@ -16,7 +16,7 @@ import torch
 from ...report import Status
 from .._core.batch import describe_error
 from .._core.checks import Check, check
-from ._capture import Event, effective_limit, fresh_profile, recording
+from ._capture import CallRecord, Event, effective_limit, fresh_profile, recording
 from ._compare import clone_args
 from ._context import Ctx
 from ._guards import compile_id_of, guard_category, guard_text, numeric_value_guard
@@ -86,11 +86,13 @@ def _fullgraph(ctx: Ctx) -> str:
 
 def captured_link(ctx: Ctx) -> Check:
     cap = _capture(ctx)
-    full = _fullgraph(ctx)
     breaks = cap["breaks"]
+    implied = cap["graphs"] == 1 and not breaks and not cap["error"]  # one graph, no break: what fullgraph=True demands
+    full = "" if implied else _fullgraph(ctx)
     ev = {"graphs": cap["graphs"], "graph_breaks": len(breaks), "ops_per_graph": cap["ops_per_graph"],
           "break_reasons": [f"{b['reason']}" + (f" @ {b['at']}" if b["at"] else "") for b in breaks],
-          "fullgraph": "captured" if not full else full, "capture_error": cap["error"]}
+          "fullgraph": "captured" if not full else full, "capture_error": cap["error"],
+          "fullgraph_test": "implied by one graph without a break (not compiled again)" if implied else "compiled"}
     if not breaks and not full and cap["graphs"] >= 1:
         return check("CAPTURED", "compile.captured", Status.PASS, f"one call captured as {cap['graphs']} graph(s) with "
                      f"{sum(cap['ops_per_graph'])} ops, no graph break; fullgraph=True compiles", ev)
@@ -238,11 +240,14 @@ def worth_it_link(ctx: Ctx) -> Check:
     eager = _median_time(ctx.target.eager, ctx)
     steady = _median_time(ctx.compiled, ctx)
     cold_rec = ctx.records[0]
-    fresh_profile()
-    warm_fn = ctx.target.compiled(**ctx.kwargs())
-    args, kwargs = clone_args(ctx.calls[0])
-    with recording() as warm_rec:
-        _, warm_rec.seconds = timed(warm_fn, args, kwargs)
+    if _optimizing(ctx.backend):  # a debugging backend has no code-generation cache to warm: not compiled again
+        fresh_profile()
+        warm_fn = ctx.target.compiled(**ctx.kwargs())
+        args, kwargs = clone_args(ctx.calls[0])
+        with recording() as warm_rec:
+            _, warm_rec.seconds = timed(warm_fn, args, kwargs)
+    else:
+        warm_rec = CallRecord([], [], cold_rec.seconds)
     cold, warm = cold_rec.seconds, warm_rec.seconds
     even, even_warm = _break_even(cold, eager, steady), _break_even(warm, eager, steady)
     ev = {"eager_s": eager, "cold_first_call_s": cold, "warm_cache_first_call_s": warm, "steady_s": steady,
@@ -250,10 +255,14 @@ def worth_it_link(ctx: Ctx) -> Check:
           "break_even_calls_warm_cache": even_warm, "repeats": ctx.repeats, "payoff_calls": ctx.payoff_calls,
           "cold_compile_s": sum(e.seconds or 0.0 for e in cold_rec.events),
           "warm_compile_s": sum(e.seconds or 0.0 for e in warm_rec.events),
-          "cold_caches": cold_rec.caches, "warm_caches": warm_rec.caches, "measured_on": "inputs_seq[0]"}
+          "cold_caches": cold_rec.caches, "warm_caches": warm_rec.caches, "measured_on": "inputs_seq[0]",
+          "warm_cache_measured": _optimizing(ctx.backend)}
     ctx.timings.update(ev)
     msg = (f"eager {eager * 1e3:.3g} ms, cold first call {cold:.3g} s, warm-cache first call {warm:.3g} s, "
            f"steady {steady * 1e3:.3g} ms; break-even: {_calls(even)} (warm cache: {_calls(even_warm)})")
+    if not ev["warm_cache_measured"]:
+        msg = (f"eager {eager * 1e3:.3g} ms, cold first call {cold:.3g} s, steady {steady * 1e3:.3g} ms; break-even: "
+               f"{_calls(even)} (warm-cache call not made: no code-generation cache)")
     if not _optimizing(ctx.backend):
         return check("WORTH_IT", "compile.worth_it", Status.SKIPPED, f"{msg}; not judged: backend {ctx.backend!r} is a debugging "
                      "backend that does not optimize", ev)
