@@ -20,7 +20,11 @@ silently fixed (int8: ``quantize_dynamic`` switches to eval; the flags are put b
   convention as compare_outputs' ``inputs``).
 - ``int8``: ``torch.ao.quantization.quantize_dynamic(copy, {nn.Linear}, dtype=torch.qint8)`` (per-tensor
   weight scales, dynamic per-tensor activation scales); an :class:`Unavailable` placeholder when this torch
-  has no eager-mode dynamic quantization (compare_outputs reports it SKIPPED).
+  has no eager-mode dynamic quantization or the model's Linear layers are not float32 (bf16/fp16 models):
+  compare_outputs reports it SKIPPED.
+- ``export`` of a model whose output holds a key/value cache object without a pytree registration (transformers'
+  ``DynamicCache``/``EncoderDecoderCache``) retries through a wrapper returning the cache as a dict of its
+  tensors, the leaves compare_outputs compares it by.
 
 A kind that cannot be built for this model (``torch.export`` refusing data-dependent control flow, say) is an
 :class:`Unavailable` with ``failed=True``: compare_outputs reports it as ``outputs.raised`` at that variant.
@@ -176,6 +180,12 @@ def _int8(model: nn.Module, **_: Any) -> Any:
         return Unavailable("int8", f"torch {torch.__version__} has no eager-mode dynamic quantization "
                                    f"(torch.ao.quantization.quantize_dynamic) or no quantized engine; build the int8 "
                                    f"variant with torchao and pass it in the variants dict", failed=False)
+    dtypes = sorted({str(m.weight.dtype).replace("torch.", "") for m in model.modules()
+                     if isinstance(m, nn.Linear) and m.weight.dtype != torch.float32})
+    if dtypes:
+        return Unavailable("int8", f"dynamic int8 quantization takes float32 nn.Linear layers, and this model's are "
+                                   f"{', '.join(dtypes)}: quantize a float32 copy (model.float()) and feed it float32 "
+                                   f"inputs, then pass it in the variants dict", failed=False)
     twin = _copy(model)
     modes = {name: m.training for name, m in twin.named_modules()}
     folds = folded(twin)  # a deployment folds spectral/weight norm and parametrizations before quantizing
