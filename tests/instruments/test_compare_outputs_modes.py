@@ -87,6 +87,27 @@ def test_deterministic_eval_and_dropout_modules_in_eval_pass():
     assert _finding(report, "outputs.nondeterministic_eval").status is Status.PASS
 
 
+class _Counting(nn.Module):
+    """Keeps state between calls (a step counter buffer), deterministically."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x):
+        self.steps += 1
+        return self.fc(x) * self.steps
+
+
+def test_a_model_that_keeps_state_between_calls_is_not_called_random():
+    torch.manual_seed(0)
+    model = _Counting().eval()
+    report = assert_no_trace(lambda: compare_outputs({"a": model, "b": copy.deepcopy(model)}, _x()), [model])
+    assert report.status is Status.PASS, report
+    assert float(model.steps) == 0
+
+
 # --- mode="train" ---------------------------------------------------------------------------------------------------
 
 def _loss(out):

@@ -12,18 +12,31 @@ Order of checks (findings in this order; the first FAIL is the first divergence)
 2. **Evaluation mode?** A variant (module, compiled module, exported graph) with dropout or BatchNorm active
    in training mode is ``outputs.train_mode`` at ``"<variant>"``. It is compared in that mode all the same:
    the bug is what is reported, never silently fixed.
-3. **Outputs.** Each variant against the reference: max and mean absolute error and max relative error over
+3. **Deterministic evaluation?** The reference runs twice more without reseeding between the two calls (its
+   module state restored in between): outputs that differ are ``outputs.nondeterministic_eval`` at
+   ``"<reference>:<module path>"``, the module that ran a dropout-family op while in eval mode (``F.dropout``
+   with its default ``training=True``, ``scaled_dot_product_attention`` with ``dropout_p > 0`` ...), else the first
+   module whose output differed; such an op with no visible effect is a WARN (see :mod:`._eval`).
+   A key/value cache object in the output (transformers ``DynamicCache`` ...) is compared by the tensors it
+   holds: a note finding ``outputs.cache_objects`` names where.
+4. **Outputs.** Each variant against the reference: max and mean absolute error and max relative error over
    every leaf of a nested output, under the variant's tolerance (``tolerances={name: (rtol, atol)}`` or a
    :class:`~firstdiv.instruments._core.outputs.Tolerance`, else ``rtol``/``atol``; see that module for
    the element/scale rules). Outside tolerance is ``outputs.diverged``; a variant that raises is
    ``outputs.raised``; one that could not be built for want of a dependency is a SKIPPED finding.
-4. **First diverging layer** (``layers=True``). When the variant and the reference expose module paths
+5. **First diverging layer** (``layers=True``). When the variant and the reference expose module paths
    (see :mod:`~firstdiv.instruments._core.layers`), each named module's output is recorded in both on
    the same inputs and the first module, in the reference's execution order, whose output leaves the
    variant's tolerance is named: ``where = "<variant>:<module path>"``; ``"<variant>"`` when the layers
    cannot be compared or all shared modules agree.
 
-Every variant runs under ``torch.no_grad`` on its own clone of the inputs inside
+``mode="train"``: every variant runs a training forward with grad enabled (its modules in the flags they have;
+the evaluation-mode check is not made, a random training forward is expected) and, with ``loss=`` (``output ->
+scalar``), parameter gradients are compared per name: ``outputs.gradient_diverged`` at ``"<variant>:<parameter>"``
+(see :mod:`._train`). A compiled variant of a random training forward (dropout) is not judged (SKIPPED): its
+generated code draws other random numbers than eager.
+
+Otherwise every variant runs under ``torch.no_grad`` on its own clone of the inputs inside
 :func:`~firstdiv.instruments._core.state.guarded` (values, buffers, hooks, RNG states and grad mode restored), so
 the user's modules are left as they were; with identical RNG states, two copies in training mode draw the
 same dropout masks. Variants are called once each; layer recording runs only for a variant that diverged.

@@ -102,17 +102,31 @@ def _call(variant: Any, args: tuple, kwargs: dict) -> Any:
     return variant(*clone_tree(args), **clone_tree(kwargs))
 
 
+def _rng() -> tuple[Any, Any]:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng(state: tuple[Any, Any]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
 def twice(variant: Any, args: tuple, kwargs: dict, watch: bool) -> tuple[Any, Any, list[dict[str, Any]]]:
-    """(first output, second output, active ops seen in the second call, error) with one RNG state restore
-    around both calls (so the second call continues the first one's random stream)."""
+    """(first output, second output, active ops seen in the second call). The module's state is restored between
+    the two calls (a model that keeps state between calls is not random), the RNG state is not: the second call
+    continues the first one's random stream. Everything is restored afterwards."""
     module = variant if isinstance(variant, nn.Module) else None
     root = orig_module(variant)
     with guarded(*([module] if module is not None else [])), torch.no_grad():
         first = _call(variant, args, kwargs)
+        state = _rng()
+    with guarded(*([module] if module is not None else [])), torch.no_grad():
+        _set_rng(state)
         if watch and root is not None and not is_compiled(variant):
             with _watching(root) as mode:
-                second = _call(variant, args, kwargs)
-            return first, second, mode.seen
+                return first, _call(variant, args, kwargs), mode.seen
         return first, _call(variant, args, kwargs), []
 
 
@@ -121,6 +135,9 @@ def _first_differing_layer(variant: Any, args: tuple, kwargs: dict, tol: Toleran
     try:
         with guarded(*([module] if module is not None else [])), torch.no_grad():
             one = by_call(layer_outputs(variant, clone_tree(args), clone_tree(kwargs))[0])
+            state = _rng()
+        with guarded(*([module] if module is not None else [])), torch.no_grad():
+            _set_rng(state)
             two = by_call(layer_outputs(variant, clone_tree(args), clone_tree(kwargs))[0])
     except (NotComparable, Exception):  # noqa: BLE001 - localizing is best effort; the finding stands
         return ""
