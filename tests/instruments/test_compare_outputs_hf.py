@@ -18,7 +18,7 @@ from firstdiv.instruments.compile_ledger._compare import compare as ledger_compa
 pytestmark = pytest.mark.usefixtures("one_thread")
 transformers = pytest.importorskip("transformers")
 sys.path.insert(0, str(TESTS / "realworld" / "cases"))
-from _deploy_common import gpt2, t5, tokens  # noqa: E402 - the corpus' tiny configs
+from _deploy_common import gpt2, t5, tokens  # the corpus tiny configs
 
 
 def _t5_inputs(seed=0):

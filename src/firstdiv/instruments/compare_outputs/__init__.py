@@ -240,7 +240,7 @@ def _side_effects(names: dict[str, Any], effects: list[str], before: dict[str, i
     started = sum(getattr(v, "processes_started", 0) for v in names.values()) - sum(before.values())
     how = ("with grad enabled (a training forward; gradients by torch.autograd.grad, .grad untouched)" if train
            else "under torch.no_grad")
-    parts = [(f"each variant ran {how} on clones of the inputs; the reference ran once more without reseeding; module "
+    parts = [(f"each variant ran {how} on clones of the inputs; the reference ran twice more, without reseeding between the two calls; module "
               f"values, buffers, hooks, train flags, RNG states and grad mode restored")]
     if started:
         parts.append(f"{started} fresh Python process(es) started")

@@ -180,8 +180,9 @@ def _int8(model: nn.Module, **_: Any) -> Any:
         return Unavailable("int8", f"torch {torch.__version__} has no eager-mode dynamic quantization "
                                    f"(torch.ao.quantization.quantize_dynamic) or no quantized engine; build the int8 "
                                    f"variant with torchao and pass it in the variants dict", failed=False)
-    dtypes = sorted({str(m.weight.dtype).replace("torch.", "") for m in model.modules()
-                     if isinstance(m, nn.Linear) and m.weight.dtype != torch.float32})
+    # parameters, not ``m.weight``: a parametrized weight (spectral norm) is recomputed, in place, when read
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for m in model.modules() if isinstance(m, nn.Linear)
+                     for p in m.parameters() if p.is_floating_point() and p.dtype != torch.float32})
     if dtypes:
         return Unavailable("int8", f"dynamic int8 quantization takes float32 nn.Linear layers, and this model's are "
                                    f"{', '.join(dtypes)}: quantize a float32 copy (model.float()) and feed it float32 "
