@@ -45,12 +45,12 @@ def bert(seed: int) -> nn.Module:
     return tf.BertForSequenceClassification(cfg).eval()
 
 
-def t5(seed: int) -> nn.Module:
+def t5(seed: int, layers: int = 2) -> nn.Module:
     import transformers as tf
 
     _quiet()
     torch.manual_seed(seed)
-    cfg = tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+    cfg = tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=layers, num_heads=4,
                       decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
     return tf.T5ForConditionalGeneration(cfg).eval()
 

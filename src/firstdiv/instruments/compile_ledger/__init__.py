@@ -12,7 +12,8 @@ CORRECT   compiled outputs equal eager outputs on every input within ``atol + rt
 CAPTURED  one capture of ``inputs_seq[0]`` with a recording backend (what ``torch._dynamo.explain`` reports:
           graphs, graph breaks, each break's reason and user file:line; not ``explain`` itself, which calls
           ``torch._dynamo.reset()`` twice) and ``fullgraph=True`` as a capture test. A graph break is not an error: WARN, or FAIL when ``fullgraph_required=True``.
-          ``compile.graph_break``.
+          ``compile.graph_break``. With ``backend="eager"`` the main pass's first call is that capture (the recorder
+          compiles exactly what the eager backend does), not a second compile.
 STABLE    the compiled function over the whole ``inputs_seq`` (the user's real, varying inputs): every
           recompilation with the input that triggered it and the failed guard(s), each in a category
           (shape, dtype, device, value, other), and whether the recompile limit was hit (the frame then runs
@@ -66,7 +67,7 @@ from ._capture import (
 )
 from ._compare import clone_args, compare
 from ._context import Ctx
-from ._links import captured_link, stable_link, timed, worth_it_link
+from ._links import CaptureRecorder, captured_link, stable_link, timed, worth_it_link
 
 __all__ = ["compile_ledger"]
 
@@ -127,12 +128,15 @@ def _run_eager(ctx: Ctx, i: int) -> Any:
 def _main_pass(ctx: Ctx) -> None:
     """Eager then compiled on every input, in order: outputs compared, compile events recorded per call."""
     fresh_profile()
+    recorder = CaptureRecorder() if ctx.backend == "eager" else None  # the same compile CAPTURED would make again
     try:
-        ctx.compiled = ctx.target.compiled(**ctx.kwargs())
+        ctx.compiled = ctx.target.compiled(**ctx.kwargs(recorder.backend if recorder else None))
     except Exception as exc:  # noqa: BLE001 - torch.compile refused the callable itself: RUNS reports it
         ctx.compiled_error = (0, _compiler_error(exc))
         return
     for i in range(len(ctx.calls)):
+        if recorder is not None and i == 1:
+            ctx.capture = recorder.end()
         try:
             expected = _run_eager(ctx, i)
         except Exception as exc:  # noqa: BLE001 - user code: RUNS reports it
@@ -140,6 +144,8 @@ def _main_pass(ctx: Ctx) -> None:
             return
         args, kwargs = clone_args(ctx.calls[i])
         torch.manual_seed(_SEED + i)
+        if recorder is not None and i == 0:
+            recorder.begin()
         try:
             with recording() as rec:
                 got, rec.seconds = timed(ctx.compiled, args, kwargs)
@@ -150,6 +156,8 @@ def _main_pass(ctx: Ctx) -> None:
         ctx.records.append(rec)
         ctx.comparisons.append(compare(expected, got, ctx.rtol, ctx.atol))
         del expected, got
+    if recorder is not None and ctx.capture is None:
+        ctx.capture = recorder.end()
 
 
 def _compiler_error(exc: BaseException) -> str:

@@ -44,32 +44,53 @@ def _first_line(text: str) -> str:
     return lines[0][:300] if lines else ""
 
 
-def _capture(ctx: Ctx) -> dict[str, Any]:
-    """One call of ``inputs_seq[0]`` through a recording backend: graphs, op counts and break reasons."""
-    graphs: list[int] = []
-    breaks: list[dict[str, str]] = []
+class CaptureRecorder:
+    """A backend that records each graph it gets (op count, graph-break reason and user line) while ``active``
+    and runs it as captured (what backend='eager' does), plus the graph breaks dynamo counted meanwhile."""
 
-    def recording_backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        graphs.append(sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")))
-        why = getattr(gm, "compile_subgraph_reason", None)
-        if why is not None and getattr(why, "graph_break", False):
-            breaks.append({"reason": _first_line(why.reason), "at": _user_frame(getattr(why, "user_stack", None))})
+    def __init__(self) -> None:
+        self.graphs: list[int] = []
+        self.breaks: list[dict[str, str]] = []
+        self.active = False
+        self._before: collections.Counter[str] = collections.Counter()
+
+    def backend(self, gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        if self.active:
+            self.graphs.append(sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")))
+            why = getattr(gm, "compile_subgraph_reason", None)
+            if why is not None and getattr(why, "graph_break", False):
+                self.breaks.append({"reason": _first_line(why.reason), "at": _user_frame(getattr(why, "user_stack", None))})
         return gm.forward
 
-    counters = torch._dynamo.utils.counters
-    before = collections.Counter(counters.get("graph_break", {}))
+    def begin(self) -> None:
+        self._before = collections.Counter(torch._dynamo.utils.counters.get("graph_break", {}))
+        self.active = True
+
+    def end(self, error: str = "") -> dict[str, Any]:
+        self.active = False
+        seen = {b["reason"] for b in self.breaks}
+        counted = collections.Counter(torch._dynamo.utils.counters.get("graph_break", {})) - self._before
+        for reason, n in counted.items():
+            if _first_line(reason) not in seen:  # a break with nothing captured before it compiles no graph
+                self.breaks += [{"reason": _first_line(reason), "at": ""}] * n
+        return {"graphs": len(self.graphs), "ops_per_graph": self.graphs, "breaks": self.breaks, "error": error}
+
+
+def _capture(ctx: Ctx) -> dict[str, Any]:
+    """One call of ``inputs_seq[0]`` through a recording backend: graphs, op counts and break reasons (already
+    recorded by the main pass when its backend was 'eager', which compiles exactly what the recorder does)."""
+    if ctx.capture is not None:
+        return ctx.capture
+    recorder = CaptureRecorder()
     fresh_profile()
     args, kwargs = clone_args(ctx.calls[0])
     error = ""
+    recorder.begin()
     try:
-        ctx.target.compiled(**ctx.kwargs(recording_backend))(*args, **kwargs)
+        ctx.target.compiled(**ctx.kwargs(recorder.backend))(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - reported as evidence; RUNS already proved the call runs
         error = describe_error(exc)
-    seen = {b["reason"] for b in breaks}
-    for reason, n in (collections.Counter(counters.get("graph_break", {})) - before).items():
-        if _first_line(reason) not in seen:  # a break with nothing captured before it compiles no graph
-            breaks += [{"reason": _first_line(reason), "at": ""}] * n
-    return {"graphs": len(graphs), "ops_per_graph": graphs, "breaks": breaks, "error": error}
+    return recorder.end(error)
 
 
 def _fullgraph(ctx: Ctx) -> str:
