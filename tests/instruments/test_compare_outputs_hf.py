@@ -37,7 +37,7 @@ def test_t5_every_variant_kind_passes_and_the_cache_is_noted():
     assert note.evidence["tensors"] == 4  # 1 layer x (self, cross) x (keys, values)
     for kind in ("compiled", "reloaded", "export"):
         info = report.details["variants"][kind]
-        assert info["max_abs_error"] <= 1e-5 and info["elements"] > 4000, (kind, info)
+        assert info["max_abs_error"] <= 1e-5 and info["elements"] > 2000, (kind, info)
 
 
 def test_cache_leaves_are_named_and_a_changed_cache_tensor_is_found():
