@@ -79,6 +79,25 @@ def test_sdpa_dropout_p_outside_training_is_named():
     assert "scaled_dot_product_attention" in report.first_divergence.observed
 
 
+class _UnusedDropout(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        F.dropout(x, 0.5)  # drawn and thrown away: random numbers in eval, with no effect on the output
+        return self.fc(x)
+
+
+def test_an_active_dropout_without_effect_is_a_warning_at_its_module():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), _UnusedDropout()).eval()
+    report = compare_outputs({"a": model, "b": copy.deepcopy(model)}, _x())
+    assert report.status is Status.WARN, report
+    warn = next(f for f in report.findings if f.status is Status.WARN)
+    assert (warn.where, warn.check) == ("a:1", "outputs.stochastic_in_eval")
+
+
 def test_deterministic_eval_and_dropout_modules_in_eval_pass():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Linear(8, 2)).eval()
