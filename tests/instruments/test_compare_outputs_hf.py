@@ -63,3 +63,18 @@ def test_gpt2_reloaded_with_its_default_cache_has_no_false_alarm():
     report = compare_outputs(built, {"input_ids": tokens(1)}, tolerances=tols)
     assert report.status is Status.PASS, report
     assert report.details["cache_objects"] == ["output['cache']"]
+
+
+def test_an_exported_bert_with_a_changed_layer_is_localized_past_tuple_outputs():
+    from _deploy_common import bert
+
+    model = bert(0)
+    changed = copy.deepcopy(model)
+    with torch.no_grad():
+        changed.bert.encoder.layer[1].output.dense.weight.mul_(1.5)
+    inputs = {"input_ids": tokens(0)}
+    exported = variants(changed, ("export",), example_inputs=inputs)[0]["export"]
+    report = compare_outputs({"eager": model, "export": exported}, inputs)
+    assert report.first_divergence.where == "export:bert.encoder.layer.1.output.dense", report.first_divergence
+    finding = next(f for f in report.findings if f.where.startswith("export:"))
+    assert finding.evidence["layers_not_matched"]  # attention modules return tuples; their last graph node is not one

@@ -20,7 +20,11 @@ from .._core.state import guarded
 def record(variant: Any, args: tuple, kwargs: dict) -> tuple[list[tuple[str, Any]], str]:
     module = variant if isinstance(variant, nn.Module) else None
     with guarded(*([module] if module is not None else [])), torch.no_grad():
-        return layer_outputs(variant, clone_tree(args), clone_tree(kwargs))
+        records, how = layer_outputs(variant, clone_tree(args), clone_tree(kwargs))
+    prefix = getattr(variant, "firstdiv_path_prefix", "")  # a wrapper's attribute name in front of the model's paths
+    if prefix:
+        records = [(path[len(prefix):], value) for path, value in records if path.startswith(prefix)]
+    return records, how
 
 
 class Layers:
@@ -68,16 +72,24 @@ def _localize(name: str, variant: Any, layers: Layers, tol: Tolerance) -> tuple[
     shared = [key for key in ref if key in var]
     if not shared:
         return "", {"layers": "not compared: no module paths in common with the reference", "how": how}
-    previous = ""
+    previous, unmatched = "", []
+    exported = is_exported(variant)
     for i, key in enumerate(shared):
         result = compare(ref[key], var[key], tol)
+        if not result.ok and exported and any(leaf.problem for leaf in result.leaves):
+            # an exported graph's last node under a module path is not always that module's whole output (a
+            # module returning a tuple): a value of another structure is not evidence of a divergence
+            unmatched.append(key[0])
+            continue
         if not result.ok:
             ev = _layer_evidence(variant, layers.reference, key, result.summary())
-            ev.update({"layers_compared": i + 1, "layers_shared": len(shared), "last_agreeing_layer": previous, "how": how})
+            ev.update({"layers_compared": i + 1, "layers_shared": len(shared), "last_agreeing_layer": previous, "how": how,
+                       "layers_not_matched": unmatched[:10]})
             return key[0], ev
         previous = key[0]
-    return "", {"layers": f"all {len(shared)} shared modules within tolerance: the divergence arises outside them "
-                          f"(in the root module's own forward code)", "how": how}
+    return "", {"layers": f"all {len(shared) - len(unmatched)} comparable shared modules within tolerance: the "
+                          f"divergence arises outside them (in the root module's own forward code)", "how": how,
+                "layers_not_matched": unmatched[:10]}
 
 
 def _layer_evidence(variant: Any, reference: Any, key: tuple[str, int], summary: dict[str, Any]) -> dict[str, Any]:

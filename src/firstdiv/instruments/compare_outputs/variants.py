@@ -158,9 +158,11 @@ def _export(model: nn.Module, *, example_inputs: Any, **_: Any) -> Any:
             program = torch.export.export(_PlainOutputs(_copy(model)), args, kwargs)
         except Exception as inner:  # noqa: BLE001 - as above
             return Unavailable("export", f"torch.export.export raised {describe_error(inner)}", failed=True)
-        return _describe(program.module(), "export: torch.export.export(copy, example_inputs).module(), through a wrapper "
-                                           "returning the output's key/value cache as a dict of its tensors (the cache "
-                                           "type has no pytree registration); module paths are prefixed 'model.'")
+        gm = program.module()
+        gm.firstdiv_path_prefix = "model."  # the wrapper's attribute: layers are compared under the model's own paths
+        return _describe(gm, "export: torch.export.export(copy, example_inputs).module(), through a wrapper returning "
+                             "the output's key/value cache as a dict of its tensors (the cache type has no pytree "
+                             "registration)")
     return _describe(program.module(), "export: torch.export.export(copy, example_inputs).module()")
 
 
