@@ -78,3 +78,17 @@ def test_an_exported_bert_with_a_changed_layer_is_localized_past_tuple_outputs()
     assert report.first_divergence.where == "export:bert.encoder.layer.1.output.dense", report.first_divergence
     finding = next(f for f in report.findings if f.where.startswith("export:"))
     assert finding.evidence["layers_not_matched"]  # attention modules return tuples; their last graph node is not one
+
+
+def test_a_cache_passed_in_is_private_to_each_compile_ledger_run():
+    from firstdiv.instruments.compile_ledger._compare import clone_args
+
+    model = gpt2(0)
+    with torch.no_grad():
+        past = model(tokens(0))["cache"]
+    before = past.layers[0].keys.clone()
+    copied = clone_args({"past_key_values": past})["past_key_values"]
+    assert copied is not past and copied.layers[0].keys is not past.layers[0].keys
+    with torch.no_grad():
+        model(tokens(1, length=1), past_key_values=copied)  # the model appends to the cache it gets
+    assert copied.get_seq_length() == past.get_seq_length() + 1 and torch.equal(past.layers[0].keys, before)

@@ -148,6 +148,8 @@ def clone_args(value: Any, depth: int = 0) -> Any:
     the user's tensors nor feed the compiled run what the eager run wrote."""
     if isinstance(value, torch.Tensor):
         return _clone_tensor(value)
+    if is_cache(value):  # past_key_values passed in: the model appends to it, so each run gets its own
+        return copy.deepcopy(value)
     if depth > 10:
         return value
     if isinstance(value, tuple) and hasattr(value, "_fields"):
