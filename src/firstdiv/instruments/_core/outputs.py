@@ -7,7 +7,11 @@ argument in another tuple: ``((a, b),)``.
 
 Leaves (``leaves``): tensors, numbers, strings, None; containers (tuples, lists, namedtuples, dicts and
 mappings such as Hugging Face ``ModelOutput``) are walked, and each leaf is named by its path
-(``output``, ``output[0]``, ``output['logits']``).
+(``output``, ``output[0]``, ``output['logits']``). A key/value cache object (a transformers ``Cache``:
+``DynamicCache``, ``EncoderDecoderCache`` ...; see ``is_cache``) is not compared by value (it has no ``==``
+over its tensors): ``cache_tree`` turns it into a dict of its tensors (``output['cache']['layers'][0]['keys']``),
+and ``leaves(..., caches=[])`` lists the paths where that happened, so the report can say so. Sparse and
+other non-strided tensors are compared as dense tensors.
 
 Tolerance (``Tolerance``): an element passes when ``|v - r| <= atol + rtol * s`` where ``s = |r|`` (the
 element itself, as ``torch.allclose``) when ``relative_to == "element"``, or ``s = max |r|`` over the leaf
@@ -17,6 +21,7 @@ as int8, whose error is a fraction of the tensor's range, not of each element.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Mapping
@@ -91,6 +96,8 @@ def clone_tree(value: Any) -> Any:
     in-place op after a hook, cannot change what was recorded)."""
     if torch.is_tensor(value):
         return value.detach().clone()
+    if is_cache(value):
+        return copy.deepcopy(value)  # a cache passed in (past_key_values) is written into by the model
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return type(value)(*(clone_tree(v) for v in value))
     if isinstance(value, (tuple, list)):
@@ -100,23 +107,65 @@ def clone_tree(value: Any) -> Any:
     return value
 
 
-def leaves(value: Any, path: str = "output") -> dict[str, Any]:
-    """``{path: leaf}`` in traversal order (see the module docstring)."""
+_CACHE_BASES = ("Cache", "CacheLayerMixin", "LinearAttentionCacheLayerMixin")
+
+
+def is_cache(value: Any) -> bool:
+    """A transformers key/value cache (or one of its layers): a class named ``Cache``/``CacheLayerMixin`` from
+    ``transformers`` in its MRO, or an object with ``key_cache``/``value_cache`` lists (older transformers)."""
+    if isinstance(value, type) or torch.is_tensor(value):
+        return False
+    if any(c.__name__ in _CACHE_BASES and c.__module__.startswith("transformers") for c in type(value).__mro__):
+        return True
+    return isinstance(getattr(value, "key_cache", None), list) and isinstance(getattr(value, "value_cache", None), list)
+
+
+def cache_tree(value: Any, depth: int = 0) -> dict[str, Any]:
+    """The tensors a cache holds, as nested dicts/lists named by attribute (``{'layers': [{'keys': t, ...}]}``);
+    non-tensor attributes (flags, devices, configs) are left out."""
+    out: dict[str, Any] = {}
+    for key, item in sorted(vars(value).items()) if hasattr(value, "__dict__") else ():
+        kept = _cache_item(item, depth + 1)
+        if kept is not None:
+            out[key] = kept
+    return out
+
+
+def _cache_item(item: Any, depth: int) -> Any:
+    if torch.is_tensor(item):
+        return item
+    if depth > 6:
+        return None
+    if is_cache(item):
+        return cache_tree(item, depth)
+    if isinstance(item, (list, tuple)):
+        kept = [_cache_item(x, depth + 1) for x in item]
+        return kept if any(x is not None for x in kept) else None
+    return None
+
+
+def leaves(value: Any, path: str = "output", caches: list[str] | None = None) -> dict[str, Any]:
+    """``{path: leaf}`` in traversal order (see the module docstring); the paths of cache objects turned into
+    their tensors are appended to ``caches`` when given."""
     if torch.is_tensor(value) or value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
         return {path: value}
+    if is_cache(value):
+        if caches is not None:
+            caches.append(path)
+        value = cache_tree(value)
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for k, v in value.items():
-            out.update(leaves(v, f"{path}[{k!r}]"))
+            out.update(leaves(v, f"{path}[{k!r}]", caches))
         return out
     if isinstance(value, (tuple, list)):
         out = {}
         for i, v in enumerate(value):
-            out.update(leaves(v, f"{path}[{i}]"))
+            out.update(leaves(v, f"{path}[{i}]", caches))
         return out
     to_tuple = getattr(value, "to_tuple", None)
     if callable(to_tuple):
-        return leaves(to_tuple(), path)
+        return leaves(to_tuple(), path, caches)
     return {path: value}
 
 
@@ -145,7 +194,7 @@ def _tensor_error(path: str, r: torch.Tensor, v: torch.Tensor, tol: Tolerance) -
     if tuple(r.shape) != tuple(v.shape):
         return LeafError(path, ratio=math.inf, problem=f"shape {list(v.shape)} vs reference {list(r.shape)}")
     kind = torch.complex128 if (r.is_complex() or v.is_complex()) else torch.float64
-    r64, v64 = r.detach().to("cpu", kind), v.detach().to("cpu", kind)
+    r64, v64 = _dense(r).to("cpu", kind), _dense(v).to("cpu", kind)
     if r64.numel() == 0:
         return LeafError(path)
     diff = (v64 - r64).abs()
@@ -161,6 +210,15 @@ def _tensor_error(path: str, r: torch.Tensor, v: torch.Tensor, tol: Tolerance) -
     rel = float((diff[nz] / mag[nz]).max()) if bool(nz.any()) else (0.0 if float(diff.max()) == 0 else math.inf)
     return LeafError(path, r64.numel(), float(diff.max()), float(diff[diff.isfinite()].sum()), rel,
                      float(ratio.max()), int(over.sum()))
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    if t.is_quantized:
+        t = t.dequantize()
+    return t
 
 
 def leaf_error(path: str, r: Any, v: Any, tol: Tolerance) -> LeafError:
@@ -186,6 +244,7 @@ class Comparison:
     """Every leaf of a variant's output against the reference's, and the aggregate numbers."""
 
     leaves: list[LeafError] = field(default_factory=list)
+    caches: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -215,9 +274,11 @@ def _num(x: float) -> float | str:
 
 
 def compare(reference: Any, observed: Any, tol: Tolerance) -> Comparison:
-    """Leaf-by-leaf comparison; a leaf missing on either side is a problem leaf."""
-    ref, obs = leaves(reference), leaves(observed)
-    out = Comparison()
+    """Leaf-by-leaf comparison; a leaf missing on either side is a problem leaf. ``caches`` lists the paths
+    where the reference's output held a cache object (compared by its tensors)."""
+    caches: list[str] = []
+    ref, obs = leaves(reference, caches=caches), leaves(observed)
+    out = Comparison(caches=caches)
     for path, r in ref.items():
         if path not in obs:
             out.leaves.append(LeafError(path, ratio=math.inf, problem="missing from the variant's output"))
@@ -236,6 +297,8 @@ class Run:
     output: Any = None
     error: str = ""
     seconds: float = 0.0
+    grads: dict[str, Any] | None = None  # mode="train" with a loss: {parameter name: gradient or None}
+    grad_error: str = ""  # why there are no gradients
 
 
 def call_once(variant: Any, args: tuple, kwargs: dict) -> Run:

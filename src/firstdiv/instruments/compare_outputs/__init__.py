@@ -12,18 +12,31 @@ Order of checks (findings in this order; the first FAIL is the first divergence)
 2. **Evaluation mode?** A variant (module, compiled module, exported graph) with dropout or BatchNorm active
    in training mode is ``outputs.train_mode`` at ``"<variant>"``. It is compared in that mode all the same:
    the bug is what is reported, never silently fixed.
-3. **Outputs.** Each variant against the reference: max and mean absolute error and max relative error over
+3. **Deterministic evaluation?** The reference runs twice more without reseeding between the two calls (its
+   module state restored in between): outputs that differ are ``outputs.nondeterministic_eval`` at
+   ``"<reference>:<module path>"``, the module that ran a dropout-family op while in eval mode (``F.dropout``
+   with its default ``training=True``, ``scaled_dot_product_attention`` with ``dropout_p > 0`` ...), else the first
+   module whose output differed; such an op with no visible effect is a WARN (see :mod:`._eval`).
+   A key/value cache object in the output (transformers ``DynamicCache`` ...) is compared by the tensors it
+   holds: a note finding ``outputs.cache_objects`` names where.
+4. **Outputs.** Each variant against the reference: max and mean absolute error and max relative error over
    every leaf of a nested output, under the variant's tolerance (``tolerances={name: (rtol, atol)}`` or a
    :class:`~firstdiv.instruments._core.outputs.Tolerance`, else ``rtol``/``atol``; see that module for
    the element/scale rules). Outside tolerance is ``outputs.diverged``; a variant that raises is
    ``outputs.raised``; one that could not be built for want of a dependency is a SKIPPED finding.
-4. **First diverging layer** (``layers=True``). When the variant and the reference expose module paths
+5. **First diverging layer** (``layers=True``). When the variant and the reference expose module paths
    (see :mod:`~firstdiv.instruments._core.layers`), each named module's output is recorded in both on
    the same inputs and the first module, in the reference's execution order, whose output leaves the
    variant's tolerance is named: ``where = "<variant>:<module path>"``; ``"<variant>"`` when the layers
    cannot be compared or all shared modules agree.
 
-Every variant runs under ``torch.no_grad`` on its own clone of the inputs inside
+``mode="train"``: every variant runs a training forward with grad enabled (its modules in the flags they have;
+the evaluation-mode check is not made, a random training forward is expected) and, with ``loss=`` (``output ->
+scalar``), parameter gradients are compared per name: ``outputs.gradient_diverged`` at ``"<variant>:<parameter>"``
+(see :mod:`._train`). A compiled variant of a random training forward (dropout) is not judged (SKIPPED): its
+generated code draws other random numbers than eager.
+
+Otherwise every variant runs under ``torch.no_grad`` on its own clone of the inputs inside
 :func:`~firstdiv.instruments._core.state.guarded` (values, buffers, hooks, RNG states and grad mode restored), so
 the user's modules are left as they were; with identical RNG states, two copies in training mode draw the
 same dropout masks. Variants are called once each; layer recording runs only for a variant that diverged.
@@ -31,6 +44,7 @@ same dropout masks. Variants are called once each; layer recording runs only for
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,22 +52,15 @@ from torch import nn
 
 from ...errors import InvalidArgument
 from ...report import Report, Status
-from .._core.batch import describe, describe_error
+from .._core.batch import describe
 from .._core.checks import Check, check, compose
-from .._core.layers import (
-    NotComparable,
-    by_call,
-    is_compiled,
-    is_exported,
-    layer_outputs,
-    listed,
-    orig_module,
-    train_mode_modules,
-)
-from .._core.outputs import Run, Tolerance, as_tolerance, call_once, clone_tree, compare, split_inputs
-from .._core.state import guarded
+from .._core.layers import is_compiled, is_exported, listed, orig_module, train_mode_modules
+from .._core.outputs import Run, Tolerance, as_tolerance, call_once, leaves, split_inputs
 from .._core.user_hooks import reports_user_hooks
+from ._diverged import Layers, output_check
+from ._eval import determinism_check
 from ._fed import fed_checks, fingerprint
+from ._train import call_train, gradient_check
 from .variants import Unavailable
 
 __all__ = ["Tolerance", "compare_outputs", "fingerprint"]
@@ -64,13 +71,16 @@ _NAME = "compare_outputs"
 @reports_user_hooks
 def compare_outputs(variants: dict[str, Any], inputs: Any, *, reference: str | None = None, rtol: float = 1e-4,
                     atol: float = 1e-5, tolerances: dict[str, Any] | None = None, layers: bool = True,
-                    preprocessing: dict[str, dict] | None = None, generation: dict[str, dict] | None = None) -> Report:
+                    preprocessing: dict[str, dict] | None = None, generation: dict[str, dict] | None = None,
+                    mode: str = "eval", loss: Callable[[Any], Any] | None = None) -> Report:
     """Run ``inputs`` through every variant and compare with ``reference`` (default: the first variant).
 
     ``inputs``: a tensor (one positional argument), a tuple (positional arguments) or a dict (keyword
-    arguments). Returns a Report with findings in the order of the module docstring and, in ``details``,
-    per variant: description, tolerance, max/mean absolute and max relative error, tolerance ratio, worst
-    leaf, seconds, and the first diverging layer.
+    arguments). ``mode``: ``"eval"`` (under ``torch.no_grad``) or ``"train"`` (grad enabled, a training forward;
+    with ``loss`` = a callable ``output -> scalar tensor``, parameter gradients are compared per name). Returns a
+    Report with findings in the order of the module docstring and, in ``details``, per variant: description,
+    tolerance, max/mean absolute and max relative error, tolerance ratio, worst leaf, seconds, and the first
+    diverging layer.
     """
     named = _check_variants(variants)
     if reference is not None and reference not in named:
@@ -79,30 +89,66 @@ def compare_outputs(variants: dict[str, Any], inputs: Any, *, reference: str | N
     tols = _tolerances(named, rtol, atol, tolerances)
     if not isinstance(layers, bool):
         raise InvalidArgument(f"Expected `layers` to be True or False but got {layers!r}")
+    train = _check_mode(mode, loss)
     settings = {arg: _check_settings(arg, value, named) for arg, value in (("preprocessing", preprocessing),
                                                                            ("generation", generation))}
     args, kwargs = split_inputs(inputs)
     before = {n: getattr(v, "processes_started", 0) for n, v in named.items()}
-    details: dict[str, Any] = {"reference": ref_name, "inputs": describe(inputs), "layers": layers,
+    details: dict[str, Any] = {"reference": ref_name, "inputs": describe(inputs), "layers": layers, "mode": mode,
                                "variants": {n: {"description": _describe_variant(v), "tolerance": tols[n].to_dict()}
                                             for n, v in named.items()}}
     checks: list[Check] = []
     for arg, value in settings.items():
         checks += fed_checks(arg, value, named, ref_name, details)
-    checks += [_mode_check(n, v) for n, v in named.items() if _inspectable(v)]
-    ref_run = call_once(named[ref_name], args, kwargs)
+    if not train:
+        checks += [_mode_check(n, v) for n, v in named.items() if _inspectable(v)]
+
+    def run(variant: Any) -> Run:
+        return call_train(variant, args, kwargs, loss) if train else call_once(variant, args, kwargs)
+
+    ref_run = run(named[ref_name])
     details["variants"][ref_name]["seconds"] = ref_run.seconds
     if ref_run.error:
-        return compose(_NAME, checks, _side_effects(named, [], before), details,
+        return compose(_NAME, checks, _side_effects(named, [], before, train), details,
                        reason=f"the reference variant {ref_name!r} raised {ref_run.error}; fix it or choose another with "
                               f"reference=...")
-    layer_ctx = _Layers(ref_name, named[ref_name], args, kwargs)
-    outputs = [_output_check(n, v, ref_run, tols[n], layer_ctx, layers, details["variants"])
-               for n, v in named.items() if n != ref_name]
+    determinism, stochastic = determinism_check(ref_name, named[ref_name], ref_run, args, kwargs, tols[ref_name], train)
+    checks += [determinism] + _cache_note(ref_name, ref_run, details)
+    layer_ctx = Layers(ref_name, named[ref_name], args, kwargs)
+    outputs: list[Check] = []
+    for n, v in named.items():
+        if n != ref_name:
+            outputs += _variant_checks(n, v, run, ref_run, tols[n], layer_ctx, layers, details["variants"][n], stochastic,
+                                       loss is not None)
     checks += outputs
     reason = "" if any(c.finding.status is not Status.SKIPPED for c in outputs) else (
         "no variant besides the reference could run: " + "; ".join(c.finding.message for c in outputs))
-    return compose(_NAME, checks, _side_effects(named, layer_ctx.effects, before), details, reason)
+    return compose(_NAME, checks, _side_effects(named, layer_ctx.effects, before, train), details, reason)
+
+
+def _variant_checks(name: str, variant: Any, run: Callable[[Any], Run], ref: Run, tol: Tolerance, layer_ctx: Layers,
+                    localize: bool, info: dict[str, Any], stochastic: bool, grads: bool) -> list[Check]:
+    if isinstance(variant, Unavailable) and not variant.failed:
+        return [check(name, "outputs.unavailable", Status.SKIPPED, variant.reason, {"reason": variant.reason})]
+    got = run(variant)
+    out = [output_check(name, variant, ref, got, tol, layer_ctx, localize, info, stochastic)]
+    if grads and not got.error and out[0].finding.check == "outputs.not_comparable":
+        out.append(check(name, "outputs.gradient_diverged", Status.SKIPPED, "gradients not judged: " + out[0].finding.message))
+    elif grads and not got.error:
+        out.append(gradient_check(name, layer_ctx.name, ref, got, tol))
+    return out
+
+
+def _cache_note(ref_name: str, ref: Run, details: dict[str, Any]) -> list[Check]:
+    caches: list[str] = []
+    found = leaves(ref.output, caches=caches)
+    if not caches:
+        return []
+    tensors = sum(1 for path, v in found.items() if torch.is_tensor(v) and any(path.startswith(c) for c in caches))
+    details["cache_objects"] = caches
+    return [check(ref_name, "outputs.cache_objects", Status.PASS,
+                  f"note: {len(caches)} key/value cache object(s) in the output ({listed(caches)}) compared by the "
+                  f"{tensors} tensor(s) they hold (per layer keys/values), not by ==", {"paths": caches, "tensors": tensors})]
 
 
 # --- arguments -----------------------------------------------------------------------------------------------------
@@ -119,6 +165,18 @@ def _check_variants(variants: Any) -> dict[str, Any]:
         if not callable(v):
             raise InvalidArgument(f"Expected variant {name!r} to be an nn.Module or a callable but got {type(v).__name__}")
     return dict(variants)
+
+
+def _check_mode(mode: Any, loss: Any) -> bool:
+    if mode not in ("eval", "train"):
+        raise InvalidArgument(f"Expected `mode` to be 'eval' (no_grad) or 'train' (a training forward, grad enabled) but got "
+                              f"{mode!r}")
+    if loss is not None and not callable(loss):
+        raise InvalidArgument(f"Expected `loss` to be a callable output -> scalar tensor but got {type(loss).__name__}")
+    if loss is not None and mode != "train":
+        raise InvalidArgument("Expected `loss` only with mode='train' (gradients need a training forward); pass "
+                              "mode='train' or drop loss=")
+    return mode == "train"
 
 
 def _check_settings(arg: str, settings: Any, names: dict[str, Any]) -> dict[str, dict] | None:
@@ -165,142 +223,6 @@ def _mode_check(name: str, variant: Any) -> Check:
                       "after model.eval()")
 
 
-# --- outputs ------------------------------------------------------------------------------------------------------
-
-def _record(variant: Any, args: tuple, kwargs: dict) -> tuple[list[tuple[str, Any]], str]:
-    module = variant if isinstance(variant, nn.Module) else None
-    with guarded(*([module] if module is not None else [])), torch.no_grad():
-        return layer_outputs(variant, clone_tree(args), clone_tree(kwargs))
-
-
-class _Layers:
-    """The reference's layer outputs, recorded once (only if some variant diverges)."""
-
-    def __init__(self, name: str, reference: Any, args: tuple, kwargs: dict) -> None:
-        self.name, self.reference, self.args, self.kwargs = name, reference, args, kwargs
-        self._records: Any = None
-        self.effects: list[str] = []
-
-    def reference_calls(self) -> dict[tuple[str, int], Any]:
-        if self._records is None:
-            try:
-                self._records = by_call(_record(self.reference, self.args, self.kwargs)[0])
-            except NotComparable as exc:
-                self._records = exc
-        if isinstance(self._records, NotComparable):
-            raise self._records
-        return self._records
-
-
-def _weight_range(root: nn.Module | None, path: str) -> dict[str, Any]:
-    module = dict(root.named_modules()).get(path) if root is not None else None
-    w = getattr(module, "weight", None)
-    if not torch.is_tensor(w) or not w.is_floating_point() or w.numel() == 0:
-        return {}
-    mag = w.detach().abs().double()
-    med = float(mag.median())
-    return {"weight_max_abs": float(mag.max()), "weight_median_abs": med,
-            "weight_range_ratio": float(mag.max()) / med if med > 0 else "inf"}
-
-
-def _localize(name: str, variant: Any, layers: _Layers, tol: Tolerance) -> tuple[str, dict[str, Any]]:
-    """(module path or '', evidence) of the first shared module whose output leaves tolerance."""
-    try:
-        ref = layers.reference_calls()
-        records, how = _record(variant, layers.args, layers.kwargs)
-    except NotComparable as exc:
-        return "", {"layers": f"not compared: {exc}"}
-    except Exception as exc:  # noqa: BLE001 - recording is best effort; the output divergence stands
-        return "", {"layers": f"not compared: recording layer outputs raised {describe_error(exc)}"}
-    if is_compiled(variant):
-        layers.effects.append(f"{name!r} recompiled once with recording hooks (a fresh wrapper function)")
-    var = by_call(records)
-    shared = [key for key in ref if key in var]
-    if not shared:
-        return "", {"layers": "not compared: no module paths in common with the reference", "how": how}
-    previous = ""
-    for i, key in enumerate(shared):
-        result = compare(ref[key], var[key], tol)
-        if not result.ok:
-            ev = _layer_evidence(variant, layers.reference, key, result.summary())
-            ev.update({"layers_compared": i + 1, "layers_shared": len(shared), "last_agreeing_layer": previous, "how": how})
-            return key[0], ev
-        previous = key[0]
-    return "", {"layers": f"all {len(shared)} shared modules within tolerance: the divergence arises outside them "
-                          f"(in the root module's own forward code)", "how": how}
-
-
-def _layer_evidence(variant: Any, reference: Any, key: tuple[str, int], summary: dict[str, Any]) -> dict[str, Any]:
-    path = key[0]
-    root = None if is_exported(variant) else orig_module(variant)  # an exported graph's submodules only hold weights
-    module = dict(root.named_modules()).get(path) if root is not None else None
-    ev = {"layer": path, "call": key[1], "layer_max_abs_error": summary["max_abs_error"],
-          "layer_tolerance_ratio": summary["tolerance_ratio"], "variant_module": module._get_name() if module is not None else ""}
-    if "problems" in summary:
-        ev["problems"] = summary["problems"]
-    ev.update(_weight_range(orig_module(reference), path))
-    return ev
-
-
-def _observed(summary: dict[str, Any]) -> str:
-    if summary.get("problems"):
-        return "outputs differ in structure: " + "; ".join(summary["problems"][:3])
-    return (f"max abs error {_g(summary['max_abs_error'])} ({_g(summary['tolerance_ratio'])}x the tolerance) at "
-            f"{summary['worst_leaf']}")
-
-
-def _g(x: Any) -> str:
-    return f"{x:.3g}" if isinstance(x, float) else str(x)
-
-
-def _hint(variant: Any, ev: dict[str, Any]) -> str:
-    module = str(ev.get("variant_module", ""))
-    if "Quantized" in module:
-        ratio = ev.get("weight_range_ratio")
-        spread = f" (its weights span {ratio:.0f}x max/median)" if isinstance(ratio, float) else ""
-        return (f"int8 with one scale per tensor{spread}: small weights or inputs round to zero; use per-channel "
-                f"quantization, keep this layer in float, or rescale its inputs/weights")
-    if is_compiled(variant):
-        return "compare backend='eager' and 'aot_eager' with the failing backend to split capture from code generation (compile_ledger)"
-    if is_exported(variant):
-        return "export traces one path: check for data-dependent control flow or specialized shapes in this module"
-    if hasattr(variant, "firstdiv_layer_outputs"):
-        return ("state outside the state_dict (plain tensor attributes, non-persistent buffers) or a factory that builds "
-                "something else is lost on reload: run four_structures on the model")
-    return "print this module's inputs and outputs in both variants on the same example"
-
-
-def _output_check(name: str, variant: Any, ref: Run, tol: Tolerance, layers: _Layers, localize: bool,
-                  details: dict[str, Any]) -> Check:
-    info = details[name]
-    if isinstance(variant, Unavailable) and not variant.failed:
-        return check(name, "outputs.unavailable", Status.SKIPPED, variant.reason, {"reason": variant.reason})
-    run = call_once(variant, layers.args, layers.kwargs)
-    info["seconds"] = run.seconds
-    if run.error:
-        ev = {"error": run.error}
-        return check(name, "outputs.raised", Status.FAIL, f"raised {run.error}", ev, expected="outputs for the fixed inputs",
-                     observed=f"raised {run.error}", hint="validate the actual deployment path on these inputs")
-    result = compare(ref.output, run.output, tol)
-    summary = result.summary()
-    info.update(summary)
-    ev = {**summary, "tolerance": tol.describe()}
-    text = (f"max abs error {_g(summary['max_abs_error'])}, mean {_g(summary['mean_abs_error'])}, max rel "
-            f"{_g(summary['max_rel_error'])} over {summary['elements']} elements")
-    if result.ok:
-        return check(name, "outputs.diverged", Status.PASS, f"{text}; within {tol.describe()}", ev)
-    path, lev = _localize(name, variant, layers, tol) if localize else ("", {"layers": "not compared (layers=False)"})
-    ev.update(lev)
-    info["first_diverging_layer"] = path
-    where = f"{name}:{path}" if path else name
-    at = (f"; first diverging layer {path} (max abs error {_g(lev['layer_max_abs_error'])})" if path
-          else f"; {lev['layers']}")
-    return check(where, "outputs.diverged", Status.FAIL, f"{text}; {summary['violations']} element(s) outside "
-                 f"{tol.describe()}{at}", ev, expected=f"every output element within tolerance of {layers.name!r}: {tol.describe()}",
-                 observed=_observed(summary) + (f"; first diverging layer {path}" if path else ""),
-                 hint=_hint(variant, lev))
-
-
 # --- the instrument --------------------------------------------------------------------------------------------------
 
 def _describe_variant(variant: Any) -> str:
@@ -314,10 +236,12 @@ def _describe_variant(variant: Any) -> str:
     return type(variant).__name__ if isinstance(variant, nn.Module) else f"callable {getattr(variant, '__name__', type(variant).__name__)}"
 
 
-def _side_effects(names: dict[str, Any], effects: list[str], before: dict[str, int]) -> str:
+def _side_effects(names: dict[str, Any], effects: list[str], before: dict[str, int], train: bool = False) -> str:
     started = sum(getattr(v, "processes_started", 0) for v in names.values()) - sum(before.values())
-    parts = [("each variant ran under torch.no_grad on clones of the inputs; module values, buffers, hooks, train "
-              "flags, RNG states and grad mode restored")]
+    how = ("with grad enabled (a training forward; gradients by torch.autograd.grad, .grad untouched)" if train
+           else "under torch.no_grad")
+    parts = [(f"each variant ran {how} on clones of the inputs; the reference ran twice more, without reseeding between the two calls; module "
+              f"values, buffers, hooks, train flags, RNG states and grad mode restored")]
     if started:
         parts.append(f"{started} fresh Python process(es) started")
     return "; ".join(parts + effects)

@@ -26,15 +26,21 @@ from typing import Any
 
 import torch
 
+from .._core.outputs import cache_tree, is_cache
+
 _MARK = "FIRSTDIV-RELOAD-ERROR: "
 WORKER = "firstdiv.instruments.compare_outputs._reload_worker"  # what the child runs with -m
 TIMEOUT_S = 300.0
 
 
 def _plain(value: Any) -> Any:
-    """Outputs as containers torch.load(weights_only=True) can read back (ModelOutput -> dict, namedtuple -> tuple)."""
+    """Outputs as containers torch.load(weights_only=True) can read back (ModelOutput -> dict, namedtuple -> tuple,
+    a key/value cache -> the dict of its tensors, as compare_outputs' leaves name them; sparse -> dense)."""
     if torch.is_tensor(value):
-        return value.detach().cpu()
+        value = value.detach().cpu()
+        return value.to_dense() if value.layout != torch.strided else value
+    if is_cache(value):
+        return _plain(cache_tree(value))
     if isinstance(value, dict) or hasattr(value, "items") and callable(value.items):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):

@@ -20,7 +20,11 @@ silently fixed (int8: ``quantize_dynamic`` switches to eval; the flags are put b
   convention as compare_outputs' ``inputs``).
 - ``int8``: ``torch.ao.quantization.quantize_dynamic(copy, {nn.Linear}, dtype=torch.qint8)`` (per-tensor
   weight scales, dynamic per-tensor activation scales); an :class:`Unavailable` placeholder when this torch
-  has no eager-mode dynamic quantization (compare_outputs reports it SKIPPED).
+  has no eager-mode dynamic quantization or the model's Linear layers are not float32 (bf16/fp16 models):
+  compare_outputs reports it SKIPPED.
+- ``export`` of a model whose output holds a key/value cache object without a pytree registration (transformers'
+  ``DynamicCache``/``EncoderDecoderCache``) retries through a wrapper returning the cache as a dict of its
+  tensors, the leaves compare_outputs compares it by.
 
 A kind that cannot be built for this model (``torch.export`` refusing data-dependent control flow, say) is an
 :class:`Unavailable` with ``failed=True``: compare_outputs reports it as ``outputs.raised`` at that variant.
@@ -33,7 +37,7 @@ import os
 import re
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -43,7 +47,7 @@ from ...errors import InvalidArgument
 from .._core.batch import check_model, describe_error
 from .._core.copying import folded, model_copy
 from .._core.layers import train_mode_modules
-from .._core.outputs import Tolerance, split_inputs
+from .._core.outputs import Tolerance, cache_tree, is_cache, split_inputs
 from .._core.state import guarded
 
 __all__ = ["KINDS", "TOLERANCES", "Tolerance", "Unavailable", "variants"]
@@ -120,12 +124,45 @@ def _reloaded(model: nn.Module, *, factory: str | None, **_: Any) -> Any:
                            "not tested -- pass factory='pkg.mod:make_model' for a fresh-process reload")
 
 
+class _PlainOutputs(nn.Module):
+    """Exports a model whose output holds a key/value cache object torch.export cannot flatten (no pytree
+    registration): the same forward, returning the cache as the dict of its tensors (the leaves compare_outputs
+    compares it by)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return _plain_caches(self.model(*args, **kwargs))
+
+
+def _plain_caches(value: Any) -> Any:
+    if is_cache(value):
+        return cache_tree(value)
+    if isinstance(value, Mapping):
+        return {k: _plain_caches(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_plain_caches(v) for v in value)
+    return value
+
+
 def _export(model: nn.Module, *, example_inputs: Any, **_: Any) -> Any:
     args, kwargs = split_inputs(example_inputs)
     try:
         program = torch.export.export(_copy(model), args, kwargs)
     except Exception as exc:  # noqa: BLE001 - a model export refuses is a finding about the deployment path
-        return Unavailable("export", f"torch.export.export raised {describe_error(exc)}", failed=True)
+        if "pytree" not in str(exc) or "Cache" not in str(exc):
+            return Unavailable("export", f"torch.export.export raised {describe_error(exc)}", failed=True)
+        try:
+            program = torch.export.export(_PlainOutputs(_copy(model)), args, kwargs)
+        except Exception as inner:  # noqa: BLE001 - as above
+            return Unavailable("export", f"torch.export.export raised {describe_error(inner)}", failed=True)
+        gm = program.module()
+        gm.firstdiv_path_prefix = "model."  # the wrapper's attribute: layers are compared under the model's own paths
+        return _describe(gm, "export: torch.export.export(copy, example_inputs).module(), through a wrapper returning "
+                             "the output's key/value cache as a dict of its tensors (the cache type has no pytree "
+                             "registration)")
     return _describe(program.module(), "export: torch.export.export(copy, example_inputs).module()")
 
 
@@ -145,6 +182,13 @@ def _int8(model: nn.Module, **_: Any) -> Any:
         return Unavailable("int8", f"torch {torch.__version__} has no eager-mode dynamic quantization "
                                    f"(torch.ao.quantization.quantize_dynamic) or no quantized engine; build the int8 "
                                    f"variant with torchao and pass it in the variants dict", failed=False)
+    # parameters, not ``m.weight``: a parametrized weight (spectral norm) is recomputed, in place, when read
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for m in model.modules() if isinstance(m, nn.Linear)
+                     for p in m.parameters() if p.is_floating_point() and p.dtype != torch.float32})
+    if dtypes:
+        return Unavailable("int8", f"dynamic int8 quantization takes float32 nn.Linear layers, and this model's are "
+                                   f"{', '.join(dtypes)}: quantize a float32 copy (model.float()) and feed it float32 "
+                                   f"inputs, then pass it in the variants dict", failed=False)
     twin = _copy(model)
     modes = {name: m.training for name, m in twin.named_modules()}
     folds = folded(twin)  # a deployment folds spectral/weight norm and parametrizations before quantizing

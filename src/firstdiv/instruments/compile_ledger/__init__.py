@@ -12,7 +12,8 @@ CORRECT   compiled outputs equal eager outputs on every input within ``atol + rt
 CAPTURED  one capture of ``inputs_seq[0]`` with a recording backend (what ``torch._dynamo.explain`` reports:
           graphs, graph breaks, each break's reason and user file:line; not ``explain`` itself, which calls
           ``torch._dynamo.reset()`` twice) and ``fullgraph=True`` as a capture test. A graph break is not an error: WARN, or FAIL when ``fullgraph_required=True``.
-          ``compile.graph_break``.
+          ``compile.graph_break``. With ``backend="eager"`` the main pass's first call is that capture (the recorder
+          compiles exactly what the eager backend does), not a second compile.
 STABLE    the compiled function over the whole ``inputs_seq`` (the user's real, varying inputs): every
           recompilation with the input that triggered it and the failed guard(s), each in a category
           (shape, dtype, device, value, other), and whether the recompile limit was hit (the frame then runs
@@ -27,7 +28,9 @@ WORTH_IT  eager call (median) vs cold first compiled call (fresh dynamo cache: t
           ``break_even_calls = (cold - eager) / (eager - steady)`` when steady < eager, else "never".
           WARN (``compile.not_worth_it``) when it never pays off or needs more than ``payoff_calls`` calls.
           Debugging backends (``eager``, ``aot_eager`` ...) do not optimize: their timings are reported,
-          not judged.
+          not judged, and the warm-cache call is not made (no code-generation cache; ``warm_cache_measured``
+          False, the cold figures stand in). CAPTURED compiles ``fullgraph=True`` only when the recording
+          capture saw a break or not exactly one graph (one graph without a break is what it demands).
 
 Leave no trace (how, in :mod:`firstdiv.instruments.compile_ledger._capture`): modules are deep-copied and run in
 their current mode; every compile uses its own copy of the top frame's code object, so the user's dynamo
@@ -64,7 +67,7 @@ from ._capture import (
 )
 from ._compare import clone_args, compare
 from ._context import Ctx
-from ._links import captured_link, stable_link, timed, worth_it_link
+from ._links import CaptureRecorder, captured_link, stable_link, timed, worth_it_link
 
 __all__ = ["compile_ledger"]
 
@@ -125,12 +128,15 @@ def _run_eager(ctx: Ctx, i: int) -> Any:
 def _main_pass(ctx: Ctx) -> None:
     """Eager then compiled on every input, in order: outputs compared, compile events recorded per call."""
     fresh_profile()
+    recorder = CaptureRecorder() if ctx.backend == "eager" else None  # the same compile CAPTURED would make again
     try:
-        ctx.compiled = ctx.target.compiled(**ctx.kwargs())
+        ctx.compiled = ctx.target.compiled(**ctx.kwargs(recorder.backend if recorder else None))
     except Exception as exc:  # noqa: BLE001 - torch.compile refused the callable itself: RUNS reports it
         ctx.compiled_error = (0, _compiler_error(exc))
         return
     for i in range(len(ctx.calls)):
+        if recorder is not None and i == 1:
+            ctx.capture = recorder.end()
         try:
             expected = _run_eager(ctx, i)
         except Exception as exc:  # noqa: BLE001 - user code: RUNS reports it
@@ -138,6 +144,8 @@ def _main_pass(ctx: Ctx) -> None:
             return
         args, kwargs = clone_args(ctx.calls[i])
         torch.manual_seed(_SEED + i)
+        if recorder is not None and i == 0:
+            recorder.begin()
         try:
             with recording() as rec:
                 got, rec.seconds = timed(ctx.compiled, args, kwargs)
@@ -148,6 +156,8 @@ def _main_pass(ctx: Ctx) -> None:
         ctx.records.append(rec)
         ctx.comparisons.append(compare(expected, got, ctx.rtol, ctx.atol))
         del expected, got
+    if recorder is not None and ctx.capture is None:
+        ctx.capture = recorder.end()
 
 
 def _compiler_error(exc: BaseException) -> str:
@@ -189,9 +199,16 @@ def _correct(ctx: Ctx) -> Check:
     ev: dict[str, Any] = {"inputs": len(ctx.comparisons), "rtol": ctx.rtol, "atol": ctx.atol,
                           "max_abs_error": _num(worst_abs), "max_rel_error": _num(worst_rel),
                           "per_input_max_abs": [_num(c.max_abs) for c in ctx.comparisons]}
+    caches = sorted({p for c in ctx.comparisons for p in c.caches})
+    note = ""
+    if caches:
+        ev["cache_objects"] = caches
+        note = (f"; note: key/value cache object(s) at {', '.join(caches[:3])} compared by the tensors they hold "
+                f"(not by ==)")
     if bad is None:
         return check("CORRECT", "compile.correct", Status.PASS, f"compiled outputs match eager on all {len(ctx.comparisons)} inputs: "
-                     f"max abs error {worst_abs:.3g}, max rel error {worst_rel:.3g} (atol {ctx.atol:g}, rtol {ctx.rtol:g})", ev)
+                     f"max abs error {worst_abs:.3g}, max rel error {worst_rel:.3g} (atol {ctx.atol:g}, rtol {ctx.rtol:g})"
+                     f"{note}", ev)
     i, c = bad
     ev.update({"input": i, "call": ctx.describe(i), "path": c.worst, "input_max_abs": _num(c.max_abs),
                "input_max_rel": _num(c.max_rel), "bad_elements": c.bad_elements, "problem": c.problem})

@@ -1,7 +1,8 @@
 """Eager vs compiled outputs, leaf by leaf, and the inputs each call gets.
 
 ``compare(eager, compiled, rtol, atol)`` walks both outputs together: tensors in tuples, lists, dicts
-(``ModelOutput`` is a dict), dataclasses and named tuples are compared leaf by leaf. A tensor leaf passes when
+(``ModelOutput`` is a dict), dataclasses and named tuples are compared leaf by leaf; a key/value cache object
+(a transformers ``Cache``) by the tensors it holds (its paths are listed in ``caches``); sparse tensors as dense. A tensor leaf passes when
 ``|compiled - eager| <= atol + rtol * |eager|`` everywhere (NaN where eager has NaN counts as equal); its
 max abs error and max relative error (``|compiled - eager| / |eager|`` over nonzero ``eager``) are recorded.
 A different structure, shape or dtype is a mismatch named by its path (``out[0]['logits']``).
@@ -18,6 +19,8 @@ from typing import Any
 
 import torch
 
+from .._core.outputs import cache_tree, is_cache
+
 
 @dataclass
 class Comparison:
@@ -29,6 +32,7 @@ class Comparison:
     worst: str = ""  # path of the leaf with the largest violation (or the largest error when none)
     bad_elements: int = 0
     problem: str = ""
+    caches: list[str] = field(default_factory=list)
     _worst_excess: float = field(default=-math.inf, repr=False)
 
     @property
@@ -44,7 +48,7 @@ def _tensor(path: str, a: torch.Tensor, b: torch.Tensor, rtol: float, atol: floa
         return
     if a.numel() == 0:
         return
-    a, b = a.detach().to("cpu"), b.detach().to("cpu")
+    a, b = _dense(a).to("cpu"), _dense(b).to("cpu")
     if not (a.is_floating_point() or a.is_complex()):
         bad = int((a != b).sum())
         err, rel, excess = (float((a.double() - b.double()).abs().max()) if bad else 0.0), (math.inf if bad else 0.0), bad
@@ -67,9 +71,17 @@ def _tensor(path: str, a: torch.Tensor, b: torch.Tensor, rtol: float, atol: floa
         out._worst_excess, out.worst = excess, path
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    return t.to_dense() if t.layout != torch.strided else t
+
+
 def _walk(path: str, a: Any, b: Any, rtol: float, atol: float, out: Comparison, depth: int) -> None:
     if out.problem or depth > 20:
         return
+    if is_cache(a) and is_cache(b):
+        out.caches.append(path)
+        a, b = cache_tree(a), cache_tree(b)
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             out.problem = f"{path}: eager gave {type(a).__name__}, compiled gave {type(b).__name__}"
@@ -136,6 +148,8 @@ def clone_args(value: Any, depth: int = 0) -> Any:
     the user's tensors nor feed the compiled run what the eager run wrote."""
     if isinstance(value, torch.Tensor):
         return _clone_tensor(value)
+    if is_cache(value):  # past_key_values passed in: the model appends to it, so each run gets its own
+        return copy.deepcopy(value)
     if depth > 10:
         return value
     if isinstance(value, tuple) and hasattr(value, "_fields"):

@@ -30,6 +30,7 @@ class Ctx:
     eager_error: tuple[int, str] | None = None
     compiled_error: tuple[int, str] | None = None
     timings: dict[str, Any] = field(default_factory=dict)
+    capture: dict[str, Any] | None = None  # CAPTURED's record of inputs_seq[0], when the main pass made it
 
     def kwargs(self, backend: Any = None, fullgraph: bool = False) -> dict[str, Any]:
         return compile_kwargs(self.backend if backend is None else backend, self.dynamic, self.cache_limit, fullgraph)

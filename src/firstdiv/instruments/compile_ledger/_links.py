@@ -16,7 +16,7 @@ import torch
 from ...report import Status
 from .._core.batch import describe_error
 from .._core.checks import Check, check
-from ._capture import Event, effective_limit, fresh_profile, recording
+from ._capture import CallRecord, Event, effective_limit, fresh_profile, recording
 from ._compare import clone_args
 from ._context import Ctx
 from ._guards import compile_id_of, guard_category, guard_text, numeric_value_guard
@@ -44,32 +44,53 @@ def _first_line(text: str) -> str:
     return lines[0][:300] if lines else ""
 
 
-def _capture(ctx: Ctx) -> dict[str, Any]:
-    """One call of ``inputs_seq[0]`` through a recording backend: graphs, op counts and break reasons."""
-    graphs: list[int] = []
-    breaks: list[dict[str, str]] = []
+class CaptureRecorder:
+    """A backend that records each graph it gets (op count, graph-break reason and user line) while ``active``
+    and runs it as captured (what backend='eager' does), plus the graph breaks dynamo counted meanwhile."""
 
-    def recording_backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        graphs.append(sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")))
-        why = getattr(gm, "compile_subgraph_reason", None)
-        if why is not None and getattr(why, "graph_break", False):
-            breaks.append({"reason": _first_line(why.reason), "at": _user_frame(getattr(why, "user_stack", None))})
+    def __init__(self) -> None:
+        self.graphs: list[int] = []
+        self.breaks: list[dict[str, str]] = []
+        self.active = False
+        self._before: collections.Counter[str] = collections.Counter()
+
+    def backend(self, gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        if self.active:
+            self.graphs.append(sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")))
+            why = getattr(gm, "compile_subgraph_reason", None)
+            if why is not None and getattr(why, "graph_break", False):
+                self.breaks.append({"reason": _first_line(why.reason), "at": _user_frame(getattr(why, "user_stack", None))})
         return gm.forward
 
-    counters = torch._dynamo.utils.counters
-    before = collections.Counter(counters.get("graph_break", {}))
+    def begin(self) -> None:
+        self._before = collections.Counter(torch._dynamo.utils.counters.get("graph_break", {}))
+        self.active = True
+
+    def end(self, error: str = "") -> dict[str, Any]:
+        self.active = False
+        seen = {b["reason"] for b in self.breaks}
+        counted = collections.Counter(torch._dynamo.utils.counters.get("graph_break", {})) - self._before
+        for reason, n in counted.items():
+            if _first_line(reason) not in seen:  # a break with nothing captured before it compiles no graph
+                self.breaks += [{"reason": _first_line(reason), "at": ""}] * n
+        return {"graphs": len(self.graphs), "ops_per_graph": self.graphs, "breaks": self.breaks, "error": error}
+
+
+def _capture(ctx: Ctx) -> dict[str, Any]:
+    """One call of ``inputs_seq[0]`` through a recording backend: graphs, op counts and break reasons (already
+    recorded by the main pass when its backend was 'eager', which compiles exactly what the recorder does)."""
+    if ctx.capture is not None:
+        return ctx.capture
+    recorder = CaptureRecorder()
     fresh_profile()
     args, kwargs = clone_args(ctx.calls[0])
     error = ""
+    recorder.begin()
     try:
-        ctx.target.compiled(**ctx.kwargs(recording_backend))(*args, **kwargs)
+        ctx.target.compiled(**ctx.kwargs(recorder.backend))(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - reported as evidence; RUNS already proved the call runs
         error = describe_error(exc)
-    seen = {b["reason"] for b in breaks}
-    for reason, n in (collections.Counter(counters.get("graph_break", {})) - before).items():
-        if _first_line(reason) not in seen:  # a break with nothing captured before it compiles no graph
-            breaks += [{"reason": _first_line(reason), "at": ""}] * n
-    return {"graphs": len(graphs), "ops_per_graph": graphs, "breaks": breaks, "error": error}
+    return recorder.end(error)
 
 
 def _fullgraph(ctx: Ctx) -> str:
@@ -86,11 +107,13 @@ def _fullgraph(ctx: Ctx) -> str:
 
 def captured_link(ctx: Ctx) -> Check:
     cap = _capture(ctx)
-    full = _fullgraph(ctx)
     breaks = cap["breaks"]
+    implied = cap["graphs"] == 1 and not breaks and not cap["error"]  # one graph, no break: what fullgraph=True demands
+    full = "" if implied else _fullgraph(ctx)
     ev = {"graphs": cap["graphs"], "graph_breaks": len(breaks), "ops_per_graph": cap["ops_per_graph"],
           "break_reasons": [f"{b['reason']}" + (f" @ {b['at']}" if b["at"] else "") for b in breaks],
-          "fullgraph": "captured" if not full else full, "capture_error": cap["error"]}
+          "fullgraph": "captured" if not full else full, "capture_error": cap["error"],
+          "fullgraph_test": "implied by one graph without a break (not compiled again)" if implied else "compiled"}
     if not breaks and not full and cap["graphs"] >= 1:
         return check("CAPTURED", "compile.captured", Status.PASS, f"one call captured as {cap['graphs']} graph(s) with "
                      f"{sum(cap['ops_per_graph'])} ops, no graph break; fullgraph=True compiles", ev)
@@ -238,11 +261,14 @@ def worth_it_link(ctx: Ctx) -> Check:
     eager = _median_time(ctx.target.eager, ctx)
     steady = _median_time(ctx.compiled, ctx)
     cold_rec = ctx.records[0]
-    fresh_profile()
-    warm_fn = ctx.target.compiled(**ctx.kwargs())
-    args, kwargs = clone_args(ctx.calls[0])
-    with recording() as warm_rec:
-        _, warm_rec.seconds = timed(warm_fn, args, kwargs)
+    if _optimizing(ctx.backend):  # a debugging backend has no code-generation cache to warm: not compiled again
+        fresh_profile()
+        warm_fn = ctx.target.compiled(**ctx.kwargs())
+        args, kwargs = clone_args(ctx.calls[0])
+        with recording() as warm_rec:
+            _, warm_rec.seconds = timed(warm_fn, args, kwargs)
+    else:
+        warm_rec = CallRecord([], [], cold_rec.seconds)
     cold, warm = cold_rec.seconds, warm_rec.seconds
     even, even_warm = _break_even(cold, eager, steady), _break_even(warm, eager, steady)
     ev = {"eager_s": eager, "cold_first_call_s": cold, "warm_cache_first_call_s": warm, "steady_s": steady,
@@ -250,10 +276,14 @@ def worth_it_link(ctx: Ctx) -> Check:
           "break_even_calls_warm_cache": even_warm, "repeats": ctx.repeats, "payoff_calls": ctx.payoff_calls,
           "cold_compile_s": sum(e.seconds or 0.0 for e in cold_rec.events),
           "warm_compile_s": sum(e.seconds or 0.0 for e in warm_rec.events),
-          "cold_caches": cold_rec.caches, "warm_caches": warm_rec.caches, "measured_on": "inputs_seq[0]"}
+          "cold_caches": cold_rec.caches, "warm_caches": warm_rec.caches, "measured_on": "inputs_seq[0]",
+          "warm_cache_measured": _optimizing(ctx.backend)}
     ctx.timings.update(ev)
     msg = (f"eager {eager * 1e3:.3g} ms, cold first call {cold:.3g} s, warm-cache first call {warm:.3g} s, "
            f"steady {steady * 1e3:.3g} ms; break-even: {_calls(even)} (warm cache: {_calls(even_warm)})")
+    if not ev["warm_cache_measured"]:
+        msg = (f"eager {eager * 1e3:.3g} ms, cold first call {cold:.3g} s, steady {steady * 1e3:.3g} ms; break-even: "
+               f"{_calls(even)} (warm-cache call not made: no code-generation cache)")
     if not _optimizing(ctx.backend):
         return check("WORTH_IT", "compile.worth_it", Status.SKIPPED, f"{msg}; not judged: backend {ctx.backend!r} is a debugging "
                      "backend that does not optimize", ev)
