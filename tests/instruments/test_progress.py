@@ -99,3 +99,22 @@ def test_performance_ledger_and_loader_timing_show_progress_when_forced(monkeypa
     loader_timing([batch] * 4, train_step=step, batches=3)
     err = capsys.readouterr().err
     assert "performance_ledger" in err and "loader_timing" in err
+
+
+def test_compile_ledger_shows_progress_when_forced(monkeypatch, capsys):
+    import torch
+    from torch import nn
+
+    from firstdiv.instruments._core import progress as progress_module
+    from firstdiv.instruments.compile_ledger import compile_ledger
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    inputs = [torch.randn(3, 4), torch.randn(3, 4)]
+    monkeypatch.setattr(progress_module, "DELAY_S", 0.0)
+    monkeypatch.delenv("FIRSTDIV_PROGRESS", raising=False)
+    compile_ledger(model, inputs, backend="eager", repeats=2)
+    assert capsys.readouterr().err == ""  # stderr is captured: not a terminal
+    monkeypatch.setenv("FIRSTDIV_PROGRESS", "1")
+    report = compile_ledger(model, inputs, backend="eager", repeats=2)
+    err = capsys.readouterr().err
+    assert "compile_ledger" in err and report.status.value != "FAIL"

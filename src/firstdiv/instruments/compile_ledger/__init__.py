@@ -54,6 +54,7 @@ from ...errors import InvalidArgument
 from ...report import Report, Status, skipped
 from .._core.batch import describe_error
 from .._core.checks import Check, check, compose, reached, walk
+from .._core.progress import progress
 from .._core.state import guarded
 from .._core.trace import call_args
 from .._core.user_hooks import reports_user_hooks
@@ -109,10 +110,13 @@ def compile_ledger(fn: nn.Module | Callable[..., Any], inputs_seq: list[Any], *,
                               "make copy.deepcopy(model) work")
     ctx = Ctx(target, calls, backend, dynamic, cache_limit, float(rtol), float(atol), fullgraph_required, repeats,
               float(payoff_calls))
-    with guarded(*target.guard), watching() as logs, limit_patch(cache_limit):
+    with (guarded(*target.guard), watching() as logs, limit_patch(cache_limit),
+          progress("compile_ledger: eager vs compiled on each input", total=len(calls) + 1) as tick):
         ctx.logs = logs
-        _main_pass(ctx)
+        _main_pass(ctx, tick)
+        tick(0, description="compile_ledger: capture, stability and timing")
         checks = _walk(ctx)
+        tick()
     return _report(ctx, checks)
 
 
@@ -125,8 +129,9 @@ def _run_eager(ctx: Ctx, i: int) -> Any:
     return ctx.target.eager(*args, **kwargs)
 
 
-def _main_pass(ctx: Ctx) -> None:
-    """Eager then compiled on every input, in order: outputs compared, compile events recorded per call."""
+def _main_pass(ctx: Ctx, tick: Callable[..., None]) -> None:
+    """Eager then compiled on every input, in order: outputs compared, compile events recorded per call
+    (``tick`` once per input: the progress display)."""
     fresh_profile()
     recorder = CaptureRecorder() if ctx.backend == "eager" else None  # the same compile CAPTURED would make again
     try:
@@ -156,6 +161,7 @@ def _main_pass(ctx: Ctx) -> None:
         ctx.records.append(rec)
         ctx.comparisons.append(compare(expected, got, ctx.rtol, ctx.atol))
         del expected, got
+        tick()
     if recorder is not None and ctx.capture is None:
         ctx.capture = recorder.end()
 
