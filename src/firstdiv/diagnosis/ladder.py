@@ -78,6 +78,8 @@ EXTRA_KEYS = {
     "attention": "(module, inputs) or (module, inputs, options) for attention_check",
     "sample": "one raw sample for stage_trace", "stages": "[(name, fn), ...] preprocessing stages for stage_trace",
     "stage_probes": "probes for stage_trace", "stage_contracts": "per-stage contracts for stage_trace",
+    "stage_options": "stage_trace's other options: {'class_to_idx': ..., 'eval_stages': [...], 'augmentations': [...]}",
+    "designed": "{module path: per-example output shape} the network was designed to produce, for shape_ledger",
     "features": "representation vectors (coordinates on the last axis) for feature_space",
     "step": "step(batch): one training step on a given batch (loader_timing's consumer, performance_ledger's step)",
     "compile_inputs": "the real input sequence for compile_ledger(model, ...)", "compile_options": "compile_ledger options",
