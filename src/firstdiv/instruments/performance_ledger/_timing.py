@@ -107,17 +107,7 @@ def run_step(step: Callable[[Any], Any], fetch: Callable[[], Any], warmup: int, 
         torch.cuda.reset_peak_memory_stats(device)
     run.memory.append(memory_sample(device))
     for _ in range(repeats):
-        sync()
-        t0, c0 = time.perf_counter(), time.process_time()
-        b = fetch()
-        sync()
-        t1, c1 = time.perf_counter(), time.process_time()
-        step(b)
-        sync()
-        run.step.append(time.perf_counter() - t1)
-        run.step_cpu.append(time.process_time() - c1)
-        run.wait.append(t1 - t0)
-        run.wait_cpu.append(c1 - c0)
+        b = _timed_call(step, fetch, sync, run)
         run.first_batch = b if run.first_batch is None else run.first_batch
         run.calls["timed"] += 1
         del b
@@ -132,20 +122,26 @@ def time_step(step: Callable[[Any], Any], fetch: Callable[[], Any], repeats: int
     """``repeats`` more timed calls exactly like run_step's (no warm-up, memory samples or growth watch)."""
     run = StepRun()
     for _ in range(repeats):
-        sync()
-        t0, c0 = time.perf_counter(), time.process_time()
-        b = fetch()
-        sync()
-        t1, c1 = time.perf_counter(), time.process_time()
-        step(b)
-        sync()
-        run.step.append(time.perf_counter() - t1)
-        run.step_cpu.append(time.process_time() - c1)
-        run.wait.append(t1 - t0)
-        run.wait_cpu.append(c1 - c0)
-        del b
+        _timed_call(step, fetch, sync, run)
         tick()
     return run
+
+
+def _timed_call(step: Callable[[Any], Any], fetch: Callable[[], Any], sync: Callable[[], None], run: StepRun) -> Any:
+    """Fetch a batch and run ``step`` on it, appending the wait and the step (wall clock and process CPU time)
+    to ``run``; returns the batch."""
+    sync()
+    t0, c0 = time.perf_counter(), time.process_time()
+    b = fetch()
+    sync()
+    t1, c1 = time.perf_counter(), time.process_time()
+    step(b)
+    sync()
+    run.step.append(time.perf_counter() - t1)
+    run.step_cpu.append(time.process_time() - c1)
+    run.wait.append(t1 - t0)
+    run.wait_cpu.append(c1 - c0)
+    return b
 
 
 def watch_growth(step: Callable[[Any], Any], fetch: Callable[[], Any], run: StepRun,
