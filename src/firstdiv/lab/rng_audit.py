@@ -160,8 +160,7 @@ class RngAuditReport(Report):
         return {row["rng"]: dict(zip(self.details["columns"], _row_texts(row))) for row in self.details["rows"]}
 
     def __rich_body__(self) -> Iterable[Any]:
-        from rich.table import Table
-
+        from .._rich import Table
         from ..render.experiments import render_rng_audit
 
         d = self.details
@@ -173,7 +172,7 @@ class RngAuditReport(Report):
                 yield from self._observed_lines()
 
     def _observed_lines(self) -> Iterable[Any]:
-        from rich.text import Text
+        from .._rich import Text
 
         yield Text("  items observed per pass: " + "; ".join(
             f"{col}: " + ", ".join(f"{n} in the main process" if w == "main" else f"{n} from worker {w}"
