@@ -16,12 +16,9 @@ from ..lab.store import Store
 from ..lab.sweep import sweep
 from ..lab.workload import resolve
 from ..render.sweeps import noise_floor_table
-from ._console import heading, say
+from ._console import BACKEND, heading, say
 
 SEEDS = "0-11"
-#: builtin:mlp is functional: the vectorized backend trains the seeds of a sweep as one stack, each seed's record
-#: identical to the serial backend's (tests/lab/test_backend_vectorized.py), several times faster
-BACKEND = "vectorized"
 
 
 def run_demo(store: Any = None, *, progress: bool = True, console: Console | None = None) -> dict[str, Any]:

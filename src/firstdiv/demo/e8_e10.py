@@ -8,8 +8,7 @@ from .._rich import Console, Text
 from ..lab.bisect import bisect
 from ..lab.store import Store
 from ..lab.sweep import sweep
-from . import BACKEND
-from ._console import heading, say
+from ._console import BACKEND, heading, say
 
 #: Six plausible changes at once, one of which (lr x10) is the regression.
 E9_CANDIDATE = "optimizer=adam,weight_decay=0.005,dropout=0.35,lr=0.2,hidden=28,epochs=18"
