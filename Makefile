@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/parallel_efficiency.py
 	$(PY) benchmarks/fault_catalog.py
 	$(PY) benchmarks/realworld_rates.py
+	$(PY) benchmarks/timing_stability.py
 	$(PY) benchmarks/trace_overhead.py
 
 clean:
