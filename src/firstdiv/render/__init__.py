@@ -34,7 +34,12 @@ def visible(text: str) -> str:
 def safe_console(**kwargs: Any) -> Console:
     """A rich Console whose output never carries a control character taken from the data it prints
     (a sweep named ``x\\e]0;pwned\\a`` must not retitle or clear the terminal); rich's own styling
-    and cursor control still pass. Every printed report and table goes through one of these."""
+    and cursor control still pass. Every printed report and table goes through one of these.
+
+    A console writing to a buffer (``file=``) never takes itself for a notebook: rich's Jupyter detection would
+    display the buffer's contents as a side effect, so ``str(report)`` in a notebook printed the report too."""
+    if "file" in kwargs:
+        kwargs.setdefault("force_jupyter", False)
     return _safe_class()(**kwargs)
 
 

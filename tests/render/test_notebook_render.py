@@ -1,0 +1,31 @@
+"""In a notebook a report renders once: rendering to text or HTML into a buffer displays nothing as a side effect
+(rich's consoles take themselves for Jupyter there and display what they render)."""
+
+from __future__ import annotations
+
+import rich.console
+import rich.jupyter
+
+import firstdiv
+from firstdiv.report import Report, Status
+
+
+def test_str_and_html_of_a_report_display_nothing_in_a_notebook(monkeypatch):
+    shown = []
+    monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
+    monkeypatch.setattr(rich.jupyter, "display", lambda *a, **k: shown.append(a))
+    assert rich.console.Console().is_jupyter  # the notebook is simulated: a plain console would display
+    report = Report("shape_ledger", Status.PASS, reason="")
+    text = str(report)
+    html = report._repr_html_()
+    assert "shape_ledger" in text.lower() and "shape_ledger" in html.lower()
+    assert shown == []
+
+
+def test_str_of_a_sweep_displays_nothing_in_a_notebook(monkeypatch, tmp_path):
+    shown = []
+    result = firstdiv.sweep("builtin:mlp", "0-1", store=tmp_path / "runs.db", backend="vectorized",
+                            config={"epochs": 2}, progress=False)
+    monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
+    monkeypatch.setattr(rich.jupyter, "display", lambda *a, **k: shown.append(a))
+    assert "2 runs" in str(result) and shown == []
