@@ -119,6 +119,13 @@ class Report:
         super().__init_subclass__(**kwargs)
         Report._registry[cls.__name__] = cls
 
+    def __repr__(self) -> str:
+        """One line (a notebook cell's echo, a debugger): ``<Report shape_ledger FAIL at fc: shape.mismatch>``;
+        ``print(report)`` shows the whole report, ``to_dict()`` every field."""
+        div = self.first_divergence
+        where = f" at {div.where}: {div.kind}" if div is not None else (f": {self.reason[:80]}" if self.reason else "")
+        return f"<{type(self).__name__} {self.instrument} {self.status.value}{where}, {len(self.findings)} findings>"
+
     @property
     def ok(self) -> bool:
         return self.first_divergence is None and self.status is not Status.FAIL

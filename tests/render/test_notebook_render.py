@@ -29,3 +29,13 @@ def test_str_of_a_sweep_displays_nothing_in_a_notebook(monkeypatch, tmp_path):
     monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
     monkeypatch.setattr(rich.jupyter, "display", lambda *a, **k: shown.append(a))
     assert "2 runs" in str(result) and shown == []
+
+
+def test_a_reports_repr_is_one_short_line():
+    from firstdiv.report import Divergence, Finding
+
+    div = Divergence(where="fc", kind="shape.mismatch", observed="[8, 2048]", expected="[8, 512]")
+    report = Report("shape_ledger", Status.FAIL, div, (Finding("fc", "geometry", Status.FAIL, "off"),),
+                    details={"ledger": [{"row": i} for i in range(500)]})
+    assert repr(report) == "<Report shape_ledger FAIL at fc: shape.mismatch, 1 findings>"
+    assert repr(Report("x", Status.SKIPPED, reason="no model given")) == "<Report x SKIPPED: no model given, 0 findings>"
