@@ -23,6 +23,7 @@ LAZY_COMMANDS = {
     "demo": "firstdiv.cli.lab:demo_command",
     "determinism": "firstdiv.cli.lab:determinism_command",
     "diagnose": "firstdiv.cli.diagnose:diagnose_command",
+    "export": "firstdiv.cli.export:export_command",
     "factorial": "firstdiv.cli.lab:factorial_command",
     "gate": "firstdiv.cli.lab:gate_cli",
     "incident": "firstdiv.cli.incident:incident_command",

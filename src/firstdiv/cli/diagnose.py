@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -31,12 +34,29 @@ def _load_case(target: str) -> Callable[[], Any]:
     return fn
 
 
-def _case_evidence(target: str) -> dict[str, Any]:
-    fn = _load_case(target)
+@contextmanager
+def _case_folder_importable(target: str) -> Iterator[None]:
+    """A ``case.py:fn`` target's folder first on sys.path while the case is imported and its function runs (then
+    taken off again), as the sweep loader does for a workload file: ``import helpers`` beside case.py works from any
+    working directory, at the top of the file or inside the function."""
+    where = target.rpartition(":")[0] if isinstance(target, str) else ""
+    folder = str(Path(where).resolve().parent) if where.endswith(".py") and Path(where).is_file() else None
+    if folder is not None:
+        sys.path.insert(0, folder)
     try:
-        evidence = fn()
-    except Exception as exc:  # noqa: BLE001 - the user's function: any failure is an input error
-        raise InvalidArgument(f"{target}() raised {describe_error(exc, None)}") from None
+        yield
+    finally:
+        if folder is not None and folder in sys.path:
+            sys.path.remove(folder)
+
+
+def _case_evidence(target: str) -> dict[str, Any]:
+    with _case_folder_importable(target):
+        fn = _load_case(target)
+        try:
+            evidence = fn()
+        except Exception as exc:  # noqa: BLE001 - the user's function: any failure is an input error
+            raise InvalidArgument(f"{target}() raised {describe_error(exc, None)}") from None
     if not isinstance(evidence, dict) or not all(isinstance(k, str) for k in evidence):
         raise InvalidArgument(f"Expected {target}() to return a dict of evidence (model=..., batch=...) but got "
                               f"{type(evidence).__name__}")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from ..errors import NotFound, StoreError
-from . import store_runs, store_schema
+from . import store_discovery, store_runs, store_schema
 from .record import RunRecord, now_iso, short_hash
 from .store_schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -53,7 +53,10 @@ class SweepInfo:
 
 
 def default_path() -> Path:
-    return Path(os.environ.get("FIRSTDIV_STORE") or DEFAULT_STORE)
+    """``$FIRSTDIV_STORE``, else the store found from the working directory upwards like git finds its repository
+    (the nearest ``.firstdiv/``, within the git work tree; created at its top, or here outside one): see
+    :mod:`firstdiv.lab.store_discovery`."""
+    return Path(os.environ.get("FIRSTDIV_STORE") or store_discovery.discover())
 
 
 def _locked(exc: Exception) -> bool:
@@ -100,7 +103,7 @@ class Store:
             if not self._create:
                 raise NotFound(f"No run store at {self.path}; run `firstdiv sweep` first or pass --store PATH")
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                store_discovery.make_store_dir(self.path.parent)  # a new .firstdiv/ gets its .gitignore
             except OSError as exc:
                 raise StoreError(f"Cannot create the run store at {self.path}: {exc.strerror}; "
                                  "pass a writable --store PATH") from None

@@ -121,6 +121,13 @@ class SweepResult:
         return Report("sweep", Status.FAIL if div else Status.PASS, div, tuple(findings),
                       side_effects="none (runs recorded in the store)", details=self.to_dict())
 
+    def to_pandas(self) -> Any:
+        """The runs (ok and failed, seed order) as a pandas DataFrame, one row per run with the columns of
+        ``firstdiv export`` (see :mod:`firstdiv.lab.export`) but ``run_id``. Needs pandas (pip install pandas)."""
+        from .export import to_pandas
+
+        return to_pandas(self)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: a NaN or infinite value is the string "nan", "inf" or "-inf"."""
         return jsonable({

@@ -1,0 +1,143 @@
+"""`firstdiv export` and SweepResult.to_pandas: the stored runs out as CSV / JSON lines, checked against the
+records they came from; bad inputs are one line, exit 2, and write nothing."""
+
+import csv
+import io
+import json
+import sqlite3
+import sys
+import types
+
+import pytest
+from conftest import TINY
+
+import firstdiv
+from firstdiv.errors import InvalidArgument
+from firstdiv.lab.export import export, render
+from firstdiv.lab.store import Store
+
+
+@pytest.fixture(scope="module")
+def sp(tmp_path_factory):
+    path = tmp_path_factory.mktemp("export") / "store" / "runs.db"
+    firstdiv.sweep(f"{TINY}:train", "0-2", store=path, name="base")
+    firstdiv.sweep(f"{TINY}:train", "0-2", store=path, name="shifted", sets=["shift=0.5", "fail_seed=1"])
+    return path
+
+
+def _records(sp):
+    """{(sweep name, seed): record} and {(identity, seed): run id}, read back through the store and sqlite."""
+    with Store(sp, create=False) as st:
+        recs = {(s.name, r.seed): r for s in st.sweeps() for r in st.records(s, include_failed=True)}
+    with sqlite3.connect(sp) as conn:
+        ids = {(i, s): n for n, i, s in conn.execute("SELECT id, identity, seed FROM runs")}
+    conn.close()
+    return recs, ids
+
+
+def _one_error_line(proc):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("firstdiv: error:"), proc.stderr
+    return lines[0]
+
+
+def test_csv_has_one_row_per_run_with_identity_config_and_metrics(sp, cli):
+    proc = cli("export", "--store", sp)
+    assert proc.returncode == 0, proc.stderr
+    reader = csv.DictReader(io.StringIO(proc.stdout))
+    rows = list(reader)
+    recs, ids = _records(sp)
+    assert len(rows) == len(recs) == 6
+    head = ["run_id", "sweep", "sweep_id", "workload", "identity", "config_hash"]
+    assert reader.fieldnames[:6] == head and "env_hash" in reader.fieldnames and "wall_seconds" in reader.fieldnames
+    assert {"config.shift", "config.fail_seed", "metric.val_loss", "metric.val_acc", "code.commit"} <= set(reader.fieldnames)
+    assert [(r["sweep"], int(r["seed"])) for r in rows] == sorted(recs)
+    for row in rows:
+        rec = recs[(row["sweep"], int(row["seed"]))]
+        assert int(row["run_id"]) == ids[(rec.identity, rec.seed)]
+        assert (row["workload"], row["identity"], row["config_hash"], row["env_hash"], row["status"]) == (
+            rec.workload, rec.identity, rec.config_hash, rec.env_hash, rec.status)
+        assert row["code.commit"] == (rec.code["commit"] or "") and row["code.version"] == rec.code["version"]
+        assert float(row["config.shift"]) == rec.config["shift"]
+        assert float(row["wall_seconds"]) == rec.wall_seconds
+        for name, value in rec.final.items():
+            assert float(row[f"metric.{name}"]) == value  # repr'd floats: exact round trip
+        if not rec.ok:
+            assert row["metric.val_loss"] == "" and "exploded" in row["error"]
+    assert [r["status"] for r in rows if r["sweep"] == "shifted"] == ["ok", "failed", "ok"]
+
+
+def test_filters_by_name_and_workload(sp, cli, tmp_path):
+    recs, _ = _records(sp)
+    out = tmp_path / "shifted.jsonl"
+    proc = cli("export", "--store", sp, "--name", "shifted", "--format", "jsonl", "-o", out)
+    assert proc.returncode == 0 and f"wrote 3 runs (jsonl) to {out}" in proc.stdout, proc.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["sweep"], r["seed"]) for r in rows] == [("shifted", 0), ("shifted", 1), ("shifted", 2)]
+    assert all(set(r) == set(rows[0]) for r in rows) and rows[1]["metric.val_loss"] is None
+    assert rows[0]["metric.val_loss"] == recs[("shifted", 0)].final["val_loss"]
+    workload = recs[("base", 0)].workload
+    proc = cli("export", "--store", sp, "--workload", workload, "--name", "base")
+    assert [r["sweep"] for r in csv.DictReader(io.StringIO(proc.stdout))] == ["base"] * 3
+
+
+def test_curves_in_long_form_once_per_run(sp, cli):
+    proc = cli("export", "--store", sp, "--curves")
+    assert proc.returncode == 0, proc.stderr
+    reader = csv.DictReader(io.StringIO(proc.stdout))
+    rows = list(reader)
+    assert reader.fieldnames == ["run_id", "metric", "step", "value"]
+    recs, ids = _records(sp)
+    by_id = {ids[(r.identity, r.seed)]: r for r in recs.values()}
+    got: dict = {}
+    for row in rows:
+        got.setdefault((int(row["run_id"]), row["metric"]), []).append((int(row["step"]), float(row["value"])))
+    want = {(i, m): list(enumerate(v)) for i, r in by_id.items() for m, v in r.curves.items()}
+    assert got == want and len(rows) == sum(len(v) for v in want.values()) > 0
+
+
+def test_the_python_function_writes_what_the_command_prints(sp, cli, tmp_path):
+    text = export(sp, fmt="jsonl", curves=True, name="base", output=tmp_path / "c.jsonl")
+    assert (tmp_path / "c.jsonl").read_text() == text == cli("export", "--store", sp, "--curves", "--format", "jsonl",
+                                                              "--name", "base").stdout
+    assert {json.loads(line)["metric"] for line in text.splitlines()} == {"train_loss", "val_loss", "val_acc"}
+
+
+def test_nonfinite_and_nested_values_are_spelled_for_each_format():
+    row = {"metric.x": float("nan"), "config.layers": [1, 2], "error": None}
+    cols = list(row)
+    assert json.loads(render(cols, [row], "jsonl")) == {"metric.x": "nan", "config.layers": [1, 2], "error": None}
+    assert list(csv.DictReader(io.StringIO(render(cols, [row], "csv")))) == [
+        {"metric.x": "nan", "config.layers": "[1, 2]", "error": ""}]
+
+
+def test_bad_inputs_are_one_line_exit_2_and_write_nothing(sp, cli, tmp_path):
+    kept = tmp_path / "kept.csv"
+    kept.write_text("before\n")
+    for args in (["--name", "nope", "-o", kept], ["--workload", "nope", "-o", kept], ["--format", "xml", "-o", kept],
+                 ["--json"], ["-o", tmp_path / "missing" / "x.csv"], ["-o", tmp_path]):
+        line = _one_error_line(cli("export", "--store", sp, *args))
+        assert len(line) < 300, line
+    assert "No sweep named 'nope'" in _one_error_line(cli("export", "--store", sp, "--name", "nope"))
+    assert "base" in _one_error_line(cli("export", "--store", sp, "--name", "nope"))  # the names it knows
+    assert "No run store" in _one_error_line(cli("export", "--store", tmp_path / "none.db", "-o", tmp_path / "n.csv"))
+    assert kept.read_text() == "before\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.csv"]  # no output, no temporary file left behind
+
+
+def test_to_pandas_without_pandas_says_how_to_install_it(sp, monkeypatch):
+    with Store(sp, create=False) as st:
+        from firstdiv.lab.sweep import load_sweep
+
+        result = load_sweep("shifted", st)
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas -> ImportError
+    with pytest.raises(InvalidArgument, match=r"pip install pandas") as err:
+        result.to_pandas()
+    assert "\n" not in str(err.value)
+    made = {}
+    fake = types.SimpleNamespace(DataFrame=lambda rows, columns: made.update(rows=rows, columns=columns) or "frame")
+    monkeypatch.setitem(sys.modules, "pandas", fake)
+    assert result.to_pandas() == "frame"
+    assert "run_id" not in made["columns"] and made["columns"][:2] == ["sweep", "sweep_id"]
+    assert [(r["seed"], r["status"]) for r in made["rows"]] == [(0, "ok"), (1, "failed"), (2, "ok")]
+    assert made["rows"][0]["metric.val_loss"] == result.records[0].final["val_loss"]
