@@ -13,7 +13,8 @@ from .._rich import Console
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
 store_option = click.option("--store", "store", type=click.Path(dir_okay=False), default=None, envvar="FIRSTDIV_STORE",
-                            help="Run store (SQLite). Default .firstdiv/runs.db, or $FIRSTDIV_STORE.")
+                            help="Run store (SQLite). Default: $FIRSTDIV_STORE, else the nearest .firstdiv/runs.db up from "
+                                 "here (within this git work tree), else a new one at the work tree's top or here.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 
 
