@@ -15,7 +15,7 @@ class _SweepCommand(click.Command):
     """Notes whether the arguments hold ``--``: what follows it is a command, even a single word."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ctx.meta["firstdiv.command"] = "--" in args
+        ctx.meta["firstdiv_sweep_command"] = "--" in args
         return super().parse_args(ctx, args)
 
 
@@ -48,7 +48,7 @@ def sweep_command(ctx: click.Context, target: tuple[str, ...], seeds: str, sets:
     # before it imports them and the workload
     from ..lab.sweep import sweep as run_sweep
 
-    chosen = _target(target, bool(ctx.meta.get("firstdiv.command")), timeout)
+    chosen = _target(target, bool(ctx.meta.get("firstdiv_sweep_command")), timeout)
     options = {k: v for k, v in (("address", address), ("chunk", chunk)) if v is not None} or None
     config = {"timeout": timeout} if timeout is not None else None
     result = run_sweep(chosen, seeds, config=config, sets=list(sets), name=name, store=store, backend=backend,

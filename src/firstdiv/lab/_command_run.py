@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,20 @@ from .._log import REPORT_FILE
 
 _TAIL_LINES, _TAIL_CHARS = 15, 2000
 _GRACE_S = 3.0
+_PLACEHOLDER = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
+
+
+def placeholders(argv: Sequence[str]) -> list[str]:
+    names: dict[str, None] = {}
+    for arg in argv:
+        names.update(dict.fromkeys(_PLACEHOLDER.findall(arg)))
+    return list(names)
+
+
+def fill(argv: Sequence[str], seed: int, config: dict[str, Any]) -> list[str]:
+    """The command of one run: every ``{name}`` replaced by the seed or the config value (``{{`` stays literal)."""
+    values = {**{k: str(v) for k, v in config.items()}, "seed": str(seed)}
+    return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in argv]
 
 
 class CommandFailed(Exception):
@@ -36,8 +52,6 @@ class CommandRun:
     cwd: str
 
     def __call__(self, seed: int, config: dict[str, Any], rec: Any) -> None:
-        from .command import fill
-
         argv = fill(self.argv, seed, config)
         timeout = config.get("timeout")
         with tempfile.TemporaryDirectory(prefix="firstdiv-run-") as tmp:

@@ -13,25 +13,27 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument
+from ._command_run import CommandRun, placeholders
 from .identity import RunIdentity
 from .record import short_hash
-from .workload import Workload, WorkloadSpec
+
+if TYPE_CHECKING:
+    from .workload import Workload
 
 PREFIX = "cmd:"
 #: execution settings of a command run: not in the config hash (``timeout`` in whole seconds)
 EXEC_KEYS = ("threads", "timeout")
 _PLAIN = re.compile(r"[\w@%+=:,./{}-]+")  # an argument shown unquoted in the target (shlex quotes {seed})
-_PLACEHOLDER = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
 
 
 def is_command(target: Any) -> bool:
     """A command given as a list of arguments, a ``cmd:`` target string, or a command workload."""
-    if isinstance(target, Workload):
+    if isinstance(getattr(target, "target", None), str):  # a Workload
         return target.target.startswith(PREFIX)
     if isinstance(target, str):
         return target.startswith(PREFIX)
@@ -46,23 +48,11 @@ def command_target(argv: Sequence[Any]) -> str:
     return PREFIX + " ".join(a if _PLAIN.fullmatch(a) else shlex.quote(a) for a in argv)
 
 
-def placeholders(argv: Sequence[str]) -> list[str]:
-    names: dict[str, None] = {}
-    for arg in argv:
-        names.update(dict.fromkeys(_PLACEHOLDER.findall(arg)))
-    return list(names)
-
-
-def fill(argv: Sequence[str], seed: int, config: dict[str, Any]) -> list[str]:
-    """The command of one run: every ``{name}`` replaced by the seed or the config value (``{{`` stays literal)."""
-    values = {**{k: str(v) for k, v in config.items()}, "seed": str(seed)}
-    return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in argv]
-
-
-def resolve_command(target: str) -> Workload:
-    """The workload of a ``cmd:`` target; refuses a command without ``{seed}`` (every seed would run the same)."""
+def command_parts(target: str) -> tuple[CommandRun, Callable[[dict[str, Any]], None], Path]:
+    """What :func:`firstdiv.lab.workload.resolve` makes a ``cmd:`` target's workload of: its run, its config check
+    (every placeholder has a value) and its script (the working directory when it names none). Refuses a command
+    without ``{seed}``: every seed would run the same."""
     from ._command_code import script_of
-    from ._command_run import CommandRun
 
     try:
         argv = shlex.split(target[len(PREFIX):])
@@ -75,11 +65,10 @@ def resolve_command(target: str) -> Workload:
         raise InvalidArgument(f"Command {shlex.join(argv)!r} has no {{seed}} placeholder, so every seed would run the "
                               "same; pass the seed to the script, e.g. --seed {seed}")
     script = script_of(argv, Path.cwd())
-    spec = WorkloadSpec(None, (), EXEC_KEYS, _placeholder_check(argv))
-    return Workload(target, CommandRun(tuple(argv), str(Path.cwd())), spec, script or Path.cwd(), "unversioned")
+    return CommandRun(tuple(argv), str(Path.cwd())), _placeholder_check(argv), script or Path.cwd()
 
 
-def _placeholder_check(argv: list[str]) -> Any:
+def _placeholder_check(argv: list[str]) -> Callable[[dict[str, Any]], None]:
     def validate(config: dict[str, Any]) -> None:
         unknown = [n for n in placeholders(argv) if n != "seed" and n not in config]
         if unknown:
