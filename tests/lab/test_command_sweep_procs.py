@@ -127,14 +127,18 @@ def test_the_command_line_runs_the_command_after_the_double_dash(tmp_path, cli):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGINT")
-def test_ctrl_c_kills_the_running_command_and_its_children(tmp_path):
+@pytest.mark.parametrize("backend", ["serial", "process"])
+def test_ctrl_c_kills_the_running_command_and_its_children(tmp_path, backend):
+    """Serial: the sweep's own interrupt kills the group; process: the worker, stopped by SIGTERM, kills it."""
     script, pids = write(tmp_path, "sleeper.py", SLEEPER), tmp_path / "pids.txt"
     env = {k: v for k, v in os.environ.items() if k != "FIRSTDIV_STORE"}
-    proc = subprocess.Popen([sys.executable, "-m", "firstdiv", "sweep", "--seeds", "0-3", "--store", "runs.db", "--",
+    proc = subprocess.Popen([sys.executable, "-m", "firstdiv", "sweep", "--seeds", "0-1", "--store", "runs.db",
+                             "--backend", backend, "--workers", "2", "--",
                              sys.executable, str(script), "--seed", "{seed}", "--pids", str(pids)],
                             cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
     end = time.monotonic() + 60
-    while time.monotonic() < end and not (pids.exists() and len(pids_of(pids)) == 2):
+    running = 2 if backend == "serial" else 4  # one command (and its child) per worker
+    while time.monotonic() < end and not (pids.exists() and len(pids_of(pids)) == running):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
