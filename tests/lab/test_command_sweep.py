@@ -153,3 +153,26 @@ def test_compare_works_on_two_command_sweeps(script, store_path):
     assert comparison.verdict == "SYSTEM_CHANGED" and comparison.direction == "better"
     with Store(store_path) as st:
         assert {s.name for s in st.sweeps()} >= {"base", "fast"}
+
+
+def test_inside_git_the_code_version_is_the_scripts_commit_and_its_local_changes(script, store_path, monkeypatch):
+    repo = script.parent
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "train.py", "helper.py"], ["commit", "-qm", "train"]):
+        subprocess.run([*git, *args], cwd=repo, check=True, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True)
+    clean = firstdiv.sweep(command(script), "0", store=store_path).records[0].code
+    assert clean["commit"] == head.stdout.strip() and not clean["dirty"] and clean["version"] == head.stdout[:12]
+    (repo / "helper.py").write_text("SCALE = 0.5\n")
+    dirty = firstdiv.sweep(command(script), "0", store=store_path).records[0].code
+    assert dirty["dirty"] and dirty["version"].startswith(head.stdout[:12] + "+dirty.")
+
+
+def test_a_timeout_must_be_whole_seconds_and_is_not_in_the_config_hash(script, store_path):
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(InvalidArgument, match="timeout"):
+            firstdiv.sweep(command(script), "0", config={"timeout": bad}, store=store_path)
+    assert not store_path.exists()
+    plain = firstdiv.sweep(command(script), "0", name="a", store=store_path).records[0]
+    limited = firstdiv.sweep(command(script), "0", name="b", config={"timeout": 60}, store=store_path).records[0]
+    assert limited.config_hash == plain.config_hash and limited.final == plain.final
