@@ -66,7 +66,7 @@ class CommandRun:
                 rec.log(row.pop("step", None), **row)
             stderr = _tail(Path(tmp) / "stderr")
         if timed_out:
-            raise CommandFailed(f"timed out after {timeout} s (--timeout); {len(rows)} reports before it" + stderr)
+            raise CommandFailed(f"timed out after {timeout} s (--timeout), {len(rows)} report lines before it" + stderr)
         if code != 0:
             how = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
             raise CommandFailed(f"command failed with {how}" + stderr)
