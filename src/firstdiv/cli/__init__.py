@@ -31,7 +31,7 @@ LAZY_COMMANDS = {
     "rng-audit": "firstdiv.cli.lab:rng_audit_command",
     "route": "firstdiv.cli.diagnose:route_command",
     "runs": "firstdiv.cli.lab:runs_command",
-    "sweep": "firstdiv.cli.lab:sweep_command",
+    "sweep": "firstdiv.cli.sweep:sweep_command",
 }
 
 

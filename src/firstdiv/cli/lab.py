@@ -1,4 +1,4 @@
-"""The lab on the command line: sweep, runs, compare, demo, curves, factorial, bisect, determinism, aa, gate and
+"""The lab on the command line: runs, compare, demo, curves, factorial, bisect, determinism, aa, gate and
 rng-audit. Each command imports what it runs when it runs (``firstdiv --help`` loads no torch or scipy)."""
 
 from __future__ import annotations
@@ -11,41 +11,6 @@ import click
 
 from ..errors import InvalidArgument, NotFound
 from ._common import EXIT_FOUND, EXIT_OK, EXIT_USAGE, console, echo, emit, json_option, store_option
-
-# -- sweeps -------------------------------------------------------------------------------------
-
-@click.command("sweep")
-@click.argument("target")
-@click.option("--seeds", default="0-11", show_default=True, help="Seeds: 0-11, 0,3,5 or 0-3,8.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
-@click.option("--name", default=None, help="Sweep name (default: derived from the changed config keys).")
-@click.option("--backend", default="serial", show_default=True, help="serial, process, vectorized or ray.")
-@click.option("--workers", type=int, default=None, help="Parallel workers: process/ray (default: CPU count); vectorized (default 1: one process).")
-@click.option("--address", default=None, help="Ray cluster address for --backend ray (default: start a local Ray).")
-@click.option("--chunk", type=int, default=None, help="Seeds trained at once by --backend vectorized (default: by memory).")
-@click.option("--hypothesis", default=None, help="What you expect, declared before the runs.")
-@click.option("--success", default=None, help="Gradeable criterion, e.g. 'val_loss delta within noise'.")
-@click.option("--checkpoint-policy", default=None, help="Declared checkpoint selection: last, best or best:patience=N.")
-@click.option("--force", is_flag=True, help="Rerun seeds already recorded for this identity.")
-@store_option
-@json_option
-def sweep_command(target: str, seeds: str, sets: tuple[str, ...], name: str | None, backend: str, workers: int | None,
-                  address: str | None, chunk: int | None,
-                  hypothesis: str | None, success: str | None, checkpoint_policy: str | None, force: bool,
-                  store: str | None, as_json: bool) -> int:
-    """Run TARGET (builtin:mlp, file.py:fn or module:fn) at many seeds; print the noise floor."""
-    # lab.sweep loads no scipy or torch at import: sweep() warms the backend (the process backend's fork server)
-    # before it imports them and the workload
-    from ..lab.sweep import sweep as run_sweep
-
-    options = {k: v for k, v in (("address", address), ("chunk", chunk)) if v is not None} or None
-
-    result = run_sweep(target, seeds, sets=list(sets), name=name, store=store, backend=backend, workers=workers,
-                       backend_options=options,
-                       hypothesis=hypothesis, success=success, checkpoint_policy=checkpoint_policy, force=force,
-                       progress=not as_json)
-    emit(result, as_json)
-    return EXIT_FOUND if result.failed or result.diverged else EXIT_OK
 
 
 @click.command("runs")

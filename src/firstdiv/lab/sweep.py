@@ -1,4 +1,8 @@
-"""Seed sweeps: run a workload at many seeds, record every run, summarise the noise floor."""
+"""Seed sweeps: run a workload at many seeds, record every run, summarise the noise floor.
+
+The target is a workload (``builtin:mlp``, ``file.py:train``, ``module:train``) or a command: a list of arguments
+with ``{seed}`` and ``{key}`` placeholders, run as a child process per seed (:mod:`firstdiv.lab.command`).
+"""
 
 from __future__ import annotations
 
@@ -168,11 +172,11 @@ def default_name(workload: Workload, config: dict[str, Any]) -> str:
     defaults = dict(workload.spec.defaults or {})
     defaults.setdefault("threads", 1)
     changed = [f"{k}={v}" for k, v in sorted(config.items()) if k not in defaults or defaults[k] != v]
-    base = workload.target.split(":")[-1]
+    base = workload.source.stem if workload.target.startswith("cmd:") else workload.target.split(":")[-1]
     return base + ("-" + "-".join(changed) if changed else "-default")
 
 
-def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[str, Any] | None = None,
+def sweep(target: str | Sequence[str] | Workload, seeds: str | Sequence[int], *, config: dict[str, Any] | None = None,
           sets: list[str] | None = None, name: str | None = None, store: Store | str | os.PathLike[str] | None = None,
           backend: str = "serial", workers: int | None = None, backend_options: dict[str, Any] | None = None,
           hypothesis: str | None = None,
@@ -185,7 +189,7 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
     """
     from .._secrets import scrub_text
 
-    _check_arguments(target, config, sets, backend, workers, backend_options,
+    target = _check_arguments(target, config, sets, backend, workers, backend_options,
                      name=name, hypothesis=hypothesis, success=success, checkpoint_policy=checkpoint_policy)
     seed_list = parse_seeds(seeds)
     sets = [sets] if isinstance(sets, str) else sets  # one "k=v" string, not a sequence of characters
@@ -194,13 +198,13 @@ def sweep(target: str | Workload, seeds: str | Sequence[int], *, config: dict[st
     checkpoint_policy = _declarations(backend, backend_options, name, hypothesis, success, checkpoint_policy)
     options = dict(backend_options or {})
     _warm(chosen, options, workers, target)
-    workload = target if isinstance(target, Workload) else resolve(target)
+    workload = _workload(target, backend)
     cfg = workload.config(config, sets)
     chosen.check(workload, options)
     owned = not isinstance(store, Store)
     st = Store(store) if owned else store  # type: ignore[arg-type]
     try:
-        ident = identity(workload, cfg, store_path=st.path, hypothesis=hypothesis, success=success)
+        ident = _identity(workload)(workload, cfg, store_path=st.path, hypothesis=hypothesis, success=success)
         sweep_name = name or default_name(workload, cfg)
         existing = st.find_sweep_exact(sweep_name, ident.identity)
         for key, value in (("hypothesis", hypothesis), ("checkpoint_policy", checkpoint_policy)):
@@ -242,9 +246,31 @@ def _warm(chosen: backends.Backend, options: dict[str, Any], workers: int | None
     from . import stats  # noqa: F401 (imported now, while the fork server starts, not after the runs)
 
 
+def _workload(target: str | Workload, backend: str) -> Workload:
+    from .command import is_command
+
+    workload = target if isinstance(target, Workload) else resolve(target)
+    if is_command(workload) and backend not in ("serial", "process"):
+        raise InvalidArgument(f"A command sweep runs on --backend serial or process, not {backend}: the command "
+                              "runs in a worker process on this machine")
+    return workload
+
+
+def _identity(workload: Workload) -> Callable[..., RunIdentity]:
+    """How the sweep's identity is computed: a command's holds its child's interpreter and its script's code."""
+    from .command import command_identity, is_command
+
+    return command_identity if is_command(workload) else identity
+
+
 def _check_arguments(target: Any, config: Any, sets: Any, backend: Any, workers: Any, backend_options: Any,
-                     **texts: Any) -> None:
-    """Wrong types from Python callers: one line naming the argument, before anything runs."""
+                     **texts: Any) -> str | Workload:
+    """Wrong types from Python callers: one line naming the argument, before anything runs. Returns the target, a
+    command (a list of arguments) as its ``cmd:`` target string."""
+    from .command import command_target
+
+    if isinstance(target, (list, tuple)):
+        return command_target(target)
     if not isinstance(target, (str, Workload)):
         raise InvalidArgument(f"Expected `target` to be a string like builtin:mlp, path/to/file.py:train or "
                               f"module:train but got {target!r}")
@@ -263,6 +289,7 @@ def _check_arguments(target: Any, config: Any, sets: Any, backend: Any, workers:
     for key, value in texts.items():
         if value is not None and not isinstance(value, str):
             raise InvalidArgument(f"Expected `{key}` to be a string but got {type(value).__name__}")
+    return target
 
 
 def _declarations(backend: str, backend_options: dict[str, Any] | None, name: str | None, hypothesis: str | None,

@@ -223,7 +223,13 @@ WORKLOAD = Kind(
 
 
 def resolve(target: str) -> Workload:
-    """Load a workload from its target string; raises WorkloadError with the fix on failure."""
+    """Load a workload from its target string (``cmd:...``: a command, :mod:`firstdiv.lab.command`); raises
+    WorkloadError with the fix on failure."""
+    if target.startswith("cmd:"):
+        from .command import EXEC_KEYS, command_parts
+
+        run, validate, script = command_parts(target)
+        return Workload(target, run, WorkloadSpec(None, (), EXEC_KEYS, validate), script, "unversioned")
     fn, source = load_callable(target, WORKLOAD)
     if source is None:  # builtin:NAME: its factory
         return fn()
