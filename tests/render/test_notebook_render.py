@@ -39,3 +39,11 @@ def test_a_reports_repr_is_one_short_line():
                     details={"ledger": [{"row": i} for i in range(500)]})
     assert repr(report) == "<Report shape_ledger FAIL at fc: shape.mismatch, 1 findings>"
     assert repr(Report("x", Status.SKIPPED, reason="no model given")) == "<Report x SKIPPED: no model given, 0 findings>"
+
+
+def test_a_sweeps_repr_is_one_short_line_and_it_has_an_html_repr(tmp_path):
+    result = firstdiv.sweep("builtin:mlp", "0-2", store=tmp_path / "runs.db", backend="vectorized",
+                            config={"epochs": 2}, progress=False, name="base")
+    assert repr(result) == "<SweepResult 'base' builtin:mlp 3 runs (3 ran, 0 reused, 0 failed)>"
+    html = result._repr_html_()
+    assert html.lstrip().startswith("<") and "base" in html

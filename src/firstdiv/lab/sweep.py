@@ -152,6 +152,16 @@ class SweepResult:
 
         return to_text(self)
 
+    def __repr__(self) -> str:
+        """One line: ``<SweepResult 'base' builtin:mlp 12 runs (12 ran, 0 reused, 0 failed)>``; print() shows the table."""
+        return (f"<SweepResult {self.sweep.name!r} {self.sweep.workload} {len(self.records)} runs ({len(self.ran)} ran, "
+                f"{len(self.reused)} reused, {len(self.failed)} failed)>")
+
+    def _repr_html_(self) -> str:
+        from ..render import to_html
+
+        return to_html(self)
+
 
 def load_sweep(ref: str, store: Any) -> SweepResult:
     """A stored sweep (by name or id prefix) as a SweepResult with its ok and its failed runs."""
