@@ -1,4 +1,4 @@
-"""The lab on the command line: sweep, runs, compare, demo, curves, factorial, bisect, determinism, aa, gate and
+"""The lab on the command line: sweep, runs, demo, curves, factorial, bisect, determinism, aa, gate and
 rng-audit. Each command imports what it runs when it runs (``firstdiv --help`` loads no torch or scipy)."""
 
 from __future__ import annotations
@@ -94,41 +94,10 @@ def _sweep_rows(st: Any) -> tuple[list[tuple[Any, list[Any]]], list[tuple[Any, s
     return rows, damaged
 
 
-@click.command("compare")
-@click.argument("baseline")
-@click.argument("candidate")
-@click.option("--metric", default="val_loss", show_default=True)
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the tests.")
-@click.option("--fail-on-regression", is_flag=True, help="Exit 1 on SYSTEM_CHANGED (worse) or MEASUREMENT_CHANGED.")
-@store_option
-@json_option
-def compare_command(baseline: str, candidate: str, metric: str, alpha: float, fail_on_regression: bool,
-                    store: str | None, as_json: bool) -> int:
-    """Compare two sweeps: identity, paired deltas, cost, declared criterion, verdict."""
-    from ..lab.compare import compare as run_compare
-    from ..lab.store import Store
-
-    with Store(store, create=False) as st:
-        result = run_compare(baseline, candidate, metric=metric, store=st, alpha=alpha)
-    emit(result, as_json, _comparison_json(result) if as_json else None)
-    regression = result.verdict == "MEASUREMENT_CHANGED" or (result.verdict == "SYSTEM_CHANGED" and result.direction == "worse")
-    return EXIT_FOUND if fail_on_regression and regression else EXIT_OK
-
-
 def _short_code(code: dict[str, Any]) -> str:
     if not code.get("commit"):
         return str(code.get("version"))
     return code["commit"][:8] + (f"+{code['dirty_hash'][:6]}" if code.get("dirty_hash") else "")
-
-
-def _comparison_json(c: Any) -> dict[str, Any]:
-    from ..lab.record import jsonable
-
-    d = c.details
-    return jsonable({**{k: d[k] for k in ("verdict", "direction", "identity", "metric", "design", "shared_seeds",
-                                          "paired", "unpaired", "noise_floor", "noise_ratio", "seeds_to_resolve",
-                                          "diverged", "baseline", "candidate", "cost", "declared", "identity_detail")},
-                     "report": c.to_dict()})
 
 
 @click.command("demo")
@@ -270,15 +239,16 @@ def determinism_command(target: str, seed: int, sets: tuple[str, ...], metric: s
 @click.option("--metric", default="val_loss", show_default=True)
 @click.option("--alpha", type=float, default=0.05, show_default=True)
 @click.option("--start", type=int, default=0, show_default=True, help="First seed; runs already recorded are reused.")
+@click.option("--min-effect", default=None, metavar="X", help="Each comparison's min effect (as for compare).")
 @store_option
 @json_option
 def aa_command(target: str, pairs: int, seeds_per_side: int, sets: tuple[str, ...], metric: str, alpha: float,
-               start: int, store: str | None, as_json: bool) -> int:
+               start: int, min_effect: str | None, store: str | None, as_json: bool) -> int:
     """A/A self-check: how often does compare call identical configs SYSTEM_CHANGED? Exit 1 if above alpha."""
     from ..lab.aa import aa
 
     report = aa(target, pairs, seeds_per_side, sets=list(sets), metric=metric, alpha=alpha, start=start, store=store,
-                progress=not as_json)
+                progress=not as_json, min_effect=min_effect)
     emit(report, as_json)
     return EXIT_OK if report.ok else EXIT_FOUND
 
