@@ -146,3 +146,34 @@ def test_aa_with_a_min_effect_never_claims_a_system_change(tiny, store_path):
     assert set(verdicts) <= {"PRACTICALLY_EQUIVALENT", "NOT_RESOLVED", "SYSTEM_CHANGED"}
     assert report.details["rate"] <= 0.05 and report.ok and report.details["min_effect"] == "2x"
     assert verdicts.get("PRACTICALLY_EQUIVALENT", 0) > 0
+
+
+@pytest.fixture(scope="module")
+def mlp_store(tmp_path_factory):
+    return tmp_path_factory.mktemp("mlp") / "runs.db"
+
+
+def test_power_the_chapters_e5_effect_stays_a_system_change_below_its_size(mlp_store):
+    # E5: val_noise 0.30 -> 0.29 lowers val_loss by about 0.009 at 8 paired seeds (noise floor spread ~0.03)
+    base = firstdiv.sweep("builtin:mlp", "0-7", name="e5-a", store=mlp_store, backend="vectorized")
+    cand = firstdiv.sweep("builtin:mlp", "0-7", sets=["val_noise=0.29"], name="e5-b", store=mlp_store,
+                          backend="vectorized")
+    plain = _cmp(base, cand)
+    assert plain.verdict == "SYSTEM_CHANGED" and plain.direction == "better"
+    size = abs(plain.paired["mean_delta"])
+    below = _cmp(base, cand, min_effect=size / 3)
+    assert below.verdict == "SYSTEM_CHANGED" and below.direction == "better"
+    assert below.details["min_effect"]["relation"] == "beyond"
+    above = _cmp(base, cand, min_effect=3 * size)
+    assert above.verdict == "PRACTICALLY_EQUIVALENT" and above.details["min_effect"]["tost"]["equivalent"]
+
+
+def test_builtin_mlp_aa_with_a_min_effect_stays_at_or_under_alpha(mlp_store):
+    report = firstdiv.aa("builtin:mlp", pairs=8, seeds_per_side=3, start=100, store=mlp_store, min_effect="1x",
+                         backend="vectorized")
+    plain = firstdiv.aa("builtin:mlp", pairs=8, seeds_per_side=3, start=100, store=mlp_store, backend="vectorized")
+    verdicts = report.details["verdicts"]
+    assert report.ok and report.details["p_value"] >= 0.05  # the false-alarm rate is not above alpha
+    # a CI beyond +-threshold is beyond zero: a min effect only ever removes alarms
+    assert report.details["alarms"] <= plain.details["alarms"]
+    assert verdicts.get("PRACTICALLY_EQUIVALENT", 0) + verdicts.get("NOT_RESOLVED", 0) >= 8 - plain.details["alarms"]
