@@ -196,17 +196,18 @@ def factorial_command(target: str, a: str, b: str, seeds: str, sets: tuple[str, 
 @click.option("--max-seeds", type=int, default=32, show_default=True, help="Seeds a probe may grow to while UNKNOWN.")
 @click.option("--metric", default="val_loss", show_default=True)
 @click.option("--margin", type=float, default=None, help="Regression criterion (default: the baseline's seed spread).")
+@click.option("--min-effect", default=None, metavar="X", help="The criterion as for compare: 0.01, 2% or 0.5x.")
 @click.option("--alpha", type=float, default=0.05, show_default=True)
 @store_option
 @json_option
 def bisect_command(target: str, base: tuple[str, ...], candidate: tuple[str, ...], order: str | None, seeds: str,
-                   max_seeds: int, metric: str, margin: float | None, alpha: float, store: str | None,
-                   as_json: bool) -> int:
+                   max_seeds: int, metric: str, margin: float | None, min_effect: str | None, alpha: float,
+                   store: str | None, as_json: bool) -> int:
     """Find which change between two configs of TARGET regresses METRIC, confirmed alone."""
     from ..lab.bisect import bisect
 
     report = bisect(target, list(base), list(candidate), seeds, order=order, metric=metric, margin=margin,
-                    max_seeds=max_seeds, alpha=alpha, store=store, progress=not as_json)
+                    max_seeds=max_seeds, alpha=alpha, store=store, progress=not as_json, min_effect=min_effect)
     emit(report, as_json)
     return EXIT_OK
 

@@ -213,7 +213,8 @@ def _table(*columns: str) -> Table:
 def render_bisect(report: Any) -> Iterable[Any]:
     d = report.details
     yield Text(f"{d['workload']}: {len(d['changes'])} changes, metric {d['metric']}, regression criterion: worse by "
-               f"more than {d['margin']:.4g} (paired {1 - d['alpha']:.0%} CI clear of it)")
+               f"more than {d['margin']:.4g}{' (min effect ' + d['min_effect'] + ')' if d.get('min_effect') else ''} "
+               f"(paired {1 - d['alpha']:.0%} CI clear of it)")
     changes = _table("#", "change", "base", "candidate")
     for i, c in enumerate(d["changes"], 1):
         changes.add_row(str(i), Text(c["key"]), Text(repr(c["base"])), Text(repr(c["candidate"])))
