@@ -235,6 +235,27 @@ def test_check_many_values_uses_the_binomial_rule(calibrated, k, fails):
         assert report.first_divergence.observed.startswith(f"{k}/20 runs over the threshold")
 
 
+def test_check_with_a_min_effect_fails_only_regressions_larger_than_it(calibrated):
+    gate, _, _ = calibrated
+    median = float(np.median(gate.calibration_values))
+    small = gate.threshold + 0.01  # over the calibrated threshold, by little
+    assert not gate.check(small).ok
+    x = small - median + 0.05  # the min effect reaches past that run
+    check = gate.check(small, min_effect=x)
+    e = check.details["min_effect"]
+    assert check.ok and e["threshold"] == pytest.approx(median + x) and e["decides"]
+    assert e["calibrated_threshold"] == gate.threshold and "min effect" in str(check)
+    assert not gate.check(median + x + 0.01, min_effect=x).ok  # a larger regression still fails
+    # a min effect inside the calibrated threshold changes nothing: the false-alarm bound holds either way
+    tiny_effect = gate.check(small, min_effect="0.01x")
+    assert not tiny_effect.ok and tiny_effect.details["min_effect"]["threshold"] == gate.threshold
+    spread = max(gate.calibration_values) - min(gate.calibration_values)
+    assert gate.check(small, min_effect="3x").details["min_effect"]["value"] == pytest.approx(3 * spread)
+    assert gate.check(small).details["min_effect"] is None
+    with pytest.raises(InvalidArgument, match="min_effect"):
+        gate.check(small, min_effect="-1")
+
+
 def test_check_runs_and_sweeps(calibrated, tiny):
     gate, _, store = calibrated
     healthy = sweep(f"{tiny}:train", "999", config=gate.config, store=store)

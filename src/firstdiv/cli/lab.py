@@ -298,20 +298,25 @@ def calibrate(sweep_name: str, alpha: float, holdout_seeds: str | None, metric: 
 @click.argument("ref", metavar="SWEEP_OR_TARGET")
 @click.option("--seeds", default=None, help="Seeds to run when checking a workload target (default 999).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override the gate's config (repeatable).")
+@click.option("--min-effect", default=None, metavar="X",
+              help="Fail only runs also worse than the calibration median by more than X (0.01, 2% or 0.5x).")
 @store_option
 @json_option
-def check(gate_file: str, ref: str, seeds: str | None, sets: tuple[str, ...], store: str | None, as_json: bool) -> int:
+def check(gate_file: str, ref: str, seeds: str | None, sets: tuple[str, ...], min_effect: str | None,
+          store: str | None, as_json: bool) -> int:
     """Check a stored sweep's runs, or run a target at --seeds with the gate's config, against the gate."""
+    from ..lab._effect import parse_min_effect
     from ..lab.gate import Gate
     from ..lab.gate_digest import verify_gate_file
 
+    parse_min_effect(min_effect)  # a bad one fails before any run
     gate = Gate.load(gate_file)
     verify_gate_file(gate, gate_file, store)  # consistent tampering: the store still has the real values
     records = _stored(ref, store)
     if records is not None:
         if seeds is not None or sets:
             raise InvalidArgument(f"{ref!r} is a stored sweep; --seeds and --set apply to a workload target: drop them")
-        report = gate.check(records)
+        report = gate.check(records, min_effect=min_effect)
     elif ":" in ref:
         from ..lab.sweep import default_name
         from ..lab.sweep import sweep as run_sweep
@@ -321,7 +326,7 @@ def check(gate_file: str, ref: str, seeds: str | None, sets: tuple[str, ...], st
         cfg = workload.config(gate.config, list(sets))
         result = run_sweep(workload, seeds or "999", config=cfg, store=store, progress=not as_json,
                            name="gate-check-" + default_name(workload, cfg))
-        report = gate.check(result)
+        report = gate.check(result, min_effect=min_effect)
     else:
         raise NotFound(f"{ref!r} is neither a stored sweep nor a workload target; pass a sweep name (see `firstdiv "
                        "runs`) or a target like builtin:mlp or path/to/file.py:train")
