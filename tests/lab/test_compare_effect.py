@@ -177,3 +177,10 @@ def test_builtin_mlp_aa_with_a_min_effect_stays_at_or_under_alpha(mlp_store):
     # a CI beyond +-threshold is beyond zero: a min effect only ever removes alarms
     assert report.details["alarms"] <= plain.details["alarms"]
     assert verdicts.get("PRACTICALLY_EQUIVALENT", 0) + verdicts.get("NOT_RESOLVED", 0) >= 8 - plain.details["alarms"]
+
+
+def test_html_comparison_page_shows_the_min_effect(sides):
+    from firstdiv import html
+
+    page = html.to_html(html.comparison_view(sides["base"], sides["tiny"], min_effect=0.01))
+    assert "PRACTICALLY_EQUIVALENT" in page and "min effect 0.01" in page and "equivalence (TOST)" in page

@@ -288,6 +288,20 @@ def test_check_bad_input(calibrated):
 
 # -- command line -----------------------------------------------------------------------------------
 
+def test_cli_check_min_effect(cli, calibrated, tmp_path):
+    gate, _, store = calibrated
+    gate_file = gate.save(tmp_path / "gate.json")
+    sweep(f"{WORKLOADS / 'tiny.py'}:train", "500-503", config={**gate.config, "shift": 0.15}, store=store,
+          name="lifted")
+    plain = cli("gate", "check", gate_file, "lifted", "--store", store, cwd=tmp_path)
+    assert plain.returncode == 1, plain.stdout
+    wide = cli("gate", "check", gate_file, "lifted", "--min-effect", "10x", "--store", store, "--json", cwd=tmp_path)
+    assert wide.returncode == 0, wide.stdout + wide.stderr
+    assert json.loads(wide.stdout)["details"]["min_effect"]["spec"] == "10x"
+    bad = cli("gate", "check", gate_file, "lifted", "--min-effect", "wide", "--store", store, cwd=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "min_effect" in bad.stderr
+
+
 def test_cli_calibrate_and_check(cli, tiny, tmp_path, store_path):
     target = f"{tiny}:train"
     sweep(target, "0-19", store=store_path, name="base")
