@@ -47,6 +47,8 @@ STEPS = (
                "--name", "cand", *STORE)),
     ("compare_run_baseline.txt", 0, ("compare", "base", "cand", *STORE)),
     ("compare_min_effect.txt", 0, ("compare", "base", "cand", "--min-effect", "2x", *STORE)),
+    ("compare_practically_equivalent.txt", 0, ("compare", "base", "cand", "--min-effect", "0.5", "--fail-on-regression",
+                                              *STORE)),
     ("curves.txt", 0, ("curves", "base", "cand", *STORE)),
     ("factorial.txt", 0, ("factorial", "curvy.py:train", "--a", "a=0.5", "--b", "b=0.25", "--seeds", "0-5",
                           "--set", "jitter=0.25", "--set", "ab=0.3", *STORE)),
