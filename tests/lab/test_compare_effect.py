@@ -184,3 +184,12 @@ def test_html_comparison_page_shows_the_min_effect(sides):
 
     page = html.to_html(html.comparison_view(sides["base"], sides["tiny"], min_effect=0.01))
     assert "PRACTICALLY_EQUIVALENT" in page and "min effect 0.01" in page and "equivalence (TOST)" in page
+
+
+def test_a_diverged_candidate_stays_a_regression_whatever_the_min_effect(tmp_path):
+    diverge = str(WORKLOADS / "unruly.py") + ":diverge"
+    store = tmp_path / "runs.db"
+    base = firstdiv.sweep(diverge, "0-3", sets=["diverge_seeds=[]"], name="base", store=store)
+    cand = firstdiv.sweep(diverge, "0-3", sets=["diverge_seeds=[1,3]"], name="diverged", store=store)
+    c = _cmp(base, cand, min_effect=1e6)
+    assert (c.verdict, c.direction) == ("SYSTEM_CHANGED", "worse") and is_regression(c)  # a diverged run is no noise
