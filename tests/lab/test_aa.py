@@ -30,6 +30,17 @@ def test_cli_json(cli, tiny, tmp_path, store_path):
     assert json.loads(proc.stdout)["details"]["pairs"] == 5
 
 
+def test_cli_min_effect(cli, tiny, tmp_path, store_path):
+    proc = cli("aa", f"{tiny}:train", "--pairs", "5", "--seeds-per-side", "3", "--min-effect", "3x", "--store",
+               store_path, "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    details = json.loads(proc.stdout)["details"]
+    assert details["min_effect"] == "3x" and "SYSTEM_CHANGED" not in details["verdicts"]
+    fresh = tmp_path / "fresh.db"
+    bad = cli("aa", f"{tiny}:train", "--min-effect", "0x", "--store", fresh, cwd=tmp_path)
+    assert bad.returncode == 2 and "min_effect" in bad.stderr and not fresh.exists()  # refused before any run
+
+
 @pytest.mark.quality
 def test_builtin_mlp_false_alarm_rate_stays_near_alpha(store_path):
     # Measured at full config: 50 pairs x 4 seeds a side gave the rate in the issue notes; here a

@@ -63,7 +63,21 @@ def test_unknown_probes_add_seeds_then_say_undecided(store_path):
     assert report.details["kind"] == "bisect.undecided" and report.status.value == "WARN"
 
 
+def test_min_effect_is_the_margin_written_as_for_compare(store_path):
+    as_margin = bisect(f"{LAB}:interact", "a=1", "a=1,b=1", "0-3", margin=0.5, max_seeds=4, store=store_path)
+    as_effect = bisect(f"{LAB}:interact", "a=1", "a=1,b=1", "0-3", min_effect=0.5, max_seeds=4, store=store_path)
+    assert as_effect.details["margin"] == as_margin.details["margin"] == 0.5
+    assert [p["decision"] for p in as_effect.details["probes"]] == [p["decision"] for p in as_margin.details["probes"]]
+    assert as_effect.details["min_effect"] == "0.5" and "(min effect 0.5)" in str(as_effect)
+    default = bisect(f"{LAB}:interact", "a=1", "a=1,b=1", "0-3", max_seeds=4, store=store_path)
+    half = bisect(f"{LAB}:interact", "a=1", "a=1,b=1", "0-3", min_effect="0.5x", max_seeds=4, store=store_path)
+    assert half.details["margin"] == pytest.approx(default.details["margin"] / 2)  # default: 1x the noise floor
+    assert default.details["min_effect"] is None and default.details["margin"] > 0
+
+
 @pytest.mark.parametrize("kwargs,match", [
+    ({"base": {}, "candidate": "b=1", "margin": 0.1, "min_effect": "0.5x"}, "not both"),
+    ({"base": {}, "candidate": "b=1", "min_effect": "big"}, "min_effect"),
     ({"base": "a=1", "candidate": "a=1"}, "identical"),
     ({"base": {}, "candidate": "b=1", "order": "zz"}, "does not change"),
     ({"base": {}, "candidate": "b=1", "seeds": "0"}, "at least 2 seeds"),

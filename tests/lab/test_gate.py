@@ -235,6 +235,27 @@ def test_check_many_values_uses_the_binomial_rule(calibrated, k, fails):
         assert report.first_divergence.observed.startswith(f"{k}/20 runs over the threshold")
 
 
+def test_check_with_a_min_effect_fails_only_regressions_larger_than_it(calibrated):
+    gate, _, _ = calibrated
+    median = float(np.median(gate.calibration_values))
+    small = gate.threshold + 0.01  # over the calibrated threshold, by little
+    assert not gate.check(small).ok
+    x = small - median + 0.05  # the min effect reaches past that run
+    check = gate.check(small, min_effect=x)
+    e = check.details["min_effect"]
+    assert check.ok and e["threshold"] == pytest.approx(median + x) and e["decides"]
+    assert e["calibrated_threshold"] == gate.threshold and "min effect" in str(check)
+    assert not gate.check(median + x + 0.01, min_effect=x).ok  # a larger regression still fails
+    # a min effect inside the calibrated threshold changes nothing: the false-alarm bound holds either way
+    tiny_effect = gate.check(small, min_effect="0.01x")
+    assert not tiny_effect.ok and tiny_effect.details["min_effect"]["threshold"] == gate.threshold
+    spread = max(gate.calibration_values) - min(gate.calibration_values)
+    assert gate.check(small, min_effect="3x").details["min_effect"]["value"] == pytest.approx(3 * spread)
+    assert gate.check(small).details["min_effect"] is None
+    with pytest.raises(InvalidArgument, match="min_effect"):
+        gate.check(small, min_effect="-1")
+
+
 def test_check_runs_and_sweeps(calibrated, tiny):
     gate, _, store = calibrated
     healthy = sweep(f"{tiny}:train", "999", config=gate.config, store=store)
@@ -266,6 +287,20 @@ def test_check_bad_input(calibrated):
 
 
 # -- command line -----------------------------------------------------------------------------------
+
+def test_cli_check_min_effect(cli, calibrated, tmp_path):
+    gate, _, store = calibrated
+    gate_file = gate.save(tmp_path / "gate.json")
+    sweep(f"{WORKLOADS / 'tiny.py'}:train", "500-503", config={**gate.config, "shift": 0.15}, store=store,
+          name="lifted")
+    plain = cli("gate", "check", gate_file, "lifted", "--store", store, cwd=tmp_path)
+    assert plain.returncode == 1, plain.stdout
+    wide = cli("gate", "check", gate_file, "lifted", "--min-effect", "10x", "--store", store, "--json", cwd=tmp_path)
+    assert wide.returncode == 0, wide.stdout + wide.stderr
+    assert json.loads(wide.stdout)["details"]["min_effect"]["spec"] == "10x"
+    bad = cli("gate", "check", gate_file, "lifted", "--min-effect", "wide", "--store", store, cwd=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "min_effect" in bad.stderr
+
 
 def test_cli_calibrate_and_check(cli, tiny, tmp_path, store_path):
     target = f"{tiny}:train"

@@ -1,6 +1,6 @@
 """Golden files for what the lab's command line prints: the noise-floor table of a sweep, the RUN/BASELINE
-comparison, curves, the 2x2 factorial, the gate (calibrate and a failing check), the incident worksheet
-(open and closed), ``route`` (a symptom and the instrument table) and a ``diagnose`` worksheet.
+comparison (also against a min effect), curves, the 2x2 factorial, the gate (calibrate and a failing check),
+the incident worksheet (open and closed), ``route`` (a symptom and the instrument table) and a ``diagnose`` worksheet.
 
 Every command runs as a user runs it (``python -m firstdiv ...`` at 120 columns, plain text), in one folder
 holding copies of the numpy-only test workloads and one store, so the numbers are the same on any CPU.
@@ -46,6 +46,9 @@ STEPS = (
     (None, 0, ("sweep", "curvy.py:train", "--seeds", "0-7", "--set", "jitter=0.25", "--set", "gap=0.3", "--set", "gap_from=2",
                "--name", "cand", *STORE)),
     ("compare_run_baseline.txt", 0, ("compare", "base", "cand", *STORE)),
+    ("compare_min_effect.txt", 0, ("compare", "base", "cand", "--min-effect", "2x", *STORE)),
+    ("compare_practically_equivalent.txt", 0, ("compare", "base", "cand", "--min-effect", "0.5", "--fail-on-regression",
+                                              *STORE)),
     ("curves.txt", 0, ("curves", "base", "cand", *STORE)),
     ("factorial.txt", 0, ("factorial", "curvy.py:train", "--a", "a=0.5", "--b", "b=0.25", "--seeds", "0-5",
                           "--set", "jitter=0.25", "--set", "ab=0.3", *STORE)),

@@ -18,7 +18,7 @@ __all__ = ["LAZY_COMMANDS", "cli", "main"]
 LAZY_COMMANDS = {
     "aa": "firstdiv.cli.lab:aa_command",
     "bisect": "firstdiv.cli.lab:bisect_command",
-    "compare": "firstdiv.cli.lab:compare_command",
+    "compare": "firstdiv.cli.compare:compare_command",
     "curves": "firstdiv.cli.lab:curves_command",
     "demo": "firstdiv.cli.lab:demo_command",
     "determinism": "firstdiv.cli.lab:determinism_command",

@@ -1,4 +1,4 @@
-"""The lab on the command line: runs, compare, demo, curves, factorial, bisect, determinism, aa, gate and
+"""The lab on the command line: runs, demo, curves, factorial, bisect, determinism, aa, gate and
 rng-audit. Each command imports what it runs when it runs (``firstdiv --help`` loads no torch or scipy)."""
 
 from __future__ import annotations
@@ -59,41 +59,10 @@ def _sweep_rows(st: Any) -> tuple[list[tuple[Any, list[Any]]], list[tuple[Any, s
     return rows, damaged
 
 
-@click.command("compare")
-@click.argument("baseline")
-@click.argument("candidate")
-@click.option("--metric", default="val_loss", show_default=True)
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the tests.")
-@click.option("--fail-on-regression", is_flag=True, help="Exit 1 on SYSTEM_CHANGED (worse) or MEASUREMENT_CHANGED.")
-@store_option
-@json_option
-def compare_command(baseline: str, candidate: str, metric: str, alpha: float, fail_on_regression: bool,
-                    store: str | None, as_json: bool) -> int:
-    """Compare two sweeps: identity, paired deltas, cost, declared criterion, verdict."""
-    from ..lab.compare import compare as run_compare
-    from ..lab.store import Store
-
-    with Store(store, create=False) as st:
-        result = run_compare(baseline, candidate, metric=metric, store=st, alpha=alpha)
-    emit(result, as_json, _comparison_json(result) if as_json else None)
-    regression = result.verdict == "MEASUREMENT_CHANGED" or (result.verdict == "SYSTEM_CHANGED" and result.direction == "worse")
-    return EXIT_FOUND if fail_on_regression and regression else EXIT_OK
-
-
 def _short_code(code: dict[str, Any]) -> str:
     if not code.get("commit"):
         return str(code.get("version"))
     return code["commit"][:8] + (f"+{code['dirty_hash'][:6]}" if code.get("dirty_hash") else "")
-
-
-def _comparison_json(c: Any) -> dict[str, Any]:
-    from ..lab.record import jsonable
-
-    d = c.details
-    return jsonable({**{k: d[k] for k in ("verdict", "direction", "identity", "metric", "design", "shared_seeds",
-                                          "paired", "unpaired", "noise_floor", "noise_ratio", "seeds_to_resolve",
-                                          "diverged", "baseline", "candidate", "cost", "declared", "identity_detail")},
-                     "report": c.to_dict()})
 
 
 @click.command("demo")
@@ -192,17 +161,18 @@ def factorial_command(target: str, a: str, b: str, seeds: str, sets: tuple[str, 
 @click.option("--max-seeds", type=int, default=32, show_default=True, help="Seeds a probe may grow to while UNKNOWN.")
 @click.option("--metric", default="val_loss", show_default=True)
 @click.option("--margin", type=float, default=None, help="Regression criterion (default: the baseline's seed spread).")
+@click.option("--min-effect", default=None, metavar="X", help="The criterion as for compare: 0.01, 2% or 0.5x.")
 @click.option("--alpha", type=float, default=0.05, show_default=True)
 @store_option
 @json_option
 def bisect_command(target: str, base: tuple[str, ...], candidate: tuple[str, ...], order: str | None, seeds: str,
-                   max_seeds: int, metric: str, margin: float | None, alpha: float, store: str | None,
-                   as_json: bool) -> int:
+                   max_seeds: int, metric: str, margin: float | None, min_effect: str | None, alpha: float,
+                   store: str | None, as_json: bool) -> int:
     """Find which change between two configs of TARGET regresses METRIC, confirmed alone."""
     from ..lab.bisect import bisect
 
     report = bisect(target, list(base), list(candidate), seeds, order=order, metric=metric, margin=margin,
-                    max_seeds=max_seeds, alpha=alpha, store=store, progress=not as_json)
+                    max_seeds=max_seeds, alpha=alpha, store=store, progress=not as_json, min_effect=min_effect)
     emit(report, as_json)
     return EXIT_OK
 
@@ -235,15 +205,16 @@ def determinism_command(target: str, seed: int, sets: tuple[str, ...], metric: s
 @click.option("--metric", default="val_loss", show_default=True)
 @click.option("--alpha", type=float, default=0.05, show_default=True)
 @click.option("--start", type=int, default=0, show_default=True, help="First seed; runs already recorded are reused.")
+@click.option("--min-effect", default=None, metavar="X", help="Each comparison's min effect (as for compare).")
 @store_option
 @json_option
 def aa_command(target: str, pairs: int, seeds_per_side: int, sets: tuple[str, ...], metric: str, alpha: float,
-               start: int, store: str | None, as_json: bool) -> int:
+               start: int, min_effect: str | None, store: str | None, as_json: bool) -> int:
     """A/A self-check: how often does compare call identical configs SYSTEM_CHANGED? Exit 1 if above alpha."""
     from ..lab.aa import aa
 
     report = aa(target, pairs, seeds_per_side, sets=list(sets), metric=metric, alpha=alpha, start=start, store=store,
-                progress=not as_json)
+                progress=not as_json, min_effect=min_effect)
     emit(report, as_json)
     return EXIT_OK if report.ok else EXIT_FOUND
 
@@ -292,20 +263,25 @@ def calibrate(sweep_name: str, alpha: float, holdout_seeds: str | None, metric: 
 @click.argument("ref", metavar="SWEEP_OR_TARGET")
 @click.option("--seeds", default=None, help="Seeds to run when checking a workload target (default 999).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override the gate's config (repeatable).")
+@click.option("--min-effect", default=None, metavar="X",
+              help="Fail only runs also worse than the calibration median by more than X (0.01, 2% or 0.5x).")
 @store_option
 @json_option
-def check(gate_file: str, ref: str, seeds: str | None, sets: tuple[str, ...], store: str | None, as_json: bool) -> int:
+def check(gate_file: str, ref: str, seeds: str | None, sets: tuple[str, ...], min_effect: str | None,
+          store: str | None, as_json: bool) -> int:
     """Check a stored sweep's runs, or run a target at --seeds with the gate's config, against the gate."""
+    from ..lab._effect import parse_min_effect
     from ..lab.gate import Gate
     from ..lab.gate_digest import verify_gate_file
 
+    parse_min_effect(min_effect)  # a bad one fails before any run
     gate = Gate.load(gate_file)
     verify_gate_file(gate, gate_file, store)  # consistent tampering: the store still has the real values
     records = _stored(ref, store)
     if records is not None:
         if seeds is not None or sets:
             raise InvalidArgument(f"{ref!r} is a stored sweep; --seeds and --set apply to a workload target: drop them")
-        report = gate.check(records)
+        report = gate.check(records, min_effect=min_effect)
     elif ":" in ref:
         from ..lab.sweep import default_name
         from ..lab.sweep import sweep as run_sweep
@@ -315,7 +291,7 @@ def check(gate_file: str, ref: str, seeds: str | None, sets: tuple[str, ...], st
         cfg = workload.config(gate.config, list(sets))
         result = run_sweep(workload, seeds or "999", config=cfg, store=store, progress=not as_json,
                            name="gate-check-" + default_name(workload, cfg))
-        report = gate.check(result)
+        report = gate.check(result, min_effect=min_effect)
     else:
         raise NotFound(f"{ref!r} is neither a stored sweep nor a workload target; pass a sweep name (see `firstdiv "
                        "runs`) or a target like builtin:mlp or path/to/file.py:train")

@@ -13,6 +13,7 @@ from scipy import stats as sps
 
 from ..errors import InvalidArgument
 from ..report import Divergence, Finding, Report, Status
+from ._effect import parse_min_effect
 from .compare import SYSTEM_CHANGED, compare
 from .store import Store
 from .sweep import sweep
@@ -21,8 +22,12 @@ from .workload import Workload, resolve
 
 def aa(target: str | Workload, pairs: int = 20, seeds_per_side: int = 4, *, sets: Sequence[str] | None = None,
        config: dict[str, Any] | None = None, metric: str = "val_loss", alpha: float = 0.05, start: int = 0,
-       store: Store | str | os.PathLike[str] | None = None, progress: bool = False) -> Report:
+       store: Store | str | os.PathLike[str] | None = None, progress: bool = False,
+       min_effect: float | str | None = None, backend: str = "serial") -> Report:
     """Run ``2 * pairs * seeds_per_side`` seeds of one config; compare pair i's two disjoint halves.
+
+    ``min_effect`` is passed to each comparison (its pairs then read PRACTICALLY_EQUIVALENT or NOT_RESOLVED);
+    ``backend``: how the sweep runs (records are the same on every backend).
 
     FAIL when the false SYSTEM_CHANGED rate is significantly above ``alpha`` (one-sided exact
     binomial test at level 0.05).
@@ -31,11 +36,12 @@ def aa(target: str | Workload, pairs: int = 20, seeds_per_side: int = 4, *, sets
         raise InvalidArgument(f"Expected --pairs >= 1 and --seeds-per-side >= 2 but got {pairs} and {seeds_per_side}")
     if not 0 < alpha < 1:
         raise InvalidArgument(f"Expected alpha in (0, 1) but got {alpha}")
+    parse_min_effect(min_effect)  # a bad one fails before any run
     wl = target if isinstance(target, Workload) else resolve(target)
     cfg = wl.config(config, list(sets or []))
     n = 2 * pairs * seeds_per_side
     result = sweep(wl, range(start, start + n), config=cfg, name=f"aa-{wl.target.split(':')[-1]}", store=store,
-                   progress=progress)
+                   progress=progress, backend=backend)
     by_seed = {r.seed: r for r in result.records}
     if len(by_seed) < n:
         raise InvalidArgument(f"{n - len(by_seed)} of the {n} A/A runs failed; fix the workload first "
@@ -46,8 +52,10 @@ def aa(target: str | Workload, pairs: int = 20, seeds_per_side: int = 4, *, sets
         lo = start + 2 * i * seeds_per_side
         a = [by_seed[s] for s in range(lo, lo + seeds_per_side)]
         b = [by_seed[s] for s in range(lo + seeds_per_side, lo + 2 * seeds_per_side)]
-        verdicts.append(compare(a, b, metric=metric, alpha=alpha, rng=rng).verdict)
-    return _report(wl, pairs, seeds_per_side, metric, alpha, verdicts)
+        verdicts.append(compare(a, b, metric=metric, alpha=alpha, rng=rng, min_effect=min_effect).verdict)
+    report = _report(wl, pairs, seeds_per_side, metric, alpha, verdicts)
+    report.details["min_effect"] = None if min_effect is None else str(min_effect)
+    return report
 
 
 def _report(wl: Workload, pairs: int, k: int, metric: str, alpha: float, verdicts: list[str]) -> Report:

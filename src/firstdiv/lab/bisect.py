@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import InvalidArgument
 from ..report import Divergence, Finding, Report, Status
 from . import stats
+from ._effect import MinEffect, parse_min_effect
 from .compare import higher_is_better
 from .configs import build, spec_keys
 from .record import short_hash
@@ -42,6 +43,7 @@ class _Lab:
     progress: bool
     margin: float | None = None
     hib: bool = False
+    effect: MinEffect | None = None
 
     def run(self, keys: Sequence[str], label: str) -> SweepResult:
         cfg = dict(self.base, **{k: self.cand[k] for k in keys})
@@ -69,8 +71,8 @@ def _probe(lab: _Lab, keys: Sequence[str], label: str) -> dict[str, Any]:
     """Run ``keys`` applied to the baseline and decide it; add seeds while UNKNOWN."""
     while True:
         base = _values(lab.run([], "baseline"), lab.metric)
-        if lab.margin is None:
-            lab.margin = stats.describe(list(base.values()))["spread"]
+        if lab.margin is None:  # the min effect (default 1x the noise floor) from the first baseline
+            lab.margin = (lab.effect or MinEffect("noise", 1.0, "1x")).threshold(list(base.values()))
         values = _values(lab.run(keys, label), lab.metric)
         shared = sorted(set(base) & set(values))
         pair = stats.paired([base[s] for s in shared], [values[s] for s in shared],
@@ -88,12 +90,17 @@ def _probe(lab: _Lab, keys: Sequence[str], label: str) -> dict[str, Any]:
 def bisect(target: str | Workload, base: Any, candidate: Any, seeds: str | Sequence[int] = "0-7", *,
            order: Sequence[str] | str | None = None, metric: str = "val_loss", margin: float | None = None,
            max_seeds: int = 32, alpha: float = stats.ALPHA, store: Store | str | os.PathLike[str] | None = None,
-           progress: bool = False) -> Report:
+           progress: bool = False, min_effect: float | str | None = None) -> Report:
     """Find which change of ``candidate`` over ``base`` regresses ``metric``; see module docstring.
 
     ``base``/``candidate``: dicts, .json/.yaml paths or "k=v,k=v" strings. ``margin``: the regression
     criterion (worse by more than this); default the baseline's seed spread (the noise floor).
+    ``min_effect``: the same criterion written as for compare (0.01, "2%" of the baseline mean, "0.5x" the
+    noise floor); ``margin=m`` is ``min_effect=m``, and the default is ``min_effect="1x"``.
     """
+    effect = parse_min_effect(min_effect)
+    if effect is not None and margin is not None:
+        raise InvalidArgument("Give --margin or --min-effect, not both (--margin M is --min-effect M)")
     wl = target if isinstance(target, Workload) else resolve(target)
     base_cfg, cand_cfg = build(wl, base), build(wl, candidate)
     changes = _order([k for k in dict.fromkeys([*spec_keys(candidate), *cand_cfg]) if base_cfg.get(k) != cand_cfg.get(k)],
@@ -109,7 +116,7 @@ def bisect(target: str | Workload, base: Any, candidate: Any, seeds: str | Seque
     st = Store(store) if owned else store
     try:
         lab = _Lab(wl, base_cfg, cand_cfg, changes, seed_list, max_seeds, metric, alpha, st, progress, margin,
-                   higher_is_better(metric))
+                   higher_is_better(metric), effect)
         return _search(lab)
     finally:
         if owned:
@@ -185,6 +192,7 @@ def _report(lab: _Lab, probes: list[dict[str, Any]], culprit: str | None, partne
                         f"CI [{p['ci_low']:+.4g}, {p['ci_high']:+.4g}] at {p['n']} seeds: {p['decision']}", p)
                 for p in probes]
     details = {"workload": lab.workload.target, "metric": lab.metric, "margin": lab.margin, "alpha": lab.alpha,
+               "min_effect": lab.effect.text if lab.effect else None,
                "changes": [{"key": k, "base": lab.base[k], "candidate": lab.cand[k]} for k in lab.changes],
                "probes": probes, "culprit": culprit, "partner": partner, "conclusion": sentence, "kind": kind,
                "seeds": lab.seeds}

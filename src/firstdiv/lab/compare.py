@@ -13,12 +13,15 @@ import numpy as np
 from ..errors import InvalidArgument, NotFound
 from ..report import Divergence, Finding, Report, Status
 from . import stats
+from ._effect import PRACTICALLY_EQUIVALENT, effect_verdict, judge, parse_min_effect
 from .criteria import MET, NOT_MET, UNRESOLVED, grade, parse_criterion
 from .record import RunRecord
 from .store import Store, SweepInfo
 from .sweep import SweepResult, load_sweep
 
 MEASUREMENT_CHANGED, NOT_RESOLVED, SYSTEM_CHANGED = "MEASUREMENT_CHANGED", "NOT_RESOLVED", "SYSTEM_CHANGED"
+#: every verdict, in chapter 14's order of precedence
+VERDICTS = (MEASUREMENT_CHANGED, SYSTEM_CHANGED, PRACTICALLY_EQUIVALENT, NOT_RESOLVED)
 SAME, CHANGED, UNKNOWN = "SAME", "CHANGED", "UNKNOWN"
 _HIGHER = ("acc", "accuracy", "f1", "auc", "precision", "recall", "score", "examples_per_s", "throughput", "bleu")
 
@@ -127,12 +130,15 @@ class Comparison(Report):
 
 def compare(baseline: Any, candidate: Any, *, metric: str = "val_loss",
             store: Store | str | os.PathLike[str] | None = None, alpha: float = stats.ALPHA,
-            rng: np.random.Generator | None = None) -> Comparison:
+            rng: np.random.Generator | None = None, min_effect: float | str | None = None) -> Comparison:
     """Compare two sweeps (names, SweepResults or record lists) on ``metric``.
 
     Verdict order (DESIGN.md): eval fingerprint differs -> MEASUREMENT_CHANGED; difference not
     resolved at ``alpha`` -> NOT_RESOLVED (with seeds needed); else SYSTEM_CHANGED with direction.
+    ``min_effect`` (0.01, "2%" of the baseline mean, "0.5x" the noise floor): SYSTEM_CHANGED only when the
+    CI clears +-that threshold, PRACTICALLY_EQUIVALENT when TOST puts it inside, else NOT_RESOLVED.
     """
+    effect = parse_min_effect(min_effect)
     if not isinstance(metric, str) or not metric:
         raise InvalidArgument(f"Expected `metric` to be a metric name such as 'val_loss' but got {metric!r}")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
@@ -155,7 +161,7 @@ def compare(baseline: Any, candidate: Any, *, metric: str = "val_loss",
             raise NotFound(f"Metric {metric!r} is not recorded in sweep {side.name!r} "
                            f"(seeds {missing[:5]}); recorded metrics: {', '.join(known)}")
     rng = rng if rng is not None else np.random.default_rng(0)
-    return _build(base, cand, metric, alpha, rng)
+    return _build(base, cand, metric, alpha, rng, effect)
 
 
 @dataclass(frozen=True)
@@ -171,21 +177,23 @@ class ComparisonView:
 
 
 def comparison_view(baseline: Any, candidate: Any, *, metric: str = "val_loss", store: Any = None,
-                    alpha: float = 0.05) -> ComparisonView:
+                    alpha: float = 0.05, min_effect: float | str | None = None) -> ComparisonView:
     """Compare two sweeps (names in ``store``, or SweepResults) exactly as ``firstdiv compare`` does."""
+    kw = {"metric": metric, "alpha": alpha, "min_effect": min_effect}
     if isinstance(baseline, SweepResult) and isinstance(candidate, SweepResult):
-        return ComparisonView(compare(baseline, candidate, metric=metric, alpha=alpha), baseline, candidate)
+        return ComparisonView(compare(baseline, candidate, **kw), baseline, candidate)
     owned = not isinstance(store, Store)
     st = Store(store, create=False) if owned else store
     try:
         sides = [ref if isinstance(ref, SweepResult) else load_sweep(ref, st) for ref in (baseline, candidate)]
-        return ComparisonView(compare(sides[0], sides[1], metric=metric, alpha=alpha), sides[0], sides[1])
+        return ComparisonView(compare(sides[0], sides[1], **kw), sides[0], sides[1])
     finally:
         if owned:
             st.close()
 
 
-def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Generator) -> Comparison:
+def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Generator,
+           effect: Any = None) -> Comparison:
     hib = higher_is_better(metric, base.records + cand.records)
     ident = identity(base.records, cand.records)
     allb = {r.seed: r.final[metric] for r in base.records}
@@ -216,14 +224,16 @@ def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Gen
         verdict = SYSTEM_CHANGED
     spread = floor.get("spread") or None
     coupling = _coupling(pair, [bvals[s] for s in shared], [cvals[s] for s in shared]) if pair_used else None
-    if pair_used:
-        need = stats.seeds_to_resolve(delta, pair["stdev_delta"], paired_design=True, alpha=alpha)
-    elif min(len(bvals), len(cvals)) < 2:
-        need = None  # single runs carry no estimate of seed noise
-    else:
-        sds = [stats.describe(list(v.values())).get("stdev", 0.0) for v in (bvals, cvals)]
-        pooled = float(np.sqrt(np.mean(np.square(sds))))
-        need = stats.seeds_to_resolve(delta or 0.0, pooled, paired_design=False, alpha=alpha)
+    sd = _design_sd(pair, bvals, cvals)
+    need = None if sd is None else stats.seeds_to_resolve(delta or 0.0, sd, paired_design=pair_used, alpha=alpha)
+    judged = None
+    if effect is not None:
+        b_used, c_used = ([bvals[s] for s in shared], [cvals[s] for s in shared]) if pair_used else \
+            (list(bvals.values()), list(cvals.values()))
+        judged = judge(effect, b_used, c_used, test, paired_design=pair_used, alpha=alpha, sd=sd,
+                       baseline=list(bvals.values()))
+        if verdict in (NOT_RESOLVED, SYSTEM_CHANGED) and not (diverged is not None and diverged["direction"]):
+            verdict, direction, resolved = effect_verdict(judged, verdict, direction, resolved)
     details: dict[str, Any] = {
         "verdict": verdict, "direction": direction, "metric": metric, "higher_is_better": hib, "alpha": alpha,
         "baseline_name": base.name, "candidate_name": cand.name,
@@ -232,12 +242,37 @@ def _build(base: Side, cand: Side, metric: str, alpha: float, rng: np.random.Gen
         "paired": pair, "unpaired": unp, "resolved": resolved, "coupling": coupling, "seeds_to_resolve": need,
         "noise_floor": {"spread": floor.get("spread"), "stdev": floor.get("stdev"), "n": floor.get("n")},
         "noise_ratio": abs(delta) / spread if spread and delta is not None else None,
-        "diverged": diverged,
+        "diverged": diverged, "min_effect": judged,
         "baseline": _summaries(base.records), "candidate": _summaries(cand.records),
         "cost": _cost(base.records, cand.records),
         "declared": _declared(cand, metric, test, spread, resolved, direction, verdict, diverged),
     }
     return _report(details, ident)
+
+
+def _design_sd(pair: dict[str, Any] | None, bvals: dict[int, float], cvals: dict[int, float]) -> float | None:
+    """The stdev seeds_to_resolve takes: of the paired deltas, else pooled over both sides (None: single runs)."""
+    if pair is not None:
+        return pair["stdev_delta"]
+    if min(len(bvals), len(cvals)) < 2:
+        return None  # single runs carry no estimate of seed noise
+    sds = [stats.describe(list(v.values())).get("stdev", 0.0) for v in (bvals, cvals)]
+    return float(np.sqrt(np.mean(np.square(sds))))
+
+
+def within_declared(details: dict[str, Any]) -> bool:
+    """A declared "within noise" criterion is MET: the change is resolved but inside what the run declared
+    it may move, so it is no failure (a WARN) and no regression."""
+    dec = details.get("declared") or {}
+    return dec.get("form") == "within_noise" and dec.get("result") == MET
+
+
+def is_regression(c: Comparison) -> bool:
+    """What --fail-on-regression fails on: MEASUREMENT_CHANGED, or SYSTEM_CHANGED (worse) beyond the
+    min_effect when one is given, unless a declared "within noise" criterion is MET."""
+    if c.verdict == MEASUREMENT_CHANGED:
+        return True
+    return c.verdict == SYSTEM_CHANGED and c.direction == "worse" and not within_declared(c.details)
 
 
 def _divergence(metric: str, base: dict[int, float], cand: dict[int, float]) -> dict[str, Any] | None:
@@ -311,7 +346,7 @@ def _declared(cand: Side, metric: str, test: dict[str, Any], spread: float | Non
     if diverged is not None and diverged["direction"] is not None:
         return {**out, **_grade_diverged(crit.form, diverged)}
     graded = grade(crit, ci=(test["ci_low"], test["ci_high"]), noise_floor=spread, resolved=resolved, direction=direction)
-    return {**out, **graded}
+    return {**out, **graded, "form": crit.form}
 
 
 def _grade_diverged(form: str, diverged: dict[str, Any]) -> dict[str, Any]:
@@ -351,8 +386,12 @@ def _report(details: dict[str, Any], ident: dict[str, Any]) -> Comparison:
             div = Divergence(metric, f"system.changed.{details['direction']}", f"finite {metric} on every seed",
                              diverged["text"], hint)
         else:
-            div = Divergence(metric, f"system.changed.{details['direction']}",
-                             f"within seed noise (baseline spread {details['noise_floor']['spread']:.4g})",
+            eff = details["min_effect"]
+            expected = (f"within seed noise (baseline spread {details['noise_floor']['spread']:.4g})" if eff is None
+                        else f"a difference inside the min effect +-{eff['threshold']:.4g} ({eff['what']})")
+            div = Divergence(metric, f"system.changed.{details['direction']}", expected,
+                             f"mean delta {test['mean_delta']:+.4g} (p={test['p_value']:.3g}, "
+                             f"CI [{test['ci_low']:+.4g}, {test['ci_high']:+.4g}])" if eff else
                              f"mean delta {test['mean_delta']:+.4g} (p={test['p_value']:.3g})", hint)
-        status = Status.FAIL if details["direction"] == "worse" else Status.WARN
+        status = Status.FAIL if details["direction"] == "worse" and not within_declared(details) else Status.WARN
     return Comparison("compare", status, div, tuple(findings), side_effects="none (read-only)", details=details)

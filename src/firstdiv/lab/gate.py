@@ -115,9 +115,15 @@ class Gate:
             if owned:
                 st.close()  # type: ignore[union-attr]
 
-    def check(self, x: Any) -> GateCheck:
-        """Check one value, many values, a SweepResult or run records against the threshold."""
-        return _check(self, _entries(x, self.metric))
+    def check(self, x: Any, *, min_effect: float | str | None = None) -> GateCheck:
+        """Check one value, many values, a SweepResult or run records against the threshold; with
+        ``min_effect`` a run fails only when also worse than the calibration median by more than it."""
+        from .gate_effect import effect_threshold
+
+        gate, effect = effect_threshold(self, min_effect)
+        report = _check(gate, _entries(x, self.metric))
+        report.details["min_effect"] = effect
+        return report
 
     def report(self) -> Report:
         """The calibration as a report: FAIL when the held-out false alarms exceed alpha."""

@@ -194,6 +194,11 @@ def render_check(c: Any, run_text: Callable[[str, float, dict[str, Any]], str]) 
         yield Text(f"  ... {d['m'] - 20} more runs")
     if d["m"] > 1:
         yield Text(f"  {d['exceeded']}/{d['m']} over the threshold; {d['rule']}: p={d['p_value']:.3g}")
+    e = d.get("min_effect")
+    if e:
+        yield Text(f"  min effect {e['spec']} ({e['what']}) = {e['value']:.4g} from the calibration median "
+                   f"{e['median']:.4f}: threshold {e['calibrated_threshold']:.4f} -> {e['threshold']:.4f}"
+                   + ("" if e["decides"] else " (the calibrated threshold is already beyond it)"))
     meas = d["measurement"]
     yield Text(f"  eval fingerprint {meas['calibrated']} -> {', '.join(meas['observed']) or 'not recorded'}  {meas['state']}")
     g = d["gate"]

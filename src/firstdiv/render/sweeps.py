@@ -125,11 +125,29 @@ def _stats_lines(d: dict[str, Any], metric: str) -> Iterable[Text]:
                    f"Welch p={u['p_value']:.3g}  Mann-Whitney p={p_text(u['mannwhitney_p'])}")
     if d["noise_ratio"] is not None:
         yield Text(f"  -> {d['noise_ratio']:.1f}x the noise floor (baseline spread {d['noise_floor']['spread']:.4f})")
+    if d.get("min_effect"):
+        yield from _effect_lines(d["min_effect"])
+
+
+def _effect_lines(e: dict[str, Any]) -> Iterable[Text]:
+    """The threshold, where the CI lies against it, and the TOST that backs an equivalence."""
+    if e["threshold"] is None:
+        yield Text(f"  min effect {e['spec']} ({e['what']}): no threshold (the baseline needs at least 2 seeds)")
+        return
+    where = {"beyond": "beyond", "inside": "inside", "straddles": "straddles", None: "not comparable with"}[e["relation"]]
+    ci = "no CI" if e["ci_low"] is None else f"{e['confidence']:.0%} CI [{e['ci_low']:+.4f}, {e['ci_high']:+.4f}]"
+    yield Text(f"  min effect {e['spec']} ({e['what']}) = +-{e['threshold']:.4g}: {ci} {where} +-{e['threshold']:.4g}")
+    t = e["tost"]
+    if t and t["p_value"] is not None:
+        yield Text(f"    equivalence (TOST): {t['confidence']:.0%} CI [{t['ci_low']:+.4f}, {t['ci_high']:+.4f}]  "
+                   f"p={t['p_value']:.3g}  {'equivalent' if t['equivalent'] else 'not shown equivalent'} "
+                   f"at alpha={(1 - t['confidence']) / 2:.3g}")
 
 
 def _verdict_line(d: dict[str, Any]) -> Text:
     verdict = d["verdict"]
-    style = {"MEASUREMENT_CHANGED": "bold magenta", "NOT_RESOLVED": "bold cyan", "SYSTEM_CHANGED": "bold red"}[verdict]
+    style = {"MEASUREMENT_CHANGED": "bold magenta", "NOT_RESOLVED": "bold cyan", "SYSTEM_CHANGED": "bold red",
+             "PRACTICALLY_EQUIVALENT": "bold green"}[verdict]
     line = Text("VERDICT  ", style="bold")
     line.append(verdict, style=style)
     ident = d["identity_detail"]
@@ -141,6 +159,15 @@ def _verdict_line(d: dict[str, Any]) -> Text:
         if verdict == "SYSTEM_CHANGED":
             line.append(f" ({d['direction']})")
         line.append(f": {d['diverged']['text']}; changed {', '.join(changed) if changed else 'nothing recorded'}")
+    elif verdict == "PRACTICALLY_EQUIVALENT":
+        e = d["min_effect"]
+        line.append(f": the difference is inside +-{e['threshold']:.4g} ({e['what']}); no effect that matters")
+    elif verdict == "NOT_RESOLVED" and (d.get("min_effect") or {}).get("relation") == "straddles":
+        e, n = d["min_effect"], len(d["shared_seeds"]) if d["design"] == "paired" else d["unpaired"]["n_base"]
+        side = "resolved from zero but " if e["resolved_from_zero"] else ""
+        need = e["seeds_to_resolve"]
+        line.append(f": {side}not resolved against the min effect +-{e['threshold']:.4g} at {n} seeds (the CI straddles it); "
+                    + (f"about {need} seeds would resolve it" if need else "the effect sits at the threshold"))
     elif verdict == "NOT_RESOLVED":
         need = d["seeds_to_resolve"]
         u = d["unpaired"]
@@ -155,6 +182,10 @@ def _verdict_line(d: dict[str, Any]) -> Text:
     else:
         changed = [k for k in ("config", "code", "data", "env") if ident[k]["state"] == "CHANGED"]
         line.append(f" ({d['direction']}): changed {', '.join(changed) if changed else 'nothing recorded'}")
+        if d.get("min_effect"):
+            line.append(f"; the CI clears the min effect +-{d['min_effect']['threshold']:.4g}")
+        if (d.get("declared") or {}).get("form") == "within_noise" and d["declared"]["result"] == "MET":
+            line.append("; inside the declared noise criterion, so no failure")
     return line
 
 
@@ -182,7 +213,8 @@ def _table(*columns: str) -> Table:
 def render_bisect(report: Any) -> Iterable[Any]:
     d = report.details
     yield Text(f"{d['workload']}: {len(d['changes'])} changes, metric {d['metric']}, regression criterion: worse by "
-               f"more than {d['margin']:.4g} (paired {1 - d['alpha']:.0%} CI clear of it)")
+               f"more than {d['margin']:.4g}{' (min effect ' + d['min_effect'] + ')' if d.get('min_effect') else ''} "
+               f"(paired {1 - d['alpha']:.0%} CI clear of it)")
     changes = _table("#", "change", "base", "candidate")
     for i, c in enumerate(d["changes"], 1):
         changes.add_row(str(i), Text(c["key"]), Text(repr(c["base"])), Text(repr(c["candidate"])))
@@ -221,7 +253,8 @@ def render_determinism(report: Any) -> Iterable[Any]:
 def render_aa(report: Any) -> Iterable[Any]:
     d = report.details
     yield Text(f"{d['workload']}: {d['pairs']} A/A comparisons of disjoint seed sets ({d['seeds_per_side']} seeds a side) "
-               f"of one config, metric {d['metric']}, alpha {d['alpha']}")
+               f"of one config, metric {d['metric']}, alpha {d['alpha']}"
+               + (f", min effect {d['min_effect']}" if d.get("min_effect") else ""))
     verdicts = ", ".join(f"{k} {v}" for k, v in d["verdicts"].items())
     yield Text(f"  verdicts: {verdicts}")
     yield Text(f"  false SYSTEM_CHANGED rate {d['rate']:.3f}  exact {d['confidence']:.0%} CI [{d['ci_low']:.3f}, "

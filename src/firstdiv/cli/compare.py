@@ -1,0 +1,47 @@
+"""`firstdiv compare`: two sweeps, their identity, paired deltas, cost, declared criterion and verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ._common import EXIT_FOUND, EXIT_OK, emit, json_option, store_option
+
+MIN_EFFECT_HELP = ("Smallest effect that matters: absolute (0.01), relative to the baseline mean (2%) or a multiple of "
+                   "the noise floor (0.5x). SYSTEM_CHANGED only when the CI clears it; PRACTICALLY_EQUIVALENT inside it.")
+
+
+@click.command("compare")
+@click.argument("baseline")
+@click.argument("candidate")
+@click.option("--metric", default="val_loss", show_default=True)
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the tests.")
+@click.option("--min-effect", default=None, metavar="X", help=MIN_EFFECT_HELP)
+@click.option("--fail-on-regression", is_flag=True,
+              help="Exit 1 on SYSTEM_CHANGED (worse; beyond --min-effect when given) or MEASUREMENT_CHANGED.")
+@store_option
+@json_option
+def compare_command(baseline: str, candidate: str, metric: str, alpha: float, min_effect: str | None,
+                    fail_on_regression: bool, store: str | None, as_json: bool) -> int:
+    """Compare two sweeps: identity, paired deltas, cost, declared criterion, verdict."""
+    from ..lab.compare import compare as run_compare
+    from ..lab.compare import is_regression
+    from ..lab.store import Store
+
+    with Store(store, create=False) as st:
+        result = run_compare(baseline, candidate, metric=metric, store=st, alpha=alpha, min_effect=min_effect)
+    emit(result, as_json, comparison_json(result) if as_json else None)
+    return EXIT_FOUND if fail_on_regression and is_regression(result) else EXIT_OK
+
+
+def comparison_json(c: Any) -> dict[str, Any]:
+    """The comparison's evidence for machines: the verdict, the tests, the min effect and the report."""
+    from ..lab.record import jsonable
+
+    d = c.details
+    return jsonable({**{k: d[k] for k in ("verdict", "direction", "identity", "metric", "design", "shared_seeds",
+                                          "paired", "unpaired", "noise_floor", "noise_ratio", "seeds_to_resolve",
+                                          "min_effect", "diverged", "baseline", "candidate", "cost", "declared",
+                                          "identity_detail")},
+                     "report": c.to_dict()})
