@@ -264,3 +264,39 @@ def test_bad_arguments_name_the_problem(kwargs, message):
     with pytest.raises(InvalidArgument, match="scalar loss"):
         w.step(torch.ones(3))
     w.close()
+
+
+def test_sparse_gradients_a_foreign_tensor_and_observed_losses_are_handled():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(20, 8, sparse=True), nn.Flatten(), nn.Linear(8 * 4, 1))
+    temperature = nn.Parameter(torch.ones(()))  # learnable, outside the model: fine
+    opt = torch.optim.SGD([*model.parameters(), temperature], lr=0.01)
+    ids, y = torch.randint(0, 20, (16, 4)), torch.randn(16, 1)
+    with firstdiv.watch(model, opt, every=2) as w:
+        for _ in range(6):
+            loss = ((model(ids) * temperature - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            w.observe(loss=loss.item())
+            w.step()
+    report = w.report
+    assert report.status is Status.WARN, str(report)
+    assert [f.check for f in report.findings if f.status is Status.WARN] == ["ownership.foreign"]
+    assert len(report.details["loss"]) == 3
+
+
+def test_a_check_that_cannot_run_is_a_skipped_finding_and_training_goes_on(monkeypatch):
+    from firstdiv.instruments.watch import _checks
+
+    def broken(t):
+        raise RuntimeError("no norm for this tensor")
+
+    monkeypatch.setattr(_checks, "norm_of", broken)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with firstdiv.watch(model, opt, every=5) as w:
+        report = train(model, opt, w, steps=10)
+    skipped = [f for f in report.findings if f.status is Status.SKIPPED]
+    assert skipped and "no norm for this tensor" in skipped[0].message
+    assert report.status is Status.PASS

@@ -153,6 +153,12 @@ class Watch:
     def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._armed or id(optimizer) in self._stepped:
             return
+        try:
+            self._take_before(optimizer)
+        except Exception as exc:  # noqa: BLE001 (a check that cannot run must not stop the user's training)
+            self._give_up(exc)
+
+    def _take_before(self, optimizer: torch.optim.Optimizer) -> None:
         if self._current is None:
             self._current = Measurement(training=self.model.training)
             self._named = list(self.model.named_parameters())
@@ -164,7 +170,17 @@ class Watch:
         if self._current is None or id(optimizer) in self._stepped or not self._current.before:
             return
         self._stepped.add(id(optimizer))
-        update_sizes(self._named, self._current)
+        try:
+            update_sizes(self._named, self._current)
+        except Exception as exc:  # noqa: BLE001 (as in _pre: a note, and training goes on)
+            self._give_up(exc)
+
+    def _give_up(self, exc: Exception) -> None:
+        """This check step's measurement could not be taken: a note saying why, and the next step is measured."""
+        note = f"step {self._n}: the gradient/update check could not run ({type(exc).__name__}: {exc})"
+        if note not in self._notes:
+            self._notes.append(note)
+        self._current = None
 
     def _check(self, idx: int) -> None:
         named = list(self.model.named_parameters())

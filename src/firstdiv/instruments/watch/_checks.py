@@ -13,7 +13,17 @@ from typing import Any
 
 import torch
 
-__all__ = ["Event", "Measurement", "grad_facts", "ownership", "snapshot", "update_sizes"]
+__all__ = ["Event", "Measurement", "grad_facts", "norm_of", "ownership", "snapshot", "update_sizes"]
+
+
+def norm_of(t: torch.Tensor) -> float:
+    """The 2-norm of a dense, sparse or complex tensor, in float32, as a Python float."""
+    t = t.detach()
+    if t.is_sparse:
+        t = t.coalesce().values()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return float(torch.linalg.vector_norm(t, dtype=torch.float32))
 
 
 @dataclass(frozen=True)
@@ -77,7 +87,7 @@ def grad_facts(named: list[tuple[str, torch.nn.Parameter]], held: set[int], m: M
             if g is None:
                 m.missing_grad.append(name)
                 continue
-            norm = float(torch.linalg.vector_norm(g.detach().float()))
+            norm = norm_of(g)
             if not math.isfinite(norm):
                 m.nonfinite_grad.append((name, norm))
 
@@ -97,11 +107,11 @@ def update_sizes(named: list[tuple[str, torch.nn.Parameter]], m: Measurement) ->
             if old is None:
                 continue
             new = p.detach()
-            delta = float(torch.linalg.vector_norm((new - old).float()))
+            delta = norm_of(new - old)
             m.moved[name] = delta > 0 or not math.isfinite(delta)
             if old.dim() >= 2:
                 m.dims2.add(name)
-                scale = float(torch.linalg.vector_norm(old.float()))
+                scale = norm_of(old)
                 if scale > 0 and math.isfinite(scale):
                     m.ratio[name] = delta / scale if math.isfinite(delta) else math.inf
     m.before = {}

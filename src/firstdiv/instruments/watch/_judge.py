@@ -137,6 +137,7 @@ class Judge:
         fails = [e for e in ordered if e.status == "FAIL"]
         findings = [Finding(e.where, e.kind, Status(e.status), e.message,
                             {"step": e.step, "observed": e.observed, "expected": e.expected}) for e in ordered]
+        findings += [Finding("run", "not_checked", Status.SKIPPED, note) for note in notes]
         for check, n in sorted(self.counts.items()):
             findings.append(Finding("run", check, Status.PASS, f"{check} checked {n} time(s)", {"checks": n}))
         details = {"steps": steps, "every": every, "checks": self.checks, "notes": notes,
