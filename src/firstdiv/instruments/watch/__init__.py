@@ -13,16 +13,21 @@ a check step:
   unscale; a step GradScaler skips is no measurement and the next step is measured instead): non-finite (FAIL
   ``grad.nonfinite``), missing on a held parameter (WARN);
 - the update of that one optimizer step, from a copy of the parameters taken in the pre-hook: ``||delta|| /
-  ||weight||`` of every weight with >= 2 dims above ``ratio_bounds[1]`` at two consecutive checks, or
-  above 1 once (FAIL ``update.too_large``, at the first of them; the rule of
-  thumb is ~1e-3) or below ``ratio_bounds[0]`` (WARN); a declared-frozen parameter that moved (FAIL); a parameter
-  unchanged at ``stall_checks`` consecutive checks while others moved (WARN ``param.stalled``);
+  ||weight||`` of every weight with >= 2 dims (the rule of thumb is ~1e-3): larger than 1, the update bigger than
+  the weight, is FAIL ``update.too_large`` (except on a weight that had a zero norm at the previous check, as a
+  zero-initialised adapter has); above ``ratio_bounds[1]`` and not shrinking at consecutive checks is a WARN (the
+  warm-up of momentum does that on a correct run), below ``ratio_bounds[0]`` a WARN; a declared-frozen parameter
+  that moved is FAIL; a parameter unchanged at ``stall_checks`` consecutive checks while others moved is a WARN;
+- zeroing: for the backward pass after a check step, gradient hooks see whether the first gradient to arrive
+  finds ``.grad`` still holding the previous step's values (FAIL ``grad.not_zeroed``: ``optimizer.zero_grad()``
+  forgotten; accumulation over several batches per optimizer step is fine);
 - the loss passed to ``w.step(loss)`` / ``w.observe(loss=...)``, averaged between checks: non-finite (FAIL), not
   lower than ``loss_window`` checks earlier (WARN);
 - mode: modules in train mode at the first forward inside ``w.evaluating()`` (FAIL ``mode.train_at_eval``), the
   model in eval mode at a measured optimizer step (WARN: fine-tuning with frozen statistics does that on purpose).
 
-Between check steps the cost is a counter and, with a tensor loss, one detached addition. The report's
+Between check steps the cost is a counter and, with a tensor loss, one detached addition. A check that cannot
+run (an exotic tensor type) is a SKIPPED finding and the user's training goes on. The report's
 ``first_divergence`` is the first FAIL by step (causes before consequences within one step), in the user's
 parameter names and module paths.
 """
@@ -30,6 +35,7 @@ parameter names and module paths.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -46,8 +52,9 @@ from ._modes import train_mode_modules
 
 __all__ = ["Watch", "watch"]
 
-_SIDE = ("none left after close(): while open, an optimizer step pre/post-hook (and a forward pre-hook inside "
-         "evaluating()) read gradients and copy parameters on check steps, under torch.no_grad()")
+_SIDE = ("none left after close(): while open, an optimizer step pre/post-hook (a forward pre-hook inside "
+         "evaluating(), gradient hooks for the one backward pass after a check step) read gradients and copy "
+         "parameters on check steps, under torch.no_grad()")
 
 
 def watch(model: nn.Module, optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer], *, every: int = 50,
@@ -90,6 +97,8 @@ class Watch:
         self._loss_sum: Any = None
         self._loss_count = 0
         self._notes: list[str] = []
+        self._zero_handles: list[Any] = []
+        self._zero_seen = False
         self._handles = [h for o in optimizers for h in (o.register_step_pre_hook(self._pre),
                                                           o.register_step_post_hook(self._post))]
         self.closed = False
@@ -101,6 +110,8 @@ class Watch:
             self.observe(loss=loss)
         idx = self._n
         self._n += 1
+        if self._zero_seen:
+            self._unhook_backward()
         if self._current is not None:
             self._judge.measurement(idx, self._current)
             self._current, self._armed = None, False
@@ -172,8 +183,37 @@ class Watch:
         self._stepped.add(id(optimizer))
         try:
             update_sizes(self._named, self._current)
+            self._watch_next_backward(_held(optimizer))
         except Exception as exc:  # noqa: BLE001 (as in _pre: a note, and training goes on)
             self._give_up(exc)
+
+    def _watch_next_backward(self, held: set[int]) -> None:
+        """Gradient hooks on the stepped parameters for the next backward pass only: the first gradient to arrive
+        must find ``.grad`` None or zero (else the previous step's gradients were never zeroed)."""
+        if self._zero_handles:
+            return
+        idx = self._n  # the step in progress; the next backward belongs to step idx + 1
+
+        def arrived(name: str, p: nn.Parameter, grad: torch.Tensor) -> None:
+            if self._zero_seen:
+                return
+            self._zero_seen = True
+            old = p.grad
+            if old is not None and not old.is_sparse and bool(old.detach().ne(0).any()):
+                self._judge.add(idx + 1, "grad.not_zeroed", name, "FAIL",
+                                f"the backward pass of step {idx + 1} added to the gradient of step {idx}: {name}.grad "
+                                "was not zeroed after optimizer.step()", expected="grad None or zero before backward",
+                                observed="the previous step's gradient",
+                                hint="call optimizer.zero_grad() once per optimizer step")
+
+        self._zero_seen = False
+        self._zero_handles = [p.register_hook(functools.partial(arrived, name, p)) for name, p in self._named
+                              if id(p) in held and p.requires_grad and p.grad is not None]
+
+    def _unhook_backward(self) -> None:
+        for h in self._zero_handles:
+            h.remove()
+        self._zero_handles = []
 
     def _give_up(self, exc: Exception) -> None:
         """This check step's measurement could not be taken: a note saying why, and the next step is measured."""
@@ -209,6 +249,7 @@ class Watch:
         for h in self._handles:
             h.remove()
         self._handles = []
+        self._unhook_backward()
         self._current = None
         self.closed = True
 

@@ -14,7 +14,7 @@ __all__ = ["Bounds", "Judge"]
 #: causes before consequences within one step: a parameter nobody trains explains a stalled one, a non-finite
 #: gradient explains an exploding update
 _RANK = ("ownership.unowned", "ownership.undeclared_frozen", "frozen.moved", "loss.nonfinite", "grad.nonfinite",
-         "update.too_large", "mode.train_at_eval", "mode.eval_at_train", "param.stalled", "grad.missing",
+         "grad.not_zeroed", "update.too_large", "mode.train_at_eval", "mode.eval_at_train", "param.stalled", "update.large", "grad.missing",
          "update.too_small", "loss.not_decreasing", "ownership.foreign")
 
 
@@ -96,14 +96,17 @@ class Judge:
                              expected=f">= {b.low:g}", observed=r)
                 continue
             first = self.high_since.setdefault(name, step)
-            # above the bound and not shrinking at consecutive checks (a fresh layer's first large steps shrink),
-            # or larger than the weight itself (except on a weight created from zeros at the previous check, as a
-            # zero-initialised adapter is: its first steps are as large as the weight they create)
-            if (prev is not None and prev > b.high and r >= prev) or (r > 1 and name not in fresh):
+            # larger than the weight itself, except on a weight created from zeros at the previous check (a
+            # zero-initialised adapter's first steps are as large as the weight they create)
+            if r > 1 and name not in fresh and (prev is not None or self.checks == 1):
                 self.add(step, "update.too_large", name, "FAIL",
-                         f"one step changed {name} by {r:.3g} of its norm, above {b.high:g} from step {first} on "
-                         "(rule of thumb ~1e-3)", expected=f"<= {b.high:g}", observed=r,
+                         f"one step changed {name} by {r:.3g} of its norm: the update is larger than the weight "
+                         "(rule of thumb ~1e-3)", expected="<= 1", observed=r,
                          hint="a learning rate far too high, or gradients accumulating without optimizer.zero_grad()")
+            elif prev is not None and prev > b.high and r >= prev:  # momentum's warm-up also does this: a warning
+                self.add(step, "update.large", name, "WARN",
+                         f"one step changed {name} by {r:.3g} of its norm, above {b.high:g} since step {first} and "
+                         "not shrinking (rule of thumb ~1e-3)", expected=f"<= {b.high:g}", observed=r)
 
     def _stalls(self, step: int, m: Measurement) -> None:
         if not any(m.moved.values()):
