@@ -331,3 +331,29 @@ def test_the_catalogs_correct_programs_get_no_fail_and_train_bit_for_bit_as_with
     assert all((x is None and y is None) or torch.equal(x, y) for x, y in zip(a[1], b[1], strict=True))
     assert a[2] == b[2] and torch.equal(a[3], b[3])
     no_fail(w.report)
+
+
+def test_zero_grad_between_backward_and_step_is_a_step_without_gradients_but_lbfgs_is_not():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = data()
+    with firstdiv.watch(model, opt, every=5) as w:
+        for _ in range(6):
+            ((model(x) - y) ** 2).mean().backward()
+            opt.zero_grad()
+            opt.step()
+            w.step()
+    assert (w.report.first_divergence.kind, w.report.first_divergence.where) == ("grad.none_at_step", "step 0: optimizer")
+    model = mlp()
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=2)
+
+    def closure():
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        return loss
+
+    with firstdiv.watch(model, opt, every=2) as w:
+        for _ in range(4):
+            w.step(opt.step(closure))
+    no_fail(w.report)

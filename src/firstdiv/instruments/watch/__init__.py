@@ -11,7 +11,8 @@ a check step:
   nothing is frozen; WARN while undeclared); optimizer tensors that are not the model's (WARN);
 - gradients, read by an optimizer step pre-hook before the step (so before ``zero_grad``, and after GradScaler's
   unscale; a step GradScaler skips is no measurement and the next step is measured instead): non-finite (FAIL
-  ``grad.nonfinite``), missing on a held parameter (WARN);
+  ``grad.nonfinite``), missing on every held parameter (FAIL ``grad.none_at_step``, unless the step was given a
+  closure), missing on some (WARN);
 - the update of that one optimizer step, from a copy of the parameters taken in the pre-hook: ``||delta|| /
   ||weight||`` of every weight with >= 2 dims (the rule of thumb is ~1e-3): larger than 1, the update bigger than
   the weight, is FAIL ``update.too_large`` (except on a weight that had a zero norm at the previous check, as a
@@ -165,13 +166,13 @@ class Watch:
         if not self._armed or id(optimizer) in self._stepped:
             return
         try:
-            self._take_before(optimizer)
+            self._take_before(optimizer, args, kwargs)
         except Exception as exc:  # noqa: BLE001 (a check that cannot run must not stop the user's training)
             self._give_up(exc)
 
-    def _take_before(self, optimizer: torch.optim.Optimizer) -> None:
+    def _take_before(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._current is None:
-            self._current = Measurement(training=self.model.training)
+            self._current = Measurement(training=self.model.training, closure=_has_closure(args, kwargs))
             self._named = list(self.model.named_parameters())
         held = _held(optimizer)
         grad_facts(self._named, held, self._current)
@@ -261,6 +262,11 @@ class Watch:
 
     def __repr__(self) -> str:
         return f"Watch(every={self.every}, steps={self._n}, checks={self._judge.checks}, closed={self.closed})"
+
+
+def _has_closure(args: Any, kwargs: Any) -> bool:
+    """Whether ``optimizer.step`` was given a closure (the hook's args start with the optimizer itself)."""
+    return any(a is not None for a in args[1:]) or kwargs.get("closure") is not None
 
 
 def _held(optimizer: torch.optim.Optimizer) -> set[int]:

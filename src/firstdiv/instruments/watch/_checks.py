@@ -45,6 +45,8 @@ class Measurement:
     """What one check step saw: gradient facts before the optimizer step and update sizes after it."""
 
     missing_grad: list[str] = field(default_factory=list)
+    held_trainable: int = 0
+    closure: bool = False  # the step was given a closure (LBFGS): gradients come inside the step
     nonfinite_grad: list[tuple[str, float]] = field(default_factory=list)
     moved: dict[str, bool] = field(default_factory=dict)
     ratio: dict[str, float] = field(default_factory=dict)
@@ -83,6 +85,7 @@ def grad_facts(named: list[tuple[str, torch.nn.Parameter]], held: set[int], m: M
         for name, p in named:
             if id(p) not in held or not p.requires_grad:
                 continue
+            m.held_trainable += 1
             g = p.grad
             if g is None:
                 m.missing_grad.append(name)

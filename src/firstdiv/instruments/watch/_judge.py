@@ -14,6 +14,7 @@ __all__ = ["Bounds", "Judge"]
 #: causes before consequences within one step: a parameter nobody trains explains a stalled one, a non-finite
 #: gradient explains an exploding update
 _RANK = ("ownership.unowned", "ownership.undeclared_frozen", "frozen.moved", "loss.nonfinite", "grad.nonfinite",
+         "grad.none_at_step",
          "grad.not_zeroed", "update.too_large", "mode.train_at_eval", "mode.eval_at_train", "param.stalled", "update.large", "grad.missing",
          "update.too_small", "loss.not_decreasing", "ownership.foreign")
 
@@ -61,6 +62,12 @@ class Judge:
             self.add(step, "grad.nonfinite", name, "FAIL", f"the gradient of {name} is not finite (norm {norm})",
                      expected="finite gradient", observed=norm,
                      hint="look for log(0), division by zero or an overflow in the loss")
+        if m.missing_grad and len(m.missing_grad) == m.held_trainable and not m.closure:
+            self.add(step, "grad.none_at_step", "optimizer", "FAIL",
+                     f"the optimizer stepped with no gradient on any of its {m.held_trainable} trainable parameters",
+                     expected="gradients from backward()", observed="every .grad None",
+                     hint="zero_grad() between backward() and step(), or step() before backward()")
+            return
         for name in m.missing_grad:
             self.add(step, "grad.missing", name, "WARN",
                      f"{name} is held by the optimizer but had no gradient at the optimizer step (unused this step?)")
