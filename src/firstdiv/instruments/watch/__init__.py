@@ -95,8 +95,7 @@ class Watch:
         self._current: Measurement | None = None
         self._stepped: set[int] = set()
         self._named: list[tuple[str, nn.Parameter]] = []
-        self._loss_sum: Any = None
-        self._loss_count = 0
+        self._losses: list[Any] = []
         self._notes: list[str] = []
         self._zero_handles: list[Any] = []
         self._zero_seen = False
@@ -127,13 +126,12 @@ class Watch:
         if isinstance(loss, torch.Tensor):
             if loss.numel() != 1:
                 raise InvalidArgument(f"Expected a scalar loss but got a tensor of shape {tuple(loss.shape)}; pass loss.mean()")
-            value: Any = loss.detach().reshape(()).float()
+            value: Any = loss.detach()  # summed at the check step: nothing is computed (or synchronised) here
         elif isinstance(loss, (int, float)) and not isinstance(loss, bool):
             value = float(loss)
         else:
             raise InvalidArgument(f"Expected the loss to be a scalar tensor or a number but got {type(loss).__name__}")
-        self._loss_sum = value if self._loss_sum is None else self._loss_sum + value
-        self._loss_count += 1
+        self._losses.append(value)
 
     @contextlib.contextmanager
     def evaluating(self) -> Iterator[Self]:
@@ -234,9 +232,13 @@ class Watch:
         self._judge.tally("ownership")
         for kind, where, status, message in ownership(named, held, n_held, self._frozen, self._declared):
             self._judge.add(idx, kind, where, status, message)
-        if self._loss_count:
-            mean = float(self._loss_sum) / self._loss_count
-            self._loss_sum, self._loss_count = None, 0
+        if self._losses:
+            tensors = [v.reshape(()).float() for v in self._losses if isinstance(v, torch.Tensor)]
+            total = sum(v for v in self._losses if not isinstance(v, torch.Tensor))
+            if tensors:  # one synchronisation per check, not one per loss
+                total += float(torch.stack([t.to(tensors[0].device) for t in tensors]).sum())
+            mean = total / len(self._losses)
+            self._losses = []
             self._judge.loss(idx, mean)
 
     # -- results and cleanup ------------------------------------------------------------------------------------
