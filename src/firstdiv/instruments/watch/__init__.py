@@ -19,8 +19,8 @@ a check step:
   zero-initialised adapter has); above ``ratio_bounds[1]`` and not shrinking at consecutive checks is a WARN (the
   warm-up of momentum does that on a correct run), below ``ratio_bounds[0]`` a WARN; a declared-frozen parameter
   that moved is FAIL; a parameter unchanged at ``stall_checks`` consecutive checks while others moved is a WARN;
-- zeroing: for the backward pass after a check step, gradient hooks see whether the first gradient to arrive
-  finds ``.grad`` still holding the previous step's values (FAIL ``grad.not_zeroed``: ``optimizer.zero_grad()``
+- zeroing: from a check step to that optimizer's next step, a gradient hook on one of its parameters sees whether
+  any arriving gradient found ``.grad`` None or zero (else FAIL ``grad.not_zeroed``: ``optimizer.zero_grad()``
   forgotten; accumulation over several batches per optimizer step is fine);
 - the loss passed to ``w.step(loss)`` / ``w.observe(loss=...)``, averaged between checks: non-finite (FAIL), not
   lower than ``loss_window`` checks earlier (WARN);
@@ -36,7 +36,6 @@ parameter names and module paths.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -54,7 +53,7 @@ from ._modes import train_mode_modules
 __all__ = ["Watch", "watch"]
 
 _SIDE = ("none left after close(): while open, an optimizer step pre/post-hook (a forward pre-hook inside "
-         "evaluating(), gradient hooks for the one backward pass after a check step) read gradients and copy "
+         "evaluating(), a gradient hook on one parameter from a check step to the next step) read gradients and copy "
          "parameters on check steps, under torch.no_grad()")
 
 
@@ -97,8 +96,7 @@ class Watch:
         self._named: list[tuple[str, nn.Parameter]] = []
         self._losses: list[Any] = []
         self._notes: list[str] = []
-        self._zero_handles: list[Any] = []
-        self._zero_seen = False
+        self._sentinels: dict[int, tuple[str, Any, dict[str, Any]]] = {}
         self._handles = [h for o in optimizers for h in (o.register_step_pre_hook(self._pre),
                                                           o.register_step_post_hook(self._post))]
         self.closed = False
@@ -110,8 +108,6 @@ class Watch:
             self.observe(loss=loss)
         idx = self._n
         self._n += 1
-        if self._zero_seen:
-            self._unhook_backward()
         if self._current is not None:
             self._judge.measurement(idx, self._current)
             self._current, self._armed = None, False
@@ -161,6 +157,8 @@ class Watch:
 
     # -- the hooks ----------------------------------------------------------------------------------------------
     def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._sentinels and id(optimizer) in self._sentinels:
+            self._settle_zeroing(optimizer)
         if not self._armed or id(optimizer) in self._stepped:
             return
         try:
@@ -182,37 +180,46 @@ class Watch:
         self._stepped.add(id(optimizer))
         try:
             update_sizes(self._named, self._current)
-            self._watch_next_backward(_held(optimizer))
+            self._watch_next_backward(optimizer, _held(optimizer))
         except Exception as exc:  # noqa: BLE001 (as in _pre: a note, and training goes on)
             self._give_up(exc)
 
-    def _watch_next_backward(self, held: set[int]) -> None:
-        """Gradient hooks on the stepped parameters for the next backward pass only: the first gradient to arrive
-        must find ``.grad`` None or zero (else the previous step's gradients were never zeroed)."""
-        if self._zero_handles:
+    def _watch_next_backward(self, optimizer: torch.optim.Optimizer, held: set[int]) -> None:
+        """A gradient hook on one stepped parameter until this optimizer's next step: at least one gradient to
+        arrive in between must find ``.grad`` None or zero, else the step's gradients were never zeroed (a GAN's
+        generator backward may reach the discriminator's stale gradients, as long as they are zeroed before the
+        discriminator's own backward)."""
+        key = id(optimizer)
+        if key in self._sentinels:
             return
-        idx = self._n  # the step in progress; the next backward belongs to step idx + 1
+        pick = next(((n, p) for n, p in self._named if id(p) in held and p.requires_grad and p.grad is not None), None)
+        if pick is None:
+            return
+        name, p = pick
+        seen = {"arrivals": 0, "zeroed": False}
 
-        def arrived(name: str, p: nn.Parameter, grad: torch.Tensor) -> None:
-            if self._zero_seen:
-                return
-            self._zero_seen = True
-            old = p.grad
-            if old is not None and not old.is_sparse and bool(old.detach().ne(0).any()):
-                self._judge.add(idx + 1, "grad.not_zeroed", name, "FAIL",
-                                f"the backward pass of step {idx + 1} added to the gradient of step {idx}: {name}.grad "
-                                "was not zeroed after optimizer.step()", expected="grad None or zero before backward",
-                                observed="the previous step's gradient",
-                                hint="call optimizer.zero_grad() once per optimizer step")
+        def arrived(grad: torch.Tensor) -> None:
+            seen["arrivals"] += 1
+            if not seen["zeroed"]:
+                old = p.grad
+                seen["zeroed"] = old is None or old.is_sparse or not bool(old.detach().ne(0).any())
 
-        self._zero_seen = False
-        self._zero_handles = [p.register_hook(functools.partial(arrived, name, p)) for name, p in self._named
-                              if id(p) in held and p.requires_grad and p.grad is not None]
+        self._sentinels[key] = (name, p.register_hook(arrived), seen)
+
+    def _settle_zeroing(self, optimizer: torch.optim.Optimizer) -> None:
+        """At this optimizer's next step: were its gradients zeroed since the step its sentinel watched?"""
+        name, handle, seen = self._sentinels.pop(id(optimizer))
+        handle.remove()
+        if seen["arrivals"] and not seen["zeroed"]:
+            self._judge.add(self._n, "grad.not_zeroed", name, "FAIL",
+                            f"the gradients of step {self._n} were added to those of the previous step: {name}.grad was "
+                            "never zeroed in between", expected="grad None or zero before the first backward",
+                            observed="the previous step's gradient", hint="call optimizer.zero_grad() once per optimizer step")
 
     def _unhook_backward(self) -> None:
-        for h in self._zero_handles:
-            h.remove()
-        self._zero_handles = []
+        for _, handle, _ in self._sentinels.values():
+            handle.remove()
+        self._sentinels = {}
 
     def _give_up(self, exc: Exception) -> None:
         """This check step's measurement could not be taken: a note saying why, and the next step is measured."""
