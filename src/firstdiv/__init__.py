@@ -50,6 +50,7 @@ _LAZY = {
     "incident_show": "firstdiv.diagnosis.incident",
     "incident_close": "firstdiv.diagnosis.incident",
     "to_html": "firstdiv.render.html",
+    "watch": "firstdiv.instruments.watch",
 }
 
 __all__ = [
@@ -110,6 +111,7 @@ __all__ = [
     "to_html",
     "variants",
     "vectorizable",
+    "watch",
     "workload",
 ]
 
