@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/fault_catalog.py
 	$(PY) benchmarks/realworld_rates.py
 	$(PY) benchmarks/timing_stability.py
+	$(PY) benchmarks/watch_overhead.py
 	$(PY) benchmarks/trace_overhead.py
 
 clean:
