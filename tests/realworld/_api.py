@@ -85,14 +85,20 @@ PROGRAMS_DIR = __import__("pathlib").Path(__file__).resolve().parent / "programs
 
 def load_programs() -> dict[str, Any]:
     """Every ``programs/*.py`` module (files starting with ``_`` are helpers), by file stem, imported by path."""
+    return load_dir(PROGRAMS_DIR, "realworld_programs")
+
+
+def load_dir(directory: Any, prefix: str) -> dict[str, Any]:
+    """Every ``*.py`` module of ``directory`` not starting with ``_``, by file stem, imported by path once (as
+    ``{prefix}_{stem}`` in ``sys.modules``)."""
     import importlib.util
     import sys
 
     out = {}
-    for path in sorted(PROGRAMS_DIR.glob("*.py")):
+    for path in sorted(directory.glob("*.py")):
         if path.name.startswith("_"):
             continue
-        name = f"realworld_programs_{path.stem}"
+        name = f"{prefix}_{path.stem}"
         if name not in sys.modules:
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)

@@ -14,11 +14,12 @@ every string of ``where`` (the user's names: a module path, a stage, a layer) an
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import pathlib
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from _api import load_dir
 
 CASES_DIR = pathlib.Path(__file__).resolve().parent / "cases"
 
@@ -44,20 +45,9 @@ class Case:
 
 def load_cases() -> dict[str, list[Case]]:
     """Every ``cases/*.py`` module's ``CASES``, by file stem, imported by path."""
-    out = {}
-    for path in sorted(CASES_DIR.glob("*.py")):
-        if path.name.startswith("_"):
-            continue
-        name = f"realworld_cases_{path.stem}"
-        if name not in sys.modules:
-            if str(CASES_DIR) not in sys.path:
-                sys.path.insert(0, str(CASES_DIR))  # the cases' own helpers (cases/_*.py)
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-        out[path.stem] = sys.modules[name].CASES
-    return out
+    if str(CASES_DIR) not in sys.path:
+        sys.path.insert(0, str(CASES_DIR))  # the cases' own helpers (cases/_*.py)
+    return {stem: module.CASES for stem, module in load_dir(CASES_DIR, "realworld_cases").items()}
 
 
 @dataclasses.dataclass
