@@ -10,8 +10,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet "torch==2.13.0"
-	# The dev extra brings pytest and ray (the ray backend's tests run against a local Ray).
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# The dev extra brings pytest, ray and the integrations' libraries; torch is named again so that no
+	# package's requirement can swap the CPU build for another.
+	$(PY) -m pip install --quiet -e '.[dev]' "torch==2.13.0"
 	touch $(STAMP)
 
 demo: $(STAMP)
