@@ -1,0 +1,1 @@
+"""Bridges to other tools (MLflow, Lightning, Hugging Face): each imports its library only when used."""
