@@ -4,6 +4,7 @@ stored sweeps, runs a user logged with the MLflow API compared too, and every ba
 
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -16,8 +17,8 @@ from firstdiv.integrations import mlflow as fm
 from firstdiv.lab.store import Store
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed: pip install 'firstdiv[mlflow]'")
-from mlflow.entities import Metric  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
 
 MLP = ["epochs=2", "n_train=64", "n_val=32"]
 ALLOW = "MLFLOW_ALLOW_FILE_STORE"
@@ -160,9 +161,9 @@ def test_export_format_mlflow_pushes_failed_runs_as_failed(lab, cli, tmp_path):
         f"{runs['1'].info.run_id} (FAILED)"]
 
 
-def _user_runs(client, shift=0.2, seeds=range(6)):
+def _user_runs(client, experiment, seed_param="seed", seeds=range(6), shift=0.2):
     """What a user logs by hand: per seed a base and a candidate run, val_loss over 3 steps, the candidate worse."""
-    exp = client.create_experiment("user")
+    exp = client.create_experiment(experiment)
     finals = {"base": {}, "cand": {}}
     for seed in seeds:
         noise = np.random.default_rng(seed).normal(0, 0.02)
@@ -170,7 +171,7 @@ def _user_runs(client, shift=0.2, seeds=range(6)):
             run = client.create_run(exp, tags={"variant": variant})
             curve = [1.5 + noise + delta, 1.2 + noise + delta, 1.0 + noise + delta]
             client.log_batch(run.info.run_id, metrics=[Metric("val_loss", v, 0, s) for s, v in enumerate(curve)])
-            for k, v in (("lr", lr), ("seed", seed), ("random_seed", 100 + seed)):
+            for k, v in (("lr", lr), (seed_param, seed)):
                 client.log_param(run.info.run_id, k, v)
             client.set_terminated(run.info.run_id)
             finals[variant][seed] = curve[-1]
@@ -181,7 +182,9 @@ def _user_runs(client, shift=0.2, seeds=range(6)):
 def user(lab):
     os.environ[ALLOW] = "true"
     try:
-        return _user_runs(MlflowClient(lab["uri"]))
+        c = MlflowClient(lab["uri"])
+        _user_runs(c, "user-seeds", seed_param="random_seed", seeds=range(100, 106))
+        return _user_runs(c, "user")
     finally:
         del os.environ[ALLOW]
 
@@ -194,10 +197,11 @@ def test_runs_a_user_logged_with_mlflow_compare_by_tag_and_param(lab, user):
     assert c.details["identity"]["config"] == "CHANGED" and c.details["identity_detail"]["config"]["fields"]["lr"] == [
         0.1, 0.3]
     assert c.details["identity"]["env"] == "UNKNOWN" and c.details["source"]["params_differ"]["lr"] == [["0.1"], ["0.3"]]
-    by_param = fm.compare("mlflow:user?param.lr=0.1", "mlflow:user?param.lr=0.3&tag.variant=cand",
-                          tracking_uri=lab["uri"], seed_param="random_seed")
-    assert by_param.details["shared_seeds"] == list(range(100, 106))
-    assert by_param.details["paired"]["mean_delta"] == c.details["paired"]["mean_delta"]
+    by_param = fm.compare("mlflow:user?param.lr=0.1", "mlflow:user?param.lr=0.3&tag.variant=cand", tracking_uri=lab["uri"])
+    assert by_param.details["paired"] == c.details["paired"]
+    other = fm.compare("mlflow:user-seeds?param.lr=0.1", "mlflow:user-seeds?param.lr=0.3", tracking_uri=lab["uri"],
+                       seed_param="random_seed")
+    assert other.details["shared_seeds"] == list(range(100, 106)) and other.verdict == "SYSTEM_CHANGED"
     same = fm.compare("mlflow:user?tag.variant=base", "mlflow:user?tag.variant=base", tracking_uri=lab["uri"],
                       min_effect="0.05")
     assert same.verdict == "PRACTICALLY_EQUIVALENT"
@@ -278,3 +282,14 @@ def test_without_mlflow_installed_both_ways_say_how_to_install_it(lab, pushed, c
     assert fix in _one_error(capsys, "compare", "mlflow:rt?sweep=base", "base", "--store", lab["store"],
                              "--tracking-uri", lab["uri"])
     assert _tree(tmp_path) == []
+
+
+def test_compare_of_mlflow_runs_prints_where_they_came_from(lab, user, capsys, monkeypatch, golden):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    rc, out, err = _cli(capsys, "compare", "mlflow:user?tag.variant=base", "mlflow:user?tag.variant=cand",
+                        "--tracking-uri", lab["uri"], "--fail-on-regression")
+    assert rc == 1, err
+    exp = json.loads(_cli(capsys, "compare", "mlflow:user?tag.variant=base", "mlflow:user?tag.variant=cand",
+                          "--tracking-uri", lab["uri"], "--json")[1])["source"]["baseline"]["experiment_id"]
+    text = out.replace(lab["uri"], "<MLRUNS>").replace(exp, "<EXPERIMENT ID>")
+    golden("compare_mlflow.txt", re.sub(r"\b[0-9a-f]{8}\b", "<RUN>", text))
