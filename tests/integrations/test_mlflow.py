@@ -33,6 +33,8 @@ def lab(tmp_path_factory):
     firstdiv.sweep("builtin:mlp", "0-3", sets=MLP, store=store, name="base")
     firstdiv.sweep("builtin:mlp", "0-3", sets=[*MLP, "lr=0.05"], store=store, name="cand")
     firstdiv.sweep(f"{TINY}:train", "0-2", sets=["fail_seed=1"], store=store, name="flaky")
+    firstdiv.sweep(f"{TINY}:train", "0-2", store=store, name="tiny-val")
+    firstdiv.sweep(f"{TINY}:train", "0-2", sets=["eval_split=test"], store=store, name="tiny-test")
     return {"store": store, "uri": str(root / "mlruns"), "root": root}
 
 
@@ -82,7 +84,6 @@ def pushed(lab):
 
 
 def test_push_logs_each_run_with_config_curves_finals_and_tags(lab, pushed, client):
-    assert os.environ[ALLOW] == "true"  # the client fixture's own setting
     with Store(lab["store"], create=False) as st:
         records = {r.seed: r for r in st.records(st.find_sweep("base"))}
     res = pushed["base"]
@@ -101,7 +102,6 @@ def test_push_logs_each_run_with_config_curves_finals_and_tags(lab, pushed, clie
                 tags["firstdiv.code_version"], tags["firstdiv.run_id"], tags["firstdiv.status"]) == (
             "base", r.workload, r.identity, r.env_hash, r.code["version"], f"{r.identity}:{r.seed}", "ok")
         assert tags["mlflow.runName"] == f"base seed {r.seed}"
-    assert ALLOW in os.environ
 
 
 def test_push_again_adds_nothing_and_env_is_left_as_it_was(lab, pushed, client, monkeypatch):
@@ -140,6 +140,24 @@ def test_round_trip_compare_equals_compare_of_the_stored_sweeps(lab, pushed, cap
     assert ALLOW not in os.environ
 
 
+def test_a_changed_eval_contract_still_reads_measurement_changed_from_mlflow(lab):
+    for name in ("tiny-val", "tiny-test"):
+        fm.push(name, experiment="eval", tracking_uri=lab["uri"], store=lab["store"])
+    stored = firstdiv.compare("tiny-val", "tiny-test", store=lab["store"])
+    back = fm.compare("mlflow:eval?sweep=tiny-val", "mlflow:eval?sweep=tiny-test", tracking_uri=lab["uri"])
+    assert back.verdict == stored.verdict == "MEASUREMENT_CHANGED"
+    assert back.details["identity"] == stored.details["identity"] and back.details["paired"] == stored.details["paired"]
+
+
+def test_a_missing_file_store_is_not_created_by_compare(lab, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = _one_error(capsys, "compare", "mlflow:rt?sweep=base", "mlflow:rt?sweep=cand")  # default ./mlruns
+    assert f"No MLflow file store at {tmp_path / 'mlruns'}" in line and "--tracking-uri" in line
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file://{tmp_path / 'elsewhere'}")
+    assert "elsewhere" in _one_error(capsys, "compare", "mlflow:rt?sweep=base", "mlflow:rt?sweep=cand")
+    assert _tree(tmp_path) == []
+
+
 def test_export_format_mlflow_pushes_failed_runs_as_failed(lab, cli, tmp_path):
     uri = tmp_path / "runs"
     proc = cli("export", "--format", "mlflow", "--name", "flaky", "--store", lab["store"], "--tracking-uri", uri, "--json")
@@ -155,13 +173,16 @@ def test_export_format_mlflow_pushes_failed_runs_as_failed(lab, cli, tmp_path):
     finally:
         del os.environ[ALLOW]
     assert sorted(runs) == ["0", "1", "2"] and runs["1"].info.status == "FAILED"
-    assert "seed 1 exploded" in runs["1"].data.tags["firstdiv.error"] and runs["1"].data.tags["firstdiv.status"] != "ok"
+    with Store(lab["store"], create=False) as st:
+        failed = st.records(st.find_sweep("flaky"), include_failed=True)[1]
+    assert "seed 1 exploded" in runs["1"].data.tags["firstdiv.error"] and failed.error == runs["1"].data.tags["firstdiv.error"]
+    assert runs["1"].data.tags["firstdiv.status"] == failed.status != "ok"
     side = fm.load("mlflow:flaky", tracking_uri=str(uri))
     assert [r.seed for r in side.records] == [0, 2] and side.sweep.info["source"]["left_out"] == [
         f"{runs['1'].info.run_id} (FAILED)"]
 
 
-def _user_runs(client, experiment, seed_param="seed", seeds=range(6), shift=0.2):
+def _user_runs(client, experiment, seed_param="seed", seeds=range(6), shift=0.2, nan_seed=None):
     """What a user logs by hand: per seed a base and a candidate run, val_loss over 3 steps, the candidate worse."""
     exp = client.create_experiment(experiment)
     finals = {"base": {}, "cand": {}}
@@ -170,6 +191,8 @@ def _user_runs(client, experiment, seed_param="seed", seeds=range(6), shift=0.2)
         for variant, lr, delta in (("base", "0.1", 0.0), ("cand", "0.3", shift + 0.01 * seed)):
             run = client.create_run(exp, tags={"variant": variant})
             curve = [1.5 + noise + delta, 1.2 + noise + delta, 1.0 + noise + delta]
+            if variant == "cand" and seed == nan_seed:
+                curve[-1] = float("nan")
             client.log_batch(run.info.run_id, metrics=[Metric("val_loss", v, 0, s) for s, v in enumerate(curve)])
             for k, v in (("lr", lr), (seed_param, seed)):
                 client.log_param(run.info.run_id, k, v)
@@ -184,6 +207,7 @@ def user(lab):
     try:
         c = MlflowClient(lab["uri"])
         _user_runs(c, "user-seeds", seed_param="random_seed", seeds=range(100, 106))
+        _user_runs(c, "user-diverged", seeds=range(4), shift=0.0, nan_seed=2)
         return _user_runs(c, "user")
     finally:
         del os.environ[ALLOW]
@@ -202,6 +226,10 @@ def test_runs_a_user_logged_with_mlflow_compare_by_tag_and_param(lab, user):
     other = fm.compare("mlflow:user-seeds?param.lr=0.1", "mlflow:user-seeds?param.lr=0.3", tracking_uri=lab["uri"],
                        seed_param="random_seed")
     assert other.details["shared_seeds"] == list(range(100, 106)) and other.verdict == "SYSTEM_CHANGED"
+    diverged = fm.compare("mlflow:user-diverged?tag.variant=base", "mlflow:user-diverged?tag.variant=cand",
+                          tracking_uri=lab["uri"])
+    assert (diverged.verdict, diverged.direction, diverged.details["diverged"]["candidate_seeds"]) == (
+        "SYSTEM_CHANGED", "worse", [2])
     same = fm.compare("mlflow:user?tag.variant=base", "mlflow:user?tag.variant=base", tracking_uri=lab["uri"],
                       min_effect="0.05")
     assert same.verdict == "PRACTICALLY_EQUIVALENT"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from ..errors import FirstdivError, InvalidArgument, NotFound
 
@@ -99,12 +100,20 @@ class Session:
                 return out
 
 
+def _local_path(uri: str) -> Path:
+    return Path(url2pathname(urlparse(uri).path)) if urlparse(uri).scheme.lower() == "file" else Path(uri)
+
+
 @contextmanager
-def session(tracking_uri: str | None) -> Iterator[Session]:
+def session(tracking_uri: str | None, *, create: bool = True) -> Iterator[Session]:
     """An MLflow client for the block; MLflow's errors inside it become one-line FirstdivErrors. For a file store,
-    MLFLOW_ALLOW_FILE_STORE is "true" inside the block and as it was before outside it."""
+    MLFLOW_ALLOW_FILE_STORE is "true" inside the block and as it was before outside it; without ``create``, a file
+    store that does not exist is a NotFound (MLflow would create it)."""
     uri, file_store = resolve_uri(tracking_uri)
     mlflow = import_mlflow()
+    if file_store and not create and not _local_path(uri).is_dir():
+        raise NotFound(f"No MLflow file store at {_local_path(uri)}; pass the directory the runs were logged to with "
+                       "--tracking-uri (or set MLFLOW_TRACKING_URI)")
     previous = os.environ.get(ALLOW_FILE_STORE)
     if file_store:
         os.environ[ALLOW_FILE_STORE] = "true"

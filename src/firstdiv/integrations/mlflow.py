@@ -129,7 +129,7 @@ def load(ref: str, *, seed_param: str = "seed", tracking_uri: str | None = None)
     query = parse(ref)
     if not isinstance(seed_param, str) or not seed_param:
         raise InvalidArgument(f"Expected --seed-param to name the MLflow param holding the seed but got {seed_param!r}")
-    with session(tracking_uri) as s:
+    with session(tracking_uri, create=False) as s:
         exp = s.experiment(query.experiment)
         selected = [r for r in s.runs(exp.experiment_id, query.filter_string()) if query.matches(r)]
         total = len(s.runs(exp.experiment_id)) if not selected else None
