@@ -299,6 +299,7 @@ def test_export_mlflow_bad_input_is_one_line_exit_2_and_writes_nothing(lab, caps
     uri = [] if "--tracking-uri" in args else ["--tracking-uri", tmp_path / "mlruns"]
     assert needle in _one_error(capsys, "export", "--format", "mlflow", *args, *uri, "--store", lab["store"])
     assert _tree(tmp_path) == [] and ALLOW not in os.environ
+    assert "are for --format mlflow" in _one_error(capsys, "export", "--experiment", "x", "--store", lab["store"])
 
 
 def test_without_mlflow_installed_both_ways_say_how_to_install_it(lab, pushed, capsys, tmp_path, monkeypatch):

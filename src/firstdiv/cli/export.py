@@ -32,7 +32,6 @@ def export_command(fmt: str, output: str | None, curves: bool, name: str | None,
         return _push(name, experiment, tracking_uri, store, as_json, output=output, curves=curves, workload=workload)
     if experiment is not None or tracking_uri is not None:
         raise click.UsageError("--experiment and --tracking-uri are for --format mlflow")
-
     if as_json and output is None:
         raise click.UsageError("--json describes the file written: give --output FILE, or use --format jsonl for "
                                "JSON lines on stdout")
