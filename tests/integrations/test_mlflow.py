@@ -221,6 +221,8 @@ def test_runs_a_user_logged_with_mlflow_compare_by_tag_and_param(lab, user):
     assert c.details["identity"]["config"] == "CHANGED" and c.details["identity_detail"]["config"]["fields"]["lr"] == [
         0.1, 0.3]
     assert c.details["identity"]["env"] == "UNKNOWN" and c.details["source"]["params_differ"]["lr"] == [["0.1"], ["0.3"]]
+    labelled = fm.compare("mlflow:user?tag=base", "mlflow:user?tag=cand", tracking_uri=lab["uri"])
+    assert labelled.details["paired"] == c.details["paired"] and labelled.verdict == c.verdict
     by_param = fm.compare("mlflow:user?param.lr=0.1", "mlflow:user?param.lr=0.3&tag.variant=cand", tracking_uri=lab["uri"])
     assert by_param.details["paired"] == c.details["paired"]
     other = fm.compare("mlflow:user-seeds?param.lr=0.1", "mlflow:user-seeds?param.lr=0.3", tracking_uri=lab["uri"],
@@ -270,7 +272,7 @@ def test_a_push_that_fails_half_way_leaves_no_partial_run_and_a_rerun_completes(
     (["mlflow:rt?sweep=base", "mlflow:rt?sweep=cand", "--seed-param", "rs"], "have no param 'rs'"),
     (["mlflow:user", "mlflow:rt?sweep=base"], "seed 0 is in 2 MLflow runs"),
     (["mlflow:user?tag.variant=base", "mlflow:user?tag.variant=cand", "--seed-param", "lr"], "not an integer seed"),
-    (["mlflow:rt?tag=base", "mlflow:rt?sweep=cand"], "tag.KEY=VALUE"),
+    (["mlflow:rt?tag=", "mlflow:rt?sweep=cand"], "tag= needs a value"),
     (["mlflow:rt?color=red", "mlflow:rt?sweep=cand"], "unknown key 'color'"),
     (["mlflow:?sweep=base", "mlflow:rt?sweep=cand"], "names no experiment"),
     (["mlflow:rt?sweep=base&sweep=cand", "mlflow:rt?sweep=cand"], "gives sweep twice"),

@@ -1,7 +1,9 @@
 """``mlflow:EXPERIMENT?KEY=VALUE&...``: which MLflow runs one side of a comparison is.
 
 Keys: ``sweep=NAME`` (runs firstdiv pushed from sweep NAME: tag ``firstdiv.sweep``), ``run_name=NAME`` (MLflow's
-run name), ``tag.KEY=VALUE`` and ``param.KEY=VALUE`` (a tag or param equal to VALUE). Conditions joined by ``&``
+run name), ``tag.KEY=VALUE`` and ``param.KEY=VALUE`` (a tag or param equal to VALUE), and ``tag=VALUE`` (a run
+labelled VALUE: some tag of the user's or firstdiv's, whatever its key, has the value VALUE, or a tag is named
+VALUE; MLflow's own ``mlflow.*`` tags do not count). Conditions joined by ``&``
 must all hold; values are URL-decoded (``%26`` for ``&``, ``%3D`` for ``=``, ``+`` or ``%20`` for a space).
 No query: every active run of the experiment.
 """
@@ -16,7 +18,7 @@ from ..errors import InvalidArgument
 from ._mlflow_records import RUN_NAME_TAG, SWEEP_TAG
 
 PREFIX = "mlflow:"
-SYNTAX = "mlflow:EXPERIMENT?sweep=NAME | run_name=NAME | tag.KEY=VALUE | param.KEY=VALUE, joined by &"
+SYNTAX = "mlflow:EXPERIMENT?sweep=NAME | run_name=NAME | tag=VALUE | tag.KEY=VALUE | param.KEY=VALUE, joined by &"
 
 
 def is_ref(ref: Any) -> bool:
@@ -31,6 +33,7 @@ class Query:
     experiment: str
     tags: tuple[tuple[str, str], ...] = ()
     params: tuple[tuple[str, str], ...] = ()
+    labels: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
@@ -44,7 +47,13 @@ class Query:
 
     def matches(self, run: Any) -> bool:
         tags, params = run.data.tags, run.data.params
-        return all(tags.get(k) == v for k, v in self.tags) and all(params.get(k) == v for k, v in self.params)
+        return (all(tags.get(k) == v for k, v in self.tags) and all(params.get(k) == v for k, v in self.params)
+                and all(_labelled(tags, label) for label in self.labels))
+
+
+def _labelled(tags: dict[str, str], label: str) -> bool:
+    """``tag=LABEL``: a tag other than MLflow's own has the value LABEL, or is named LABEL."""
+    return any(not k.startswith("mlflow.") and (v == label or k == label) for k, v in tags.items())
 
 
 def _quoted(value: str) -> str | None:
@@ -67,12 +76,18 @@ def parse(ref: str) -> Query:
     except ValueError:
         raise InvalidArgument(f"Cannot read the query of {ref!r}: write {SYNTAX}") from None
     conditions: dict[str, dict[str, str]] = {"tags": {}, "params": {}}
+    labels: list[str] = []
     for name, value in pairs:
+        if name == "tag":
+            if not value:
+                raise InvalidArgument(f"{ref!r}: tag= needs a value, as in tag=base or tag.KEY=VALUE; write {SYNTAX}")
+            labels.append(value)
+            continue
         kind, k = _condition(ref, name)
         if k in conditions[kind]:
             raise InvalidArgument(f"{ref!r} gives {name} twice; a run has one value for it, so keep one condition")
         conditions[kind][k] = value
-    return Query(ref, experiment, tuple(conditions["tags"].items()), tuple(conditions["params"].items()))
+    return Query(ref, experiment, tuple(conditions["tags"].items()), tuple(conditions["params"].items()), tuple(labels))
 
 
 def _condition(ref: str, name: str) -> tuple[str, str]:
@@ -84,7 +99,7 @@ def _condition(ref: str, name: str) -> tuple[str, str]:
     kind, dot, k = name.partition(".")
     if dot and k and kind in ("tag", "param"):
         return kind + "s", k
-    if name in ("tag", "param"):
+    if name == "param":
         raise InvalidArgument(f"{ref!r}: {name}= needs the {name}'s name, as in {name}.KEY=VALUE "
                               f"(e.g. {name}.variant=base); write {SYNTAX}")
     raise InvalidArgument(f"{ref!r}: unknown key {name!r}; write {SYNTAX}")
