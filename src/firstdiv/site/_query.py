@@ -18,13 +18,24 @@ from urllib.parse import quote
 from ..errors import InvalidArgument, NotFound, StoreError
 from ..lab import store_schema
 
-#: the run an unpinned seed reads (firstdiv.lab.store_runs): newest ok, else newest attempt
-_READ_RUN = ("COALESCE(s.run_id, (SELECT r2.id FROM runs r2 WHERE r2.identity=p.identity AND r2.seed=s.seed "
-             "ORDER BY r2.status='ok' DESC, r2.id DESC LIMIT 1))")
+#: whether a seed reads an ok run / any run (firstdiv.lab.store_runs: a pinned seed reads its run, an
+#: unpinned one the newest ok run of the identity, else its newest attempt), answered from the index alone
+_READS = ("CASE WHEN s.run_id IS NULL THEN EXISTS (SELECT 1 FROM runs r WHERE r.identity=pg.identity AND r.seed=s.seed{ok}) "
+          "ELSE EXISTS (SELECT 1 FROM runs r WHERE r.id=s.run_id{ok}) END")
+_READ_OK, _READ_ANY = _READS.format(ok=" AND r.status='ok'"), _READS.format(ok="")
 #: every sweep with the sweep before it of the same workload (the comparable pair the index links)
-_WITH_PREVIOUS = ("SELECT id, name, identity, workload, created, info, "
-                  "LAG(id) OVER w AS prev_id, LAG(name) OVER w AS prev_name FROM sweeps "
+_WITH_PREVIOUS = ("SELECT id, name, identity, workload, created, LAG(id) OVER w AS prev_id FROM sweeps "
                   "WINDOW w AS (PARTITION BY workload ORDER BY created, id)")
+# A page of sweeps first (no JSON copied around), then its seeds' counts, then the page's descriptions.
+_PAGE = ("WITH page AS MATERIALIZED (SELECT p.id, p.identity, p.prev_id FROM ({previous}) p WHERE {where} "
+         "ORDER BY p.created DESC, p.id DESC LIMIT ? OFFSET ?), "
+         "counts AS (SELECT pg.id, COUNT(s.seed) AS n, COALESCE(SUM({read_ok}), 0) AS ok, "
+         "COALESCE(SUM({read_any}), 0) - COALESCE(SUM({read_ok}), 0) AS bad "
+         "FROM page pg LEFT JOIN sweep_seeds s ON s.sweep_id = pg.id GROUP BY pg.id) "
+         "SELECT w.id, w.name, w.workload, w.created, json_extract(w.info, '$.config_hash'), "
+         "json_extract(w.info, '$.code.version'), json_extract(w.info, '$.config'), pg.prev_id, pw.name, "
+         "c.n, c.ok, c.bad FROM page pg JOIN sweeps w ON w.id = pg.id JOIN counts c ON c.id = pg.id "
+         "LEFT JOIN sweeps pw ON pw.id = pg.prev_id ORDER BY w.created DESC, w.id DESC")
 
 
 @dataclass(frozen=True)
@@ -176,13 +187,7 @@ def sweep_rows(conn: sqlite3.Connection, filters: Filters, limit: int, offset: i
     """A page of sweeps, newest first, each with its seeds' ok and failed counts."""
     limit, offset = _limits(limit, offset)
     where, params = filters.where("p")
-    query = (f"WITH page AS (SELECT * FROM ({_WITH_PREVIOUS}) p WHERE {where} ORDER BY p.created DESC, p.id DESC "
-             "LIMIT ? OFFSET ?) "
-             "SELECT p.id, p.name, p.workload, p.created, json_extract(p.info, '$.config_hash'), "
-             "json_extract(p.info, '$.code.version'), json_extract(p.info, '$.config'), p.prev_id, p.prev_name, "
-             "COUNT(s.seed), COALESCE(SUM(r.status = 'ok'), 0), COALESCE(SUM(r.status != 'ok'), 0) "
-             f"FROM page p LEFT JOIN sweep_seeds s ON s.sweep_id = p.id LEFT JOIN runs r ON r.id = {_READ_RUN} "
-             "GROUP BY p.id ORDER BY p.created DESC, p.id DESC")
+    query = _PAGE.format(previous=_WITH_PREVIOUS, where=where, read_ok=_READ_OK, read_any=_READ_ANY)
     rows = conn.execute(query, (*params, limit, offset)).fetchall()
     return [SweepRow(id=r[0], name=r[1], workload=r[2], created=r[3], config_hash=str(r[4] or ""),
                      code_version=str(r[5] or ""), config=_config(r[6]), previous=(r[7], r[8]) if r[7] else None,
