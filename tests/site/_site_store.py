@@ -1,6 +1,6 @@
 """A small real run store for the site's tests, and a server for it in a thread.
 
-Four sweeps: three of builtin:mlp on tiny configs (one rerun with --force, so its seeds are pinned) and
+Three sweeps: two of builtin:mlp on tiny configs (one rerun with --force, so its seeds are pinned) and
 one of the tests' tiny workload whose seed 1 fails; one incident. The sweeps' creation dates are then set
 to days in 2026 (as if they had been recorded then) so the date filters have something to select.
 """
@@ -19,8 +19,7 @@ import firstdiv
 FAST = ["epochs=1", "n_train=200", "n_val=100"]
 TINY = f"{WORKLOADS / 'tiny.py'}:train"
 #: sweep name -> (workload, day it is dated)
-SWEEPS = {"base": ("builtin:mlp", "2026-01-10"), "lr-high": ("builtin:mlp", "2026-02-20"),
-          "Dropout-low": ("builtin:mlp", "2026-03-05"), "tiny-fail": (TINY, "2026-03-06")}
+SWEEPS = {"base": ("builtin:mlp", "2026-01-10"), "LR-high": ("builtin:mlp", "2026-02-20"), "tiny-fail": (TINY, "2026-03-06")}
 SYMPTOM = "loss is flat after finetuning"
 
 
@@ -29,9 +28,8 @@ def build_store(root: Path) -> Path:
 
     store = root / "runs.db"
     firstdiv.sweep("builtin:mlp", "0-2", sets=FAST, store=store, name="base")
-    firstdiv.sweep("builtin:mlp", "0-2", sets=[*FAST, "lr=0.05"], store=store, name="lr-high")
-    firstdiv.sweep("builtin:mlp", "0-2", sets=[*FAST, "lr=0.05"], store=store, name="lr-high", force=True)
-    firstdiv.sweep("builtin:mlp", "0-1", sets=[*FAST, "dropout=0.1"], store=store, name="Dropout-low")
+    firstdiv.sweep("builtin:mlp", "0-2", sets=[*FAST, "lr=0.05"], store=store, name="LR-high")
+    firstdiv.sweep("builtin:mlp", "0-2", sets=[*FAST, "lr=0.05"], store=store, name="LR-high", force=True)
     firstdiv.sweep(TINY, "0-2", config={"fail_seed": 1}, store=store, name="tiny-fail")
     incident_new(store=store, symptom=SYMPTOM)
     conn = sqlite3.connect(store, isolation_level=None)
@@ -39,6 +37,16 @@ def build_store(root: Path) -> Path:
         conn.execute("UPDATE sweeps SET created=? WHERE name=?", (f"{day}T12:00:00.000+00:00", name))
     conn.close()
     return store
+
+
+_SHARED: dict[str, Path] = {}
+
+
+def shared_store(tmp_path_factory) -> Path:
+    """One store of :func:`build_store` for every test module of the session (they only read it)."""
+    if "store" not in _SHARED:
+        _SHARED["store"] = build_store(tmp_path_factory.mktemp("site-store"))
+    return _SHARED["store"]
 
 
 def sweep_ids(store: Path) -> dict[str, str]:

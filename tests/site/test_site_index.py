@@ -3,7 +3,7 @@ seeds' runs stand, read by SQL alone and agreeing with what the store's own read
 name, workload and date; pagination; bad filter values."""
 
 import pytest
-from _site_store import SWEEPS, SYMPTOM, TINY, build_store, sweep_ids
+from _site_store import SWEEPS, SYMPTOM, TINY, shared_store, sweep_ids
 
 from firstdiv import site
 from firstdiv.errors import InvalidArgument, NotFound, StoreError
@@ -13,7 +13,7 @@ from firstdiv.site import _pages
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    return build_store(tmp_path_factory.mktemp("site-index"))
+    return shared_store(tmp_path_factory)
 
 
 def _names(rows):
@@ -22,7 +22,7 @@ def _names(rows):
 
 def test_index_lists_every_sweep_newest_first_with_its_identity(store):
     rows = site.index_rows(store)
-    assert _names(rows) == ["tiny-fail", "Dropout-low", "lr-high", "base"]
+    assert _names(rows) == ["tiny-fail", "LR-high", "base"]
     with Store(store, readonly=True) as st:
         for row in rows:
             info = st.find_sweep(row.name)
@@ -35,39 +35,38 @@ def test_index_lists_every_sweep_newest_first_with_its_identity(store):
             assert row.config == info.config
     by_name = {r.name: r for r in rows}
     assert (by_name["tiny-fail"].seeds, by_name["tiny-fail"].ok, by_name["tiny-fail"].failed) == (3, 2, 1)
-    assert (by_name["lr-high"].seeds, by_name["lr-high"].ok, by_name["lr-high"].failed) == (3, 3, 0)  # pinned by --force
+    assert (by_name["LR-high"].seeds, by_name["LR-high"].ok, by_name["LR-high"].failed) == (3, 3, 0)  # pinned by --force
 
 
 def test_each_sweep_is_paired_with_the_one_before_it_of_its_workload(store):
     ids = sweep_ids(store)
     previous = {r.name: r.previous for r in site.index_rows(store)}
-    assert previous == {"base": None, "lr-high": (ids["base"], "base"), "Dropout-low": (ids["lr-high"], "lr-high"),
-                        "tiny-fail": None}
+    assert previous == {"base": None, "LR-high": (ids["base"], "base"), "tiny-fail": None}
 
 
 def test_config_summary_names_what_tells_a_sweep_apart_from_its_workloads_others(store):
     rows = site.index_rows(store)
     summaries = _pages.config_summaries(rows)
     by_name = {r.name: summaries[r.id] for r in rows}
-    assert by_name["base"] == "dropout=0.3, lr=0.02"
-    assert by_name["lr-high"] == "dropout=0.3, lr=0.05"
-    assert by_name["Dropout-low"] == "dropout=0.1, lr=0.02"
+    assert by_name["base"] == "lr=0.02"
+    assert by_name["LR-high"] == "lr=0.05"
     assert by_name["tiny-fail"] == ""  # alone in its workload: its config hash identifies it
 
 
 @pytest.mark.parametrize(("filters", "expected"), [
-    ({"name": "lr"}, ["lr-high"]),
-    ({"name": "DROPOUT"}, ["Dropout-low"]),  # any case
-    ({"name": "-"}, ["tiny-fail", "Dropout-low", "lr-high"]),
+    ({"name": "high"}, ["LR-high"]),  # any case
+    ({"name": "BASE"}, ["base"]),
+    ({"name": "-"}, ["tiny-fail", "LR-high"]),
     ({"name": "%"}, []),  # LIKE's wildcards are matched literally
     ({"name": "_"}, []),
-    ({"workload": "builtin:mlp"}, ["Dropout-low", "lr-high", "base"]),
+    ({"workload": "builtin:mlp"}, ["LR-high", "base"]),
     ({"workload": TINY}, ["tiny-fail"]),
     ({"workload": "builtin"}, []),  # a workload is matched exactly
-    ({"since": "2026-02-20"}, ["tiny-fail", "Dropout-low", "lr-high"]),  # the day itself included
-    ({"until": "2026-02-20"}, ["lr-high", "base"]),
-    ({"since": "2026-02-01", "until": "2026-03-05"}, ["Dropout-low", "lr-high"]),
-    ({"workload": "builtin:mlp", "since": "2026-03-01"}, ["Dropout-low"]),
+    ({"since": "2026-02-20"}, ["tiny-fail", "LR-high"]),  # the day itself included
+    ({"until": "2026-02-20"}, ["LR-high", "base"]),
+    ({"since": "2026-02-01", "until": "2026-03-06"}, ["tiny-fail", "LR-high"]),
+    ({"since": "2026-02-01", "until": "2026-03-05"}, ["LR-high"]),
+    ({"workload": "builtin:mlp", "since": "2026-02-01"}, ["LR-high"]),
     ({"since": "2027-01-01"}, []),
 ])
 def test_filters_select_the_right_sweeps(store, filters, expected):
@@ -77,8 +76,8 @@ def test_filters_select_the_right_sweeps(store, filters, expected):
 
 def test_pages_of_the_index_follow_each_other(store):
     everything = _names(site.index_rows(store))
-    pages = [_names(site.index_rows(store, limit=3, offset=o)) for o in (0, 3, 6)]
-    assert pages == [everything[:3], everything[3:], []]
+    pages = [_names(site.index_rows(store, limit=2, offset=o)) for o in (0, 2, 4)]
+    assert pages == [everything[:2], everything[2:], []]
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -114,13 +113,13 @@ def test_index_page_shows_rows_links_and_filter_form(store):
     ids = sweep_ids(store)
     page = _pages.index_html(store, site.Filters(workload="builtin:mlp"))
     assert page.startswith("<!DOCTYPE html>") and "<script" not in page  # served: the server filters
-    assert page.count('<tr class="sweep"') == 3 and "tiny-fail" not in page
+    assert page.count('<tr class="sweep"') == 2 and "tiny-fail" not in page
     assert f'href="sweep/{ids["base"]}.html"' in page
-    assert f'href="compare/{ids["base"]}--{ids["lr-high"]}.html">vs base</a>' in page
-    assert '<option value="builtin:mlp" selected>' in page and "3 sweeps match; showing 1–3" in page
+    assert f'href="compare/{ids["base"]}--{ids["LR-high"]}.html">vs base</a>' in page
+    assert '<option value="builtin:mlp" selected>' in page and "2 sweeps match; showing 1–2" in page
     assert 'href="incident/inc-' in page and SYMPTOM in page
     static = _pages.index_html(store, site.Filters(), static=True)
-    assert static.count('<tr class="sweep"') == 4 and static.count("<script>") == 1
+    assert static.count('<tr class="sweep"') == 3 and static.count("<script>") == 1
     assert "script-src 'sha256-" in static  # the page allows its own filter script and no other
 
 
