@@ -170,3 +170,18 @@ def test_ui_without_a_store_is_one_line_and_exit_2(tmp_path):
     proc = _cli("ui", "--store", tmp_path / "none.db", "--no-browser")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and out == "" and err.count("\n") == 1 and "does not exist; run `firstdiv sweep` first" in err
+
+
+def test_pages_of_the_served_index_link_each_other_and_keep_the_filter(server, monkeypatch):
+    from firstdiv.site import _pages
+
+    monkeypatch.setattr(_pages, "PER_PAGE", 1)
+    _, first, _ = get(server.url + "?workload=builtin%3Amlp")
+    assert _rows(first) == ["LR-high"] and "2 sweeps match; showing 1–1" in first
+    older = re.search(r'<a rel="next" href="([^"]+)">', first).group(1).replace("&amp;", "&")
+    assert older == "?workload=builtin%3Amlp&page=2" and 'rel="prev"' not in first
+    _, second, _ = get(server.url + older)
+    assert _rows(second) == ["base"] and "showing 2–2" in second and 'rel="next"' not in second
+    assert '<a rel="prev" href="?workload=builtin%3Amlp&amp;page=1">' in second
+    _, beyond, _ = get(server.url + "?workload=builtin%3Amlp&page=9")
+    assert _rows(beyond) == [] and "none on this page" in beyond

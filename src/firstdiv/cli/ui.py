@@ -31,6 +31,8 @@ def ui_command(store: str | None, host: str, port: int, no_browser: bool, as_jso
             emit(None, True, {"url": server.url, "store": str(path)})
         else:
             echo(f"firstdiv ui: serving {path} at {server.url} (Ctrl-C stops)")
+            if host not in ("127.0.0.1", "localhost", "::1"):
+                echo(f"firstdiv ui: note: listening on {host}: whoever can reach this machine can read the store", err=True)
         if not no_browser:
             import webbrowser
 
