@@ -112,24 +112,21 @@ def index_html(store_path: str | os.PathLike[str], filters: Filters, *, page: in
     """The index: sweeps (``PER_PAGE`` a page, or all of them with ``static``), comparable pairs, incidents."""
     if isinstance(page, bool) or not isinstance(page, int) or page < 1:
         raise InvalidArgument(f"Expected page as an integer >= 1 but got {page!r}")
+    if static:  # every row is listed; the page's script filters them
+        filters, page = Filters(), 1
     with _query.connect(store_path) as conn:
         total = _query.sweep_total(conn, filters)
-        if static:  # every row is listed; the page's script filters them
-            rows = _query.sweep_rows(conn, Filters(), max(total, 1), 0)
-            incidents = _query.incident_rows(conn, Filters(), limit=max(total, 10_000))
-        else:
-            rows = _query.sweep_rows(conn, filters, PER_PAGE, (page - 1) * PER_PAGE)
-            incidents = _query.incident_rows(conn, filters)
+        rows = _query.sweep_rows(conn, filters, max(total, 1) if static else PER_PAGE, (page - 1) * PER_PAGE)
+        incidents = _query.incident_rows(conn, filters, limit=None if static else PER_PAGE)
         workloads = _query.workloads(conn)
-        shown = len(rows) if static else total
     script, script_hash = _script()
-    first = 0 if static else (page - 1) * PER_PAGE
+    first = (page - 1) * PER_PAGE
     ctx = {"title": f"Run store {Path(store_path).name}", "store": str(store_path), "version": _version(),
            "rows": rows, "summaries": config_summaries(rows), "incidents": incidents, "workloads": workloads,
-           "filters": filters.as_dict(), "total": shown, "static": static, "script": script,
+           "filters": filters.as_dict(), "total": total, "static": static, "script": script,
            "script_hash": script_hash, "first": first + 1 if rows else 0, "last": first + len(rows),
            "prev_link": _link(filters.as_dict(), page=page - 1) if page > 1 and not static else None,
-           "next_link": _link(filters.as_dict(), page=page + 1) if first + len(rows) < shown and not static else None,
+           "next_link": _link(filters.as_dict(), page=page + 1) if first + len(rows) < total and not static else None,
            "link": functools.partial(_link, filters.as_dict())}
     return _env().get_template("index.html.j2").render(ctx)
 

@@ -212,12 +212,12 @@ def workloads(conn: sqlite3.Connection) -> list[tuple[str, int]]:
     return [(r[0], r[1]) for r in conn.execute("SELECT workload, COUNT(*) FROM sweeps GROUP BY workload ORDER BY workload")]
 
 
-def incident_rows(conn: sqlite3.Connection, filters: Filters, limit: int = 200) -> list[IncidentRow]:
-    """Incidents, newest first; the name filter matches their title, the dates their opening day (the
-    workload filter does not apply: an incident names no workload)."""
+def incident_rows(conn: sqlite3.Connection, filters: Filters, limit: int | None = 200) -> list[IncidentRow]:
+    """Incidents, newest first (``limit`` of them, None: all); the name filter matches their title, the dates
+    their opening day (the workload filter does not apply: an incident names no workload)."""
     where, params = Filters(name=filters.name, since=filters.since, until=filters.until).where("i", "title")
     rows = conn.execute(f"SELECT id, title, status, created, updated FROM incidents i WHERE {where} "
-                        "ORDER BY created DESC, id DESC LIMIT ?", (*params, limit)).fetchall()
+                        "ORDER BY created DESC, id DESC LIMIT ?", (*params, -1 if limit is None else limit)).fetchall()
     return [IncidentRow(*r) for r in rows]
 
 
