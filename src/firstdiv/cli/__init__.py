@@ -32,6 +32,7 @@ LAZY_COMMANDS = {
     "route": "firstdiv.cli.diagnose:route_command",
     "runs": "firstdiv.cli.lab:runs_command",
     "sweep": "firstdiv.cli.sweep:sweep_command",
+    "ui": "firstdiv.cli.ui:ui_command",
 }
 
 

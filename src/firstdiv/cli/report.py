@@ -15,22 +15,24 @@ from typing import Any
 import click
 
 from ..errors import InvalidArgument, NotFound
-from ._common import EXIT_OK, echo, json_option, store_option
+from ._common import EXIT_OK, echo, emit, json_option, store_option
 
 INCIDENT_PREFIX = "incident:"
 
 
 @click.command("report")
-@click.argument("refs", nargs=-1, required=True, metavar="SWEEP [SWEEP_B] | incident:REF | REPORT.json")
+@click.argument("refs", nargs=-1, metavar="SWEEP [SWEEP_B] | incident:REF | REPORT.json")
 @click.option("--html", "html_path", default="report.html", show_default=True, type=click.Path(dir_okay=False),
               help="Where to write the page ('-' writes it to stdout).")
 @click.option("--metric", default="val_loss", show_default=True, help="The metric two sweeps are compared on.")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the comparison.")
 @click.option("--title", default=None, help="Page title (default: what the page shows).")
+@click.option("--site", "site_dir", default=None, type=click.Path(file_okay=False),
+              help="Instead of one page, write the whole store's index and every page it links to this folder.")
 @store_option
 @json_option
 def report_command(refs: tuple[str, ...], html_path: str, metric: str, alpha: float, title: str | None,
-                   store: str | None, as_json: bool) -> int:
+                   site_dir: str | None, store: str | None, as_json: bool) -> int:
     """Write a self-contained HTML page (inline CSS and SVG plots, no scripts, nothing fetched).
 
     One sweep gives its identity, noise floor, seed distributions and learning curves; two sweeps
@@ -38,7 +40,13 @@ def report_command(refs: tuple[str, ...], html_path: str, metric: str, alpha: fl
     sides' distributions and curves. incident:REF gives an incident worksheet; a JSON file written by
     any command's --json gives that report's page. The page is written to --html (default
     report.html in the current directory) and its path printed; --json prints what was written.
+    --site DIR (no arguments) writes the index of the whole store and every page it links as
+    static files (the same pages `firstdiv ui` serves), replacing a site written there before.
     """
+    if site_dir is not None:
+        return _site(refs, site_dir, store, as_json)
+    if not refs:
+        raise click.UsageError("Missing argument 'SWEEP [SWEEP_B] | incident:REF | REPORT.json' (or --site DIR)")
     if html_path == "-" and as_json:
         raise click.UsageError("--html - writes the page to stdout, where --json writes JSON: choose one")
     kind, obj, payload = _load(refs, metric=metric, alpha=alpha, store=store)
@@ -54,6 +62,20 @@ def report_command(refs: tuple[str, ...], html_path: str, metric: str, alpha: fl
                               indent=2, default=str))
     else:
         echo(f"wrote {kind} page {target} ({target.stat().st_size / 1024:.0f} kB)")  # the path is user data
+    return EXIT_OK
+
+
+def _site(refs: tuple[str, ...], site_dir: str, store: str | None, as_json: bool) -> int:
+    if refs:
+        raise click.UsageError("--site DIR writes every page of the store: give it no SWEEP, incident or report")
+    from ..lab.store import default_path
+    from ..site import build_site
+
+    written = build_site(site_dir, default_path() if store is None else store)
+    if as_json:
+        emit(None, True, written.to_dict())
+    else:
+        echo(f"wrote site {written.path} ({written.pages} pages; open {written.path / 'index.html'})")
     return EXIT_OK
 
 
