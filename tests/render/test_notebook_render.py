@@ -47,3 +47,18 @@ def test_a_sweeps_repr_is_one_short_line_and_it_has_an_html_repr(tmp_path):
     assert repr(result) == "<SweepResult 'base' builtin:mlp 3 runs (3 ran, 0 reused, 0 failed)>"
     html = result._repr_html_()
     assert html.lstrip().startswith("<") and "base" in html
+
+
+def test_a_comparisons_repr_is_one_line_with_its_verdict_and_it_has_an_html_repr(tmp_path):
+    store = tmp_path / "runs.db"
+    for name, lr in (("base", 0.05), ("fast", 0.2)):
+        firstdiv.sweep("builtin:mlp", "0-3", store=store, backend="vectorized", config={"epochs": 2, "lr": lr},
+                       progress=False, name=name)
+    c = firstdiv.compare("base", "fast", store=store)
+    text = repr(c)
+    paired = c.details["paired"]
+    assert text.startswith(f"<Comparison 'base' -> 'fast' val_loss: {c.verdict}") and "\n" not in text
+    assert f"delta {paired['mean_delta']:+.4g} [{paired['ci_low']:+.4g}, {paired['ci_high']:+.4g}]" in text
+    assert text.endswith("4 shared seeds>")
+    html = c._repr_html_()
+    assert html.lstrip().startswith("<") and "fast" in html
