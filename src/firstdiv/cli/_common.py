@@ -3,10 +3,12 @@ envelope every ``--json`` prints (docs/json.md)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -22,8 +24,36 @@ QUIET, NORMAL, VERBOSE = -1, 0, 1
 store_option = click.option("--store", "store", type=click.Path(dir_okay=False), default=None, envvar="FIRSTDIV_STORE",
                             help="Run store (SQLite). Default: $FIRSTDIV_STORE, else the nearest .firstdiv/runs.db up from "
                                  "here (within this git work tree), else a new one at the work tree's top or here.")
-json_option = click.option("--json", "as_json", is_flag=True,
-                           help="Print one JSON object on stdout: the envelope of docs/json.md.")
+_json_flag = click.option("--json", "as_json", is_flag=True,
+                          help="Print one JSON object on stdout: the envelope of docs/json.md.")
+
+
+def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The --json flag. Under it, what the command kept with emit() is printed as the envelope once the command
+    has returned its exit code (so every command that uses this option and emit() prints the envelope)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        rc = fn(*args, **kwargs)
+        if kwargs.get("as_json"):
+            _RUN.command = command_path(click.get_current_context())
+            env = envelope(rc if isinstance(rc, int) else EXIT_OK)
+            _RUN.result = None
+            if env is not None:
+                print_json(env)
+        return rc
+
+    return _json_flag(run)
+
+
+def command_path(ctx: click.Context) -> str:
+    """'gate check' for the context of `firstdiv gate check` (the root group's own name left out)."""
+    names = []
+    while ctx is not None:
+        if not getattr(ctx.command, "_firstdiv_root", False):
+            names.append(ctx.command.name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names))
 
 
 class _Invocation:
@@ -76,7 +106,7 @@ def show_progress(as_json: bool) -> bool:
 
 
 def _set_level(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-    _RUN.command, _RUN.ctx = ctx.command_path.partition(" ")[2], ctx
+    _RUN.command, _RUN.ctx = command_path(ctx), ctx
     if not value:
         return value
     wanted = QUIET if param.name == "quiet" else VERBOSE
