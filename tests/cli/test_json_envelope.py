@@ -205,3 +205,12 @@ def test_report_reads_back_an_envelope_and_a_bare_payload(world, capsys, tmp_pat
     failed.write_text(run(capsys, "compare", ["a", "nope", "--json"], world)[1], encoding="utf-8")
     rc, out, err = run(capsys, "report", [str(failed)], world)
     assert rc == 2 and "no report but a failed command's output" in err and "nope" in err
+
+
+def test_incident_takes_a_saved_diagnose_envelope(world, capsys, tmp_path):
+    rc, out, _ = run(capsys, "diagnose", ["{case}:make_evidence", "--json"], world)
+    saved = tmp_path / "worksheet.json"
+    saved.write_text(out, encoding="utf-8")
+    rc, out, _ = run(capsys, "incident", ["new", "--symptom", "flat", "--from", str(saved), "--json"], world)
+    made = _validated(out, rc, "incident new")["payload"]
+    assert made["evidence"][0]["kind"] == "worksheet" and made["evidence"][0]["instrument"] == "diagnose"
