@@ -2,9 +2,10 @@
 
 import json
 
+import jsonschema
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.quality
 
@@ -14,7 +15,10 @@ def demo(tmp_path_factory):
     store = tmp_path_factory.mktemp("demo") / "runs.db"
     proc = run_cli("demo", "--json", "--store", store, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)["payload"], store
+    envelope = json.loads(proc.stdout)
+    jsonschema.validate(envelope, json.loads((ROOT / "docs" / "json-envelope.schema.json").read_text(encoding="utf-8")))
+    assert (envelope["command"], envelope["status"], envelope["exit_code"]) == ("demo", "OK", 0)
+    return envelope["payload"], store
 
 
 def test_e1_noise_floor(demo):

@@ -40,6 +40,8 @@ def short_form(report: Any) -> list[Text]:
     if isinstance(verdict, str):
         direction = report.details.get("direction")
         lines.append(Text(f"VERDICT  {verdict}" + (f" ({direction})" if isinstance(direction, str) else "")))
+    elif isinstance(verdict, dict) and isinstance(verdict.get("text"), str):  # curves: the verdict in words
+        lines.append(Text(f"VERDICT  {verdict['text']}"))
     return lines
 
 
