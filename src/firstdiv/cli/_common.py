@@ -14,12 +14,12 @@ from typing import Any
 import click
 
 from .._rich import Console
+from ._levels import NORMAL, QUIET, VERBOSE, render
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
 #: version of the JSON envelope (docs/json.md, docs/json-envelope.schema.json); raised on an incompatible change
 SCHEMA_VERSION = 1
-QUIET, NORMAL, VERBOSE = -1, 0, 1
 
 store_option = click.option("--store", "store", type=click.Path(dir_okay=False), default=None, envvar="FIRSTDIV_STORE",
                             help="Run store (SQLite). Default: $FIRSTDIV_STORE, else the nearest .firstdiv/runs.db up from "
@@ -187,8 +187,6 @@ def emit(obj: Any, as_json: bool, payload: dict[str, Any] | None = None, *, stat
         data = payload if payload is not None else obj.to_dict()
         _RUN.result = (status or verdict_of(obj, data), ok if ok is not None else ok_of(obj), data)
         return
-    from ._levels import render
-
     render(obj, _RUN.level, console())
 
 

@@ -7,7 +7,9 @@ import json
 from typing import Any
 
 from .._rich import Console, Table, Text
-from ._common import QUIET, VERBOSE
+
+#: the output levels: -q, the default, -v
+QUIET, NORMAL, VERBOSE = -1, 0, 1
 
 
 def render(obj: Any, level: int, out: Console) -> None:
