@@ -214,3 +214,12 @@ def test_incident_takes_a_saved_diagnose_envelope(world, capsys, tmp_path):
     rc, out, _ = run(capsys, "incident", ["new", "--symptom", "flat", "--from", str(saved), "--json"], world)
     made = _validated(out, rc, "incident new")["payload"]
     assert made["evidence"][0]["kind"] == "worksheet" and made["evidence"][0]["instrument"] == "diagnose"
+
+
+def test_an_interrupted_command_under_json_says_so(world, capsys, tmp_path):
+    """Ctrl-C in the middle of a run (the KeyboardInterrupt SIGINT raises): exit 130 and an error envelope."""
+    (tmp_path / "stop.py").write_text("def train(seed, config, rec):\n    raise KeyboardInterrupt\n")
+    rc, out, err = run(capsys, "sweep", [f"{tmp_path / 'stop.py'}:train", "--seeds", "0", "--json"], world)
+    env = _validated(out, rc, "sweep")
+    assert rc == 130 and env["error"]["type"] == "Abort" and "interrupted" in env["error"]["message"]
+    assert err.strip().splitlines()[-1] == "firstdiv: interrupted; recorded runs are kept and a rerun resumes"

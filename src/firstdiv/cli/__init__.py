@@ -16,6 +16,8 @@ from ._common import EXIT_OK, EXIT_USAGE, level_options
 
 __all__ = ["LAZY_COMMANDS", "cli", "main"]
 
+INTERRUPTED = "interrupted; recorded runs are kept and a rerun resumes"
+
 #: Every command, by the module that defines it: imported only when invoked (or listed by --help), so that
 #: `firstdiv --help` loads no torch or scipy and `firstdiv sweep` does not pay for what it does not use.
 LAZY_COMMANDS = {
@@ -108,19 +110,19 @@ def _run(args: list[str]) -> int:
         where = _common.command_path(exc.ctx) if exc.ctx else ""
         return _failed(args, exc, EXIT_USAGE, where or _common.command_name())
     except (click.Abort, KeyboardInterrupt) as exc:
-        click.echo("firstdiv: interrupted; recorded runs are kept and a rerun resumes", err=True)
-        return _failed(args, exc, 130)
+        click.echo(f"firstdiv: {INTERRUPTED}", err=True)
+        return _failed(args, exc, 130, message=INTERRUPTED)
     except FirstdivError as exc:
         click.echo(f"firstdiv: error: {exc}", err=True)
         return _failed(args, exc, EXIT_USAGE)
     return rc if isinstance(rc, int) else EXIT_OK
 
 
-def _failed(args: list[str], exc: BaseException, rc: int, command: str = "") -> int:
+def _failed(args: list[str], exc: BaseException, rc: int, command: str = "", message: str = "") -> int:
     """Under --json, the error as the one JSON object on stdout too (nothing the command kept is printed)."""
     if _json_requested(args):
         _common.print_json(_common.error_envelope(command or _common.command_name() or _command_from_argv(args),
-                                                  exc, rc))
+                                                  exc, rc, message))
     return rc
 
 

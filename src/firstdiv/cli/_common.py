@@ -215,8 +215,8 @@ def envelope(exit_code: int) -> dict[str, Any] | None:
             "status": status, "exit_code": exit_code, "payload": payload}
 
 
-def error_envelope(command: str, exc: BaseException, exit_code: int) -> dict[str, Any]:
-    message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+def error_envelope(command: str, exc: BaseException, exit_code: int, message: str = "") -> dict[str, Any]:
+    message = message or (exc.format_message() if isinstance(exc, click.ClickException) else str(exc))
     return {"schema_version": SCHEMA_VERSION, "command": command, "ok": False, "status": "ERROR",
             "exit_code": exit_code, "error": {"type": type(exc).__name__, "message": message}}
 
