@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..diagnosis.incident import _store_path, incident_close, incident_list, incident_new, incident_show
-from ._common import EXIT_OK, console, emit, json_option, note, store_option
+from ._common import EXIT_OK, QUIET, console, emit, json_option, level, store_option
 
 
 @click.group("incident")
@@ -98,7 +98,7 @@ def _close(ref: str, attach: tuple[str, ...], store: str | None, as_json: bool, 
     return EXIT_OK
 
 
-def _print(inc: Any, as_json: bool, message: str = "") -> None:
+def _print(inc: Any, as_json: bool, note: str = "") -> None:
     emit(inc, as_json)
-    if message and not as_json:
-        note(message)
+    if note and not as_json and level() > QUIET:  # a note: not under -q
+        console().print(note, style="dim")
