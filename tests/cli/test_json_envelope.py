@@ -223,3 +223,19 @@ def test_an_interrupted_command_under_json_says_so(world, capsys, tmp_path):
     env = _validated(out, rc, "sweep")
     assert rc == 130 and env["error"]["type"] == "Abort" and "interrupted" in env["error"]["message"]
     assert err.strip().splitlines()[-1] == "firstdiv: interrupted; recorded runs are kept and a rerun resumes"
+
+
+@pytest.mark.parametrize("broken", [
+    {"status": "ERROR"},  # an error status with a payload
+    {"payload": None},  # a payload that is not an object
+    {"schema_version": 2},
+    {"error": {"type": "X", "message": "m"}},  # payload and error at once
+    {"exit_code": "0"},
+    {"surprise": 1},
+])
+def test_the_schema_refuses_what_docs_json_md_rules_out(broken):
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    good = {"schema_version": 1, "command": "runs", "ok": True, "status": "OK", "exit_code": 0, "payload": {}}
+    jsonschema.validate(good, SCHEMA)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**good, **broken}, SCHEMA)
