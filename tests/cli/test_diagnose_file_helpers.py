@@ -47,7 +47,7 @@ def test_the_command_imports_helpers_beside_the_case_file(case, cli, tmp_path):
     for fn in ("make_evidence", "lazy"):
         proc = cli("diagnose", f"{case}:{fn}", "--json", cwd=tmp_path / "elsewhere")
         assert proc.returncode == 0, proc.stderr
-        assert json.loads(proc.stdout)["status"] == "PASS"
+        assert json.loads(proc.stdout)["payload"]["status"] == "PASS"
     relative = cli("diagnose", "cases/case.py:make_evidence", "--json", cwd=tmp_path)
     assert relative.returncode == 0, relative.stderr
 

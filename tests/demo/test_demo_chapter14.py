@@ -2,9 +2,10 @@
 
 import json
 
+import jsonschema
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.quality
 
@@ -14,7 +15,10 @@ def demo(tmp_path_factory):
     store = tmp_path_factory.mktemp("demo") / "runs.db"
     proc = run_cli("demo", "--json", "--store", store, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout), store
+    envelope = json.loads(proc.stdout)
+    jsonschema.validate(envelope, json.loads((ROOT / "docs" / "json-envelope.schema.json").read_text(encoding="utf-8")))
+    assert (envelope["command"], envelope["status"], envelope["exit_code"]) == ("demo", "OK", 0)
+    return envelope["payload"], store
 
 
 def test_e1_noise_floor(demo):
@@ -127,7 +131,7 @@ def test_demo_rerun_reuses_recorded_runs_and_prints_the_chapter_layout(demo):
                     "IDENTITY", "CORRECTNESS", "COST", "DECLARED BEFORE THE RUN", "VERDICT  SYSTEM_CHANGED (worse)",
                     "E8 — Curves, not endpoints", "E9 — Bisection", "CULPRIT lr", "E10 — A policy guardrail"):
         assert heading in out
-    runs = json.loads(run_cli("runs", "--json", "--store", store).stdout)
+    runs = json.loads(run_cli("runs", "--json", "--store", store).stdout)["payload"]
     names = {s["name"]: s for s in runs["sweeps"]}
     assert {"demo-baseline", "demo-lr10x", "demo-label-shift", "demo-val-noise-0.29", "demo-eval-train-mode"} <= set(names)
     assert all(names[n]["runs"] == 12 for n in ("demo-baseline", "demo-lr10x", "demo-label-shift"))

@@ -290,12 +290,12 @@ def test_cli_prints_the_worksheet_and_returns_the_exit_code(case):
     assert "the head never moves" in found.output
     healthy = _invoke(f"{case}:healthy", "--json", "--symptom", "from the flag")
     assert healthy.return_value == 0
-    data = json.loads(healthy.output)
+    data = json.loads(healthy.output)["payload"]
     assert data["type"] == "Worksheet" and data["status"] == "PASS" and data["details"]["symptom"] == "from the flag"
 
 
 def test_cli_all_runs_past_the_first_divergence(case):
-    data = json.loads(_invoke(f"{case}:make_evidence", "--json", "--all").output)
+    data = json.loads(_invoke(f"{case}:make_evidence", "--json", "--all").output)["payload"]
     assert data["first_divergence"]["where"] == "four_structures:head.weight" and data["details"]["not_reached"] == []
     assert len(data["details"]["observations"]) > 3
 
@@ -322,7 +322,7 @@ def test_command_line_exit_codes(case, cli):
     assert "PYTORCH INCIDENT" in found.stdout and "four_structures:head.weight" in found.stdout
     healthy = cli("diagnose", f"{case}:healthy", "--json")
     assert healthy.returncode == 0, healthy.stderr
-    assert json.loads(healthy.stdout)["status"] == "PASS"
+    assert json.loads(healthy.stdout)["payload"]["status"] == "PASS"
     bad = cli("diagnose", f"{case}:not_a_dict")
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("firstdiv: error: Expected")

@@ -488,11 +488,11 @@ def test_cli_new_list_show_close(store_path, tmp_path):
     ws.write_text(_worksheet(hypotheses=["stale optimizer", "frozen head"]).to_json())
     out = json.loads(_invoke("new", "--symptom", f"loss flat; HF_TOKEN={HF}", "--expected", "falls", "--from", ws,
                              "--cause", "stale optimizer", "--experiment", "compare ids", "--store", store_path,
-                             "--json").output)
+                             "--json").output)["payload"]
     assert out["status"] == "open" and out["cause_status"] == "hypothesis" and out["symptom"] == "loss flat; HF_TOKEN=[redacted]"
     assert out["distinguishing_experiment"] == "compare ids" and out["hypotheses"] == "- stale optimizer\n- frozen head"
     assert out["evidence"][0]["source"] == str(ws)
-    other = json.loads(_invoke("new", "--symptom", "gpu idle", "--store", store_path, "--json").output)
+    other = json.loads(_invoke("new", "--symptom", "gpu idle", "--store", store_path, "--json").output)["payload"]
 
     text = _invoke("show", out["id"][:7], "--store", store_path).output
     for heading in ("PYTORCH INCIDENT", "SYMPTOM", "EXPECTED", "FIRST DIVERGENCE", "HYPOTHESES", "DISTINGUISHING EXPERIMENT",
@@ -503,13 +503,13 @@ def test_cli_new_list_show_close(store_path, tmp_path):
 
     flags = [part for k, v in CLOSE.items() for part in ("--" + k.replace("_", "-"), v)]
     closed = json.loads(_invoke("close", out["id"], *flags, "--must-not-change", "eval fingerprint", "--store", store_path,
-                                "--json").output)
+                                "--json").output)["payload"]
     assert closed["status"] == "closed" and closed["cause_status"] == "confirmed" and closed["confirmed"] is True
     assert closed["must_not_change"] == "eval fingerprint" and closed["hypotheses"] == out["hypotheses"]
     text = _invoke("show", out["id"], "--store", store_path).output
     assert "CAUSE — CONFIRMED" in text and "HYPOTHESIS" not in text and CLOSE["regression_test"] in text
 
-    listed = json.loads(_invoke("list", "--status", "open", "--store", store_path, "--json").output)
+    listed = json.loads(_invoke("list", "--status", "open", "--store", store_path, "--json").output)["payload"]
     assert [i["id"] for i in listed["incidents"]] == [other["id"]] and listed["store"] == str(store_path)
     table = _invoke("list", "--store", store_path).output
     assert out["id"] in table and other["id"] in table and "confirmed" in table
@@ -518,7 +518,7 @@ def test_cli_new_list_show_close(store_path, tmp_path):
 
 def test_cli_store_from_environment_and_errors_raise_firstdiv_errors(store_path, monkeypatch):
     monkeypatch.setenv("FIRSTDIV_STORE", str(store_path))
-    made = json.loads(_invoke("new", "--symptom", "s", "--json").output)
+    made = json.loads(_invoke("new", "--symptom", "s", "--json").output)["payload"]
     assert [r[0] for r in _raw_rows(store_path)] == [made["id"]]
     res = _invoke("close", made["id"], "--cause", "c", ok=False)  # cli.main turns these into exit 2
     assert isinstance(res.exception, InvalidArgument) and "missing --repair, --verification, --regression-test" in str(res.exception)
@@ -547,7 +547,7 @@ def _one_error_line(proc, *needles):
 def test_command_line_exit_codes(tmp_path, store_path):
     made = _firstdiv("incident", "new", "--symptom", f"token={HF}", "--store", store_path, "--json", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
-    inc = json.loads(made.stdout)
+    inc = json.loads(made.stdout)["payload"]
     shown = _firstdiv("incident", "show", inc["id"][4:9], "--store", store_path, cwd=tmp_path)
     assert shown.returncode == 0 and "PYTORCH INCIDENT" in shown.stdout and HF not in shown.stdout
 

@@ -362,8 +362,8 @@ def test_cli_prints_the_top_routes():
 
 
 def test_cli_json_default_top_three_and_all():
-    top = json.loads(_invoke("--json", "training is slow, GPU at 30%").output)
-    every = json.loads(_invoke("--json", "--all", "training is slow, GPU at 30%").output)
+    top = json.loads(_invoke("--json", "training is slow, GPU at 30%").output)["payload"]
+    every = json.loads(_invoke("--json", "--all", "training is slow, GPU at 30%").output)["payload"]
     assert top["type"] == "Route" and top["details"]["matches"][0]["id"] == "loader.gpu_idle"
     assert len(top["details"]["matches"]) == 3 < len(every["details"]["matches"]) == every["details"]["total_matches"]
     assert Report.from_dict(every) == route("training is slow, GPU at 30%")
@@ -372,7 +372,7 @@ def test_cli_json_default_top_three_and_all():
 def test_cli_no_match_exits_zero_with_examples():
     result = _invoke("the weather is nice today")
     assert result.exit_code == 0 and "SKIPPED" in result.output and '"loss is flat"' in result.output
-    assert json.loads(_invoke("--json", "zzz").output)["status"] == "SKIPPED"
+    assert json.loads(_invoke("--json", "zzz").output)["payload"]["status"] == "SKIPPED"
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -385,9 +385,9 @@ def test_cli_usage_errors_exit_2(args, message):
 
 
 def test_cli_reverse_view():
-    one = json.loads(_invoke("--instrument", "Loader_Timing", "--json").output)
+    one = json.loads(_invoke("--instrument", "Loader_Timing", "--json").output)["payload"]
     assert one == {"instrument": "loader_timing", "symptoms": routes()["loader_timing"]}
-    assert json.loads(_invoke("--list", "--json").output) == {"instruments": routes()}
+    assert json.loads(_invoke("--list", "--json").output)["payload"] == {"instruments": routes()}
     listed = _invoke("--list").output
     assert all(name in listed for name in INSTRUMENTS) and "Low GPU utilization" in listed
     assert "attention.causal" in _invoke("--instrument", "attention_check").output
@@ -400,7 +400,7 @@ def test_python_m_firstdiv_route_subprocess():
                               timeout=60, env={**os.environ, "COLUMNS": "140"})
 
     ok = run("--json", "GPU is idle")
-    assert ok.returncode == 0 and json.loads(ok.stdout)["details"]["matches"][0]["instruments"][0] == "loader_timing"
+    assert ok.returncode == 0 and json.loads(ok.stdout)["payload"]["details"]["matches"][0]["instruments"][0] == "loader_timing"
     empty = run("")
     assert empty.returncode == 2 and empty.stdout == "" and len(empty.stderr.splitlines()) == 1
     assert empty.stderr.startswith("firstdiv: error: Expected a SYMPTOM")

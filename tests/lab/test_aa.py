@@ -27,14 +27,14 @@ def test_cli_json(cli, tiny, tmp_path, store_path):
     proc = cli("aa", f"{tiny}:train", "--pairs", "5", "--seeds-per-side", "3", "--store", store_path, "--json",
                cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["details"]["pairs"] == 5
+    assert json.loads(proc.stdout)["payload"]["details"]["pairs"] == 5
 
 
 def test_cli_min_effect(cli, tiny, tmp_path, store_path):
     proc = cli("aa", f"{tiny}:train", "--pairs", "5", "--seeds-per-side", "3", "--min-effect", "3x", "--store",
                store_path, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    details = json.loads(proc.stdout)["details"]
+    details = json.loads(proc.stdout)["payload"]["details"]
     assert details["min_effect"] == "3x" and "SYSTEM_CHANGED" not in details["verdicts"]
     fresh = tmp_path / "fresh.db"
     bad = cli("aa", f"{tiny}:train", "--min-effect", "0x", "--store", fresh, cwd=tmp_path)

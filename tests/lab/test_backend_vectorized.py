@@ -99,7 +99,7 @@ def test_plain_workload_is_refused_in_one_line_with_the_fix(cli, tmp_path):
     assert "\n" not in str(err.value)
     proc = cli("sweep", f"{TINY}:train", "--seeds", "0-2", "--backend", "vectorized", "--store", tmp_path / "c.db",
                "--json")
-    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.returncode == 2 and json.loads(proc.stdout)["status"] == "ERROR"  # --json: the error as JSON too
     assert proc.stderr.startswith("firstdiv: error: ") and proc.stderr.count("\n") == 1
 
 
@@ -173,7 +173,7 @@ def test_cli_vectorized_sweep_gives_the_serial_noise_floor(cli, tmp_path):
         proc = cli("sweep", "builtin:mlp", "--seeds", "0-11", "--backend", backend, "--json",
                    "--store", tmp_path / f"{backend}.db")
         assert proc.returncode == 0, proc.stderr
-        out[backend] = json.loads(proc.stdout)
+        out[backend] = json.loads(proc.stdout)["payload"]
     vec, ser = out["vectorized"], out["serial"]
     assert vec["ran"] == ser["ran"] == list(range(12))
     for metric in ("train_loss", "val_loss", "val_acc"):

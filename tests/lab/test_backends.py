@@ -255,7 +255,7 @@ def test_ctrl_c_with_worker_processes_exits_130_stops_workers_keeps_runs_and_res
     assert not [p for p in workers if Path(f"/proc/{p}").exists()], "worker processes outlived the interrupted sweep"
     kept = ok_seeds(store_path)
     assert 2 <= len(kept) < 8
-    out = json.loads(cli(*args, "--json", cwd=tmp_path).stdout)
+    out = json.loads(cli(*args, "--json", cwd=tmp_path).stdout)["payload"]
     assert out["reused"] == kept and out["ran"] == sorted(set(range(8)) - set(kept)) and out["failed"] == []
 
 
@@ -267,7 +267,7 @@ def test_cli_ray_starts_a_local_ray_and_shuts_it_down(cli, tmp_path):
     proc = cli("sweep", f"{CRASHY}:train", "--seeds", "0-3", "--backend", "ray", "--workers", "2",
                "--store", tmp_path / "runs.db", "--json", cwd=tmp_path, timeout=180)
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = json.loads(proc.stdout)["payload"]
     assert out["ran"] == [0, 1, 2, 3] and out["failed"] == []
     serial = firstdiv.sweep(f"{CRASHY}:train", "0-3", store=tmp_path / "serial.db")
     assert [r["final"] for r in out["runs"]] == [r.final for r in serial.records]

@@ -102,7 +102,7 @@ def test_cli_prints_the_probe_table_and_json(cli, tmp_path, store_path):
     proc = cli(*args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "CULPRIT b (0 -> 1)" in proc.stdout and "alone-b" in proc.stdout and "DIFFERENT" in proc.stdout
-    data = json.loads(cli(*args, "--json", cwd=tmp_path).stdout)
+    data = json.loads(cli(*args, "--json", cwd=tmp_path).stdout)["payload"]
     assert data["details"]["culprit"] == "b" and data["first_divergence"]["where"] == "b"
     bad = cli("bisect", f"{LAB}:interact", "--candidate", "zz=1", "--store", tmp_path / "x.db", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "zz" in bad.stderr

@@ -1,6 +1,7 @@
 """Command sweeps and processes: a timeout and Ctrl-C kill the command's whole process group, rank 0 of a
 launcher reports, the process backend runs commands in its workers, and the command line's `--`."""
 
+import json
 import os
 import signal
 import subprocess
@@ -120,7 +121,8 @@ def test_the_command_line_runs_the_command_after_the_double_dash(tmp_path, cli):
     proc = cli("sweep", "--name", "base", "--seeds", "0-1", "--set", "lr=0.25", "--store", store, "--json", "--",
                sys.executable, script, "--seed", "{seed}", "--lr", "{lr}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert '"val_loss"' in proc.stdout and '"seeds": [\n      0,\n      1\n    ]' in proc.stdout
+    out = json.loads(proc.stdout)["payload"]
+    assert "val_loss" in out["summary"] and out["sweep"]["seeds"] == [0, 1]
     unknown = cli("sweep", "--store", tmp_path / "other.db", "--", sys.executable, script, "--seed", "{seed}",
                   "--lr", "{lr}", cwd=tmp_path)
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "--set lr=VALUE" in unknown.stderr and not (tmp_path / "other.db").exists()

@@ -132,7 +132,7 @@ def test_cli_min_effect_gates_fail_on_regression(cli, sides, tmp_path):
     proc = cli("compare", "base", "tiny", "--min-effect", "0.01", "--fail-on-regression", "--json", "--store", store,
                cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = json.loads(proc.stdout)["payload"]
     assert out["verdict"] == "PRACTICALLY_EQUIVALENT" and out["min_effect"]["threshold"] == 0.01
     assert cli("compare", "base", "big", "--min-effect", "0.1", "--fail-on-regression", "--store", store,
                cwd=tmp_path).returncode == 1

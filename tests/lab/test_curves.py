@@ -220,7 +220,7 @@ def test_cli_exit_codes(cli, curvy, store_path):
     firstdiv.sweep(curvy, "0-3", name="cand", sets=["gap=0.3", "gap_from=2"], store=store_path)
     proc = cli("curves", "base", "cand", "--store", store_path, "--policy", "best", "--json")
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = json.loads(proc.stdout)["payload"]
     assert out["type"] == "CurveComparison" and out["details"]["separation"]["from_epoch"] == 2
     assert out["details"]["policy"]["post_hoc"] is True
     text = cli("curves", "base", "cand", "--store", store_path)

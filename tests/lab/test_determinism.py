@@ -75,7 +75,7 @@ def test_cuda_device_that_is_not_there_is_a_clear_error():
 def test_cli(cli, tmp_path, store_path):
     ok = cli("determinism", f"{LAB}:jitter", "--seed", "1", "--store", store_path, "--json", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["status"] == "PASS"
+    assert json.loads(ok.stdout)["payload"]["status"] == "PASS"
     bad = cli("determinism", f"{LAB}:jitter", "--set", "unseeded=true", "--fail-on-nondeterminism",
               "--store", store_path, cwd=tmp_path)
     assert bad.returncode == 1 and "determinism.not_reproducible" in bad.stdout

@@ -189,7 +189,7 @@ def test_cli_runs_and_prints_json(cli, curvy, store_path):
     proc = cli("factorial", curvy, "--a", "a=0.5", "--b", "b=-0.25", "--seeds", "0-3", "--set", "jitter=0.25",
                "--store", store_path, "--json")
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = json.loads(proc.stdout)["payload"]
     assert out["type"] == "Factorial" and out["details"]["resolved"] == ["A", "B"]
     text = cli("factorial", curvy, "--a", "a=0.5", "--b", "b=-0.25", "--seeds", "0-3", "--set", "jitter=0.25",
                "--store", store_path)

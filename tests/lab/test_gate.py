@@ -297,7 +297,7 @@ def test_cli_check_min_effect(cli, calibrated, tmp_path):
     assert plain.returncode == 1, plain.stdout
     wide = cli("gate", "check", gate_file, "lifted", "--min-effect", "10x", "--store", store, "--json", cwd=tmp_path)
     assert wide.returncode == 0, wide.stdout + wide.stderr
-    assert json.loads(wide.stdout)["details"]["min_effect"]["spec"] == "10x"
+    assert json.loads(wide.stdout)["payload"]["details"]["min_effect"]["spec"] == "10x"
     bad = cli("gate", "check", gate_file, "lifted", "--min-effect", "wide", "--store", store, cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "min_effect" in bad.stderr
 
@@ -315,7 +315,7 @@ def test_cli_calibrate_and_check(cli, tiny, tmp_path, store_path):
     gate = Gate.load(gate_file)
 
     proc = cli("gate", "check", gate_file, target, "--store", store_path, "--json", cwd=tmp_path)
-    out = json.loads(proc.stdout)
+    out = json.loads(proc.stdout)["payload"]
     assert proc.returncode == (0 if out["ok"] else 1) and out["details"]["runs"][0]["seed"] == 999
 
     proc = cli("gate", "check", gate_file, target, "--set", "shift=0.5", "--store", store_path, cwd=tmp_path)

@@ -59,7 +59,7 @@ def test_sweep_with_diverged_seeds_exits_1_naming_seeds_and_epoch(cli, tmp_path)
     js = cli("sweep", DIVERGE, "--seeds", "0-2", "--set", "diverge_seeds=[1]", "--set", "diverge_epoch=2",
              "--store", store, "--json", cwd=tmp_path)
     assert js.returncode == 1
-    data = _strict(js.stdout)
+    data = _strict(js.stdout)["payload"]
     assert data["diverged"] == [{"seed": 1, "metrics": {"val_loss": {"value": "nan", "epoch": 2}}}]
     assert data["summary"]["val_loss"]["median"] == "nan"
 
@@ -78,7 +78,7 @@ def test_compare_with_a_diverged_candidate_is_a_regression_and_exits_1(cli, tmp_
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert "SYSTEM_CHANGED (worse): diverged: candidate val_loss non-finite on 2 of 4 seeds (seeds 1, 3)" in proc.stdout
     js = cli("compare", "base", "diverged", "--json", "--store", store, cwd=tmp_path)
-    data = _strict(js.stdout)
+    data = _strict(js.stdout)["payload"]
     assert (data["verdict"], data["direction"]) == ("SYSTEM_CHANGED", "worse")
     assert data["diverged"]["candidate_seeds"] == [1, 3] and data["candidate"]["metrics"]["val_loss"]["nonfinite"] == 2
 

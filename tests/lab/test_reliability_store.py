@@ -134,7 +134,7 @@ def test_damaged_record_fails_each_command_in_one_line_and_drop_then_rerun_repai
     listed = run_cli("runs", *store, cwd=tmp_path)  # the listing goes on: the readable sweeps, then the damaged one named
     assert listed.returncode == 0 and "sweep hurt" in listed.stdout, listed.stderr
     assert f"firstdiv runs --drop {run_id}" in " ".join(listed.stdout.split()), listed.stdout
-    listing = json.loads(run_cli("runs", *store, "--json", cwd=tmp_path).stdout)
+    listing = json.loads(run_cli("runs", *store, "--json", cwd=tmp_path).stdout)["payload"]
     assert [s["name"] for s in listing["sweeps"]] == ["base", "cand"] and [d["name"] for d in listing["damaged"]] == ["hurt"]
     for args in (["compare", "base", "hurt"], ["report", "hurt", "--html", str(tmp_path / "r.html")],
                  ["sweep", wl, "--seeds", "0-1", "--name", "hurt"], ["curves", "base", "hurt"]):
@@ -142,13 +142,13 @@ def test_damaged_record_fails_each_command_in_one_line_and_drop_then_rerun_repai
         assert f"run {run_id} (sweep 'hurt', seed 1)" in line and "damaged" in line, line
         assert f"firstdiv runs --drop {run_id}" in line, line
     ok = run_cli("compare", "base", "cand", *store, "--json", cwd=tmp_path)
-    assert ok.returncode == 0 and json.loads(ok.stdout)["verdict"], ok.stderr  # the other sweeps are untouched
+    assert ok.returncode == 0 and json.loads(ok.stdout)["payload"]["verdict"], ok.stderr  # the other sweeps are untouched
 
     dropped = run_cli("runs", "--drop", str(run_id), *store, cwd=tmp_path)
     assert dropped.returncode == 0 and "seed 1" in dropped.stdout and "'hurt'" in dropped.stdout, dropped.stderr
     again = run_cli("sweep", wl, "--seeds", "0-1", "--name", "hurt", *store, "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout)["ran"] == [1]
+    assert json.loads(again.stdout)["payload"]["ran"] == [1]
     assert run_cli("runs", *store, cwd=tmp_path).returncode == 0
 
 
@@ -268,7 +268,7 @@ def test_terminal_escapes_in_a_name_never_reach_the_terminal_and_json_stays_exac
         text = proc.stdout + proc.stderr
         assert not any(c in text for c in "\x1b\x07\x9b"), (command, text)
         assert "x␛]0;pwned" in text, (command, text)  # made visible, not dropped: the user sees what is there
-    listed = json.loads(run_cli("runs", *store, "--json", cwd=tmp_path).stdout)
+    listed = json.loads(run_cli("runs", *store, "--json", cwd=tmp_path).stdout)["payload"]
     assert EVIL in [s["name"] for s in listed["sweeps"]]  # stored and exported exactly as given
     with Store(sp) as st:
         assert st.find_sweep(EVIL).name == EVIL
@@ -364,7 +364,7 @@ def test_report_written_next_to_committed_code_leaves_the_next_sweep_reusing_eve
     assert page.returncode == 0 and (repo / "report.html").is_file(), page.stderr
     second = run_cli(*args, cwd=repo)
     assert second.returncode == 0, second.stderr
-    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    a, b = json.loads(first.stdout)["payload"], json.loads(second.stdout)["payload"]
     assert b["sweep"]["code"]["version"] == a["sweep"]["code"]["version"] and "+dirty" not in a["sweep"]["code"]["version"]
     assert b["ran"] == [] and b["reused"] == [0, 1]
 
@@ -457,7 +457,7 @@ def test_gate_file_tampered_with_a_recomputed_digest_is_caught_against_the_store
 
     path.write_text(json.dumps(data))  # the genuine file checks as before
     honest = run_cli("gate", "check", path, "base", "--store", sp, "--json", cwd=tmp_path)
-    assert honest.returncode in (0, 1) and json.loads(honest.stdout)["instrument"] == "gate", honest.stderr
+    assert honest.returncode in (0, 1) and json.loads(honest.stdout)["payload"]["instrument"] == "gate", honest.stderr
 
 
 def test_version_1_gate_file_without_a_digest_still_loads(gated):

@@ -305,7 +305,7 @@ CLEAN_TARGET = textwrap.dedent("""
 def test_cli_builtin_demo_exits_1_with_json(cli):
     proc = cli("rng-audit", "--json", "--items", "8")
     assert proc.returncode == 1, proc.stderr
-    data = json.loads(proc.stdout)
+    data = json.loads(proc.stdout)["payload"]
     assert data["status"] == "FAIL" and data["first_divergence"]["where"] == "dataset.rng"
     assert data["first_divergence"]["kind"] == "rng.duplicated_across_workers"
     assert data["details"]["repair_ok"] is True

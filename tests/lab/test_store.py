@@ -40,7 +40,7 @@ def _one_error_line(proc):
 
 def _sweep_json(proc, expected_rc=0):
     assert proc.returncode == expected_rc, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return json.loads(proc.stdout)
+    return json.loads(proc.stdout)["payload"]
 
 
 def _tree(root):
@@ -264,7 +264,7 @@ def test_unwritable_store_path_exits_2_and_writes_nothing(tmp_path, cli, tiny):
     assert proc.returncode == 2
     line = _one_error_line(proc)
     assert str(path) in line and "--store" in line
-    assert proc.stdout == ""
+    assert json.loads(proc.stdout)["error"]["message"] in line  # --json: the error as the one JSON object
     assert _tree(tmp_path) == before  # no store, no .firstdiv/ in the working directory
 
 

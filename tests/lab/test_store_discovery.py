@@ -80,6 +80,6 @@ def test_a_sweep_from_a_subdirectory_lands_at_the_repo_top_git_ignores_it_and_ru
     assert ".firstdiv" not in status
     proc = cli("runs", "--json", cwd=repo / "exp")
     assert proc.returncode == 0, proc.stderr
-    listed = json.loads(proc.stdout)
+    listed = json.loads(proc.stdout)["payload"]
     assert Path(listed["store"]) == repo / ".firstdiv" / "runs.db"
     assert [s["name"] for s in listed["sweeps"]] == ["here"]

@@ -99,7 +99,7 @@ def printed(tmp_path_factory) -> dict[str, tuple[int, str, str]]:
         incident = incident or "".join(re.findall(r"\binc-[0-9a-f]{8}\b", proc.stdout)[:1])
         if name:
             raw[name] = proc
-    listed = json.loads(_run(folder, ("runs", "--json", *STORE)).stdout)
+    listed = json.loads(_run(folder, ("runs", "--json", *STORE)).stdout)["payload"]
     hashes = {s[key] for s in listed["sweeps"] for key in ("id", "env_hash")}
     return {name: (p.returncode, scrub(p.stdout, hashes), p.stderr) for name, p in raw.items()}
 

@@ -283,7 +283,7 @@ def test_cli_writes_sweep_and_comparison_pages(main, store, tmp_path, capsys):
     assert "Sweep base" in out.read_text()
     out2 = tmp_path / "cmp.html"
     assert main(["report", "base", XSS_SWEEP, "--store", str(store), "--html", str(out2), "--json"]) == 0
-    payload = json.loads(capsys.readouterr().out)
+    payload = json.loads(capsys.readouterr().out)["payload"]
     assert payload["kind"] == "comparison" and payload["verdict"] == "MEASUREMENT_CHANGED"
     assert payload["html"] == str(out2) and payload["bytes"] == out2.stat().st_size
     assert _verdict(out2.read_text()) == "MEASUREMENT_CHANGED"
@@ -338,7 +338,7 @@ def test_cli_as_a_process(store, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "firstdiv", "report", "base", "shifted", "--store", str(store),
                            "--html", str(out), "--json"], check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["verdict"] == "SYSTEM_CHANGED" and out.stat().st_size > 10_000
+    assert json.loads(proc.stdout)["payload"]["verdict"] == "SYSTEM_CHANGED" and out.stat().st_size > 10_000
     bad = subprocess.run([sys.executable, "-m", "firstdiv", "report", "nope", "--store", str(store)],
                          check=False, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stdout == ""

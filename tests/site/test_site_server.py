@@ -145,7 +145,9 @@ def test_ui_prints_the_url_serves_and_stops_cleanly_on_ctrl_c(store):
         while not lines or lines[-1] != "}\n":
             lines.append(proc.stdout.readline())
             assert lines[-1], proc.stderr.read()
-        started = json.loads("".join(lines))
+        envelope = json.loads("".join(lines))
+        assert (envelope["command"], envelope["status"], envelope["ok"], envelope["exit_code"]) == ("ui", "SERVING", True, 0)
+        started = envelope["payload"]
         assert started["store"] == str(store) and started["url"].startswith("http://127.0.0.1:")
         assert get(started["url"])[0] == 200
         proc.send_signal(signal.SIGINT)

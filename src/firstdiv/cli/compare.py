@@ -51,8 +51,9 @@ def compare_command(baseline: str, candidate: str, metric: str, alpha: float, mi
     else:
         with Store(store, create=False) as st:
             result = run_compare(baseline, candidate, metric=metric, store=st, alpha=alpha, min_effect=min_effect)
-    emit(result, as_json, comparison_json(result) if as_json else None)
-    return EXIT_FOUND if fail_on_regression and is_regression(result) else EXIT_OK
+    regression = is_regression(result)
+    emit(result, as_json, comparison_json(result) if as_json else None, ok=not regression)
+    return EXIT_FOUND if fail_on_regression and regression else EXIT_OK
 
 
 def comparison_json(c: Any) -> dict[str, Any]:

@@ -3,13 +3,12 @@ command line."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
 from ..diagnosis.incident import _store_path, incident_close, incident_list, incident_new, incident_show
-from ._common import EXIT_OK, console, emit, json_option, store_option
+from ._common import EXIT_OK, QUIET, console, emit, json_option, level, store_option
 
 
 @click.group("incident")
@@ -59,8 +58,7 @@ def _list(status: str, store: str | None, as_json: bool) -> int:
     """List incidents, oldest first."""
     incidents, path = incident_list(store, status), _store_path(store)
     if as_json:
-        click.echo(json.dumps({"store": str(path), "status": status, "incidents": [i.to_dict() for i in incidents]},
-                              indent=2, default=str))
+        emit(None, True, {"store": str(path), "status": status, "incidents": [i.to_dict() for i in incidents]})
     else:
         from ..render.worksheet import incident_table
 
@@ -102,5 +100,5 @@ def _close(ref: str, attach: tuple[str, ...], store: str | None, as_json: bool, 
 
 def _print(inc: Any, as_json: bool, note: str = "") -> None:
     emit(inc, as_json)
-    if note and not as_json:
+    if note and not as_json and level() > QUIET:  # a note: not under -q
         console().print(note, style="dim")

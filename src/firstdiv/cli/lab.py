@@ -3,14 +3,13 @@ rng-audit. Each command imports what it runs when it runs (``firstdiv --help`` l
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ..errors import InvalidArgument, NotFound
-from ._common import EXIT_FOUND, EXIT_OK, EXIT_USAGE, console, echo, emit, json_option, store_option
+from ._common import EXIT_FOUND, EXIT_OK, EXIT_USAGE, console, echo, emit, json_option, note, show_progress, store_option
 
 
 @click.command("runs")
@@ -72,7 +71,7 @@ def demo_command(store: str | None, as_json: bool) -> int:
     """Chapter 14 on builtin:mlp: E1 noise floor, E2 determinism, E5 pairing, E6 eval paths, E7 regressions."""
     from ..demo import run_demo
 
-    result = run_demo(store=store, progress=not as_json, console=None if as_json else console())
+    result = run_demo(store=store, progress=show_progress(as_json), console=None if as_json else console())
     if as_json:
         emit(None, True, result)
     return EXIT_OK
@@ -94,8 +93,7 @@ def _drop_run(store: str | None, run_id: str, as_json: bool) -> int:
         raise NotFound(f"No run with id {rid} in {path}; the id is the one a damaged-run error names")
     identity, seed, sweeps = dropped
     if as_json:
-        click.echo(json.dumps({"store": str(path), "dropped": rid, "identity": identity, "seed": seed,
-                               "sweeps": sweeps}, indent=2))
+        emit(None, True, {"store": str(path), "dropped": rid, "identity": identity, "seed": seed, "sweeps": sweeps})
         return EXIT_OK
     held = f" (sweeps {', '.join(repr(s) for s in sweeps)})" if sweeps else ""
     echo(f"dropped run {rid}, seed {seed} of identity {identity}{held}; rerun the sweep to record seed {seed} again")
@@ -145,7 +143,7 @@ def factorial_command(target: str, a: str, b: str, seeds: str, sets: tuple[str, 
     from ..lab.factorial import factorial
 
     result = factorial(target, a, b, seeds, sets=list(sets), metric=metric, store=store, alpha=alpha,
-                       progress=not as_json)
+                       progress=show_progress(as_json))
     emit(result, as_json)
     return EXIT_OK
 
@@ -172,7 +170,7 @@ def bisect_command(target: str, base: tuple[str, ...], candidate: tuple[str, ...
     from ..lab.bisect import bisect
 
     report = bisect(target, list(base), list(candidate), seeds, order=order, metric=metric, margin=margin,
-                    max_seeds=max_seeds, alpha=alpha, store=store, progress=not as_json, min_effect=min_effect)
+                    max_seeds=max_seeds, alpha=alpha, store=store, progress=show_progress(as_json), min_effect=min_effect)
     emit(report, as_json)
     return EXIT_OK
 
@@ -192,7 +190,7 @@ def determinism_command(target: str, seed: int, sets: tuple[str, ...], metric: s
     from ..lab.determinism import determinism
 
     report = determinism(target, seed, sets=list(sets), metric=metric, noise_seeds=noise_seeds, store=store,
-                         progress=not as_json)
+                         progress=show_progress(as_json))
     emit(report, as_json)
     return EXIT_FOUND if fail_on_nondeterminism and not report.ok else EXIT_OK
 
@@ -214,7 +212,7 @@ def aa_command(target: str, pairs: int, seeds_per_side: int, sets: tuple[str, ..
     from ..lab.aa import aa
 
     report = aa(target, pairs, seeds_per_side, sets=list(sets), metric=metric, alpha=alpha, start=start, store=store,
-                progress=not as_json, min_effect=min_effect)
+                progress=show_progress(as_json), min_effect=min_effect)
     emit(report, as_json)
     return EXIT_OK if report.ok else EXIT_FOUND
 
@@ -251,10 +249,10 @@ def calibrate(sweep_name: str, alpha: float, holdout_seeds: str | None, metric: 
     gate.save(output)
     report = gate.report()
     if as_json:
-        emit(None, True, {"gate": gate.to_dict(), "path": output, "report": report.to_dict()})
+        emit(report, True, {"gate": gate.to_dict(), "path": output, "report": report.to_dict()})
     else:
         emit(gate, False)
-        click.echo(f"  wrote {output}")
+        note(f"  wrote {output}")
     return EXIT_FOUND if report.status is Status.FAIL else EXIT_OK
 
 
@@ -289,7 +287,7 @@ def check(gate_file: str, ref: str, seeds: str | None, sets: tuple[str, ...], mi
 
         workload = resolve(ref)
         cfg = workload.config(gate.config, list(sets))
-        result = run_sweep(workload, seeds or "999", config=cfg, store=store, progress=not as_json,
+        result = run_sweep(workload, seeds or "999", config=cfg, store=store, progress=show_progress(as_json),
                            name="gate-check-" + default_name(workload, cfg))
         report = gate.check(result, min_effect=min_effect)
     else:

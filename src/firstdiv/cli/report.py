@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from ..errors import InvalidArgument, NotFound
-from ._common import EXIT_OK, echo, emit, json_option, store_option
+from ._common import EXIT_OK, echo, emit, json_option, ok_of, store_option, verdict_of
 
 INCIDENT_PREFIX = "incident:"
 
@@ -58,8 +58,9 @@ def report_command(refs: tuple[str, ...], html_path: str, metric: str, alpha: fl
             return EXIT_OK
         target = write_html(obj, html_path, title=title).resolve()
     if as_json:
-        click.echo(json.dumps({"html": str(target), "kind": kind, "bytes": target.stat().st_size, **payload},
-                              indent=2, default=str))
+        shown = getattr(obj, "comparison", obj)  # a comparison's page shows its view: the verdict is the comparison's
+        emit(None, True, {"html": str(target), "kind": kind, "bytes": target.stat().st_size, **payload},
+             status=verdict_of(shown), ok=ok_of(shown))
     else:
         echo(f"wrote {kind} page {target} ({target.stat().st_size / 1024:.0f} kB)")  # the path is user data
     return EXIT_OK
@@ -139,6 +140,11 @@ def _saved_report(path: Path) -> tuple[str, Any, dict[str, Any]]:
         raise NotFound(f"No report file {path}; write one with any command's --json (> {path.name})") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidArgument(f"Cannot read {path} as a report saved with --json: {exc}") from None
+    if isinstance(data, dict) and "schema_version" in data and "command" in data:  # a command's --json envelope
+        if not isinstance(data.get("payload"), dict):
+            raise InvalidArgument(f"{path} holds no report but a failed command's output ({data.get('error')}); "
+                                  "rerun the command and save its --json")
+        data = data["payload"]
     if isinstance(data, dict) and isinstance(data.get("report"), dict):
         data = data["report"]
     if not isinstance(data, dict) or "instrument" not in data or "status" not in data:

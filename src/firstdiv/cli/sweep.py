@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..errors import InvalidArgument
-from ._common import EXIT_FOUND, EXIT_OK, emit, json_option, store_option
+from ._common import EXIT_FOUND, EXIT_OK, emit, json_option, show_progress, store_option
 
 
 class _SweepCommand(click.Command):
@@ -54,9 +54,10 @@ def sweep_command(ctx: click.Context, target: tuple[str, ...], seeds: str, sets:
     result = run_sweep(chosen, seeds, config=config, sets=list(sets), name=name, store=store, backend=backend,
                        workers=workers, backend_options=options,
                        hypothesis=hypothesis, success=success, checkpoint_policy=checkpoint_policy, force=force,
-                       progress=not as_json)
-    emit(result, as_json)
-    return EXIT_FOUND if result.failed or result.diverged else EXIT_OK
+                       progress=show_progress(as_json))
+    trouble = bool(result.failed or result.diverged)
+    emit(result, as_json, status="FAIL" if trouble else "OK", ok=not trouble)
+    return EXIT_FOUND if trouble else EXIT_OK
 
 
 def _target(args: tuple[str, ...], command: bool, timeout: int | None) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import EXIT_OK, echo, emit, json_option, store_option
+from ._common import EXIT_OK, echo, emit, flush_json, json_option, store_option
 
 
 @click.command("ui")
@@ -19,7 +19,7 @@ def ui_command(store: str | None, host: str, port: int, no_browser: bool, as_jso
 
     The index filters by name, workload and date (?name=&workload=&since=&until=); every page is
     rendered from the store when it is opened, so a reload shows new runs. The store is only read.
-    Ctrl-C stops the server. --json prints the URL and the store as JSON before serving.
+    Ctrl-C stops the server. --json prints the envelope (status SERVING, the URL and the store) before serving.
     """
     from ..lab.store import default_path
     from ..site import make_server
@@ -28,7 +28,8 @@ def ui_command(store: str | None, host: str, port: int, no_browser: bool, as_jso
     server = make_server(path, host=host, port=port)
     try:
         if as_json:
-            emit(None, True, {"url": server.url, "store": str(path)})
+            emit(None, True, {"url": server.url, "store": str(path)}, status="SERVING")
+            flush_json()
         else:
             echo(f"firstdiv ui: serving {path} at {server.url} (Ctrl-C stops)")
             if host not in ("127.0.0.1", "localhost", "::1"):

@@ -37,6 +37,8 @@ def _load_json(path: Path) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError) as exc:
         where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise InvalidArgument(f"{path} is not valid JSON{where}; pass a worksheet or report saved with --json") from None
+    if isinstance(data, dict) and "schema_version" in data and isinstance(data.get("payload"), dict):
+        data = data["payload"]  # a command's --json envelope (docs/json.md): its payload is the evidence
     if not isinstance(data, dict):
         raise InvalidArgument(f"Expected {path} to hold a JSON object (a Report or worksheet) but got {type(data).__name__}")
     return data
