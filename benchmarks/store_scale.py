@@ -166,11 +166,13 @@ def line(what: str, seconds: float, target: bool = True) -> None:
 
 
 def listing(store: Path) -> Any:
-    """What `firstdiv runs` reads: every sweep with its runs."""
+    """What `firstdiv runs` reads: the newest sweeps with their runs, and how many more there are."""
+    from firstdiv.cli.lab import RUNS_LIMIT
     from firstdiv.lab.store import Store
 
     with Store(store, create=False) as st:
-        return [(s, st.records(s, include_failed=True)) for s in st.sweeps()]
+        shown = [(s, st.records(s, include_failed=True)) for s in st.sweeps(limit=RUNS_LIMIT)]
+        return shown, st.count_sweeps() - len(shown)
 
 
 def library(store: Path, out: Path, names: dict[str, str], repeat: int) -> None:

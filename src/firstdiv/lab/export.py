@@ -82,10 +82,15 @@ class _Columns:
     def __init__(self) -> None:
         self.code: dict[str, None] = {}
         self.extra: set[str] = set()
+        self.seen: set[tuple[str, ...]] = set()  # the key sets met so far: a sweep's runs mostly share one
 
     def add(self, row: dict[str, Any]) -> None:
-        self.code.update(dict.fromkeys(k for k in row if k.startswith("code.")))
-        self.extra.update(k for k in row if k.startswith(("config.", "metric.")))
+        keys = tuple(row)
+        if keys in self.seen:
+            return
+        self.seen.add(keys)
+        self.code.update(dict.fromkeys(k for k in keys if k.startswith("code.")))
+        self.extra.update(k for k in keys if k.startswith(("config.", "metric.")))
 
     def columns(self, with_run_id: bool = True) -> list[str]:
         head = [c for c in _HEAD if with_run_id or c != "run_id"]
@@ -136,10 +141,10 @@ def _emit(columns: list[str], rows: Iterable[dict[str, Any]], fmt: str, put: Cal
     out = _Chunks(put)
     n = 0
     if fmt == "csv":
-        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
         for row in rows:
-            writer.writerow({c: _cell(row.get(c)) for c in columns})
+            writer.writerow([_cell(row.get(c)) for c in columns])
             n += 1
     else:
         for row in rows:
@@ -224,33 +229,43 @@ class Written:
 
 
 def _spool(items: Iterable[Entry], curves: bool, spool: IO[bytes]) -> list[str]:
-    """Read every run into ``spool`` (its row, or its curves; marshal: plain values, read back in this process
-    only) and return the columns. Every record is parsed and checked here, before anything is written out."""
-    cols, seen = _Columns(), set()
+    """Read every run into ``spool`` (its row, or its curves) and return the columns. Every record is parsed and
+    checked here, before anything is written out. The spool holds batches of plain values in marshal's format
+    (read back by this process only), each after its length."""
+    cols, seen, batch = _Columns(), set(), []
     for run_id, sweep, r in items:
         if not curves:
-            row = _row(run_id, sweep, r)
-            cols.add(row)
-            marshal.dump(row, spool)
+            batch.append(_row(run_id, sweep, r))
+            cols.add(batch[-1])
         elif run_id not in seen:
             seen.add(run_id)
-            marshal.dump((run_id, r.curves), spool)
+            batch.append((run_id, r.curves))
+        if len(batch) >= _BATCH:
+            _put(spool, batch)
+            batch = []
+    _put(spool, batch)
     return list(CURVE_COLUMNS) if curves else cols.columns()
+
+
+_BATCH = 512
+
+
+def _put(spool: IO[bytes], batch: list[Any]) -> None:
+    if batch:
+        blob = marshal.dumps(batch)
+        spool.write(len(blob).to_bytes(8, "little") + blob)
 
 
 def _unspool(spool: IO[bytes], curves: bool) -> Iterator[dict[str, Any]]:
     spool.seek(0)
-    while True:
-        try:
-            item = marshal.load(spool)
-        except EOFError:
-            return
-        if not curves:
-            yield item
-            continue
-        run_id, values = item
-        yield from ({"run_id": run_id, "metric": metric, "step": step, "value": value}
-                    for metric, series in values.items() for step, value in enumerate(series))
+    while head := spool.read(8):
+        for item in marshal.loads(spool.read(int.from_bytes(head, "little"))):
+            if not curves:
+                yield item
+                continue
+            run_id, values = item
+            yield from ({"run_id": run_id, "metric": metric, "step": step, "value": value}
+                        for metric, series in values.items() for step, value in enumerate(series))
 
 
 def export_to(store: Store, output: str | os.PathLike[str] | None = None, *, fmt: str = "csv", curves: bool = False,
