@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/timing_stability.py
 	$(PY) benchmarks/watch_overhead.py
 	$(PY) benchmarks/trace_overhead.py
+	$(PY) benchmarks/store_scale.py
 
 clean:
 	rm -rf $(VENV) .firstdiv .pytest_cache

@@ -56,8 +56,8 @@ def insert(conn: sqlite3.Connection, record: RunRecord, payload: str, *, replace
         return False
     key = (record.identity, record.seed)
     unreferenced = "NOT EXISTS (SELECT 1 FROM sweep_seeds p WHERE p.run_id = runs.id)"  # by sweep_seeds_by_run
-    if append:
-        conn.execute(f"UPDATE sweep_seeds AS s SET run_id = {_NEWEST} WHERE s.run_id IS NULL AND s.seed=? "
+    if append:  # `+s.run_id`: read by the sweeps of the identity, not by sweep_seeds_by_run's (many) NULLs
+        conn.execute(f"UPDATE sweep_seeds AS s SET run_id = {_NEWEST} WHERE +s.run_id IS NULL AND s.seed=? "
                      "AND s.sweep_id IN (SELECT id FROM sweeps WHERE identity=?) AND s.sweep_id IS NOT ?",
                      (record.identity, record.seed, record.identity, sweep_id))
         conn.execute("UPDATE sweep_seeds SET run_id=NULL WHERE sweep_id=? AND seed=?", (sweep_id, record.seed))
