@@ -137,7 +137,10 @@ def test_runs_lists_the_newest_sweeps_and_says_how_many_more_there_are(many, cli
     assert names == [scale.sweep_name(i) for i in range(55, 60)]  # the newest five, the oldest of them first
     assert "55 older sweeps not listed; use --name NAME or --limit N (0 lists all)" in shown.stdout
     default = cli("runs", "--store", many, cwd=tmp_path, env=wide)
-    assert len(re.findall(r"^exp-\d{5} ", default.stdout, re.MULTILINE)) == 50 and "10 older sweeps not listed" in default.stdout
+    from firstdiv.cli.lab import RUNS_LIMIT
+
+    assert len(re.findall(r"^exp-\d{5} ", default.stdout, re.MULTILINE)) == RUNS_LIMIT
+    assert f"{60 - RUNS_LIMIT} older sweeps not listed" in default.stdout
     every = cli("runs", "--store", many, "--limit", "0", cwd=tmp_path, env=wide)
     assert len(re.findall(r"^(exp-\d{5}|nightly) ", every.stdout, re.MULTILINE)) == 60 and "not listed" not in every.stdout
     listed = json.loads(cli("runs", "--store", many, "--limit", "3", "--json", cwd=tmp_path).stdout)

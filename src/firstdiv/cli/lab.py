@@ -12,7 +12,7 @@ import click
 from ..errors import InvalidArgument, NotFound
 from ._common import EXIT_FOUND, EXIT_OK, EXIT_USAGE, console, echo, emit, json_option, store_option
 
-RUNS_LIMIT = 50  # sweeps `firstdiv runs` lists by default: the newest
+RUNS_LIMIT = 20  # sweeps `firstdiv runs` lists by default: the newest (a screenful)
 
 
 @click.command("runs")
