@@ -148,6 +148,8 @@ def test_runs_lists_the_newest_sweeps_and_says_how_many_more_there_are(many, cli
     assert all(s["runs"] + s["failed"] == 2 for s in listed["sweeps"])
     one = json.loads(cli("runs", "--store", many, "--name", "nightly", "--json", cwd=tmp_path).stdout)
     assert [s["name"] for s in one["sweeps"]] == ["nightly"] and one["more"] == 0
+    none = cli("runs", "--store", many, "--name", "nope", cwd=tmp_path, env=wide)
+    assert none.returncode == 0 and f"no sweeps named 'nope' in {many}" in none.stdout, none.stdout
     assert "--limit" in _one_error_line(cli("runs", "--store", many, "--limit", "-1", cwd=tmp_path))
 
 

@@ -47,7 +47,8 @@ def runs_command(store: str | None, as_json: bool, drop: str | None = None, name
         runs_text = f"{ok}/{len(s.seeds)}" + (f" ({len(recs) - ok} failed)" if len(recs) > ok else "")
         table.add_row(Text(s.name), s.id[:8], Text(s.workload), runs_text, s.info.get("config_hash", "")[:8], ",".join(fps),
                       s.info.get("env_hash", "")[:8], _short_code(s.info.get("code", {})), s.created[5:16].replace("T", " "))
-    console().print(table if rows else f"no {'readable ' if damaged else ''}sweeps in {st.path}")
+    named = f" named {name!r}" if name is not None else ""
+    console().print(table if rows else Text(f"no {'readable ' if damaged else ''}sweeps{named} in {st.path}"))
     for s, why in damaged:  # the other sweeps stay listed and usable; each damaged one is named with its repair
         console().print(Text(f"sweep {s.name} ({s.id[:8]}) not listed: {why}"))
     if more:

@@ -28,10 +28,10 @@ __all__ = ["DEFAULT_STORE", "MIGRATIONS", "SCHEMA_VERSION", "Store", "SweepInfo"
 DEFAULT_STORE = Path(".firstdiv") / "runs.db"
 
 # The schema and its append-only migrations live in store_schema; they are re-exported here.
+LOCK_PATIENCE_S = 60.0  # how long a command waits for another process's write lock before saying so
 #: A sweep's row with its seeds (a JSON array), read by the sweeps' indexes and sweep_seeds' primary key.
 SWEEP_ROWS = ("SELECT w.id, w.name, w.identity, w.workload, w.created, w.info, (SELECT json_group_array(s.seed) "
               "FROM sweep_seeds s WHERE s.sweep_id = w.id) FROM sweeps w")
-LOCK_PATIENCE_S = 60.0  # how long a command waits for another process's write lock before saying so
 
 
 @dataclass(frozen=True)
