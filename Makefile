@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/watch_overhead.py
 	$(PY) benchmarks/trace_overhead.py
 	$(PY) benchmarks/site_index.py
+	$(PY) benchmarks/store_scale.py
 
 clean:
 	rm -rf $(VENV) .firstdiv .pytest_cache

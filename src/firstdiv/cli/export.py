@@ -25,7 +25,7 @@ def export_command(fmt: str, output: str | None, curves: bool, name: str | None,
     config.<key>, metric.<key>, wall time) or, with --curves, every logged value. With --json (needs --output),
     print what was written as JSON. With --format mlflow --name SWEEP, log the sweep's runs into MLflow, one
     MLflow run per run, skipping those already there (see docs/mlflow.md)."""
-    from ..lab.export import curve_rows, render, run_rows, runs, write
+    from ..lab.export import export_to
     from ..lab.store import Store
 
     if fmt == "mlflow":
@@ -35,18 +35,16 @@ def export_command(fmt: str, output: str | None, curves: bool, name: str | None,
     if as_json and output is None:
         raise click.UsageError("--json describes the file written: give --output FILE, or use --format jsonl for "
                                "JSON lines on stdout")
-    with Store(store, create=False) as st:
-        entries = runs(st, name=name, workload=workload)
-    columns, rows = curve_rows(entries) if curves else run_rows(entries)
-    text = render(columns, rows, fmt)
+    with Store(store, create=False) as st:  # streamed: every record is read before the first row is written
+        done = export_to(st, output, fmt=fmt, curves=curves, name=name, workload=workload,
+                         put=lambda text: click.echo(text, nl=False))
     if output is None:
-        click.echo(text, nl=False)
         return EXIT_OK
-    path = write(text, output)
     if as_json:
-        emit(None, True, {"output": str(path), "format": fmt, "rows": len(rows), "columns": columns, "curves": curves})
+        emit(None, True, {"output": str(done.path), "format": fmt, "rows": done.rows, "columns": done.columns,
+                          "curves": curves})
     else:
-        echo(f"wrote {len(rows)} {'curve values' if curves else 'runs'} ({fmt}) to {path}")
+        echo(f"wrote {done.rows} {'curve values' if curves else 'runs'} ({fmt}) to {done.path}")
     return EXIT_OK
 
 

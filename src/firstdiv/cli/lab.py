@@ -11,12 +11,18 @@ import click
 from ..errors import InvalidArgument, NotFound
 from ._common import EXIT_FOUND, EXIT_OK, EXIT_USAGE, console, echo, emit, json_option, note, show_progress, store_option
 
+RUNS_LIMIT = 20  # sweeps `firstdiv runs` lists by default: the newest (a screenful)
+
 
 @click.command("runs")
 @click.option("--drop", "drop", default=None, metavar="RUN_ID", help="Delete one stored run (e.g. a damaged one).")
+@click.option("--name", default=None, help="Only the sweeps with this name.")
+@click.option("--limit", type=click.IntRange(min=0), default=RUNS_LIMIT, show_default=True,
+              help="List the newest N sweeps (oldest of them first); 0 lists all.")
 @store_option
 @json_option
-def runs_command(store: str | None, as_json: bool, drop: str | None = None) -> int:
+def runs_command(store: str | None, as_json: bool, drop: str | None = None, name: str | None = None,
+                 limit: int = RUNS_LIMIT) -> int:
     """List the stored sweeps with their identity hashes."""
     if drop is not None:
         return _drop_run(store, drop, as_json)
@@ -24,11 +30,12 @@ def runs_command(store: str | None, as_json: bool, drop: str | None = None) -> i
     from ..lab.store import Store
 
     with Store(store, create=False) as st:
-        rows, damaged = _sweep_rows(st)
+        rows, damaged = _sweep_rows(st, name, limit or None)
+        more = st.count_sweeps(name=name) - len(rows) - len(damaged)
     if as_json:
         emit(None, True, {"store": str(st.path), "sweeps": [
             {**s.to_dict(), "runs": sum(r.ok for r in recs), "failed": sum(not r.ok for r in recs)} for s, recs in rows],
-            "damaged": [{**s.to_dict(), "error": why} for s, why in damaged]})
+            "damaged": [{**s.to_dict(), "error": why} for s, why in damaged], "more": more})
         return EXIT_OK
     table = Table(box=None, header_style="bold", pad_edge=False, title=f"sweeps in {st.path}", title_justify="left")
     for col in ("name", "id", "workload", "runs", "config", "eval fp", "env", "code", "created"):
@@ -39,18 +46,23 @@ def runs_command(store: str | None, as_json: bool, drop: str | None = None) -> i
         runs_text = f"{ok}/{len(s.seeds)}" + (f" ({len(recs) - ok} failed)" if len(recs) > ok else "")
         table.add_row(Text(s.name), s.id[:8], Text(s.workload), runs_text, s.info.get("config_hash", "")[:8], ",".join(fps),
                       s.info.get("env_hash", "")[:8], _short_code(s.info.get("code", {})), s.created[5:16].replace("T", " "))
-    console().print(table if rows else f"no {'readable ' if damaged else ''}sweeps in {st.path}")
+    named = f" named {name!r}" if name is not None else ""
+    console().print(table if rows else Text(f"no {'readable ' if damaged else ''}sweeps{named} in {st.path}"))
     for s, why in damaged:  # the other sweeps stay listed and usable; each damaged one is named with its repair
         console().print(Text(f"sweep {s.name} ({s.id[:8]}) not listed: {why}"))
+    if more:
+        echo(f"{more} older sweep{'s' if more > 1 else ''} not listed; use --name NAME or --limit N (0 lists all)")
     return EXIT_OK
 
 
-def _sweep_rows(st: Any) -> tuple[list[tuple[Any, list[Any]]], list[tuple[Any, str]]]:
-    """(sweep, its records) for every readable sweep, and (sweep, the error) for each with a damaged run."""
+def _sweep_rows(st: Any, name: str | None = None,
+                limit: int | None = None) -> tuple[list[tuple[Any, list[Any]]], list[tuple[Any, str]]]:
+    """(sweep, its records) for every readable sweep (the newest ``limit`` with ``name``), and (sweep, the error)
+    for each with a damaged run."""
     from ..errors import StoreError
 
     rows, damaged = [], []
-    for s in st.sweeps():
+    for s in st.sweeps(name=name, limit=limit):
         try:
             rows.append((s, st.records(s, include_failed=True)))
         except StoreError as exc:

@@ -8,7 +8,9 @@ version as ``code.<key>`` (commit, dirty, dirty_hash, version), ``env_hash``, ``
 share appears under each. A curve row is ``run_id, metric, step, value`` (step counts the logged rows from 0),
 once per run. In CSV a missing value is an empty cell and a list or dict value is its JSON; in JSON lines every
 row has every column (null when missing) and a NaN or infinite number is the string "nan", "inf" or "-inf".
-The output is written whole or not at all: it is built first, then moved into place.
+The output is written whole or not at all: every record is read (and checked) before the first row is written,
+and a file is written beside its place, then moved there. Rows stream through a temporary spool, so a store of
+100,000s of runs is exported in bounded memory; the sweeps are chosen by the store's indexes.
 """
 
 from __future__ import annotations
@@ -16,18 +18,20 @@ from __future__ import annotations
 import csv
 import io
 import json
+import marshal
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TextIO
 
 from ..errors import InvalidArgument, NotFound
-from . import store_runs
 from .record import RunRecord, jsonable
 from .store import Store, SweepInfo
 
-__all__ = ["FORMATS", "curve_rows", "export", "run_rows", "runs", "write"]
+__all__ = ["FORMATS", "Written", "curve_rows", "export", "export_to", "run_rows", "runs", "write"]
 
 FORMATS = ("csv", "jsonl")
 CURVE_COLUMNS = ("run_id", "metric", "step", "value")
@@ -38,45 +42,70 @@ _TAIL = ("env_hash", "seed", "status", "error", "created", "wall_seconds")
 Entry = tuple[int | None, SweepInfo, RunRecord]
 
 
-def runs(store: Store, *, name: str | None = None, workload: str | None = None) -> list[Entry]:
-    """Every run the store's sweeps read (failed ones included), filtered by sweep ``name`` and ``workload``."""
-    sweeps = [s for s in store.sweeps() if (name is None or s.name == name) and (workload is None or s.workload == workload)]
+def select(store: Store, *, name: str | None = None, workload: str | None = None) -> list[SweepInfo]:
+    """The sweeps with ``name`` and ``workload`` (all without either), oldest first; none is NotFound."""
+    sweeps = store.sweeps(name=name, workload=workload)
     if not sweeps and (name is not None or workload is not None):
-        known = sorted({s.name if name is not None else s.workload for s in store.sweeps()})
+        known, more = store.sweep_names(workloads=name is None)
         what = f"sweep named {name!r}" + (f" of workload {workload!r}" if workload is not None else "") \
             if name is not None else f"sweep of workload {workload!r}"
-        shown = ", ".join(known[:10]) + (" ..." if len(known) > 10 else "") if known else "none yet"
+        shown = ", ".join(known) + (" ..." if more else "") if known else "none yet"
         raise NotFound(f"No {what} in {store.path} (known {'names' if name is not None else 'workloads'}: {shown}); "
                        "see `firstdiv runs`")
-    out: list[Entry] = []
+    return sweeps
+
+
+def entries(store: Store, sweeps: Iterable[SweepInfo]) -> Iterator[Entry]:
+    """Each sweep's runs (failed ones included) in seed order, read one sweep at a time."""
     for s in sweeps:
-        rows = store._rows(store_runs.VIEW, (s.identity, s.id))  # Store.records, keeping each run's id
-        out += [(run_id, s, store_runs.parse(run_id, payload, path=store.path, sweep=s.name, seed=seed))
-                for seed, run_id, _status, payload in rows]
-    return out
+        yield from ((run_id, s, record) for run_id, record in store.runs_of(s))
+
+
+def runs(store: Store, *, name: str | None = None, workload: str | None = None) -> list[Entry]:
+    """Every run the store's sweeps read (failed ones included), filtered by sweep ``name`` and ``workload``."""
+    return list(entries(store, select(store, name=name, workload=workload)))
+
+
+def _row(run_id: int | None, sweep: SweepInfo, r: RunRecord) -> dict[str, Any]:
+    row = {"run_id": run_id, "sweep": sweep.name, "sweep_id": sweep.id, "workload": r.workload,
+           "identity": r.identity, "config_hash": r.config_hash, **{f"code.{k}": v for k, v in r.code.items()},
+           "env_hash": r.env_hash, "seed": r.seed, "status": r.status, "error": r.error, "created": r.created,
+           "wall_seconds": r.wall_seconds}
+    row.update({f"config.{k}": v for k, v in r.config.items()})
+    row.update({f"metric.{k}": v for k, v in r.final.items()})
+    return row
+
+
+class _Columns:
+    """The run rows' columns, gathered row by row: the code keys as first seen, config and metric keys sorted."""
+
+    def __init__(self) -> None:
+        self.code: dict[str, None] = {}
+        self.extra: set[str] = set()
+        self.seen: set[tuple[str, ...]] = set()  # the key sets met so far: a sweep's runs mostly share one
+
+    def add(self, row: dict[str, Any]) -> None:
+        keys = tuple(row)
+        if keys in self.seen:
+            return
+        self.seen.add(keys)
+        self.code.update(dict.fromkeys(k for k in keys if k.startswith("code.")))
+        self.extra.update(k for k in keys if k.startswith(("config.", "metric.")))
+
+    def columns(self, with_run_id: bool = True) -> list[str]:
+        head = [c for c in _HEAD if with_run_id or c != "run_id"]
+        return [*head, *self.code, *_TAIL, *sorted(k for k in self.extra if k.startswith("config.")),
+                *sorted(k for k in self.extra if k.startswith("metric."))]
 
 
 def run_rows(entries: Iterable[Entry], *, with_run_id: bool = True) -> tuple[list[str], list[dict[str, Any]]]:
     """(columns, one dict per run); see the module docstring for the columns."""
-    rows: list[dict[str, Any]] = []
-    code_keys: dict[str, None] = {}
-    extra: dict[str, None] = {}
-    for run_id, sweep, r in entries:
-        code = {f"code.{k}": v for k, v in r.code.items()}
-        code_keys.update(dict.fromkeys(code))
-        row = {"run_id": run_id, "sweep": sweep.name, "sweep_id": sweep.id, "workload": r.workload,
-               "identity": r.identity, "config_hash": r.config_hash, **code, "env_hash": r.env_hash, "seed": r.seed,
-               "status": r.status, "error": r.error, "created": r.created, "wall_seconds": r.wall_seconds}
-        row.update({f"config.{k}": v for k, v in r.config.items()})
-        row.update({f"metric.{k}": v for k, v in r.final.items()})
-        extra.update(dict.fromkeys(k for k in row if k.startswith(("config.", "metric."))))
-        rows.append(row)
-    head = [c for c in _HEAD if with_run_id or c != "run_id"]
-    columns = [*head, *code_keys, *_TAIL, *sorted(k for k in extra if k.startswith("config.")),
-               *sorted(k for k in extra if k.startswith("metric."))]
-    if not with_run_id:
-        for row in rows:
-            row.pop("run_id")
+    cols = _Columns()
+    rows = []
+    for entry in entries:
+        rows.append(_row(*entry))
+        cols.add(rows[-1])
+    columns = cols.columns(with_run_id)
     return columns, [{c: row.get(c) for c in columns} for row in rows]
 
 
@@ -99,18 +128,48 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def render(columns: list[str], rows: list[dict[str, Any]], fmt: str) -> str:
+def render(columns: list[str], rows: Iterable[dict[str, Any]], fmt: str) -> str:
     """The rows as CSV (with a header) or JSON lines."""
     check_format(fmt)
     buf = io.StringIO()
+    _emit(columns, rows, fmt, buf.write)
+    return buf.getvalue()
+
+
+def _emit(columns: list[str], rows: Iterable[dict[str, Any]], fmt: str, put: Callable[[str], Any]) -> int:
+    """Write the rows to ``put`` (CSV with a header, or JSON lines) in chunks of whole rows; returns how many."""
+    out = _Chunks(put)
+    n = 0
     if fmt == "csv":
-        writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({c: _cell(row.get(c)) for c in columns} for row in rows)
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_cell(row.get(c)) for c in columns])
+            n += 1
     else:
         for row in rows:
-            buf.write(json.dumps(jsonable({c: row.get(c) for c in columns}), allow_nan=False) + "\n")
-    return buf.getvalue()
+            out.write(json.dumps(jsonable({c: row.get(c) for c in columns}), allow_nan=False) + "\n")
+            n += 1
+    out.flush()
+    return n
+
+
+class _Chunks:
+    """A file-like ``write`` that hands ``put`` whole rows, about 64 KiB at a time."""
+
+    def __init__(self, put: Callable[[str], Any]) -> None:
+        self.put, self.parts, self.size = put, [], 0
+
+    def write(self, text: str) -> None:
+        self.parts.append(text)
+        self.size += len(text)
+        if self.size > 1 << 16:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            self.put("".join(self.parts))
+            self.parts, self.size = [], 0
 
 
 def check_format(fmt: str) -> None:
@@ -130,6 +189,15 @@ def check_output(output: str | os.PathLike[str]) -> Path:
 
 def write(text: str, output: str | os.PathLike[str]) -> Path:
     """Write ``text`` to ``output`` whole: a temporary file beside it, then moved into place."""
+    with _replacing(output) as (path, fh):
+        fh.write(text)
+    return path
+
+
+@contextmanager
+def _replacing(output: str | os.PathLike[str]) -> Iterator[tuple[Path, TextIO]]:
+    """A file to write ``output``'s text to: a temporary file beside it, moved into place when the block ends
+    without an error (removed when it raises)."""
     path = check_output(output)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -137,19 +205,86 @@ def write(text: str, output: str | os.PathLike[str]) -> Path:
         raise InvalidArgument(f"Cannot write --output {path} ({exc.strerror}); pass a writable path") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+            yield path, fh
         os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())  # not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
 
 
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@dataclass(frozen=True)
+class Written:
+    """What an export wrote: the file (None: the text went to ``put``), its row count and its columns."""
+
+    path: Path | None
+    rows: int
+    columns: list[str]
+
+
+def _spool(items: Iterable[Entry], curves: bool, spool: IO[bytes]) -> list[str]:
+    """Read every run into ``spool`` (its row, or its curves) and return the columns. Every record is parsed and
+    checked here, before anything is written out. The spool holds batches of plain values in marshal's format
+    (read back by this process only), each after its length."""
+    cols, seen, batch = _Columns(), set(), []
+    for run_id, sweep, r in items:
+        if not curves:
+            batch.append(_row(run_id, sweep, r))
+            cols.add(batch[-1])
+        elif run_id not in seen:
+            seen.add(run_id)
+            batch.append((run_id, r.curves))
+        if len(batch) >= _BATCH:
+            _put(spool, batch)
+            batch = []
+    _put(spool, batch)
+    return list(CURVE_COLUMNS) if curves else cols.columns()
+
+
+_BATCH = 512
+
+
+def _put(spool: IO[bytes], batch: list[Any]) -> None:
+    if batch:
+        blob = marshal.dumps(batch)
+        spool.write(len(blob).to_bytes(8, "little") + blob)
+
+
+def _unspool(spool: IO[bytes], curves: bool) -> Iterator[dict[str, Any]]:
+    spool.seek(0)
+    while head := spool.read(8):
+        for item in marshal.loads(spool.read(int.from_bytes(head, "little"))):
+            if not curves:
+                yield item
+                continue
+            run_id, values = item
+            yield from ({"run_id": run_id, "metric": metric, "step": step, "value": value}
+                        for metric, series in values.items() for step, value in enumerate(series))
+
+
+def export_to(store: Store, output: str | os.PathLike[str] | None = None, *, fmt: str = "csv", curves: bool = False,
+              name: str | None = None, workload: str | None = None,
+              put: Callable[[str], Any] | None = None) -> Written:
+    """Stream the export (see :func:`export`) to ``output``, whole or not at all, or without one to ``put``
+    (a ``write`` for text, e.g. stdout's); nothing is written when a record is damaged or a filter matches nothing."""
+    check_format(fmt)
+    if output is None and put is None:
+        raise InvalidArgument("export_to() needs an output file or a `put` to write the text to")
+    if output is not None:
+        check_output(output)
+    with tempfile.SpooledTemporaryFile(max_size=16 << 20) as spool:
+        columns = _spool(entries(store, select(store, name=name, workload=workload)), curves, spool)
+        if output is None:
+            return Written(None, _emit(columns, _unspool(spool, curves), fmt, put), columns)  # type: ignore[arg-type]
+        with _replacing(output) as (path, fh):
+            n = _emit(columns, _unspool(spool, curves), fmt, fh.write)
+    return Written(path, n, columns)
 
 
 def export(store: Store | str | os.PathLike[str] | None = None, *, fmt: str = "csv", curves: bool = False,
@@ -162,12 +297,13 @@ def export(store: Store | str | os.PathLike[str] | None = None, *, fmt: str = "c
         check_output(output)
     owned = not isinstance(store, Store)
     st = Store(store, create=False) if owned else store
+    buf = io.StringIO()
     try:
-        entries = runs(st, name=name, workload=workload)  # type: ignore[arg-type]
+        export_to(st, fmt=fmt, curves=curves, name=name, workload=workload, put=buf.write)  # type: ignore[arg-type]
     finally:
         if owned:
             st.close()  # type: ignore[union-attr]
-    text = render(*(curve_rows(entries) if curves else run_rows(entries)), fmt)
+    text = buf.getvalue()
     if output is not None:
         write(text, output)
     return text

@@ -29,6 +29,9 @@ DEFAULT_STORE = Path(".firstdiv") / "runs.db"
 
 # The schema and its append-only migrations live in store_schema; they are re-exported here.
 LOCK_PATIENCE_S = 60.0  # how long a command waits for another process's write lock before saying so
+#: A sweep's row with its seeds (a JSON array), read by the sweeps' indexes and sweep_seeds' primary key.
+SWEEP_ROWS = ("SELECT w.id, w.name, w.identity, w.workload, w.created, w.info, (SELECT json_group_array(s.seed) "
+              "FROM sweep_seeds s WHERE s.sweep_id = w.id) FROM sweeps w")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,12 @@ def default_path() -> Path:
     (the nearest ``.firstdiv/``, within the git work tree; created at its top, or here outside one): see
     :mod:`firstdiv.lab.store_discovery`."""
     return Path(os.environ.get("FIRSTDIV_STORE") or store_discovery.discover())
+
+
+def _filters(name: str | None, workload: str | None) -> tuple[str, tuple[str, ...]]:
+    """The WHERE clause (and its parameters) keeping the sweeps with ``name`` and ``workload``."""
+    terms = [(f"w.{col}=?", value) for col, value in (("name", name), ("workload", workload)) if value is not None]
+    return (" WHERE " + " AND ".join(t for t, _ in terms) if terms else ""), tuple(v for _, v in terms)
 
 
 def _locked(exc: Exception) -> bool:
@@ -243,8 +252,10 @@ class Store:
         return self._sweep_by_id(rows[0][0]) if rows else None
 
     def _sweep_by_id(self, sweep_id: str) -> SweepInfo:
-        row = self._rows("SELECT id, name, identity, workload, created, info FROM sweeps WHERE id=?", (sweep_id,))[0]
-        seeds = tuple(r[0] for r in self._rows("SELECT seed FROM sweep_seeds WHERE sweep_id=? ORDER BY seed", (sweep_id,)))
+        return self._sweep(self._rows(f"{SWEEP_ROWS} WHERE w.id=?", (sweep_id,))[0])
+
+    def _sweep(self, row: tuple[Any, ...]) -> SweepInfo:
+        """A SweepInfo from one SWEEP_ROWS row; a damaged description is one StoreError naming its repair."""
         try:
             info = json.loads(row[5])
             if not isinstance(info, dict):
@@ -253,11 +264,28 @@ class Store:
             raise StoreError(f"sweep {row[1]!r} (id {row[0]}) in {self.path} has a damaged description ({exc}); "
                              f"move the store aside, or delete that sweep: sqlite3 {self.path} \"DELETE FROM "
                              f"sweep_seeds WHERE sweep_id='{row[0]}'; DELETE FROM sweeps WHERE id='{row[0]}'\"") from None
+        seeds = tuple(sorted(json.loads(row[6]))) if row[6] else ()
         return SweepInfo(row[0], row[1], row[2], row[3], row[4], info, seeds)
 
-    def sweeps(self) -> list[SweepInfo]:
-        ids = [r[0] for r in self._rows("SELECT id FROM sweeps ORDER BY created, id")]
-        return [self._sweep_by_id(i) for i in ids]
+    def sweeps(self, *, name: str | None = None, workload: str | None = None, limit: int | None = None) -> list[SweepInfo]:
+        """The sweeps oldest first, those with ``name`` and ``workload`` when given; with ``limit``, the newest
+        ``limit`` of them (still oldest first). Each is read by an index: no scan of the runs."""
+        where, params = _filters(name, workload)
+        if limit is None:
+            rows = self._rows(f"{SWEEP_ROWS}{where} ORDER BY w.created, w.id", params)
+        else:
+            rows = self._rows(f"{SWEEP_ROWS}{where} ORDER BY w.created DESC, w.id DESC LIMIT ?", (*params, int(limit)))[::-1]
+        return [self._sweep(r) for r in rows]
+
+    def count_sweeps(self, *, name: str | None = None, workload: str | None = None) -> int:
+        where, params = _filters(name, workload)
+        return int(self._rows(f"SELECT COUNT(*) FROM sweeps w{where}", params)[0][0])
+
+    def sweep_names(self, *, workloads: bool = False, limit: int = 10) -> tuple[list[str], bool]:
+        """The first ``limit`` sweep names (or workloads) in sorted order, and whether there are more."""
+        column = "workload" if workloads else "name"
+        found = [r[0] for r in self._rows(f"SELECT DISTINCT {column} FROM sweeps ORDER BY {column} LIMIT ?", (limit + 1,))]
+        return found[:limit], len(found) > limit
 
     def find_sweep(self, ref: str) -> SweepInfo:
         """A sweep by name (the most recent with that name) or by a unique prefix of its id."""
@@ -268,10 +296,10 @@ class Store:
                           (ref.replace("%", r"\%").replace("_", r"\_") + "%",))
         if len(rows) == 1:
             return self._sweep_by_id(rows[0][0])
-        names = sorted({s.name for s in self.sweeps()})
         if len(rows) > 1:
             raise NotFound(f"Sweep id prefix {ref!r} is ambiguous ({len(rows)} sweeps); give more characters")
-        known = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "") if names else "none yet"
+        names, more = self.sweep_names()
+        known = ", ".join(names) + (" ..." if more else "") if names else "none yet"
         raise NotFound(f"No sweep named {ref!r} in {self.path} (known: {known}); see `firstdiv runs`")
 
     # -- runs ---------------------------------------------------------------------------------
@@ -305,8 +333,12 @@ class Store:
 
     def records(self, sweep: SweepInfo, *, include_failed: bool = False) -> list[RunRecord]:
         """The sweep's runs in seed order (only those recorded so far)."""
+        return [r for _, r in self.runs_of(sweep, include_failed=include_failed)]
+
+    def runs_of(self, sweep: SweepInfo, *, include_failed: bool = True) -> list[tuple[int, RunRecord]]:
+        """(store id, record) of each run the sweep reads, in seed order."""
         rows = self._rows(store_runs.VIEW, (sweep.identity, sweep.id))
-        return [store_runs.parse(run_id, payload, path=self.path, sweep=sweep.name, seed=seed)
+        return [(run_id, store_runs.parse(run_id, payload, path=self.path, sweep=sweep.name, seed=seed))
                 for seed, run_id, status, payload in rows if include_failed or status == "ok"]
 
     def iter_runs(self) -> Iterator[RunRecord]:

@@ -55,16 +55,16 @@ def insert(conn: sqlite3.Connection, record: RunRecord, payload: str, *, replace
     if append is None:
         return False
     key = (record.identity, record.seed)
-    pinned = "SELECT run_id FROM sweep_seeds WHERE run_id IS NOT NULL"
-    if append:
-        conn.execute(f"UPDATE sweep_seeds AS s SET run_id = {_NEWEST} WHERE s.run_id IS NULL AND s.seed=? "
+    unreferenced = "NOT EXISTS (SELECT 1 FROM sweep_seeds p WHERE p.run_id = runs.id)"  # by sweep_seeds_by_run
+    if append:  # `+s.run_id`: read by the sweeps of the identity, not by sweep_seeds_by_run's (many) NULLs
+        conn.execute(f"UPDATE sweep_seeds AS s SET run_id = {_NEWEST} WHERE +s.run_id IS NULL AND s.seed=? "
                      "AND s.sweep_id IN (SELECT id FROM sweeps WHERE identity=?) AND s.sweep_id IS NOT ?",
                      (record.identity, record.seed, record.identity, sweep_id))
         conn.execute("UPDATE sweep_seeds SET run_id=NULL WHERE sweep_id=? AND seed=?", (sweep_id, record.seed))
         # What no sweep refers to any more is this sweep's own previous run: replaced, not duplicated.
-        conn.execute(f"DELETE FROM runs WHERE identity=? AND seed=? AND id NOT IN ({pinned})", key)
+        conn.execute(f"DELETE FROM runs WHERE identity=? AND seed=? AND {unreferenced}", key)
     else:
-        conn.execute(f"DELETE FROM runs WHERE identity=? AND seed=? AND status!='ok' AND id NOT IN ({pinned})", key)
+        conn.execute(f"DELETE FROM runs WHERE identity=? AND seed=? AND status!='ok' AND {unreferenced}", key)
     cur = conn.execute("INSERT INTO runs (identity, seed, workload, status, created, record) VALUES (?, ?, ?, ?, ?, ?)",
                        (*key, record.workload, record.status, record.created, payload))
     if sweep_id is not None and append:

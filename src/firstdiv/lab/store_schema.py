@@ -14,6 +14,9 @@ from ..errors import StoreError
 #              sweep seed may pin the run it refers to (sweep_seeds.run_id). A forced rerun appends
 #              and pins, so another sweep of the same identity keeps reading its own records;
 #              an unpinned seed reads the newest ok run of its identity (the version-2 behaviour).
+#          4 — indexes for stores of 100,000s of runs, no table or column changed: sweeps by creation
+#              time (`firstdiv runs` lists the newest), by workload and by identity (a forced rerun pins
+#              the other sweeps of its identity), and sweep seeds by the run they pin.
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -70,6 +73,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE runs_v3 RENAME TO runs;
     CREATE INDEX runs_by_key ON runs(identity, seed, status, id);
     ALTER TABLE sweep_seeds ADD COLUMN run_id INTEGER;
+    """,
+    """
+    CREATE INDEX sweeps_by_created ON sweeps(created, id);
+    CREATE INDEX sweeps_by_workload ON sweeps(workload, created, id);
+    CREATE INDEX sweeps_by_identity ON sweeps(identity);
+    CREATE INDEX sweep_seeds_by_run ON sweep_seeds(run_id);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
