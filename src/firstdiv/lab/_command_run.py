@@ -4,6 +4,7 @@ The child runs in its own process group (its session), with ``FIRSTDIV_REPORT_FI
 :func:`firstdiv.log` appends JSON lines to, ``FIRSTDIV_SEED`` and ``OMP_NUM_THREADS`` (the sweep's ``threads``). Its
 stdout and stderr go to files (a sweep's own output stays clean); the tail of stderr is the error of a failed run.
 A timeout, Ctrl-C, or the worker being stopped (SIGTERM) kills the whole group: a launcher's children too.
+How the child ended is the record's ``exit_code`` (a timeout: minus the signal that stopped it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .._log import REPORT_FILE
 
 _TAIL_LINES, _TAIL_CHARS = 15, 2000
 _GRACE_S = 3.0
+_FOREVER_S = 10.0 ** 9
 _PLACEHOLDER = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
 
 
@@ -61,6 +63,7 @@ class CommandRun:
             env[REPORT_FILE] = str(report)
             env.pop("FIRSTDIV_REPORT_FD", None)
             code, timed_out = _launch(argv, self.cwd, env, timeout, Path(tmp))
+            rec.exit_code = code  # the record's exit_code: 0, the exit status, or minus the signal that ended it
             rows = _read(report)
             for row in rows:
                 rec.log(row.pop("step", None), **row)
@@ -85,7 +88,9 @@ def _launch(argv: list[str], cwd: str, env: dict[str, str], timeout: int | None,
             raise CommandFailed(f"cannot start {argv[0]!r}: {exc.strerror or exc}; check the command") from None
         restore = _kill_on_sigterm(proc)
         try:
-            return proc.wait(timeout=timeout), False
+            # with a timeout the wait polls, so an interrupt raised in this thread from outside (a Ray task
+            # being cancelled) is seen while the child runs; a plain wait would block in waitpid until it ends
+            return proc.wait(timeout=timeout if timeout is not None else _FOREVER_S), False
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             return proc.returncode, True

@@ -10,15 +10,25 @@ Without ``--address`` a local Ray is started with ``workers`` x threads CPUs (de
 machine's) and shut down afterwards; a Ray the caller already initialised is used and left running.
 On a multi-machine cluster the workload's file or module must be importable on every node (the same
 path, or a ``runtime_env`` given to ``ray.init`` before calling ``sweep``).
+
+A command sweep (``firstdiv sweep --backend ray -- python train.py --seed {seed}``) runs each seed's command on a
+Ray worker, exactly as the process backend runs it (:mod:`firstdiv.lab._command_run`). On a Ray started here
+(or one the caller initialised) the command runs in the sweep's directory with the sweep's environment. With
+``--address`` the sweep's directory travels with each task (Ray's ``runtime_env={"working_dir": ...}``, which
+leaves out what ``.gitignore`` and ``.rayignore`` list) and the command runs in the worker's copy, its absolute
+paths into the directory rewritten to point into the copy. On Ctrl-C each running task is interrupted first,
+so the command's process group is killed, then cancelled for good.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import sys
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 from ..._format import first_line
@@ -95,7 +105,7 @@ def run(workload: Workload, seeds: list[int], ident: RunIdentity, *, workers: in
     threads = ident.threads
     started = _connect(ray, options.get("address"), workers, threads)
     try:
-        _sweep(ray, workload, seeds, ident, threads, workers, done)
+        _sweep(ray, workload, seeds, ident, threads, workers, done, ship=bool(options.get("address")))
     finally:
         if started:
             ray.shutdown()
@@ -124,24 +134,65 @@ def _connect(ray: Any, address: str | None, workers: int | None, threads: int) -
 
 
 def _sweep(ray: Any, workload: Workload, seeds: list[int], ident: RunIdentity, threads: int,
-           workers: int | None, done: Done) -> None:
-    """Keep at most ``workers`` tasks in flight (all of them when None); record each as it finishes."""
-    task = ray.remote(_train_seed).options(num_cpus=threads, max_retries=1, retry_exceptions=False)
-    args = (workload.target, portable(workload), ident, os.getcwd())
+           workers: int | None, done: Done, *, ship: bool = False) -> None:
+    """Keep at most ``workers`` tasks in flight (all of them when None); record each as it finishes. ``ship``: a
+    command's working directory travels with its tasks (a cluster given by --address)."""
+    from ..command import is_command
+
+    command = is_command(workload)
+    options: dict[str, Any] = {"num_cpus": threads, "max_retries": 1, "retry_exceptions": False}
+    if command:
+        cwd = workload.fn.cwd
+        if ship:
+            options["runtime_env"] = {"working_dir": cwd}
+        task = ray.remote(_command_seed).options(**options)
+        args: tuple[Any, ...] = (workload.target, ident, cwd, ship, None if ship else dict(os.environ))
+    else:
+        task = ray.remote(_train_seed).options(**options)
+        args = (workload.target, portable(workload), ident, os.getcwd())
     queue, pending = deque(seeds), {}
     limit = workers or len(seeds)
     try:
         while queue or pending:
             while queue and len(pending) < limit:
                 seed = queue.popleft()
-                pending[task.remote(seed, *args)] = seed
+                pending[_submit(task, seed, args, ship and command)] = seed
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 seed = pending.pop(ref)
                 done(_outcome(ray, ref, workload, seed, ident))
     finally:
-        for ref in pending:  # Ctrl-C or an error in the driver: stop what is still running
-            ray.cancel(ref, force=True)
+        _stop(ray, list(pending), gently=command)
+
+
+def _submit(task: Any, seed: int, args: tuple[Any, ...], shipped: bool) -> Any:
+    """``task.remote(seed, *args)``; a working directory over Ray's upload limit is a usage error."""
+    try:
+        return task.remote(seed, *args)
+    except ValueError as exc:
+        found = _TOO_LARGE.search(str(exc)) if shipped else None
+        if found is None:
+            raise
+        raise InvalidArgument(f"The working directory {args[2]} is {found['size']} packed for Ray, over its "
+                              f"{found['limit']} limit on a runtime_env working_dir; list what the runs do not need "
+                              "(data, checkpoints, .venv) in a .rayignore there, or run the sweep from a smaller "
+                              "directory") from None
+
+
+_TOO_LARGE = re.compile(r"Package size \((?P<size>[^)]+)\) exceeds the maximum size of (?P<limit>[\d.]+ ?[KMG]iB)")
+#: Seconds an interrupted command task has to kill its command's process group before it is cancelled by force
+_CANCEL_GRACE_S = 8.0
+
+
+def _stop(ray: Any, refs: list[Any], *, gently: bool) -> None:
+    """Ctrl-C or an error in the driver: stop what is still running. A command task is interrupted first (it
+    kills its command's process group, which a killed worker would leave running), then cancelled by force."""
+    if gently and refs:
+        for ref in refs:
+            ray.cancel(ref, force=False)
+        _, refs = ray.wait(refs, num_returns=len(refs), timeout=_CANCEL_GRACE_S)
+    for ref in refs:
+        ray.cancel(ref, force=True)
 
 
 def _outcome(ray: Any, ref: Any, workload: Workload, seed: int, ident: RunIdentity) -> RunRecord:
@@ -168,3 +219,35 @@ def _train_seed(seed: int, target: str, located: str, ident: RunIdentity, cwd: s
         if added:
             sys.path.remove(cwd)
     return run_seed(workload, seed, ident)
+
+
+def _command_seed(seed: int, target: str, ident: RunIdentity, cwd: str, shipped: bool,
+                  environ: dict[str, str] | None) -> RunRecord:
+    """Runs in a Ray worker: the command of one seed, in ``cwd`` with the sweep's ``environ`` (a Ray started
+    here), or in this worker's copy of the shipped directory (``shipped``) with the worker's own environment."""
+    from ..runner import run_seed
+    from ..workload import resolve
+
+    workload = resolve(target)
+    run = workload.fn
+    if shipped:
+        here = os.getcwd()
+        run = replace(run, argv=tuple(_relocated(arg, cwd, here) for arg in run.argv), cwd=here)
+    else:
+        run = replace(run, cwd=cwd)
+    saved = dict(os.environ)
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
+    try:
+        return run_seed(replace(workload, fn=run), seed, ident)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _relocated(arg: str, old: str, new: str) -> str:
+    """An argument naming a path inside the sweep's directory ``old``, pointed into its shipped copy ``new``."""
+    if arg == old:
+        return new
+    return new + arg[len(old):] if arg.startswith(old.rstrip(os.sep) + os.sep) else arg
