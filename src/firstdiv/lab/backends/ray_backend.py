@@ -13,11 +13,13 @@ path, or a ``runtime_env`` given to ``ray.init`` before calling ``sweep``).
 
 A command sweep (``firstdiv sweep --backend ray -- python train.py --seed {seed}``) runs each seed's command on a
 Ray worker, exactly as the process backend runs it (:mod:`firstdiv.lab._command_run`). On a Ray started here
-(or one the caller initialised) the command runs in the sweep's directory with the sweep's environment. With
-``--address`` the sweep's directory travels with each task (Ray's ``runtime_env={"working_dir": ...}``, which
-leaves out what ``.gitignore`` and ``.rayignore`` list) and the command runs in the worker's copy, its absolute
-paths into the directory rewritten to point into the copy. On Ctrl-C each running task is interrupted first,
-so the command's process group is killed, then cancelled for good.
+the command runs in the sweep's directory with the sweep's environment. With ``--address`` the sweep's directory
+travels with the job (Ray's ``runtime_env={"working_dir": ...}``, which leaves out what ``.gitignore`` and
+``.rayignore`` list, up to Ray's upload limit) and the command runs in each worker's copy, with the worker's
+environment, its arguments that are paths into the directory pointed into the copy. A Ray the caller initialised
+is used as it is: with a ``working_dir`` in its runtime_env the command runs in the worker's copy of that, else
+in the sweep's directory. On Ctrl-C each running task is interrupted first, so it kills its command's process
+group, then cancelled for good.
 """
 
 from __future__ import annotations
@@ -101,25 +103,31 @@ def _host_port(where: str, default: int, address: str) -> tuple[str, int]:
 
 def run(workload: Workload, seeds: list[int], ident: RunIdentity, *, workers: int | None, done: Done,
         options: dict[str, Any]) -> None:
+    from ..command import is_command
+
     ray = ray_module()
     threads = ident.threads
-    started = _connect(ray, options.get("address"), workers, threads)
+    shipped = workload.fn.cwd if is_command(workload) and options.get("address") else None
+    started = _connect(ray, options.get("address"), workers, threads, shipped)
     try:
-        _sweep(ray, workload, seeds, ident, threads, workers, done, ship=bool(options.get("address")))
+        _sweep(ray, workload, seeds, ident, threads, workers, done)
     finally:
         if started:
             ray.shutdown()
 
 
-def _connect(ray: Any, address: str | None, workers: int | None, threads: int) -> bool:
-    """Make sure this process is a Ray driver; True when we started (or connected) it and must shut it down."""
+def _connect(ray: Any, address: str | None, workers: int | None, threads: int, working_dir: str | None) -> bool:
+    """Make sure this process is a Ray driver; True when we started (or connected) it and must shut it down.
+    ``working_dir``: the directory a command sweep ships to the cluster at ``address`` with its job."""
     if ray.is_initialized():
         return False
     quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "configure_logging": True}
     if address:
+        shipping = {"runtime_env": {"working_dir": working_dir}} if working_dir else {}
         try:
-            ray.init(address=address, **quiet)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
+            ray.init(address=address, **quiet, **shipping)
+        except (ConnectionError, ValueError, RuntimeError, ray.exceptions.RuntimeEnvSetupError) as exc:
+            _too_large(exc, working_dir)  # the upload of the working directory fails as RuntimeEnvSetupError
             first = first_line(exc)
             raise InvalidArgument(f"Cannot connect to the Ray cluster at {address!r} ({first}); check the address "
                                   "(ray://HOST:10001 or HOST:6379) or omit --address to start a local Ray") from None
@@ -133,22 +141,31 @@ def _connect(ray: Any, address: str | None, workers: int | None, threads: int) -
     return True
 
 
+def _too_large(exc: BaseException, working_dir: str | None) -> None:
+    """Ray refusing to upload a working directory over its size limit is a usage error naming the fix."""
+    found = _TOO_LARGE.search(str(exc)) if working_dir else None
+    if found is not None:
+        if ray_module().is_initialized():
+            ray_module().shutdown()
+        raise InvalidArgument(f"The working directory {working_dir} is {found['size']} packed for Ray, over its "
+                              f"{found['limit']} limit on a runtime_env working_dir; list what the runs do not need "
+                              "(data, checkpoints, .venv) in a .rayignore there, or run the sweep from a smaller "
+                              "directory") from None
+
+
 def _sweep(ray: Any, workload: Workload, seeds: list[int], ident: RunIdentity, threads: int,
-           workers: int | None, done: Done, *, ship: bool = False) -> None:
-    """Keep at most ``workers`` tasks in flight (all of them when None); record each as it finishes. ``ship``: a
-    command's working directory travels with its tasks (a cluster given by --address)."""
+           workers: int | None, done: Done) -> None:
+    """Keep at most ``workers`` tasks in flight (all of them when None); record each as it finishes."""
     from ..command import is_command
 
     command = is_command(workload)
-    options: dict[str, Any] = {"num_cpus": threads, "max_retries": 1, "retry_exceptions": False}
-    if command:
-        cwd = workload.fn.cwd
-        if ship:
-            options["runtime_env"] = {"working_dir": cwd}
-        task = ray.remote(_command_seed).options(**options)
-        args: tuple[Any, ...] = (workload.target, ident, cwd, ship, None if ship else dict(os.environ))
+    task = ray.remote(_command_seed if command else _train_seed).options(num_cpus=threads, max_retries=1,
+                                                                          retry_exceptions=False)
+    if command:  # the job's working directory (--address) is this sweep's directory, shipped
+        shipped = bool(ray.get_runtime_context().runtime_env.get("working_dir"))
+        args: tuple[Any, ...] = (workload.target, ident, workload.fn.cwd, shipped,
+                                 None if shipped else dict(os.environ))
     else:
-        task = ray.remote(_train_seed).options(**options)
         args = (workload.target, portable(workload), ident, os.getcwd())
     queue, pending = deque(seeds), {}
     limit = workers or len(seeds)
@@ -156,27 +173,13 @@ def _sweep(ray: Any, workload: Workload, seeds: list[int], ident: RunIdentity, t
         while queue or pending:
             while queue and len(pending) < limit:
                 seed = queue.popleft()
-                pending[_submit(task, seed, args, ship and command)] = seed
+                pending[task.remote(seed, *args)] = seed
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 seed = pending.pop(ref)
                 done(_outcome(ray, ref, workload, seed, ident))
     finally:
         _stop(ray, list(pending), gently=command)
-
-
-def _submit(task: Any, seed: int, args: tuple[Any, ...], shipped: bool) -> Any:
-    """``task.remote(seed, *args)``; a working directory over Ray's upload limit is a usage error."""
-    try:
-        return task.remote(seed, *args)
-    except ValueError as exc:
-        found = _TOO_LARGE.search(str(exc)) if shipped else None
-        if found is None:
-            raise
-        raise InvalidArgument(f"The working directory {args[2]} is {found['size']} packed for Ray, over its "
-                              f"{found['limit']} limit on a runtime_env working_dir; list what the runs do not need "
-                              "(data, checkpoints, .venv) in a .rayignore there, or run the sweep from a smaller "
-                              "directory") from None
 
 
 _TOO_LARGE = re.compile(r"Package size \((?P<size>[^)]+)\) exceeds the maximum size of (?P<limit>[\d.]+ ?[KMG]iB)")
