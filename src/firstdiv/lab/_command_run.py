@@ -26,6 +26,7 @@ from .._log import REPORT_FILE
 _TAIL_LINES, _TAIL_CHARS = 15, 2000
 _GRACE_S = 3.0
 _FOREVER_S = 10.0 ** 9
+_RAISED = re.compile(r"(\[[^\]]*\]:\s*)?[A-Za-z_][\w.]*(Error|Exception)(: .*)?$")  # "[rank1]: RuntimeError: ..."
 _PLACEHOLDER = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
 
 
@@ -80,9 +81,11 @@ class CommandRun:
 
 def _launch(argv: list[str], cwd: str, env: dict[str, str], timeout: int | None, tmp: Path) -> tuple[int, bool]:
     """Run the child to its end; (its exit code, whether the timeout killed it)."""
+    from ._command_code import program
+
     with open(tmp / "stdout", "wb") as out, open(tmp / "stderr", "wb") as err:
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            proc = subprocess.Popen(program(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True)
         except OSError as exc:
             raise CommandFailed(f"cannot start {argv[0]!r}: {exc.strerror or exc}; check the command") from None
@@ -163,8 +166,12 @@ def _tail(path: Path) -> str:
         return ""
     if not text:
         return ""
-    tail = " | ".join(text.splitlines()[-_TAIL_LINES:])[-_TAIL_CHARS:]
-    return "; stderr: " + scrub_text(tail)
+    lines = text.splitlines()
+    tail = " | ".join(lines[-_TAIL_LINES:])[-_TAIL_CHARS:]
+    # a launcher's summary (torchrun's) fills the tail: the first exception raised is the cause, from some rank
+    first = next((m.group(0).strip() for m in map(_RAISED.match, lines) if m), None)
+    cause = f"; first raised: {first[:_TAIL_CHARS // 4]}" if first and first not in tail else ""
+    return scrub_text(cause + "; stderr: " + tail)
 
 
 def _signal_name(num: int) -> str:
