@@ -80,3 +80,12 @@ def test_ctrl_c_on_ray_kills_the_commands_and_their_children(local_ray, tmp_path
     watcher.join()
     assert len(pids_of(pids)) == 4 and wait_gone(pids_of(pids)) == []
     assert local_ray.is_initialized()  # a Ray the caller started stays up
+
+
+def test_a_timeout_on_ray_kills_the_command_and_fails_the_run(local_ray, tmp_path, store_path):  # noqa: F811
+    script, pids = write(tmp_path, "sleeper.py", SLEEPER), tmp_path / "pids.txt"
+    result = firstdiv.sweep([sys.executable, str(script), "--seed", "{seed}", "--pids", str(pids)], "0",
+                            config={"timeout": 2}, store=store_path, backend="ray", progress=False)
+    (failed,) = result.failed
+    assert "timed out after 2 s" in failed.error and failed.exit_code == -signal.SIGTERM
+    assert wait_gone(pids_of(pids)) == []
