@@ -29,7 +29,8 @@ p.add_argument("--work", type=float)
 a = p.parse_args()
 scale = float(open("data/scale.txt").read())  # relative: the sweep's directory, or the worker's copy of it
 time.sleep(a.work)  # stands in for training
-firstdiv.log(step=0, val_loss=scale * random.Random(a.seed).random(), shipped=float("_ray_pkg_" in os.getcwd()))
+firstdiv.log(step=0, val_loss=scale * random.Random(a.seed).random(), shipped=float("_ray_pkg_" in os.getcwd()),
+             store_shipped=float(os.path.exists(".firstdiv")))
 """
 
 
@@ -106,11 +107,13 @@ def shipped_sweeps(root: Path, seeds: str) -> list[str]:
     try:
         argv = [sys.executable, str(root / "train.py"), "--seed", "{seed}", "--work", "0"]
         start = time.perf_counter()
-        result = firstdiv.sweep(argv, seeds, name="shipped", store=root / "runs.db", backend="ray",
+        result = firstdiv.sweep(argv, seeds, name="shipped", store=root / ".firstdiv" / "runs.db", backend="ray",
                                 backend_options={"address": f"127.0.0.1:{port}"}, force=True, progress=False)
         print(f"shipped  {len(result.records)} seeds to the cluster: {time.perf_counter() - start:.2f} s wall")
         if result.failed or not all(r.final["shipped"] == 1.0 for r in result.records):
             failures.append(f"the commands did not all run in the shipped directory: {result.failed[:1]}")
+        if any(r.final["store_shipped"] for r in result.records):
+            failures.append("the run store (.firstdiv/) travelled with the working directory")
         from ray._private.runtime_env import packaging
 
         limit, packaging.GCS_STORAGE_MAX_SIZE = packaging.GCS_STORAGE_MAX_SIZE, 100_000

@@ -123,7 +123,8 @@ def _connect(ray: Any, address: str | None, workers: int | None, threads: int, w
         return False
     quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "configure_logging": True}
     if address:
-        shipping = {"runtime_env": {"working_dir": working_dir}} if working_dir else {}
+        # the run store (.firstdiv/, written while the runs go on) never travels
+        shipping = {"runtime_env": {"working_dir": working_dir, "excludes": [".firstdiv"]}} if working_dir else {}
         try:
             ray.init(address=address, **quiet, **shipping)
         except (ConnectionError, ValueError, RuntimeError, ray.exceptions.RuntimeEnvSetupError) as exc:
