@@ -83,6 +83,7 @@ def test_a_timeout_kills_the_process_group_and_fails_the_run(tmp_path, store_pat
     assert time.monotonic() - start < 30
     (failed,) = result.failed
     assert "timed out after 2 s" in failed.error and failed.curves == {"val_loss": [1.0]}
+    assert failed.exit_code == -signal.SIGTERM  # the sweep stopped it
     assert failed.config["timeout"] == 2
     assert wait_gone(pids_of(pids)) == []  # the script and the process it started
 

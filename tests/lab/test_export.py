@@ -6,7 +6,6 @@ import io
 import json
 import sqlite3
 import sys
-import types
 
 import pytest
 from conftest import TINY
@@ -125,19 +124,33 @@ def test_bad_inputs_are_one_line_exit_2_and_write_nothing(sp, cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.csv"]  # no output, no temporary file left behind
 
 
-def test_to_pandas_without_pandas_says_how_to_install_it(sp, monkeypatch):
-    with Store(sp, create=False) as st:
-        from firstdiv.lab.sweep import load_sweep
+def _shifted(sp):
+    from firstdiv.lab.sweep import load_sweep
 
-        result = load_sweep("shifted", st)
+    with Store(sp, create=False) as st:
+        return load_sweep("shifted", st)
+
+
+def test_to_pandas_without_pandas_says_how_to_install_it(sp, monkeypatch):
+    result = _shifted(sp)
     monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas -> ImportError
     with pytest.raises(InvalidArgument, match=r"pip install pandas") as err:
         result.to_pandas()
     assert "\n" not in str(err.value)
-    made = {}
-    fake = types.SimpleNamespace(DataFrame=lambda rows, columns: made.update(rows=rows, columns=columns) or "frame")
-    monkeypatch.setitem(sys.modules, "pandas", fake)
-    assert result.to_pandas() == "frame"
-    assert "run_id" not in made["columns"] and made["columns"][:2] == ["sweep", "sweep_id"]
-    assert [(r["seed"], r["status"]) for r in made["rows"]] == [(0, "ok"), (1, "failed"), (2, "ok")]
-    assert made["rows"][0]["metric.val_loss"] == result.records[0].final["val_loss"]
+
+
+def test_to_pandas_is_a_dataframe_of_the_export_rows(sp):
+    pd = pytest.importorskip("pandas", reason="pandas is not installed (pip install pandas)")
+    result = _shifted(sp)
+    frame = result.to_pandas()
+    assert isinstance(frame, pd.DataFrame) and len(frame) == 3
+    exported = pd.read_csv(io.StringIO(export(sp, name="shifted"))).drop(columns="run_id")
+    assert list(frame.columns) == list(exported.columns) and list(frame.columns)[:2] == ["sweep", "sweep_id"]
+    assert frame["seed"].tolist() == [0, 1, 2] and frame["status"].tolist() == ["ok", "failed", "ok"]
+    assert frame["seed"].dtype == "int64" and frame["metric.val_loss"].dtype == "float64"
+    ok = frame[frame["status"] == "ok"]
+    assert ok["metric.val_loss"].tolist() == [r.final["val_loss"] for r in result.records]
+    assert pd.isna(frame.loc[1, "metric.val_loss"]) and frame.loc[1, "error"] == result.failed[0].error
+    assert frame["config.shift"].tolist() == [0.5, 0.5, 0.5]
+    pd.testing.assert_frame_equal(frame[["seed", "status", "metric.val_loss", "config.shift"]],
+                                  exported[["seed", "status", "metric.val_loss", "config.shift"]])

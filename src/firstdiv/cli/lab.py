@@ -43,7 +43,9 @@ def runs_command(store: str | None, as_json: bool, drop: str | None = None, name
     for s, recs in rows:
         fps = sorted({(r.eval_fingerprint or "-")[:8] for r in recs if r.ok}) or ["-"]
         ok = sum(r.ok for r in recs)
-        runs_text = f"{ok}/{len(s.seeds)}" + (f" ({len(recs) - ok} failed)" if len(recs) > ok else "")
+        codes = sorted({r.exit_code for r in recs if not r.ok and r.exit_code is not None})
+        exits = f", exit {','.join(map(str, codes))}" if codes else ""
+        runs_text = f"{ok}/{len(s.seeds)}" + (f" ({len(recs) - ok} failed{exits})" if len(recs) > ok else "")
         table.add_row(Text(s.name), s.id[:8], Text(s.workload), runs_text, s.info.get("config_hash", "")[:8], ",".join(fps),
                       s.info.get("env_hash", "")[:8], _short_code(s.info.get("code", {})), s.created[5:16].replace("T", " "))
     named = f" named {name!r}" if name is not None else ""

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,22 @@ _PYTHON = re.compile(r"^python[0-9.]*$")
 _PROBE = ("import json, platform\nfrom importlib import metadata\ndef v(name):\n    try:\n"
           "        return metadata.version(name)\n    except metadata.PackageNotFoundError:\n        return None\n"
           "print(json.dumps({'python': platform.python_version(), 'torch': v('torch'), 'numpy': v('numpy')}))")
+
+
+#: launchers a command may name that install no program on PATH in every environment: the module each runs
+_LAUNCHERS = {"torchrun": "torch.distributed.run"}
+
+
+def program(argv: list[str]) -> list[str]:
+    """The command as it is started: a launcher (``torchrun``) that is not on PATH is the one next to this
+    interpreter, else this interpreter running the launcher's module (``python -m torch.distributed.run``)."""
+    module = _LAUNCHERS.get(argv[0]) if argv else None
+    if module is None or shutil.which(argv[0]):
+        return list(argv)
+    beside = Path(sys.executable).parent / argv[0]
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside), *argv[1:]]
+    return [sys.executable, "-m", module, *argv[1:]]
 
 
 def interpreter(argv: list[str]) -> str | None:
@@ -123,7 +140,7 @@ def child_environment(argv: list[str], threads: int) -> dict[str, Any]:
     from .env import environment
 
     env = environment(threads=threads)
-    python = interpreter(argv)
+    python = interpreter(program(argv))
     if python is None:
         env["child"] = f"not probed: {argv[0]} is not a Python interpreter"
         return env

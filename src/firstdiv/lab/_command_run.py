@@ -4,6 +4,7 @@ The child runs in its own process group (its session), with ``FIRSTDIV_REPORT_FI
 :func:`firstdiv.log` appends JSON lines to, ``FIRSTDIV_SEED`` and ``OMP_NUM_THREADS`` (the sweep's ``threads``). Its
 stdout and stderr go to files (a sweep's own output stays clean); the tail of stderr is the error of a failed run.
 A timeout, Ctrl-C, or the worker being stopped (SIGTERM) kills the whole group: a launcher's children too.
+How the child ended is the record's ``exit_code`` (a timeout: minus the signal that stopped it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from .._log import REPORT_FILE
 
 _TAIL_LINES, _TAIL_CHARS = 15, 2000
 _GRACE_S = 3.0
+_FOREVER_S = 10.0 ** 9
+_RAISED = re.compile(r"(\[[^\]]*\]:\s*)?[A-Za-z_][\w.]*(Error|Exception)(: .*)?$")  # "[rank1]: RuntimeError: ..."
 _PLACEHOLDER = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
 
 
@@ -61,6 +64,7 @@ class CommandRun:
             env[REPORT_FILE] = str(report)
             env.pop("FIRSTDIV_REPORT_FD", None)
             code, timed_out = _launch(argv, self.cwd, env, timeout, Path(tmp))
+            rec.exit_code = code  # the record's exit_code: 0, the exit status, or minus the signal that ended it
             rows = _read(report)
             for row in rows:
                 rec.log(row.pop("step", None), **row)
@@ -77,15 +81,19 @@ class CommandRun:
 
 def _launch(argv: list[str], cwd: str, env: dict[str, str], timeout: int | None, tmp: Path) -> tuple[int, bool]:
     """Run the child to its end; (its exit code, whether the timeout killed it)."""
+    from ._command_code import program
+
     with open(tmp / "stdout", "wb") as out, open(tmp / "stderr", "wb") as err:
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            proc = subprocess.Popen(program(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True)
         except OSError as exc:
             raise CommandFailed(f"cannot start {argv[0]!r}: {exc.strerror or exc}; check the command") from None
         restore = _kill_on_sigterm(proc)
         try:
-            return proc.wait(timeout=timeout), False
+            # with a timeout the wait polls, so an interrupt raised in this thread from outside (a Ray task
+            # being cancelled) is seen while the child runs; a plain wait would block in waitpid until it ends
+            return proc.wait(timeout=timeout if timeout is not None else _FOREVER_S), False
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             return proc.returncode, True
@@ -158,8 +166,12 @@ def _tail(path: Path) -> str:
         return ""
     if not text:
         return ""
-    tail = " | ".join(text.splitlines()[-_TAIL_LINES:])[-_TAIL_CHARS:]
-    return "; stderr: " + scrub_text(tail)
+    lines = text.splitlines()
+    tail = " | ".join(lines[-_TAIL_LINES:])[-_TAIL_CHARS:]
+    # a launcher's summary (torchrun's) fills the tail: the first exception raised is the cause, from some rank
+    first = next((m.group(0).strip() for m in map(_RAISED.match, lines) if m), None)
+    cause = f"; first raised: {first[:_TAIL_CHARS // 4]}" if first and first not in tail else ""
+    return scrub_text(cause + "; stderr: " + tail)
 
 
 def _signal_name(num: int) -> str:

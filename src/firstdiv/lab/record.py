@@ -20,7 +20,8 @@ import numpy as np
 from ..errors import InvalidArgument
 from .identity import RunIdentity
 
-RECORD_VERSION = 1
+#: 2: ``exit_code`` (a record of version 1 loads with it None)
+RECORD_VERSION = 2
 _HASH_LEN = 12
 
 
@@ -77,6 +78,7 @@ class Recorder:
         self.examples_seen = 0
         self.train_seconds: float | None = None
         self.state_hash: str | None = None
+        self.exit_code: int | None = None  # a command run's child process: how it ended
 
     def log(self, epoch: int | None = None, **metrics: float) -> None:
         """Record one epoch's metrics (plain numbers); ``epoch`` defaults to the next index."""
@@ -188,7 +190,12 @@ def quantiles(values: list[float]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One run, JSON-safe. ``identity`` is the key that makes two runs interchangeable."""
+    """One run, JSON-safe. ``identity`` is the key that makes two runs interchangeable.
+
+    ``exit_code``: a command run's child process, 0 when it succeeded, its exit status when it failed, minus the
+    signal number when a signal ended it (a timeout: the signal the sweep sent, with the error saying it timed
+    out); None for an in-process workload, and for a command that could not be started.
+    """
 
     workload: str
     seed: int
@@ -216,6 +223,7 @@ class RunRecord:
     version: int = RECORD_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
     state_hash: str | None = None
+    exit_code: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Strict JSON: a non-finite metric value is kept as the string "nan", "inf" or "-inf"."""
@@ -308,6 +316,7 @@ def build_record(rec: Recorder, *, workload: str, identity: RunIdentity, wall: f
         directions=dict(rec.directions), grad_norm=quantiles(rec.grad_norm_values), throughput=throughput,
         wall_seconds=wall, hypothesis=identity.hypothesis, success=identity.success,
         status=status, error=error, created=now_iso(), extra=dict(identity.extra), state_hash=rec.state_hash,
+        exit_code=rec.exit_code,
     )
 
 

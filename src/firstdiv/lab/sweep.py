@@ -260,9 +260,9 @@ def _workload(target: str | Workload, backend: str) -> Workload:
     from .command import is_command
 
     workload = target if isinstance(target, Workload) else resolve(target)
-    if is_command(workload) and backend not in ("serial", "process"):
-        raise InvalidArgument(f"A command sweep runs on --backend serial or process, not {backend}: the command "
-                              "runs in a worker process on this machine")
+    if is_command(workload) and backend not in ("serial", "process", "ray"):
+        raise InvalidArgument(f"A command sweep runs on --backend serial, process or ray, not {backend}: the "
+                              "command runs as a process of its own, not as a function")
     return workload
 
 

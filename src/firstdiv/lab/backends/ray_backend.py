@@ -10,15 +10,27 @@ Without ``--address`` a local Ray is started with ``workers`` x threads CPUs (de
 machine's) and shut down afterwards; a Ray the caller already initialised is used and left running.
 On a multi-machine cluster the workload's file or module must be importable on every node (the same
 path, or a ``runtime_env`` given to ``ray.init`` before calling ``sweep``).
+
+A command sweep (``firstdiv sweep --backend ray -- python train.py --seed {seed}``) runs each seed's command on a
+Ray worker, exactly as the process backend runs it (:mod:`firstdiv.lab._command_run`). On a Ray started here
+the command runs in the sweep's directory with the sweep's environment. With ``--address`` the sweep's directory
+travels with the job (Ray's ``runtime_env={"working_dir": ...}``, which leaves out what ``.gitignore`` and
+``.rayignore`` list, up to Ray's upload limit) and the command runs in each worker's copy, with the worker's
+environment, its arguments that are paths into the directory pointed into the copy. A Ray the caller initialised
+is used as it is: with a ``working_dir`` in its runtime_env the command runs in the worker's copy of that, else
+in the sweep's directory. On Ctrl-C each running task is interrupted first, so it kills its command's process
+group, then cancelled for good.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import sys
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 from ..._format import first_line
@@ -91,9 +103,12 @@ def _host_port(where: str, default: int, address: str) -> tuple[str, int]:
 
 def run(workload: Workload, seeds: list[int], ident: RunIdentity, *, workers: int | None, done: Done,
         options: dict[str, Any]) -> None:
+    from ..command import is_command
+
     ray = ray_module()
     threads = ident.threads
-    started = _connect(ray, options.get("address"), workers, threads)
+    shipped = workload.fn.cwd if is_command(workload) and options.get("address") else None
+    started = _connect(ray, options.get("address"), workers, threads, shipped)
     try:
         _sweep(ray, workload, seeds, ident, threads, workers, done)
     finally:
@@ -101,15 +116,19 @@ def run(workload: Workload, seeds: list[int], ident: RunIdentity, *, workers: in
             ray.shutdown()
 
 
-def _connect(ray: Any, address: str | None, workers: int | None, threads: int) -> bool:
-    """Make sure this process is a Ray driver; True when we started (or connected) it and must shut it down."""
+def _connect(ray: Any, address: str | None, workers: int | None, threads: int, working_dir: str | None) -> bool:
+    """Make sure this process is a Ray driver; True when we started (or connected) it and must shut it down.
+    ``working_dir``: the directory a command sweep ships to the cluster at ``address`` with its job."""
     if ray.is_initialized():
         return False
     quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "configure_logging": True}
     if address:
+        # the run store (.firstdiv/, written while the runs go on) never travels
+        shipping = {"runtime_env": {"working_dir": working_dir, "excludes": [".firstdiv"]}} if working_dir else {}
         try:
-            ray.init(address=address, **quiet)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
+            ray.init(address=address, **quiet, **shipping)
+        except (ConnectionError, ValueError, RuntimeError, ray.exceptions.RuntimeEnvSetupError) as exc:
+            _too_large(exc, working_dir)  # the upload of the working directory fails as RuntimeEnvSetupError
             first = first_line(exc)
             raise InvalidArgument(f"Cannot connect to the Ray cluster at {address!r} ({first}); check the address "
                                   "(ray://HOST:10001 or HOST:6379) or omit --address to start a local Ray") from None
@@ -123,11 +142,32 @@ def _connect(ray: Any, address: str | None, workers: int | None, threads: int) -
     return True
 
 
+def _too_large(exc: BaseException, working_dir: str | None) -> None:
+    """Ray refusing to upload a working directory over its size limit is a usage error naming the fix."""
+    found = _TOO_LARGE.search(str(exc)) if working_dir else None
+    if found is not None:
+        if ray_module().is_initialized():
+            ray_module().shutdown()
+        raise InvalidArgument(f"The working directory {working_dir} is {found['size']} packed for Ray, over its "
+                              f"{found['limit']} limit on a runtime_env working_dir; list what the runs do not need "
+                              "(data, checkpoints, .venv) in a .rayignore there, or run the sweep from a smaller "
+                              "directory") from None
+
+
 def _sweep(ray: Any, workload: Workload, seeds: list[int], ident: RunIdentity, threads: int,
            workers: int | None, done: Done) -> None:
     """Keep at most ``workers`` tasks in flight (all of them when None); record each as it finishes."""
-    task = ray.remote(_train_seed).options(num_cpus=threads, max_retries=1, retry_exceptions=False)
-    args = (workload.target, portable(workload), ident, os.getcwd())
+    from ..command import is_command
+
+    command = is_command(workload)
+    task = ray.remote(_command_seed if command else _train_seed).options(num_cpus=threads, max_retries=1,
+                                                                          retry_exceptions=False)
+    if command:  # the job's working directory (--address) is this sweep's directory, shipped
+        shipped = bool(ray.get_runtime_context().runtime_env.get("working_dir"))
+        args: tuple[Any, ...] = (workload.target, ident, workload.fn.cwd, shipped,
+                                 None if shipped else dict(os.environ))
+    else:
+        args = (workload.target, portable(workload), ident, os.getcwd())
     queue, pending = deque(seeds), {}
     limit = workers or len(seeds)
     try:
@@ -140,8 +180,23 @@ def _sweep(ray: Any, workload: Workload, seeds: list[int], ident: RunIdentity, t
                 seed = pending.pop(ref)
                 done(_outcome(ray, ref, workload, seed, ident))
     finally:
-        for ref in pending:  # Ctrl-C or an error in the driver: stop what is still running
-            ray.cancel(ref, force=True)
+        _stop(ray, list(pending), gently=command)
+
+
+_TOO_LARGE = re.compile(r"Package size \((?P<size>[^)]+)\) exceeds the maximum size of (?P<limit>[\d.]+ ?[KMG]iB)")
+#: Seconds an interrupted command task has to kill its command's process group before it is cancelled by force
+_CANCEL_GRACE_S = 8.0
+
+
+def _stop(ray: Any, refs: list[Any], *, gently: bool) -> None:
+    """Ctrl-C or an error in the driver: stop what is still running. A command task is interrupted first (it
+    kills its command's process group, which a killed worker would leave running), then cancelled by force."""
+    if gently and refs:
+        for ref in refs:
+            ray.cancel(ref, force=False)
+        _, refs = ray.wait(refs, num_returns=len(refs), timeout=_CANCEL_GRACE_S)
+    for ref in refs:
+        ray.cancel(ref, force=True)
 
 
 def _outcome(ray: Any, ref: Any, workload: Workload, seed: int, ident: RunIdentity) -> RunRecord:
@@ -168,3 +223,35 @@ def _train_seed(seed: int, target: str, located: str, ident: RunIdentity, cwd: s
         if added:
             sys.path.remove(cwd)
     return run_seed(workload, seed, ident)
+
+
+def _command_seed(seed: int, target: str, ident: RunIdentity, cwd: str, shipped: bool,
+                  environ: dict[str, str] | None) -> RunRecord:
+    """Runs in a Ray worker: the command of one seed, in ``cwd`` with the sweep's ``environ`` (a Ray started
+    here), or in this worker's copy of the shipped directory (``shipped``) with the worker's own environment."""
+    from ..runner import run_seed
+    from ..workload import resolve
+
+    workload = resolve(target)
+    run = workload.fn
+    if shipped:
+        here = os.getcwd()
+        run = replace(run, argv=tuple(_relocated(arg, cwd, here) for arg in run.argv), cwd=here)
+    else:
+        run = replace(run, cwd=cwd)
+    saved = dict(os.environ)
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
+    try:
+        return run_seed(replace(workload, fn=run), seed, ident)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _relocated(arg: str, old: str, new: str) -> str:
+    """An argument naming a path inside the sweep's directory ``old``, pointed into its shipped copy ``new``."""
+    if arg == old:
+        return new
+    return new + arg[len(old):] if arg.startswith(old.rstrip(os.sep) + os.sep) else arg
