@@ -167,6 +167,9 @@ class HostedWatch:
     def step(self, loss: Any) -> None:
         self.watch.step(_scalar(loss))
 
+    def gradients_ready(self, optimizer: torch.optim.Optimizer) -> None:
+        self.watch.gradients_ready(optimizer)
+
     def observe(self, loss: Any) -> None:
         loss = _scalar(loss)
         if loss is not None:

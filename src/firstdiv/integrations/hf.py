@@ -39,7 +39,7 @@ except ImportError:
 import torch
 
 from ._contract import describe, eval_mode, loader_contract
-from ._recorder import HostedWatch, RunLog, batch_size, watch_options
+from ._recorder import HostedWatch, RunLog, watch_options
 
 __all__ = ["FirstdivCallback"]
 

@@ -80,6 +80,8 @@ class _Hooks:
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         self._run.grad_norm(p for group in optimizer.param_groups for p in group["params"])
+        if self._watch is not None:  # inside optimizer.step(closure): the backward is done, the update is next
+            self._watch.gradients_ready(getattr(optimizer, "optimizer", optimizer))
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._run.batch(batch)
