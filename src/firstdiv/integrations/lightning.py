@@ -129,7 +129,7 @@ class _Hooks:
         metrics = {k: v for k, v in trainer.callback_metrics.items() if self._before.get(k) is not v}
         self._val_keys |= set(metrics)
         self._run.row(trainer.global_step, metrics)
-        if trainer.training:
+        if trainer.state.fn == "fit":  # validation inside fit: training goes on
             self._run.resume()
 
     # -- the end ------------------------------------------------------------------------------------------------
