@@ -70,10 +70,16 @@ def _no_hooks(model, optimizer):
     return not modules and not params and not inner._optimizer_step_pre_hooks and not inner._optimizer_step_post_hooks
 
 
-def test_it_records_tokens_per_second_the_pre_clip_grad_norm_curves_and_config(tmp_path):
+def test_it_records_tokens_per_second_the_pre_clip_grad_norm_curves_and_config(tmp_path, monkeypatch):
+    report = tmp_path / "report.jsonl"  # as a command sweep runs the script: the same record goes to the sweep
+    monkeypatch.setenv("FIRSTDIV_REPORT_FILE", str(report))
     cb = FirstdivCallback()
     _train(tmp_path, [cb], max_grad_norm=0.5)  # clipping on: the norm recorded is the one before it
     rec = cb.record
+    swept = _as_the_sweep_records(report)
+    assert swept.eval_fingerprint == rec["eval_fingerprint"] and swept.curves == rec["curves"]
+    assert swept.throughput["tokens"] == rec["throughput"]["tokens"] and swept.grad_norm == rec["grad_norm"]
+    assert swept.extra["reported_config"] == rec["config"]
     hf_norms = rec["curves"]["grad_norm"]  # the Trainer's own pre-clip norm, logged at every step
     assert len(hf_norms) == 6 and max(hf_norms) > 0.5
     np.testing.assert_allclose([rec["grad_norm"][k] for k in ("median", "p90", "max")],
@@ -89,6 +95,21 @@ def test_it_records_tokens_per_second_the_pre_clip_grad_norm_curves_and_config(t
     assert cfg["learning_rate"] == 1e-3 and cfg["max_grad_norm"] == 0.5 and cfg["lr_scheduler_type"] == "linear"
     assert cfg["per_device_train_batch_size"] == 8 and cfg["seed"] == 0 and rec["seed"] == 0
     assert cb.report is None
+
+
+def _as_the_sweep_records(report):
+    from firstdiv.lab._command_run import _read, apply_run_lines
+    from firstdiv.lab.identity import RunIdentity
+    from firstdiv.lab.record import Recorder, build_record
+
+    rows, runs = _read(report)
+    rec = Recorder(0, {})
+    for row in rows:
+        rec.log(row.pop("step", None), **row)
+    apply_run_lines(rec, runs)
+    ident = RunIdentity(workload="cmd:python train.py --seed {seed}", config={}, config_hash="c", code={},
+                        env={}, env_hash="e", identity="i")
+    return build_record(rec, workload=ident.workload, identity=ident, wall=1.0)
 
 
 def test_the_eval_fingerprint_follows_the_eval_order_not_the_seed(tmp_path):
