@@ -135,7 +135,7 @@ def test_a_correct_program_passes_and_leaves_no_trace(tmp_path):
 
 def test_a_diverging_learning_rate_is_named_at_its_first_step(tmp_path, capsys):
     cb = FirstdivCallback(watch=True, every=3)
-    _train(tmp_path, [cb], lr=1e4)
+    _train(tmp_path, [cb], lr=1e4, max_steps=3)
     div = cb.report.first_divergence
     assert div.kind == "update.too_large" and div.where.startswith("step 0: bert.")
     assert capsys.readouterr().err.count("WATCH  FAIL") == 1
@@ -144,14 +144,14 @@ def test_a_diverging_learning_rate_is_named_at_its_first_step(tmp_path, capsys):
 def test_a_layer_frozen_by_mistake_is_named(tmp_path):
     name = "bert.encoder.layer.0.output.dense.weight"
     cb = FirstdivCallback(watch=True, every=3, frozen=(), show=False)
-    _train(tmp_path, [cb], freeze=name)
+    _train(tmp_path, [cb], freeze=name, max_steps=3)
     assert cb.report.first_divergence.where == f"step 0: {name}"
     assert cb.report.first_divergence.kind == "ownership.undeclared_frozen"
 
 
 def test_evaluation_in_train_mode_is_named_at_a_dropout(tmp_path):
     cb = FirstdivCallback(watch=True, every=3, show=False)
-    _train(tmp_path, [cb], trainer_cls=TrainModeEval)
+    _train(tmp_path, [cb], trainer_cls=TrainModeEval, max_steps=3)
     div = cb.report.first_divergence
     assert div.kind == "mode.train_at_eval" and div.where.endswith("dropout"), div
     assert cb.record["eval_contract"]["mode"] == "train"

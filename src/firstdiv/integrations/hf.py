@@ -97,6 +97,11 @@ class FirstdivCallback(_transformers.TrainerCallback):
             self._squares[id(p)] = p.grad.detach().float().pow(2).sum()
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._take_norm()
+
+    def _take_norm(self) -> None:
+        """The step's global norm from the squares its backward left (a transformers without
+        ``on_pre_optimizer_step`` gets it at ``on_step_end``: the squares were read before clipping all the same)."""
         if self._squares:
             self._run.add_norm(torch.stack(list(self._squares.values())).sum().sqrt())
             self._squares = {}
@@ -105,6 +110,7 @@ class FirstdivCallback(_transformers.TrainerCallback):
         self._eval_done()  # an evaluation the flow scheduled but did not run
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._take_norm()
         if self._watch is not None:
             self._watch.step(None)
         if control.should_evaluate:
