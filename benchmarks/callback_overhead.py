@@ -2,8 +2,9 @@
 (recording only, and recording with the watch at the default interval).
 
 Target: the run with the callback is at most 3% slower (ratio <= 1.03). Plain and instrumented fits alternate
-in one process (one thread); the ratio printed is the median over rounds of instrumented time / plain time, so
-machine noise affects numerator and denominator alike. Per-step cost in milliseconds is printed too.
+in one process (one thread, the order reversed every other round); times are this process's CPU seconds (so
+other processes on a shared machine count less), and the ratio printed is the median over rounds of
+instrumented time / plain time. Per-step cost in milliseconds is printed too.
 
     python benchmarks/callback_overhead.py [--rounds 7] [--steps 100]
 """
@@ -58,10 +59,10 @@ def fit(steps: int, callbacks: list[pl.Callback]) -> float:
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                          callbacks=callbacks)
     model = Net()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     trainer.fit(model, DataLoader(TensorDataset(x, y), batch_size=64),
                 DataLoader(TensorDataset(x[:256], y[:256]), batch_size=64))
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 def main() -> None:
@@ -73,11 +74,13 @@ def main() -> None:
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     fit(args.steps, [])  # warm-up: first-call costs belong to neither side
-    plain, recorded, watched = [], [], []
-    for _ in range(args.rounds):
-        plain.append(fit(args.steps, []))
-        recorded.append(fit(args.steps, [FirstdivCallback()]))
-        watched.append(fit(args.steps, [FirstdivCallback(watch=True, every=50, show=False)]))
+    times: dict[str, list[float]] = {"plain": [], "record": [], "watch": []}
+    makers = {"plain": list, "record": lambda: [FirstdivCallback()],
+              "watch": lambda: [FirstdivCallback(watch=True, every=50, show=False)]}
+    for r in range(args.rounds):
+        for label in (list(makers) if r % 2 == 0 else list(makers)[::-1]):
+            times[label].append(fit(args.steps, makers[label]()))
+    plain, recorded, watched = times["plain"], times["record"], times["watch"]
     for label, times in (("record", recorded), ("record + watch every=50", watched)):
         ratio = statistics.median(t / p for t, p in zip(times, plain, strict=True))
         per_step = (statistics.median(times) - statistics.median(plain)) / args.steps * 1e3

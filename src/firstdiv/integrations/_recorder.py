@@ -24,6 +24,7 @@ from .. import _log
 from ..errors import InvalidArgument
 
 #: HF log keys that are cost, not a metric of the run (they are in the record's throughput)
+_CHUNK = 512  # gradient norms read back per synchronisation
 _COST_KEYS = ("epoch", "total_flos", "train_runtime", "eval_runtime", "num_input_tokens_seen")
 
 
@@ -33,7 +34,8 @@ class RunLog:
     def __init__(self) -> None:
         self.sweep = _log.reporting()
         self.rows: list[dict[str, float]] = []
-        self._norms: list[torch.Tensor] = []
+        self._norms: list[torch.Tensor] = []  # not yet read back
+        self._done: list[float] = []
         self.examples = 0
         self._tokens: torch.Tensor | int | None = None
         self.seconds = 0.0
@@ -61,11 +63,21 @@ class RunLog:
         grads = [p.grad.detach() for p in params if p.grad is not None and not p.grad.is_sparse]
         if grads:
             with torch.no_grad():
-                self._norms.append(torch.nn.utils.get_total_norm(grads, 2.0))
+                per_tensor = torch._foreach_norm(grads) if hasattr(torch, "_foreach_norm") else [
+                    torch.linalg.vector_norm(g) for g in grads]
+                self.add_norm(torch.linalg.vector_norm(torch.stack([n.float() for n in per_tensor])))
 
     def add_norm(self, norm: torch.Tensor) -> None:
-        """A global gradient norm the caller computed (a 0-d tensor)."""
+        """A global gradient norm (a 0-d tensor); read back as numbers in chunks (one synchronisation each)."""
         self._norms.append(norm.detach())
+        if len(self._norms) >= _CHUNK:
+            self._done.extend(self._read_pending())
+
+    def _read_pending(self) -> list[float]:
+        pending, self._norms = self._norms, []
+        if not pending:
+            return []
+        return [float(v) for v in torch.stack([n.float().cpu() for n in pending]).tolist()]
 
     def batch(self, batch: Any) -> None:
         """Count one training batch: its examples, and its non-padding tokens when it carries ``input_ids``."""
@@ -92,9 +104,8 @@ class RunLog:
 
     # -- what comes out -----------------------------------------------------------------------------------------
     def norms(self) -> list[float]:
-        if not self._norms:
-            return []
-        return [float(v) for v in torch.stack([n.detach().float().cpu() for n in self._norms]).tolist()]
+        self._done.extend(self._read_pending())
+        return list(self._done)
 
     def tokens(self) -> int | None:
         return None if self._tokens is None else int(self._tokens)
