@@ -73,10 +73,11 @@ def main() -> None:
     torch.set_num_threads(1)
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
-    fit(args.steps, [])  # warm-up: first-call costs belong to neither side
     times: dict[str, list[float]] = {"plain": [], "record": [], "watch": []}
     makers = {"plain": list, "record": lambda: [FirstdivCallback()],
               "watch": lambda: [FirstdivCallback(watch=True, every=50, show=False)]}
+    for make in makers.values():  # warm-up: first-call costs (imports) belong to no side
+        fit(args.steps, make())
     for r in range(args.rounds):
         for label in (list(makers) if r % 2 == 0 else list(makers)[::-1]):
             times[label].append(fit(args.steps, makers[label]()))
