@@ -61,11 +61,15 @@ class RunLog:
     def grad_norm(self, params: Iterable[nn.Parameter]) -> None:
         """The global L2 norm of the gradients of ``params`` now (kept as a tensor: no synchronisation here)."""
         grads = [p.grad.detach() for p in params if p.grad is not None and not p.grad.is_sparse]
-        if grads:
-            with torch.no_grad():
-                per_tensor = torch._foreach_norm(grads) if hasattr(torch, "_foreach_norm") else [
-                    torch.linalg.vector_norm(g) for g in grads]
-                self.add_norm(torch.linalg.vector_norm(torch.stack([n.float() for n in per_tensor])))
+        if not grads:
+            return
+        with torch.no_grad():
+            try:  # one kernel for all tensors of one device
+                per_tensor = list(torch._foreach_norm(grads))
+            except (AttributeError, RuntimeError):  # no _foreach_norm, or gradients on several devices
+                per_tensor = [torch.linalg.vector_norm(g) for g in grads]
+            device = grads[0].device
+            self.add_norm(torch.linalg.vector_norm(torch.stack([n.float().to(device) for n in per_tensor])))
 
     def add_norm(self, norm: torch.Tensor) -> None:
         """A global gradient norm (a 0-d tensor); read back as numbers in chunks (one synchronisation each)."""
@@ -77,7 +81,8 @@ class RunLog:
         pending, self._norms = self._norms, []
         if not pending:
             return []
-        return [float(v) for v in torch.stack([n.float().cpu() for n in pending]).tolist()]
+        device = pending[0].device
+        return [float(v) for v in torch.stack([n.float().to(device) for n in pending]).tolist()]
 
     def batch(self, batch: Any) -> None:
         """Count one training batch: its examples, and its non-padding tokens when it carries ``input_ids``."""
