@@ -7,6 +7,23 @@ last value of each metric is the run's final metric. Outside a sweep neither var
 at once, so the same script runs bare. Under a multi-process launcher (``torchrun``) only rank 0 reports: with
 ``RANK`` set to anything but ``"0"`` it does nothing. A script in another language writes the same lines itself.
 
+The protocol, one JSON object a line (a line that does not parse, a line cut short by a kill, is skipped):
+
+- a metrics line: numbers, and optionally ``step`` (or ``epoch``), the row's index: ``{"step": 3, "val_loss": 0.41}``;
+- a run line, written by :func:`report` (the training callbacks of ``firstdiv.integrations`` use it): the reserved key
+  ``"_firstdiv"`` names its kind and ``"data"`` holds its content, so a reader that knows only metrics lines finds
+  no number at the top level and skips it:
+
+  - ``{"_firstdiv": "grad_norm", "data": [1.2, 0.9]}``: global gradient norms, one per optimizer step (appended);
+  - ``{"_firstdiv": "throughput", "data": {"examples": 640, "seconds": 2.5, "tokens": 81920}}``: what the run
+    trained on and the seconds it spent training (evaluation excluded); ``tokens`` (non-padding) is optional;
+  - ``{"_firstdiv": "eval_contract", "data": {"indices": {...}, "mode": "eval", ...}}``: what its evaluation
+    measured (which examples, preprocessing, reduction, model mode); the record's eval fingerprint is its hash;
+  - ``{"_firstdiv": "config", "data": {"learning_rate": 0.001, ...}}``: the hyper-parameters as the script saw
+    them (kept in the record's ``extra["reported_config"]``; the sweep's own config and identity are unchanged).
+
+  The last line of a kind wins, except ``grad_norm`` lines, which add up. Unknown kinds are skipped.
+
 This module imports only the standard library's ``os`` and ``json``: ``firstdiv.log`` loads no torch.
 """
 
@@ -18,14 +35,20 @@ from typing import Any
 
 REPORT_FILE = "FIRSTDIV_REPORT_FILE"
 REPORT_FD = "FIRSTDIV_REPORT_FD"
+#: the kinds of run line :func:`report` writes
+KINDS = ("grad_norm", "throughput", "eval_contract", "config")
+
+
+def reporting() -> bool:
+    """Whether this process reports to a sweep (a report file or descriptor is set, and this is rank 0)."""
+    if not os.environ.get(REPORT_FILE) and not os.environ.get(REPORT_FD):
+        return False
+    return os.environ.get("RANK", "0") in ("", "0")
 
 
 def log(step: int | None = None, *, epoch: int | None = None, **metrics: Any) -> None:
     """Report ``metrics`` (numbers, or 0-d tensors/arrays) of one step or epoch to the sweep running this script."""
-    path, fd = os.environ.get(REPORT_FILE), os.environ.get(REPORT_FD)
-    if not path and not fd:
-        return
-    if os.environ.get("RANK", "0") not in ("", "0"):
+    if not reporting():
         return
     row: dict[str, Any] = {}
     at = step if step is not None else epoch
@@ -38,7 +61,21 @@ def log(step: int | None = None, *, epoch: int | None = None, **metrics: Any) ->
             raise TypeError(f"firstdiv.log: metric {name!r} must be a number but got {type(value).__name__}; "
                             f"pass float({name})")
         row[name] = float(value)
-    data = (json.dumps(row) + "\n").encode()
+    _write(row)
+
+
+def report(kind: str, data: Any) -> None:
+    """Write one run line ``{"_firstdiv": kind, "data": data}`` (see the module docstring); a no-op outside a
+    sweep. ``data`` must be JSON: lists and dicts of numbers and strings."""
+    if kind not in KINDS:
+        raise ValueError(f"firstdiv report kind must be one of {', '.join(KINDS)} but got {kind!r}")
+    if reporting():
+        _write({"_firstdiv": kind, "data": data})
+
+
+def _write(row: dict[str, Any]) -> None:
+    path, fd = os.environ.get(REPORT_FILE), os.environ.get(REPORT_FD)
+    data = (json.dumps(row, allow_nan=True) + "\n").encode()
     if fd:
         os.write(int(fd), data)
     else:

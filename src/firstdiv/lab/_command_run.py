@@ -65,9 +65,10 @@ class CommandRun:
             env.pop("FIRSTDIV_REPORT_FD", None)
             code, timed_out = _launch(argv, self.cwd, env, timeout, Path(tmp))
             rec.exit_code = code  # the record's exit_code: 0, the exit status, or minus the signal that ended it
-            rows = _read(report)
+            rows, runs = _read(report)
             for row in rows:
                 rec.log(row.pop("step", None), **row)
+            apply_run_lines(rec, runs)
             stderr = _tail(Path(tmp) / "stderr")
         if timed_out:
             raise CommandFailed(f"timed out after {timeout} s (--timeout), {len(rows)} report lines before it" + stderr)
@@ -138,9 +139,12 @@ def _kill_on_sigterm(proc: subprocess.Popen[bytes]) -> Any:
     return lambda: signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-def _read(report: Path) -> list[dict[str, Any]]:
-    """The reported rows: JSON objects of numbers (a ``step`` or ``epoch`` key gives the row's index)."""
-    rows = []
+def _read(report: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The reported rows: JSON objects of numbers (a ``step`` or ``epoch`` key gives the row's index); and the run
+    lines (``{"_firstdiv": kind, "data": ...}``, see :mod:`firstdiv._log`) by kind: the last of each kind, the
+    ``grad_norm`` values of all its lines together."""
+    rows: list[dict[str, Any]] = []
+    runs: dict[str, Any] = {}
     for line in report.read_text(errors="replace").splitlines():
         try:
             obj = json.loads(line)
@@ -148,12 +152,44 @@ def _read(report: Path) -> list[dict[str, Any]]:
             continue  # a line cut short by a kill
         if not isinstance(obj, dict):
             continue
+        if "_firstdiv" in obj:
+            _run_line(runs, obj.get("_firstdiv"), obj.get("data"))
+            continue
         step = obj.pop("step", obj.pop("epoch", None))
         row: dict[str, Any] = {k: float(v) for k, v in obj.items()
                                if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if row:
             rows.append({**row, "step": int(step)} if isinstance(step, (int, float)) else row)
-    return rows
+    return rows, runs
+
+
+def _run_line(runs: dict[str, Any], kind: Any, data: Any) -> None:
+    if kind == "grad_norm" and isinstance(data, list):
+        runs.setdefault("grad_norm", []).extend(float(v) for v in data
+                                                if isinstance(v, (int, float)) and not isinstance(v, bool))
+    elif kind in ("throughput", "eval_contract", "config") and isinstance(data, dict) and data:
+        runs[kind] = data
+
+
+def apply_run_lines(rec: Any, runs: dict[str, Any]) -> None:
+    """Pass the run lines read by :func:`_read` to the recorder: grad norms, throughput (tokens too), the eval
+    contract (the record's eval fingerprint) and the reported config (``extra["reported_config"]``)."""
+    if runs.get("grad_norm"):
+        rec.grad_norms(runs["grad_norm"])
+    put = runs.get("throughput")
+    if put is not None and _count(put.get("examples")) is not None and _count(put.get("seconds")) is not None:
+        tokens = _count(put.get("tokens"))
+        rec.throughput(examples=int(put["examples"]), seconds=float(put["seconds"]),
+                       tokens=int(tokens) if tokens is not None else None)
+    if runs.get("eval_contract"):
+        rec.eval_contract(runs["eval_contract"])
+    if runs.get("config"):
+        rec.extra["reported_config"] = dict(runs["config"])
+
+
+def _count(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    return float(value) if ok else None
 
 
 def _tail(path: Path) -> str:

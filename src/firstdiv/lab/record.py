@@ -76,6 +76,8 @@ class Recorder:
         self.data_id: str | None = None
         self.contract: dict[str, Any] | None = None
         self.examples_seen = 0
+        self.tokens_seen = 0
+        self.extra: dict[str, Any] = {}  # kept in the record's ``extra`` (e.g. a command's reported config)
         self.train_seconds: float | None = None
         self.state_hash: str | None = None
         self.exit_code: int | None = None  # a command run's child process: how it ended
@@ -127,9 +129,12 @@ class Recorder:
         """Count training examples processed (for examples/s)."""
         self.examples_seen += int(n)
 
-    def throughput(self, *, examples: int, seconds: float) -> None:
-        """Report examples processed and the seconds spent training them (excludes eval)."""
+    def throughput(self, *, examples: int, seconds: float, tokens: int | None = None) -> None:
+        """Report examples (and, for text, non-padding tokens) processed and the seconds spent training them
+        (excludes eval)."""
         self.examples_seen = int(examples)
+        if tokens is not None:
+            self.tokens_seen = int(tokens)
         self.train_seconds = float(seconds)
 
     def state(self, *objs: Any) -> str:
@@ -306,6 +311,8 @@ def build_record(rec: Recorder, *, workload: str, identity: RunIdentity, wall: f
                   "examples_per_s": rec.examples_seen / seconds if seconds > 0 and rec.examples_seen else 0.0}
     if throughput["examples_per_s"]:
         final["examples_per_s"] = throughput["examples_per_s"]
+    if rec.tokens_seen and seconds > 0:
+        throughput.update(tokens=rec.tokens_seen, tokens_per_s=rec.tokens_seen / seconds)
     contract = rec.contract
     return RunRecord(
         workload=workload, seed=rec.seed, config=identity.config, config_hash=identity.config_hash,
@@ -315,7 +322,7 @@ def build_record(rec: Recorder, *, workload: str, identity: RunIdentity, wall: f
         eval_fields=sorted(contract) if contract else [], curves=curves, final=final,
         directions=dict(rec.directions), grad_norm=quantiles(rec.grad_norm_values), throughput=throughput,
         wall_seconds=wall, hypothesis=identity.hypothesis, success=identity.success,
-        status=status, error=error, created=now_iso(), extra=dict(identity.extra), state_hash=rec.state_hash,
+        status=status, error=error, created=now_iso(), extra={**identity.extra, **rec.extra}, state_hash=rec.state_hash,
         exit_code=rec.exit_code,
     )
 

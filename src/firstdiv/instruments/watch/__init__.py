@@ -2,7 +2,8 @@
 hand-written loop, on the real model and optimizer (not a copy).
 
 ``w = watch(model, optimizer, every=50)``; call ``w.step(loss)`` once per iteration of the loop (after
-``optimizer.step()``); wrap evaluation in ``with w.evaluating():``; read ``w.report`` at any time; ``w.close()`` (or
+``optimizer.step()``; a trainer stepping with a closure also calls ``w.gradients_ready(optimizer)`` after the
+closure's backward); wrap evaluation in ``with w.evaluating():``; read ``w.report`` at any time; ``w.close()`` (or
 leaving ``with watch(...) as w:``) removes every hook. The first step (index 0) and every ``every``-th after it is
 a check step:
 
@@ -128,6 +129,25 @@ class Watch:
         else:
             raise InvalidArgument(f"Expected the loss to be a scalar tensor or a number but got {type(loss).__name__}")
         self._losses.append(value)
+
+    def gradients_ready(self, optimizer: torch.optim.Optimizer) -> None:
+        """The gradients ``optimizer`` is about to apply are final now. For a trainer that steps with a closure
+        (Lightning's automatic optimization runs forward and backward inside ``optimizer.step``, after the step
+        pre-hook): call it between the closure's backward and the update, and the gradient facts of a check step
+        are read here instead of in the pre-hook."""
+        m = self._current
+        if m is None or id(optimizer) in self._stepped or not m.before:
+            return
+        held = _held(optimizer)
+        mine = {n for n, p in self._named if id(p) in held and p.requires_grad}
+        m.missing_grad = [n for n in m.missing_grad if n not in mine]
+        m.nonfinite_grad = [(n, v) for n, v in m.nonfinite_grad if n not in mine]
+        m.held_trainable -= len(mine)
+        m.closure = False  # the gradients were read after the backward: a missing one is missing
+        try:
+            grad_facts(self._named, held, m)
+        except Exception as exc:  # noqa: BLE001 (as in _pre)
+            self._give_up(exc)
 
     @contextlib.contextmanager
     def evaluating(self) -> Iterator[Self]:

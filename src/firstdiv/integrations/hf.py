@@ -1,0 +1,181 @@
+"""``FirstdivCallback`` for the Hugging Face ``Trainer`` (a ``TrainerCallback``): records the run, and with
+``watch=True`` hosts :func:`firstdiv.watch` on the real training.
+
+::
+
+    from firstdiv.integrations.hf import FirstdivCallback
+
+    cb = FirstdivCallback(watch=True, every=50)
+    trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val, callbacks=[cb])
+    trainer.train()
+    cb.record   # curves, final, grad_norm, throughput, eval_contract / eval_fingerprint, config
+    cb.report   # the watch's Report
+
+What it records: a row of the training logs at every ``on_log`` (``loss``, ``grad_norm``, ``learning_rate``; the
+``eval_*`` keys are left to ``on_evaluate``) and of the metrics at every ``on_evaluate``; the global L2 gradient
+norm of every optimizer step, before clipping (each parameter's gradient as its last backward before the step
+left it, read by a post-accumulate-grad hook); examples per second, and non-padding tokens per second when the
+model is called with ``input_ids``/``attention_mask``, counted by a forward hook on training forwards (grad
+enabled, model in train mode), evaluation time excluded; the contract of the eval dataloader at the first
+evaluation step (:mod:`firstdiv.integrations._contract`); and the ``TrainingArguments`` that shape the result.
+
+The watch gets the model and optimizer from the callback's arguments, its loss from the training forwards'
+``loss`` output, and wraps each evaluation that the Trainer's flow schedules after a step or an epoch (an
+explicit ``trainer.evaluate()`` outside training is not watched). Every hook is removed at train end. The
+Trainer calls no callback when training raises: then call ``cb.close()`` (hooks are also removed at the next
+``on_train_begin``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+try:
+    import transformers as _transformers
+except ImportError:
+    raise ImportError("firstdiv.integrations.hf needs transformers: pip install 'firstdiv[hf]'") from None
+
+import torch
+
+from ._contract import describe, eval_mode, loader_contract
+from ._recorder import HostedWatch, RunLog, watch_options
+
+__all__ = ["FirstdivCallback"]
+
+#: the TrainingArguments fields kept as the run's config (those that exist in the installed version)
+ARG_FIELDS = ("learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size",
+              "gradient_accumulation_steps", "num_train_epochs", "max_steps", "seed", "data_seed",
+              "lr_scheduler_type", "warmup_steps", "warmup_ratio", "weight_decay", "adam_beta1", "adam_beta2",
+              "adam_epsilon", "max_grad_norm", "optim", "fp16", "bf16", "label_smoothing_factor")
+
+
+class FirstdivCallback(_transformers.TrainerCallback):
+    """Records a Hugging Face Trainer run and optionally watches it: ``FirstdivCallback(watch=True, every=50)``;
+    after ``train()``, ``cb.record`` and ``cb.report``. See :mod:`firstdiv.integrations.hf`."""
+
+    def __init__(self, *, watch: bool = False, every: int = 50, frozen: Any = None, ratio_bounds: Any = None,
+                 show: bool = True) -> None:
+        self._watch_options = watch_options(watch, every, frozen, ratio_bounds)
+        self.show = show
+        self._run = RunLog()
+        self.record: dict[str, Any] | None = None
+        self.report: Any = None
+        self._watch: HostedWatch | None = None
+        self._handles: list[Any] = []
+        self._squares: dict[int, torch.Tensor] = {}
+        self._evaluating = False
+        self._seed: int | None = None
+
+    # -- training -----------------------------------------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+                       **kwargs: Any) -> None:
+        self.close()
+        self._run, self.record, self.report = RunLog(), None, None
+        self._run.config = {f: _plain(getattr(args, f)) for f in ARG_FIELDS if hasattr(args, f)}
+        self._seed = int(args.seed)
+        self._handles.append(model.register_forward_hook(self._forward, with_kwargs=True))
+        for p in model.parameters():
+            if p.requires_grad:
+                self._handles.append(p.register_post_accumulate_grad_hook(self._grad_arrived))
+        if self._watch_options is not None:
+            inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper steps the user's optimizer
+            self._watch = HostedWatch(model, [inner], self._watch_options)
+        self._run.resume()
+
+    def _forward(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if not (torch.is_grad_enabled() and module.training):
+            return  # an evaluation forward
+        inputs = kwargs if kwargs else (args[0] if args else None)
+        self._run.batch(inputs if isinstance(inputs, Mapping) else args)
+        if self._watch is not None:
+            loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+            self._watch.observe(loss)
+
+    def _grad_arrived(self, p: torch.nn.Parameter) -> None:
+        if p.grad is not None and not p.grad.is_sparse:
+            self._squares[id(p)] = p.grad.detach().float().pow(2).sum()
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._take_norm()
+
+    def _take_norm(self) -> None:
+        """The step's global norm from the squares its backward left (a transformers without
+        ``on_pre_optimizer_step`` gets it at ``on_step_end``: the squares were read before clipping all the same)."""
+        if self._squares:
+            self._run.add_norm(torch.stack(list(self._squares.values())).sum().sqrt())
+            self._squares = {}
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._eval_done()  # an evaluation the flow scheduled but did not run
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._take_norm()
+        if self._watch is not None:
+            self._watch.step(None)
+        if control.should_evaluate:
+            self._eval_begins()
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if control.should_evaluate:
+            self._eval_begins()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        self._run.row(state.global_step, {k: v for k, v in (logs or {}).items() if not k.startswith("eval_")})
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._run.pause()
+        self._finish()
+
+    # -- evaluation ---------------------------------------------------------------------------------------------
+    def _eval_begins(self) -> None:
+        self._run.pause()
+        self._evaluating = True
+        if self._watch is not None:
+            self._watch.eval_start()
+
+    def _eval_done(self) -> None:
+        if self._evaluating:
+            self._evaluating = False
+            if self._watch is not None:
+                self._watch.eval_end()
+            self._run.resume()
+
+    def on_prediction_step(self, args: Any, state: Any, control: Any, model: Any = None, eval_dataloader: Any = None,
+                           **kwargs: Any) -> None:
+        if self._run.contract is None and eval_dataloader is not None and model is not None:
+            self._run.eval_contract(loader_contract(eval_dataloader, model, mode=eval_mode(model)))
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
+        self._run.row(state.global_step, dict(metrics or {}))
+        self._eval_done()
+
+    # -- the end ------------------------------------------------------------------------------------------------
+    def _finish(self) -> None:
+        self._eval_done()
+        self._run.pause()
+        self._unhook()
+        self._run.flush()
+        if self._watch is not None:
+            watch, self._watch = self._watch, None
+            self.report = watch.finish(show=self.show)
+        self.record = self._run.record(self._seed)
+
+    def _unhook(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles, self._squares = [], {}
+
+    def close(self) -> None:
+        """Remove every hook now (after training raised); ``cb.report`` is then the watch's report so far."""
+        self._unhook()
+        self._evaluating = False
+        if self._watch is not None:
+            watch, self._watch = self._watch, None
+            self.report = watch.finish(show=False)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    return describe(getattr(value, "value", value))  # an enum (lr_scheduler_type, optim) by its value
