@@ -117,3 +117,17 @@ def describe_error(exc: BaseException, limit: int | None = 300) -> str:
     characters; ``None``: uncut), or just ``RuntimeError`` when the message is empty."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {first_line(exc, limit)}" if text else type(exc).__name__
+
+
+def comparison_line(d: dict) -> str:
+    """A comparison's repr: ``<Comparison 'a' -> 'b' val_loss: SYSTEM_CHANGED worse, delta +0.33 [+0.31, +0.35],
+    4 shared seeds>`` from its details."""
+    paired = d.get("paired") or {}
+    verdict = " ".join(str(x) for x in (d.get("verdict"), d.get("direction")) if x)
+    delta = ""
+    if "mean_delta" in paired:
+        delta = f", delta {paired['mean_delta']:+.4g}"
+        if "ci_low" in paired:
+            delta += f" [{paired['ci_low']:+.4g}, {paired['ci_high']:+.4g}]"
+    return (f"<Comparison {d.get('baseline_name')!r} -> {d.get('candidate_name')!r} {d.get('metric')}: {verdict}"
+            f"{delta}, {len(d.get('shared_seeds') or ())} shared seeds>")

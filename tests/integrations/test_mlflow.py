@@ -132,8 +132,8 @@ def test_round_trip_compare_equals_compare_of_the_stored_sweeps(lab, pushed, cap
     assert src["params_differ"] == {"lr": [["0.02"], ["0.05"]]}
     rc, out, err = _cli(capsys, "compare", "mlflow:rt?sweep=base", "mlflow:rt?sweep=cand", "--tracking-uri", lab["uri"],
                         "--json")
-    assert rc == 0 and json.loads(out)["paired"] == stored.details["paired"], err
-    assert json.loads(out)["source"]["candidate"]["run_ids"] == pushed["cand"].run_ids
+    assert rc == 0 and json.loads(out)["payload"]["paired"] == stored.details["paired"], err
+    assert json.loads(out)["payload"]["source"]["candidate"]["run_ids"] == pushed["cand"].run_ids
     rc, out, _ = _cli(capsys, "compare", "mlflow:rt?sweep=base", "cand", "--tracking-uri", lab["uri"],
                       "--store", lab["store"], "--fail-on-regression")
     assert rc == 1 and out.startswith("SOURCE\n") and "stored sweep 'cand'" in out and "SYSTEM_CHANGED (worse)" in out
@@ -162,7 +162,7 @@ def test_export_format_mlflow_pushes_failed_runs_as_failed(lab, cli, tmp_path):
     uri = tmp_path / "runs"
     proc = cli("export", "--format", "mlflow", "--name", "flaky", "--store", lab["store"], "--tracking-uri", uri, "--json")
     assert proc.returncode == 0, proc.stderr
-    got = json.loads(proc.stdout)
+    got = json.loads(proc.stdout)["payload"]
     assert (got["experiment"], got["pushed"], got["existing"], got["failed"]) == ("flaky", 3, 0, 1)
     again = cli("export", "--format", "mlflow", "--name", "flaky", "--store", lab["store"], "--tracking-uri", uri)
     assert again.returncode == 0 and "0 new runs, 3 already there, 1 FAILED" in again.stdout, again.stderr
@@ -321,6 +321,6 @@ def test_compare_of_mlflow_runs_prints_where_they_came_from(lab, user, capsys, m
                         "--tracking-uri", lab["uri"], "--fail-on-regression")
     assert rc == 1, err
     exp = json.loads(_cli(capsys, "compare", "mlflow:user?tag.variant=base", "mlflow:user?tag.variant=cand",
-                          "--tracking-uri", lab["uri"], "--json")[1])["source"]["baseline"]["experiment_id"]
+                          "--tracking-uri", lab["uri"], "--json")[1])["payload"]["source"]["baseline"]["experiment_id"]
     text = out.replace(lab["uri"], "<MLRUNS>").replace(exp, "<EXPERIMENT ID>")
     golden("compare_mlflow.txt", re.sub(r"\b[0-9a-f]{8}\b", "<RUN>", text))

@@ -88,7 +88,7 @@ def test_sweeps_and_the_comparison_echo_a_short_repr_and_html(executed):
     cand = only_result(code_cell(nb, "cand = "))
     assert cand["text/plain"] == "<SweepResult 'lr-x10' builtin:mlp 6 runs (6 ran, 0 reused, 0 failed)>"
     comparison = only_result(code_cell(nb, "comparison = "))
-    assert comparison["text/plain"].startswith("<Comparison compare ") and "\n" not in comparison["text/plain"]
+    assert comparison["text/plain"].startswith("<Comparison 'base' -> 'lr-x10' val_loss: ") and "\n" not in comparison["text/plain"]
     for data in (base, cand, comparison):
         assert data["text/html"].lstrip().startswith("<")
     assert "lr-x10" in cand["text/html"] and "SYSTEM_CHANGED" in comparison["text/html"]

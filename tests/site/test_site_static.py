@@ -111,7 +111,7 @@ def test_report_site_json_and_a_site_it_wrote_is_replaced(notebook_store, tmp_pa
     target = tmp_path / "out"
     first = _report_site("--site", target, "--store", notebook_store, "--json", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert json.loads(first.stdout) == {"site": str(target), "pages": 2}
+    assert json.loads(first.stdout)["payload"] == {"site": str(target), "pages": 2}
     (target / "incident" / "stale.html").write_text("from an older store")
     again = _report_site("--site", target, "--store", notebook_store, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout == f"wrote site {target} (2 pages; open {target / 'index.html'})\n"

@@ -123,16 +123,7 @@ class Comparison(Report):
         return self.details["unpaired"]
 
     def __repr__(self) -> str:
-        """One line: ``<Comparison 'a' -> 'b' val_loss: SYSTEM_CHANGED worse, delta +0.33 [+0.31, +0.35], 4 seeds>``."""
-        d, paired = self.details, self.details.get("paired") or {}
-        verdict = " ".join(str(x) for x in (d.get("verdict"), d.get("direction")) if x)
-        delta = ""
-        if "mean_delta" in paired:
-            delta = f", delta {paired['mean_delta']:+.4g}"
-            if "ci_low" in paired:
-                delta += f" [{paired['ci_low']:+.4g}, {paired['ci_high']:+.4g}]"
-        return (f"<Comparison {d.get('baseline_name')!r} -> {d.get('candidate_name')!r} {d.get('metric')}: {verdict}"
-                f"{delta}, {len(d.get('shared_seeds') or ())} shared seeds>")
+        return __import__("firstdiv._format", fromlist=["_"]).comparison_line(self.details)
 
     def __rich_body__(self) -> Any:
         from ..render.sweeps import render_comparison_body
