@@ -143,7 +143,7 @@ def test_runs_lists_the_newest_sweeps_and_says_how_many_more_there_are(many, cli
     assert f"{60 - RUNS_LIMIT} older sweeps not listed" in default.stdout
     every = cli("runs", "--store", many, "--limit", "0", cwd=tmp_path, env=wide)
     assert len(re.findall(r"^(exp-\d{5}|nightly) ", every.stdout, re.MULTILINE)) == 60 and "not listed" not in every.stdout
-    listed = json.loads(cli("runs", "--store", many, "--limit", "3", "--json", cwd=tmp_path).stdout)
+    listed = json.loads(cli("runs", "--store", many, "--limit", "3", "--json", cwd=tmp_path).stdout)["payload"]
     assert [s["name"] for s in listed["sweeps"]] == [scale.sweep_name(i) for i in (57, 58, 59)] and listed["more"] == 57
     assert all(s["runs"] + s["failed"] == 2 for s in listed["sweeps"])
     one = json.loads(cli("runs", "--store", many, "--name", "nightly", "--json", cwd=tmp_path).stdout)
