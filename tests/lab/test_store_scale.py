@@ -146,7 +146,7 @@ def test_runs_lists_the_newest_sweeps_and_says_how_many_more_there_are(many, cli
     listed = json.loads(cli("runs", "--store", many, "--limit", "3", "--json", cwd=tmp_path).stdout)["payload"]
     assert [s["name"] for s in listed["sweeps"]] == [scale.sweep_name(i) for i in (57, 58, 59)] and listed["more"] == 57
     assert all(s["runs"] + s["failed"] == 2 for s in listed["sweeps"])
-    one = json.loads(cli("runs", "--store", many, "--name", "nightly", "--json", cwd=tmp_path).stdout)
+    one = json.loads(cli("runs", "--store", many, "--name", "nightly", "--json", cwd=tmp_path).stdout)["payload"]
     assert [s["name"] for s in one["sweeps"]] == ["nightly"] and one["more"] == 0
     none = cli("runs", "--store", many, "--name", "nope", cwd=tmp_path, env=wide)
     assert none.returncode == 0 and f"no sweeps named 'nope' in {many}" in none.stdout, none.stdout
@@ -188,7 +188,7 @@ def test_export_command_streams_to_stdout_and_to_a_file_the_same_text(odd, cli, 
     out = tmp_path / "runs.jsonl"
     wrote = cli("export", "--store", odd, "--format", "jsonl", "-o", out, "--json", cwd=tmp_path)
     assert wrote.returncode == 0, wrote.stderr
-    assert json.loads(wrote.stdout)["rows"] == 48
+    assert json.loads(wrote.stdout)["payload"]["rows"] == 48
     assert out.read_text() == export(odd, fmt="jsonl") == cli("export", "--store", odd, "--format", "jsonl").stdout
 
 
