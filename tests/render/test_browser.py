@@ -8,22 +8,13 @@ tmp directory) for people to look at; its path is printed.
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+from _browser import launch, needs_browser, sync_playwright
 from test_html_report import EXPECTED_PLOTS, XSS, build_pages, build_store
 
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # the dev extra brings it
-    sync_playwright = None
-
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or sync_playwright is None,
-    reason="needs a browser: `apt-get install chromium` (Debian's chromium) and `pip install playwright` "
-           "(in the dev extra); Playwright's own browser download is not used")
+pytestmark = needs_browser
 
 PNG = b"\x89PNG\r\n\x1a\n"
 #: Pages whose text must show the <script> value literally (a config value or a sweep name)
@@ -42,7 +33,7 @@ def site(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        b = launch(p)
         yield b
         b.close()
 

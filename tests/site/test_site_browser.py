@@ -6,24 +6,14 @@ file://: the page's own script hides the rows the filter excludes (its Content-S
 script run and nothing else), and its relative links open the report pages. No console message, no page error.
 """
 
-import os
-import shutil
 
 import pytest
+from _browser import launch, needs_browser, sync_playwright
 from _site_store import serving, shared_store
 
 from firstdiv import site
 
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # the dev extra brings it
-    sync_playwright = None
-
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or sync_playwright is None,
-    reason="needs a browser: `apt-get install chromium` (Debian's chromium) and `pip install playwright` "
-           "(in the dev extra); Playwright's own browser download is not used")
+pytestmark = needs_browser
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +24,7 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        b = launch(p)
         yield b
         b.close()
 

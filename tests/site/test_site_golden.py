@@ -73,6 +73,10 @@ def test_index_text_matches_golden(tmp_path, golden):
     build_fixed_store(path)
     served = text_of(_pages.index_html(path, Filters()))
     filtered = text_of(_pages.index_html(path, Filters(workload="w:train", since="2026-02-01")))
+    rows = [line.split()[0] for line in filtered.splitlines() if " | " in line and "w:train" in line]
+    assert rows == ["deeper", "lr-0.1"], filtered  # the filter keeps w:train sweeps from 2026-02-01, newest first
+    assert [line.split()[0] for line in served.splitlines() if " | 2026-" in line][:4] == ["other", "deeper", "lr-0.1",
+                                                                                          "baseline"]
     footer_version = _pages._version()
     text = "== served, no filter ==\n" + served + "== served, workload=w:train since=2026-02-01 ==\n" + filtered
     golden("site_index.txt", text.replace(str(path), "STORE").replace(f"firstdiv {footer_version}", "firstdiv VERSION"))

@@ -214,6 +214,20 @@ class HostedWatch:
         return report
 
 
+class Recording:
+    """What both trainers' callbacks hold: the run being gathered, the finished ``record``, the watch ``report``
+    (None until training ends), and the watch options checked at construction."""
+
+    def __init__(self, *, watch: bool = False, every: int = 50, frozen: Any = None, ratio_bounds: Any = None,
+                 show: bool = True) -> None:
+        self._watch_options = watch_options(watch, every, frozen, ratio_bounds)
+        self.show = show
+        self._run = RunLog()
+        self.record: dict[str, Any] | None = None
+        self.report: Any = None
+        self._watch: HostedWatch | None = None
+
+
 def watch_options(watch: bool, every: int, frozen: Any, ratio_bounds: Any) -> dict[str, Any] | None:
     """The options passed on to :func:`firstdiv.watch` (checked now, not at the first step), or None."""
     if not isinstance(watch, bool):

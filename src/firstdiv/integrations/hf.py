@@ -39,7 +39,7 @@ except ImportError:
 import torch
 
 from ._contract import describe, eval_mode, loader_contract
-from ._recorder import HostedWatch, RunLog, watch_options
+from ._recorder import HostedWatch, Recording, RunLog
 
 __all__ = ["FirstdivCallback"]
 
@@ -50,18 +50,13 @@ ARG_FIELDS = ("learning_rate", "per_device_train_batch_size", "per_device_eval_b
               "adam_epsilon", "max_grad_norm", "optim", "fp16", "bf16", "label_smoothing_factor")
 
 
-class FirstdivCallback(_transformers.TrainerCallback):
+class FirstdivCallback(Recording, _transformers.TrainerCallback):
     """Records a Hugging Face Trainer run and optionally watches it: ``FirstdivCallback(watch=True, every=50)``;
     after ``train()``, ``cb.record`` and ``cb.report``. See :mod:`firstdiv.integrations.hf`."""
 
     def __init__(self, *, watch: bool = False, every: int = 50, frozen: Any = None, ratio_bounds: Any = None,
                  show: bool = True) -> None:
-        self._watch_options = watch_options(watch, every, frozen, ratio_bounds)
-        self.show = show
-        self._run = RunLog()
-        self.record: dict[str, Any] | None = None
-        self.report: Any = None
-        self._watch: HostedWatch | None = None
+        super().__init__(watch=watch, every=every, frozen=frozen, ratio_bounds=ratio_bounds, show=show)
         self._handles: list[Any] = []
         self._squares: dict[int, torch.Tensor] = {}
         self._evaluating = False

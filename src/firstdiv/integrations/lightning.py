@@ -28,7 +28,7 @@ import os
 from typing import Any
 
 from ._contract import describe, eval_mode, loader_contract
-from ._recorder import HostedWatch, RunLog, watch_options
+from ._recorder import HostedWatch, Recording, RunLog
 
 _bases: list[type] = []
 try:
@@ -49,17 +49,12 @@ if not _bases:
 __all__ = ["FirstdivCallback"]
 
 
-class _Hooks:
+class _Hooks(Recording):
     """The hooks of :class:`FirstdivCallback` (see the module docstring)."""
 
     def __init__(self, *, watch: bool = False, every: int = 50, frozen: Any = None, ratio_bounds: Any = None,
                  show: bool = True) -> None:
-        self._watch_options = watch_options(watch, every, frozen, ratio_bounds)
-        self.show = show
-        self._run = RunLog()
-        self.record: dict[str, Any] | None = None
-        self.report: Any = None
-        self._watch: HostedWatch | None = None
+        super().__init__(watch=watch, every=every, frozen=frozen, ratio_bounds=ratio_bounds, show=show)
         self._step = 0
         self._before: dict[str, Any] = {}
         self._val_keys: set[str] = set()

@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._files import swap_in
 from ..errors import FirstdivError, InvalidArgument
 from . import _pages, _query
 from ._query import Filters
@@ -48,7 +49,7 @@ def build_site(directory: str | os.PathLike[str], store_path: str | os.PathLike[
     try:
         pages = _write_all(tmp, Path(store_path))
         os.chmod(tmp, 0o755)  # mkdtemp's folder is private; a site is meant to be read
-        _swap(tmp, target)
+        swap_in(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -73,19 +74,3 @@ def _write_all(root: Path, store_path: Path) -> int:
             raise FirstdivError(f"The site was not written: its page {route.path} failed ({_pages.describe(exc)})") from None
         (root / route.path).write_text(page, encoding="utf-8")
     return 1 + len(routes)
-
-
-def _swap(new: Path, target: Path) -> None:
-    """Put ``new`` at ``target``; a previous site there is moved aside first and removed after."""
-    if not target.exists():
-        os.rename(new, target)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
-    os.rmdir(old)
-    os.rename(target, old)
-    try:
-        os.rename(new, target)
-    except OSError:
-        os.rename(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)

@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..._files import swap_in
 from ...errors import InvalidArgument
 from ...report import Report, Status
 from .._core.batch import describe_error
@@ -84,17 +84,7 @@ def _write(path: Path, index: dict[str, Any], tensors: dict[str, Any]) -> None:
     try:
         torch.save(tensors, tmp / TENSORS)
         _write_index(tmp / INDEX, index)
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(path, old)
-            try:
-                os.replace(tmp, path)
-            except BaseException:
-                os.replace(old, path)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
+        swap_in(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already after a successful swap
 
