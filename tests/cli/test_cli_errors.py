@@ -204,6 +204,14 @@ def test_compare_bad_alpha(cli, tmp_path, small_store):
     assert_usage_error(proc, problem=["1.5"], fix=["(0, 1)"])
 
 
+@pytest.mark.parametrize("flags", [("--seed-param", "random_seed"), ("--tracking-uri", "http://mlflow:5000")])
+def test_compare_refuses_mlflow_flags_without_an_mlflow_side(cli, tmp_path, small_store, flags):
+    """--seed-param and --tracking-uri only shape mlflow: sides; given for two stored sweeps they would be
+    silently ignored, so they are refused."""
+    proc = cli("compare", "base", "base", *flags, "--store", small_store, cwd=tmp_path)
+    assert_usage_error(proc, problem=[flags[0], "mlflow:"], fix=["drop " + flags[0], "mlflow:EXPERIMENT"])
+
+
 def test_the_store_fixture_compares_cleanly(cli, tmp_path, small_store):
     """Control for the cases above: the same store and names work when the input is right."""
     proc = cli("compare", "base", "base", "--store", small_store, "--json", cwd=tmp_path)

@@ -102,6 +102,7 @@ def test_push_logs_each_run_with_config_curves_finals_and_tags(lab, pushed, clie
                 tags["firstdiv.code_version"], tags["firstdiv.run_id"], tags["firstdiv.status"]) == (
             "base", r.workload, r.identity, r.env_hash, r.code["version"], f"{r.identity}:{r.seed}", "ok")
         assert tags["mlflow.runName"] == f"base seed {r.seed}"
+        assert "firstdiv.exit_code" not in tags  # an in-process run has no child process
 
 
 def test_push_again_adds_nothing_and_env_is_left_as_it_was(lab, pushed, client, monkeypatch):
@@ -180,6 +181,17 @@ def test_export_format_mlflow_pushes_failed_runs_as_failed(lab, cli, tmp_path):
     side = fm.load("mlflow:flaky", tracking_uri=str(uri))
     assert [r.seed for r in side.records] == [0, 2] and side.sweep.info["source"]["left_out"] == [
         f"{runs['1'].info.run_id} (FAILED)"]
+
+
+def test_a_command_runs_exit_code_goes_to_mlflow_and_comes_back(lab, tmp_path, client):
+    store = tmp_path / "runs.db"
+    script = "import sys, firstdiv; firstdiv.log(val_loss=0.5); sys.exit(3 if sys.argv[1] == '1' else 0)"
+    firstdiv.sweep([sys.executable, "-c", script, "{seed}"], seeds=[0, 1], name="cmd", store=store)
+    fm.push("cmd", experiment="cmd", tracking_uri=lab["uri"], store=store)
+    runs = client.search_runs([client.get_experiment_by_name("cmd").experiment_id])
+    assert sorted((r.data.params["seed"], r.info.status, r.data.tags["firstdiv.exit_code"]) for r in runs) == [
+        ("0", "FINISHED", "0"), ("1", "FAILED", "3")]
+    assert [r.exit_code for r in fm.load("mlflow:cmd", tracking_uri=lab["uri"]).records] == [0]
 
 
 def _user_runs(client, experiment, seed_param="seed", seeds=range(6), shift=0.2, nan_seed=None):

@@ -63,7 +63,53 @@ def test_csv_has_one_row_per_run_with_identity_config_and_metrics(sp, cli):
             assert float(row[f"metric.{name}"]) == value  # repr'd floats: exact round trip
         if not rec.ok:
             assert row["metric.val_loss"] == "" and "exploded" in row["error"]
+        assert row["exit_code"] == ""  # an in-process run has no child process
     assert [r["status"] for r in rows if r["sweep"] == "shifted"] == ["ok", "failed", "ok"]
+
+
+def test_a_command_runs_exit_code_is_a_column(tmp_path):
+    store = tmp_path / "runs.db"
+    script = "import sys, firstdiv; firstdiv.log(val_loss=0.5); sys.exit(3 if sys.argv[1] == '1' else 0)"
+    firstdiv.sweep([sys.executable, "-c", script, "{seed}"], seeds=[0, 1], name="cmd", store=store)
+    rows = list(csv.DictReader(io.StringIO(export(store))))
+    assert [(r["seed"], r["status"], r["exit_code"]) for r in rows] == [("0", "ok", "0"), ("1", "failed", "3")]
+    assert [json.loads(line)["exit_code"] for line in export(store, fmt="jsonl").splitlines()] == [0, 3]
+
+
+def _damage(sp, tmp_path, edit):
+    """A copy of the store with the first run of sweep 'base' changed by ``edit(record dict or text)``."""
+    copy = tmp_path / "damaged.db"
+    copy.write_bytes(sp.read_bytes())
+    with sqlite3.connect(copy) as conn:
+        run_id, text = conn.execute("SELECT id, record FROM runs ORDER BY id LIMIT 1").fetchone()
+        new = edit(text) if isinstance(edit(text), str) else json.dumps(edit(text))
+        conn.execute("UPDATE runs SET record=? WHERE id=?", (new, run_id))
+    conn.close()
+    return copy, run_id
+
+
+@pytest.mark.parametrize("edit", [lambda t: t[:-9], lambda t: {**json.loads(t), "config": [1]},
+                                  lambda t: {**json.loads(t), "final": {"val_loss": "low"}},
+                                  lambda t: {k: v for k, v in json.loads(t).items() if k != "seed"}],
+                         ids=["truncated-json", "config-a-list", "metric-a-word", "no-seed"])
+def test_a_damaged_record_is_named_and_nothing_is_written(sp, tmp_path, cli, edit):
+    damaged, run_id = _damage(sp, tmp_path, edit)
+    out = tmp_path / "out.csv"
+    line = _one_error_line(cli("export", "--store", damaged, "-o", out))
+    assert f"run {run_id} " in line and "damaged" in line and f"firstdiv runs --drop {run_id}" in line, line
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir())[:1] == ["damaged.db"]
+
+
+def test_records_sqlites_json_refuses_or_older_ones_export_as_the_store_reads_them(sp, tmp_path):
+    """A config value of NaN (Python's JSON writes it, SQLite's does not read it) and a record from before a field
+    had a default are read the slow way: the same rows as the store's records give."""
+    nan_config, _ = _damage(sp, tmp_path, lambda t: {**json.loads(t), "config": {**json.loads(t)["config"], "lr": float("nan")}})
+    row = next(csv.DictReader(io.StringIO(export(nan_config, name="base"))))
+    assert row["config.lr"] == "nan" and row["metric.val_loss"] != ""
+    (tmp_path / "damaged.db").unlink()
+    old, _ = _damage(sp, tmp_path, lambda t: {k: v for k, v in json.loads(t).items() if k not in ("status", "exit_code")})
+    row = next(csv.DictReader(io.StringIO(export(old, name="base"))))
+    assert (row["status"], row["exit_code"]) == ("ok", "")
 
 
 def test_filters_by_name_and_workload(sp, cli, tmp_path):

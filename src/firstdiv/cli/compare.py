@@ -20,13 +20,14 @@ MIN_EFFECT_HELP = ("Smallest effect that matters: absolute (0.01), relative to t
 @click.option("--min-effect", default=None, metavar="X", help=MIN_EFFECT_HELP)
 @click.option("--fail-on-regression", is_flag=True,
               help="Exit 1 on SYSTEM_CHANGED (worse; beyond --min-effect when given) or MEASUREMENT_CHANGED.")
-@click.option("--seed-param", default="seed", show_default=True, help="mlflow: sides: the MLflow param holding the seed.")
+@click.option("--seed-param", default=None, metavar="NAME",
+              help="mlflow: sides: the MLflow param holding the seed (default: seed).")
 @click.option("--tracking-uri", default=None, metavar="URI",
               help="mlflow: sides: the tracking URI (default $MLFLOW_TRACKING_URI, else ./mlruns).")
 @store_option
 @json_option
 def compare_command(baseline: str, candidate: str, metric: str, alpha: float, min_effect: str | None,
-                    fail_on_regression: bool, seed_param: str, tracking_uri: str | None, store: str | None,
+                    fail_on_regression: bool, seed_param: str | None, tracking_uri: str | None, store: str | None,
                     as_json: bool) -> int:
     """Compare two sweeps: identity, paired deltas, cost, declared criterion, verdict.
 
@@ -36,6 +37,7 @@ def compare_command(baseline: str, candidate: str, metric: str, alpha: float, mi
     "mlflow:demo?tag.variant=base&param.lr=0.1". Only FINISHED runs count, one per seed (--seed-param), each
     with its last logged --metric value. See docs/mlflow.md.
     """
+    from ..errors import InvalidArgument
     from ..lab.compare import compare as run_compare
     from ..lab.compare import is_regression
     from ..lab.store import Store
@@ -44,11 +46,16 @@ def compare_command(baseline: str, candidate: str, metric: str, alpha: float, mi
         from ..integrations.mlflow import compare as mlflow_compare
         from ..integrations.mlflow import source_lines
 
-        result = mlflow_compare(baseline, candidate, metric=metric, seed_param=seed_param, tracking_uri=tracking_uri,
-                                store=store, alpha=alpha, min_effect=min_effect)
+        result = mlflow_compare(baseline, candidate, metric=metric, seed_param=seed_param or "seed",
+                                tracking_uri=tracking_uri, store=store, alpha=alpha, min_effect=min_effect)
         if not as_json:
             echo("\n".join(source_lines(result.details)) + "\n")
     else:
+        given = [flag for flag, value in (("--seed-param", seed_param), ("--tracking-uri", tracking_uri)) if value]
+        if given:
+            raise InvalidArgument(f"{' and '.join(given)} only apply to mlflow: sides, and neither {baseline!r} nor "
+                                  f"{candidate!r} is one; drop {' and '.join(given)} or write e.g. "
+                                  f"\"mlflow:EXPERIMENT?tag=base\"")
         with Store(store, create=False) as st:
             result = run_compare(baseline, candidate, metric=metric, store=st, alpha=alpha, min_effect=min_effect)
     regression = is_regression(result)

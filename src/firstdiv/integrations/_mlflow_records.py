@@ -62,8 +62,8 @@ def tags_of(record: RunRecord, sweep: Any, store_run_id: int | None) -> dict[str
         TAG + "code_dirty": code.get("dirty"), TAG + "env_hash": record.env_hash,
         TAG + "eval_fingerprint": record.eval_fingerprint, TAG + "data_identity": record.data_identity,
         RUN_ID_TAG: fid(record), TAG + "store_run_id": store_run_id, TAG + "seed": record.seed,
-        TAG + "status": record.status, TAG + "error": record.error, TAG + "created": record.created,
-        TAG + "hypothesis": record.hypothesis, TAG + "success": record.success,
+        TAG + "status": record.status, TAG + "exit_code": record.exit_code, TAG + "error": record.error,
+        TAG + "created": record.created, TAG + "hypothesis": record.hypothesis, TAG + "success": record.success,
         TAG + "directions": record.directions or None,
         TAG + "config_roles": {k: record.extra[k] for k in ("eval_keys", "exec_keys") if record.extra.get(k)} or None,
         RUN_NAME_TAG: f"{sweep.name} seed {record.seed}",
@@ -114,6 +114,11 @@ def _json_tag(tags: dict[str, str], name: str) -> Any:
         return None
 
 
+def _int_tag(tags: dict[str, str], name: str) -> int | None:
+    value = _json_tag(tags, name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def seed_of(run: Any, seed_param: str) -> int | None:
     """The run's seed from param ``seed_param`` (None when absent); a value that is not an integer is refused."""
     text = run.data.params.get(seed_param)
@@ -157,4 +162,4 @@ def record_of(run: Any, seed: int, seed_param: str, experiment: str) -> RunRecor
         throughput={"examples_per_s": metrics.get("examples_per_s", 0.0)}, wall_seconds=float(wall),
         hypothesis=tags.get(TAG + "hypothesis"), success=tags.get(TAG + "success"),
         status="ok" if run.info.status == "FINISHED" else "failed", error=tags.get(TAG + "error"),
-        created=tags.get(TAG + "created") or started, extra=extra)
+        exit_code=_int_tag(tags, TAG + "exit_code"), created=tags.get(TAG + "created") or started, extra=extra)

@@ -2,15 +2,16 @@
 
 A run row flattens what the run was and what it did: ``run_id`` (the store's id, as ``firstdiv runs --drop``
 takes it), the sweep's ``sweep`` name and ``sweep_id``, ``workload``, ``identity``, ``config_hash``, the code
-version as ``code.<key>`` (commit, dirty, dirty_hash, version), ``env_hash``, ``seed``, ``status``, ``error``,
-``created``, ``wall_seconds``, then every config key as ``config.<key>`` and every final metric as
+version as ``code.<key>`` (commit, dirty, dirty_hash, version), ``env_hash``, ``seed``, ``status``, ``exit_code``
+(a command run's child process; empty for an in-process run), ``error``, ``created``, ``wall_seconds``, then every config key as ``config.<key>`` and every final metric as
 ``metric.<key>``. Rows come sweep by sweep (oldest sweep first), each sweep's runs in seed order; a run two sweeps
 share appears under each. A curve row is ``run_id, metric, step, value`` (step counts the logged rows from 0),
 once per run. In CSV a missing value is an empty cell and a list or dict value is its JSON; in JSON lines every
 row has every column (null when missing) and a NaN or infinite number is the string "nan", "inf" or "-inf".
 The output is written whole or not at all: every record is read (and checked) before the first row is written,
 and a file is written beside its place, then moved there. Rows stream through a temporary spool, so a store of
-100,000s of runs is exported in bounded memory; the sweeps are chosen by the store's indexes.
+100,000s of runs is exported in bounded memory; the sweeps are chosen by the store's indexes, and SQLite hands
+over just the fields a row needs of each record (the curves, environment and eval contract stay unparsed).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from ..errors import InvalidArgument, NotFound
-from .record import RunRecord, jsonable
+from .record import NONFINITE, RunRecord, from_json, jsonable
 from .store import Store, SweepInfo
 
 __all__ = ["FORMATS", "Written", "curve_rows", "export", "export_to", "run_rows", "runs", "write"]
@@ -36,10 +37,12 @@ __all__ = ["FORMATS", "Written", "curve_rows", "export", "export_to", "run_rows"
 FORMATS = ("csv", "jsonl")
 CURVE_COLUMNS = ("run_id", "metric", "step", "value")
 _HEAD = ("run_id", "sweep", "sweep_id", "workload", "identity", "config_hash")
-_TAIL = ("env_hash", "seed", "status", "error", "created", "wall_seconds")
+_TAIL = ("env_hash", "seed", "status", "exit_code", "error", "created", "wall_seconds")
 
 #: one exported run: its store id (None when not known, as in a SweepResult), its sweep, its record
 Entry = tuple[int | None, SweepInfo, RunRecord]
+#: the same, with just some of the record's fields
+FieldEntry = tuple[int | None, SweepInfo, dict[str, Any]]
 
 
 def select(store: Store, *, name: str | None = None, workload: str | None = None) -> list[SweepInfo]:
@@ -66,14 +69,58 @@ def runs(store: Store, *, name: str | None = None, workload: str | None = None) 
     return list(entries(store, select(store, name=name, workload=workload)))
 
 
-def _row(run_id: int | None, sweep: SweepInfo, r: RunRecord) -> dict[str, Any]:
-    row = {"run_id": run_id, "sweep": sweep.name, "sweep_id": sweep.id, "workload": r.workload,
-           "identity": r.identity, "config_hash": r.config_hash, **{f"code.{k}": v for k, v in r.code.items()},
-           "env_hash": r.env_hash, "seed": r.seed, "status": r.status, "error": r.error, "created": r.created,
-           "wall_seconds": r.wall_seconds}
-    row.update({f"config.{k}": v for k, v in r.config.items()})
-    row.update({f"metric.{k}": v for k, v in r.final.items()})
+#: what a run row reads of its record: SQLite extracts just these, the curves, environment and contract stay unread
+_FIELDS = ("workload", "identity", "config_hash", "code", "env_hash", "seed", "status", "exit_code", "error",
+           "created", "wall_seconds", "config", "final")
+_KINDS: dict[str, Any] = {"workload": str, "identity": str, "config_hash": str, "code": dict, "env_hash": str,
+                          "seed": int, "status": str, "exit_code": (int, type(None)), "error": (str, type(None)),
+                          "created": str, "wall_seconds": (int, float), "config": dict, "final": dict}
+
+
+def _row(run_id: int | None, sweep: SweepInfo, f: dict[str, Any]) -> dict[str, Any]:
+    row = {"run_id": run_id, "sweep": sweep.name, "sweep_id": sweep.id, "workload": f["workload"],
+           "identity": f["identity"], "config_hash": f["config_hash"], **{f"code.{k}": v for k, v in f["code"].items()},
+           "env_hash": f["env_hash"], "seed": f["seed"], "status": f["status"], "exit_code": f["exit_code"],
+           "error": f["error"], "created": f["created"], "wall_seconds": f["wall_seconds"]}
+    row.update({f"config.{k}": v for k, v in f["config"].items()})
+    row.update({f"metric.{k}": v for k, v in f["final"].items()})
     return row
+
+
+def _well_formed(f: dict[str, Any]) -> bool:
+    """The fields as RunRecord.from_dict and the store's checks would take them (anything else, a missing
+    field that has a default included, is read the slow way, which fills it in or names the damage)."""
+    for name, kind in _KINDS.items():
+        value = f[name]
+        if not isinstance(value, kind) or value is True or value is False:
+            return False
+    return all(type(v) in (int, float) or isinstance(v, str) and v in NONFINITE for v in f["final"].values())
+
+
+def fields(store: Store, sweeps: Iterable[SweepInfo], names: tuple[str, ...] = _FIELDS) -> Iterator[FieldEntry]:
+    """Each sweep's runs (failed ones included) in seed order, with just the record's fields ``names`` (the run
+    row's, or ``("curves",)``) as the store reads them, metric values decoded. SQLite parses the records; a run
+    it cannot hand over well-formed is read whole, so a damaged one is the store's error naming it."""
+    check = _well_formed if names == _FIELDS else (lambda f: isinstance(f["curves"], dict))
+    for s in sweeps:
+        rows = store.run_fields(s, names)
+        if rows is None:  # one record SQLite's JSON does not take: the sweep read whole
+            yield from ((run_id, s, _pick(r, names)) for run_id, r in store.runs_of(s))
+            continue
+        whole: dict[int, RunRecord] | None = None
+        for run_id, values in rows:
+            f = dict(zip(names, values))
+            if check(f):
+                for name in {"final", "curves"}.intersection(names):
+                    f[name] = from_json(f[name])
+            else:
+                whole = dict(store.runs_of(s)) if whole is None else whole  # raises the error naming damage
+                f = _pick(whole[run_id], names)
+            yield run_id, s, f
+
+
+def _pick(r: RunRecord, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(r, name) for name in names}
 
 
 class _Columns:
@@ -102,8 +149,8 @@ def run_rows(entries: Iterable[Entry], *, with_run_id: bool = True) -> tuple[lis
     """(columns, one dict per run); see the module docstring for the columns."""
     cols = _Columns()
     rows = []
-    for entry in entries:
-        rows.append(_row(*entry))
+    for run_id, sweep, record in entries:
+        rows.append(_row(run_id, sweep, _pick(record, _FIELDS)))
         cols.add(rows[-1])
     columns = cols.columns(with_run_id)
     return columns, [{c: row.get(c) for c in columns} for row in rows]
@@ -120,6 +167,16 @@ def curve_rows(entries: Iterable[Entry]) -> tuple[list[str], list[dict[str, Any]
         rows += [{"run_id": run_id, "metric": metric, "step": step, "value": value}
                  for metric, values in r.curves.items() for step, value in enumerate(values)]
     return list(CURVE_COLUMNS), rows
+
+
+_NESTED = frozenset((dict, list, tuple))
+
+
+def _json_line(row: dict[str, Any]) -> str:
+    try:
+        return json.dumps(row, allow_nan=False) + "\n"
+    except ValueError:  # a NaN or infinity: spelled as a string
+        return json.dumps(jsonable(row), allow_nan=False) + "\n"
 
 
 def _cell(value: Any) -> Any:
@@ -144,11 +201,14 @@ def _emit(columns: list[str], rows: Iterable[dict[str, Any]], fmt: str, put: Cal
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(columns)
         for row in rows:
-            writer.writerow([_cell(row.get(c)) for c in columns])
+            get = row.get
+            cells = [get(c) for c in columns]
+            writer.writerow(cells if _NESTED.isdisjoint(map(type, cells)) else [_cell(v) for v in cells])
             n += 1
     else:
         for row in rows:
-            out.write(json.dumps(jsonable({c: row.get(c) for c in columns}), allow_nan=False) + "\n")
+            get = row.get
+            out.write(_json_line({c: get(c) for c in columns}))
             n += 1
     out.flush()
     return n
@@ -228,18 +288,18 @@ class Written:
     columns: list[str]
 
 
-def _spool(items: Iterable[Entry], curves: bool, spool: IO[bytes]) -> list[str]:
+def _spool(items: Iterable[FieldEntry], curves: bool, spool: IO[bytes]) -> list[str]:
     """Read every run into ``spool`` (its row, or its curves) and return the columns. Every record is parsed and
     checked here, before anything is written out. The spool holds batches of plain values in marshal's format
     (read back by this process only), each after its length."""
     cols, seen, batch = _Columns(), set(), []
-    for run_id, sweep, r in items:
+    for run_id, sweep, f in items:
         if not curves:
-            batch.append(_row(run_id, sweep, r))
+            batch.append(_row(run_id, sweep, f))
             cols.add(batch[-1])
         elif run_id not in seen:
             seen.add(run_id)
-            batch.append((run_id, r.curves))
+            batch.append((run_id, f["curves"]))
         if len(batch) >= _BATCH:
             _put(spool, batch)
             batch = []
@@ -279,7 +339,8 @@ def export_to(store: Store, output: str | os.PathLike[str] | None = None, *, fmt
     if output is not None:
         check_output(output)
     with tempfile.SpooledTemporaryFile(max_size=16 << 20) as spool:
-        columns = _spool(entries(store, select(store, name=name, workload=workload)), curves, spool)
+        chosen = select(store, name=name, workload=workload)
+        columns = _spool(fields(store, chosen, ("curves",) if curves else _FIELDS), curves, spool)
         if output is None:
             return Written(None, _emit(columns, _unspool(spool, curves), fmt, put), columns)  # type: ignore[arg-type]
         with _replacing(output) as (path, fh):

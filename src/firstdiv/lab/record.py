@@ -242,7 +242,7 @@ class RunRecord:
         """Tolerates fields written by a newer firstdiv: they are kept under ``extra['unknown']``."""
         known = {f.name for f in fields(cls)}
         unknown = {k: v for k, v in data.items() if k not in known}
-        data = {k: _from_json(v) if k in _NUMERIC_FIELDS else v for k, v in data.items() if k in known}
+        data = {k: from_json(v) if k in _NUMERIC_FIELDS else v for k, v in data.items() if k in known}
         record = cls(**data)
         if unknown:
             record.extra.setdefault("unknown", {}).update(unknown)
@@ -266,7 +266,7 @@ class RunRecord:
 
 #: Record fields that hold metric values (which may be NaN or infinite, and are encoded for JSON).
 _NUMERIC_FIELDS = ("curves", "final", "grad_norm", "throughput")
-_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 def jsonable(value: Any) -> Any:
@@ -281,14 +281,14 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def _from_json(value: Any) -> Any:
+def from_json(value: Any) -> Any:
     """Undo :func:`jsonable` in a metric field (where a string is never anything but these three)."""
-    if isinstance(value, str) and value in _NONFINITE:
-        return _NONFINITE[value]
+    if isinstance(value, str) and value in NONFINITE:
+        return NONFINITE[value]
     if isinstance(value, dict):
-        return {k: _from_json(v) for k, v in value.items()}
+        return {k: from_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_from_json(v) for v in value]
+        return [from_json(v) for v in value]
     return value
 
 

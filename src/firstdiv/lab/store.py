@@ -26,7 +26,6 @@ from .store_schema import MIGRATIONS, SCHEMA_VERSION
 __all__ = ["DEFAULT_STORE", "MIGRATIONS", "SCHEMA_VERSION", "Store", "SweepInfo", "default_path"]
 
 DEFAULT_STORE = Path(".firstdiv") / "runs.db"
-
 # The schema and its append-only migrations live in store_schema; they are re-exported here.
 LOCK_PATIENCE_S = 60.0  # how long a command waits for another process's write lock before saying so
 #: A sweep's row with its seeds (a JSON array), read by the sweeps' indexes and sweep_seeds' primary key.
@@ -70,10 +69,6 @@ def _filters(name: str | None, workload: str | None) -> tuple[str, tuple[str, ..
 
 def _locked(exc: Exception) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
-
-
-def _unwritable(exc: StoreError) -> bool:
-    return str(exc).startswith("Cannot write the run store")
 
 
 def _connect_readonly(path: Path, patience: float) -> sqlite3.Connection:
@@ -122,7 +117,7 @@ class Store:
         try:
             self._open_with_retry()
         except StoreError as exc:
-            if self.readonly or create or not _unwritable(exc):
+            if self.readonly or create or not str(exc).startswith("Cannot write the run store"):
                 raise
             # A store we may read but not write (read-only directory or file): reading needs no writes.
             self._conn.close()
@@ -162,8 +157,12 @@ class Store:
 
     def _rows(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Run a read query; damage found mid-file becomes a StoreError, not a traceback."""
+        return self._guarded(lambda: self._conn.execute(query, params).fetchall())
+
+    def _guarded(self, read: Any, *args: Any) -> Any:
+        """``read(*args)``, a database error raised as the StoreError that says what to do."""
         try:
-            return self._conn.execute(query, params).fetchall()
+            return read(*args)
         except sqlite3.DatabaseError as exc:
             raise self._broken(exc) from None
 
@@ -308,10 +307,7 @@ class Store:
         """Seeds with a successful run for this identity; with ``sweep``, as that sweep reads them
         (a seed it pinned to a failed run is not recorded for it)."""
         if sweep is not None:
-            try:
-                return store_runs.done_seeds(self._conn, sweep.id, identity)
-            except sqlite3.DatabaseError as exc:
-                raise self._broken(exc) from None
+            return self._guarded(store_runs.done_seeds, self._conn, sweep.id, identity)
         return {r[0] for r in self._rows("SELECT seed FROM runs WHERE identity=? AND status='ok'", (identity,))}
 
     def add(self, record: RunRecord, *, replace: bool = False, sweep: SweepInfo | None = None) -> bool:
@@ -340,6 +336,10 @@ class Store:
         rows = self._rows(store_runs.VIEW, (sweep.identity, sweep.id))
         return [(run_id, store_runs.parse(run_id, payload, path=self.path, sweep=sweep.name, seed=seed))
                 for seed, run_id, status, payload in rows if include_failed or status == "ok"]
+
+    def run_fields(self, sweep: SweepInfo, names: tuple[str, ...]) -> list[tuple[int, list[Any]]] | None:
+        """Just the fields ``names`` of the runs the sweep reads, as :func:`store_runs.fields_of` reads them."""
+        return self._guarded(store_runs.fields_of, self._conn, sweep.identity, sweep.id, names)
 
     def iter_runs(self) -> Iterator[RunRecord]:
         for run_id, seed, payload in self._rows("SELECT id, seed, record FROM runs ORDER BY id"):

@@ -23,6 +23,21 @@ VIEW = ("SELECT s.seed, r.id, r.status, r.record FROM sweep_seeds s JOIN runs r 
         f"COALESCE(s.run_id, {_NEWEST}) WHERE s.sweep_id=? ORDER BY s.seed")
 
 
+def fields_of(conn: sqlite3.Connection, sweep_identity: str, sweep_id: str,
+              names: tuple[str, ...]) -> list[tuple[int, list[Any]]] | None:
+    """(store id, the values of the record's fields ``names``) of each run the sweep reads, in seed order: SQLite
+    parses each record and hands back just those fields. None when SQLite cannot parse one (e.g. a config value
+    that is NaN, which Python writes and SQLite's JSON does not take): read that sweep with :func:`parse`."""
+    paths = ", ".join(f"'$.{name}'" for name in (names if len(names) > 1 else names * 2))  # >1 path: a JSON array
+    try:
+        rows = conn.execute(VIEW.replace("r.record", f"json_extract(r.record, {paths})"), (sweep_identity, sweep_id))
+        return [(run_id, json.loads(values)[:len(names)]) for _seed, run_id, _status, values in rows]
+    except sqlite3.OperationalError as exc:
+        if "JSON" not in str(exc):
+            raise
+        return None
+
+
 def _mode(conn: sqlite3.Connection, record: RunRecord, replace: bool, sweep_id: str | None) -> bool | None:
     """None: the run is already recorded for this sweep (skip). True: append and pin. False: replace failed attempts."""
     if replace:
