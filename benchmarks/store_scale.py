@@ -1,6 +1,8 @@
 """`firstdiv runs`, `compare` and `export` on a run store holding 100,000 runs.
 
-Target: each answers in under 1 s (export by --name; the whole store's export is reported too). The store is
+Target: each answers in under 1 s (export by --name; the whole store's export is reported too). compare's
+command line pays for importing scipy.stats, whose tests it runs; that floor is timed apart, and so is the same
+compare on a store of 8 sweeps, to show the part that grows with the store. The store is
 generated once (5,000 sweeps x 20 seeds over four workloads, records like builtin:mlp's with 10-epoch curves, a
 few failed runs and pinned seeds) in one transaction through the store's schema, and cached: under the temporary
 directory, or at --store PATH. Times are the best of --repeat calls: first the library calls in this process,
@@ -221,6 +223,12 @@ def command_line(store: Path, out: Path, names: dict[str, str], repeat: int) -> 
         total = best(_cli(*args), repeat)
         line(f"firstdiv {' '.join(map(str, args[:3 if what != 'runs' else 1]))}", total)
         print(f"  {'  of which past the imports (timed apart: 0 is within noise)':<58} {max(total - imports, 0):7.3f} s")
+    floor = best(lambda: subprocess.run([sys.executable, "-c", "from scipy import stats"], check=True), repeat)
+    line("  floor of compare: python -c 'from scipy import stats'", floor, target=False)
+    small = out.with_name("small.db")  # the same sweeps' records, in a store of 8 sweeps
+    build(small, sweeps=8, seeds=20)
+    line(f"firstdiv compare {sweep_name(1)} {sweep_name(5)} (8-sweep store)",
+         best(_cli("compare", sweep_name(1), sweep_name(5), "--store", small), repeat), target=False)
     line("firstdiv export (whole store)", best(_cli("export", "-o", out, "--store", store), 1), target=False)
     print(f"  {'  its peak memory':<58} {_peak_mib('export', '-o', out, '--store', store):7.0f} MiB")
 
