@@ -3,9 +3,9 @@
 A run row flattens what the run was and what it did: ``run_id`` (the store's id, as ``firstdiv runs --drop``
 takes it), the sweep's ``sweep`` name and ``sweep_id``, ``workload``, ``identity``, ``config_hash``, the code
 version as ``code.<key>`` (commit, dirty, dirty_hash, version), ``env_hash``, ``seed``, ``status``, ``exit_code``
-(a command run's child process; empty for an in-process run), ``error``, ``created``, ``wall_seconds``, then every config key as ``config.<key>`` and every final metric as
-``metric.<key>``. Rows come sweep by sweep (oldest sweep first), each sweep's runs in seed order; a run two sweeps
-share appears under each. A curve row is ``run_id, metric, step, value`` (step counts the logged rows from 0),
+(a command run's child process; empty for an in-process run), ``error``, ``created``, ``wall_seconds``, then
+every config key as ``config.<key>`` and every final metric as ``metric.<key>``. Rows come sweep by sweep
+(oldest sweep first), each sweep's runs in seed order; a run two sweeps share appears under each. A curve row is ``run_id, metric, step, value`` (step counts the logged rows from 0),
 once per run. In CSV a missing value is an empty cell and a list or dict value is its JSON; in JSON lines every
 row has every column (null when missing) and a NaN or infinite number is the string "nan", "inf" or "-inf".
 The output is written whole or not at all: every record is read (and checked) before the first row is written,
