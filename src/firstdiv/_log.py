@@ -24,6 +24,9 @@ The protocol, one JSON object a line (a line that does not parse, a line cut sho
 
   The last line of a kind wins, except ``grad_norm`` lines, which add up. Unknown kinds are skipped.
 
+:func:`eval_contract`, :func:`throughput`, :func:`grad_norm` and :func:`log_config` write those run lines from a
+hand-written loop, so a command run's record holds what an in-process workload's does.
+
 This module imports only the standard library's ``os`` and ``json``: ``firstdiv.log`` loads no torch.
 """
 
@@ -55,12 +58,7 @@ def log(step: int | None = None, *, epoch: int | None = None, **metrics: Any) ->
     if at is not None:
         row["step"] = int(at)
     for name, value in metrics.items():
-        item = getattr(value, "item", None)
-        value = item() if callable(item) else value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"firstdiv.log: metric {name!r} must be a number but got {type(value).__name__}; "
-                            f"pass float({name})")
-        row[name] = float(value)
+        row[name] = _number(f"firstdiv.log: metric {name!r}", value)
     _write(row)
 
 
@@ -71,6 +69,63 @@ def report(kind: str, data: Any) -> None:
         raise ValueError(f"firstdiv report kind must be one of {', '.join(KINDS)} but got {kind!r}")
     if reporting():
         _write({"_firstdiv": kind, "data": data})
+
+
+def eval_contract(contract: dict[str, Any] | None = None, **fields: Any) -> None:
+    """Report what the script's evaluation measures, as ``rec.eval_contract`` does in a workload, e.g.
+    ``firstdiv.eval_contract(indices=val_idx, preprocessing="center224", reduction="mean", mode="eval")``: index
+    lists, ranges, arrays and tensors are hashed by content; the record's eval fingerprint is the contract's hash,
+    so `compare` tells a changed measurement from a changed model. A no-op outside a sweep."""
+    merged = dict(contract or {}, **fields)
+    if not merged:
+        raise ValueError("firstdiv.eval_contract() needs at least one field, e.g. indices=..., mode='eval'")
+    if reporting():
+        from .lab.record import contract_value  # numpy, only when there is somewhere to report to
+
+        report("eval_contract", {str(k): contract_value(v) for k, v in merged.items()})
+
+
+def throughput(*, examples: int, seconds: float, tokens: int | None = None) -> None:
+    """Report the examples (and, for text, non-padding tokens) trained on and the seconds spent training them
+    (evaluation excluded): the record's examples/s (tokens/s), which `compare` shows as the cost."""
+    data = {"examples": int(_count("examples", examples)), "seconds": _count("seconds", seconds)}
+    if tokens is not None:
+        data["tokens"] = int(_count("tokens", tokens))
+    report("throughput", data)
+
+
+def grad_norm(value: Any) -> None:
+    """Report one optimizer step's global gradient norm (before clipping); the record keeps their quantiles."""
+    report("grad_norm", [_number("firstdiv.grad_norm", value)])  # NaN or infinite: what a broken step shows
+
+
+def log_config(config: Any) -> None:
+    """Report the hyper-parameters as the script saw them, e.g. ``firstdiv.log_config(vars(args))``: kept in the
+    record's ``extra["reported_config"]`` (the sweep's config and identity stay the ``--set`` values)."""
+    report("config", {str(k): _json_or_text(v) for k, v in dict(config).items()})
+
+
+def _json_or_text(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):  # e.g. a Path or a dtype: its text
+        return str(value)
+
+
+def _number(what: str, value: Any) -> float:
+    item = getattr(value, "item", None)
+    value = item() if callable(item) else value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number but got {type(value).__name__}; pass a float")
+    return float(value)
+
+
+def _count(name: str, value: Any) -> float:
+    value = _number(f"firstdiv.throughput: {name}", value)
+    if not value >= 0:
+        raise ValueError(f"firstdiv.throughput: {name} must be a number >= 0 but got {value!r}")
+    return value
 
 
 def _write(row: dict[str, Any]) -> None:

@@ -151,6 +151,11 @@ def test_compare_works_on_two_command_sweeps(script, store_path):
     assert not base.failed and not fast.failed
     comparison = firstdiv.compare("base", "fast", store=store_path)
     assert comparison.verdict == "SYSTEM_CHANGED" and comparison.direction == "better"
+    cost = comparison.details["cost"]["examples_per_s"]  # the script counts no examples: no rate, not a zero one
+    assert cost == {"baseline": None, "candidate": None, "change": None}
+    text = str(comparison)
+    assert "examples/s  not reported by these runs" in text and "0.0000  ->" not in text
+    assert "Throughput: not reported by these runs." in firstdiv.to_html(comparison)
     with Store(store_path) as st:
         assert {s.name for s in st.sweeps()} >= {"base", "fast"}
 
@@ -176,3 +181,62 @@ def test_a_timeout_must_be_whole_seconds_and_is_not_in_the_config_hash(script, s
     plain = firstdiv.sweep(command(script), "0", name="a", store=store_path).records[0]
     limited = firstdiv.sweep(command(script), "0", name="b", config={"timeout": 60}, store=store_path).records[0]
     assert limited.config_hash == plain.config_hash and limited.final == plain.final
+
+
+LOOP = """
+import argparse, random, time
+import firstdiv
+p = argparse.ArgumentParser()
+p.add_argument("--seed", type=int, required=True)
+p.add_argument("--val-size", type=int, default=20)
+a = p.parse_args()
+firstdiv.log_config({**vars(a), "optimizer": "sgd", "out": __import__("pathlib").Path("out")})
+r = random.Random(a.seed)
+start, w = time.perf_counter(), 1.0
+for step in range(5):
+    grad = 2 * w + r.gauss(0, 0.01)
+    firstdiv.grad_norm(abs(grad))
+    w -= 0.1 * grad
+firstdiv.throughput(examples=5 * 32, seconds=time.perf_counter() - start, tokens=5 * 32 * 12)
+firstdiv.eval_contract(indices=range(a.val_size), preprocessing="none", reduction="mean", mode="eval")
+firstdiv.log(val_loss=w * w)
+"""
+
+
+def test_a_hand_written_loop_reports_what_an_in_process_workload_records(tmp_path, store_path):
+    """firstdiv.grad_norm / throughput / eval_contract / log_config from a plain script: the record holds grad-norm
+    quantiles, examples/s and tokens/s, the eval fingerprint (the same one rec.eval_contract gives for that
+    contract) and the config the script saw; a changed evaluation set is a changed measurement."""
+    from firstdiv.lab.record import Recorder
+
+    loop = write(tmp_path, "loop.py", LOOP)
+    base = firstdiv.sweep(command(loop, "--val-size", "{val}"), "0-3", sets=["val=20"], name="base", store=store_path)
+    (r, *_) = base.records
+    assert not base.failed and len(base.records) == 4
+    assert set(r.grad_norm) == {"min", "median", "p90", "max"} and 0 < r.grad_norm["min"] < r.grad_norm["max"] < 2.1
+    assert r.throughput["examples"] == 160 and r.throughput["tokens"] == 1920
+    assert r.throughput["tokens_per_s"] == pytest.approx(12 * r.throughput["examples_per_s"]) and r.final["examples_per_s"] > 0
+    expected = Recorder(0, {}).eval_contract(indices=range(20), preprocessing="none", reduction="mean", mode="eval")
+    assert r.eval_fingerprint == expected and r.eval_fields == ["indices", "mode", "preprocessing", "reduction"]
+    assert r.extra["reported_config"] == {"seed": r.seed, "val_size": 20, "optimizer": "sgd", "out": "out"}
+    firstdiv.sweep(command(loop, "--val-size", "{val}"), "0-3", sets=["val=10"], name="shifted", store=store_path)
+    comparison = firstdiv.compare("base", "shifted", store=store_path)
+    assert comparison.verdict == "MEASUREMENT_CHANGED", comparison.verdict
+    assert comparison.details["cost"]["examples_per_s"]["baseline"] > 0
+
+
+def test_the_reporting_calls_are_no_ops_bare_but_still_refuse_bad_values(tmp_path, monkeypatch):
+    monkeypatch.delenv("FIRSTDIV_REPORT_FILE", raising=False)
+    monkeypatch.delenv("FIRSTDIV_REPORT_FD", raising=False)
+    monkeypatch.chdir(tmp_path)
+    firstdiv.throughput(examples=10, seconds=1.0)
+    firstdiv.grad_norm(float("nan"))  # a broken step's norm is reported as it is
+    firstdiv.eval_contract(indices=[1, 2], mode="eval")
+    firstdiv.log_config({"lr": 0.1})
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="seconds must be a number >= 0"):
+        firstdiv.throughput(examples=10, seconds=-1.0)
+    with pytest.raises(TypeError, match="examples must be a number"):
+        firstdiv.throughput(examples="ten", seconds=1.0)
+    with pytest.raises(ValueError, match="needs at least one field"):
+        firstdiv.eval_contract()

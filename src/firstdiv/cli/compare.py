@@ -53,7 +53,8 @@ def compare_command(baseline: str, candidate: str, metric: str, alpha: float, mi
     else:
         given = [flag for flag, value in (("--seed-param", seed_param), ("--tracking-uri", tracking_uri)) if value]
         if given:
-            raise InvalidArgument(f"{' and '.join(given)} only apply to mlflow: sides, and neither {baseline!r} nor "
+            raise InvalidArgument(f"{' and '.join(given)} only appl{'y' if given[1:] else 'ies'} to mlflow: sides, "
+                                  f"and neither {baseline!r} nor "
                                   f"{candidate!r} is one; drop {' and '.join(given)} or write e.g. "
                                   f"\"mlflow:EXPERIMENT?tag=base\"")
         with Store(store, create=False) as st:

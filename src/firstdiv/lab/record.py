@@ -116,7 +116,7 @@ class Recorder:
         merged = dict(contract or {}, **fields)
         if not merged:
             raise InvalidArgument("eval_contract() needs at least one field, e.g. indices=..., mode='eval'")
-        self.contract = {k: _contract_value(v) for k, v in merged.items()}
+        self.contract = {k: contract_value(v) for k, v in merged.items()}
         return short_hash(self.contract)
 
     def grad_norm(self, value: float) -> None:
@@ -174,11 +174,11 @@ def _number(name: str, value: Any) -> float:
         raise InvalidArgument(f"Expected metric `{name}` to be a number but got {type(value).__name__}") from None
 
 
-def _contract_value(value: Any) -> Any:
+def contract_value(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, dict):
-        return {str(k): _contract_value(v) for k, v in value.items()}
+        return {str(k): contract_value(v) for k, v in value.items()}
     if isinstance(value, (range, list, tuple, np.ndarray)) or hasattr(value, "detach"):
         arr = np.asarray(list(value) if isinstance(value, range) else value)
         return {"hash": content_hash(arr), "count": int(arr.size)}

@@ -83,7 +83,10 @@ def render_comparison_body(c: Any) -> Iterable[Any]:
     yield Text("COST   (median)", style="bold")
     cost = d["cost"]["examples_per_s"]
     change = f"({cost['change']:+.1%})" if cost["change"] is not None else ""
-    yield Text(f"  examples/s  {num(cost['baseline'])}  ->  {num(cost['candidate'])}   {change}")
+    if cost["baseline"] is None and cost["candidate"] is None:
+        yield Text(f"  examples/s  {NO_RATE}")
+    else:
+        yield Text(f"  examples/s  {_rate(cost['baseline'])}  ->  {_rate(cost['candidate'])}   {change}")
     if d["declared"]:
         dec = d["declared"]
         yield Text("")
@@ -94,6 +97,13 @@ def render_comparison_body(c: Any) -> Iterable[Any]:
         yield Text(f"  result:     {dec['result']}  ({dec['why']})")
     yield Text("")
     yield _verdict_line(d)
+
+
+NO_RATE = "not reported by these runs (firstdiv.throughput(...) in a script, rec.throughput(...) in a workload)"
+
+
+def _rate(value: float | None) -> str:
+    return "not reported" if value is None else num(value)
 
 
 def _spread(s: dict[str, Any]) -> str:
