@@ -123,6 +123,9 @@ def test_a_failing_command_is_a_failed_run_with_its_exit_code_and_stderr(tmp_pat
     assert "reported no metrics" in quiet.failed[0].error and "firstdiv.log" in quiet.failed[0].error
     missing = firstdiv.sweep([str(tmp_path / "no-such-program"), "{seed}"], "0", store=store_path)
     assert "cannot start" in missing.failed[0].error
+    # another Python than firstdiv's (here: this one without its site-packages) names the interpreter to use
+    elsewhere = firstdiv.sweep([sys.executable, "-S", str(bad), "{seed}"], "0", store=store_path)
+    assert f"its Python cannot import firstdiv: run the command with {sys.executable}" in elsewhere.failed[0].error
     assert firstdiv.sweep(command(silent), "0", store=store_path).report().status.name == "FAIL"
 
 

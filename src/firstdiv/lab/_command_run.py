@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -74,6 +75,9 @@ class CommandRun:
             raise CommandFailed(f"timed out after {timeout} s (--timeout), {len(rows)} report lines before it" + stderr)
         if code != 0:
             how = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
+            if "No module named 'firstdiv'" in stderr:  # the command's python is not the one firstdiv is in
+                how += (f" (its Python cannot import firstdiv: run the command with {sys.executable}, e.g. "
+                        "activate that environment, or pip install firstdiv where the command runs)")
             raise CommandFailed(f"command failed with {how}" + stderr)
         if not rows:
             raise CommandFailed("the command exited 0 but reported no metrics: call firstdiv.log(val_loss=...) in the "
