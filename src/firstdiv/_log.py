@@ -96,7 +96,7 @@ def throughput(*, examples: int, seconds: float, tokens: int | None = None) -> N
 
 def grad_norm(value: Any) -> None:
     """Report one optimizer step's global gradient norm (before clipping); the record keeps their quantiles."""
-    report("grad_norm", [_number("firstdiv.grad_norm", value)])  # NaN or infinite: what a broken step shows
+    report("grad_norm", [_number("firstdiv.grad_norm()", value)])  # NaN or infinite: what a broken step shows
 
 
 def log_config(config: Any) -> None:

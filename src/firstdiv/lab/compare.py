@@ -324,15 +324,10 @@ def _summaries(records: Sequence[RunRecord]) -> dict[str, Any]:
 
 
 def _cost(base: Sequence[RunRecord], cand: Sequence[RunRecord]) -> dict[str, Any]:
-    """Median examples/s of each side's runs that counted their examples (None: none did, e.g. a script that
-    reports no throughput), and the candidate's relative change."""
-    def median(records: Sequence[RunRecord]) -> float | None:
-        rates = [r.throughput.get("examples_per_s", 0.0) for r in records]
-        return float(np.median([x for x in rates if x > 0])) if any(x > 0 for x in rates) else None
-
-    bm, cm = median(base), median(cand)
-    return {"examples_per_s": {"baseline": bm, "candidate": cm,
-                               "change": (cm - bm) / bm if bm and cm is not None else None}}
+    """Median examples/s of each side's runs that counted examples (None: none did), and the relative change."""
+    rates = [[x for r in side if (x := r.throughput.get("examples_per_s", 0.0)) > 0] for side in (base, cand)]
+    bm, cm = (float(np.median(x)) if x else None for x in rates)
+    return {"examples_per_s": {"baseline": bm, "candidate": cm, "change": (cm - bm) / bm if bm and cm else None}}
 
 
 def _declared(cand: Side, metric: str, test: dict[str, Any], spread: float | None, resolved: bool,
