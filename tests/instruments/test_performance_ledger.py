@@ -3,6 +3,7 @@ iterations (a retained loss), the profiler for localization, and the instrument'
 
 import gc
 import json
+import re
 import time
 
 import pytest
@@ -13,6 +14,7 @@ from torch import nn
 from firstdiv import InvalidArgument, Report, Status
 from firstdiv.instruments._core.state import Snapshot
 from firstdiv.instruments.performance_ledger import performance_ledger
+from firstdiv.instruments.performance_ledger._reconcile import ROUNDS
 from firstdiv.instruments.performance_ledger._timing import PHASES
 from firstdiv.render import to_text
 
@@ -159,7 +161,11 @@ def test_appended_loss_is_memory_growth_at_step():
     ev = finding(r, "memory.growth").evidence
     assert all(d > 0 for d in ev["increments"]) and ev["bytes_per_iteration"] >= 4
     assert ev["kept_with_graph"] >= 4 and "NllLossBackward0" in ev["graph_nodes"]
-    assert len(history) == 1 + 4 + 6  # the user's list is theirs: not restored, and said so
+    # the user's list is theirs: not restored, and said so, with the count of calls (1 warm-up, 4 timed, 6 growth
+    # iterations, and 4 more per reconciliation round, up to ROUNDS - 1, when a noisy machine makes the step and
+    # phase timings disagree)
+    called = int(re.search(r"step called (\d+) times on your objects", r.side_effects).group(1))
+    assert len(history) == called and called in [1 + 4 + 6 + 4 * k for k in range(ROUNDS)], r.side_effects
     assert "objects your step appends to" in r.side_effects
 
 
