@@ -71,3 +71,18 @@ def test_report_is_a_no_op_outside_a_sweep_and_off_rank_zero(tmp_path, monkeypat
     assert not report.exists()
     with pytest.raises(ValueError, match="must be one of"):
         _log.report("grad_norms", [1.0])
+
+
+def test_eval_contract_hashes_index_tensors_like_their_values(tmp_path, monkeypatch):
+    """A script's firstdiv.eval_contract(indices=tensor) gives the fingerprint rec.eval_contract gives for the same
+    values as an array (a tensor that needs grad, or lives on a GPU, is read through .detach().cpu())."""
+    import numpy as np
+    import torch
+
+    report = tmp_path / "report.jsonl"
+    monkeypatch.setenv(_log.REPORT_FILE, str(report))
+    monkeypatch.delenv(_log.REPORT_FD, raising=False)
+    _log.eval_contract(indices=torch.arange(8.0, requires_grad=True), mode="eval")
+    _, runs = _read(report)
+    assert Recorder(0, {}).eval_contract(runs["eval_contract"]) == Recorder(0, {}).eval_contract(
+        indices=np.arange(8, dtype=np.float32), mode="eval")

@@ -179,7 +179,9 @@ def contract_value(value: Any) -> Any:
         return value
     if isinstance(value, dict):
         return {str(k): contract_value(v) for k, v in value.items()}
-    if isinstance(value, (range, list, tuple, np.ndarray)) or hasattr(value, "detach"):
+    if hasattr(value, "detach"):  # a tensor, on any device: its values
+        value = value.detach().cpu().numpy()
+    if isinstance(value, (range, list, tuple, np.ndarray)):
         arr = np.asarray(list(value) if isinstance(value, range) else value)
         return {"hash": content_hash(arr), "count": int(arr.size)}
     return str(value)
