@@ -19,8 +19,15 @@ from .record import RunRecord
 # The run an unpinned seed reads: newest ok, else newest attempt.
 _NEWEST = ("(SELECT r2.id FROM runs r2 WHERE r2.identity=? AND r2.seed=s.seed "
            "ORDER BY r2.status='ok' DESC, r2.id DESC LIMIT 1)")
-VIEW = ("SELECT s.seed, r.id, r.status, r.record FROM sweep_seeds s JOIN runs r ON r.id = "
-        f"COALESCE(s.run_id, {_NEWEST}) WHERE s.sweep_id=? ORDER BY s.seed")
+
+
+def view(column: str = "r.record") -> str:
+    """(seed, run id, status, ``column``) of each run a sweep reads, in seed order; parameters (identity, sweep id)."""
+    return (f"SELECT s.seed, r.id, r.status, {column} FROM sweep_seeds s JOIN runs r ON r.id = "
+            f"COALESCE(s.run_id, {_NEWEST}) WHERE s.sweep_id=? ORDER BY s.seed")
+
+
+VIEW = view()
 
 
 def fields_of(conn: sqlite3.Connection, sweep_identity: str, sweep_id: str,
@@ -30,7 +37,7 @@ def fields_of(conn: sqlite3.Connection, sweep_identity: str, sweep_id: str,
     that is NaN, which Python writes and SQLite's JSON does not take): read that sweep with :func:`parse`."""
     paths = ", ".join(f"'$.{name}'" for name in (names if len(names) > 1 else names * 2))  # >1 path: a JSON array
     try:
-        rows = conn.execute(VIEW.replace("r.record", f"json_extract(r.record, {paths})"), (sweep_identity, sweep_id))
+        rows = conn.execute(view(f"json_extract(r.record, {paths})"), (sweep_identity, sweep_id))
         return [(run_id, json.loads(values)[:len(names)]) for _seed, run_id, _status, values in rows]
     except sqlite3.OperationalError as exc:
         if "JSON" not in str(exc):
