@@ -48,20 +48,34 @@ def hidden_finding(a: Audit, h: Hidden, model_devices: set[torch.device]) -> Che
                   "(it will not follow model.to(); register_buffer if it must)", ev)
 
 
+def _mode_dependent(m: nn.Module) -> bool:
+    """Whether ``m``'s own forward reads its train/eval flag: Dropout and BatchNorm, or any module whose forward
+    code touches ``self.training`` (a custom dropout, a stochastic-depth block)."""
+    if isinstance(m, (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)):
+        return True
+    code = getattr(getattr(type(m), "forward", None), "__code__", None)
+    return code is not None and "training" in code.co_names
+
+
 def _module_finding(h: Hidden, tensors: list[torch.Tensor], n_owned: int, n_reached: int | None, reach: str) -> Check:
     n_params = sum(1 for m in h.modules for _ in m.parameters())
     numel = sum(int(p.numel()) for m in h.modules for p in m.parameters())
-    mode_dependent = sum(1 for m in h.modules for s in m.modules()
-                         if isinstance(s, (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)))
+    n_buffers = len({id(b) for m in h.modules for b in m.buffers()})
+    mode_dependent = sum(1 for m in h.modules for s in m.modules() if _mode_dependent(s))
     ev = {"modules": len(h.modules), "parameters": n_params, "parameter_elements": numel,
-          "tensors": len(tensors), "owned_by_optimizer": n_owned, "reached_by_autograd": n_reached,
+          "buffers": n_buffers, "tensors": len(tensors), "owned_by_optimizer": n_owned, "reached_by_autograd": n_reached,
           "mode_dependent_modules": mode_dependent, "types": sorted({type(m).__name__ for m in h.modules})}
-    status = Status.FAIL if tensors or mode_dependent else Status.WARN
-    return finding(h.path, "structure.unregistered_module", status,
+    if not tensors and not mode_dependent:
+        # Nothing that parameters(), .to(), .train()/.eval() or state_dict() would have carried: a helper object
+        # (a kernel table, an activation) held as an attribute is not a divergence of the learning structures.
+        return finding(h.path, "structure.unregistered_module", Status.PASS,
+                      f"{h.path}: {len(h.modules)} modules held outside the registry hide nothing: no parameter, "
+                      "no buffer and no module whose forward reads its train/eval flag", ev)
+    return finding(h.path, "structure.unregistered_module", Status.FAIL,
                   f"{h.path}: {len(h.modules)} modules held outside the registry, hiding {n_params} parameter "
-                  f"tensors ({numel} elements) and {mode_dependent} Dropout/BatchNorm modules from parameters(), "
-                  f".to(), .train()/.eval() and state_dict(); {n_owned} of {len(tensors)} tensors owned by the "
-                  f"optimizer; {reach}", ev)
+                  f"tensors ({numel} elements), {n_buffers} buffers and {mode_dependent} modules whose "
+                  f"forward reads the train/eval flag from parameters(), .to(), .train()/.eval() and state_dict(); "
+                  f"{n_owned} of {len(tensors)} tensors owned by the optimizer; {reach}", ev)
 
 
 # ---- REGISTERED ----------------------------------------------------------------------------------
