@@ -3,16 +3,25 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The exact versions the suite passed with (pip constraints); `make lock` moves them to today's releases.
+LOCK   := requirements/dev.lock
+# The integrations whose newest releases `make test-latest` tries, and the tests that exercise them.
+LATEST := transformers accelerate pytorch-lightning mlflow-skinny ray
+LATEST_TESTS := grep -rlE \
+	'(import|from|importorskip[(].)[ ]*(transformers|accelerate|pytorch_lightning|lightning|mlflow|ray)\b|backend.{1,4}ray' \
+	tests --include='test_*.py' | grep -vE '^tests/(integrations|realworld)/' | sort
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast test-latest lock bench clean
 
-$(STAMP): pyproject.toml
+# A new lock or pyproject rebuilds the venv from nothing, so it holds exactly what the lock says.
+$(STAMP): pyproject.toml $(LOCK)
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	# The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet "torch==2.13.0"
-	# The dev extra brings pytest, ray and the integrations' libraries; torch is named again so that no
-	# package's requirement can swap the CPU build for another.
-	$(PY) -m pip install --quiet -e '.[dev]' "torch==2.13.0"
+	# The dev extra brings pytest, ray and the integrations' libraries, at the lock's versions; torch is named
+	# again so that no package's requirement can swap the CPU build for another.
+	$(PY) -m pip install --quiet -c $(LOCK) -e '.[dev]' "torch==2.13.0"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -24,6 +33,33 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not quality"
+
+# Today's releases of the integrations over the lock, in a venv of their own (.venv stays on the lock): run it
+# before moving the lock, and fix what it finds in firstdiv rather than pinning around it.
+test-latest:
+	rm -rf .venv-latest
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install --quiet "torch==2.13.0"
+	.venv-latest/bin/python -m pip install --quiet -c $(LOCK) -e '.[dev]' "torch==2.13.0"
+	# only-if-needed: what the new releases do not require stays at the lock's version
+	.venv-latest/bin/python -m pip install --quiet --upgrade --upgrade-strategy only-if-needed $(LATEST) "torch==2.13.0"
+	.venv-latest/bin/python -m pip list 2>/dev/null | grep -E '^(torch|$(shell echo $(LATEST) | tr ' ' '|')) '
+	.venv-latest/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__ == '2.13.0+cpu' else 'torch moved to ' + torch.__version__)"
+	.venv-latest/bin/python -m pytest -q tests/integrations tests/realworld $$($(LATEST_TESTS))
+
+# A new lock from today's releases, in a venv of its own. Then `make test` (it rebuilds .venv from the new
+# lock) and commit the lock only with a green suite.
+lock:
+	rm -rf .venv-lock
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet "torch==2.13.0"
+	.venv-lock/bin/python -m pip install --quiet -e '.[dev]' "torch==2.13.0"
+	{ sed -n '/^# generated/q;p' $(LOCK); \
+	  echo "# generated $$(date -u +%Y-%m-%d) by pip freeze --exclude-editable"; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
+	rm -rf .venv-lock
+	@echo "$(LOCK) written; now run make test, and commit the lock only if it passes"
 
 bench: $(STAMP)
 	$(PY) benchmarks/record_overhead.py
@@ -38,4 +74,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/store_scale.py
 
 clean:
-	rm -rf $(VENV) .firstdiv .pytest_cache
+	rm -rf $(VENV) .venv-latest .venv-lock .firstdiv .pytest_cache
