@@ -35,7 +35,8 @@ class RunLog:
         self.sweep = _log.reporting()
         self.rows: list[dict[str, float]] = []
         self._norms: list[torch.Tensor] = []  # not yet read back
-        self._done: list[float] = []
+        self._done: list[float] = []  # read back: the numbers the record keeps, curve and quantiles alike
+        self._seen = 0  # of them, how many latest_norm() has looked at
         self.examples = 0
         self._tokens: torch.Tensor | int | None = None
         self.seconds = 0.0
@@ -78,11 +79,19 @@ class RunLog:
             self._done.extend(self._read_pending())
 
     def _read_pending(self) -> list[float]:
+        """The one conversion of a norm to a number: float32 on the device, read back as a Python float."""
         pending, self._norms = self._norms, []
         if not pending:
             return []
         device = pending[0].device
         return [float(v) for v in torch.stack([n.float().to(device) for n in pending]).tolist()]
+
+    def latest_norm(self) -> float | None:
+        """The last optimizer step's norm, as the record's quantiles count it, when a step was measured since the
+        previous call (else None): a logged ``grad_norm`` row takes it, so the curve is the same measurement."""
+        self._done.extend(self._read_pending())
+        fresh, self._seen = len(self._done) > self._seen, len(self._done)
+        return self._done[-1] if fresh else None
 
     def batch(self, batch: Any) -> None:
         """Count one training batch: its examples, and its non-padding tokens when it carries ``input_ids``."""

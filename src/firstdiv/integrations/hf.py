@@ -14,7 +14,8 @@
 What it records: a row of the training logs at every ``on_log`` (``loss``, ``grad_norm``, ``learning_rate``; the
 ``eval_*`` keys are left to ``on_evaluate``) and of the metrics at every ``on_evaluate``; the global L2 gradient
 norm of every optimizer step, before clipping (each parameter's gradient as its last backward before the step
-left it, read by a post-accumulate-grad hook); examples per second, and non-padding tokens per second when the
+left it, read by a post-accumulate-grad hook, divided by fp16's gradient scale), which is also the number a
+logged row's ``grad_norm`` holds (the curve and the record's quantiles are one measurement); examples per second, and non-padding tokens per second when the
 model is called with ``input_ids``/``attention_mask``, counted by a forward hook on training forwards (grad
 enabled, model in train mode), evaluation time excluded; the contract of the eval dataloader at the first
 evaluation step (:mod:`firstdiv.integrations._contract`); and the ``TrainingArguments`` that shape the result.
@@ -59,6 +60,7 @@ class FirstdivCallback(Recording, _transformers.TrainerCallback):
         super().__init__(watch=watch, every=every, frozen=frozen, ratio_bounds=ratio_bounds, show=show)
         self._handles: list[Any] = []
         self._squares: dict[int, torch.Tensor] = {}
+        self._scaler: Any = None  # accelerate's gradient scaler (fp16): the squares are of scaled gradients
         self._evaluating = False
         self._seed: int | None = None
 
@@ -73,6 +75,7 @@ class FirstdivCallback(Recording, _transformers.TrainerCallback):
         for p in model.parameters():
             if p.requires_grad:
                 self._handles.append(p.register_post_accumulate_grad_hook(self._grad_arrived))
+        self._scaler = getattr(optimizer, "scaler", None)
         if self._watch_options is not None:
             inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper steps the user's optimizer
             self._watch = HostedWatch(model, [inner], self._watch_options)
@@ -98,7 +101,10 @@ class FirstdivCallback(Recording, _transformers.TrainerCallback):
         """The step's global norm from the squares its backward left (a transformers without
         ``on_pre_optimizer_step`` gets it at ``on_step_end``: the squares were read before clipping all the same)."""
         if self._squares:
-            self._run.add_norm(torch.stack(list(self._squares.values())).sum().sqrt())
+            norm = torch.stack(list(self._squares.values())).sum().sqrt()
+            if self._scaler is not None and self._scaler.is_enabled():  # the scale the backward ran under
+                norm = norm / self._scaler.get_scale()
+            self._run.add_norm(norm)
             self._squares = {}
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -116,7 +122,10 @@ class FirstdivCallback(Recording, _transformers.TrainerCallback):
             self._eval_begins()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-        self._run.row(state.global_step, {k: v for k, v in (logs or {}).items() if not k.startswith("eval_")})
+        row = {k: v for k, v in (logs or {}).items() if not k.startswith("eval_")}
+        if "grad_norm" in row:  # the Trainer's own computation of it: the row takes the callback's (one source)
+            row["grad_norm"] = self._run.latest_norm()
+        self._run.row(state.global_step, row)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._run.pause()
