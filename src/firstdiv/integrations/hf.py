@@ -23,8 +23,11 @@ evaluation step (:mod:`firstdiv.integrations._contract`); and the ``TrainingArgu
 The watch gets the model and optimizer from the callback's arguments, its loss from the training forwards'
 ``loss`` output, and wraps each evaluation that the Trainer's flow schedules after a step or an epoch (an
 explicit ``trainer.evaluate()`` outside training is not watched). Every hook is removed at train end. The
-Trainer calls no callback when training raises: then call ``cb.close()`` (hooks are also removed at the next
-``on_train_begin``).
+Trainer calls no callback when training raises: then call ``cb.close(exc)`` with the exception caught, which
+removes the hooks and makes ``cb.record`` a ``"failed"`` run (``"interrupted"`` for Ctrl-C) naming it, secrets
+scrubbed (hooks are also removed at the next ``on_train_begin``). Under a command sweep a run whose training
+began and did not end is failed even without that call: the callback reports the training as running when it
+begins and as ok at its end, so a script that catches the exception and exits 0 does not pass for a finished run.
 """
 
 from __future__ import annotations
@@ -62,13 +65,15 @@ class FirstdivCallback(Recording, _transformers.TrainerCallback):
         self._squares: dict[int, torch.Tensor] = {}
         self._scaler: Any = None  # accelerate's gradient scaler (fp16): the squares are of scaled gradients
         self._evaluating = False
+        self._training = False  # between on_train_begin and its end (on_train_end, or close() after a raise)
         self._seed: int | None = None
 
     # -- training -----------------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                        **kwargs: Any) -> None:
-        self.close()
-        self._run, self.record, self.report = RunLog(), None, None
+        self._release()
+        self._run, self.record, self.report, self._training = RunLog(), None, None, True
+        self._run.begin()
         self._run.config = {f: _plain(getattr(args, f)) for f in ARG_FIELDS if hasattr(args, f)}
         self._seed = int(args.seed)
         self._handles.append(model.register_forward_hook(self._forward, with_kwargs=True))
@@ -156,6 +161,7 @@ class FirstdivCallback(Recording, _transformers.TrainerCallback):
 
     # -- the end ------------------------------------------------------------------------------------------------
     def _finish(self) -> None:
+        self._training = False
         self._eval_done()
         self._run.pause()
         self._unhook()
@@ -170,8 +176,23 @@ class FirstdivCallback(Recording, _transformers.TrainerCallback):
             handle.remove()
         self._handles, self._squares = [], {}
 
-    def close(self) -> None:
-        """Remove every hook now (after training raised); ``cb.report`` is then the watch's report so far."""
+    def close(self, error: BaseException | None = None) -> None:
+        """After ``trainer.train()`` raised ``error`` (the Trainer calls no callback then): remove every hook and
+        end the run as failed (interrupted for Ctrl-C). ``cb.record`` is then the run so far with its ``status``
+        and ``error`` (pass the exception caught to have it named), ``cb.report`` the watch's report so far.
+        After a training that ended, it only checks that no hook is left."""
+        if not self._training:
+            self._release()
+            return
+        self._training = False
+        self._run.fail(error)
+        self._release()
+        self._run.pause()
+        self._run.flush()
+        self.record = self._run.record(self._seed)
+
+    def _release(self) -> None:
+        """Remove every hook, and close the watch (its report so far, not printed)."""
         self._unhook()
         self._evaluating = False
         if self._watch is not None:
