@@ -8,7 +8,7 @@
     cb = FirstdivCallback(watch=True, every=50)
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val, callbacks=[cb])
     trainer.train()
-    cb.record   # curves, final, grad_norm, throughput, eval_contract / eval_fingerprint, config
+    cb.record   # status / error, curves, final, grad_norm, throughput, eval_contract / eval_fingerprint, config
     cb.report   # the watch's Report
 
 What it records: a row of the training logs at every ``on_log`` (``loss``, ``grad_norm``, ``learning_rate``; the

@@ -8,7 +8,7 @@
     cb = FirstdivCallback(watch=True, every=50)
     trainer = pl.Trainer(max_epochs=10, callbacks=[cb])
     trainer.fit(model, train_loader, val_loader)
-    cb.record   # curves, final, grad_norm, throughput, eval_contract / eval_fingerprint, config
+    cb.record   # status / error, curves, final, grad_norm, throughput, eval_contract / eval_fingerprint, config
     cb.report   # the watch's Report (PASS, or the first step and parameter where an invariant broke)
 
 What it records, from Lightning's hooks: a row of ``trainer.callback_metrics`` at every validation end (the
@@ -99,7 +99,7 @@ class _Hooks(Recording):
         self._finish(trainer)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        if not self._run.flushed:  # the fit did not reach its end (an exception after it leaves its record be)
+        if trainer.state.fn == "fit" and not self._run.flushed:  # the fit did not reach its end
             self._run.fail(exception)
         self._finish(trainer)
 
