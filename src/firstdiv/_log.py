@@ -20,7 +20,10 @@ The protocol, one JSON object a line (a line that does not parse, a line cut sho
   - ``{"_firstdiv": "eval_contract", "data": {"indices": {...}, "mode": "eval", ...}}``: what its evaluation
     measured (which examples, preprocessing, reduction, model mode); the record's eval fingerprint is its hash;
   - ``{"_firstdiv": "config", "data": {"learning_rate": 0.001, ...}}``: the hyper-parameters as the script saw
-    them (kept in the record's ``extra["reported_config"]``; the sweep's own config and identity are unchanged).
+    them (kept in the record's ``extra["reported_config"]``; the sweep's own config and identity are unchanged);
+  - ``{"_firstdiv": "status", "data": {"status": "failed", "error": "RuntimeError: ..."}}``: how the training ended
+    (``"running"`` when it begins, ``"ok"``, ``"failed"`` or ``"interrupted"``); a command that exits 0 while its last
+    status is not ``"ok"`` is a failed run (its training raised and the script went on).
 
   The last line of a kind wins, except ``grad_norm`` lines, which add up. Unknown kinds are skipped.
 
@@ -39,7 +42,7 @@ from typing import Any
 REPORT_FILE = "FIRSTDIV_REPORT_FILE"
 REPORT_FD = "FIRSTDIV_REPORT_FD"
 #: the kinds of run line :func:`report` writes
-KINDS = ("grad_norm", "throughput", "eval_contract", "config")
+KINDS = ("grad_norm", "throughput", "eval_contract", "config", "status")
 
 
 def reporting() -> bool:

@@ -1,6 +1,6 @@
 """The Hugging Face callback on a real ``Trainer`` with a tiny BERT: what it records (tokens per second, the
-pre-clip gradient norm the Trainer itself logs), and the watch it hosts (a PASS that leaves no trace; real bugs
-named at the user's parameter or module)."""
+pre-clip gradient norm, one measurement for its curve and its quantiles), and the watch it hosts (a PASS that
+leaves no trace; real bugs named at the user's parameter or module)."""
 
 from __future__ import annotations
 
@@ -80,10 +80,9 @@ def test_it_records_tokens_per_second_the_pre_clip_grad_norm_curves_and_config(t
     assert swept.eval_fingerprint == rec["eval_fingerprint"] and swept.curves == rec["curves"]
     assert swept.throughput["tokens"] == rec["throughput"]["tokens"] and swept.grad_norm == rec["grad_norm"]
     assert swept.extra["reported_config"] == rec["config"]
-    hf_norms = rec["curves"]["grad_norm"]  # the Trainer's own pre-clip norm, logged at every step
-    assert len(hf_norms) == 6 and max(hf_norms) > 0.5
-    np.testing.assert_allclose([rec["grad_norm"][k] for k in ("median", "p90", "max")],
-                               np.quantile(hf_norms, [0.5, 0.9, 1.0]), rtol=1e-4)
+    norms = rec["curves"]["grad_norm"]  # the pre-clip norm, logged at every step: the quantiles' own numbers
+    assert len(norms) == 6 and max(norms) > 0.5
+    assert [rec["grad_norm"][k] for k in ("median", "p90", "max")] == np.quantile(norms, [0.5, 0.9, 1.0]).tolist()
     put = rec["throughput"]
     assert put["examples"] == 48  # 6 steps of 8: two epochs of 24
     assert put["tokens"] == 2 * int(Text(24, 0).lengths.sum()) and put["tokens_per_s"] > put["examples_per_s"] > 0

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("transformers", reason="transformers is not installed: pip install 'firstdiv[hf]'")
 
 import firstdiv
+from firstdiv.lab.record import quantiles
 
 SCRIPT = textwrap.dedent('''
     import argparse
@@ -69,6 +70,7 @@ def test_a_seed_sweep_of_a_trainer_script_records_what_the_trainer_did(tmp_path,
         assert len(r.curves["loss"]) == 4 and len(r.curves["eval_loss"]) == 2
         assert r.final["eval_loss"] == r.curves["eval_loss"][-1]
         assert len(r.curves["grad_norm"]) == 4 and r.grad_norm["max"] == max(r.curves["grad_norm"])
+        assert r.grad_norm == quantiles(r.curves["grad_norm"])  # one measurement: the same numbers, not approx
         assert r.throughput["tokens"] == 4 * 8 * 10 and r.throughput["tokens_per_s"] > 0
         assert r.eval_contract["mode"] == "eval" and r.eval_contract["indices"]["count"] == 16
         reported = r.extra["reported_config"]

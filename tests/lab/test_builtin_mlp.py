@@ -5,6 +5,7 @@ import torch
 
 from firstdiv.errors import InvalidArgument
 from firstdiv.lab import builtin_mlp as mlp
+from firstdiv.lab.builtin_checks import footprint
 from firstdiv.lab.record import Recorder
 from firstdiv.lab.workload import resolve
 
@@ -99,6 +100,24 @@ def test_label_shift_pairs_inputs_with_later_labels():
 def test_bad_knob_values_are_rejected_with_the_key(sets):
     with pytest.raises(InvalidArgument, match=sets[0].split("=")[0]):
         resolve("builtin:mlp").config(sets=sets)
+
+
+def test_a_batch_larger_than_the_data_is_one_full_batch_and_is_not_refused_for_memory(cli, tmp_path):
+    """batch_size above n_train trains one full batch per epoch: it needs the memory of batch_size=n_train."""
+    cfg = resolve("builtin:mlp").config(dict(FAST, batch_size=100_000_000))
+    assert footprint(cfg) == footprint(dict(cfg, batch_size=FAST["n_train"]))
+    rec, _, _ = fit(0, batch_size=100_000_000)
+    full, _, _ = fit(0, batch_size=FAST["n_train"])
+    assert len(rec.grad_norm_values) == FAST["epochs"] and rec.rows == full.rows  # one step an epoch, the same run
+    proc = cli("sweep", "builtin:mlp", "--seeds", "0", "--set", "batch_size=100000000", "--set", "epochs=1",
+               "--store", tmp_path / "runs.db", cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+
+
+def test_sizes_too_large_after_the_batch_is_clamped_are_still_refused_in_one_line():
+    with pytest.raises(InvalidArgument, match="GiB") as info:
+        resolve("builtin:mlp").config(sets=["batch_size=100000000", "hidden=10000000"])
+    assert "\n" not in str(info.value) and "hidden=10000000" in str(info.value)
 
 
 def _plain_loss(params, x, y, keep, scale):

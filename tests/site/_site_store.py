@@ -73,9 +73,9 @@ def serving(store: Path):
         thread.join(10)
 
 
-def get(url: str, headers: dict | None = None) -> tuple[int, str, dict]:
-    """(status, body, headers) of a GET, error statuses included."""
-    request = urllib.request.Request(url, headers=headers or {})
+def get(url: str, headers: dict | None = None, method: str = "GET") -> tuple[int, str, dict]:
+    """(status, body, headers) of a GET (or ``method``), error statuses included."""
+    request = urllib.request.Request(url, headers=headers or {}, method=method)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, response.read().decode("utf-8"), dict(response.headers)

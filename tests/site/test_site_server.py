@@ -94,7 +94,47 @@ def test_bad_filter_values_are_400_pages_with_the_reason(server):
     assert status == 400
     assert "Expected the since filter as a date YYYY-MM-DD (UTC) but got &#39;yesterday&#39;" in page
     status, page, _ = get(server.url + "?page=0")
-    assert status == 400 and "Expected page as an integer &gt;= 1" in page
+    assert status == 400 and "Expected page as an integer from 1 to 1000000000 but got &#39;0&#39;" in page
+
+
+@pytest.mark.parametrize("page", ["99999999999999999999", "46116860184273879", "1" + "0" * 5000, "-1", "abc", "1.5",
+                                  "%C2%B2", "%EF%BC%91", "%00", "0x10"])
+def test_a_page_number_that_is_not_a_page_is_a_400_page_with_the_reason(server, page):
+    status, body, _ = get(server.url + "?page=" + page)
+    assert status == 400, body
+    reason = re.search(r'<p class="lead reason">(.*?)</p>', body, re.DOTALL).group(1)
+    assert reason.startswith("Expected page as an integer from 1 to ") and "\n" not in reason, reason
+    assert "Traceback" not in body
+
+
+@pytest.mark.parametrize(("limit", "offset"), [(10**20, 0), (1, 10**20), (1, -1), (0, 0), (1, "2")])
+def test_index_rows_refuses_limits_sqlite_cannot_hold_in_one_line(store, limit, offset):
+    with pytest.raises(firstdiv.InvalidArgument) as info:
+        firstdiv.site.index_rows(store, limit=limit, offset=offset)
+    assert "\n" not in str(info.value)
+
+
+def test_every_response_refuses_framing_and_names_no_python_version(server):
+    for url, method in [(server.url, "GET"), (server.url + "?page=abc", "GET"), (server.url + "nope", "GET"),
+                        (server.url, "HEAD"), (server.url, "POST")]:
+        status, _, headers = get(url, method=method)
+        assert headers["X-Frame-Options"] == "DENY", (url, method, status)
+        assert "frame-ancestors 'none'" in headers["Content-Security-Policy"], (url, method, status)
+        assert headers["Server"] == "firstdiv-ui", (url, method, status)
+    status, _, headers = get(server.url, headers={"Host": "attacker.example"})
+    assert status == 403 and headers["X-Frame-Options"] == "DENY" and headers["Server"] == "firstdiv-ui"
+
+
+def test_a_malformed_request_line_is_answered_with_the_same_headers(server):
+    host, port = server.server_address[:2]
+    with socket.create_connection((host, port), timeout=60) as conn:
+        conn.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n")
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    head = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    assert head.startswith("HTTP/1.0 431"), head  # the header line is too long
+    assert "X-Frame-Options: DENY" in head and "frame-ancestors 'none'" in head and "Python" not in head, head
 
 
 def test_a_request_for_another_host_name_is_refused(server):

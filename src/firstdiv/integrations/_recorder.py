@@ -35,13 +35,15 @@ class RunLog:
         self.sweep = _log.reporting()
         self.rows: list[dict[str, float]] = []
         self._norms: list[torch.Tensor] = []  # not yet read back
-        self._done: list[float] = []
+        self._done: list[float] = []  # read back: the numbers the record keeps, curve and quantiles alike
+        self._seen = 0  # of them, how many latest_norm() has looked at
         self.examples = 0
         self._tokens: torch.Tensor | int | None = None
         self.seconds = 0.0
         self._since: float | None = None
         self.contract: dict[str, Any] | None = None
         self.config: dict[str, Any] = {}
+        self.failure: dict[str, str] | None = None  # {"status": "failed" | "interrupted", "error": ...}
         self.flushed = False
 
     # -- what the hooks tell it ---------------------------------------------------------------------------------
@@ -78,11 +80,19 @@ class RunLog:
             self._done.extend(self._read_pending())
 
     def _read_pending(self) -> list[float]:
+        """The one conversion of a norm to a number: float32 on the device, read back as a Python float."""
         pending, self._norms = self._norms, []
         if not pending:
             return []
         device = pending[0].device
         return [float(v) for v in torch.stack([n.float().to(device) for n in pending]).tolist()]
+
+    def latest_norm(self) -> float | None:
+        """The last optimizer step's norm, as the record's quantiles count it, when a step was measured since the
+        previous call (else None): a logged ``grad_norm`` row takes it, so the curve is the same measurement."""
+        self._done.extend(self._read_pending())
+        fresh, self._seen = len(self._done) > self._seen, len(self._done)
+        return self._done[-1] if fresh else None
 
     def batch(self, batch: Any) -> None:
         """Count one training batch: its examples, and its non-padding tokens when it carries ``input_ids``."""
@@ -106,6 +116,25 @@ class RunLog:
         """The first evaluation's contract is the run's (the same loader is evaluated every time)."""
         if self.contract is None:
             self.contract = contract
+
+    def begin(self) -> None:
+        """Training starts: the sweep is told the run is under way, so one that never reaches :meth:`flush` (the
+        trainer raised and the script caught it) is not taken for a finished run."""
+        if self.sweep and not self.flushed:
+            _log.report("status", {"status": "running"})
+
+    def fail(self, exc: BaseException | None) -> None:
+        """Training raised ``exc`` (None: an exception not known here): the run is failed (interrupted for
+        Ctrl-C), with its error scrubbed of secrets as the store scrubs a failed run's error."""
+        from .._secrets import scrub_text
+        from ..lab.runner import describe
+
+        if exc is None:
+            self.failure = {"status": "failed", "error": "the training raised before its end (pass the exception to "
+                                                        "cb.close(exc) to have it named)"}
+            return
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        self.failure = {"status": status, "error": scrub_text(describe(exc))}
 
     # -- what comes out -----------------------------------------------------------------------------------------
     def norms(self) -> list[float]:
@@ -136,10 +165,12 @@ class RunLog:
             _log.report("eval_contract", self.contract)
         if self.config:
             _log.report("config", self.config)
+        _log.report("status", self.failure or {"status": "ok"})
 
     def record(self, seed: int | None = None) -> dict[str, Any]:
-        """The run record's fields this run produced: curves, final, grad_norm, throughput, eval contract and
-        fingerprint, config (as :class:`~firstdiv.lab.record.RunRecord.to_dict` spells them)."""
+        """The run record's fields this run produced: status ("ok", "failed" or "interrupted") and error, curves,
+        final, grad_norm, throughput, eval contract and fingerprint, config (as
+        :class:`~firstdiv.lab.record.RunRecord.to_dict` spells them)."""
         from ..lab._command_run import apply_run_lines
         from ..lab.record import Recorder, jsonable, quantiles, short_hash
 
@@ -160,8 +191,10 @@ class RunLog:
             put["examples_per_s"] = rec.examples_seen / put["seconds"]
             if rec.tokens_seen:
                 put.update(tokens=rec.tokens_seen, tokens_per_s=rec.tokens_seen / put["seconds"])
+        failure = self.failure or {"status": "ok", "error": None}
         return jsonable({
-            "seed": seed, "config": dict(rec.extra.get("reported_config", {})), "curves": curves,
+            "seed": seed, "status": failure["status"], "error": failure["error"],
+            "config": dict(rec.extra.get("reported_config", {})), "curves": curves,
             "final": {k: v[-1] for k, v in curves.items()}, "grad_norm": quantiles(rec.grad_norm_values),
             "throughput": put, "eval_contract": rec.contract,
             "eval_fingerprint": short_hash(rec.contract) if rec.contract else None,

@@ -8,7 +8,7 @@
     cb = FirstdivCallback(watch=True, every=50)
     trainer = pl.Trainer(max_epochs=10, callbacks=[cb])
     trainer.fit(model, train_loader, val_loader)
-    cb.record   # curves, final, grad_norm, throughput, eval_contract / eval_fingerprint, config
+    cb.record   # status / error, curves, final, grad_norm, throughput, eval_contract / eval_fingerprint, config
     cb.report   # the watch's Report (PASS, or the first step and parameter where an invariant broke)
 
 What it records, from Lightning's hooks: a row of ``trainer.callback_metrics`` at every validation end (the
@@ -17,8 +17,10 @@ the global L2 gradient norm before every optimizer step (``on_before_optimizer_s
 before clipping); examples per second (tokens per second, non-padding, when batches are mappings carrying
 ``input_ids``/``attention_mask``) over the training time, evaluation excluded; the contract of the first
 validation dataloader (:mod:`firstdiv.integrations._contract`); the LightningModule's ``hparams``, the trainer's
-schedule and the optimizers' settings. Under a command sweep every seed's run record gets all of it. The watch
-closes (every hook removed) at train end and when training raises. The class derives from the ``Callback`` of
+schedule and the optimizers' settings. Under a command sweep every seed's run record gets all of it. A fit that
+raises (``on_exception``) is a ``"failed"`` record (``"interrupted"`` for Ctrl-C) whose ``error`` names the
+exception, secrets scrubbed; under a command sweep that run fails even when the script catches the exception and
+exits 0. The watch closes (every hook removed) at train end and when training raises. The class derives from the ``Callback`` of
 ``pytorch_lightning`` and of ``lightning.pytorch``, whichever are installed, so either Trainer accepts it.
 """
 
@@ -63,6 +65,7 @@ class _Hooks(Recording):
     # -- training -----------------------------------------------------------------------------------------------
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._run, self.record, self.report, self._val_keys = RunLog(), None, None, set()
+        self._run.begin()
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._run.config = _config(trainer, pl_module)
@@ -96,6 +99,8 @@ class _Hooks(Recording):
         self._finish(trainer)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        if trainer.state.fn == "fit" and not self._run.flushed:  # the fit did not reach its end
+            self._run.fail(exception)
         self._finish(trainer)
 
     # -- validation ---------------------------------------------------------------------------------------------

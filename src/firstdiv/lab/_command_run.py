@@ -79,6 +79,8 @@ class CommandRun:
                 how += (f" (its Python cannot import firstdiv: run the command with {sys.executable}, e.g. "
                         "activate that environment, or pip install firstdiv where the command runs)")
             raise CommandFailed(f"command failed with {how}" + stderr)
+        if runs.get("status", {}).get("status", "ok") != "ok":  # a training callback saw it end unfinished
+            raise CommandFailed(_unfinished(runs["status"]) + stderr)
         if not rows:
             raise CommandFailed("the command exited 0 but reported no metrics: call firstdiv.log(val_loss=...) in the "
                                 f"script (or write JSON lines to ${REPORT_FILE})" + stderr)
@@ -171,8 +173,17 @@ def _run_line(runs: dict[str, Any], kind: Any, data: Any) -> None:
     if kind == "grad_norm" and isinstance(data, list):
         runs.setdefault("grad_norm", []).extend(float(v) for v in data
                                                 if isinstance(v, (int, float)) and not isinstance(v, bool))
-    elif kind in ("throughput", "eval_contract", "config") and isinstance(data, dict) and data:
+    elif kind in ("throughput", "eval_contract", "config", "status") and isinstance(data, dict) and data:
         runs[kind] = data
+
+
+def _unfinished(status: dict[str, Any]) -> str:
+    """The error of a run whose training did not end although the command exited 0 (the script caught it)."""
+    error = status.get("error")
+    if isinstance(error, str) and error:
+        return f"training {status.get('status')}: {error[:1000]}; the script went on and exited 0, the run did not finish"
+    return ("training began but never reached its end, and the script exited 0 (the trainer raised and the script "
+            "went on?)")
 
 
 def apply_run_lines(rec: Any, runs: dict[str, Any]) -> None:

@@ -59,10 +59,12 @@ def validate(config: dict[str, Any]) -> None:
 
 def footprint(config: dict[str, Any]) -> int:
     """Bytes one seed needs, roughly: the data (and numpy's float64 draft of it), the parameters with
-    their gradients and Adam state, an epoch's dropout draws and a forward pass over the validation set."""
+    their gradients and Adam state, an epoch's dropout draws and a forward pass over the validation set.
+    A batch_size above n_train is one full batch (the training loop slices the epoch's order), so it counts
+    as n_train rows."""
     n, d, h, k = config["n_train"] + config["n_val"], config["in_dim"], config["hidden"], config["classes"]
     params = d * h + h * h + h * k + 2 * h + k
-    rows = max(config["batch_size"], config["n_val"])
+    rows = max(min(config["batch_size"], config["n_train"]), config["n_val"])
     return 12 * n * d + 8 * n * k + 16 * params + 4 * config["n_train"] * h + 16 * rows * (2 * h + k)
 
 

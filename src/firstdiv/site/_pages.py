@@ -30,6 +30,8 @@ from . import _query
 from ._query import Filters
 
 PER_PAGE = 200
+#: the highest page number the index answers (its offset stays far inside SQLite's 64-bit integers)
+MAX_PAGE = 10**9
 #: a page address: kind/NAME.html, NAME made of the characters the store's ids use
 _ROUTE = re.compile(r"^/?(sweep|incident|compare)/([A-Za-z0-9_-]{1,130})\.html$")
 _SWEEP_ID = re.compile(r"^[0-9a-f]{1,64}$")
@@ -108,10 +110,18 @@ def _link(filters: dict[str, str], **changes: Any) -> str:
     return "?" + urlencode(query) if query else "?"
 
 
+def page_number(text: str) -> int:
+    """The index page a query's ``page=`` asks for: ASCII digits, 1 to ``MAX_PAGE``; else one InvalidArgument."""
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(MAX_PAGE))) or not 1 <= int(text) <= MAX_PAGE:
+        raise InvalidArgument(f"Expected page as an integer from 1 to {MAX_PAGE} but got {text[:24]!r}; "
+                              "follow the index's page links")
+    return int(text)
+
+
 def index_html(store_path: str | os.PathLike[str], filters: Filters, *, page: int = 1, static: bool = False) -> str:
     """The index: sweeps (``PER_PAGE`` a page, or all of them with ``static``), comparable pairs, incidents."""
-    if isinstance(page, bool) or not isinstance(page, int) or page < 1:
-        raise InvalidArgument(f"Expected page as an integer >= 1 but got {page!r}")
+    if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= MAX_PAGE:
+        raise InvalidArgument(f"Expected page as an integer from 1 to {MAX_PAGE} but got {page!r}")
     if static:  # every row is listed; the page's script filters them
         filters, page = Filters(), 1
     with _query.connect(store_path) as conn:

@@ -175,12 +175,21 @@ def _check_version(conn: sqlite3.Connection, path: Path) -> None:
                             "run any firstdiv command on it once (e.g. `firstdiv runs --store PATH`) to upgrade it"))
 
 
+#: the largest limit or offset passed to SQLite (its integers are 64-bit)
+_SQL_INT_MAX = 2**63 - 1
+
+
 def _limits(limit: int, offset: int) -> tuple[int, int]:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidArgument(f"Expected limit as a positive integer but got {limit!r}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise InvalidArgument(f"Expected offset as an integer >= 0 but got {offset!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _SQL_INT_MAX:
+        raise InvalidArgument(f"Expected limit as an integer from 1 to 2**63-1 but got {_short(limit)}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= _SQL_INT_MAX:
+        raise InvalidArgument(f"Expected offset as an integer from 0 to 2**63-1 but got {_short(offset)}")
     return limit, offset
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
 
 
 def sweep_rows(conn: sqlite3.Connection, filters: Filters, limit: int, offset: int) -> list[SweepRow]:

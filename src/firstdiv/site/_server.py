@@ -25,10 +25,8 @@ def respond(store_path: str | os.PathLike[str], target: str) -> tuple[int, str]:
     query = parse_qs(url.query)
     try:
         if url.path in ("/", "/index.html"):
-            page = query.get("page", ["1"])[-1]
-            if not page.isdigit() or int(page) < 1:
-                raise InvalidArgument(f"Expected page as an integer >= 1 but got {page[:20]!r}")
-            return 200, _pages.index_html(store_path, Filters.from_query(query), page=int(page))
+            page = _pages.page_number(query.get("page", ["1"])[-1])
+            return 200, _pages.index_html(store_path, Filters.from_query(query), page=page)
         route = _pages.parse_route(url.path)
         if route is None:
             raise NotFound(f"No page at {url.path[:200]}; the index at / links every page")
@@ -43,9 +41,24 @@ def respond(store_path: str | os.PathLike[str], target: str) -> tuple[int, str]:
         return 500, _pages.error_html(500, reason)
 
 
+#: sent with every response, error responses of http.server included: no page of the store is framed by another
+#: site (each page's own policy, in its <meta>, cannot say frame-ancestors)
+SECURITY_HEADERS = (("X-Frame-Options", "DENY"), ("Content-Security-Policy", "frame-ancestors 'none'"),
+                    ("X-Content-Type-Options", "nosniff"))
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: SiteServer
     server_version = "firstdiv-ui"
+
+    def version_string(self) -> str:
+        """The Server header: the program's name, not the interpreter's version."""
+        return self.server_version
+
+    def end_headers(self) -> None:
+        for name, value in SECURITY_HEADERS:
+            self.send_header(name, value)
+        super().end_headers()
 
     def do_GET(self) -> None:
         self._answer(body=True)
@@ -64,7 +77,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
         self.end_headers()
         if body:
             self.wfile.write(data)
