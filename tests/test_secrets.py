@@ -5,7 +5,10 @@ shareable page."""
 
 from __future__ import annotations
 
+import base64
 import json
+import random
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -16,7 +19,7 @@ import pytest
 
 import firstdiv
 from firstdiv import html
-from firstdiv._secrets import Scrubber, scrub_json
+from firstdiv._secrets import Scrubber, scrub_json, scrub_text
 
 # Fake credentials, split so that no scanner mistakes this file for a leak.
 HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345"
@@ -94,6 +97,18 @@ SHAPES = [
     ("redis-cli -h cache -a R3disPw ping", "R3disPw", "redis-cli -h cache -a [redacted] ping"),
     ("openssl rsa -in k.pem -passin pass:Ss1Pw", "Ss1Pw", "-passin pass:[redacted]"),
     (f"wandb login {WANDB}", WANDB, "wandb login [redacted]"),
+    (f"wandb login --host https://wandb.example.com {WANDB}", WANDB, "--host https://wandb.example.com [redacted]"),
+    (f"wandb login --relogin '{WANDB.upper()}'", WANDB.upper(), "wandb login --relogin '[redacted]'"),
+    (f"wandb.login(key='{WANDB}', relogin=True)", WANDB, "wandb.login(key='[redacted]', relogin=True)"),
+    # credentials given in prose, after the word that names them
+    ("signature mismatch for secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI",
+     "signature mismatch for secret [redacted]"),
+    ("aws secret access key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY rejected", "wJalrXUtnFEMI",
+     "aws secret access key [redacted] rejected"),
+    ("the password is Hunter2Correct-Horse", "Hunter2Correct-Horse", "the password is [redacted]"),
+    ("login failed: the passphrase was 'c0rrect horse'.", "c0rrect horse", "the passphrase was '[redacted]'."),
+    ("my api key is Zk3pQ9xW2vL7 (do not share)", "Zk3pQ9xW2vL7", "my api key is [redacted] (do not share)"),
+    (f"wandb: ERROR invalid token {WANDB}", WANDB, "wandb: ERROR invalid token [redacted]"),
     # .netrc
     ("machine api.wandb.ai login user password N3trcPw", "N3trcPw", "login user password [redacted]"),
     ("machine huggingface.co\n  login hf_user\n  password N3trc2pw\n", "N3trc2pw", "password [redacted]"),
@@ -158,6 +173,13 @@ LOOKALIKES = [
     "token=None api_key: null HF_TOKEN=$HF_TOKEN password=${DB_PASSWORD} api_key=<your-key> secret=***",
     'huggingface-cli login --token "$HF_TOKEN" --add-to-git-credential',
     "http://localhost:8080/metrics and https://user@example.com/path",
+    "commit 4b825dc642cb6eb9a060e54bf8d69288fbee4904 on main; code version 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+    "config hash e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 seed 3",
+    "the password is required; the secret is in the warmup; the token was rejected; password authentication failed",
+    "Token indices sequence length is longer than the specified maximum (1024 > 512); token 50256 at step 12",
+    "the pad token is [PAD] and the eos token is </s>; next token 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+    "secret 'hf-creds' not found; the password is 8 characters; loss 2.3125 for tensor of shape (32, 4096)",
+    "secret key file /run/secrets/aws/credentials missing; token ./tokens/vocab-32000.json",
 ]
 
 
@@ -176,6 +198,48 @@ def test_each_credential_shape_loses_its_value_and_keeps_its_name(text, secret, 
 def test_training_log_lookalikes_survive_verbatim(text):
     scrub = Scrubber()
     assert scrub.text(text) == text and scrub.redacted == scrub.dropped == 0
+
+
+def _shapes(size: int) -> dict[str, str]:
+    """Texts of ``size`` characters: one unbroken token, many short ones, a long line of assignments, base64,
+    hex, JSON, and runs of the prefixes that start a credential shape."""
+    rnd = random.Random(0)
+    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    shapes = {
+        "one token": "".join(rnd.choice(alnum) for _ in range(size)),
+        "one letter": "a" * size,
+        "short tokens": " ".join(f"w{i}" for i in range(size)),
+        "a=a=": "a=" * size,
+        "key=value line": " ".join(f"k{i}=v{i}" for i in range(size)),
+        "base64": base64.b64encode(rnd.randbytes(size)).decode(),
+        "hex": rnd.randbytes(size).hex(),
+        "json": json.dumps({f"key_{i}": [i, f"val{i}", {"x": 0.5}] for i in range(size // 10)}),
+        "urls": "see http://host.example/a?b " * size,
+    }
+    for prefix in ("xsk-", "_eyJabcdefghijk", "mysql -u ", "curl -u x ", "//a.b/", "x://", "token is "):
+        shapes[prefix] = prefix * size
+    return {name: text[:size] for name, text in shapes.items()}
+
+
+def test_a_megabyte_of_any_shape_is_scrubbed_in_linear_time():
+    """Each shape is a 64 KB line, 1 MB in all: a scrubber that rescans a token from each of its characters
+    takes hours here (16 KB of one token took seconds), a linear one about a second. The alarm is a ceiling of
+    minutes for a loaded machine, not a measurement (benchmarks/scrub_speed.py prints the ratios)."""
+    shapes = _shapes(64_000)
+    assert len(shapes) == 16
+    text = "\n".join(f"{shape} password={PW}" for shape in shapes.values())
+
+    def too_slow(signum, frame):
+        raise TimeoutError("scrubbing 1 MB took more than 4 minutes: some rule is quadratic")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(240)
+    try:
+        out = scrub_text(text)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert out == text.replace(PW, "[redacted]")  # every secret found, everything else verbatim
 
 
 def test_the_tables_are_as_large_as_promised():
