@@ -65,17 +65,19 @@ LABELLED = tuple((keywords, re.compile(p)) for keywords, p in (
                 r"[^\s/'\"?#]+(?=@)")),
     # command lines
     (("mysql", "mariadb"), _command(r"\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mariadb|mariadb-dump)\b", "-p") + _VALUE),
-    (("sshpass",), rf"(?P<keep>\bsshpass\s+(?:-[^p\s]\S*\s+)*-p\s*)(?!\[redacted\]){_VALUE}"),
+    (("sshpass",), rf"(?P<keep>\bsshpass\s+(?:-[^p\s]\S*\s+){{0,4}}+-p\s*)(?!\[redacted\]){_VALUE}"),  # a few flags
     (("curl",), _command(r"\bcurl\b", r"(?:-u|--user)\s*['\"]?[^\s:'\"]+:") + r"[^\s'\"]+"),
     (("login",), _command(r"\b(?:docker|podman|nerdctl|buildah|skopeo|helm\s+registry)\s+login\b", r"-p\s*") + _VALUE),
     (("redis-cli",), _command(r"\bredis-cli\b", r"-a\s+") + _VALUE),
     (("-pass",), r"(?P<keep>-pass(?:in|out)\s+pass:)(?!\[redacted\])[^\s'\"]+"),
     # W&B: the API key is 40 hex digits (a local server's has a prefix) wherever it stands in the command
     (("wandb",), _command(r"\bwandb\s+login\b", r"['\"]?") + r"(?:local-)?[0-9a-fA-F]{40,}+(?![0-9A-Za-z])"),
-    (("wandb.login(",), r"(?P<keep>\bwandb\.login\([^)\n]*?\bkey\s*=\s*['\"]?)(?!\[redacted\])[^\s'\",)]+"),
-    # .netrc: "machine HOST login USER password PW", on one line or several
+    (("wandb.login(",),  # the call's arguments, read up to the next call of it
+     r"(?P<keep>\bwandb\.login\((?:(?!wandb\.login\()[^)\n])*?\bkey\s*=\s*['\"]?)(?!\[redacted\])[^\s'\",)]+"),
+    # .netrc: "machine HOST login USER password PW", on one line or several (an entry names its login and
+    # account once each: a line of "default login default login ..." is not read again from each "default")
     (("password",),
-     r"(?P<keep>\b(?:machine\s+\S+|default)(?:\s+(?:login|account)\s+\S+)*\s+password\s+)(?!\[redacted\])\S+"),
+     r"(?P<keep>\b(?:machine\s+\S+|default)(?:\s+(?:login|account)\s+\S+){0,2}+\s+password\s+)(?!\[redacted\])\S+"),
 ))
 #: ``--name value`` / ``--name=value``; the caller decides from the name whether the value is a secret
 FLAG = re.compile(rf"(?<![\w-])(?P<keep>--?(?P<name>[A-Za-z][\w-]*)(?:\s+|=))(?!\[redacted\])(?!-){_VALUE}")
