@@ -4,7 +4,7 @@ growth per doubling of the size.
 Target: linear time (a ratio near 2 per doubling; a quadratic rule shows 4) and well under a second for
 1 MB of any shape. The shapes are the ones that made rules retry a token from each of its characters: one
 unbroken token, one letter repeated, long lines of ``a=`` and ``key=value``, base64, hex, JSON, URLs, runs of
-the prefixes that start a credential shape (``sk-``, ``_eyJ``, ``mysql -u``, ``curl -u``), and, for
+the words and prefixes that start a credential shape (``sk-``, ``_eyJ``, ``mysql -u``, ``default login``), and, for
 comparison, prose and a training log. Each time is the best of several calls in one run of this script.
 
     python benchmarks/scrub_speed.py [--repeat 3]
@@ -42,7 +42,7 @@ def shapes(size: int) -> dict[str, str]:
         "urls": "see https://host.example/a/b?c=d " * (size // 30 + 1),
         "training log": log,
     }
-    for prefix in ("xsk-", "_eyJabcdefghijk", "mysql -u ", "curl -u x ", "x://"):
+    for prefix in ("xsk-", "_eyJabcdefghijk", "mysql -u ", "curl -u x ", "x://", "default login ", "--sshpass ", "aws key "):
         texts[f"run of {prefix.strip()!r}"] = prefix * (size // len(prefix) + 1)
     return {name: text[:size] for name, text in texts.items()}
 
