@@ -5,7 +5,10 @@ shareable page."""
 
 from __future__ import annotations
 
+import base64
 import json
+import random
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -16,7 +19,7 @@ import pytest
 
 import firstdiv
 from firstdiv import html
-from firstdiv._secrets import Scrubber, scrub_json
+from firstdiv._secrets import Scrubber, scrub_json, scrub_text
 
 # Fake credentials, split so that no scanner mistakes this file for a leak.
 HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345"
@@ -94,6 +97,18 @@ SHAPES = [
     ("redis-cli -h cache -a R3disPw ping", "R3disPw", "redis-cli -h cache -a [redacted] ping"),
     ("openssl rsa -in k.pem -passin pass:Ss1Pw", "Ss1Pw", "-passin pass:[redacted]"),
     (f"wandb login {WANDB}", WANDB, "wandb login [redacted]"),
+    (f"wandb login --host https://wandb.example.com {WANDB}", WANDB, "--host https://wandb.example.com [redacted]"),
+    (f"wandb login --relogin '{WANDB.upper()}'", WANDB.upper(), "wandb login --relogin '[redacted]'"),
+    (f"wandb.login(key='{WANDB}', relogin=True)", WANDB, "wandb.login(key='[redacted]', relogin=True)"),
+    # credentials given in prose, after the word that names them
+    ("signature mismatch for secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI",
+     "signature mismatch for secret [redacted]"),
+    ("aws secret access key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY rejected", "wJalrXUtnFEMI",
+     "aws secret access key [redacted] rejected"),
+    ("the password is Hunter2Correct-Horse", "Hunter2Correct-Horse", "the password is [redacted]"),
+    ("login failed: the passphrase was 'c0rrect horse'.", "c0rrect horse", "the passphrase was '[redacted]'."),
+    ("my api key is Zk3pQ9xW2vL7 (do not share)", "Zk3pQ9xW2vL7", "my api key is [redacted] (do not share)"),
+    (f"wandb: ERROR invalid token {WANDB}", WANDB, "wandb: ERROR invalid token [redacted]"),
     # .netrc
     ("machine api.wandb.ai login user password N3trcPw", "N3trcPw", "login user password [redacted]"),
     ("machine huggingface.co\n  login hf_user\n  password N3trc2pw\n", "N3trc2pw", "password [redacted]"),
@@ -158,6 +173,13 @@ LOOKALIKES = [
     "token=None api_key: null HF_TOKEN=$HF_TOKEN password=${DB_PASSWORD} api_key=<your-key> secret=***",
     'huggingface-cli login --token "$HF_TOKEN" --add-to-git-credential',
     "http://localhost:8080/metrics and https://user@example.com/path",
+    "commit 4b825dc642cb6eb9a060e54bf8d69288fbee4904 on main; code version 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+    "config hash e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 seed 3",
+    "the password is required; the secret is in the warmup; the token was rejected; password authentication failed",
+    "Token indices sequence length is longer than the specified maximum (1024 > 512); token 50256 at step 12",
+    "the pad token is [PAD] and the eos token is </s>; next token 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+    "secret 'hf-creds' not found; the password is 8 characters; loss 2.3125 for tensor of shape (32, 4096)",
+    "secret key file /run/secrets/aws/credentials missing; token ./tokens/vocab-32000.json",
 ]
 
 
@@ -176,6 +198,42 @@ def test_each_credential_shape_loses_its_value_and_keeps_its_name(text, secret, 
 def test_training_log_lookalikes_survive_verbatim(text):
     scrub = Scrubber()
     assert scrub.text(text) == text and scrub.redacted == scrub.dropped == 0
+
+
+MB = 1 << 20
+ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+#: a megabyte of each shape that made a rule retry a token from each of its characters (or an occurrence from
+#: each earlier one): one unbroken token, short tokens, long lines of signs, base64, hex, JSON, and runs of the
+#: words and prefixes that start a credential shape
+MEGABYTES = {
+    "one token": lambda rnd: "".join(rnd.choices(ALNUM, k=MB)),
+    "base64": lambda rnd: base64.b64encode(rnd.randbytes(MB)).decode(),
+    "hex": lambda rnd: rnd.randbytes(MB).hex(),
+    "json": lambda rnd: json.dumps({f"key_{i}": [i, f"val{i}", {"x": 0.5}] for i in range(MB // 30)}),
+    **{unit.strip(): (lambda rnd, unit=unit: unit * (MB // len(unit) + 1)) for unit in (
+        "a", "w1 ", "a=", "k1=v1 ", "see http://host.example/a?b ", "xsk-", "_eyJabcdefghijk", "mysql -u ",
+        "curl -u x ", "//a.b/", "x://", "token is ", "default login ", "wandb.login(", "aws key ", "--sshpass ")},
+}
+
+
+@pytest.mark.parametrize("shape", MEGABYTES)
+def test_a_megabyte_of_any_shape_is_scrubbed_in_linear_time(shape):
+    """A linear scrubber takes well under a second here; one that rescans a token from each of its characters
+    takes hours (16 KB of one token took seconds). The alarm is a ceiling of minutes for a loaded machine, not
+    a measurement (benchmarks/scrub_speed.py prints the times and their growth per doubling)."""
+    text = MEGABYTES[shape](random.Random(0))[:MB] + f" password={PW}"
+
+    def too_slow(signum, frame):
+        raise TimeoutError(f"scrubbing 1 MB of {shape!r} took more than 2 minutes: some rule is quadratic")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(120)
+    try:
+        out = scrub_text(text)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert out == text.replace(PW, "[redacted]")  # the secret found, everything else verbatim
 
 
 def test_the_tables_are_as_large_as_promised():

@@ -322,6 +322,11 @@ SECRETS = [  # (text as a user would paste it, the secret that must not be store
     ('headers {"Authorization": "Basic dXNlcjpwYXNzd29yZA=="}', "dXNlcjpwYXNzd29yZA", '"Authorization": "[redacted]"'),
     ("wandb: jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpM", "SflKxwRJSMeKKF2QT4fwpM",
      "wandb: jwt [redacted]"),
+    ("signature mismatch for secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI",
+     "signature mismatch for secret [redacted]"),
+    ("the password is Hunter2Correct-Horse", "Hunter2Correct-Horse", "the password is [redacted]"),
+    ("wandb login --host https://wandb.example.com 0123456789ABCDEF0123456789abcdef01234567", "0123456789ABCDEF",
+     "wandb login --host https://wandb.example.com [redacted]"),
 ]
 
 
