@@ -72,6 +72,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/trace_overhead.py
 	$(PY) benchmarks/site_index.py
 	$(PY) benchmarks/store_scale.py
+	$(PY) benchmarks/scrub_speed.py
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-lock .firstdiv .pytest_cache
