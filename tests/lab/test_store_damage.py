@@ -141,3 +141,29 @@ def test_a_sweep_that_runs_out_of_disk_is_one_line_exit_2_and_a_rerun_resumes(tm
     with Store(path, create=False) as st:
         assert len(st.records(st.find_sweep("main"))) == 3
     assert main(["sweep", wl, "--seeds", "0-9", "--name", "more", "--set", "shift=0.5", "--store", str(path)]) == 0
+
+
+def test_unfolded_changes_that_cannot_be_copied_for_reading_are_said_in_one_line(tmp_path, monkeypatch):
+    """A read-only store whose -wal file holds changes is read from a copy; with no room for the copy, the user
+    is told the store has changes that cannot be read here (not shown an older store)."""
+    import errno
+    import tempfile
+
+    from firstdiv.lab import store_open
+
+    path = tmp_path / "runs.db"
+    path.write_bytes(b"store")
+    path.with_name("runs.db-wal").write_bytes(b"changes")
+
+    def no_room(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(store_open.shutil, "copyfile", no_room)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    with pytest.raises(StoreError) as err:
+        store_open._copy_with_wal(path, path.with_name("runs.db-wal"), 7)
+    message = str(err.value)
+    assert message.startswith(f"{path} has changes not yet folded into it (runs.db-wal, 7 bytes)"), message
+    assert "No space left on device" in message and "pass the copy to --store" in message and "\n" not in message
+    assert not list((tmp_path / "tmp").iterdir())  # the half-made copy is removed
