@@ -31,9 +31,9 @@ def full(exc: BaseException) -> bool:
 
 
 def damaged(path: Path, why: object) -> StoreError:
-    """The store's file holds damage SQLite or firstdiv found; nothing is written to it."""
-    return StoreError(f"The run store {path} is damaged ({why}); nothing was written to it: move it aside "
-                      f"(mv {path} {path}.damaged) and restore it from a backup, or pass another --store PATH")
+    """The store's file holds damage SQLite or firstdiv found (the command stops there)."""
+    return StoreError(f"The run store {path} is damaged ({why}): move it aside (mv {path} {path}.damaged) and "
+                      "restore it from a backup, or pass another --store PATH")
 
 
 def broken(path: Path, exc: BaseException, patience: float) -> StoreError:
