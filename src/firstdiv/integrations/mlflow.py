@@ -75,12 +75,13 @@ def push(sweep_name: str, experiment: str | None = None, tracking_uri: str | Non
         if owned:
             st.close()
     name = experiment if experiment is not None else info.name
+    logged = [_logged(record, info.name) for _, _, record in entries]  # names MLflow would merge: refused here
     with session(tracking_uri) as s:
         exp = s.experiment(name, create=True)
         found = {r.data.tags.get(rec.RUN_ID_TAG): r for r in s.runs(exp.experiment_id, _sweep_filter(info.name))
                  if r.data.tags.get(rec.SWEEP_TAG) == info.name}
         pushed, existing, replaced = [], [], []
-        for store_run_id, sweep, record in entries:
+        for i, (store_run_id, sweep, record) in enumerate(entries):
             row = {"seed": record.seed, "firstdiv_run_id": rec.fid(record), "status": record.status}
             old = found.get(rec.fid(record))
             if old is not None and old.info.status != "RUNNING":
@@ -89,7 +90,8 @@ def push(sweep_name: str, experiment: str | None = None, tracking_uri: str | Non
             if old is not None:  # a push that stopped half way: not a run anyone should read
                 s.client.delete_run(old.info.run_id)
                 replaced.append(old.info.run_id)
-            pushed.append({**row, "mlflow_run_id": _log_run(s, exp.experiment_id, record, sweep, store_run_id)})
+            pushed.append({**row, "mlflow_run_id": _log_run(s, exp.experiment_id, record, sweep, store_run_id,
+                                                             logged[i])})
     return PushResult(info.name, name, exp.experiment_id, s.uri, tuple(pushed), tuple(existing), tuple(replaced))
 
 
@@ -97,16 +99,24 @@ def _sweep_filter(name: str) -> str:
     return Query("", "", ((rec.SWEEP_TAG, name),)).filter_string()
 
 
-def _log_run(s: Any, experiment_id: str, record: Any, sweep: Any, store_run_id: int | None) -> str:
-    """One MLflow run for ``record``, logged whole: on any error it is deleted before the error goes on."""
+def _logged(record: Any, sweep_name: str) -> tuple[dict[str, str], list[tuple[str, float, int]]]:
+    """(params, metrics) of ``record`` as MLflow will hold them."""
+    where = f"sweep {sweep_name!r} seed {record.seed}: "
+    return rec.params_of(record, where=where), rec.metrics_of(record, where=where)
+
+
+def _log_run(s: Any, experiment_id: str, record: Any, sweep: Any, store_run_id: int | None,
+             logged: tuple[dict[str, str], list[tuple[str, float, int]]]) -> str:
+    """One MLflow run for ``record`` (``logged``: its params and metrics), logged whole: on any error it is deleted
+    before the error goes on."""
     ent = s.mlflow.entities
     now = int(time.time() * 1000)
     start = rec.millis(record.created, now)
     run = s.client.create_run(experiment_id, start_time=start, tags=rec.tags_of(record, sweep, store_run_id))
     run_id = run.info.run_id
     try:
-        metrics = [ent.Metric(k, v, start, step) for k, v, step in rec.metrics_of(record)]
-        params = [ent.Param(k, v) for k, v in rec.params_of(record).items()]
+        metrics = [ent.Metric(k, v, start, step) for k, v, step in logged[1]]
+        params = [ent.Param(k, v) for k, v in logged[0].items()]
         for batch in chunks(metrics, MAX_METRICS):
             s.client.log_batch(run_id, metrics=batch)
         for batch in chunks(params, MAX_PARAMS_TAGS):

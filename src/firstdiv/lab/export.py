@@ -6,8 +6,10 @@ version as ``code.<key>`` (commit, dirty, dirty_hash, version), ``env_hash``, ``
 (a command run's child process; empty for an in-process run), ``error``, ``created``, ``wall_seconds``, then
 every config key as ``config.<key>`` and every final metric as ``metric.<key>``. Rows come sweep by sweep
 (oldest sweep first), each sweep's runs in seed order; a run two sweeps share appears under each. A curve row is ``run_id, metric, step, value`` (step counts the logged rows from 0),
-once per run. In CSV a missing value is an empty cell and a list or dict value is its JSON; in JSON lines every
-row has every column (null when missing) and a NaN or infinite number is the string "nan", "inf" or "-inf".
+once per run. In CSV a missing value is an empty cell, a list or dict value is its JSON, and a text cell a
+spreadsheet would run as a formula (starting with = + - @ TAB or CR) starts with a single quote (see export_text);
+in JSON lines every row has every column (null when missing), text is exact, and a NaN or infinite number is the
+string "nan", "inf" or "-inf".
 The output is written whole or not at all: every record is read (and checked) before the first row is written,
 and a file is written beside its place, then moved there. Rows stream through a temporary spool, so a store of
 100,000s of runs is exported in bounded memory; the sweeps are chosen by the store's indexes, and SQLite hands
@@ -16,9 +18,7 @@ over just the fields a row needs of each record (the curves, environment and eva
 
 from __future__ import annotations
 
-import csv
 import io
-import json
 import marshal
 import os
 import tempfile
@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from ..errors import InvalidArgument, NotFound
-from .record import NONFINITE, RunRecord, from_json, jsonable
+from . import export_text
+from .export_text import emit
+from .record import NONFINITE, RunRecord, from_json
 from .store import Store, SweepInfo
 
 __all__ = ["FORMATS", "Written", "curve_rows", "export", "export_to", "run_rows", "runs", "write"]
@@ -169,67 +171,10 @@ def curve_rows(entries: Iterable[Entry]) -> tuple[list[str], list[dict[str, Any]
     return list(CURVE_COLUMNS), rows
 
 
-_NESTED = frozenset((dict, list, tuple))
-
-
-def _json_line(row: dict[str, Any]) -> str:
-    try:
-        return json.dumps(row, allow_nan=False) + "\n"
-    except ValueError:  # a NaN or infinity: spelled as a string
-        return json.dumps(jsonable(row), allow_nan=False) + "\n"
-
-
-def _cell(value: Any) -> Any:
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(jsonable(value), sort_keys=True)
-    return value
-
-
 def render(columns: list[str], rows: Iterable[dict[str, Any]], fmt: str) -> str:
-    """The rows as CSV (with a header) or JSON lines."""
+    """The rows as CSV (with a header) or JSON lines (see :mod:`firstdiv.lab.export_text`)."""
     check_format(fmt)
-    buf = io.StringIO()
-    _emit(columns, rows, fmt, buf.write)
-    return buf.getvalue()
-
-
-def _emit(columns: list[str], rows: Iterable[dict[str, Any]], fmt: str, put: Callable[[str], Any]) -> int:
-    """Write the rows to ``put`` (CSV with a header, or JSON lines) in chunks of whole rows; returns how many."""
-    out = _Chunks(put)
-    n = 0
-    if fmt == "csv":
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
-        for row in rows:
-            get = row.get
-            cells = [get(c) for c in columns]
-            writer.writerow(cells if _NESTED.isdisjoint(map(type, cells)) else [_cell(v) for v in cells])
-            n += 1
-    else:
-        for row in rows:
-            get = row.get
-            out.write(_json_line({c: get(c) for c in columns}))
-            n += 1
-    out.flush()
-    return n
-
-
-class _Chunks:
-    """A file-like ``write`` that hands ``put`` whole rows, about 64 KiB at a time."""
-
-    def __init__(self, put: Callable[[str], Any]) -> None:
-        self.put, self.parts, self.size = put, [], 0
-
-    def write(self, text: str) -> None:
-        self.parts.append(text)
-        self.size += len(text)
-        if self.size > 1 << 16:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.parts:
-            self.put("".join(self.parts))
-            self.parts, self.size = [], 0
+    return export_text.render(columns, rows, fmt)
 
 
 def check_format(fmt: str) -> None:
@@ -342,9 +287,9 @@ def export_to(store: Store, output: str | os.PathLike[str] | None = None, *, fmt
         chosen = select(store, name=name, workload=workload)
         columns = _spool(fields(store, chosen, ("curves",) if curves else _FIELDS), curves, spool)
         if output is None:
-            return Written(None, _emit(columns, _unspool(spool, curves), fmt, put), columns)  # type: ignore[arg-type]
+            return Written(None, emit(columns, _unspool(spool, curves), fmt, put), columns)  # type: ignore[arg-type]
         with _replacing(output) as (path, fh):
-            n = _emit(columns, _unspool(spool, curves), fmt, fh.write)
+            n = emit(columns, _unspool(spool, curves), fmt, fh.write)
     return Written(path, n, columns)
 
 

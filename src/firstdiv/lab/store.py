@@ -9,17 +9,20 @@ never changes the records another sweep reads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import sqlite3
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
 from ..errors import NotFound, StoreError
-from . import store_discovery, store_runs, store_schema
+from . import store_discovery, store_open, store_runs, store_schema
 from .record import RunRecord, now_iso, short_hash
 from .store_schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -67,27 +70,6 @@ def _filters(name: str | None, workload: str | None) -> tuple[str, tuple[str, ..
     return (" WHERE " + " AND ".join(t for t, _ in terms) if terms else ""), tuple(v for _, v in terms)
 
 
-def _locked(exc: Exception) -> bool:
-    return "locked" in str(exc) or "busy" in str(exc)
-
-
-def _connect_readonly(path: Path, patience: float) -> sqlite3.Connection:
-    """Open without writing. A WAL store needs its -shm file; in a directory where it cannot be
-    created, the file is read as immutable (nothing can write there either)."""
-    from urllib.parse import quote
-
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=patience, isolation_level=None)
-    try:
-        conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
-        return conn
-    except sqlite3.OperationalError as exc:
-        if _locked(exc):
-            raise
-        conn.close()
-    return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=patience, isolation_level=None)
-
-
 class Store:
     """Open (and with ``create=True`` create) the store at ``path``; see module docstring.
 
@@ -103,6 +85,7 @@ class Store:
         self._create = create and not readonly
         self.readonly = readonly
         self.patience = LOCK_PATIENCE_S if patience is None else float(patience)
+        self._copy: weakref.finalize | None = None  # a read-only store's private copy, removed on close
         if not self.path.exists():
             if not self._create:
                 raise NotFound(f"No run store at {self.path}; run `firstdiv sweep` first or pass --store PATH")
@@ -120,7 +103,7 @@ class Store:
             if self.readonly or create or not str(exc).startswith("Cannot write the run store"):
                 raise
             # A store we may read but not write (read-only directory or file): reading needs no writes.
-            self._conn.close()
+            self.close()
             self.readonly = True
             self._conn = self._connect()
             self._open_with_retry()
@@ -135,7 +118,7 @@ class Store:
                 self._migrate()
                 return
             except sqlite3.OperationalError as exc:
-                if not _locked(exc):
+                if not store_open.locked(exc):
                     raise self._broken(exc) from None
                 if time.monotonic() > deadline:
                     raise self._broken(exc) from None
@@ -147,11 +130,13 @@ class Store:
         # else's database must not rewrite its header.
         try:
             if self.readonly:
-                conn = _connect_readonly(self.path, self.patience)
+                conn, copy = store_open.connect_readonly(self.path, self.patience)
+                if copy is not None:
+                    self._copy = weakref.finalize(self, shutil.rmtree, copy, ignore_errors=True)
             else:
                 conn = sqlite3.connect(self.path, timeout=self.patience, isolation_level=None)
             conn.execute(f"PRAGMA busy_timeout = {int(self.patience * 1000)}")
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise self._broken(exc) from None
         return conn
 
@@ -163,17 +148,11 @@ class Store:
         """``read(*args)``, a database error raised as the StoreError that says what to do."""
         try:
             return read(*args)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise self._broken(exc) from None
 
-    def _broken(self, exc: Exception) -> StoreError:
-        text = str(exc)
-        if _locked(exc):
-            return StoreError(f"The run store at {self.path} is locked by another process (waited "
-                              f"{self.patience:.0f} s); wait for that command to finish, or pass another --store PATH")
-        if "readonly" in text or "unable to open" in text:
-            return StoreError(f"Cannot write the run store at {self.path} ({exc}); pass a writable --store PATH")
-        return StoreError(f"{self.path} is not a readable firstdiv store ({exc}); move it aside or pass another --store PATH")
+    def _broken(self, exc: BaseException) -> StoreError:
+        return store_open.broken(self.path, exc, self.patience)
 
     def _migrate(self) -> None:
         try:
@@ -204,7 +183,7 @@ class Store:
                 store_schema.apply(self._conn, store_schema.read_version(self._conn, self.path) if current else 0)
         except sqlite3.OperationalError:
             raise
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise self._broken(exc) from None
 
     def _write(self) -> Any:
@@ -216,12 +195,21 @@ class Store:
                 return store._conn
 
             def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-                store._conn.execute("ROLLBACK" if exc_type else "COMMIT")
+                conn = store._conn
+                try:
+                    if exc_type is None:
+                        conn.execute("COMMIT")
+                finally:  # an error (SQLITE_FULL among them) may have ended the transaction already
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.DatabaseError):
+                            conn.execute("ROLLBACK")
 
         return _Tx()
 
     def close(self) -> None:
         self._conn.close()
+        if self._copy is not None:
+            self._copy()
 
     def __enter__(self) -> Self:
         return self

@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 from ..errors import StoreError
+from .store_open import damaged
 
 # Append-only. Each entry migrates version i to i+1; never edit a released entry.
 # History: 1 — runs, sweeps, sweep_seeds (firstdiv 0.1).
@@ -85,10 +86,12 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def read_version(conn: sqlite3.Connection, path: Path) -> int:
-    """The schema version the file declares (0 without one); a value that is not an integer is damage."""
+    """The schema version the file's meta table declares. Firstdiv writes the version in the transaction that
+    creates the table, so a meta table without one (its page scribbled over) is damage, as is a value that is
+    not an integer."""
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     if not row:
-        return 0
+        raise damaged(path, "its meta table holds no schema version")
     try:
         return int(str(row[0]).strip())
     except ValueError:
