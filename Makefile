@@ -74,7 +74,6 @@ bench: $(STAMP)
 	$(PY) benchmarks/store_scale.py
 	$(PY) benchmarks/scrub_speed.py
 	$(PY) benchmarks/csv_formula_check.py
-	$(PY) benchmarks/csv_formula_check.py
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-lock .firstdiv .pytest_cache
