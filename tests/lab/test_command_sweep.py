@@ -183,7 +183,7 @@ def test_a_timeout_must_be_whole_seconds_and_is_not_in_the_config_hash(script, s
             firstdiv.sweep(command(script), "0", config={"timeout": bad}, store=store_path)
     assert not store_path.exists()
     plain = firstdiv.sweep(command(script), "0", name="a", store=store_path).records[0]
-    limited = firstdiv.sweep(command(script), "0", name="b", config={"timeout": 60}, store=store_path).records[0]
+    limited = firstdiv.sweep(command(script), "0", name="b", config={"timeout": 3600}, store=store_path).records[0]
     assert limited.config_hash == plain.config_hash and limited.final == plain.final
 
 
