@@ -7,11 +7,10 @@ import signal
 import sys
 import textwrap
 import threading
-import time
 
 import pytest
 from test_backends import RAY_MISSING, local_ray  # noqa: F401 (the module's Ray)
-from test_command_sweep_procs import SLEEPER, pids_of, wait_gone
+from test_command_sweep_procs import SLEEPER, kill_pids, pids_of, wait_for, wait_gone
 
 import firstdiv
 
@@ -66,26 +65,34 @@ def test_a_command_sweep_on_ray_gives_the_serial_records(local_ray, tmp_path, st
 def test_ctrl_c_on_ray_kills_the_commands_and_their_children(local_ray, tmp_path, store_path):  # noqa: F811
     script, pids = write(tmp_path, "sleeper.py", SLEEPER), tmp_path / "pids.txt"
 
-    def interrupt_once_both_run():
-        end = time.monotonic() + 60
-        while time.monotonic() < end and not (pids.exists() and len(pids_of(pids)) == 4):
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
+    over = threading.Event()
+
+    def interrupt_once_both_run():  # at the ceiling too, unless the sweep is over: a sweep left running is stopped
+        wait_for(lambda: over.is_set() or len(pids_of(pids)) == 4)
+        if not over.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
 
     watcher = threading.Thread(target=interrupt_once_both_run, daemon=True)
     watcher.start()
-    with pytest.raises(KeyboardInterrupt):
-        firstdiv.sweep([sys.executable, str(script), "--seed", "{seed}", "--pids", str(pids)], "0-1",
-                       store=store_path, backend="ray", workers=2, progress=False)
-    watcher.join()
-    assert len(pids_of(pids)) == 4 and wait_gone(pids_of(pids)) == []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            firstdiv.sweep([sys.executable, str(script), "--seed", "{seed}", "--pids", str(pids)], "0-1",
+                           store=store_path, backend="ray", workers=2, progress=False)
+        assert len(pids_of(pids)) == 4 and wait_gone(pids_of(pids)) == []
+    finally:
+        over.set()
+        watcher.join()
+        kill_pids(pids_of(pids))
     assert local_ray.is_initialized()  # a Ray the caller started stays up
 
 
 def test_a_timeout_on_ray_kills_the_command_and_fails_the_run(local_ray, tmp_path, store_path):  # noqa: F811
     script, pids = write(tmp_path, "sleeper.py", SLEEPER), tmp_path / "pids.txt"
-    result = firstdiv.sweep([sys.executable, str(script), "--seed", "{seed}", "--pids", str(pids)], "0",
-                            config={"timeout": 2}, store=store_path, backend="ray", progress=False)
-    (failed,) = result.failed
-    assert "timed out after 2 s" in failed.error and failed.exit_code == -signal.SIGTERM
-    assert wait_gone(pids_of(pids)) == []
+    try:
+        result = firstdiv.sweep([sys.executable, str(script), "--seed", "{seed}", "--pids", str(pids)], "0",
+                                config={"timeout": 2}, store=store_path, backend="ray", progress=False)
+        (failed,) = result.failed
+        assert "timed out after 2 s" in failed.error and failed.exit_code == -signal.SIGTERM
+        assert len(pids_of(pids)) == 2 and wait_gone(pids_of(pids)) == []
+    finally:
+        kill_pids(pids_of(pids))

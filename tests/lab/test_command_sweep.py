@@ -76,7 +76,7 @@ def test_a_rerun_reuses_the_recorded_seeds(script, store_path):
 def test_the_script_runs_bare_and_log_is_a_no_op(script, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTDIV_")}
     proc = subprocess.run([sys.executable, str(script), "--seed", "3"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+                          text=True, timeout=300, check=False)
     assert proc.returncode == 0 and proc.stdout.startswith("final "), proc.stderr
     assert not (tmp_path / ".firstdiv").exists()
 
@@ -123,8 +123,9 @@ def test_a_failing_command_is_a_failed_run_with_its_exit_code_and_stderr(tmp_pat
     assert "reported no metrics" in quiet.failed[0].error and "firstdiv.log" in quiet.failed[0].error
     missing = firstdiv.sweep([str(tmp_path / "no-such-program"), "{seed}"], "0", store=store_path)
     assert "cannot start" in missing.failed[0].error
-    # another Python than firstdiv's (here: this one without its site-packages) names the interpreter to use
-    elsewhere = firstdiv.sweep([sys.executable, "-S", str(bad), "{seed}"], "0", store=store_path)
+    # another Python than firstdiv's (here: this one without its site-packages, nor PYTHONPATH) names the
+    # interpreter to use
+    elsewhere = firstdiv.sweep([sys.executable, "-I", "-S", str(bad), "{seed}"], "0", store=store_path)
     assert f"its Python cannot import firstdiv: run the command with {sys.executable}" in elsewhere.failed[0].error
     assert firstdiv.sweep(command(silent), "0", store=store_path).report().status.name == "FAIL"
 
@@ -182,7 +183,7 @@ def test_a_timeout_must_be_whole_seconds_and_is_not_in_the_config_hash(script, s
             firstdiv.sweep(command(script), "0", config={"timeout": bad}, store=store_path)
     assert not store_path.exists()
     plain = firstdiv.sweep(command(script), "0", name="a", store=store_path).records[0]
-    limited = firstdiv.sweep(command(script), "0", name="b", config={"timeout": 60}, store=store_path).records[0]
+    limited = firstdiv.sweep(command(script), "0", name="b", config={"timeout": 3600}, store=store_path).records[0]
     assert limited.config_hash == plain.config_hash and limited.final == plain.final
 
 

@@ -1,5 +1,7 @@
 """Command sweeps and processes: a timeout and Ctrl-C kill the command's whole process group, rank 0 of a
-launcher reports, the process backend runs commands in its workers, and the command line's `--`."""
+launcher reports, the process backend runs commands in its workers, and the command line's `--`. Waits are on the
+event itself (a pid file filled, a process gone) with a ceiling of minutes, so a loaded machine only makes them
+slower; what a failing test leaves running is killed in its finally."""
 
 import json
 import os
@@ -20,11 +22,11 @@ p = argparse.ArgumentParser()
 p.add_argument("--seed", type=int)
 p.add_argument("--pids")
 a = p.parse_args()
-grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 with open(a.pids, "a") as fh:
     fh.write(f"{os.getpid()} {grandchild.pid}\\n")
 firstdiv.log(step=0, val_loss=1.0)
-time.sleep(120)
+time.sleep(600)
 """
 
 LAUNCHER = """
@@ -64,28 +66,52 @@ def alive(pid):
         return False
 
 
-def wait_gone(pids, seconds=10.0):
+#: The ceiling of a wait for an event: only a broken sweep reaches it, however loaded the machine.
+CEILING_S = 300.0
+
+
+def wait_for(event, seconds=CEILING_S, poll=0.05):
+    """Whether ``event()`` came true before the ceiling; returns as soon as it does."""
     end = time.monotonic() + seconds
-    while time.monotonic() < end and any(alive(p) for p in pids):
-        time.sleep(0.05)
+    while not event():
+        if time.monotonic() > end:
+            return False
+        time.sleep(poll)
+    return True
+
+
+def wait_gone(pids, seconds=CEILING_S):
+    """The pids still alive when all the others are gone, or at the ceiling."""
+    pids = list(pids)
+    wait_for(lambda: not any(alive(p) for p in pids), seconds)
     return [p for p in pids if alive(p)]
 
 
 def pids_of(path):
-    return [int(p) for line in path.read_text().split("\n") if line for p in line.split()]
+    return [int(p) for line in path.read_text().split("\n") if line for p in line.split()] if path.exists() else []
+
+
+def kill_pids(pids):
+    """What a failing test left running: killed, so that it cannot outlive the test either."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def test_a_timeout_kills_the_process_group_and_fails_the_run(tmp_path, store_path):
     script, pids = write(tmp_path, "sleeper.py", SLEEPER), tmp_path / "pids.txt"
-    start = time.monotonic()
-    result = firstdiv.sweep([sys.executable, str(script), "--seed", "{seed}", "--pids", str(pids)], "0",
-                            config={"timeout": 2}, store=store_path)
-    assert time.monotonic() - start < 30
-    (failed,) = result.failed
-    assert "timed out after 2 s" in failed.error and failed.curves == {"val_loss": [1.0]}
-    assert failed.exit_code == -signal.SIGTERM  # the sweep stopped it
-    assert failed.config["timeout"] == 2
-    assert wait_gone(pids_of(pids)) == []  # the script and the process it started
+    try:
+        result = firstdiv.sweep([sys.executable, str(script), "--seed", "{seed}", "--pids", str(pids)], "0",
+                                config={"timeout": 2}, store=store_path)
+        (failed,) = result.failed
+        assert "timed out after 2 s" in failed.error and failed.curves == {"val_loss": [1.0]}
+        assert failed.exit_code == -signal.SIGTERM  # the sweep stopped it (the script sleeps for 10 minutes)
+        assert failed.config["timeout"] == 2
+        assert len(pids_of(pids)) == 2 and wait_gone(pids_of(pids)) == []  # the script and the process it started
+    finally:
+        kill_pids(pids_of(pids))
 
 
 def test_rank_0_reports_for_a_multi_process_launcher(tmp_path, store_path, monkeypatch):
@@ -139,11 +165,14 @@ def test_ctrl_c_kills_the_running_command_and_its_children(tmp_path, backend):
                              "--backend", backend, "--workers", "2", "--",
                              sys.executable, str(script), "--seed", "{seed}", "--pids", str(pids)],
                             cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-    end = time.monotonic() + 60
     running = 2 if backend == "serial" else 4  # one command (and its child) per worker
-    while time.monotonic() < end and not (pids.exists() and len(pids_of(pids)) == running):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "interrupted" in err
-    assert wait_gone(pids_of(pids)) == []
+    try:
+        assert wait_for(lambda: len(pids_of(pids)) == running), f"{running} processes never ran: {pids_of(pids)}"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=CEILING_S)
+        assert proc.returncode == 130 and "interrupted" in err
+        assert wait_gone(pids_of(pids)) == []
+    finally:
+        proc.kill()
+        proc.communicate()
+        kill_pids(pids_of(pids))

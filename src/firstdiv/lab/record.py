@@ -82,7 +82,7 @@ class Recorder:
         self.state_hash: str | None = None
         self.exit_code: int | None = None  # a command run's child process: how it ended
 
-    def log(self, epoch: int | None = None, **metrics: float) -> None:
+    def log(self, /, epoch: int | None = None, **metrics: float) -> None:
         """Record one epoch's metrics (plain numbers); ``epoch`` defaults to the next index."""
         row: dict[str, float] = {"epoch": len(self.rows) if epoch is None else int(epoch)}
         for name, value in metrics.items():

@@ -197,7 +197,7 @@ def sweep(target: str | Sequence[str] | Workload, seeds: str | Sequence[int], *,
 
     Everything is validated before the store is opened, so bad input writes nothing.
     """
-    from .._secrets import scrub_text
+    from .._secrets import scrub_record, scrub_text
 
     target = _check_arguments(target, config, sets, backend, workers, backend_options,
                      name=name, hypothesis=hypothesis, success=success, checkpoint_policy=checkpoint_policy)
@@ -235,7 +235,7 @@ def sweep(target: str | Sequence[str] | Workload, seeds: str | Sequence[int], *,
         def record(rec: RunRecord) -> None:
             st.add(rec, replace=force, sweep=info_sweep)  # a forced run is appended: other sweeps keep theirs
             if not rec.ok:
-                failed.append(rec)
+                failed.append(scrub_record(rec))  # as stored: the error printed and returned is the scrubbed one
             if on_record is not None:
                 on_record(rec)
 

@@ -34,6 +34,9 @@ def render_sweep(result: Any, diverged_text: Callable[[Any], str]) -> Iterable[A
     yield noise_floor_table(result.summary(), f"identical config, {len(result.records)} seeds")
     for r in result.failed:
         yield Text(f"  seed {r.seed} FAILED: {r.error}", style="bold red")
+    for r in sorted((*result.records, *result.failed), key=lambda r: r.seed):
+        for note in r.extra.get("notes", ()):  # what the run's reading skipped or ended (a command's report lines)
+            yield Text(f"  seed {r.seed}: {note}", style="yellow")
     for r in diverged:
         yield Text(f"  seed {r.seed} DIVERGED: {diverged_text(r).removeprefix('diverged: ')}", style="bold red")
     if len(result.records) == 1:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -232,6 +233,7 @@ def _serve(conn: Connection, target: str, located: str, ident: RunIdentity, thre
            environ: dict[str, str], trainer: Trainer) -> None:
     """A worker's life: load the workload once, then train each job it is sent until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops us
+    _die_with_parent()
     os.environ.clear()  # the fork server's environment is from when it started; the sweep's is now
     os.environ.update(environ)
     import torch
@@ -252,3 +254,18 @@ def _serve(conn: Connection, target: str, located: str, ident: RunIdentity, thre
         if job is None:
             return
         conn.send(train(list(job)))
+
+
+def _die_with_parent() -> None:
+    """SIGTERM to this worker as soon as the sweep that started it dies (SIGKILL, the OOM killer): a thread waits on
+    the sweep's sentinel (a pipe only the sweep holds open; a worker forked by the fork server is not the sweep's
+    child, and keeps the fork server running). A command's worker kills the command's group on SIGTERM."""
+    parent = mp.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="firstdiv-sweep-watch", daemon=True).start()
