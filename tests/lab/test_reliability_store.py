@@ -239,6 +239,10 @@ def test_store_in_a_readonly_directory_can_be_read_by_every_reading_command(wl):
             assert proc.returncode == 0, (args, proc.stderr)
             if args[0] == "runs":  # sweep c lives in the -wal file only: it is listed too
                 assert [s["name"] for s in json.loads(proc.stdout)["payload"]["sweeps"]] == ["a", "b", "c"]
+        ui = "import sys, firstdiv.site as s; print(sorted(r.name for r in s.index_rows(sys.argv[1])))"
+        proc = subprocess.run([*prefix, sys.executable, "-c", ui, str(sp)], cwd=out, env=env, check=False,
+                              capture_output=True, text=True, timeout=120)  # firstdiv ui's index reads it whole too
+        assert (proc.returncode, proc.stdout.strip()) == (0, "['a', 'b', 'c']"), proc.stderr
         proc = subprocess.run([*prefix, sys.executable, "-m", "firstdiv", "sweep", wl, "--seeds", "5", "--name", "a",
                                "--store", str(sp)], cwd=out, env=env, check=False, capture_output=True, text=True, timeout=120)
         assert "Cannot write the run store" in _one_error_line(proc)

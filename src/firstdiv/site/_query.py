@@ -7,16 +7,16 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import shutil
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from ..errors import InvalidArgument, NotFound, StoreError
-from ..lab import store_schema
+from ..lab import store_open, store_schema
 
 #: whether a seed reads an ok run / any run (firstdiv.lab.store_runs: a pinned seed reads its run, an
 #: unpinned one the newest ok run of the identity, else its newest attempt), answered from the index alone
@@ -133,35 +133,27 @@ class IncidentRow:
     updated: str
 
 
-def _uri(path: Path, immutable: bool) -> str:
-    return f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
-
-
 @contextmanager
 def connect(store_path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
-    """A read-only connection to the store at ``store_path`` (never creates or migrates it); a store this
-    firstdiv cannot read is one StoreError or NotFound naming the fix."""
+    """A read-only connection to the store at ``store_path`` (never creates or migrates it; a read-only copy whose
+    -wal file holds changes is read whole, as every command reads it); a store this firstdiv cannot read is one
+    StoreError or NotFound naming the fix."""
     path = Path(store_path)
     if not path.is_file():
         what = "is a directory, not a run store" if path.is_dir() else "does not exist"
         raise NotFound(f"{path} {what}; run `firstdiv sweep` first or pass --store PATH")
-    conn = None
+    conn, copy = None, None
     try:
-        conn = sqlite3.connect(_uri(path, False), uri=True, timeout=10, isolation_level=None)
-        try:
-            conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
-        except sqlite3.OperationalError as exc:  # a WAL store in a directory where its -shm cannot be made
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise
-            conn.close()
-            conn = sqlite3.connect(_uri(path, True), uri=True, timeout=10, isolation_level=None)
+        conn, copy = store_open.connect_readonly(path, 10.0)
         _check_version(conn, path)
         yield conn
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{path} is not a readable firstdiv store ({exc}); move it aside or pass another --store PATH") from None
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        raise store_open.broken(path, exc, 10.0) from None
     finally:
         if conn is not None:
             conn.close()
+        if copy is not None:
+            shutil.rmtree(copy, ignore_errors=True)
 
 
 def _check_version(conn: sqlite3.Connection, path: Path) -> None:
