@@ -16,8 +16,8 @@ Deviations:
 - Cora (``load_data`` reads data/cora) is replaced by a synthetic citation graph made from the seed: 120 nodes,
   40 bag-of-words features, 4 classes; each class has its own topic words (drawn with p 0.35, others with p 0.03;
   every node has at least one of its class's words) and edges fall mostly inside a class (p 0.08 inside, 0.004
-  across); the node features and the graph carry the labelling rule. The splits keep Cora's shape, scaled: train range(24), val range(40, 80), test range(80, 120)
-  (Cora: 140 / 200-500 / 500-1500 of 2708).
+  across); the node features and the graph carry the labelling rule. The splits keep Cora's shape, scaled:
+  train range(24), val range(40, 80), test range(80, 120) (Cora: 140 / 200-500 / 500-1500 of 2708).
 - ``train(epoch)`` returns the training loss (the original returns the validation loss for its patience loop, which
   is not run here: 10000 epochs, checkpoint files); printing is dropped (``compute_test`` returns its accuracy).
   ``eval_fn`` is the validation accuracy in eval mode, as train() computes it.
