@@ -1,7 +1,7 @@
 """torchvision's ResNet-18 written out in plain torch (torchvision is not installed here), for the ports whose
 scripts call ``torchvision.models.resnet18`` (SimCLR, BYOL).
 
-The structure and the module names follow ``torchvision.models.resnet`` (BSD-3-Clause, the PyTorch vision team):
+Written here, not copied: the structure and the module names follow ``torchvision.models.resnet`` (BSD-3-Clause):
 ``conv1``, ``bn1``, ``relu``, ``maxpool``, ``layer1``..``layer4`` of ``BasicBlock`` (``conv1``, ``bn1``, ``conv2``,
 ``bn2``, ``downsample``), ``avgpool``, ``fc``, and its initialization (Kaiming normal fan_out for convolutions,
 BatchNorm weight 1 and bias 0). One change: ``width`` (torchvision: 64) sets the channel widths

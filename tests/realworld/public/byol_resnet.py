@@ -4,7 +4,7 @@ byol-pytorch, trained by the README's loop.
 
 Source: https://github.com/lucidrains/byol-pytorch, commit 0c3ab5409181852f8495ef924dce9186f94d9126 (release 0.8.2),
 files ``byol_pytorch/byol_pytorch.py`` (copied whole below) and ``README.md`` (the usage loop). License: MIT
-(Copyright (c) 2020 Phil Wang).
+(Copyright (c) 2020 Phil Wang; full text in LICENSES/lucidrains-byol-pytorch.txt).
 
 Kept as written: all of byol_pytorch.py (NetWrapper with its forward hook on the hidden layer, the lazily built
 projector, the predictor MLP, the target encoder made by deepcopy with requires_grad off, EMA 0.99, the symmetric
@@ -25,6 +25,7 @@ Deviations:
   seed (a coloured square, disk or stripe pattern at a random place on a noisy background).
 - ``build(seed)`` seeds torch and Python's ``random`` (RandomApply draws from it). The module's imports are
   regrouped at the top (the same names).
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ classifier-free-guidance label dropout, an EMA copy) from Diffusion-Models-pytor
 
 Source: https://github.com/dome272/Diffusion-Models-pytorch, commit be352208d0576039fec061238c0e4385a562a2d4, files
 ``ddpm_conditional.py`` (Diffusion, train, launch) and ``modules.py`` (EMA, SelfAttention, DoubleConv, Down, Up,
-UNet_conditional). License: Apache-2.0 (Copyright dome272; LICENSE in the repository).
+UNet_conditional). License: Apache-2.0 (the repository's LICENSE, which names no copyright holder and has no
+NOTICE file; full text in LICENSES/dome272-Diffusion-Models-pytorch.txt). The changes are listed below.
 
 Kept as written: EMA (beta 0.995, reset to the model for the first 2000 steps), SelfAttention, DoubleConv, Down, Up,
 UNet_conditional's structure and forward (``t += self.label_emb(y)``), Diffusion (1000 steps, linear betas 1e-4 to
@@ -26,6 +27,7 @@ Deviations:
 - ``train`` runs as ``train_step``: one iteration of its inner loop per call (epochs counted by the loader);
   the sampling, image saving, checkpoints, tensorboard and tqdm of the epoch end are dropped (``sample`` itself is
   kept, without its tqdm progress bar).
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
 from __future__ import annotations

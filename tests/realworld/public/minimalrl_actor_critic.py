@@ -2,7 +2,8 @@
 """One-step actor-critic (TD(0) advantage, shared fc1 body) from minimalRL.
 
 Source: https://github.com/seungeunrho/minimalRL, commit c8efed8481e3cd40e9739cfde220a55522555b57,
-file ``actor_critic.py``. License: MIT (Copyright (c) 2019 seungeunrho).
+file ``actor_critic.py``. License: MIT (Copyright (c) 2019 seungeunrho; full text in
+LICENSES/seungeunrho-minimalRL.txt).
 
 Kept as written: the hyperparameters (learning_rate 0.0002, gamma 0.98, n_rollout 10), the ``ActorCritic`` module
 (fc1 4->256, fc_pi, fc_v, the Adam optimizer created inside the module), ``pi``, ``v``, ``put_data``,
@@ -21,6 +22,7 @@ Deviations:
   ``loss_fn`` recomputes ``train_net``'s loss from those outputs.
 - ``train_net`` returns ``loss.mean()`` (the original returns nothing) so the step has a loss to report.
 - printing and the score bookkeeping are dropped.
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 """DQN with a replay buffer and a target network, from minimalRL.
 
 Source: https://github.com/seungeunrho/minimalRL, commit c8efed8481e3cd40e9739cfde220a55522555b57,
-file ``dqn.py``. License: MIT (Copyright (c) 2019 seungeunrho).
+file ``dqn.py``. License: MIT (Copyright (c) 2019 seungeunrho; full text in
+LICENSES/seungeunrho-minimalRL.txt).
 
 Kept as written: the hyperparameters (learning_rate 0.0005, gamma 0.98, buffer_limit 50000, batch_size 32), the
 ``ReplayBuffer`` (deque, ``sample`` building the five tensors), ``Qnet`` (4->128->128->2) with ``sample_action``,
@@ -21,6 +22,7 @@ Deviations:
   is full: ``train(q, q_target, memory, optimizer)``, and on every 20th call the target copy.
 - ``train`` returns the last minibatch's loss (the original returns nothing) so the step has a loss to report.
 - printing and the score bookkeeping are dropped.
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
 from __future__ import annotations

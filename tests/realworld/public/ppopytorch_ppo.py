@@ -3,7 +3,8 @@
 
 Source: https://github.com/nikhilbarhate99/PPO-PyTorch, commit 728cce83d7ab628fe2634eabcdf3239997eb81dd,
 files ``PPO.py`` (RolloutBuffer, ActorCritic, PPO) and ``train.py`` (the loop), with the CartPole-v1 hyperparameters
-of ``PPO_preTrained/README.md``. License: MIT (Copyright (c) 2018 Nikhil Barhate).
+of ``PPO_preTrained/README.md``. License: MIT (Copyright (c) 2018 Nikhil Barhate; full text in
+LICENSES/nikhilbarhate99-PPO-PyTorch.txt).
 
 Kept as written: ``RolloutBuffer``; ``ActorCritic`` (actor 4-64-64-2 Tanh + Softmax, critic 4-64-64-1, ``act``,
 ``evaluate``; the continuous branch is kept but unused); ``PPO`` (Adam with two param groups lr_actor 0.0003 /
@@ -27,6 +28,7 @@ Deviations:
 - ``update()`` returns its last ``loss.mean()`` (the original returns nothing); its first lines (the discounted,
   normalized returns) are moved unchanged into ``discounted_returns`` so the batch can be built the same way.
 - methods this run never calls (``set_action_std``, ``decay_action_std``, ``save``, ``load``) are left out.
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
 from __future__ import annotations

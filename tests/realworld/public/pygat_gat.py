@@ -3,7 +3,8 @@
 
 Source: https://github.com/Diego999/pyGAT (now diegoantognini/pyGAT), commit 3664f2dc90cbf971564c0bf186dc794f12446d0c,
 files ``layers.py`` (GraphAttentionLayer), ``models.py`` (GAT), ``utils.py`` (normalize_adj, normalize_features,
-accuracy), ``train.py`` (the loop). License: MIT (Copyright (c) 2018 Diego Antognini).
+accuracy), ``train.py`` (the loop). License: MIT (Copyright (c) 2018 Diego Antognini; full text in
+LICENSES/Diego999-pyGAT.txt).
 
 Kept as written: ``GraphAttentionLayer`` (W, a, LeakyReLU(alpha), masking by ``adj > 0`` with -9e15, softmax,
 attention dropout), ``GAT`` (heads registered with ``add_module``, dropout, ELU, ``log_softmax``), the default
@@ -22,6 +23,7 @@ Deviations:
   is not run here: 10000 epochs, checkpoint files); printing is dropped (``compute_test`` returns its accuracy).
   ``eval_fn`` is the validation accuracy in eval mode, as train() computes it.
 - the sparse variant (SpGAT, ``--sparse``) is not ported.
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
 from __future__ import annotations

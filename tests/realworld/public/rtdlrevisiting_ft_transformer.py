@@ -7,7 +7,7 @@ e8b1193fac6091f8749f00138cc20f498f034798, files ``bin/ft_transformer.py`` (Token
 the training script), ``lib/deep.py`` (reglu, get_activation_fn, get_nonglu_activation_fn, make_optimizer,
 IndexLoader, train_with_auto_virtual_batch, is_oom_exception), with the default configuration
 ``output/adult/ft_transformer/default/0.toml``. License: MIT (Copyright (c) 2022 Authors of "Revisiting Deep Learning
-Models for Tabular Data").
+Models for Tabular Data"; full text in LICENSES/Yura52-tabular-dl-revisiting-models.txt).
 
 Kept as written: the model classes; the adult default config (reglu, prenormalization, kaiming initialization,
 attention_dropout 0.2, ffn_dropout 0.1, residual_dropout 0.0, n_heads 8, n_layers 3, d_ffn_factor 4/3, token_bias,
@@ -30,6 +30,7 @@ Deviations:
   this config); ``IndexLoader`` takes a seeded generator for its shuffle.
 - the print of the category embedding shape, the checkpointing, patience and stats files are dropped; the
   evaluation reports accuracy from the logits (``lib.calculate_metrics`` for binclass).
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 Source: https://github.com/sthalles/SimCLR, commit 1848fc934ad844ae630e6c452300433fe99acfd9, files ``simclr.py``
 (SimCLR: info_nce_loss, the train loop body), ``run.py`` (arguments, optimizer, scheduler, loader),
 ``models/resnet_simclr.py`` (ResNetSimCLR), ``data_aug/contrastive_learning_dataset.py``,
-``data_aug/view_generator.py``, ``data_aug/gaussian_blur.py``. License: MIT (Copyright (c) 2020 Thalles Silva).
+``data_aug/view_generator.py``, ``data_aug/gaussian_blur.py``. License: MIT (Copyright (c) 2020 Thalles Silva;
+full text in LICENSES/sthalles-SimCLR.txt).
 
 Kept as written: ``ResNetSimCLR`` (resnet18 with ``num_classes=out_dim``, its fc replaced by
 ``Sequential(Linear(dim_mlp, dim_mlp), ReLU, fc)``); ``info_nce_loss`` (labels from ``args.batch_size`` and
@@ -31,6 +32,7 @@ Deviations:
   created once, as train() does before its loop); ``_get_basemodel`` drops its InvalidBackboneError branch.
 - ``torch.cuda.amp`` (GradScaler, autocast) is replaced by ``torch.amp`` on the CPU, still disabled
   (fp16_precision is off); the tensorboard writer, logging, top-1/top-5 logging and checkpoint saving are dropped.
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
 from __future__ import annotations
