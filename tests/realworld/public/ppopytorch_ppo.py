@@ -18,7 +18,9 @@ Deviations:
 - gym's CartPole-v1 is replaced by the cart-pole written out in ``_cartpole.py`` (same equations and constants,
   seeded); the environment is the synthetic data.
 - sizes for 2 CPU cores: max_ep_len 400 -> 32, so update_timestep (max_ep_len * 4) 1600 -> 128; K_epochs 40 -> 10.
-- the device banner printed at import and the logging/checkpoint/plot code of train.py are dropped (device: cpu).
+- the device banner printed at import and the logging/checkpoint/plot code of train.py are dropped (device: cpu);
+  ``env.step`` returns five values (gym >= 0.26), unpacked as https://github.com/nikhilbarhate99/PPO-PyTorch/issues/64
+  proposes (train.py unpacks four).
 - the training loop runs once at build time, collecting ``update_timestep`` transitions into the buffer with
   ``policy_old``; ``train_step`` refills the buffer with that rollout and calls ``update()`` (one PPO update of
   K_epochs optimizer steps), so the step can be replayed.
