@@ -40,8 +40,7 @@ import torch
 from accelerate import Accelerator, DistributedType
 from torch.optim import AdamW
 from torch.utils.data import DataLoader
-from transformers import BatchEncoding, BertConfig, BertForSequenceClassification, get_linear_schedule_with_warmup
-from transformers import set_seed
+from transformers import BatchEncoding, BertConfig, BertForSequenceClassification, get_linear_schedule_with_warmup, set_seed
 from transformers.utils import logging as hf_logging
 
 _HERE = str(pathlib.Path(__file__).resolve().parents[1])
@@ -88,8 +87,8 @@ def get_dataloaders(accelerator: Accelerator, batch_size: int = 16, seed: int = 
         batch = {key: torch.full((len(examples), longest), 0, dtype=torch.long)
                  for key in ("input_ids", "token_type_ids", "attention_mask")}
         for row, e in enumerate(examples):
-            for key in batch:
-                batch[key][row, :len(e[key])] = torch.tensor(e[key])
+            for key, values in batch.items():
+                values[row, :len(e[key])] = torch.tensor(e[key])
         batch["labels"] = torch.tensor([e["labels"] for e in examples])
         return BatchEncoding(batch)
 

@@ -27,6 +27,7 @@ Deviations from the original:
 - one ``train_step`` is one iteration of ``BERTTrainer.iteration`` with ``train=True`` (forward, both losses,
   ``zero_grad``, backward, ``step_and_update_lr``).
 """
+# ruff: noqa: PLR0402, RUF059, UP008, UP039  (the original's code style is kept as written)
 
 from __future__ import annotations
 

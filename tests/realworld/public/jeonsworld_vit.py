@@ -29,6 +29,7 @@ Deviations from the original:
   tensorboard, tqdm, logging and checkpoint saving are left out; the periodic validation runs every 10 updates on a
   held-out batch and the loop's ``model.train()`` follows it, as in the script.
 """
+# ruff: noqa: PLR0402, UP008  (the original's code style is kept as written)
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
-from torch.nn import CrossEntropyLoss, Dropout, Linear, Conv2d, LayerNorm, Softmax
+from torch.nn import Conv2d, CrossEntropyLoss, Dropout, LayerNorm, Linear, Softmax
 from torch.nn.modules.utils import _pair
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader, Dataset, RandomSampler
@@ -290,8 +291,8 @@ def random_resized_crop(img, size, scale=(0.05, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.
     for _ in range(10):
         target_area = area * torch.empty(1).uniform_(scale[0], scale[1]).item()
         aspect_ratio = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1])).item()
-        w = int(round(math.sqrt(target_area * aspect_ratio)))
-        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        w = round(math.sqrt(target_area * aspect_ratio))
+        h = round(math.sqrt(target_area / aspect_ratio))
         if 0 < w <= width and 0 < h <= height:
             i = torch.randint(0, height - h + 1, size=(1,)).item()
             j = torch.randint(0, width - w + 1, size=(1,)).item()
@@ -299,9 +300,9 @@ def random_resized_crop(img, size, scale=(0.05, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.
     else:
         in_ratio = float(width) / float(height)
         if in_ratio < min(ratio):
-            w, h = width, int(round(width / min(ratio)))
+            w, h = width, round(width / min(ratio))
         elif in_ratio > max(ratio):
-            h, w = height, int(round(height * max(ratio)))
+            h, w = height, round(height * max(ratio))
         else:
             w, h = width, height
         i, j = (height - h) // 2, (width - w) // 2

@@ -29,6 +29,7 @@ Deviations from the original:
   stroke pattern, plus noise and a random intensity), already split; torchvision is not available, so the
   datamodule's ToTensor + Normalize((0.1307,), (0.3081,)) is written out; shuffled training DataLoader, no workers.
 """
+# ruff: noqa: PIE790, RUF059, UP006, UP035  (the original's code style is kept as written)
 
 from __future__ import annotations
 
@@ -319,7 +320,7 @@ def _build(seed, bug=None):
     def eval_fn(model, batch):
         model.eval()
         with torch.no_grad():
-            loss, preds, targets = model.model_step(batch)
+            _loss, preds, targets = model.model_step(batch)
         model.train()
         return float((preds == targets).float().mean())
 

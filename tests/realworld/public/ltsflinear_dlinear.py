@@ -23,6 +23,7 @@ Deviations from the original:
   the training loader ends; ``eval_fn`` is ``Exp_Main.vali`` on one batch (``model.eval()``, ``no_grad``, MSE), and
   restores ``model.train()`` as ``vali`` does.
 """
+# ruff: noqa: PLR0402, SIM118, UP008  (the original's code style is kept as written)
 
 from __future__ import annotations
 
@@ -41,7 +42,6 @@ _HERE = str(pathlib.Path(__file__).resolve().parents[1])
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 from _api import Bug, Program
-
 
 # ---- models/DLinear.py ---------------------------------------------------------------------------------------
 
@@ -203,10 +203,8 @@ def _build(seed, bug=None):
     series = make_series(seed)
     size = [args.seq_len, args.label_len, args.pred_len]
     train_data = Dataset_Custom(series, flag='train', size=size)
-    vali_data = Dataset_Custom(series, flag='val', size=size)
     train_loader = DataLoader(train_data, batch_size=args.batch_size, shuffle=True, num_workers=0, drop_last=True,
                               generator=torch.Generator().manual_seed(seed))
-    vali_loader = DataLoader(vali_data, batch_size=args.batch_size, shuffle=True, num_workers=0, drop_last=True)
 
     model = Model(args).float()
     model_optim = optim.Adam(model.parameters(), lr=args.learning_rate)
@@ -267,7 +265,6 @@ def _build(seed, bug=None):
 
     first_x, first_y, _, _ = next(iter(DataLoader(train_data, batch_size=args.batch_size)))
     batch = (first_x.float(), target_window(first_y.float()))
-    vx, vy, _, _ = next(iter(vali_loader))
     return Program(name="ltsflinear_dlinear", model=model, batch=batch,
                    loss_fn=lambda outputs, targets: criterion(outputs[:, -args.pred_len:, f_dim:], targets),
                    optimizer=model_optim, train_step=train_step, eval_fn=vali, task="regression",

@@ -20,6 +20,7 @@ Deviations from the original:
 - one ``train_step`` is one iteration of the outer training loop (4 micro-batches, clip, step, zero_grad); the
   validation (``eval_fn``) is the script's validation step on a given batch; generation and printing are left out.
 """
+# ruff: noqa: C417, UP028  (the original's code style is kept as written)
 
 from __future__ import annotations
 
@@ -249,15 +250,12 @@ def make_bytes(gen, n):
 def _build(seed, bug=None):
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    X = make_bytes(gen, 12000)
-    trX, vaX = X[:10000], X[10000:]
-    data_train, data_val = trX, vaX
+    data_train = make_bytes(gen, 10000)
 
     model = PaLM(num_tokens=256, dim=32, depth=2, dim_head=16, heads=2, bug=bug)
     model = AutoregressiveWrapper(model, max_seq_len=SEQ_LEN, bug=bug)
 
     train_dataset = TextSamplerDataset(data_train, SEQ_LEN)
-    val_dataset = TextSamplerDataset(data_val, SEQ_LEN)
     train_data_loader = DataLoader(train_dataset, batch_size=BATCH_SIZE)
     train_loader = cycle(train_data_loader)
 

@@ -25,6 +25,7 @@ Deviations from the original:
 - declared evidence: the batch is one forward over the positive and the sampled negative pairs together
   (``user_ids`` repeated, ``item_ids`` = positives then negatives) and ``loss_fn`` splits the scores in halves.
 """
+# ruff: noqa: C401, PLR0402, UP004, UP008  (the original's code style is kept as written)
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ Deviations from the original:
   ``scheduler.step()`` and ``model.train()`` run when a new epoch starts; ``eval_fn`` is the validation phase's
   loss on a batch (``model.eval()``, no gradients); printing, timing and best-weights copying are left out.
 """
+# ruff: noqa: PIE808, PLR0402  (the original's code style is kept as written)
 
 from __future__ import annotations
 
