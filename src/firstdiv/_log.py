@@ -7,7 +7,9 @@ last value of each metric is the run's final metric. Outside a sweep neither var
 at once, so the same script runs bare. Under a multi-process launcher (``torchrun``) only rank 0 reports: with
 ``RANK`` set to anything but ``"0"`` it does nothing. A script in another language writes the same lines itself.
 
-The protocol, one JSON object a line (a line that does not parse, a line cut short by a kill, is skipped):
+The protocol, one JSON object a line. A line that cannot be used (it does not parse, a kill cut it short, its step
+is not a finite number, it is nested too deeply, a number is too large for a float) is skipped, counted, and named in
+the run's notes:
 
 - a metrics line: numbers, and optionally ``step`` (or ``epoch``), the row's index: ``{"step": 3, "val_loss": 0.41}``;
 - a run line, written by :func:`report` (the training callbacks of ``firstdiv.integrations`` use it): the reserved key
