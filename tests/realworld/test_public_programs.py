@@ -77,3 +77,19 @@ def test_bug_variant_builds_and_steps(name, bug):
     assert isinstance(program, Program)
     loss = torch.as_tensor(program.train_step()).detach()
     assert loss.numel() == 1
+
+
+def test_every_port_was_measured_once_at_first_contact_and_the_rates_add_up():
+    """A port enters the corpus with its first-contact result in the ledger (first_contact.py, run before any change
+    for it), in exactly one batch; the rates a batch states are the ones its entries give (nothing edited by hand)."""
+    import json
+
+    from first_contact import LEDGER, _rates
+
+    batches = json.loads(LEDGER.read_text())["batches"]
+    measured = [name for b in batches for name in b["programs"]]
+    assert len(measured) == len(set(measured)), "a port measured twice"
+    assert sorted(PUBLIC) == sorted(measured), f"ports without a first-contact result: {sorted(set(PUBLIC) - set(measured))}"
+    for b in batches:
+        assert b["rates"] == _rates(b["programs"]), b["batch"]
+        assert re.fullmatch(r"[0-9a-f]{40}( \(with uncommitted changes\))?", b["firstdiv_commit"]), b["batch"]
