@@ -5,9 +5,11 @@ next month)."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import tomllib
-from importlib import metadata
 
 from _paths import ROOT
 from packaging.requirements import Requirement
@@ -43,11 +45,20 @@ def drift(pins: dict[str, str], installed: dict[str, str]) -> list[str]:
     return out
 
 
+#: a fresh interpreter's view of the environment: within the suite, a test that imported setuptools has put its
+#: vendored packages (an older packaging, jaraco.*) on sys.path, and they are not what the environment installed
+_LIST = ("import importlib.metadata as m, json\nout = {}\nfor d in m.distributions():\n"
+         "    out.setdefault(d.metadata['Name'], d.version)\nprint(json.dumps(out))")
+
+
 def _installed() -> dict[str, str]:
-    return {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    proc = subprocess.run([sys.executable, "-I", "-c", _LIST], capture_output=True, text=True, timeout=300, check=True)
+    return {canonicalize_name(name): version for name, version in json.loads(proc.stdout).items()}
 
 
 def test_the_installed_packages_are_the_locked_ones():
+    import setuptools  # noqa: F401 - as a library may: its vendored packages join sys.path, and must not count
+
     problems = drift(read_lock(LOCK.read_text()), _installed())
     assert not problems, f"this environment is not the locked one ({len(problems)} packages): " + "; ".join(
         problems[:12]) + f". {REFRESH}"
