@@ -188,7 +188,8 @@ def test_nested_dict_and_list_paths_are_named_in_the_users_terms():
     assert kinds["heads"] == "structure.unregistered_module"
     assert kinds["weights[0]"] == "structure.unregistered_tensor"
     assert report.details["python"] == ["heads", "weights[0]", "encoder.gate"]  # named_modules order, then attributes
-    assert report.first_divergence.where == "heads"
+    assert statuses(report)["heads"] is Status.WARN  # no batch: whether the model uses them is not confirmed
+    assert report.first_divergence.where == "weights[0]"
 
 
 def test_aliases_constants_and_derived_tensors_are_not_alarms():
@@ -411,9 +412,15 @@ class _StochasticDepth(nn.Module):
 
 
 class _HoldsOutside(MLP):
-    def __init__(self, held: nn.Module) -> None:
+    def __init__(self, held: nn.Module, use: bool = False) -> None:
         super().__init__()
         object.__setattr__(self, "_helper", held)  # a plain attribute, outside the registry
+        self.use = use
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(x))
+        h = self._helper(h) if self.use else h
+        return self.fc3(torch.relu(self.fc2(h)))
 
 
 def test_a_helper_module_held_outside_the_registry_that_hides_nothing_is_no_alarm():
@@ -424,13 +431,33 @@ def test_a_helper_module_held_outside_the_registry_that_hides_nothing_is_no_alar
     assert report.status is Status.PASS and report.first_divergence is None
 
 
-@pytest.mark.parametrize("held, what", [(_StochasticDepth(0.2), "reads the train/eval flag"),
-                                        (nn.BatchNorm1d(4), "a buffer"), (nn.Dropout(0.1), "Dropout")])
-def test_a_module_outside_the_registry_that_hides_a_buffer_or_a_mode_is_a_divergence(held, what):
-    if isinstance(held, nn.BatchNorm1d):
-        held = nn.ModuleDict({"bn": held}).requires_grad_(False)  # buffers and frozen affine parameters
-        for p in held.parameters():
-            p.data.zero_()
-    model = _HoldsOutside(held)
-    report = audit(model, torch.optim.SGD(model.parameters(), lr=0.1), watch=(model._helper,))
-    assert (report.first_divergence.where, report.first_divergence.kind) == ("_helper", "structure.unregistered_module"), what
+@pytest.mark.parametrize("held", [_StochasticDepth(0.2), nn.BatchNorm1d(16, affine=False), nn.Dropout(0.1)],
+                         ids=["reads-train-flag", "buffers-only", "dropout"])
+def test_a_module_outside_the_registry_that_the_forward_runs_is_a_divergence(held):
+    model = _HoldsOutside(held, use=True)
+    report = audit(model, torch.optim.SGD(model.parameters(), lr=0.1), data(), F.cross_entropy, watch=(held,))
+    assert (report.first_divergence.where, report.first_divergence.kind) == ("_helper", "structure.unregistered_module")
+    assert next(f for f in report.findings if f.where == "_helper").evidence["ran_in_forward"] is True
+
+
+def test_a_copy_of_the_network_kept_aside_is_a_warning_not_a_divergence():
+    """A framework keeping a deep copy of a submodule in a plain dict (saved hyperparameters): the forward never runs
+    it, the loss never reaches it, no optimizer owns it. The premise of the FAIL does not hold."""
+    import copy
+
+    model = MLP()
+    object.__setattr__(model, "_hparams_initial", {"net": copy.deepcopy(model.fc2)})
+    report = audit(model, torch.optim.SGD(model.parameters(), lr=0.1), data(), F.cross_entropy)
+    kept = next(f for f in report.findings if f.where == "_hparams_initial")
+    assert kept.check == "structure.unregistered_module" and kept.status is Status.WARN
+    assert "copy kept aside" in kept.message and kept.evidence["ran_in_forward"] is False
+    assert report.first_divergence is None
+
+
+def test_without_a_batch_a_hidden_module_that_nothing_owns_is_a_warning_naming_what_would_confirm_it():
+    model = ListBlocks()
+    report = audit(model, torch.optim.AdamW(model.parameters(), lr=1e-3), watch=model.blocks)
+    blocks = next(f for f in report.findings if f.where == "blocks")
+    assert blocks.status is Status.WARN and "pass batch and loss_fn" in blocks.message
+    report = audit(model, torch.optim.AdamW(model.parameters(), lr=1e-3), data(), F.cross_entropy, watch=model.blocks)
+    assert report.first_divergence.where == "blocks"  # confirmed by the forward pass

@@ -27,6 +27,13 @@ inside a guard; ``frozen.unfrozen_by_train``), warns on frozen parameters no pat
 (``frozen.undeclared``), and leaves them out of the OPTIMIZER's missing ones. Informational checks: ``structure.unregistered_constant`` (a plain
 tensor without requires_grad: PASS, WARN when on another device than the parameters) and
 ``structure.derived_tensor`` (a cached tensor computed from registered parameters: PASS).
+
+Evidence before FAIL, for modules held outside the registry (``structure.unregistered_module``): the premise is
+that the program uses what is hidden. It is confirmed when the forward pass runs one of those modules (a pre-hook
+inside the guard), the loss's graph reaches one of their tensors, or an optimizer owns one. Unconfirmed (a deep
+copy kept aside, e.g. a framework's saved hyperparameters; or no batch/loss_fn given), it is a WARN naming what
+would confirm it. Modules that hide nothing (no parameter, no buffer, no module whose forward reads
+``self.training``) are a PASS.
 """
 
 from __future__ import annotations
@@ -78,14 +85,14 @@ def four_structures(model: nn.Module, optimizer: torch.optim.Optimizer | None = 
         batch = split_batch(batch, model)
     reg = Registry.of(model)
     hidden, aliases = python_graph(model, reg)
-    reached, reason = None, "pass both batch and loss_fn to see what the autograd graph reaches"
+    reached, reason, ran = None, "pass both batch and loss_fn to see what the autograd graph reaches", None
     if batch is not None and loss_fn is not None:
-        reached, reason = _autograd(model, optimizer, batch, loss_fn, hidden)
+        reached, reason, ran = _autograd(model, optimizer, batch, loss_fn, hidden)
     opts = step_optimizers(train_step, optimizer, model) if optimizer is not None else []
     groups = [(g, _label(o, optimizer, train_step)) for o in opts for g in o.param_groups]
     owned = [(g, i, t) for g, (group, _) in enumerate(groups) for i, t in enumerate(group["params"])]
     audit = Audit(model, optimizer, reg, hidden, aliases, reached, reason, owned, declared(model, patterns),
-                  owners=[name for _, name in groups])
+                  owners=[name for _, name in groups], ran=ran)
     return _report(audit, patterns)
 
 
@@ -111,18 +118,26 @@ def _holds(cell: Any, obj: Any) -> bool:
 
 
 def _autograd(model: nn.Module, optimizer: Any, batch: Any, loss_fn: Any,
-              hidden: list[Hidden]) -> tuple[dict[int, torch.Tensor] | None, str]:
-    """Leaves the loss's graph reaches, or None and why it could not be built. Runs one forward pass and
-    the loss on the user's model inside ``guarded`` (no backward), so nothing it changes survives."""
+              hidden: list[Hidden]) -> tuple[dict[int, torch.Tensor] | None, str, set[str]]:
+    """Leaves the loss's graph reaches (or None and why it could not be built), and the paths of the hidden
+    entries whose modules ran in the forward pass. Runs one forward pass and the loss on the user's model inside
+    ``guarded`` (no backward), so nothing it changes survives."""
     modules = [m for h in hidden for m in h.modules]
+    ran: set[str] = set()
     try:
         with guarded(model, optimizer, *modules), torch.enable_grad():
-            _, loss = compute_loss(model, batch, loss_fn)
+            handles = [s.register_forward_pre_hook(lambda *_, path=h.path: ran.add(path))
+                       for h in hidden for m in h.modules for s in m.modules()]
+            try:
+                _, loss = compute_loss(model, batch, loss_fn)
+            finally:
+                for handle in handles:
+                    handle.remove()
             if not torch.is_tensor(loss):
-                return None, loss_problem(loss) or "loss_fn did not return a tensor"
-            return graph_leaves([loss.grad_fn] if loss.grad_fn is not None else []), ""
+                return None, loss_problem(loss) or "loss_fn did not return a tensor", ran
+            return graph_leaves([loss.grad_fn] if loss.grad_fn is not None else []), "", ran
     except Exception as exc:  # noqa: BLE001 - user code failed; the other three structures still stand
-        return None, f"forward pass or loss_fn raised {type(exc).__name__}: {exc}"
+        return None, f"forward pass or loss_fn raised {type(exc).__name__}: {exc}", ran
 
 
 def _report(a: Audit, patterns: tuple[str, ...]) -> Report:

@@ -30,6 +30,7 @@ class Audit:
     declared: dict[int, str] = field(default_factory=dict)  # id -> name of parameters declared frozen
     notes: list[str] = field(default_factory=list)
     owners: list[str] = field(default_factory=list)  # per group of ``owned``: the optimizer holding it, in the user's name
+    ran: set[str] | None = None  # paths of the hidden entries whose modules ran in the forward pass (None: not run)
 
     @property
     def owned_ids(self) -> Counter:
