@@ -12,6 +12,8 @@ License: Apache-2.0 (Copyright 2021 The HuggingFace Inc. team)
 Domain: Accelerate script (sentence-pair classification with BERT)
 
 Deviations from the original:
+- accelerate's process-wide state is reset before ``Accelerator(...)`` is built (the script runs once per process;
+  here several builds share one test process with other tests that used accelerate).
 - no weights or tokenizer can be downloaded: the model is ``BertForSequenceClassification`` built from a tiny
   ``BertConfig`` (hidden 32, 2 layers, 2 heads, intermediate 64, vocab 100, 2 labels) with random weights, and the
   tokenizer's output (``input_ids``, ``token_type_ids``, ``attention_mask``, padded to the longest by the collate
@@ -38,6 +40,7 @@ import sys
 
 import torch
 from accelerate import Accelerator, DistributedType
+from accelerate.state import AcceleratorState
 from torch.optim import AdamW
 from torch.utils.data import DataLoader
 from transformers import BatchEncoding, BertConfig, BertForSequenceClassification, get_linear_schedule_with_warmup, set_seed
@@ -109,7 +112,9 @@ def get_dataloaders(accelerator: Accelerator, batch_size: int = 16, seed: int = 
 
 def _build(seed, bug=None):
     config = {"lr": 3e-3, "num_epochs": 3, "seed": seed, "batch_size": 16}
-    # Initialize accelerator
+    # Initialize accelerator (a fresh process state first: in one test process another test's Accelerator may have
+    # set mixed precision already, which accelerate refuses to change; each run of the script is its own process)
+    AcceleratorState._reset_state(reset_partial_state=True)
     accelerator = Accelerator(cpu=True, mixed_precision="no")
     # Sample hyper-parameters for learning rate, batch size, seed and a few other HPs
     lr = config["lr"]
