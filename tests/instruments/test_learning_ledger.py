@@ -344,7 +344,11 @@ def test_zero_and_nonfinite_gradients():
     with torch.no_grad():
         model.fc2.weight.zero_()
         model.head.weight.zero_()
-    stops_at(ledger(model, batch, loss_fn, optimizer, task_probe=rule), "GRADIENT", "gradient.zero")
+    # a zeroed head: the loss does not depend on what comes before it at these weights (a counterfactual on a copy
+    # shows it), so their zero gradient is not a confirmed defect: a WARN, not a FAIL
+    report = ledger(model, batch, loss_fn, optimizer, task_probe=rule)
+    assert finding(report, "GRADIENT").status is Status.WARN, str(report)
+    assert "fc1.weight" in finding(report, "GRADIENT").evidence["loss_invariant_to"]
 
     class Sqrt(MLP):
         def __init__(self):

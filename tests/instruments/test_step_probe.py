@@ -26,7 +26,21 @@ class MLP(nn.Module):
             h = h.detach()
         if self.fault == "zero":
             h = h * 0.0
+        if self.fault == "blocked":
+            h = _Blocked.apply(h)
         return self.fc3(self.drop(F.relu(self.fc2(h))))
+
+
+class _Blocked(torch.autograd.Function):
+    """Identity forward, zero gradient backward: the loss depends on what comes before, no gradient gets there."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.zeros_like(grad)
 
 
 def program(seed=0, opt="sgd", fault=None, **kw):
@@ -150,8 +164,19 @@ def test_detached_layer_gets_no_gradient_and_zeroed_layer_zero_gradient():
     r = probe(*program(fault="detach"))
     assert (r.first_divergence.where, r.first_divergence.kind) == ("fc1.weight", "step.no_gradient")
     assert ("fc1.bias", "step.no_gradient") in kinds(r)
-    r = probe(*program(fault="zero"))
+    r = probe(*program(fault="blocked"))
     assert (r.first_divergence.where, r.first_divergence.kind) == ("fc1.weight", "step.zero_gradient")
+    assert r.status is Status.FAIL and "depends on it" in r.first_divergence.observed + str(r)
+
+
+def test_parameter_the_loss_does_not_depend_on_is_a_warning_not_a_failure():
+    """Evidence before FAIL: h * 0.0 (or a head the objective never reads) leaves the loss unchanged when fc1 is
+    perturbed on a copy, so fc1's zero gradient is not shown to be a defect: WARN naming it and the declaration."""
+    r = probe(*program(fault="zero"))
+    assert r.status is Status.WARN, str(r)
+    assert ("fc1.weight", "step.unused_parameter") in kinds(r, Status.WARN) and not kinds(r)
+    warn = next(f for f in r.findings if f.where == "fc1.weight")
+    assert warn.evidence["loss_depends"] is False and "does not depend on it" in warn.message
 
 
 def test_nonfinite_loss_is_named_loss():

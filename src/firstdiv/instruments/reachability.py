@@ -27,6 +27,7 @@ from ..report import Report, Status, skipped
 from ._core import batch as _batch
 from ._core.checks import Check, check, compose, grad_state, graph_leaves, label, unique_params
 from ._core.frozen import check_frozen, declared
+from ._core.invariance import loss_depends
 from ._core.state import guarded
 from ._core.user_hooks import reports_user_hooks
 
@@ -75,7 +76,9 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
         grads = _grads(loss, on_graph, retain=mode == "loss", checks=checks)
         taint = tracer.info.get(id(loss), (None, frozenset()))[1] if tracer else frozenset()
         explain = (lambda p, names: _explain(p, names, tracer, taint)) if tracer else None
-        checks += [_param_check(p, names, reached, grads, explain, id(p) in intent) for p, names in params]
+        empty = [names[0] for p, names in params if id(p) in grads and grad_state(grads[id(p)])[0] in ("zero", "none")]
+        depends = loss_depends(model, batch, loss_fn, empty) if empty and mode == "batch" else {}
+        checks += [_param_check(p, names, reached, grads, explain, id(p) in intent, depends) for p, names in params]
         details = {"parameters": len(params), "reached": sum(id(p) in reached for p, _ in params),
                    "modules_ran": sorted(k or _ROOT for k in tracer.modules) if tracer else [],
                    "cuts": [{"op": c.op, "grad_enabled": c.grad_enabled, "dtype": c.dtype, "origin": c.origin}
@@ -259,6 +262,10 @@ def _explain(p: nn.Parameter, names: list[str], tracer: _Tracer, loss_taint: fro
                              "output_requires_grad": rec.get("output_requires_grad", [])}
 
 
+#: causes where the parameter's value was traced into the loss through an op that carries no gradient: the loss
+#: depends on it and the gradient path is cut (a confirmed defect); the other causes are unused parameters
+_VALUE_REACHED = ("detached", "no_grad", "integer_cast")
+
 _WHY = {
     "detached": "its value reached the loss only through {op} (detach/.data), which cuts the graph",
     "no_grad": "it was used with grad mode disabled (torch.no_grad or inference_mode) in {inside}, op {op}",
@@ -296,7 +303,11 @@ def _grads(loss: torch.Tensor, params: list[nn.Parameter], retain: bool, checks:
 
 
 def _param_check(p: nn.Parameter, names: list[str], reached: set[int], grads: dict[int, Any],
-                 explain: Callable[[nn.Parameter, list[str]], tuple[str, str, dict]] | None, declared_frozen: bool = False) -> Check:
+                 explain: Callable[[nn.Parameter, list[str]], tuple[str, str, dict]] | None, declared_frozen: bool = False,
+                 depends: dict[str, bool | None] | None = None) -> Check:
+    """One parameter's finding; ``depends``: whether the loss depends on it (a counterfactual), for those without a
+    gradient."""
+    depends = depends or {}
     where, owner = names[0], names[0].rpartition(".")[0]
     ev: dict[str, Any] = {"requires_grad": bool(p.requires_grad), "is_leaf": bool(p.is_leaf), "reached": id(p) in reached}
     if len(names) > 1:
@@ -311,6 +322,14 @@ def _param_check(p: nn.Parameter, names: list[str], reached: set[int], grads: di
     if id(p) in reached:
         state, gnorm = grad_state(grads.get(id(p))) if id(p) in grads else ("unknown", None)
         ev.update(grad=state, grad_norm=gnorm)
+        if state in ("zero", "none") and depends.get(where) is not True:
+            ev.update(boundary=owner, cause="zero_gradient", loss_depends=depends.get(where))
+            return check(where, "reachability.zero_gradient", Status.WARN,
+                         f"{label(names)}: in the loss graph but its gradient is {'exactly zero' if state == 'zero' else 'None'}"
+                         ", and " + ("the loss does not depend on it at these weights (perturbing it on a copy leaves "
+                                     "the loss unchanged: a zero-initialized layer downstream, a term that cancels)"
+                                     if depends.get(where) is False else "whether the loss depends on it was not checked "
+                                     "(give batch and loss_fn)"), ev)
         if state in ("zero", "none"):
             ev.update(boundary=owner, cause="zero_gradient")
             return check(where, "reachability.zero_gradient", Status.FAIL,
@@ -326,6 +345,11 @@ def _param_check(p: nn.Parameter, names: list[str], reached: set[int], grads: di
     ev.update(extra, boundary=boundary, cause=cause, grad="none")
     why = _WHY[cause].format(boundary=boundary or _ROOT, **{"op": "", "inside": "", "op_output_dtype": "", "calls": 0,
                                                            **extra})
+    if cause not in _VALUE_REACHED:  # nothing computed from it reached the loss: unused, by design or by mistake
+        return check(where, f"reachability.{cause}", Status.WARN,
+                     f"{label(names)}: not reached from the loss; {why}. Its value never reaches the loss either, so "
+                     "whether it should is the program's intent: declare it with frozen=[...] if it is unused by design",
+                     ev, hint=_HINT[cause])
     return check(where, f"reachability.{cause}", Status.FAIL,
                  f"{label(names)}: not reached from the loss; path stops at {boundary or _ROOT}: {why}", ev,
                  expected="loss depends on this parameter", observed=f"no path ({cause} at {boundary or _ROOT})",

@@ -27,9 +27,10 @@ If ``inputs`` is itself a dict, the model is called as ``model(**inputs)``.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,16 +125,25 @@ def _split_dict(batch: dict, model: nn.Module | None) -> Batch:
     return Batch(kwargs, targets, True)
 
 
+def plain(value: Any) -> Any:
+    """A mapping that is not a ``dict`` (a tokenizer's ``BatchEncoding``, a ``UserDict``, a frozen mapping) as a plain
+    ``dict`` of the same values (the same tensor objects, nothing copied); anything else as is. The instruments walk
+    dicts; the user's own callables (``eval_fn``, ``train_step``) still get the user's batch object."""
+    if isinstance(value, Mapping) and not isinstance(value, dict):
+        return dict(value.items())
+    return value
+
+
 def split_batch(batch: Any, model: nn.Module | None = None) -> Batch:
     """Normalise ``batch`` (see the module docstring); ``model`` decides whether a dict's targets key is
     passed on to ``forward``. Raises InvalidArgument for anything else."""
     if isinstance(batch, Batch):
         return batch
-    if isinstance(batch, dict):
-        return _split_dict(batch, model)
+    if isinstance(batch, Mapping):
+        return _split_dict(plain(batch), model)
     if isinstance(batch, (tuple, list)) and len(batch) in (1, 2):
-        inputs = batch[0]
-        targets = batch[1] if len(batch) == 2 else None
+        inputs = plain(batch[0])
+        targets = plain(batch[1]) if len(batch) == 2 else None
         return Batch(inputs, targets, isinstance(inputs, dict))
     if isinstance(batch, (tuple, list)):
         raise InvalidArgument(f"Expected `batch` to be a tuple (inputs, targets) or a dict but got a {type(batch).__name__} "
@@ -156,7 +166,7 @@ def describe(value: Any) -> str:
     """``[16, 3] float32`` for a tensor; the same for each item of a tuple/list/dict."""
     if torch.is_tensor(value):
         return f"{list(value.shape)} {str(value.dtype).replace('torch.', '')}"
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return "{" + ", ".join(f"{k}: {describe(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (tuple, list)):
         return "(" + ", ".join(describe(v) for v in value) + ")"
@@ -182,7 +192,9 @@ def describe_error(exc: BaseException) -> str:
 
 
 def compute_loss(model: nn.Module, batch: Any, loss_fn: Callable[..., Any]) -> tuple[Any, Any]:
-    """Forward then ``loss_fn(outputs, targets)``; returns ``(outputs, loss)`` without checking the loss.
+    """Forward then ``loss_fn(outputs, targets)``; returns ``(outputs, loss)`` without checking the loss. A model that
+    returns a tuple whose first item is the prediction (``(logits, attention)``) and a ``loss_fn`` that refuses the
+    tuple but takes that first item: ``(outputs[0], loss)``, what the user's own loop computes.
     Raises :class:`UserCodeError` (one line: what raised, on which shapes, where) when either raises."""
     b = split_batch(batch, model)
     try:
@@ -192,8 +204,34 @@ def compute_loss(model: nn.Module, batch: Any, loss_fn: Callable[..., Any]) -> t
     try:
         return outputs, loss_fn(outputs, b.targets)
     except Exception as exc:
+        adapted = on_first_output(loss_fn, outputs, b.targets)
+        if adapted is not None:  # (logits, attention): a loss_fn that takes the prediction, as the user's loop does
+            return outputs, adapted[1]
         raise UserCodeError(f"loss_fn raised {describe_error(exc)} on outputs {describe(outputs)} and targets "
                             f"{describe(b.targets)}") from exc
+
+
+class FirstOutput:
+    """The user's ``loss_fn`` applied to the first item of a tuple output (the prediction of ``(logits, attention)``)."""
+
+    def __init__(self, loss_fn: Callable[..., Any]) -> None:
+        self.loss_fn = loss_fn
+
+    def __call__(self, outputs: Any, targets: Any) -> Any:
+        first = outputs[0] if isinstance(outputs, (tuple, list)) and not hasattr(outputs, "_fields") and outputs else outputs
+        return self.loss_fn(first, targets)
+
+
+def on_first_output(loss_fn: Callable[..., Any], outputs: Any, targets: Any) -> tuple[FirstOutput, Any] | None:
+    """When ``loss_fn`` refused ``outputs``, a tuple whose first item is a tensor it takes: ``(FirstOutput(loss_fn),
+    loss)``; else None (the first error is the one to report)."""
+    if not (isinstance(outputs, (tuple, list)) and not hasattr(outputs, "_fields") and outputs
+            and torch.is_tensor(outputs[0])) or isinstance(loss_fn, FirstOutput):
+        return None
+    wrapped = FirstOutput(loss_fn)
+    with contextlib.suppress(Exception):
+        return wrapped, wrapped(outputs, targets)
+    return None
 
 
 def loss_problem(loss: Any) -> str | None:
@@ -214,7 +252,7 @@ def to_device(value: Any, device: torch.device | None) -> Any:
         return value
     if torch.is_tensor(value):
         return value.to(device)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {k: to_device(v, device) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
         return type(value)(to_device(v, device) for v in value)

@@ -76,8 +76,36 @@ def step_optimizers(train_step: Any, optimizer: torch.optim.Optimizer | None = N
     found = [optimizer] if optimizer is not None else []
     if train_step is not None:
         found += [o for o in closure_state(train_step) if isinstance(o, torch.optim.Optimizer)
-                  and all(o is not f for f in found)]
+                  and all(not same_update(o, f) for f in found)]
     if model is None:
         return found
     mine = {id(p) for p in model.parameters()}
     return [o for o in found if o is optimizer or any(id(p) in mine for g in o.param_groups for p in g["params"])]
+
+
+def innermost(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The optimizer that really updates: a framework's wrapper (Accelerate's ``AcceleratedOptimizer``, Lightning's
+    ``LightningOptimizer``) keeps the one it wraps in ``.optimizer`` or ``._optimizer`` and forwards ``step`` to it;
+    step hooks belong on that one (a wrapper may not even carry the hook tables)."""
+    seen = {id(optimizer)}
+    while True:
+        inner = next((v for v in (vars(optimizer).get("optimizer"), vars(optimizer).get("_optimizer"))
+                      if isinstance(v, torch.optim.Optimizer) and id(v) not in seen), None)
+        if inner is None:
+            return optimizer
+        seen.add(id(inner))
+        optimizer = inner
+
+
+def same_update(a: torch.optim.Optimizer, b: torch.optim.Optimizer) -> bool:
+    """Whether two optimizer objects apply one and the same update: one wraps the other, or they share their
+    parameter groups or their state (the evidence is the objects themselves, not their count)."""
+    ia, ib = innermost(a), innermost(b)
+    return ia is ib or _attr(a, "param_groups") is _attr(b, "param_groups") or _attr(a, "state") is _attr(b, "state")
+
+
+def _attr(obj: Any, name: str) -> Any:
+    try:
+        return getattr(obj, name)
+    except Exception:  # noqa: BLE001 - a wrapper's property that raises is no evidence of sharing
+        return object()

@@ -20,6 +20,7 @@ API (stable; the learning instruments import it):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -33,7 +34,7 @@ def tensors(x: Any) -> list[torch.Tensor]:
     """Every tensor in ``x`` (nested dicts, lists, tuples, ``ModelOutput``s), in order."""
     if torch.is_tensor(x):
         return [x]
-    values = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    values = x.values() if isinstance(x, Mapping) else x if isinstance(x, (list, tuple)) else ()
     return [t for v in values for t in tensors(v)]
 
 
@@ -83,7 +84,7 @@ def _take(x: Any, n: int, k: int, axis: int) -> Any:
         if ax is None:
             raise ValueError("size")
         return x.narrow(ax, 0, k)
-    if isinstance(x, dict):
+    if isinstance(x, Mapping):
         return {key: _take(v, n, k, axis) for key, v in x.items()}
     if isinstance(x, (list, tuple)):
         return type(x)(_take(v, n, k, axis) for v in x)

@@ -102,7 +102,7 @@ def clone_tree(value: Any) -> Any:
         return type(value)(*(clone_tree(v) for v in value))
     if isinstance(value, (tuple, list)):
         return type(value)(clone_tree(v) for v in value)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {k: clone_tree(v) for k, v in value.items()}
     return value
 

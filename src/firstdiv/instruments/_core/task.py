@@ -3,7 +3,7 @@ inference reads (:class:`Ctx`), :func:`infer_task` itself and the small tensor h
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +68,7 @@ def err(exc: BaseException) -> str:
 def shape(x: Any) -> Any:
     if torch.is_tensor(x):
         return list(x.shape)
-    if isinstance(x, dict):
+    if isinstance(x, Mapping):
         return {str(k): shape(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [shape(v) for v in x]

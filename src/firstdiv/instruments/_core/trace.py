@@ -28,7 +28,7 @@ API (for the two instruments):
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -74,7 +74,7 @@ def tensors(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
     elif depth < 3 and isinstance(value, (tuple, list)):
         for item in value:
             yield from tensors(item, depth + 1)
-    elif depth < 3 and isinstance(value, dict):
+    elif depth < 3 and isinstance(value, Mapping):
         for item in value.values():
             yield from tensors(item, depth + 1)
 

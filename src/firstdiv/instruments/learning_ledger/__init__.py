@@ -30,6 +30,7 @@ from .._core.batch import (
     describe,
     describe_error,
     forward,
+    on_first_output,
     split_batch,
 )
 from .._core.checks import Check, compose, not_reached, reached, walk
@@ -187,5 +188,11 @@ def _compute_loss(ctx: Ctx) -> str | None:
     try:
         ctx.loss = ctx.loss_fn(ctx.outputs, ctx.batch.targets)
     except Exception as exc:  # noqa: BLE001 - user code
+        adapted = on_first_output(ctx.loss_fn, ctx.outputs, ctx.batch.targets)
+        if adapted is not None:
+            ctx.loss_fn, ctx.loss = adapted
+            ctx.report_notes.append(f"note: the model returns {describe(ctx.outputs)} and loss_fn takes its first item "
+                                    "(the prediction), as the program's own loop does; the ledger applies it so")
+            return None
         return (f"loss_fn raised {describe_error(exc)} on outputs {describe(ctx.outputs)} and targets "
                 f"{describe(ctx.batch.targets)}; the ledger needs loss_fn(outputs, targets) to return the training loss")

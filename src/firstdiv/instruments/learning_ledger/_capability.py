@@ -12,13 +12,14 @@ x10, x100, x1000 (every group scaled, ratios kept) and stop as soon as one fits;
 fits, diverges, plateaus (under 0.1% of the initial loss gained in ``WINDOW`` steps) or, before the last
 round, is too slow to reach the criterion within ``PROBE`` steps at its current rate (then the next lr is tried;
 past ``PROBE`` steps a round still on course to fit within the whole budget keeps it, and no higher lr is tried after
-it spends it; the last round, and the program's lr again when a higher one diverged, run the full budget). A round that diverges ends the escalation; when the program's own lr diverges, x0.1 and x0.01 are
-tried instead.
+it spends it; the last round, and the program's lr again when a higher one diverged, run the full budget). A round
+that diverges ends the escalation; when the program's own lr diverges, x0.1 and x0.01 are tried instead.
 
 Criterion: *fit* = the loss fell by ``FIT`` (90%) of its initial value, or every supervised element of the tiny
 batch is predicted right (classification and language models); objectives without a known floor (a VAE's ELBO,
-an energy ``out.sum()``, anything whose task is not classification/LM/regression) are judged *learning* (down
-``LEARN``, 10%) and a note says the floor is unknown. Verdicts: fitted/learning at some lr is PASS (a note names
+an energy ``out.sum()``, anything whose task is not classification/LM/regression) and stochastic objectives (the
+batch's loss differs between two forwards with fixed weights: dropout, sampling) are judged *learning* (down
+``LEARN``, 10%) and a note says why. Verdicts: fitted/learning at some lr is PASS (a note names
 the lr when it is not the program's); learning by ``STEADY`` (50%) and still falling (``STILL``, 2% of the initial loss, over its last ``WINDOW`` steps) with the
 weights moving is PASS with a note "learning ... not fitted within the budget"; learning by ``PROGRESS`` (25%) otherwise, or a budget under
 ``MIN_BUDGET`` steps with the weights moving, is WARN. FAIL only when the evidence says why: the weights barely
@@ -43,6 +44,7 @@ from .._core.lr import step_at_base_lr
 from .._core.state import detached_copy
 from .._core.task import Ctx, err, is_int, seed_copies
 from ._common import failed, g4, passed, skipped_link, to_logits_2d, warned
+from ._floor import floor
 from ._links import lr_of, step, trainable
 
 TINY = 8
@@ -112,17 +114,6 @@ def _tiny(ctx: Ctx) -> Batch:
                                 "flattened targets): CAPABILITY overfits the whole batch")
         return ctx.batch
     return tiny
-
-
-def _known_floor(ctx: Ctx) -> bool:
-    """Whether "fitted" has a meaning: a class objective (accuracy) or a regression loss that starts >= 0, and an
-    objective OBJECTIVE identified (a VAE's ELBO or an RL loss has no floor the ledger knows)."""
-    if ctx.notes.get("objective_identified") is False:
-        return False
-    if ctx.task in ("classification", "language_model") and ctx.class_dim is not None:
-        return True
-    loss = ctx.loss
-    return ctx.task == "regression" and torch.is_tensor(loss) and loss.numel() == 1 and float(loss.detach()) >= 0
 
 
 def _copy(ctx: Ctx, scale: float) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -226,7 +217,7 @@ def _escalate(ctx: Ctx, tiny: Batch, known: bool) -> tuple[list[Round], str | No
 
 def check_capability(ctx: Ctx) -> Check:
     tiny = _tiny(ctx)
-    known = _known_floor(ctx)
+    known = floor(ctx, tiny)
     plain = ctx.optimizer is None
     ev: dict[str, Any] = {"examples": num_examples(tiny, ctx.batch_axis), "budget": ctx.overfit_steps,
                           "optimizer": "SGD (plain, on a copy: the program has no torch.optim optimizer)" if plain
@@ -237,6 +228,14 @@ def check_capability(ctx: Ctx) -> Check:
                                         f"the loss falls by {LEARN:.0%} (this objective has no known floor)")}
     t0 = time.perf_counter()
     rounds, error = _escalate(ctx, tiny, known)
+    if error is not None and tiny is not ctx.batch and ctx.overfit_batch is None and not any(r.losses[1:] for r in rounds):
+        # the program refused a subset of its batch (a loss built for the full batch, a fixed graph): its whole batch
+        ctx.report_notes.append(f"note: the program does not run on the first {ev['examples']} examples alone ({error}); "
+                                "CAPABILITY overfits the whole batch")
+        tiny = ctx.batch
+        known = floor(ctx, tiny)
+        ev.update(examples=num_examples(tiny, ctx.batch_axis), floor_known=known)
+        rounds, error = _escalate(ctx, tiny, known)
     ev.update(seconds=round(time.perf_counter() - t0, 4), steps=sum(max(len(r.losses) - 1, 0) for r in rounds),
               rounds=[r.summary() for r in rounds])
     if error is not None:

@@ -6,6 +6,7 @@ live in ``_task``, ``_objective`` and ``_links``; ``learning_ledger`` composes t
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -43,7 +44,7 @@ def g4(x: Any) -> str:
 def first_tensor(x: Any) -> torch.Tensor | None:
     if torch.is_tensor(x):
         return x
-    values = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    values = x.values() if isinstance(x, Mapping) else x if isinstance(x, (list, tuple)) else ()
     for v in values:
         t = first_tensor(v)
         if t is not None:
@@ -55,7 +56,7 @@ def take(x: Any, index: slice) -> Any:
     """Slice every tensor in ``x`` (nested dicts/lists) along its first dimension."""
     if torch.is_tensor(x):
         return x[index] if x.dim() > 0 else x
-    if isinstance(x, dict):
+    if isinstance(x, Mapping):
         return {k: take(v, index) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return type(x)(take(v, index) for v in x)

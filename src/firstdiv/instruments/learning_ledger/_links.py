@@ -17,8 +17,9 @@ from .._core.batch import compute_loss
 from .._core.checks import Check
 from .._core.closure import step_optimizers
 from .._core.examples import dense
+from .._core.invariance import loss_depends, sort_gradless, unused_message
 from .._core.task import Ctx, err
-from ._common import failed, g4, passed, skipped_link
+from ._common import failed, g4, passed, skipped_link, warned
 from ._dependency import input_without_gradient, reached_leaves, target_as_input
 
 LIST_CAP = 20  # names listed in evidence before eliding
@@ -48,15 +49,22 @@ def check_dependency(ctx: Ctx) -> Check:
     unreachable = [n for n, p in train if id(p) not in leaves]
     ev.update(graph_nodes=nodes, reached=len(train) - len(unreachable), unreachable=_names(unreachable),
               unreachable_count=len(unreachable))
-    if unreachable:
+    cut, unused, unknown = sort_gradless(ctx.model, ctx.batch, ctx.loss_fn, unreachable) if unreachable else ([], [], [])
+    ev.update(loss_depends_on=_names(cut), loss_invariant_to=_names(unused), unconfirmed=_names(unknown))
+    if cut:
         why = "the loss has no grad_fn (it does not require grad)" if grad_fn is None else f"{nodes} graph nodes walked"
         return failed("DEPENDENCY", "dependency.unreachable",
-                      f"{len(unreachable)} of {len(train)} trainable parameters are not on the loss's autograd graph "
-                      f"({why}): {', '.join(_names(unreachable)[:5])}", ev,
-                      expected="every trainable parameter reachable from loss.grad_fn",
-                      observed=f"unreachable: {', '.join(_names(unreachable)[:5])}",
+                      f"{len(cut)} of {len(train)} trainable parameters are not on the loss's autograd graph "
+                      f"({why}) although the loss depends on them (perturbing them on a copy moves it): "
+                      f"{', '.join(_names(cut)[:5])}", ev,
+                      expected="every trainable parameter the loss depends on is reachable from loss.grad_fn",
+                      observed=f"unreachable: {', '.join(_names(cut)[:5])}",
                       hint="find where the dependency path stops (reachability): a .detach(), torch.no_grad(), an "
-                           "integer cast, .item()/.numpy(), or a module never called")
+                           "integer cast, .item()/.numpy()")
+    if unused or unknown:
+        ctx.report_notes.append(unused_message(unused, unknown))
+        return warned("DEPENDENCY", f"{len(unreachable)} of {len(train)} trainable parameters are not on the loss's "
+                      f"autograd graph: {unused_message(unused, unknown)}", ev)
     for probe in (target_as_input, input_without_gradient):
         found = probe(ctx, ev)
         if found is not None:
@@ -90,14 +98,22 @@ def check_gradient(ctx: Ctx) -> Check:
     ev: dict[str, Any] = {"grad_norms": norms if len(norms) <= LIST_CAP else {"count": len(norms)},
                           "grad_norm_min": min(finite, default=None), "grad_norm_max": max(finite, default=None)}
     ev.update({k: _names(v) for k, v in problems.items()})
-    bad = [(n, k) for n, _ in train for k, v in problems.items() if n in v]
+    empty = problems["missing"] + problems["zero"]
+    depends = loss_depends(ctx.model, ctx.batch, ctx.loss_fn, empty) if empty else {}
+    ev["loss_invariant_to"] = _names([n for n in empty if depends[n] is False])
+    ev["unconfirmed"] = _names([n for n in empty if depends[n] is None])
+    bad = [(n, k) for n, _ in train for k, v in problems.items() if n in v and (k == "nonfinite" or depends[n])]
+    if not bad and empty:  # no gradient where the loss does not depend on it (or could not be shown to): not a defect
+        unused = [n for n in empty if depends[n] is False]
+        return warned("GRADIENT", unused_message(unused, [n for n in empty if depends[n] is None]), ev)
     if not bad:
         return passed("GRADIENT", f"all {len(train)} trainable parameters have finite nonzero gradients (norms "
                       f"{g4(min(finite))} .. {g4(max(finite))})", ev)
     name, kind = bad[0]
     text = {"missing": ".grad is None", "nonfinite": "gradient has NaN/inf", "zero": "gradient is exactly zero"}
     return failed("GRADIENT", f"gradient.{kind}",
-                  f"{name}: {text[kind]} after one backward from .grad=None "
+                  f"{name}: {text[kind]} after one backward from .grad=None"
+                  f"{'' if kind == 'nonfinite' else ', although the loss depends on it (perturbing it on a copy moves it)'} "
                   f"({len(problems['missing'])} None, {len(problems['zero'])} zero, {len(problems['nonfinite'])} non-finite)",
                   ev, expected="finite, nonzero gradients for every trainable parameter", observed=f"{name}: {text[kind]}",
                   hint={"missing": "a hook or custom autograd function drops the gradient on its way to the parameter",

@@ -25,6 +25,7 @@ import torch
 from .._core.batch import compute_loss
 from .._core.checks import Check
 from .._core.closure import closure_state
+from .._core.invariance import loss_depends
 from .._core.state import guarded
 from .._core.task import Ctx, err, seed_copies
 from ._common import failed, g4, passed, skipped_link
@@ -108,6 +109,10 @@ def check_user_step(ctx: Ctx) -> Check:
         return _ascends(ev, healthy, first, grads, l0, last)
     if math.isfinite(l0) and (not math.isfinite(last) or (l0 > 0 and max(finite) > DIVERGE * l0)):
         return _diverges(ctx, ev, total, l0, last, max(finite))
+    depends = loss_depends(ctx.model, ctx.batch, ctx.loss_fn, not_moved) if not_moved else {}
+    invariant = [n for n in not_moved if depends[n] is False]
+    ev["loss_invariant_to"] = _names(invariant)
+    not_moved = [n for n in not_moved if depends[n] is not False]  # the loss does not depend on it: nothing to learn
     if not_moved:
         return failed("PARAMETER_UPDATE", "update.not_moved",
                       f"{len(not_moved)} of {len(healthy)} trainable parameters with healthy gradients did not change over "
@@ -116,7 +121,13 @@ def check_user_step(ctx: Ctx) -> Check:
                       observed=f"unchanged: {', '.join(_names(not_moved)[:5])}",
                       hint="train_step's update skips them: an optimizer or manual-update loop over a subset of the "
                            "parameters; freeze them with requires_grad_(False) if they should not train")
-    return passed("PARAMETER_UPDATE", f"train_step moved all {len(healthy)} trainable parameters with healthy gradients, "
+    if invariant:
+        ctx.report_notes.append(f"note: {len(invariant)} parameters did not move in train_step, and the loss does not "
+                                f"depend on them (perturbing them on a copy leaves it unchanged; first: {invariant[0]}), "
+                                "so there was nothing to learn for them: a term that cancels, a unit the objective "
+                                "never reads")
+    return passed("PARAMETER_UPDATE", f"train_step moved all {len(healthy) - len(invariant)} trainable parameters with healthy gradients"
+                  f"{'' if not invariant else f' the loss depends on ({len(invariant)} it does not depend on were left)'}, "
                   f"down the loss (<update, gradient> = {g4(descent)}; loss on the batch {g4(l0)} -> {g4(last)} over "
                   f"{ev['calls']} calls)", ev)
 

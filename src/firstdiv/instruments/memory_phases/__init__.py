@@ -45,6 +45,7 @@ from ...errors import InvalidArgument
 from ...report import Report, Status
 from .._core import batch as _batch
 from .._core.checks import Check, check, compose
+from .._core.closure import innermost
 from .._core.memory import LiveTensors, cuda_memory, fmt_bytes, is_oom, rss
 from .._core.user_hooks import reports_user_hooks
 from ._advice import ADVICE, RETAINED, advice
@@ -250,8 +251,8 @@ class MemoryPhases(contextlib.ContextDecorator):
             self._handles += [self.model.register_forward_pre_hook(self._forward_pre),
                               self.model.register_forward_hook(self._forward_post)]
         if self.optimizer is not None:
-            self._handles += [self.optimizer.register_step_pre_hook(self._step_pre),
-                              self.optimizer.register_step_post_hook(self._step_post)]
+            inner = innermost(self.optimizer)  # a framework's wrapper steps the one it wraps
+            self._handles += [inner.register_step_pre_hook(self._step_pre), inner.register_step_post_hook(self._step_post)]
         else:
             self._handles += [register_optimizer_step_pre_hook(self._step_pre),
                               register_optimizer_step_post_hook(self._step_post)]

@@ -54,6 +54,7 @@ from .._core.checks import Check, compose
 from .._core.closure import closure_state, step_optimizers
 from .._core.examples import batch_axis as _batch_axis
 from .._core.examples import logits_of
+from .._core.invariance import sort_gradless, unused_message
 from .._core.python_graph import hidden_modules
 from .._core.state import guarded
 from .._core.user_hooks import reports_user_hooks
@@ -113,7 +114,7 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
             with guarded(model, train_step, *extra):  # the user's own step, on the user's objects: restored
                 run.moved, run.step_error = step_moves(model, train_step)
         claims = [representation(model, b, axis), _computation(model, run), _objective(model, b, loss_fn, run),
-                  _differentiation(run), _update(run, stepped), evaluation(model, batch, eval_fn)]
+                  _differentiation(run, model, b, loss_fn), _update(run, stepped), evaluation(model, batch, eval_fn)]
     return _report(claims, eval_fn is not None, stepped)
 
 
@@ -223,7 +224,7 @@ def _objective(model: nn.Module, batch: Batch, loss_fn: Any, run: Measured) -> C
 
 # ---- DIFFERENTIATION / UPDATE ------------------------------------------------------------------
 
-def _differentiation(run: Measured) -> Check:
+def _differentiation(run: Measured, model: nn.Module, b: Batch, loss_fn: Any) -> Check:
     name, check = "DIFFERENTIATION", "claim.differentiation"
     if run.loss_problem is not None:
         return skip(name, check, f"no valid loss to differentiate ({run.loss_problem}); see OBJECTIVE")
@@ -236,15 +237,20 @@ def _differentiation(run: Measured) -> Check:
     zero = [n for n in run.trainable if n not in missing and n not in bad and not bool(run.grads[n].any())]
     ev = {"trainable": len(run.trainable), "none": missing[:8], "nonfinite": bad[:8], "zero": zero[:8],
           "with_gradient": len(run.trainable) - len(missing)}
-    if missing:
+    cut, unused, unknown = sort_gradless(model, b, loss_fn, missing) if missing else ([], [], [])
+    ev.update(cut=cut[:8], unused=unused[:8], unconfirmed=unknown[:8])
+    if cut:
         return claim(name, Status.FAIL, "claim.differentiation.detached",
-                     f"{len(missing)} of {len(run.trainable)} trainable parameters get no gradient (None) after backward "
-                     f"(first: {missing[0]}); the loss does not depend on them", ev,
-                     "every trainable parameter gets a gradient", "run reachability to find where the path stops "
-                     "(.detach(), no_grad, integer cast, unused branch)")
+                     f"{len(cut)} of {len(run.trainable)} trainable parameters get no gradient (None) after backward "
+                     f"although the loss depends on them (perturbing them on a copy moves it; first: {cut[0]}): the "
+                     "gradient path is cut", ev, "every parameter the loss depends on gets a gradient",
+                     "run reachability to find where the path stops (.detach(), no_grad, integer cast)")
     if bad:
         return claim(name, Status.FAIL, "claim.differentiation.nonfinite",
                      f"{len(bad)} parameters get non-finite gradients (first: {bad[0]})", ev, "finite gradients")
+    if unused or unknown:
+        return claim(name, Status.WARN, "claim.differentiation.unused", unused_message(unused, unknown), ev,
+                     "every trainable parameter gets a gradient", "wire the module into the loss, or declare it")
     if zero:
         return claim(name, Status.WARN, "claim.differentiation.zero_gradient",
                      f"{len(zero)} parameters get an all-zero gradient (first: {zero[0]}); the others: finite, nonzero", ev)

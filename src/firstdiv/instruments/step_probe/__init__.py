@@ -27,6 +27,7 @@ from ...report import Report, Status, skipped
 from .._core import batch as _batch
 from .._core.checks import Check, Collected, below_rounding, check, compose, grad_state, label, norm, unique_params
 from .._core.closure import closure_state
+from .._core.invariance import loss_depends
 from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._descent import divergence_check, eval_loss, relative_updates
@@ -168,7 +169,13 @@ def _forward(cmodel: nn.Module, batch: Any, loss_fn: Callable, out: Collected) -
     return loss
 
 
-def _gradient_checks(params: list, grads: dict[int, torch.Tensor | None], out: Collected) -> None:
+def _depends(model: nn.Module, batch: Any, loss_fn: Callable, names: list[str]) -> dict[str, bool | None]:
+    """Whether the loss depends on each parameter without a gradient (a counterfactual on a copy)."""
+    return loss_depends(model, batch, loss_fn, names) if names else {}
+
+
+def _gradient_checks(params: list, grads: dict[int, torch.Tensor | None], out: Collected,
+                     depends: dict[str, bool | None]) -> None:
     if not any(p.requires_grad for p, _ in params):
         out.checks.append(check(params[0][1][0], "step.requires_grad_false", Status.WARN,
                                 f"all {len(params)} parameters have requires_grad=False: nothing can learn",
@@ -181,14 +188,24 @@ def _gradient_checks(params: list, grads: dict[int, torch.Tensor | None], out: C
             continue
         state, gnorm = grad_state(grads.get(id(p)))
         ev.update({"grad": state, "grad_norm": gnorm})
-        if state == "none":
+        if state in ("none", "zero") and depends.get(where) is not True:
+            why = ("the loss does not depend on it (perturbing it on a copy leaves the loss unchanged): unused by this "
+                   "objective, by design or a module left out of forward" if depends.get(where) is False else
+                   "whether the loss depends on it could not be checked")
+            out.checks.append(check(where, "step.unused_parameter", Status.WARN,
+                                    f"{label(names)}: gradient is {'None' if state == 'none' else 'exactly zero'} after "
+                                    f"backward, and {why}", {**ev, "loss_depends": depends.get(where)},
+                                    hint="declare it with frozen=[...] if that is by design, else use it in the loss"))
+        elif state == "none":
             out.checks.append(check(where, "step.no_gradient", Status.FAIL,
-                                    f"{label(names)}: gradient is None after backward from .grad=None", ev,
+                                    f"{label(names)}: gradient is None after backward from .grad=None, although the loss "
+                                    "depends on it (perturbing it on a copy moves the loss)", ev,
                                     expected="a gradient tensor", observed="None",
-                                    hint="the loss does not depend on this parameter; run reachability() to find where"))
+                                    hint="the gradient path to this parameter is cut; run reachability() to find where"))
         elif state == "zero":
             out.checks.append(check(where, "step.zero_gradient", Status.FAIL,
-                                    f"{label(names)}: gradient is exactly zero ({p.numel()} elements)", ev,
+                                    f"{label(names)}: gradient is exactly zero ({p.numel()} elements), although the loss "
+                                    "depends on it (perturbing it on a copy moves the loss)", ev,
                                     expected="a nonzero gradient", observed="all zeros",
                                     hint="dead units, a multiplication by zero, or a constant output downstream"))
         elif state == "nonfinite":
@@ -319,7 +336,8 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
     if loss.requires_grad and trainable:
         found = torch.autograd.grad(loss.reshape(()), trainable, allow_unused=True)
         grads = {id(p): (None if g is None else g.detach()) for p, g in zip(trainable, found)}
-    _gradient_checks(params, grads, out)
+    empty = [names[0] for p, names in params if p.requires_grad and grad_state(grads.get(id(p)))[0] in ("none", "zero")]
+    _gradient_checks(params, grads, out, _depends(cmodel, batch, loss_fn, empty))
     out.details["_ref"] = [grads.get(id(p)) for p, _ in params]  # the train_step watch judges descent against these
     if copt is None:
         return out

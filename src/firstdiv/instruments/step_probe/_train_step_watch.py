@@ -13,9 +13,11 @@ import torch
 from torch import nn
 
 from ...report import Status
-from .._core.checks import Check, Collected, below_rounding, check, grad_state, label, norm, unique_params
+from .._core.checks import Check, Collected, below_rounding, check, grad_state, label, unique_params
+from .._core.closure import innermost
 from .._core.stateful import reachable
 from . import _descent
+from ._clearing import DiscardTracker, carried_check
 
 #: a manual update is plain SGD (stateless, its sign checkable) when its delta is this parallel to +-grad
 _STATELESS_COSINE = 0.9
@@ -50,6 +52,7 @@ class StepWatch:
         self.after_grads: list[dict[int, torch.Tensor]] = []
         self.scales: list[list[float]] = []  # each GradScaler's scale before call 1 and after each call
         self.call_grads: dict[int, dict[int, torch.Tensor]] = {1: {}, 2: {}}
+        self.discard = DiscardTracker()
 
     def _event(self, name: str) -> None:
         tag = f"call {self.call}: {name}"
@@ -63,6 +66,7 @@ class StepWatch:
             self.pending[id(p)] = grad.detach().clone() if prev is None else prev + grad.detach()
             mine = self.call_grads.setdefault(self.call, {})
             mine[id(p)] = grad.detach().clone() if id(p) not in mine else mine[id(p)] + grad.detach()
+            self.discard.reached(id(p))
             self._event("backward")
         return hook
 
@@ -71,6 +75,7 @@ class StepWatch:
         lrs = {id(p): float(g["lr"]) for g in self.opt.param_groups for p in g["params"]}  # a scheduler moves them
         self.steps.append(_StepRecord(self.call, grads, dict(self.pending), lrs))
         self.pending.clear()
+        self.discard.pre_step(self.call)
         self._event("optimizer.step")
 
     def _wrap(self, obj: Any, attr: str, tag: str, undo: list) -> None:
@@ -78,7 +83,9 @@ class StepWatch:
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             self._event(tag)
-            return orig(*args, **kwargs)
+            result = orig(*args, **kwargs)
+            self.discard.cleared(self.call, {id(p): p for p, _ in self.params})
+            return result
         setattr(obj, attr, wrapper)
         undo.append(lambda: setattr(obj, attr, old) if had else delattr(obj, attr))
 
@@ -90,7 +97,9 @@ class StepWatch:
                 p.grad = None
             handles += [p.register_hook(self._grad_hook(p)) for p, _ in self.params]
             if self.opt is not None:
-                handles.append(self.opt.register_step_pre_hook(self._pre_step))
+                inner = innermost(self.opt)
+                handles += [inner.register_step_pre_hook(self._pre_step),
+                            inner.register_step_post_hook(lambda *_: self.discard.post_step())]
                 self._wrap(self.opt, "zero_grad", "optimizer.zero_grad", undo)
             self._wrap(self.model, "zero_grad", "model.zero_grad", undo)
             self.values.append({id(p): p.detach().clone() for p, _ in self.params})
@@ -126,7 +135,9 @@ class StepWatch:
         if not self.params:
             return out
         self._check_cleared_before_step(out)
-        self._check_accumulation(out)
+        carried_check(self, out)
+        discarded = self.discard.finding({id(p): names for p, names in self.params}, self.events)
+        out.checks += [discarded] if discarded is not None else []
         self._check_steps_and_moves(out)
         if not any(c.finding.status is Status.FAIL for c in out.checks) and not self.scaler_skipped():
             self._check_descent(out)
@@ -267,40 +278,6 @@ class StepWatch:
         if self.steps:
             out.checks.append(check("optimizer.step", "step.zero_grad_before_step", Status.PASS,
                                     f"at each of {len(self.steps)} optimizer.step calls .grad held what backward produced"))
-
-    def _check_accumulation(self, out: Collected) -> None:
-        carried = [(p, n) for p, n in self.params if grad_state(self.prior.get((2, id(p))))[0] in ("nonzero", "nonfinite")]
-        reached = sum((2, id(p)) in self.prior for p, _ in self.params)
-        if not carried:
-            if reached:
-                out.checks.append(check("optimizer.zero_grad", "step.grad_accumulation", Status.PASS,
-                                        f"before step 2's backward .grad was None or zero for all {reached} parameters "
-                                        "it reached", {"reached": reached}))
-            return
-        p, names = carried[0]
-        prior = self.prior[(2, id(p))]
-        step2 = next((r for r in self.steps if r.call == 2), None)
-        ev: dict[str, Any] = {"grad_before_step2_backward_norm": grad_state(prior)[1], "carried": len(carried),
-                              "reached": reached, "events": self.events}
-        if step2 is not None and step2.grads[id(p)] is not None and id(p) in step2.produced:
-            total, seen = prior + step2.produced[id(p)], step2.grads[id(p)]
-            ev["step2_grad_vs_g1_plus_g2_relative_error"] = norm(seen - total) / max(norm(total), 1e-300)
-            ev["step2_backward_grad_norm"] = norm(step2.produced[id(p)])
-        fresh, after = self.call_grads.get(2, {}).get(id(p)), self.after_grads[1].get(id(p)) if len(self.after_grads) > 1 else None
-        if self.opt is None and fresh is not None and after is not None and after.shape == fresh.shape:
-            total = (prior + fresh).to_dense()  # a manual loop: .grad after call 2 vs its fresh gradient plus step 1's
-            ev["grad_after_call2_vs_g1_plus_g2_relative_error"] = norm(after.to_dense() - total) / max(norm(total), 1e-300)
-            ev["step2_backward_grad_norm"] = norm(fresh)
-        out.checks.append(check(names[0], "step.grad_accumulation", Status.FAIL,
-                                ("" if self.opt is not None else "gradients accumulate across steps: model.zero_grad() "
-                                 "missing; ") + f"{label(names)}: before step 2's backward .grad already held norm "
-                                f"{ev['grad_before_step2_backward_norm']:.4g} from step 1 ({len(carried)} of {reached} "
-                                "parameters); step 2 used grad1 + grad2", ev,
-                                expected=".grad None or zero before each step's backward",
-                                observed="step 1's gradient still in .grad",
-                                hint="call optimizer.zero_grad() once per step, before loss.backward()" if self.opt is not None
-                                else "gradients accumulate across steps: model.zero_grad() missing; call it before "
-                                     "loss.backward()"))
 
     def scaler_skipped(self) -> list[int]:
         """The calls without an optimizer.step in which a GradScaler lowered its scale: inf/NaN gradients, the step

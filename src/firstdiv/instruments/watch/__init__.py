@@ -46,6 +46,7 @@ from torch import nn
 
 from ...errors import InvalidArgument
 from ...report import Report
+from .._core.closure import innermost
 from .._core.frozen import check_frozen, declared
 from ._checks import Measurement, grad_facts, ownership, snapshot, update_sizes
 from ._judge import Bounds, Judge
@@ -98,8 +99,8 @@ class Watch:
         self._losses: list[Any] = []
         self._notes: list[str] = []
         self._sentinels: dict[int, tuple[str, Any, dict[str, Any]]] = {}
-        self._handles = [h for o in optimizers for h in (o.register_step_pre_hook(self._pre),
-                                                          o.register_step_post_hook(self._post))]
+        inner = list({id(i): i for i in map(innermost, optimizers)}.values())  # a framework's wrapper steps the one it wraps
+        self._handles = [h for o in inner for h in (o.register_step_pre_hook(self._pre), o.register_step_post_hook(self._post))]
         self.closed = False
 
     # -- the loop's calls ---------------------------------------------------------------------------------------

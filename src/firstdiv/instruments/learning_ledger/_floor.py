@@ -1,0 +1,47 @@
+"""Whether "fitted" has a meaning for CAPABILITY: an objective of a known form (a class objective, a regression loss
+starting at or above 0) and a deterministic one (the same batch gives the same loss twice with the weights fixed)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._core.batch import Batch, compute_loss
+from .._core.copying import model_copy
+from .._core.task import Ctx
+from ._common import g4
+
+
+def known_floor(ctx: Ctx) -> bool:
+    """Whether "fitted" has a meaning: a class objective (accuracy) or a regression loss that starts >= 0, and an
+    objective OBJECTIVE identified (a VAE's ELBO or an RL loss has no floor the ledger knows)."""
+    if ctx.notes.get("objective_identified") is False:
+        return False
+    if ctx.task in ("classification", "language_model") and ctx.class_dim is not None:
+        return True
+    loss = ctx.loss
+    return ctx.task == "regression" and torch.is_tensor(loss) and loss.numel() == 1 and float(loss.detach()) >= 0
+
+
+def stochastic(ctx: Ctx, tiny: Batch) -> tuple[float, float] | None:
+    """Two losses of the same batch with the weights fixed (a copy, no step between), when they differ: dropout,
+    sampled negatives, augmentation or noise drawn inside forward/loss_fn make the objective stochastic, and the
+    floor a memorized batch would reach is not zero-noise. None when they agree or could not be computed."""
+    try:
+        work = model_copy(ctx.model)
+        with torch.no_grad():
+            a, b = (float(compute_loss(work, tiny, ctx.loss_fn)[1].detach().double()) for _ in range(2))
+    except Exception:  # noqa: BLE001 - the rounds below report a program that does not run
+        return None
+    return (a, b) if math.isfinite(a) and math.isfinite(b) and abs(a - b) > 1e-6 * max(1.0, abs(a)) else None
+
+
+def floor(ctx: Ctx, tiny: Batch) -> bool:
+    """Whether the objective has a floor a memorized batch reaches: a known form, and deterministic."""
+    noisy = stochastic(ctx, tiny) if known_floor(ctx) else None
+    if noisy is not None:
+        ctx.report_notes.append(f"note: the loss of the same batch changes between two forwards with the weights fixed "
+                                f"({g4(noisy[0])} vs {g4(noisy[1])}): the objective is stochastic (dropout, sampling, "
+                                "augmentation), so CAPABILITY asks for learning, not for reaching the floor")
+    return known_floor(ctx) and noisy is None

@@ -1,0 +1,122 @@
+"""Gradients cleared at the wrong time. ``carried_check``: a step that starts from the previous step's gradient
+(zero_grad missing). ``DiscardTracker``: gradients a step computes and then throws away before ``optimizer.step`` uses them: ``zero_grad`` called between
+the backward passes of one step (per micro-batch instead of per update, under gradient accumulation).
+
+Premise: the backward passes of one update are meant to add up in ``.grad`` for its ``optimizer.step``. Confirmed on
+the user's own step, never assumed. The update's window opens at a zero_grad and closes at optimizer.step; the finding
+needs a second zero_grad inside one window that was seen to erase gradients (``.grad`` nonzero before, None or zero
+after) computed after the window opened, with no parameter changed in place since it opened (a sharpness-aware step
+moves the weights between its two backward passes on purpose), outside any ``optimizer.step`` (an LBFGS closure
+clears inside it), and then an optimizer.step in the same call using gradients of those parameters. A zero_grad that
+opens a window may erase anything (a GAN's discriminator loss reaching the generator, the previous step's leftovers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ...report import Status
+from .._core.checks import Check, Collected, check, grad_state, label, norm
+
+
+@dataclass
+class DiscardTracker:
+    """Per call of ``train_step``: the parameters a backward reached since the last step or clearing
+    (``segment``), the sets erased by a zero_grad before any step used them, and the sets each step used."""
+
+    segment: set[int] = field(default_factory=set)
+    erased: list[tuple[int, frozenset[int]]] = field(default_factory=list)
+    stepped: list[tuple[int, frozenset[int]]] = field(default_factory=list)
+    in_step: bool = False
+    opened_at: int | None = None  # the parameters' summed version counters when the window opened; None: closed
+
+    def reached(self, pid: int) -> None:
+        if not self.in_step:
+            self.segment.add(pid)
+
+    def pre_step(self, call: int) -> None:
+        self.stepped.append((call, frozenset(self.segment)))
+        self.segment.clear()
+        self.in_step, self.opened_at = True, None
+
+    def post_step(self) -> None:
+        self.in_step = False
+
+    def cleared(self, call: int, params: dict[int, torch.Tensor]) -> None:
+        """After a zero_grad: record the parameters whose gradients it erased inside an open window."""
+        if self.in_step:
+            return
+        versions = sum(p._version for p in params.values())
+        if self.opened_at is not None and self.opened_at == versions and self.segment:
+            gone = frozenset(pid for pid in self.segment if pid in params and _empty(params[pid].grad))
+            if gone:
+                self.erased.append((call, gone))
+        self.segment.clear()
+        self.opened_at = versions
+
+    def finding(self, names: dict[int, list[str]], events: list[str]) -> Check | None:
+        """FAIL when a call erased gradients of exactly the parameters its optimizer.step then used."""
+        for call, gone in self.erased:
+            used = next((s & gone for c, s in self.stepped if c == call and s & gone), None)
+            if used is None:
+                continue
+            first = next(n for pid, n in names.items() if pid in used)  # the model's first
+            times = sum(c == call for c, _ in self.erased)
+            return check(first[0], "step.gradient_discarded", Status.FAIL,
+                         f"{label(first)}: in train_step call {call}, zero_grad erased the gradients of {len(gone)} "
+                         f"parameters {times} time(s) before optimizer.step used them; the step used only the last "
+                         "backward's gradient, so the micro-batches before it were computed and thrown away",
+                         {"call": call, "erased_times": times, "parameters": len(gone), "events": events},
+                         expected="the backward passes of one step add up in .grad until optimizer.step",
+                         observed="zero_grad between backward passes of one step",
+                         hint="under gradient accumulation call optimizer.zero_grad() once per update, after "
+                              "optimizer.step(), not once per micro-batch")
+        return None
+
+
+def _empty(grad: torch.Tensor | None) -> bool:
+    if grad is None:
+        return True
+    g = grad.coalesce().values() if grad.is_sparse else grad
+    return not bool(g.detach().any())
+
+
+def carried_check(self: Any, out: Collected) -> None:
+    """Premise: each step starts from cleared gradients. Confirmed by the gradient seen in ``.grad`` when step 2's
+    backward first reached a parameter (step 1's, not stepped away)."""
+    carried = [(p, n) for p, n in self.params if grad_state(self.prior.get((2, id(p))))[0] in ("nonzero", "nonfinite")]
+    reached = sum((2, id(p)) in self.prior for p, _ in self.params)
+    if not carried:
+        if reached:
+            out.checks.append(check("optimizer.zero_grad", "step.grad_accumulation", Status.PASS,
+                                    f"before step 2's backward .grad was None or zero for all {reached} parameters "
+                                    "it reached", {"reached": reached}))
+        return
+    p, names = carried[0]
+    prior = self.prior[(2, id(p))]
+    step2 = next((r for r in self.steps if r.call == 2), None)
+    ev: dict[str, Any] = {"grad_before_step2_backward_norm": grad_state(prior)[1], "carried": len(carried),
+                          "reached": reached, "events": self.events}
+    if step2 is not None and step2.grads[id(p)] is not None and id(p) in step2.produced:
+        total, seen = prior + step2.produced[id(p)], step2.grads[id(p)]
+        ev["step2_grad_vs_g1_plus_g2_relative_error"] = norm(seen - total) / max(norm(total), 1e-300)
+        ev["step2_backward_grad_norm"] = norm(step2.produced[id(p)])
+    fresh, after = self.call_grads.get(2, {}).get(id(p)), self.after_grads[1].get(id(p)) if len(self.after_grads) > 1 else None
+    if self.opt is None and fresh is not None and after is not None and after.shape == fresh.shape:
+        total = (prior + fresh).to_dense()  # a manual loop: .grad after call 2 vs its fresh gradient plus step 1's
+        ev["grad_after_call2_vs_g1_plus_g2_relative_error"] = norm(after.to_dense() - total) / max(norm(total), 1e-300)
+        ev["step2_backward_grad_norm"] = norm(fresh)
+    out.checks.append(check(names[0], "step.grad_accumulation", Status.FAIL,
+                            ("" if self.opt is not None else "gradients accumulate across steps: model.zero_grad() "
+                             "missing; ") + f"{label(names)}: before step 2's backward .grad already held norm "
+                            f"{ev['grad_before_step2_backward_norm']:.4g} from step 1 ({len(carried)} of {reached} "
+                            "parameters); step 2 used grad1 + grad2", ev,
+                            expected=".grad None or zero before each step's backward",
+                            observed="step 1's gradient still in .grad",
+                            hint="call optimizer.zero_grad() once per step, before loss.backward()" if self.opt is not None
+                            else "gradients accumulate across steps: model.zero_grad() missing; call it before "
+                                 "loss.backward()"))
+

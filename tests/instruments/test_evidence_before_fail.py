@@ -1,0 +1,343 @@
+"""Evidence before FAIL: each premise a check used to assume is now asked of the program, with a counterfactual on
+copies of its objects. Every case here is a shape of correct public code that used to FAIL (or make firstdiv raise)
+at first contact, next to the defect the same check must still catch."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import firstdiv
+from firstdiv import Status
+from firstdiv.instruments._core.state import Snapshot
+
+
+def _data(n=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 6, generator=g)
+    return x, (x[:, 0] > 0).long()
+
+
+def _mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 2))
+
+
+def _fails(report):
+    return [(f.where, f.check) for f in report.findings if f.status is Status.FAIL]
+
+
+# ---- batches that are mappings but not dicts (a tokenizer's BatchEncoding) -------------------------------------
+
+class Encoding(collections.UserDict):
+    """A mapping with the extras a tokenizer's output has: attribute access and ``.to(device)``."""
+
+    def to(self, device):
+        return self
+
+    def __getattr__(self, name):
+        if name != "data" and "data" in vars(self) and name in self.data:
+            return self.data[name]
+        raise AttributeError(name)
+
+
+class TokenClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(20, 8), nn.Linear(8, 2)
+
+    def forward(self, input_ids, labels=None):
+        logits = self.head(self.emb(input_ids).mean(1))
+        return {"loss": F.cross_entropy(logits, labels), "logits": logits}
+
+
+def test_a_mapping_batch_that_is_not_a_dict_is_read_like_one_and_the_user_keeps_its_type():
+    torch.manual_seed(0)
+    model = TokenClassifier()
+    ids = torch.randint(0, 20, (16, 5))
+    batch = Encoding(input_ids=ids, labels=(ids[:, 0] > 9).long())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    seen = []
+
+    def eval_fn(m, b):
+        seen.append(type(b))
+        b.to("cpu")  # the user's own evaluation uses the batch's own methods
+        return float(m(**b)["loss"])
+
+    ws = firstdiv.diagnose(model=model, batch=batch, loss_fn=lambda out, _t: out["loss"], optimizer=opt,
+                           eval_fn=eval_fn, stop_at_first=False)
+    assert ws.status is not Status.FAIL, str(ws)
+    assert not [r for r in ws.details["reports"].values() if r.get("status") == "RAISED"]
+    assert seen and set(seen) == {Encoding}
+
+
+# ---- a framework's optimizer wrapper (Accelerate's AcceleratedOptimizer) -------------------------------------------
+
+class Wrapped(torch.optim.Optimizer):
+    """Like accelerate's AcceleratedOptimizer: never calls Optimizer.__init__ (no hook tables of its own), forwards
+    param_groups, state, step and zero_grad to the optimizer it wraps."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    @property
+    def defaults(self):
+        return self.optimizer.defaults
+
+    def zero_grad(self, set_to_none=True):
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):
+        self.optimizer.step(closure)
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state):
+        self.optimizer.load_state_dict(state)
+
+    def __getstate__(self):  # as accelerate's: the wrapped optimizer travels with a copy
+        return dict(self.__dict__)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+
+def test_a_wrapped_optimizer_and_the_one_it_wraps_are_one_update_not_two_owners():
+    model, (x, y) = _mlp(), _data()
+    inner = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt = Wrapped(inner)
+
+    def train_step():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    before = Snapshot.take(model, inner)
+    for report in (firstdiv.four_structures(model, opt, (x, y), F.cross_entropy, train_step=train_step),
+                   firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=train_step),
+                   firstdiv.six_claims(model, (x, y), F.cross_entropy, opt, train_step=train_step)):
+        assert not _fails(report), str(report)
+    assert before.diff(Snapshot.take(model, inner)) == []
+
+
+def test_two_distinct_optimizers_over_the_same_parameters_still_fail():
+    model, (x, y) = _mlp(), _data()
+    opt, other = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def train_step():
+        opt.zero_grad()
+        other.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        other.step()
+
+    report = firstdiv.four_structures(model, opt, (x, y), F.cross_entropy, train_step=train_step)
+    assert any(kind == "optimizer.multiple_owners" for _, kind in _fails(report)), str(report)
+
+
+# ---- gradients thrown away between the backward passes of one update ---------------------------------------------
+
+def _accumulating(model, opt, x, y, zero_every_micro_batch=False, micro=4):
+    chunks = list(zip(x.chunk(micro), y.chunk(micro), strict=True))
+
+    def train_step():
+        for i, (xb, yb) in enumerate(chunks):
+            if zero_every_micro_batch:
+                opt.zero_grad()
+            (F.cross_entropy(model(xb), yb) / micro).backward()
+            if i == micro - 1:
+                opt.step()
+                opt.zero_grad()
+        return torch.tensor(0.0)
+    return train_step
+
+
+@pytest.mark.parametrize("wrap", [False, True], ids=["adamw", "wrapped"])
+def test_zero_grad_every_micro_batch_is_caught_and_once_per_update_passes(wrap):
+    model, (x, y) = _mlp(), _data()
+    inner = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt = Wrapped(inner) if wrap else inner
+    bad = firstdiv.step_probe(model, (x, y), F.cross_entropy, opt,
+                              train_step=_accumulating(model, opt, x, y, zero_every_micro_batch=True))
+    assert (bad.first_divergence.where, bad.first_divergence.kind) == ("0.weight", "step.gradient_discarded"), str(bad)
+    good = firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=_accumulating(model, opt, x, y))
+    assert "step.gradient_discarded" not in [k for _, k in _fails(good)], str(good)
+
+
+def test_gradients_erased_by_design_are_not_discarded_micro_batches():
+    """A GAN that steps the generator first (its loss reaches the discriminator, whose zero_grad then opens its own
+    update) and a sharpness-aware step (the weights move between its two backward passes)."""
+    torch.manual_seed(0)
+    disc, gen = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)), nn.Linear(3, 4)
+    opt_d, opt_g = torch.optim.Adam(disc.parameters(), 1e-3), torch.optim.Adam(gen.parameters(), 1e-3)
+    real, z = torch.randn(16, 4), torch.randn(16, 3)
+    bce = F.binary_cross_entropy_with_logits
+    ones, zeros = torch.ones(16, 1), torch.zeros(16, 1)
+
+    def gan_step():
+        opt_g.zero_grad()
+        bce(disc(gen(z)), ones).backward()
+        opt_g.step()
+        opt_d.zero_grad()
+        loss = bce(disc(real), ones) + bce(disc(gen(z).detach()), zeros)
+        loss.backward()
+        opt_d.step()
+        return loss
+
+    batch = (torch.cat([real, gen(z).detach()]), torch.cat([ones, zeros]))
+    report = firstdiv.step_probe(disc, batch, bce, opt_d, train_step=gan_step)
+    assert "step.gradient_discarded" not in [k for _, k in _fails(report)], str(report)
+
+    model, (x, y) = _mlp(), _data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def sam_step():
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        with torch.no_grad():
+            eps = [0.05 * p.grad / (p.grad.norm() + 1e-12) for p in model.parameters()]
+            for p, e in zip(model.parameters(), eps, strict=True):
+                p.add_(e)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        with torch.no_grad():
+            for p, e in zip(model.parameters(), eps, strict=True):
+                p.sub_(e)
+        opt.step()
+        return loss
+
+    report = firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=sam_step)
+    assert "step.gradient_discarded" not in [k for _, k in _fails(report)], str(report)
+
+
+# ---- parameters the loss does not depend on ------------------------------------------------------------------
+
+class PairwiseScores(nn.Module):
+    """BPR: score = user . item + user bias + item bias; the user bias cancels in positive - negative."""
+
+    def __init__(self):
+        super().__init__()
+        self.users, self.items = nn.Embedding(10, 4), nn.Embedding(12, 4)
+        self.user_bias, self.item_bias = nn.Embedding(10, 1), nn.Embedding(12, 1)
+        nn.init.zeros_(self.user_bias.weight)
+        nn.init.zeros_(self.item_bias.weight)
+
+    def forward(self, user, item):
+        return (self.users(user) * self.items(item)).sum(1) + self.user_bias(user).squeeze(1) + self.item_bias(item).squeeze(1)
+
+
+def test_a_parameter_that_cancels_in_the_objective_is_not_an_update_that_skips_it():
+    torch.manual_seed(0)
+    model = PairwiseScores()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    users = torch.randint(0, 10, (16,), generator=g)
+    pos, neg = torch.randint(0, 12, (16,), generator=g), torch.randint(0, 12, (16,), generator=g)
+    batch = ({"user": torch.cat([users, users]), "item": torch.cat([pos, neg])}, None)
+
+    def loss_fn(scores, _t):
+        return -F.logsigmoid(scores[:16] - scores[16:]).mean()
+
+    def train_step():
+        opt.zero_grad()
+        loss = -F.logsigmoid(model(users, pos) - model(users, neg)).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    report = firstdiv.learning_ledger(model, batch, loss_fn, opt, train_step=train_step)
+    assert not _fails(report), str(report)
+
+
+def test_an_unused_head_is_a_warning_and_a_detached_trunk_is_a_failure():
+    class TwoHeads(nn.Module):
+        def __init__(self, detach=False):
+            super().__init__()
+            self.trunk, self.head, self.aux = nn.Linear(6, 16), nn.Linear(16, 2), nn.Linear(16, 3)
+            self.detach = detach
+
+        def forward(self, x):
+            h = torch.relu(self.trunk(x))
+            self.aux(h)  # computed, never used by this objective
+            return self.head(h.detach() if self.detach else h)
+
+    x, y = _data()
+    for detach, status in ((False, Status.WARN), (True, Status.FAIL)):
+        torch.manual_seed(0)
+        model = TwoHeads(detach)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        report = firstdiv.six_claims(model, (x, y), F.cross_entropy, opt)
+        diff = next(f for f in report.findings if f.where == "DIFFERENTIATION")
+        assert diff.status is status, str(report)
+        assert ("trunk.weight" in diff.evidence["cut"]) is detach
+        assert "aux.weight" in diff.evidence["unused"]
+
+
+# ---- CAPABILITY on the program as it runs ------------------------------------------------------------------------
+
+class FixedGraph(nn.Module):
+    """A GNN-like model whose forward needs every node of its graph: it refuses a subset of the batch."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.adj = torch.eye(n) + torch.ones(n, n) / n
+        self.lin = nn.Linear(6, 2)
+
+    def forward(self, x):
+        return self.adj @ self.lin(x)
+
+
+def test_capability_overfits_the_whole_batch_of_a_program_that_refuses_a_subset():
+    x, y = _data(24)
+    torch.manual_seed(0)
+    model = FixedGraph(24)
+    report = firstdiv.learning_ledger(model, (x, y), F.cross_entropy, torch.optim.Adam(model.parameters(), 5e-2))
+    cap = next(f for f in report.findings if f.where == "CAPABILITY")
+    assert cap.status is not Status.SKIPPED and cap.evidence["examples"] == 24, str(report)
+    assert any("does not run on the first 8 examples" in n for n in report.details.get("notes", []))
+
+
+def test_a_stochastic_objective_is_asked_to_learn_not_to_reach_its_floor():
+    x, y = _data(32)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Dropout(0.6), nn.Linear(32, 2))
+    report = firstdiv.learning_ledger(model, (x, y), F.cross_entropy, torch.optim.Adam(model.parameters(), 1e-2))
+    cap = next(f for f in report.findings if f.where == "CAPABILITY")
+    assert cap.status is Status.PASS and cap.evidence["floor_known"] is False, str(report)
+    assert any("objective is stochastic" in n for n in report.details.get("notes", []))
+
+
+# ---- outputs of the shape real models return ---------------------------------------------------------------------
+
+def test_a_loss_fn_that_takes_the_first_item_of_a_tuple_output_is_applied_to_it():
+    class WithAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(6, 2)
+
+        def forward(self, x):
+            return self.lin(x), torch.softmax(x @ x.T, -1)
+
+    x, y = _data()
+    torch.manual_seed(0)
+    model = WithAttention()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for report in (firstdiv.evidence_packet(model=model, batch=(x, y), loss_fn=nn.CrossEntropyLoss(), optimizer=opt),
+                   firstdiv.learning_ledger(model, (x, y), nn.CrossEntropyLoss(), opt)):
+        assert report.status is Status.PASS, str(report)
