@@ -12,7 +12,8 @@ for the evaluation.
 Source: https://github.com/huggingface/transformers
 Commit: 6566fb3c830ab25c0cde2e0dab093b13036a53c8
 Files: examples/pytorch/translation/run_translation_no_trainer.py
-License: Apache-2.0 (Copyright The HuggingFace Team and The HuggingFace Inc. team; LICENSES/huggingface-transformers.txt)
+License: Apache-2.0 (Copyright The HuggingFace Team and The HuggingFace Inc. team; LICENSES/huggingface-transformers.txt
+         is the Apache-2.0 text under the repository's copyright line: the stored LICENSE snapshot was garbled)
 Domain: sequence-to-sequence translation (encoder-decoder transformer, Accelerate loop)
 
 Deviations from the original:
@@ -329,7 +330,7 @@ def _build(seed, bug=None):
         with torch.no_grad():
             generated_tokens = accelerator.unwrap_model(model).generate(
                 batch["input_ids"],
-                attention_mask=batch.get("attention_mask"),
+                attention_mask=batch["attention_mask"],
                 **gen_kwargs,
             )
 
