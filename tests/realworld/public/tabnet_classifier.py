@@ -30,7 +30,8 @@ Deviations from the original:
   is one ``_train_batch`` of ``_train_epoch`` (``network.train()`` at the epoch's start), and at the end of a
   training epoch ``_predict_epoch`` runs on the eval set (``network.eval()``, then back to ``train()``). ``eval_fn``
   is ``_predict_epoch``'s accuracy on a batch;
-- ``_train_batch`` also returns the batch's loss tensor (the original returns ``batch_logs`` with its value);
+- ``_train_batch`` also returns the batch's loss tensor (the original returns ``batch_logs`` with its value), and
+  ``_predict_epoch`` returns its metrics (the original writes them into the History callback);
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 # ruff: noqa: B006, C408, PLR1711, RUF100, TRY004, UP006, UP008, UP035  (the original's code style is kept as written)
