@@ -26,6 +26,13 @@ def _axis(p: Program) -> dict[str, Any]:
     return {"batch_axis": p.batch_axis} if p.batch_axis else {}
 
 
+def _inputs(p: Program) -> Any:
+    """What a user hands tensor_trace: the batch's inputs (a tensor, positional args or keyword args)."""
+    from firstdiv.instruments._core.batch import split_batch
+
+    return split_batch(p.batch, p.model).inputs
+
+
 CALLS = {
     "evidence_packet": lambda p: firstdiv.evidence_packet(**{k: v for k, v in p.evidence().items() if k in EVIDENCE_KEYS
                                                              and k != "loader"}),
@@ -34,6 +41,8 @@ CALLS = {
     "step_probe": lambda p: firstdiv.step_probe(p.model, p.batch, p.loss_fn, p.optimizer, train_step=p.train_step),
     "learning_ledger": lambda p: firstdiv.learning_ledger(p.model, p.batch, p.loss_fn, p.optimizer, train_step=p.train_step,
                                                           task_probe=p.task_probe, task=p.task, **_axis(p)),
+    "reachability": lambda p: firstdiv.reachability(p.model, p.batch, p.loss_fn, frozen=p.frozen),
+    "tensor_trace": lambda p: firstdiv.tensor_trace(p.model, _inputs(p)),
     "six_claims": lambda p: firstdiv.six_claims(p.model, p.batch, p.loss_fn, p.optimizer, eval_fn=p.eval_fn,
                                                 train_step=p.train_step, **_axis(p)),
 }
