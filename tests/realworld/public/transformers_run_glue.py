@@ -37,7 +37,8 @@ Deviations from the original:
   ``train_step`` is one update of ``Trainer._run_epoch`` (``get_batch_samples``, ``training_step`` per micro-batch,
   ``_clip_grad_norm``, ``optimizer.step()``, ``lr_scheduler.step()``, ``zero_grad``, ``global_step += 1``), a new
   epoch iterator when one ends; the callbacks and the log/save/evaluate hook are left out. ``eval_fn`` is the
-  evaluation on a given batch (``trainer.prediction_step`` and ``compute_metrics``).
+  evaluation on a given batch (``model.eval()`` as ``evaluation_loop`` does, ``trainer.prediction_step`` and
+  ``compute_metrics``).
 """
 # ruff: noqa: PLE1205, SIM118, UP045  (the original's code style is kept as written)
 
@@ -465,6 +466,7 @@ def _build(seed, bug=None):
         return torch.stack(losses).sum()
 
     def eval_fn(model, batch):
+        model.eval()  # as Trainer.evaluation_loop does before its prediction steps
         _loss, logits, labels = trainer.prediction_step(model, batch, prediction_loss_only=False)
         return compute_metrics(EvalPrediction(predictions=logits.cpu().numpy(), label_ids=labels.cpu().numpy()))
 

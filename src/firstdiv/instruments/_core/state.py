@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..._globals import restore_rng, rng_state
+from .closure import innermost
 from .copying import kept_derived
 from .copying import model_copy as copied
 from .python_graph import hidden_objects
@@ -290,6 +291,10 @@ def detached_copy(model: nn.Module, optimizer: torch.optim.Optimizer | None = No
     that pickling drops (LBFGS's ``_params``, ``_numel_cache``) are rebuilt, so the copy can step."""
     model_copy, opt_copy = copied((model, optimizer))  # also with non-leaf derived attributes
     if optimizer is not None:
+        _restore_lost_attributes(optimizer, opt_copy)
+        # a framework's wrapper steps only when its own state says so (Accelerate skips step() between gradient
+        # accumulation boundaries): the copy steps the optimizer that really updates
+        optimizer, opt_copy = innermost(optimizer), innermost(opt_copy)
         _restore_lost_attributes(optimizer, opt_copy)
     return model_copy, opt_copy
 

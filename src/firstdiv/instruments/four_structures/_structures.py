@@ -35,6 +35,12 @@ def hidden_finding(a: Audit, h: Hidden, model_devices: set[torch.device]) -> Che
             return finding(h.path, "structure.derived_tensor", Status.PASS,
                           f"{h.path}: computed from {len(leaves)} registered parameters (a cached derived tensor, "
                           "not a separate trainable object)", ev)
+        if not n_owned and not n_reached:  # nothing uses it: a stale copy (a parameter deleted from the registry)
+            return finding(h.path, "structure.unregistered_tensor", Status.WARN,
+                           f"{h.path}: tensor {shape(t)} with requires_grad=True held as a plain attribute, but no "
+                           f"optimizer owns it and {'the loss does not reach it' if n_reached == 0 else 'whether the loss reaches it was not checked (give batch and loss_fn)'}: "
+                           "nothing trains it or reads it, so it is not shown to be a hidden trainable tensor (a stale "
+                           "copy of a parameter replaced by a wrapper?)", ev)
         return finding(h.path, "structure.unregistered_tensor", Status.FAIL,
                       f"{h.path}: tensor {shape(t)} with requires_grad=True held as a plain attribute; not in "
                       f"parameters()/state_dict(), not moved by .to(); owned by optimizer: {'yes' if n_owned else 'no'}; "

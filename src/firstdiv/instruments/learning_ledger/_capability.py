@@ -127,6 +127,11 @@ def _copy(ctx: Ctx, scale: float) -> tuple[torch.nn.Module, torch.optim.Optimize
     return model, opt
 
 
+def _base_lrs(ctx: Ctx) -> list[float]:
+    """Each group's lr as the rounds start from it: the current lr, or its schedule's initial_lr during a warmup."""
+    return [lr_of(g) or float(g.get("initial_lr") or 0.0) for g in ctx.optimizer.param_groups]
+
+
 def _judge(r: Round, known: bool, i: int, budget: int, last: bool) -> str | None:
     first, now = r.losses[0], r.losses[-1]
     if not math.isfinite(now) or (first > 0 and now > DIVERGE * first):
@@ -226,6 +231,9 @@ def check_capability(ctx: Ctx) -> Check:
                           "mode": "train" if ctx.model.training else "eval", "floor_known": known,
                           "criterion": (f"loss falls by {FIT:.0%} of its initial value, or 100% accuracy" if known else
                                         f"the loss falls by {LEARN:.0%} (this objective has no known floor)")}
+    if not plain and all(lr == 0 for lr in _base_lrs(ctx)):
+        return _skipped("the program's lr is 0 in every param group at this step and no base lr is known (no schedule's "
+                        "initial_lr): escalating 0 stays 0, so whether the model can fit was not checked", ev)
     t0 = time.perf_counter()
     rounds, error = _escalate(ctx, tiny, known)
     if error is not None and tiny is not ctx.batch and ctx.overfit_batch is None and not any(r.losses[1:] for r in rounds):

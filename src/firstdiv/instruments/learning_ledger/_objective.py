@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from .._core.batch import loss_problem
 from .._core.checks import Check
 from .._core.examples import logits_of, num_examples
+from .._core.loss_graph import misfed
 from .._core.task import Ctx, is_int, shape
 from ._common import failed, g4, isclose, manual_ce, passed, supervised, to_logits_2d
 from ._objective_calls import call, example_axis, output_grad, packer, per_example
@@ -74,12 +75,42 @@ def check_objective(ctx: Ctx) -> Check:
     ctx.notes.update(pack=packer(ctx), output_op=output_op(logits),
                      example_axis=example_axis(od, num_examples(ctx.batch, ctx.batch_axis), ctx.batch_axis) or 0)
     ctx.notes["grad"] = output_grad(ctx, od, ev)
-    for check in (constant_outputs, _empty_mask, normalized_over_examples, _probabilities, _wrong_sign, unbounded_below, _broadcast,
+    for check in (constant_outputs, _empty_mask, normalized_over_examples, _probabilities, _misfed, _wrong_sign, unbounded_below, _broadcast,
                   unreachable, labels_compete, _sum_reduction, identify):
         result = check(ctx, od, value, ev)
         if result is not None:
             return result
     return _verdict(ctx, od, value, ev)
+
+
+_MISFED = {
+    "binary_cross_entropy_with_logits": (
+        ("a {loss} whose input comes straight out of a {fed} (values in [{input_min:.3g}, {input_max:.3g}]): the loss "
+        "applies its own sigmoid to probabilities, so it cannot approach its floor"),
+        "raw logits into the with-logits loss", ("drop the {fed} before the loss (BCEWithLogitsLoss applies it), or use "
+        "BCELoss on the probabilities")),
+    "cross_entropy": (
+        ("a {loss} whose logits come straight out of a {fed}: probabilities read as logits, so the loss cannot approach "
+        "its floor"), "raw logits into cross_entropy", ("drop the {fed} before the loss (cross_entropy applies "
+        "log_softmax), or use nll_loss on log-probabilities")),
+    "nll_loss": (
+        ("an {loss} fed scores with no log-normalization behind them (made by {fed}; logsumexp over the classes is "
+        "{logsumexp_over_classes_max_abs:.3g} away from 0): NLL of raw scores is unbounded below"),
+        "log-probabilities into nll_loss", ("apply log_softmax over the classes before nll_loss, or use cross_entropy "
+        "on the raw scores")),
+}
+
+
+def _misfed(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
+    """A loss node of the user's own graph fed what it cannot use (``_core.loss_graph``): graph and values agree."""
+    wrong = misfed(ctx.loss)
+    if wrong is None:
+        return None
+    text, expected, hint = _MISFED[wrong.loss]
+    fields = {"loss": wrong.loss, **wrong.evidence, "fed": wrong.fed}
+    ev.update({**wrong.evidence, "loss_node": wrong.loss, "fed": wrong.fed})
+    return failed("OBJECTIVE", wrong.kind, f"loss {g4(value)}: " + text.format(**fields), ev, expected=expected,
+                  observed=f"{wrong.loss} <- {wrong.fed}", hint=hint.format(**fields))
 
 
 def note(ctx: Ctx, text: str, ev: dict[str, Any]) -> Check:

@@ -57,6 +57,16 @@ def _finite_targets(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
                        "preprocessing): trace one sample through the stages (stage_trace)")
 
 
+def _loss_refuses(ctx: Ctx) -> bool:
+    """Whether the user's loss_fn raises on these outputs and targets (the confirmation of an out-of-range label)."""
+    try:
+        with torch.no_grad():
+            ctx.loss_fn(ctx.outputs, ctx.batch.targets)
+    except Exception:  # noqa: BLE001 - the user's loss refusing the ids is the evidence
+        return True
+    return False
+
+
 def _label_range(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     t, k = ctx.batch.targets, ctx.num_classes
     mask = supervised(ctx)
@@ -71,13 +81,22 @@ def _label_range(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
         return None
     n_bad = int(bad.sum())
     ev.update(out_of_range=n_bad, out_of_range_values=sorted({int(v) for v in labels[bad].unique()[:10]}))
-    return failed("TASK", "task.label_out_of_range",
-                  f"{n_bad} of {labels.numel()} supervised targets are outside [0, {k}) for a model with {k} outputs "
-                  f"(min {ev['label_min']}, max {ev['label_max']})", ev,
-                  expected=f"class ids in [0, {k}) or ignore_index {ctx.ignore_index}",
-                  observed=f"{n_bad} ids outside, e.g. {ev['out_of_range_values'][:3]}",
-                  hint="the label ids and the output dimension disagree: check the class mapping, or size the head "
-                       "to the number of classes")
+    if _loss_refuses(ctx):
+        return failed("TASK", "task.label_out_of_range",
+                      f"{n_bad} of {labels.numel()} supervised targets are outside [0, {k}) for a model with {k} outputs "
+                      f"(min {ev['label_min']}, max {ev['label_max']}), and loss_fn raises on them", ev,
+                      expected=f"class ids in [0, {k}) or ignore_index {ctx.ignore_index}",
+                      observed=f"{n_bad} ids outside, e.g. {ev['out_of_range_values'][:3]}",
+                      hint="the label ids and the output dimension disagree: check the class mapping, or size the head "
+                           "to the number of classes")
+    # the premise (the loss indexes these outputs by these ids) is refuted by the loss itself: an index loss on ids
+    # outside its classes raises, and this one ran, so it reads the targets another way (a sampled or adaptive
+    # softmax, a decoder inside the loss, its own ignore value): named, not failed
+    return warned("TASK", f"{n_bad} of {labels.numel()} supervised targets are outside [0, {k}) for outputs of size "
+                  f"{k} (min {ev['label_min']}, max {ev['label_max']}, e.g. {ev['out_of_range_values'][:3]}), and "
+                  "loss_fn ran on them, so it does not index these outputs by the targets (a head inside the loss, a "
+                  "sampled softmax, its own ignore value); the label range was not checked: declare task= if the "
+                  "outputs are not class scores", ev)
 
 
 def _agreement(ids: torch.Tensor, t: torch.Tensor, shift: int, ignore: int) -> float | None:

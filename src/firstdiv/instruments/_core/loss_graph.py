@@ -1,0 +1,124 @@
+"""What the user's loss is fed, read from its own autograd graph (wherever the activation sits: the model's forward
+or ``loss_fn``). Each finding is confirmed twice, by the graph and by the values the loss node saved:
+
+- a with-logits loss (``BCEWithLogitsLoss``, ``binary_cross_entropy_with_logits``) whose input comes straight out of
+  a sigmoid or softmax (through views) and lies in [0, 1]: the loss squashes it again, so it cannot approach its
+  floor (BCE-with-logits of a probability stays above ln(1 + e^-1) for a positive);
+- a cross-entropy (log_softmax then NLL) whose logits come straight out of a softmax: rows that sum to 1;
+- an NLL loss (``nll_loss``, ``NLLLoss``) whose input has no log-normalization behind it (no log_softmax / log /
+  logsigmoid among its producers) and whose rows are not log-probabilities (logsumexp over the classes is not 0):
+  NLL of raw scores is unbounded below, the model can raise the target's score forever.
+
+Anything else (a graph without these nodes, values that do not confirm it) finds nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+_VIEWS = ("View", "Reshape", "Squeeze", "Unsqueeze", "Clone", "Alias", "Expand", "Contiguous", "ToCopy", "Permute",
+          "Transpose", "Select", "Slice", "Index", "Unsafe")
+_LOG_OPS = ("LogSoftmaxBackward0", "LogBackward0", "LogSigmoidBackward0", "LogsumexpBackward0")
+_SQUASH = {"SigmoidBackward0": "sigmoid", "SoftmaxBackward0": "softmax"}
+_NLL = ("NllLossBackward0", "NllLoss2DBackward0")
+_MAX_NODES = 5000
+
+
+@dataclass
+class Misfed:
+    """One loss node fed what it cannot use: ``kind`` (a check kind), what it is and what fed it, and the evidence."""
+
+    kind: str
+    loss: str
+    fed: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def _nodes(loss: torch.Tensor) -> Iterator[Any]:
+    seen, stack = set(), [loss.grad_fn]
+    while stack and len(seen) < _MAX_NODES:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(n for n, _ in getattr(node, "next_functions", ()))
+
+
+def _through_views(node: Any, depth: int = 8) -> Any:
+    for _ in range(depth):
+        if node is None or not any(type(node).__name__.startswith(v) for v in _VIEWS):
+            return node
+        node = next((n for n, _ in node.next_functions if n is not None), None)
+    return node
+
+
+def _has_log_behind(node: Any, depth: int = 6) -> bool:
+    frontier = [node]
+    for _ in range(depth):
+        nxt = []
+        for n in frontier:
+            if n is None:
+                continue
+            if type(n).__name__ in _LOG_OPS:
+                return True
+            nxt += [m for m, _ in getattr(n, "next_functions", ())]
+        frontier = nxt
+    return False
+
+
+def _saved(node: Any, name: str) -> torch.Tensor | None:
+    try:
+        value = getattr(node, name)
+    except (AttributeError, RuntimeError):  # freed after a backward, or not saved
+        return None
+    return value.detach() if torch.is_tensor(value) and value.is_floating_point() else None
+
+
+def _with_logits(node: Any) -> Misfed | None:
+    fed = _through_views(node.next_functions[0][0] if node.next_functions else None)
+    op = _SQUASH.get(type(fed).__name__)
+    x = _saved(node, "_saved_self")
+    if op is None or x is None or x.numel() == 0 or float(x.min()) < 0 or float(x.max()) > 1:
+        return None
+    return Misfed("objective.probabilities_as_logits", "binary_cross_entropy_with_logits", op,
+                  {"input_min": float(x.min()), "input_max": float(x.max()), "fed_by": type(fed).__name__})
+
+
+def _nll(node: Any) -> Misfed | None:
+    producer = node.next_functions[0][0] if node.next_functions else None
+    x = _saved(node, "_saved_self")
+    if x is None or x.dim() < 2 or x.numel() == 0:
+        return None
+    fed = _through_views(producer)
+    if type(fed).__name__ == "LogSoftmaxBackward0":
+        inner = _through_views(fed.next_functions[0][0] if fed.next_functions else None)
+        if type(inner).__name__ in _SQUASH:
+            return Misfed("objective.probabilities_as_logits", "cross_entropy", _SQUASH[type(inner).__name__],
+                          {"fed_by": type(inner).__name__})
+        return None
+    if _has_log_behind(producer):
+        return None
+    lse = torch.logsumexp(x.double(), dim=1)
+    off = float(lse.abs().max())
+    if off <= 1e-3:
+        return None
+    return Misfed("objective.nll_of_raw_scores", "nll_loss", type(fed).__name__ if fed is not None else "a leaf",
+                  {"logsumexp_over_classes_max_abs": off, "input_max": float(x.max()), "fed_by": type(fed).__name__})
+
+
+def misfed(loss: Any) -> Misfed | None:
+    """The first loss node of ``loss``'s graph fed what it cannot use (module docstring), or None."""
+    if not torch.is_tensor(loss) or loss.grad_fn is None:
+        return None
+    for node in _nodes(loss):
+        name = type(node).__name__
+        found = _with_logits(node) if name == "BinaryCrossEntropyWithLogitsBackward0" else \
+            _nll(node) if name in _NLL else None
+        if found is not None:
+            return found
+    return None
