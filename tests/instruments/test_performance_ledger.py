@@ -172,9 +172,12 @@ def test_appended_loss_is_memory_growth_at_step():
 def test_detached_tensors_kept_every_step_are_growth_without_a_graph():
     model, opt, batch = program()
     r = ledger(model, opt, step_for(model, opt, [], keep="detached"), batch, phases=False)
-    assert r.first_divergence.kind == "memory.growth"
-    ev = finding(r, "memory.growth").evidence
-    assert ev["kept_with_graph"] == 0 and ev["kept_tensors"] >= 4
+    # evidence before FAIL: detached results kept every step are what an epoch's statistics buffer does; only a kept
+    # autograd graph is a confirmed leak (test above), so this growth is named as a WARN with its numbers
+    growth = finding(r, "memory.growth")
+    assert growth.status is Status.WARN and r.first_divergence is None, str(r)
+    ev = growth.evidence
+    assert ev["kept_with_graph"] == 0 and ev["kept_tensors"] >= 4 and ev["bytes_per_iteration"] > 0
 
 
 def test_logging_item_is_not_growth():

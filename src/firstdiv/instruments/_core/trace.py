@@ -296,3 +296,20 @@ def exception_line(exc: BaseException) -> str:
     """``Type: first line of the message`` (at most 300 characters)."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+#: errors of Python code refusing what it was handed (not of a torch op on a wrong shape)
+_REFUSALS = (TypeError, ValueError, KeyError, AttributeError)
+
+
+def refused_inputs(where: str, exc: BaseException) -> bool:
+    """Whether a forward that raised refused the inputs themselves: the model's own top-level code (no submodule
+    running) raised a Python error (the inputs are not what it takes: a whole-batch dict, another argument
+    layout). That is how firstdiv read the batch, not evidence of a defect in the program."""
+    return not where and isinstance(exc, _REFUSALS) and not isinstance(exc, NotImplementedError)
+
+
+def refused_message(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+    return (f"not checked: the model's forward refused the inputs as read from the batch ({type(exc).__name__}: "
+            f"{text}); pass inputs= as your loop calls the model")

@@ -298,6 +298,11 @@ def _verdict(ctx: Ctx, rounds: list[Round], known: bool, ev: dict[str, Any]) -> 
     plateaus = [r for r in usable if r.outcome in ("plateau", "slow") and r.moved >= 1e-3]
     same = len(plateaus) == len(usable) and any(r.outcome == "plateau" for r in usable) and all(
         abs(min(r.losses) - best) <= 0.05 * abs(first) for r in plateaus)
+    if same and not stuck and ctx.notes.get("stochastic_objective"):  # a plateau of a noisy loss: not "cannot fit"
+        return warned("CAPABILITY", f"inconclusive: the loss of this stochastic objective plateaued on {what} at every "
+                      f"lr up to {_lrs(top)} ({g4(first)} -> best {g4(best)}, {ev['fell_by']:.0%} down) with the weights "
+                      "moving; its noise (dropout, sampling) may be the floor, so the model was not shown unable to fit",
+                      ev)
     if stuck or same:
         return _cannot(ctx, ev, base, top, stuck)
     return warned("CAPABILITY", f"inconclusive: not fitted on {what} at any lr up to {_lrs(top)} (loss {g4(first)} -> best "

@@ -39,9 +39,11 @@ def stochastic(ctx: Ctx, tiny: Batch) -> tuple[float, float] | None:
 
 def floor(ctx: Ctx, tiny: Batch) -> bool:
     """Whether the objective has a floor a memorized batch reaches: a known form, and deterministic."""
-    noisy = stochastic(ctx, tiny) if known_floor(ctx) else None
+    noisy = stochastic(ctx, tiny)
     if noisy is not None:
+        ctx.notes["stochastic_objective"] = True
         ctx.report_notes.append(f"note: the loss of the same batch changes between two forwards with the weights fixed "
                                 f"({g4(noisy[0])} vs {g4(noisy[1])}): the objective is stochastic (dropout, sampling, "
-                                "augmentation), so CAPABILITY asks for learning, not for reaching the floor")
+                                "augmentation), so CAPABILITY asks for learning, not for reaching the floor, and a "
+                                "plateau is not read as a model that cannot fit")
     return known_floor(ctx) and noisy is None

@@ -91,7 +91,9 @@ def _label_range(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
                            "to the number of classes")
     # the premise (the loss indexes these outputs by these ids) is refuted by the loss itself: an index loss on ids
     # outside its classes raises, and this one ran, so it reads the targets another way (a sampled or adaptive
-    # softmax, a decoder inside the loss, its own ignore value): named, not failed
+    # softmax, a decoder inside the loss, its own ignore value): named, not failed, and no later link reads the
+    # outputs as class scores over these targets
+    ctx.class_dim, ctx.num_classes = None, None
     return warned("TASK", f"{n_bad} of {labels.numel()} supervised targets are outside [0, {k}) for outputs of size "
                   f"{k} (min {ev['label_min']}, max {ev['label_max']}, e.g. {ev['out_of_range_values'][:3]}), and "
                   "loss_fn ran on them, so it does not index these outputs by the targets (a head inside the loss, a "

@@ -45,7 +45,7 @@ from ...report import Report, Status, skipped
 from .._core.batch import check_model
 from .._core.checks import Check, check, compose
 from .._core.state import guarded
-from .._core.trace import Recorder, call_args, exception_line
+from .._core.trace import Recorder, call_args, exception_line, refused_inputs, refused_message
 from .._core.user_hooks import reports_user_hooks
 from ._design import design_checks, parse_designed, user_path
 from ._flatten_culprit import functional_linear, input_check
@@ -173,6 +173,11 @@ def _findings(entries: list[Entry], unread: str) -> list[tuple[int, Check]]:
         elif e.problem:
             out.append((e.start, input_check(entries, e)))
             failed = True
+        elif e.ran and e.observed_output != e.expected_output and "own_forward" in e.extra:
+            out.append((clock, check(e.stage, "shape.mismatch", Status.WARN,
+                                     f"{e.stage} {e.operation}: derived {e.expected_output} from input {e.observed_input}, "
+                                     f"observed {e.observed_output}; {e.extra['own_forward']} writes its own forward, so "
+                                     "this geometry may be its design (not checked)", ev)))
         elif e.ran and e.observed_output != e.expected_output:
             out.append((clock, check(e.stage, "shape.mismatch", Status.FAIL,
                                      f"{e.stage} {e.operation}: derived {e.expected_output} from input "
@@ -193,6 +198,8 @@ def _findings(entries: list[Entry], unread: str) -> list[tuple[int, Check]]:
 def _raised(rec: Recorder, exc: Exception, entries: list[Entry]) -> Check:
     where, ev = rec.failure_evidence(exc, last_rows=[e.row() for e in entries[-4:]])
     where, ev["module_stack"] = user_path(where), [user_path(p) for p in ev["module_stack"]]
+    if refused_inputs(where, exc):
+        return check(where, "shape.inputs_refused", Status.SKIPPED, refused_message(exc), ev)
     return check(where, "shape.forward_raised", Status.FAIL, f"forward raised inside {where or '(model)'}: {ev['exception']}",
                  ev, expected="the forward pass completes", observed=ev["exception"],
                  hint="no layer before the failure disagreed with its derived geometry: the failure is in code the "

@@ -133,6 +133,16 @@ def _channels(m: nn.Module, shape: list[int], count: int, what: str) -> str:
     return "" if shape[1] == count else f"{what}={count} but the input has C={shape[1]} (axis 1)"
 
 
+def _own_forward(m: nn.Module) -> bool:
+    """Whether ``m`` is a subclass of a torch layer that writes its own ``forward`` (a learned positional embedding
+    built on nn.Embedding that returns [1, T, D]): the layer's rule derives what torch's forward computes, so for such
+    a module a different geometry may be its design; a disagreement is named, not failed."""
+    forward = type(m).forward
+    base = next((c for c in type(m).__mro__[1:] if c.__module__.startswith("torch.nn.modules") and "forward" in vars(c)),
+                None)
+    return not type(m).__module__.startswith("torch.") and base is not None and forward is not vars(base)["forward"]
+
+
 def _derive(m: nn.Module, shape: list[int]) -> tuple[list[int] | None, str, str, str] | None:
     """(expected output, input problem, operation, what the layer declares) or None when no rule applies."""
     name = type(m).__name__
@@ -297,6 +307,8 @@ class Ledger:
         window = window_of(module)
         if window is not None:
             entry.extra["window"] = window
+        if _own_forward(module):
+            entry.extra["own_forward"] = type(module).__name__
         if isinstance(module, nn.Linear):
             entry.extra["in_features"] = module.in_features
         elif isinstance(module, conv._ConvNd):

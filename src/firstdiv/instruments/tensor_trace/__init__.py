@@ -49,7 +49,7 @@ from ...errors import InvalidArgument
 from ...report import Report, Status
 from .._core.checks import Check, check, compose
 from .._core.state import guarded
-from .._core.trace import Recorder, call_args
+from .._core.trace import Recorder, call_args, refused_inputs, refused_message
 from .._core.user_hooks import reports_user_hooks
 from ._contracts import Spec, contract_checks, parse_contracts
 from ._layout import ReshapeWatch as _ReshapeWatch  # the name benchmarks/trace_overhead.py imports
@@ -121,6 +121,8 @@ def _failure_check(rec: Recorder, exc: Exception) -> Check:
     last = [f"{r['where']} {r['event']} {r['shape']} {r['dtype']}"
             for r in Recorder.plain(rec.rows[-5:], max(0, len(rec.rows) - 5))]
     where, ev = rec.failure_evidence(exc, rows_recorded=len(rec.rows), last_rows=last)
+    if refused_inputs(where, exc):
+        return check(where, "trace.inputs_refused", Status.SKIPPED, refused_message(exc), ev)
     return check(where, "trace.forward_raised", Status.FAIL,
                  f"forward raised inside {where or '(model)'}: {ev['exception']}", ev,
                  expected="the forward pass completes", observed=ev["exception"],
