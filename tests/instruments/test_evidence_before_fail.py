@@ -341,3 +341,70 @@ def test_a_loss_fn_that_takes_the_first_item_of_a_tuple_output_is_applied_to_it(
     for report in (firstdiv.evidence_packet(model=model, batch=(x, y), loss_fn=nn.CrossEntropyLoss(), optimizer=opt),
                    firstdiv.learning_ledger(model, (x, y), nn.CrossEntropyLoss(), opt)):
         assert report.status is Status.PASS, str(report)
+
+
+# ---- what the loss is fed, wherever the activation sits ----------------------------------------------------------
+
+@pytest.mark.parametrize(("loss_fn", "kind"), [
+    (lambda o, t: F.binary_cross_entropy_with_logits(torch.sigmoid(o), t), "objective.probabilities_as_logits"),
+    (lambda o, t: F.nll_loss(o, t.argmax(1)), "objective.nll_of_raw_scores"),
+], ids=["sigmoid_inside_loss_fn", "nll_of_raw_scores"])
+def test_a_loss_fed_what_it_cannot_use_fails_where_the_graph_and_the_values_show_it(loss_fn, kind):
+    x, y = _data()
+    targets = F.one_hot(y, 2).float()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 2))
+    report = firstdiv.learning_ledger(model, (x, targets), loss_fn, torch.optim.SGD(model.parameters(), 0.1))
+    assert (report.first_divergence.where, report.first_divergence.kind) == ("OBJECTIVE", kind), str(report)
+
+
+def test_the_same_losses_fed_right_pass():
+    x, y = _data()
+    targets = F.one_hot(y, 2).float()
+    for loss_fn in (lambda o, t: F.binary_cross_entropy_with_logits(o, t),
+                    lambda o, t: F.nll_loss(F.log_softmax(o, 1), t.argmax(1)),
+                    lambda o, t: F.binary_cross_entropy(torch.sigmoid(o), t)):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 2))
+        report = firstdiv.learning_ledger(model, (x, targets), loss_fn, torch.optim.SGD(model.parameters(), 0.1))
+        assert next(f for f in report.findings if f.where == "OBJECTIVE").status is Status.PASS, str(report)
+
+
+def test_a_loss_fn_that_ignores_the_outputs_it_is_handed_is_not_read_as_an_objective():
+    """A loss the model stored (llama2.c's last_loss): no output-reading check can say anything about it."""
+    class StoresLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.last = nn.Linear(6, 2), None
+
+        def forward(self, x, y):
+            logits = self.lin(x)
+            self.last = F.cross_entropy(torch.softmax(logits, 1), y)  # even a wrong one: not readable from outside
+            return logits
+
+    x, y = _data()
+    torch.manual_seed(0)
+    model = StoresLoss()
+    model(x, y)  # the program's loop ran: the model holds its last loss
+    report = firstdiv.learning_ledger(model, ({"x": x, "y": y}, None), lambda _out, _t: model.last,
+                                      torch.optim.SGD(model.parameters(), 0.1))
+    objective = next(f for f in report.findings if f.where == "OBJECTIVE")
+    assert objective.status is Status.PASS and "same loss" in objective.message, str(report)
+    assert objective.evidence["loss_reads_outputs"] is False
+
+
+def test_targets_mostly_following_the_rule_are_not_wrong_targets():
+    x, y = _data(64)
+    noisy = y.clone()
+    noisy[::8] = 1 - noisy[::8]  # 12.5% flipped: label noise, or an approximate rule
+    torch.manual_seed(0)
+    model = _mlp()
+    rule = lambda inputs: (inputs[:, 0] > 0).long()
+    report = firstdiv.learning_ledger(model, (x, noisy), F.cross_entropy, torch.optim.SGD(model.parameters(), 0.1),
+                                      task_probe=rule)
+    task = next(f for f in report.findings if f.where == "TASK")
+    assert task.status is Status.WARN and task.evidence["chance_agreement"] < 0.7, str(report)
+    shuffled = y[torch.randperm(64, generator=torch.Generator().manual_seed(1))]
+    report = firstdiv.learning_ledger(model, (x, shuffled), F.cross_entropy, torch.optim.SGD(model.parameters(), 0.1),
+                                      task_probe=rule)
+    assert report.first_divergence.kind == "task.label_mismatch", str(report)

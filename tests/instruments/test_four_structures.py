@@ -188,8 +188,19 @@ def test_nested_dict_and_list_paths_are_named_in_the_users_terms():
     assert kinds["heads"] == "structure.unregistered_module"
     assert kinds["weights[0]"] == "structure.unregistered_tensor"
     assert report.details["python"] == ["heads", "weights[0]", "encoder.gate"]  # named_modules order, then attributes
-    assert statuses(report)["heads"] is Status.WARN  # no batch: whether the model uses them is not confirmed
-    assert report.first_divergence.where == "weights[0]"
+    # no batch: whether the model uses them is not confirmed, and no optimizer owns them: named, not failed
+    assert statuses(report)["heads"] is Status.WARN and statuses(report)["weights[0]"] is Status.WARN
+    assert report.first_divergence is None
+
+    class Used(Model):
+        def forward(self, x):
+            return self.heads["a"](self.encoder.proj(x)) * self.weights[0]
+
+    model = Used()
+    report = audit(model, torch.optim.SGD(model.parameters(), lr=0.1), (torch.randn(8, 4), torch.randn(8, 2)),
+                   nn.functional.mse_loss)
+    # the loss reaches the list's tensor and no optimizer owns it: a trainable tensor nothing trains, confirmed
+    assert statuses(report)["weights[0]"] is Status.FAIL and statuses(report)["encoder.gate"] is Status.WARN
 
 
 def test_aliases_constants_and_derived_tensors_are_not_alarms():

@@ -31,7 +31,7 @@ zero_grad_before_step | mlp | step_probe -> fc1.weight (step.zero_grad_before_st
 detach | mlp | reachability -> fc1.weight (reachability.detached); learning_ledger -> DEPENDENCY
 no_grad_region | cnn | reachability -> conv1.weight (reachability.no_grad)
 integer_cast | regression | reachability -> fc1.weight (reachability.integer_cast)
-unused_branch | mlp | reachability -> aux.weight (reachability.not_executed)
+unused_branch | mlp | reachability -> aux.weight (reachability.not_executed) [WARN]
 stale_optimizer | finetune | four_structures -> head.weight (optimizer.stale_parameter); learning_ledger -> OPTIMIZER_OWNERSHIP
 optimizer_subset | mlp | four_structures -> fc1.weight (optimizer.missing_parameter); six_claims -> UPDATE
 plain_attribute_tensor | regression | four_structures -> scale (structure.unregistered_tensor)
@@ -79,9 +79,11 @@ ALL_PROGRAMS = [(ref, None) for ref in zoo.REFERENCES] + [(f.reference, name) fo
 
 
 def _parse_expect(text: str) -> zoo.Expect:
+    """``instrument -> where (kind)``, with `` [WARN]`` for a fault named but not confirmed (evidence before FAIL)."""
+    text, warn = (text[: -len(" [WARN]")], True) if text.endswith(" [WARN]") else (text, False)
     instrument, rest = (part.strip() for part in text.split("->"))
     where, _, kind = rest.partition(" (")
-    return zoo.Expect(instrument, where, kind.rstrip(")") or None)
+    return zoo.Expect(instrument, where, kind.rstrip(")") or None, "WARN" if warn else "FAIL")
 
 
 def test_catalog_matches_the_issue_table():

@@ -27,6 +27,9 @@ def tensor_facts(packet: Report) -> Report:
         return skipped(_NAME, f"no loss to assert on ({note}); the later instruments localize it")
     value, problem = loss.get("value"), loss.get("problem")
     seen = {"value": value, "requires_grad": loss.get("requires_grad"), "grad_fn": loss.get("grad_fn")}
+    if problem and "returned None" in problem:  # loss_fn computes nothing from what it is handed: not checkable
+        return Report(_NAME, Status.SKIPPED, reason=f"not checked: {problem} on the packet's batch (a loss_fn that reads "
+                      "a loss stored elsewhere gives nothing on a copy)", details=dict(_ASSERTED))
     if problem:
         return _failed("facts.unusable_loss", "a 0-d floating-point loss tensor", problem, seen)
     if value is None or not math.isfinite(value):

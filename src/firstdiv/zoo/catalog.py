@@ -16,12 +16,14 @@ class Expect:
     ``where`` is a parameter name, a module path, an attribute path, a ledger link / claim / check
     level name in CAPITALS, ``"vectors"`` (feature_space), a pipeline stage name, a loader phase
     (loader_timing), ``"step"`` (performance_ledger) or ``"<variant>:<module path>"`` (compare_outputs);
-    ``kind`` is None where only the link or claim is fixed.
+    ``kind`` is None where only the link or claim is fixed. ``status`` is "WARN" for a fault the instrument can
+    name but not confirm as one (its evidence cannot tell it from a design: a branch that never runs).
     """
 
     instrument: str
     where: str
     kind: str | None = None
+    status: str = "FAIL"
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ _CATALOG = (
     _fault("integer_cast", "regression", "book", "forward rounds fc1's activation to integer levels (.long()), breaking the graph.",
            Expect(_REACH, "fc1.weight", "reachability.integer_cast")),
     _fault("unused_branch", "mlp", "book", "an auxiliary head `aux` is built but its branch only runs under a flag left False.",
-           Expect(_REACH, "aux.weight", "reachability.not_executed")),
+           Expect(_REACH, "aux.weight", "reachability.not_executed", "WARN")),
     _fault("stale_optimizer", "finetune", "book", "the optimizer is built before the head is replaced, so it owns the old head.",
            Expect(_FOUR, "head.weight", "optimizer.stale_parameter"), Expect(_LEDGER, "OPTIMIZER_OWNERSHIP")),
     _fault("optimizer_subset", "mlp", "book", "the optimizer is given only fc2 and fc3 parameters; fc1 never moves.",

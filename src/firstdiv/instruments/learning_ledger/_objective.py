@@ -46,7 +46,7 @@ from .._core.checks import Check
 from .._core.examples import logits_of, num_examples
 from .._core.loss_graph import misfed
 from .._core.task import Ctx, is_int, shape
-from ._common import failed, g4, isclose, manual_ce, passed, supervised, to_logits_2d
+from ._common import failed, g4, isclose, manual_ce, passed, skipped_link, supervised, to_logits_2d
 from ._objective_calls import call, example_axis, output_grad, packer, per_example
 from ._objective_forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded_below, unreachable
 from ._objective_ids import identify, row_weights, standard
@@ -58,6 +58,10 @@ FAR = 0.10  # relative distance from cross-entropy beyond which the loss is "ano
 def check_objective(ctx: Ctx) -> Check:
     loss = ctx.loss
     problem = loss_problem(loss)
+    if problem is not None and loss is None:  # it computes nothing from what it is handed (a loss stored elsewhere)
+        return skipped_link("OBJECTIVE", f"not checked: {problem} on the ledger's copy of the model (a loss_fn that reads "
+                            "a loss stored on your model gives nothing on a copy): make loss_fn compute the loss from "
+                            "(outputs, targets)", {"loss": None})
     if problem is not None:
         return failed("OBJECTIVE", "objective.unusable_loss", problem, {"loss": shape(loss)},
                       expected="a scalar floating-point loss tensor attached to the graph", observed=problem,
@@ -75,7 +79,7 @@ def check_objective(ctx: Ctx) -> Check:
     ctx.notes.update(pack=packer(ctx), output_op=output_op(logits),
                      example_axis=example_axis(od, num_examples(ctx.batch, ctx.batch_axis), ctx.batch_axis) or 0)
     ctx.notes["grad"] = output_grad(ctx, od, ev)
-    for check in (constant_outputs, _empty_mask, normalized_over_examples, _probabilities, _misfed, _wrong_sign, unbounded_below, _broadcast,
+    for check in (constant_outputs, _empty_mask, _blind, normalized_over_examples, _probabilities, _misfed, _wrong_sign, unbounded_below, _broadcast,
                   unreachable, labels_compete, _sum_reduction, identify):
         result = check(ctx, od, value, ev)
         if result is not None:
@@ -111,6 +115,25 @@ def _misfed(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Che
     ev.update({**wrong.evidence, "loss_node": wrong.loss, "fed": wrong.fed})
     return failed("OBJECTIVE", wrong.kind, f"loss {g4(value)}: " + text.format(**fields), ev, expected=expected,
                   observed=f"{wrong.loss} <- {wrong.fed}", hint=hint.format(**fields))
+
+
+def _blind(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
+    """A note instead of any output-reading check when loss_fn ignores the outputs it is handed."""
+    if not _ignores_outputs(ctx, od, value, ev):
+        return None
+    return note(ctx, f"objective not identified: loss_fn gives the same loss {g4(value)} for other outputs (it reads the "
+                     "loss from elsewhere, e.g. one the model stored), so no check reads the outputs; checked: the loss "
+                     "is a scalar", ev)
+
+
+def _ignores_outputs(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> bool:
+    """The premise of every output-reading check: the loss is a function of the outputs it is handed. Confirmed by
+    handing loss_fn other outputs (a seeded perturbation of a unit or more): a loss that does not move ignores them."""
+    g = torch.Generator().manual_seed(0)
+    other = od + torch.randn(od.shape, generator=g, dtype=torch.float32).to(od.dtype) * max(float(od.float().std()), 1.0)
+    moved = call(ctx, other, ctx.batch.targets, ev, "loss_fn reads the outputs")
+    ev["loss_reads_outputs"] = None if moved is None else moved != value
+    return moved is not None and moved == value
 
 
 def note(ctx: Ctx, text: str, ev: dict[str, Any]) -> Check:

@@ -298,9 +298,15 @@ def _update(run: Measured, stepped: bool) -> Check:
                      f"{len(stuck)} parameters with a healthy gradient did not move in {step} (first: {first}, "
                      f"grad norm {ev['grad_norm']:.3g}; {why})", ev, "every parameter with a nonzero gradient moves in a step",
                      hint)
+    if told and any(v for v in run.lr.values()):  # some groups at lr 0, others not: frozen by lr, or a slip
+        ev.update(lr=0.0, lr_zero=told[:8])
+        return claim(name, Status.WARN, "claim.update.lr_zero", f"{len(told)} parameters with a healthy gradient did not "
+                     f"move in {step}: their param group's lr is 0 while other groups' is not (first: {told[0]}); they "
+                     "never train unless a schedule raises it", ev, "a positive lr for groups meant to train",
+                     "set the group's lr, or freeze those parameters (requires_grad_(False)) if that is the intent")
     if told:
-        return claim(name, Status.PASS, check, f"note: {len(told)} parameters did not move in {step} because their param "
-                     f"group's lr is 0 at this step (first: {told[0]}; a warmup written by hand?); the others moved", ev)
+        return claim(name, Status.PASS, check, f"note: {len(told)} parameters did not move in {step} because every param "
+                     "group's lr is 0 at this step (a warmup written by hand?)", ev)
     return claim(name, Status.PASS, check, f"all {len(healthy)} parameters with a healthy gradient moved in {step}", ev)
 
 
