@@ -18,7 +18,7 @@ from _imports import circles, graph, importers_of, module_files
 import firstdiv
 
 #: modules that are declared data tables (STYLE: exempt from the 400-line module limit)
-DATA_TABLES = {"firstdiv.diagnosis._routing_table", "firstdiv.diagnosis._playbook"}
+DATA_TABLES = {"firstdiv.diagnosis._routing_table", "firstdiv.diagnosis._playbook", "firstdiv._premises"}
 #: strings shaped like module names that are file-format tags (the gate file's and the evidence packet's)
 FORMAT_TAGS = {"firstdiv.gate", "firstdiv.evidence_packet"}
 MAX_MODULE_LINES = 400

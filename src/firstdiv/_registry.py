@@ -1,7 +1,8 @@
 """Every instrument, once. Adding an instrument is one :class:`InstrumentSpec` here; from this table come
 ``firstdiv``'s lazy public names, ``diagnose``'s escalation ladder (order, evidence, call), the routing
 table's exact calls and the worksheet's contract per instrument, and the tests check the no-trace battery
-and the routing table against it.
+and the routing table against it. Every check kind an instrument can FAIL has its premise here too
+(:data:`PREMISES`, from :mod:`._premises`; :func:`premise`).
 
 This module imports nothing heavy: ``import firstdiv`` reads it. The calls import the instruments when
 they run.
@@ -9,15 +10,17 @@ they run.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ._book import ESCALATION
+from ._premises import PREMISES, Premise
 from .report import Report, skipped
 
-__all__ = ["EVIDENCE_KEYS", "SPECS", "InstrumentSpec", "ladder", "lazy_names", "spec"]
+__all__ = ["EVIDENCE_KEYS", "PREMISES", "SPECS", "InstrumentSpec", "Premise", "ladder", "lazy_names", "premise", "spec"]
 
 #: DESIGN's evidence keys, in the order ``diagnose`` documents them
 EVIDENCE_KEYS = ("model", "batch", "loss_fn", "optimizer", "loader", "train_step", "eval_fn", "task_probe")
@@ -257,3 +260,16 @@ def lazy_names() -> dict[str, str]:
 def ladder() -> tuple[InstrumentSpec, ...]:
     """The instruments ``diagnose`` runs, in its order."""
     return tuple(s for s in SPECS if s.run is not None)
+
+
+def premise(kind: str) -> Premise:
+    """What check ``kind`` assumes before it FAILs, how it confirms it and what it does when it cannot (KeyError
+    names the nearest known kinds)."""
+    try:
+        return PREMISES[kind]
+    except KeyError:
+        family = kind.split(".")[0] + "."
+        near = difflib.get_close_matches(kind, PREMISES, n=5, cutoff=0.6)
+        near += [k for k in PREMISES if k.startswith(family) and k not in near][:8 - len(near)]
+        hint = f"; near: {', '.join(near)}" if near else f"; {len(PREMISES)} kinds are known (docs/checks.md)"
+        raise KeyError(f"no check kind {kind!r} can FAIL in the premise table{hint}") from None

@@ -1,0 +1,947 @@
+"""Evidence before FAIL (DESIGN "Trust: what a FAIL means"): for every check kind an instrument can FAIL, what it
+assumes the program means (the premise), how it confirms that on the program's own behaviour before it FAILs, and
+what it reports when it cannot.
+
+A declared data table (exempt from the 400-line module limit), keyed by check kind (the ``check`` of a Finding, the
+``kind`` of a Divergence; an f-string kind is listed once per value). :mod:`firstdiv._registry` serves it
+(``premise(kind)``) and :func:`write_checks_md` writes ``docs/checks.md`` from it::
+
+    python -c "import firstdiv._premises as p; p.write_checks_md('docs/checks.md')"
+
+``confirmed=False`` marks a kind whose FAIL rests, on at least one path, on a premise the code does not confirm
+yet; its ``unconfirmed`` says which path and what a correct program that FAILs there looks like. Imports nothing
+heavy: ``import firstdiv`` reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["OTHER_INSTRUMENTS", "PREMISES", "REGENERATE", "RULE", "Premise", "render_checks_md", "unconfirmed_kinds",
+           "write_checks_md"]
+
+
+@dataclass(frozen=True)
+class Premise:
+    """One check kind that can FAIL: the instrument that emits it (and any other that emits the same kind), what it
+    assumes the program means, how that is confirmed before the FAIL, what happens when it cannot be, and whether
+    every FAIL path of the kind is confirmed today."""
+
+    instrument: str
+    premise: str
+    confirmation: str
+    unconfirmed: str
+    confirmed: bool = True
+    also: tuple[str, ...] = ()
+
+    @property
+    def instruments(self) -> tuple[str, ...]:
+        return (self.instrument, *self.also)
+
+
+#: instruments that emit FAIL findings without an InstrumentSpec in the registry: name -> the module ``firstdiv``
+#: loads it from (watch is a live-run instrument, the other two belong to the lab)
+OTHER_INSTRUMENTS = {"watch": "firstdiv.instruments.watch", "rng_audit": "firstdiv.lab.rng_audit",
+                     "determinism": "firstdiv.lab.determinism"}
+
+#: the rule this table answers to, quoted from DESIGN.md ("Trust: what a FAIL means")
+RULE = ("A check that can FAIL states its premise (what it assumes the program means) and confirms it on the program's "
+        "own behaviour before it FAILs, with a counterfactual on copies of the user's objects: which targets the user's "
+        "loss really ignores, whether the objective can reach the floor the check expects, how many distinct updates one "
+        "step really applies, whether moved values are a permutation of the input. An unconfirmed premise gives a note "
+        "or WARN that names the assumption and the argument that declares it, never a FAIL. The premise and its "
+        "confirmation live with the check kind in the registry and in `docs/checks.md`.")
+
+#: the command that rewrites docs/checks.md from this table
+REGENERATE = "PYTHONPATH=src python -c \"import firstdiv._premises as p; p.write_checks_md('docs/checks.md')\""
+
+_ALWAYS = "always confirmed: "
+_DEPENDS = ("on another deep copy, with every RNG seeded alike, perturbing the parameters of its module (noise of half "
+            "their spread, at least 0.1) moves the loss beyond its run-to-run noise (_core.invariance.loss_depends)")
+
+PREMISES: dict[str, Premise] = {
+    # ---- tensor_facts -------------------------------------------------------------------------------------------
+    "facts.unusable_loss": Premise(
+        "tensor_facts", "loss_fn returns a 0-d floating-point loss tensor on the known batch (its contract)",
+        "the evidence packet's loss section, captured before anything else ran, names what the loss is instead",
+        _ALWAYS + "the loss the packet observed is not a scalar float tensor; no packet loss gives SKIPPED"),
+    "facts.nonfinite_loss": Premise(
+        "tensor_facts", "the loss on the known batch is finite",
+        "the evidence packet's loss value is NaN or infinite",
+        _ALWAYS + "a non-finite loss is the divergence whatever the program means"),
+    # ---- stage_trace --------------------------------------------------------------------------------------------
+    "stage.structure": Premise(
+        "stage_trace", "each stage returns the next sample, and a stage that keeps the values but changes the shape "
+        "only permutes (or flips) axes; declared dtype/shape/layout contracts and user structure probes hold",
+        "the stage ran on a copy of the known sample: it returned None; or the output holds the input's values (z-scored, "
+        "sorted) in a shape with the same axis sizes, and no axis permutation with flips of the input places them where "
+        "they are (a reshape where a transpose was meant); contracts and probes are the user's declarations",
+        "a shape change that alters the values, or sizes that are not a permutation of the input's, is not judged; a "
+        "probe failing again after an earlier stage is a WARN (still failing since ...)"),
+    "stage.numeric": Premise(
+        "stage_trace", "the image's numeric interpretation (uint8 0..255, float 0..1, normalized ~N(0,1)) changes only "
+        "as the stage's name says; declared range contracts and user numeric probes hold",
+        "observed on the sample before and after the stage: non-finite values appear; or an integer image turned float "
+        "with max > 1 (min >= 0) by a stage named like float/tensor; or an already normalized image whose std changes "
+        "more than x2 or mean more than 1 std (normalized twice?); contracts and probes are declarations",
+        "not confirmed on two paths: the to_float rule reads the stage's name (a pipeline that feeds 0..255 floats on "
+        "purpose, mean/std on that scale as in mmdet/mmseg, FAILs at its to_float stage) and the renormalized rule is a "
+        "threshold on statistics (an augmentation applied after normalization that changes the std, e.g. added noise, "
+        "FAILs); no argument declares either", confirmed=False),
+    "stage.numeric.normalization": Premise(
+        "stage_trace", "a stage that declares mean/std (a normalization, or the `normalized` contract) outputs "
+        "(x - mean) / std of its input, per channel, with statistics on the input's scale",
+        "the stage's own declared mean/std applied to its input on the copy is compared with its output per channel",
+        "statistics that do not fit the sample (count, layout) leave the probe not applicable (no finding)"),
+    "stage.semantics": Premise(
+        "stage_trace", "the known-colour box declared in the sample's meta keeps its colour in the declared "
+        "channel_order (default RGB); user semantics probes hold",
+        "after each stage whose image has 3 channels in a display range, the box (moved along with flips, rotations "
+        "and resizes) reads a mean colour within 64 of the declared one; a channel permutation that fits is named",
+        "no known colour declared, the box outside the image or lost after a resize: not checked (no finding)"),
+    "stage.semantics.channel_order": Premise(
+        "stage_trace", "a normalization stage with declared mean/std receives channels in the order its statistics are "
+        "written for",
+        "after that stage the channel means are far from 0 and a permutation of the channels explains them (the "
+        "declared statistics applied to swapped channels)",
+        "no permutation explains them: reported as stage.numeric.normalization instead"),
+    "stage.semantics.label_changed": Premise(
+        "stage_trace", "a class label (declared by class_to_idx / label_rule / label_key) stays an integral class index "
+        "through every stage not declared in augmentations=",
+        "the label leaf read after each stage is a non-integral number",
+        "stages named in augmentations= (mixup, label smoothing) are exempt; no declaration: not checked"),
+    "stage.semantics.label_map": Premise(
+        "stage_trace", "the stage that changes the label gives the class the declared mapping (class_to_idx / "
+        "label_rule) says",
+        "the class index after that stage differs from the declared one",
+        "no expected class declared: a SKIPPED note, never a FAIL"),
+    "stage.relationships": Premise(
+        "stage_trace", "a spatial target stored beside the image (keys mask/masks/segmentation/seg, or label/target/y "
+        "when spatial) is aligned with it, so every spatial transform of the image applies to it too",
+        "the image's transform is identified among identity, flips, rot90/180/270 and transpose (up to a per-channel "
+        "affine change of values) and the mask's likewise: they share none; or both had the same spatial size and only "
+        "the image's changed; user relationship probes are declarations",
+        "not confirmed: alignment is inferred from the key's name, not declared; a pipeline that changes the image's "
+        "size on purpose while keeping the target's (a super-resolution input downsampled beside its full-size target) "
+        "FAILs. A transform that is not identified is no finding", confirmed=False),
+    "stage.provenance": Premise(
+        "stage_trace", "statistics a stage applies were fitted on the training split",
+        "the stage callable (its object, or a partial's function) declares fitted_on / provenance, or "
+        "meta['provenance'][stage] does, and the split named is val/valid/validation/dev/test/eval/holdout/trainval/"
+        "all/full",
+        "nothing declared: no finding (the category is listed as SKIPPED when no probe applied)"),
+    "stage.train_eval": Premise(
+        "stage_trace", "the evaluation pipeline (eval_stages=) runs the train pipeline's deterministic stages; only the "
+        "stages named in augmentations= may differ",
+        "both pipelines run on copies of the sample with the same seed; each eval output must equal (after a declared "
+        "augmentation: agree in shapes, dtypes and coarse statistics with) a train output at or after the one the "
+        "previous eval stage matched; the eval pipeline raising or returning None also FAILs",
+        "not confirmed: a train stage that differs and is not named in augmentations= is taken to be deterministic; a "
+        "random augmentation left undeclared (RandomResizedCrop against Resize + CenterCrop) FAILs, although running it "
+        "again with another seed would show it is random; the message asks for augmentations=", confirmed=False),
+    "stage.raised": Premise(
+        "stage_trace", "every stage runs on the known sample",
+        "the stage raised on a copy of the sample (the trace up to it is kept)",
+        _ALWAYS + "a stage that raises on a known sample is the divergence"),
+    # ---- four_structures ----------------------------------------------------------------------------------------
+    "structure.python": Premise(
+        "four_structures", "summary row of the PYTHON structure: FAILs exactly when an item below it FAILs "
+        "(structure.unregistered_tensor or structure.unregistered_module, which is the divergence)",
+        "that of the failing item", "that of the failing item", confirmed=False),
+    "structure.unregistered_tensor": Premise(
+        "four_structures", "a tensor with requires_grad=True held as a plain module attribute (outside _parameters, "
+        "not computed from registered parameters) is meant to be a parameter of the model",
+        "the registry walk finds it outside parameters()/state_dict(); whether the optimizer owns it and whether the "
+        "loss reaches it are reported in the message but not required",
+        "not confirmed: unlike structure.unregistered_module, no use of the tensor is asked for: a requires_grad tensor "
+        "kept aside that the forward never reads and no optimizer owns FAILs; a tensor derived from registered "
+        "parameters is a PASS", confirmed=False),
+    "structure.unregistered_module": Premise(
+        "four_structures", "the program uses the modules it holds outside the registry (a plain list/dict of modules), "
+        "so their parameters, buffers and train/eval flags are meant to follow parameters(), .to(), .train() and "
+        "state_dict()",
+        "confirmed when the forward pass (one forward and loss on the user's model inside a guard) runs one of them, "
+        "the loss's graph reaches one of their tensors, or an optimizer owns one",
+        "WARN naming what would confirm it (a copy kept aside, e.g. a saved hyperparameter; or no batch/loss_fn given: "
+        "pass them); modules that hide no parameter, buffer or mode-dependent module are a PASS"),
+    "frozen.requires_grad": Premise(
+        "four_structures", "parameters declared frozen (frozen=) are not trained",
+        "the declaration against requires_grad=True on those parameters now; whether the optimizer owns them is in the "
+        "evidence only",
+        "not confirmed: the verdict does not ask whether they can change: a declared-frozen parameter left "
+        "requires_grad=True but outside every optimizer never moves, yet FAILs; without frozen= not checked (requires_grad"
+        "=False parameters no pattern names are a WARN frozen.undeclared)", confirmed=False),
+    "frozen.unfrozen_by_train": Premise(
+        "four_structures", "parameters declared frozen (frozen=) stay frozen across model.train() / model.eval()",
+        "on the user's model inside a guard, each declared parameter is set requires_grad=False, then model.train() and "
+        "model.eval() are called: some have requires_grad=True again (a train() override)",
+        "not confirmed: as frozen.requires_grad, whether the optimizer owns (and so trains) them is not part of the "
+        "verdict; without frozen= not checked; train()/eval() raising is a note", confirmed=False),
+    "structure.frozen": Premise(
+        "four_structures", "summary row of the FROZEN structure: FAILs exactly when frozen.requires_grad or "
+        "frozen.unfrozen_by_train FAILs (that item is the divergence)",
+        "that of the failing item", "that of the failing item", confirmed=False),
+    "optimizer.owns_only_frozen": Premise(
+        "four_structures", "the optimizer passed is meant to train the model's trainable parameters",
+        "every model tensor it owns has requires_grad=False while trainable tensors exist that it does not own: its step "
+        "can change nothing",
+        _ALWAYS + "an optimizer that owns only frozen tensors beside unowned trainable ones updates nothing, whatever "
+        "the program means", also=("learning_ledger",)),
+    "optimizer.stale_parameter": Premise(
+        "four_structures", "a tensor the optimizer owns that is not in the model is an old parameter of a module replaced "
+        "after the optimizer was built",
+        "four_structures pairs each such tensor with a current trainable parameter the optimizer does not own (by the "
+        "group's param_names, else the same shape, else the same rank) and FAILs for the pairs (unpaired ones are a "
+        "WARN); learning_ledger FAILs on any owned tensor outside the model",
+        "not confirmed in learning_ledger: a tensor trained on purpose outside the model (a learnable temperature, the "
+        "parameters of a loss module) FAILs there, with nothing paired; watch reports the same as WARN "
+        "ownership.foreign", confirmed=False, also=("learning_ledger",)),
+    "optimizer.missing_parameter": Premise(
+        "four_structures", "every parameter with requires_grad=True is meant to be owned by an optimizer the step steps",
+        "the param groups of the optimizer passed and of every other optimizer train_step reaches (closure, globals) do "
+        "not hold it",
+        "not confirmed: whether the loss depends on the parameter is not asked, and leaving requires_grad=True "
+        "parameters out of the optimizer (frozen by omission, a common fine-tuning shape) FAILs; four_structures "
+        "exempts frozen= patterns, but a declared-frozen parameter with requires_grad=True then FAILs "
+        "frozen.requires_grad; learning_ledger has no frozen=", confirmed=False, also=("learning_ledger",)),
+    "optimizer.multiple_owners": Premise(
+        "four_structures", "each parameter is updated by one optimizer per step",
+        "the owners are the optimizer passed and every optimizer train_step reaches through its closure or globals "
+        "(read, never called); a parameter in the param groups of two of them FAILs",
+        "not confirmed: how many distinct updates one step really applies is not counted (train_step is not run): a "
+        "step that holds two optimizers over shared parameters but steps them in different phases FAILs",
+        confirmed=False),
+    "structure.duplicate_in_optimizer": Premise(
+        "four_structures", "each tensor is owned once by an optimizer",
+        "the same tensor object sits in two slots of one optimizer's param groups",
+        _ALWAYS + "a tensor in two slots is updated twice per step by the same rule"),
+    "structure.device_mismatch": Premise(
+        "four_structures", "a parameter's optimizer state lives on the parameter's device",
+        "a tensor in optimizer.state[p] (dim > 0) is on another device than p",
+        _ALWAYS + "torch.optim's update reads the parameter and its state together; registered tensors spread over "
+        "devices are only a WARN"),
+    "structure.optimizer": Premise(
+        "four_structures", "summary row of the OPTIMIZER structure: FAILs exactly when an item below it FAILs (that item "
+        "is the divergence)",
+        "that of the failing item", "that of the failing item; several items are not confirmed (optimizer.stale_"
+        "parameter, optimizer.missing_parameter, optimizer.multiple_owners)", confirmed=False),
+    # ---- reachability -------------------------------------------------------------------------------------------
+    "reachability.zero_gradient": Premise(
+        "reachability", "a trainable parameter on the loss's graph that the loss depends on receives a nonzero gradient",
+        "torch.autograd.grad of the loss (no .grad written) is exactly zero or None for it, and " + _DEPENDS,
+        "the loss does not depend on it at these weights, the counterfactual could not run, or only loss= was given: "
+        "WARN reachability.zero_gradient"),
+    "reachability.detached": Premise(
+        "reachability", "a trainable parameter whose value reaches the loss is meant to receive its gradient along that "
+        "path",
+        "the traced forward (a TorchFunctionMode recording every op whose inputs required grad and whose outputs do not) "
+        "shows the parameter is a leaf of such a cut made with grad enabled by an op with a floating output (.detach(), "
+        ".data, another op that drops requires_grad), the loss's value was "
+        "computed through that cut, and the loss's autograd graph does not reach the parameter",
+        "nothing computed from it reaches the loss: WARN reachability.not_executed / reachability.unused (declare "
+        "frozen= if by design); only loss= given: WARN reachability.unreached. frozen= covers requires_grad=False "
+        "parameters only: a stop-gradient target network kept in the model with requires_grad=True still FAILs"),
+    "reachability.no_grad": Premise(
+        "reachability", "a trainable parameter whose value reaches the loss is meant to receive its gradient along that "
+        "path",
+        "as reachability.detached, the cut made with grad mode disabled (torch.no_grad / inference_mode) in the module "
+        "named as the boundary",
+        "as reachability.detached"),
+    "reachability.integer_cast": Premise(
+        "reachability", "a trainable parameter whose value reaches the loss is meant to receive its gradient along that "
+        "path",
+        "as reachability.detached, the cut an op with an integer output (a cast, argmax, round) through which the loss's "
+        "value flowed",
+        "as reachability.detached"),
+    # ---- step_probe ---------------------------------------------------------------------------------------------
+    "step.nonfinite_loss": Premise(
+        "step_probe", "one forward pass on the batch gives a finite loss",
+        "the controlled forward on a deep copy returned a NaN or infinite loss",
+        _ALWAYS + "a non-finite loss is the divergence whatever the program means"),
+    "step.no_gradient": Premise(
+        "step_probe", "a trainable parameter the loss depends on receives a gradient from backward",
+        "controlled step (deep copy, backward from .grad=None): its gradient is None and " + _DEPENDS + "; train_step "
+        "(called twice on the user's objects, restored): no backward reached any trainable parameter and none moved",
+        "WARN step.unused_parameter saying whether the loss was shown not to depend on it or the counterfactual could not "
+        "run; step_probe takes no frozen= (four_structures and reachability do)"),
+    "step.zero_gradient": Premise(
+        "step_probe", "a trainable parameter the loss depends on receives a nonzero gradient",
+        "controlled step: its gradient is exactly zero and " + _DEPENDS,
+        "WARN step.unused_parameter, as step.no_gradient"),
+    "step.nonfinite_gradient": Premise(
+        "step_probe", "backward gives finite gradients",
+        "the controlled backward on a deep copy left NaN/inf in the parameter's gradient",
+        _ALWAYS + "a non-finite gradient makes any update non-finite"),
+    "step.lr_zero": Premise(
+        "step_probe", "a param group holding trainable parameters with nonzero gradients is meant to move them",
+        "on the controlled step the group's lr is 0 and its schedule's initial_lr is 0 too, and the parameter did not "
+        "move",
+        "not confirmed: a group frozen on purpose with lr=0 under an LR scheduler FAILs; no argument declares it (lr 0 "
+        "without a schedule's initial_lr, a warmup's first step, is a PASS note)", confirmed=False),
+    "step.not_updated": Premise(
+        "step_probe", "a trainable parameter with a nonzero gradient is moved by the step",
+        "controlled step: nonzero gradient, delta exactly 0, lr > 0 and lr*|grad| above float rounding of the weights; "
+        "train_step: nonzero .grad at the user's optimizer.step (a manual loop: the gradient its backward produced, "
+        "others moving with a positive implied lr) and the value unchanged, or no parameter moved at all; a parameter "
+        "outside the optimizer that train_step moves is a PASS note",
+        "not confirmed for parameters outside the optimizer: without train_step (or when train_step does not move it) a "
+        "parameter left requires_grad=True but out of the optimizer on purpose (frozen by omission, trained by an "
+        "optimizer not passed) FAILs; step_probe has no frozen=", confirmed=False),
+    "step.update_rule": Premise(
+        "step_probe", "a torch.optim.SGD group without momentum, weight_decay, nesterov or maximize applies exactly "
+        "delta = -lr * grad",
+        "on the controlled step each moved parameter's delta is compared with -lr*grad element-wise (rtol=lr_rtol plus "
+        "float rounding); other optimizers are SKIPPED",
+        "not confirmed: the plain-SGD rule is inferred from isinstance(optimizer, torch.optim.SGD) and the group's "
+        "hyperparameters; an SGD subclass or a step hook that changes the update on purpose FAILs", confirmed=False),
+    "step.diverges": Premise(
+        "step_probe", "one step at the program's step size keeps the loss finite and below 10x, with an update smaller "
+        "than the parameters",
+        "the loss on the batch before and after one step (the controlled step on the copy; each train_step call, the loss "
+        "re-evaluated with a fixed dropout seed) is non-finite or more than 10x, and some param group's ||delta|| / "
+        "||param|| exceeds 1",
+        "not confirmed on the controlled step: it applies optimizer.step to the raw gradient, so a program whose loop "
+        "clips gradients or scales the loss (and does not diverge) FAILs there, even when train_step is given and "
+        "descends", confirmed=False),
+    "step.train_step_ascends": Premise(
+        "step_probe", "train_step descends loss_fn on the batch",
+        "train_step called twice on the user's objects (restored): the loss on the batch, re-evaluated before and after "
+        "each call, rose at both, and the cosine of train_step's gradient (a stateless manual update: its delta) with "
+        "the probe batch's -gradient is below -0.3",
+        "maximize=True, or a loss that cannot be re-evaluated between calls: PASS note, descent not checked; a weak "
+        "gradient agreement (train_step steps on other batches) is a note"),
+    "step.gradient_discarded": Premise(
+        "step_probe", "the backward passes of one update add up in .grad for its optimizer.step",
+        "in one train_step call a second zero_grad inside the update's window (opened by a zero_grad, closed by "
+        "optimizer.step) erased gradients computed after the window opened, with no parameter changed in place since, "
+        "outside optimizer.step, and that call's optimizer.step then used gradients of those parameters",
+        "a zero_grad that opens a window, one after the weights moved in place (SAM), or one inside optimizer.step "
+        "(an LBFGS closure) is no evidence: no finding"),
+    "step.grad_accumulation": Premise(
+        "step_probe", "each train_step call is one full update (the train_step= contract) that starts from cleared "
+        "gradients",
+        "a gradient hook reads .grad when call 2's backward first reaches each parameter: it still holds call 1's "
+        "gradient (nonzero or non-finite); the relative error of the gradient step 2 used against g1 + g2 is in the "
+        "evidence",
+        "the premise is the train_step= contract (one full step per call); without train_step not checked"),
+    "step.zero_grad_before_step": Premise(
+        "step_probe", "optimizer.step applies the gradients backward produced since the previous step",
+        "gradient hooks saw nonzero gradients produced since the previous step, and at the optimizer.step pre-hook .grad "
+        "of every one of those parameters was None or zero",
+        "only some of them cleared: WARN"),
+    "step.no_optimizer_step": Premise(
+        "step_probe", "train_step steps the optimizer passed",
+        "a step pre-hook on the optimizer (wrappers unwrapped to the one that updates) counted 0 calls in 2 calls of "
+        "train_step",
+        _ALWAYS + "the user's own step never stepped; a call whose GradScaler lowered its scale (an fp16 skip) is a note"),
+    # ---- learning_ledger ----------------------------------------------------------------------------------------
+    "task.nonfinite_targets": Premise(
+        "learning_ledger", "float targets are finite",
+        "the batch's targets hold NaN or infinite values",
+        _ALWAYS + "a non-finite target is the divergence whatever the task"),
+    "task.label_out_of_range": Premise(
+        "learning_ledger", "integer targets are class ids of the outputs' class axis: inside [0, K) or ignore_index "
+        "(read from loss_fn)",
+        "supervised targets outside [0, K), K the size of the class axis inferred from the shapes (or given by task=); "
+        "loss_fn is not asked",
+        "not confirmed with task='auto': integer targets that are not class ids of that axis (ordinal targets with K-1 "
+        "threshold outputs, counts) FAIL; task='regression' declares otherwise", confirmed=False),
+    "task.target_shifted_twice": Premise(
+        "learning_ledger", "a language model's targets are the next token, shifted exactly once",
+        "labels equal input_ids one ahead at >= 90% of supervised positions and loss_fn's value equals next-token "
+        "cross-entropy of shifted logits, not the plain one (logits too uniform to tell: a Hugging Face *ForCausalLM / "
+        "*LMHeadModel, which shifts by contract); or the targets equal the inputs two ahead at >= 90%, more often than one "
+        "ahead",
+        "not confirmed on the two-ahead path: targets two ahead on purpose (multi-token prediction) FAIL; the task is "
+        "inferred from shapes (integer [B, T] inputs and targets, [B, T, V] outputs) unless task= is given",
+        confirmed=False),
+    "task.target_not_shifted": Premise(
+        "learning_ledger", "a language model's targets are the next token",
+        "targets equal the inputs at >= 90% of supervised positions (more often than one ahead), and loss_fn is not found to "
+        "shift the labels itself",
+        "not confirmed: with near-uniform logits (a fresh model) a custom model that shifts its labels inside its loss "
+        "is not recognised (only Hugging Face class names are), and a token task that copies its input on purpose (a "
+        "sequence autoencoder) FAILs; task='classification' turns the language-model checks off", confirmed=False),
+    "task.mlm_labels_not_masked": Premise(
+        "learning_ledger", "a masked language model predicts only the positions chosen for masking",
+        "data pattern: one input id (the mask token, never a target) stands at >= 50% of the supervised positions whose "
+        "target differs from the input, and > 50% of supervised positions are copies of a visible input token",
+        "not confirmed: a denoising objective that reconstructs every position on purpose FAILs; no argument declares "
+        "it", confirmed=False),
+    "task.label_mismatch": Premise(
+        "learning_ledger", "the targets are what task_probe= (the user's ground-truth labelling rule) says",
+        "task_probe(inputs), or the known (inputs, targets) matched row by row, agrees with < 90% of the labels (values: "
+        "< 90% within 1e-3 and R^2 < 0.9; targets that copy one input element are named)",
+        "no task_probe: PASS with the note 'not verified'; a probe that cannot be compared: WARN unverified"),
+    "objective.unusable_loss": Premise(
+        "learning_ledger", "loss_fn returns a scalar floating loss tensor attached to the graph (its contract)",
+        "the loss of the ledger's copy is not one (a vector, a float, .item())",
+        _ALWAYS + "the chain cannot run on it"),
+    "objective.nonfinite_loss": Premise(
+        "learning_ledger", "the loss is finite",
+        "the loss is NaN or infinite and the outputs are non-finite too (or no floating prediction tensor exists)",
+        _ALWAYS + "a NaN loss from finite outputs is objective.empty_mask instead"),
+    "objective.empty_mask": Premise(
+        "learning_ledger", "the loss supervises at least one output element",
+        "every target equals ignore_index; or the loss is NaN although every output and target is finite (0/0 of an "
+        "empty mean); or d loss / d outputs is exactly zero and perturbing every output leaves the loss unchanged",
+        "otherwise no finding"),
+    "objective.constant_outputs": Premise(
+        "learning_ledger", "the outputs can depend on the inputs",
+        "the autograd node behind the outputs (through views) is a softmax / log_softmax over a dimension of size 1: "
+        "always 1 / 0",
+        _ALWAYS + "the op's result is constant by construction"),
+    "objective.normalized_over_examples": Premise(
+        "learning_ledger", "class scores are normalised over the classes, not over the examples' axis (batch_axis=)",
+        "the softmax/log_softmax that made the outputs has the example axis as its dim, or (class outputs) the values "
+        "sum to 1 over the example axis and over no other",
+        "otherwise no finding"),
+    "objective.probabilities_as_logits": Premise(
+        "learning_ledger", "a logits loss receives logits",
+        "outputs non-negative with rows summing to 1 and the loss is not NLL of their log; or sigmoid outputs whose loss "
+        "equals BCE-with-logits of them and not BCE; or, at the logits spread to std 3, the loss equals cross-entropy of "
+        "their softmax and not of the logits",
+        "not confirmed on the first path: probability outputs with any class loss other than NLL of their log (a Brier "
+        "or MSE score on probabilities, a custom loss) FAIL although the loss was not shown to read them as logits "
+        "(six_claims compares the loss with that cross-entropy first)", confirmed=False),
+    "objective.wrong_sign": Premise(
+        "learning_ledger", "the loss is bounded below and falls as the answer improves",
+        "the loss is negative and equals -cross-entropy, or its gradient along a better answer (correct logits up, "
+        "outputs toward the targets) is positive; signed per-example weights (a policy gradient's advantages) give no "
+        "finding; or scaling a side output (a VAE's mu) 10x and 100x drives the loss lower each time and far below zero",
+        "otherwise no finding"),
+    "objective.shape_broadcast": Premise(
+        "learning_ledger", "a regression loss compares each output with its own target (loss 0 at a perfect prediction)",
+        "outputs and targets differ in shape with the same number of elements and broadcast to a larger shape, and "
+        "loss_fn at outputs equal to the targets is not 0",
+        "the loss is 0 at the targets, the shapes cannot broadcast (loss_fn reshapes), or the probe cannot run: no "
+        "finding"),
+    "objective.unreachable": Premise(
+        "learning_ledger", "the output layer can produce the targets",
+        "loss_fn at the best output the layer's range allows (a softmax's simplex, a sigmoid's [0, 1] ...) stays above "
+        "10% of the gap between the loss at outputs == targets and at a constant prediction; or, multilabel 0/1 targets "
+        "with several labels on in a row, the loss is unchanged when a constant is added to a row's logits (a softmax "
+        "over the labels)",
+        "otherwise no finding"),
+    "objective.sum_reduction": Premise(
+        "learning_ledger", "the loss is a per-example mean",
+        "the loss equals a standard objective of the task summed (its mean times the element or example count), and on "
+        "m <= 8 examples it is m times their mean per-example loss",
+        "not confirmed as intent: the sum is shown, the premise that a sum is wrong is not; DESIGN names 'a loss that "
+        "is not a per-example mean' as intent to be declared, and learning_ledger has no argument for it (a sum of no "
+        "standard objective is only a note)", confirmed=False),
+    "objective.initial_loss": Premise(
+        "learning_ledger", "a classification loss is cross-entropy of the logits",
+        "the loss differs from cross-entropy of the outputs by more than 10%, and is not weighted, smoothed, masked or "
+        "shifted cross-entropy, nor a loss that rewards the correct class on every example (those are notes)",
+        "not confirmed as intent: another classification objective FAILs unless it is passed as reference_loss=",
+        confirmed=False),
+    "objective.manual_mismatch": Premise(
+        "learning_ledger", "the loss is the intended objective: reference_loss= when given, else cross-entropy",
+        "with reference_loss=: loss_fn disagrees with it on the batch or on single examples; without: the loss is within "
+        "10% of cross-entropy, but single examples do not reproduce it",
+        "not confirmed without reference_loss=: an objective close to cross-entropy on purpose FAILs", confirmed=False),
+    "dependency.no_trainable_parameters": Premise(
+        "learning_ledger", "a model given to the learning chain has something to learn",
+        "no parameter of the model has requires_grad=True",
+        _ALWAYS + "with nothing trainable no later link can hold"),
+    "dependency.unreachable": Premise(
+        "learning_ledger", "every trainable parameter the loss depends on is on the loss's autograd graph",
+        "the parameter is not a leaf of loss.grad_fn's graph and " + _DEPENDS,
+        "the loss does not depend on it, or that could not be checked: WARN with the unused-parameter note"),
+    "dependency.target_leak": Premise(
+        "learning_ledger", "the prediction at position p does not read the target it is asked for",
+        "an input tensor equals the integer target sequence; on the ledger's copy, changing that input at position p "
+        "(values rolled across the batch) moves the prediction at p",
+        "a model that shifts that input itself (the prediction at p does not move) or a loss that shifts the labels: no "
+        "finding"),
+    "dependency.input_without_gradient": Premise(
+        "learning_ledger", "every branch of the model that reads an input carries a gradient to the parameters",
+        "on the copy, perturbing a float input moves the loss, the input is not a leaf of the loss's graph, and one of "
+        "the model's float outputs carries no gradient",
+        "not confirmed as a defect: a stop-gradient branch by design that reads its own input (a momentum/target "
+        "encoder under no_grad on the second view, a frozen feature extractor whose features the model also returns) "
+        "FAILs; no argument declares it", confirmed=False),
+    "gradient.missing": Premise(
+        "learning_ledger", "a trainable parameter the loss depends on gets a gradient",
+        "after one backward from .grad=None on the copy its .grad is None and " + _DEPENDS,
+        "the loss does not depend on it, or that could not be checked: WARN GRADIENT with the unused-parameter note"),
+    "gradient.zero": Premise(
+        "learning_ledger", "a trainable parameter the loss depends on gets a nonzero gradient",
+        "after one backward its gradient is exactly zero and " + _DEPENDS,
+        "as gradient.missing"),
+    "gradient.nonfinite": Premise(
+        "learning_ledger", "backward gives finite gradients",
+        "after one backward on the copy the gradient holds NaN/inf",
+        _ALWAYS + "a non-finite gradient makes any update non-finite"),
+    "update.wrong_direction": Premise(
+        "learning_ledger", "loss_fn is minimised",
+        "one optimizer step on the copy moved the parameters up the gradient (<update, gradient> > 0) with maximize=True "
+        "in a param group",
+        "not confirmed: maximize=True is the user's own declaration that the objective is maximised (step_probe treats "
+        "it as a note); a reward returned from loss_fn with maximize=True FAILs", confirmed=False),
+    "update.not_moved": Premise(
+        "learning_ledger", "every owned parameter with a nonzero gradient moves in one step",
+        "controlled: one optimizer step on the copy left it unchanged although the step should change it at float "
+        "resolution (SGD: lr*|grad|, adaptive: lr), or its group's lr is 0; with train_step: its gradient is healthy, "
+        "it never changed over up to 4 calls, and the loss was not shown to be independent of it",
+        "not confirmed: a group with lr=0 on purpose FAILs, and on the train_step path a parameter whose dependence "
+        "could not be checked FAILs too", confirmed=False),
+    "update.ascends": Premise(
+        "learning_ledger", "train_step descends loss_fn on the batch",
+        "train_step run up to 4 times on the user's objects (restored): the first update's cosine with the gradient is "
+        "above 0.3 and the loss on the batch rose at every call (or became non-finite)",
+        "otherwise no finding (a step on other batches moves this batch's loss by chance: not judged)"),
+    "update.diverges": Premise(
+        "learning_ledger", "a few steps of train_step keep the loss finite and below 10x",
+        "the loss on the batch, re-evaluated after each of up to 4 train_step calls on the user's objects (restored), "
+        "became non-finite or grew more than 10-fold",
+        _ALWAYS + "the program's own steps blew up the loss on its batch"),
+    "capability.cannot_overfit": Premise(
+        "learning_ledger", "the controlled system can fit a tiny fixed batch",
+        "copies of the model and optimizer train on the first 8 examples at the program's lr x1, x10, x100, x1000 (down "
+        "to x0.01 when it diverges): FAIL only with a cause: the weights barely moved at every lr, the program's lr and "
+        "every lower one diverged, or every lr plateaued at the same loss with the weights moving",
+        "no cause shown: WARN inconclusive; an objective without a known floor or a stochastic one is judged on learning "
+        "(a note)"),
+    # ---- six_claims ---------------------------------------------------------------------------------------------
+    "claim.representation.affine": Premise(
+        "six_claims", "a model stacking more than one linear layer is meant to compute a nonlinear map",
+        "on an eval-mode copy f(a x1 + (1-a) x2) equals a f(x1) + (1-a) f(x2) within the output dtype's tolerance, and "
+        "the task needs more: the batch's labels are not linearly separable / a linear map leaves variance random "
+        "nonlinear features explain (F-test) - or a module named like an activation is nn.Identity",
+        "not confirmed on the name path: nn.Identity under an activation's name overrides the targets' evidence, so a "
+        "model whose activation is switched off by configuration on purpose FAILs; otherwise a linear model, targets "
+        "fit linearly or no evidence give a PASS note", confirmed=False),
+    "claim.representation.constant_output": Premise(
+        "six_claims", "the output depends on the input",
+        "on an eval-mode copy the output is identical for every input, and still is after every weight of a copy is "
+        "perturbed by half its largest magnitude",
+        "the output varies once the weights are perturbed (a zero-initialised output layer): SKIPPED"),
+    "claim.computation.zero_init": Premise(
+        "six_claims", "the hidden units of a Linear/Conv layer compute different functions",
+        "the layer's weights are all zero and its gradient rows on the measured step are identical too, or it has no "
+        "gradient, so no update breaks the tie (gradient rows that differ: PASS)",
+        "not confirmed for a layer without a gradient: a frozen (requires_grad=False) or unused layer with zero weights "
+        "FAILs on its weights alone; six_claims has no frozen=", confirmed=False),
+    "claim.computation.symmetric_init": Premise(
+        "six_claims", "the hidden units of a Linear/Conv layer compute different functions",
+        "the layer's weight rows are identical (within 1e-6 of the largest weight) and its gradient rows are identical "
+        "too, or it has no gradient",
+        "not confirmed for a layer without a gradient: a frozen layer with identical rows by design (a fixed averaging "
+        "or summing layer) FAILs; six_claims has no frozen=", confirmed=False),
+    "claim.objective.invalid_loss": Premise(
+        "six_claims", "loss_fn returns a scalar floating loss tensor (its contract)",
+        "the loss of the measured step is not one",
+        _ALWAYS + "the claims cannot be judged on it"),
+    "claim.objective.nonfinite_loss": Premise(
+        "six_claims", "the loss is finite", "the loss of the measured step is NaN or infinite",
+        _ALWAYS + "a non-finite loss is the divergence whatever the program means"),
+    "claim.objective.probabilities_as_logits": Premise(
+        "six_claims", "integer class targets (inferred from shapes) are trained with cross-entropy of logits",
+        "the outputs are non-negative rows summing to 1 and the loss equals cross-entropy of those outputs read as "
+        "logits (as a mean or a sum)",
+        "the loss is not that cross-entropy: no finding here (the other probes run)"),
+    "claim.objective.wrong_sign": Premise(
+        "six_claims", "a loss on class targets is never negative; a regression loss falls toward the targets",
+        "regression: the loss is negative and both outputs == targets and outputs 1% closer raise it; classification: "
+        "the loss is negative, nothing more",
+        "not confirmed for class targets: a negative loss FAILs without a probe (a policy-gradient loss with negative "
+        "advantages, a loss with a bonus term, integer targets that are not class labels); learning_ledger's "
+        "objective.wrong_sign asks the gradient instead", confirmed=False),
+    "claim.objective.wrong_direction": Premise(
+        "six_claims", "integer targets indexing an output axis are class labels the loss rewards",
+        "raising every correct-class output by 0.01 x max(1, mean |output|) raises loss_fn",
+        "the probe cannot run: no finding; the task is inferred from shapes (six_claims takes no task=)"),
+    "claim.objective.not_descended": Premise(
+        "six_claims", "the gradient descends the objective it came from",
+        "a deep copy stepped along -grad by 1e-3, 1e-4 and 1e-5 of the parameters' norm: the loss (seeded, shown "
+        "reproducible at fixed parameters) rose at all three",
+        "a loss not reproducible at fixed parameters, or a semi-gradient objective (it reads .item()/.detach() of tensors "
+        "that require grad): a note, not judged"),
+    "claim.differentiation.detached": Premise(
+        "six_claims", "every trainable parameter the loss depends on gets a gradient",
+        "after backward on the measured copy its gradient is None and " + _DEPENDS,
+        "WARN claim.differentiation.unused (the loss does not depend on it, or that could not be checked)"),
+    "claim.differentiation.nonfinite": Premise(
+        "six_claims", "backward gives finite gradients", "a parameter's gradient holds NaN/inf",
+        _ALWAYS + "a non-finite gradient makes any update non-finite"),
+    "claim.update.not_updated": Premise(
+        "six_claims", "every parameter with a healthy gradient (finite, above 1e-6 of its largest weight) moves in one "
+        "step",
+        "one optimizer step on a copy (a warmup's lr raised to the base lr), or one call of train_step on the user's "
+        "objects (restored) when there is no optimizer or several, left it unchanged",
+        "not confirmed: a parameter left out of the optimizer on purpose, or in a group with lr=0, FAILs; six_claims has "
+        "no frozen=", confirmed=False),
+    "claim.evaluation.train_mode": Premise(
+        "six_claims", "eval_fn (declared as the evaluation) runs Dropout/BatchNorm in eval mode",
+        "pre-hooks on every Dropout/BatchNorm of the model's copy and of the modules eval_fn reaches through its closure "
+        "(an EMA copy) saw training mode while eval_fn ran",
+        "no eval_fn: SKIPPED; eval_fn raising: SKIPPED claim.evaluation.not_checked and the report WARNs"),
+    "claim.evaluation.non_finite": Premise(
+        "six_claims", "evaluation computes finite values",
+        "eval_fn returned a non-finite metric, or the model's eval-mode output on the batch is non-finite while its "
+        "train-mode output is finite",
+        _ALWAYS + "a non-finite evaluation is the divergence"),
+    # ---- shape_ledger -------------------------------------------------------------------------------------------
+    "shape.mismatch": Premise(
+        "shape_ledger", "a layer computes the geometry its class and hyperparameters say, on the input it declares",
+        "before each layer runs its output shape is derived from the observed input and its hyperparameters (kernel, "
+        "stride, padding, ...): the observed output differs; or the input disagrees with what the layer declares "
+        "(in_channels, num_features, rank)",
+        "not confirmed for subclasses: the geometry is chosen by isinstance, so a Conv/pooling subclass whose own forward "
+        "pads or crops on purpose (timm's Conv2dSame) FAILs", confirmed=False),
+    "shape.flatten_mismatch": Premise(
+        "shape_ledger", "the features arriving at a Linear after a flatten are its in_features",
+        "in_features differs from the C*H*W that arrives; the last layer that set C or the spatial size is named",
+        _ALWAYS + "the Linear cannot run on them (mat1 and mat2 shapes cannot be multiplied)"),
+    "shape.forward_raised": Premise(
+        "shape_ledger", "the forward pass completes", "it raised (no earlier layer disagreed, or after one did)",
+        _ALWAYS + "a forward that raises is the divergence"),
+    "shape.design_mismatch": Premise(
+        "shape_ledger", "each module named in designed= outputs its designed per-example shape",
+        "the module's first output differs from the declared shape; the culprit since the last designed output that "
+        "matched is named",
+        "only with designed=; a designed module that never returned an output is SKIPPED"),
+    "shape.unread_pixels": Premise(
+        "shape_ledger", "with unread='fail' declared, every input row and column is read by a conv/pooling window",
+        "the layer's kernel, stride, padding and dilation leave trailing rows/columns no window reads (a stride longer "
+        "than the window skips by design and is not flagged)",
+        "WARN by default (unread='warn'), a PASS note with unread='note'"),
+    # ---- attention_check ----------------------------------------------------------------------------------------
+    "attention.shape": Premise(
+        "attention_check", "the attention weights are [B, Nh, Tq, Tk] (or [B*Nh, Tq, Tk]) and the output [B, Tq, E] "
+        "([Tq, B, E] with batch_first=False), E the hidden states' width, the merged heads [B, Tq, Nh*Dh]",
+        "the captured softmax (or the weights recomputed from SDPA / multi_head_attention_forward) and the module's "
+        "output have other shapes",
+        "not confirmed for the output: its width is taken to be the input's E, so a module that projects to another "
+        "width on purpose FAILs; num_heads= declares Nh only", confirmed=False),
+    "attention.nonfinite": Premise(
+        "attention_check", "the attention weights and output are finite",
+        "the captured weights or the module's output hold NaN/inf (a row whose keys are all masked is named)",
+        _ALWAYS + "non-finite weights or outputs are the divergence"),
+    "attention.blocked_query": Premise(
+        "attention_check", "every query has at least one allowed key",
+        "the forbidden (query, key) pairs - the causal mask (declared or inferred) plus padding and masks the inputs "
+        "carry - forbid every key of some query",
+        "not confirmed: a padded query that sees only padding keys (left padding under a causal mask) FAILs although its "
+        "output is discarded; the row's output is not checked", confirmed=False),
+    "attention.rows_not_normalized": Premise(
+        "attention_check", "the attention weights sum to 1 over the keys",
+        "the captured weights' rows deviate from 1 beyond max(atol, 4*eps*Tk) (whether the columns sum to 1 instead is "
+        "in the evidence)",
+        "not confirmed: attention normalised over the queries by design (slot attention) FAILs", confirmed=False),
+    "attention.forbidden_weight": Premise(
+        "attention_check", "forbidden keys (causal future, padding, masks) get weight exactly 0",
+        "a forbidden (query, key) pair has a nonzero captured weight; causality comes from causal=, else an is_causal/"
+        "causal attribute, else a causal mask in the inputs, else the captured weights (most of the upper triangle "
+        "exactly 0)",
+        "not confirmed when causality is inferred from the weights: a prefix-LM or block pattern with some future "
+        "weights by design FAILs; causal= declares it", confirmed=False),
+    "attention.reference_mismatch": Premise(
+        "attention_check", "the module computes softmax(q k^T / sqrt(Dh) + mask) v on its own q/k/v projections (rotary "
+        "embeddings and grouped heads accounted for)",
+        "the merged heads differ from F.scaled_dot_product_attention on the module's q/k/v (double precision, the "
+        "intended mask) beyond atol + max(1e-4, 32 eps) of the reference; T5-style relative position bias is SKIPPED",
+        "not confirmed: other correct score functions FAIL - q/k normalised after the projection (QK-norm, cosine "
+        "attention), an ALiBi bias, a 1/Dh scale by design (muP)", confirmed=False),
+    "attention.missing_scale": Premise(
+        "attention_check", "diagnosis of attention.reference_mismatch (with module=): the scores are meant to be scaled "
+        "by 1/sqrt(Dh)",
+        "the module's output matches the reference at scale 1",
+        "not confirmed: a scale folded into the projection's initialisation by design (outside T5, which is skipped by "
+        "name) FAILs", confirmed=False),
+    "attention.wrong_scale": Premise(
+        "attention_check", "diagnosis of attention.reference_mismatch (with module=): the scores are meant to be scaled "
+        "by 1/sqrt(Dh)",
+        "the module's output matches the reference at 1/Dh, 1/sqrt(E) or 1/E",
+        "not confirmed: a 1/Dh scale by design (muP) FAILs", confirmed=False),
+    "attention.axis_semantics": Premise(
+        "attention_check", "heads are split and merged without mixing batch elements, positions or heads",
+        "on the copy: the value projection replaced by distinct tags must come back as weights @ split(tags) in the "
+        "merged heads; perturbing batch 0 must leave the other batch elements unchanged; with the weights pinned, "
+        "perturbing position p may change only positions whose weight on p is nonzero",
+        "a probe that cannot run (B = 1, cross-attention, several attention calls) is SKIPPED"),
+    "attention.head_split_merge": Premise(
+        "attention_check", "diagnosis of attention.axis_semantics (with module=): heads split/merged correctly",
+        "as attention.axis_semantics", "as attention.axis_semantics"),
+    "attention.causality": Premise(
+        "attention_check", "with causal attention, a future token does not change an earlier output",
+        "changing the hidden state at position p changed an output before p beyond atol + 1e-5 * max|output|",
+        "not confirmed when causality is inferred from the captured weights (see attention.forbidden_weight): a "
+        "prefix-LM FAILs; causal= declares it; not causal: SKIPPED", confirmed=False),
+    "attention.future_visible": Premise(
+        "attention_check", "diagnosis (with module=) of attention.causality, or of attention.forbidden_weight at a future "
+        "key: the causal mask hides the future",
+        "as those kinds", "not confirmed when causality is inferred from the weights, as attention.causality",
+        confirmed=False),
+    "attention.padding_visible": Premise(
+        "attention_check", "diagnosis of attention.forbidden_weight at a padding key: padding declared by the inputs' "
+        "key_padding_mask / attention_mask gets weight 0",
+        "a padding key (as the inputs declare it) has a nonzero captured weight",
+        "no padding mask in the inputs: not checked"),
+    "attention.masked_key_visible": Premise(
+        "attention_check", "diagnosis of attention.forbidden_weight at a key an input mask forbids: it gets weight 0",
+        "a key the inputs' mask forbids has a nonzero captured weight", "no mask in the inputs: not checked"),
+    "attention.softmax_axis": Premise(
+        "attention_check", "diagnosis of attention.rows_not_normalized when the columns sum to 1: the softmax is meant "
+        "to run over the keys",
+        "rows do not sum to 1 and every column does",
+        "not confirmed: softmax over the queries by design (slot attention) FAILs", confirmed=False),
+    "attention.eval_dropout": Premise(
+        "attention_check", "under eval() no dropout is active",
+        "two eval-mode passes on the same input (no reseeding) differ and a dropout-family op (F.dropout with "
+        "training=True, SDPA dropout_p > 0) ran in an eval-mode module",
+        _ALWAYS + "a random op under eval() with outputs that differ; later checks leave it out (a note)"),
+    "attention.eval_randomness": Premise(
+        "attention_check", "the eval path is deterministic",
+        "two eval-mode passes on the same input differ beyond the threshold with no dropout call seen",
+        _ALWAYS + "the module's own outputs differ on the same input"),
+    # ---- tensor_trace -------------------------------------------------------------------------------------------
+    "trace.forward_raised": Premise(
+        "tensor_trace", "the forward pass completes", "it raised; the ledger up to the failure is kept",
+        _ALWAYS + "a forward that raises is the divergence"),
+    "contract.axis_mismatch": Premise(
+        "tensor_trace", "each module in contracts= outputs the named axes it declares (names bound on first sight)",
+        "the recorded output shape violates the contract (an axis size or a bound name disagrees)",
+        "only with contracts=; a module that never returned a tensor is a WARN contract.not_reached"),
+    "layout.values_moved": Premise(
+        "tensor_trace", "an output axis that has the size of an input axis carries that axis's values",
+        "a reshape chain composed as arange(input).reshape(output) cuts an input axis across output axes while an output "
+        "axis of the same size holds pieces of other axes (exact for view/reshape); with layout_probe=True, user modules "
+        "re-run on a copy with arange values give the exact map of where each value went",
+        "merges, splits, a permute followed by a merge, permute-only modules and torch.nn's own modules are not flagged; "
+        "contracts= declares the intended axes"),
+    # ---- feature_space ------------------------------------------------------------------------------------------
+    "features.nonfinite": Premise(
+        "feature_space", "representation vectors are finite", "some values are NaN/inf",
+        _ALWAYS + "non-finite features are the divergence"),
+    "features.collapse_zero": Premise(
+        "feature_space", "representations of different inputs are not zero vectors",
+        "more than 90% of the vectors have a norm <= 1e-6 of the largest norm",
+        "not confirmed: a threshold on the vectors alone, relative to the largest one (one outlier makes the rest "
+        "'zero'; padding positions passed as vectors count); no argument declares sparse features", confirmed=False),
+    "features.dominant_coordinate": Premise(
+        "feature_space", "no single coordinate dominates the representation's energy",
+        "one coordinate holds more than max(0.5, min(0.9, 8/D)) of sum x_k^2",
+        "not confirmed: a threshold on the vectors alone; representations with a few massive coordinates by design "
+        "(transformer hidden states' massive activations, unnormalised raw features) FAIL", confirmed=False),
+    "features.collapse_direction": Premise(
+        "feature_space", "representations of different inputs point in different directions",
+        "mean |cos| over up to 256 vectors exceeds 0.99 AND after centering nothing is left but one direction (top "
+        "principal component > 90%, or centered energy < 1e-4 of the mean vector's)",
+        "mean |cos| above 0.99 with a rich centered spread (a shared offset, anisotropy) is a WARN"),
+    "features.invariance_broken": Premise(
+        "feature_space", "the quantity the user names is invariant to the transform the user names (invariances=)",
+        "encoder(inputs) and encoder(transform(inputs)) on copies, same RNG state, differ in that quantity beyond its "
+        "tolerance",
+        "only with invariances=; an encoder or transform that raises is a WARN"),
+    # ---- loader_timing ------------------------------------------------------------------------------------------
+    "loader.starved": Premise(
+        "loader_timing", "the consumer step is the work per batch of the user's loop and is not meant to wait for data",
+        "median steady wait (plus worker start-up per batch) >= 0.5 ms and > 0.5 x the median work, or >= 25% of steady "
+        "batches waiting longer than their own work; a wait blamed on __getitem__/collate must be explained by the "
+        "producer's measured cost (else remeasured up to 3 times, then noise: PASS); an unsplittable phase must be "
+        "starved in two measurements in a row",
+        "not confirmed on two paths: a one-shot iterator that cannot be measured again FAILs an unsplittable phase on "
+        "one measurement; and diagnose without step/train_step times a copy of one forward/backward/step, which need "
+        "not be the loop's work", confirmed=False),
+    # ---- performance_ledger -------------------------------------------------------------------------------------
+    "memory.growth": Premise(
+        "performance_ledger", "identical iterations of the step return to the same live tensor set",
+        "live tensor bytes the step created (a storage-tracking dispatch mode) rose at every one of 6 identical calls "
+        "(or CUDA allocated bytes did); survivors with an autograd graph are named",
+        "not confirmed as a leak: tensors kept on purpose (predictions gathered for an epoch metric, a replay buffer) "
+        "FAIL like a kept loss with its graph; no argument declares them (memory_phases reports growth as a WARN)",
+        confirmed=False),
+    # ---- compile_ledger -----------------------------------------------------------------------------------------
+    "compile.eager_raised": Premise(
+        "compile_ledger", "eager runs on every input of inputs_seq", "eager raised on one",
+        _ALWAYS + "the function fails before compilation is involved"),
+    "compile.compiled_raised": Premise(
+        "compile_ledger", "the compiled function runs wherever eager runs", "eager ran, the compiled call raised",
+        _ALWAYS + "the compiled call fails where eager does not"),
+    "compile.incorrect": Premise(
+        "compile_ledger", "compiled outputs equal eager outputs within atol + rtol * |eager|",
+        "on some input a leaf of the compiled output is beyond that tolerance of eager's",
+        "not confirmed: eager's own run-to-run noise is not measured, so a module in training mode with dropout "
+        "(compiled code draws other random numbers) FAILs, with a hint saying so (compare_outputs skips that case)",
+        confirmed=False),
+    "compile.graph_break": Premise(
+        "compile_ledger", "with fullgraph_required=True the call is captured as one graph",
+        "the recording capture saw a graph break (reason and file:line) or fullgraph=True does not compile",
+        "WARN without fullgraph_required=True (a graph break is not an error)"),
+    "compile.recompiles": Premise(
+        "compile_ledger", "one compile per frame is reused across inputs_seq (plus one automatic-dynamic recompile with "
+        "dynamic=None)",
+        "over the whole inputs_seq some recompilation is unexpected (failed guards listed by category) or the recompile "
+        "limit was hit",
+        "not confirmed as a defect: a program that compiles once per bucket size on purpose (dynamic=False with a few "
+        "padded sizes) FAILs; no argument declares the expected recompiles", confirmed=False),
+    # ---- compare_outputs ----------------------------------------------------------------------------------------
+    "outputs.fed_differently": Premise(
+        "compare_outputs", "every variant is fed the reference's preprocessing/generation settings (as declared in "
+        "preprocessing= / generation=)",
+        "the sha256 of a variant's declared settings differs from the reference's; the differing keys are named",
+        "only with preprocessing= / generation="),
+    "outputs.train_mode": Premise(
+        "compare_outputs", "variants compared in mode='eval' (the default) are in evaluation mode",
+        "a variant's module, compiled module or exported graph has dropout or BatchNorm active in training mode",
+        "mode='train' does not make this check"),
+    "outputs.nondeterministic_eval": Premise(
+        "compare_outputs", "the reference's evaluation is deterministic",
+        "two more calls of the reference without reseeding differ beyond its tolerance; the module that ran an active "
+        "dropout-family op, else the first differing layer, is named",
+        "calls that agree although an op was active: WARN outputs.stochastic_in_eval; a fresh-process reference: "
+        "SKIPPED"),
+    "outputs.raised": Premise(
+        "compare_outputs", "every variant runs on the fixed inputs", "the variant raised",
+        _ALWAYS + "a variant that raises where the reference runs is the divergence"),
+    "outputs.diverged": Premise(
+        "compare_outputs", "each variant matches the reference within its declared tolerance (tolerances= / rtol / "
+        "atol)",
+        "some output leaf is outside the tolerance; the first diverging layer is localised when layers=True",
+        "a compiled variant of a random training forward: SKIPPED outputs.not_comparable"),
+    "outputs.gradient_diverged": Premise(
+        "compare_outputs", "in mode='train' with loss=, each variant's parameter gradients match the reference's within "
+        "its tolerance",
+        "torch.autograd.grad of loss(output) per parameter name: the first parameter outside the tolerance",
+        "a variant without parameters to differentiate: SKIPPED"),
+    # ---- memory_phases ------------------------------------------------------------------------------------------
+    "memory.oom": Premise(
+        "memory_phases", "each phase fits in memory (cap_bytes= declares a cap)",
+        "torch.OutOfMemoryError was raised inside the with-block (or the cap was exceeded); the phase is named",
+        _ALWAYS + "the program ran out of memory"),
+    # ---- DiagnosticSet ------------------------------------------------------------------------------------------
+    "diagnostic.raised": Premise(
+        "DiagnosticSet", "model_or_fn runs on every stored example", "it raised on one",
+        _ALWAYS + "an example that ran when stored and now raises"),
+    "diagnostic.changed": Premise(
+        "DiagnosticSet", "model_or_fn reproduces the outputs accepted with create()/update() within atol/rtol",
+        "an example's output is outside the tolerance or its decision (argmax, abstention) changed",
+        "not confirmed: model_or_fn's own run-to-run variation is not measured, so a model left in training mode with "
+        "dropout FAILs (only a WARN diagnostic.train_mode says why)", confirmed=False),
+    "diagnostic.missing": Premise(
+        "DiagnosticSet", "every example the index lists has stored inputs and outputs", "tensors.pt holds none for it",
+        _ALWAYS + "the stored set is inconsistent"),
+    "diagnostic.fingerprint_mismatch": Premise(
+        "DiagnosticSet", "stored outputs are the ones the index fingerprinted",
+        "the outputs' fingerprint differs from the index's", _ALWAYS + "the stored set was changed outside firstdiv"),
+    # ---- watch --------------------------------------------------------------------------------------------------
+    "ownership.unowned": Premise(
+        "watch", "a parameter with requires_grad=True is trained by a watched optimizer",
+        "at a check step no watched optimizer's param groups hold it",
+        "not confirmed: frozen= patterns are exempt, but an undeclared trainable parameter that no watched optimizer "
+        "holds FAILs even when the loss never uses it or an unwatched optimizer trains it", confirmed=False),
+    "ownership.undeclared_frozen": Premise(
+        "watch", "with frozen= declared (frozen=() meaning nothing is frozen), every requires_grad=False parameter is "
+        "declared",
+        "the declaration against the flags at a check step",
+        "WARN while frozen= is not given"),
+    "frozen.moved": Premise(
+        "watch", "a parameter declared frozen (frozen=) does not change",
+        "a copy taken in the optimizer's step pre-hook differs from the value after the step",
+        "only with frozen="),
+    "grad.nonfinite": Premise(
+        "watch", "the gradients an optimizer step applies are finite",
+        "in the step pre-hook (after GradScaler's unscale; a step it skips is not measured) a held parameter's gradient "
+        "norm is non-finite",
+        _ALWAYS + "a non-finite gradient makes the update non-finite"),
+    "grad.none_at_step": Premise(
+        "watch", "an optimizer step applies gradients from a backward",
+        "in the step pre-hook every trainable parameter the optimizer holds has .grad None",
+        "some missing: WARN grad.missing; a step given a closure (gradients come inside it) is not judged unless "
+        "gradients_ready() re-reads them"),
+    "grad.not_zeroed": Premise(
+        "watch", "an optimizer's gradients are zeroed before the next step's first backward (several backwards per step "
+        "are fine)",
+        "a gradient hook on one stepped parameter, from a check step to that optimizer's next step: no arriving gradient "
+        "found .grad None or zero",
+        _ALWAYS + "the previous step's gradient was added into this one's"),
+    "update.too_large": Premise(
+        "watch", "one optimizer step changes no weight (>= 2 dims) by more than its own norm",
+        "||delta|| / ||weight|| of one measured step exceeds 1 (weights that had a zero norm at the previous check are "
+        "exempt)",
+        "not confirmed: the ratio alone FAILs, with no evidence that the step hurt the loss; a weight initialised tiny "
+        "(not zero) under Adam FAILs at the first check; ratio_bounds moves only the WARN band", confirmed=False),
+    "loss.nonfinite": Premise(
+        "watch", "the loss is finite", "the mean of the losses passed to w.step()/w.observe() since the last check is "
+        "NaN or infinite", _ALWAYS + "a non-finite loss is the divergence"),
+    "mode.train_at_eval": Premise(
+        "watch", "code inside w.evaluating() (declared evaluation) runs Dropout/BatchNorm/InstanceNorm in eval mode",
+        "a forward pre-hook at the first forward inside evaluating() finds such a module in train mode",
+        "only the root module in train mode, with no dropout/norm layer: WARN"),
+    # ---- rng_audit (lab) ----------------------------------------------------------------------------------------
+    "rng.not_reproducible": Premise(
+        "rng_audit", "a pass started from torch.manual_seed(seed) draws the same data order, items and RNG states every "
+        "time (per-setting findings are named num_workers=N, and 'applied and verified' for the repair)",
+        "two passes per num_workers setting on deep copies, each after torch.manual_seed(seed), a probe observing (never "
+        "drawing) every RNG before and after each __getitem__: the first difference is named",
+        _ALWAYS + "the two passes of the user's own pipeline differ"),
+    "rng.duplicated_across_workers": Premise(
+        "rng_audit", "each DataLoader worker draws its own random stream",
+        "within one pass, draws repeated from the same RNG state in more than one worker",
+        _ALWAYS + "the workers were observed replaying the same stream"),
+    # ---- determinism (lab) --------------------------------------------------------------------------------------
+    "determinism": Premise(
+        "determinism", "a workload run twice with the same seed is bit-identical (the finding 'same seed twice'; the "
+        "other variants are WARN)",
+        "the workload run twice with the seed: curves and state are compared element by element",
+        _ALWAYS + "the user's own run differs from itself"),
+    "determinism.not_reproducible": Premise(
+        "determinism", "a workload run twice with the same seed is bit-identical",
+        "as the finding 'determinism' at 'same seed twice': the first diverging epoch is named",
+        _ALWAYS + "the user's own run differs from itself"),
+}
+
+
+_INTRO = ("Each check kind below states what it assumes the program means (premise), how that is confirmed on the "
+          "program's own behaviour before the check FAILs, and what it reports when the premise cannot be confirmed. "
+          "`firstdiv._registry.premise(kind)` returns the same entry.")
+
+
+def unconfirmed_kinds() -> list[str]:
+    """The kinds whose FAIL rests, on at least one path, on a premise the code does not confirm."""
+    return [k for k, p in PREMISES.items() if not p.confirmed]
+
+
+def _md(text: str) -> str:
+    """Plain text as Markdown: ``*`` and ``__`` (``lr*|grad|``, ``__getitem__``) would start emphasis."""
+    return text.replace("*", "\\*").replace("__", "\\_\\_")
+
+
+def _section(kind: str, p: Premise, name: str) -> list[str]:
+    others = [i for i in p.instruments if i != name]
+    out = [f"### `{kind}`", "", f"- **Premise:** {_md(p.premise)}.", f"- **Confirmed by:** {_md(p.confirmation)}.",
+           f"- **When unconfirmed:** {_md(p.unconfirmed)}.",
+           "- **Status:** " + ("confirmed before FAIL." if p.confirmed else "**not confirmed on every FAIL path.**")]
+    if others:
+        out.append(f"- **Also emitted by:** {', '.join(others)}.")
+    return out + [""]
+
+
+def render_checks_md(order: Sequence[str] = ()) -> str:
+    """``docs/checks.md``: the rule, then every kind grouped by instrument (``order`` first, then the table's own
+    order of first appearance): premise, how it is confirmed, what happens when it is not."""
+    seen = list(dict.fromkeys([*order, *(p.instrument for p in PREMISES.values()),
+                               *(i for p in PREMISES.values() for i in p.also)]))
+    missing = unconfirmed_kinds()
+    lines = ["# Checks that can FAIL", "", f"<!-- generated from firstdiv._premises.PREMISES by: {REGENERATE} -->", "",
+             "From DESIGN.md, *Trust: what a FAIL means*:", "", f"> {RULE}", "",
+             _INTRO, "", f"{len(PREMISES)} kinds; {len(missing)} of them FAIL on at least one path without confirming "
+             "their premise yet: " + ", ".join(f"`{k}`" for k in missing) + ".", ""]
+    for name in seen:
+        kinds = [(k, p) for k, p in PREMISES.items() if p.instrument == name]
+        kinds += [(k, p) for k, p in PREMISES.items() if name in p.also]
+        if kinds:
+            lines += [f"## {name}", ""]
+            for kind, p in kinds:
+                lines += _section(kind, p, name)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def write_checks_md(path: str | Path = "docs/checks.md") -> None:
+    """Write :func:`render_checks_md` to ``path``."""
+    Path(path).write_text(render_checks_md(), encoding="utf-8")
