@@ -153,11 +153,10 @@ PREMISES: dict[str, Premise] = {
     "structure.unregistered_tensor": Premise(
         "four_structures", "a tensor with requires_grad=True held as a plain module attribute (outside _parameters, "
         "not computed from registered parameters) is meant to be a parameter of the model",
-        "the registry walk finds it outside parameters()/state_dict(); whether the optimizer owns it and whether the "
-        "loss reaches it are reported in the message but not required",
-        "not confirmed: unlike structure.unregistered_module, no use of the tensor is asked for: a requires_grad tensor "
-        "kept aside that the forward never reads and no optimizer owns FAILs; a tensor derived from registered "
-        "parameters is a PASS", confirmed=False),
+        "the registry walk finds it outside parameters()/state_dict(), and the program is seen to use it: an optimizer "
+        "owns it, or the loss reaches it (one forward and loss on the user's model inside a guard)",
+        "WARN: nothing owns it and the loss does not reach it (a stale copy of a parameter a wrapper replaced), or no "
+        "batch/loss_fn was given to check; a tensor derived from registered parameters is a PASS"),
     "structure.unregistered_module": Premise(
         "four_structures", "the program uses the modules it holds outside the registry (a plain list/dict of modules), "
         "so their parameters, buffers and train/eval flags are meant to follow parameters(), .to(), .train() and "
@@ -209,9 +208,10 @@ PREMISES: dict[str, Premise] = {
     "optimizer.multiple_owners": Premise(
         "four_structures", "each parameter is updated by one optimizer per step",
         "the owners are the optimizer passed and every optimizer train_step reaches through its closure or globals "
-        "(read, never called); a parameter in the param groups of two of them FAILs",
-        "not confirmed: how many distinct updates one step really applies is not counted (train_step is not run): a "
-        "step that holds two optimizers over shared parameters but steps them in different phases FAILs",
+        "(read, never called); two of them that wrap each other (a framework's wrapper and its optimizer) or share "
+        "param groups or state are one update; a parameter in two distinct ones FAILs",
+        "not confirmed: that train_step steps both of them in the same step is not observed (train_step is not run "
+        "here): a step that holds two optimizers over shared parameters but steps them in different phases FAILs",
         confirmed=False),
     "structure.duplicate_in_optimizer": Premise(
         "four_structures", "each tensor is owned once by an optimizer",
@@ -344,10 +344,10 @@ PREMISES: dict[str, Premise] = {
     "task.label_out_of_range": Premise(
         "learning_ledger", "integer targets are class ids of the outputs' class axis: inside [0, K) or ignore_index "
         "(read from loss_fn)",
-        "supervised targets outside [0, K), K the size of the class axis inferred from the shapes (or given by task=); "
-        "loss_fn is not asked",
-        "not confirmed with task='auto': integer targets that are not class ids of that axis (ordinal targets with K-1 "
-        "threshold outputs, counts) FAIL; task='regression' declares otherwise", confirmed=False),
+        "supervised targets outside [0, K), K the size of the class axis inferred from the shapes (or given by task=), "
+        "and the user's loss_fn raises on these outputs and targets (an index loss on ids outside its classes does)",
+        "WARN when loss_fn runs on them: it does not index these outputs by the targets (a head inside the loss, a "
+        "sampled softmax, its own ignore value), and the later links stop reading the outputs as class scores"),
     "task.target_shifted_twice": Premise(
         "learning_ledger", "a language model's targets are the next token, shifted exactly once",
         "labels equal input_ids one ahead at >= 90% of supervised positions and loss_fn's value equals next-token "
@@ -374,7 +374,9 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "the targets are what task_probe= (the user's ground-truth labelling rule) says",
         "task_probe(inputs), or the known (inputs, targets) matched row by row, agrees with < 90% of the labels (values: "
         "< 90% within 1e-3 and R^2 < 0.9; targets that copy one input element are named)",
-        "no task_probe: PASS with the note 'not verified'; a probe that cannot be compared: WARN unverified"),
+        "no task_probe: PASS with the note 'not verified'; a probe that cannot be compared: WARN unverified; class "
+        "labels agreeing far above chance (over half the way from chance to 100%) with scattered disagreements: WARN "
+        "(label noise or an approximate task_probe)"),
     "objective.unusable_loss": Premise(
         "learning_ledger", "loss_fn returns a scalar floating loss tensor attached to the graph (its contract)",
         "the loss of the ledger's copy is not one (a vector, a float, .item())",
@@ -400,12 +402,19 @@ PREMISES: dict[str, Premise] = {
         "otherwise no finding"),
     "objective.probabilities_as_logits": Premise(
         "learning_ledger", "a logits loss receives logits",
-        "outputs non-negative with rows summing to 1 and the loss is not NLL of their log; or sigmoid outputs whose loss "
-        "equals BCE-with-logits of them and not BCE; or, at the logits spread to std 3, the loss equals cross-entropy of "
-        "their softmax and not of the logits",
-        "not confirmed on the first path: probability outputs with any class loss other than NLL of their log (a Brier "
-        "or MSE score on probabilities, a custom loss) FAIL although the loss was not shown to read them as logits "
-        "(six_claims compares the loss with that cross-entropy first)", confirmed=False),
+        "the user's loss graph has a with-logits BCE or a cross-entropy whose input comes straight out of a sigmoid or "
+        "softmax (through views) with values in [0, 1] (wherever the activation sits); or outputs non-negative with "
+        "rows summing to 1 and the loss is not NLL of their log; or sigmoid outputs whose loss equals BCE-with-logits of "
+        "them and not BCE; or, at the logits spread to std 3, the loss equals cross-entropy of their softmax",
+        "not confirmed on the rows-sum-to-1 path: probability outputs with any class loss other than NLL of their log (a "
+        "Brier or MSE score on probabilities, a custom loss) FAIL although the loss was not shown to read them as "
+        "logits; a loss_fn that ignores the outputs it is handed is never read (a note)", confirmed=False),
+    "objective.nll_of_raw_scores": Premise(
+        "learning_ledger", "an NLL loss receives log-probabilities",
+        "the user's loss graph has an nll_loss whose input has no log-normalization among its producers (no "
+        "log_softmax, log or logsigmoid within six nodes) and whose rows' logsumexp over the classes is not 0: NLL of "
+        "raw scores is unbounded below",
+        "always confirmed: graph and values both show it; a log-normalization anywhere behind the input finds nothing"),
     "objective.wrong_sign": Premise(
         "learning_ledger", "the loss is bounded below and falls as the answer improves",
         "the loss is negative and equals -cross-entropy, or its gradient along a better answer (correct logits up, "
@@ -486,9 +495,10 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "every owned parameter with a nonzero gradient moves in one step",
         "controlled: one optimizer step on the copy left it unchanged although the step should change it at float "
         "resolution (SGD: lr*|grad|, adaptive: lr), or its group's lr is 0; with train_step: its gradient is healthy, "
-        "it never changed over up to 4 calls, and the loss was not shown to be independent of it",
-        "not confirmed: a group with lr=0 on purpose FAILs, and on the train_step path a parameter whose dependence "
-        "could not be checked FAILs too", confirmed=False),
+        "it never changed over up to 4 calls, and a counterfactual on a copy shows the loss depends on it",
+        "with train_step, a parameter the loss does not depend on (a term that cancels) is a note; not confirmed: on "
+        "the controlled path a group with lr=0 on purpose FAILs, and on the train_step path a parameter whose "
+        "dependence could not be checked FAILs too", confirmed=False),
     "update.ascends": Premise(
         "learning_ledger", "train_step descends loss_fn on the batch",
         "train_step run up to 4 times on the user's objects (restored): the first update's cosine with the gradient is "
@@ -572,9 +582,10 @@ PREMISES: dict[str, Premise] = {
         "six_claims", "every parameter with a healthy gradient (finite, above 1e-6 of its largest weight) moves in one "
         "step",
         "one optimizer step on a copy (a warmup's lr raised to the base lr), or one call of train_step on the user's "
-        "objects (restored) when there is no optimizer or several, left it unchanged",
-        "not confirmed: a parameter left out of the optimizer on purpose, or in a group with lr=0, FAILs; six_claims has "
-        "no frozen=", confirmed=False),
+        "objects (restored) when there is no optimizer or several, left it unchanged; parameters in a group at lr 0 "
+        "are WARN claim.update.lr_zero (beside trained groups) or a note (every group at lr 0: a warmup)",
+        "not confirmed: a parameter left out of the optimizer on purpose FAILs; six_claims has no frozen=",
+        confirmed=False),
     "claim.evaluation.train_mode": Premise(
         "six_claims", "eval_fn (declared as the evaluation) runs Dropout/BatchNorm in eval mode",
         "pre-hooks on every Dropout/BatchNorm of the model's copy and of the modules eval_fn reaches through its closure "
@@ -589,10 +600,10 @@ PREMISES: dict[str, Premise] = {
     "shape.mismatch": Premise(
         "shape_ledger", "a layer computes the geometry its class and hyperparameters say, on the input it declares",
         "before each layer runs its output shape is derived from the observed input and its hyperparameters (kernel, "
-        "stride, padding, ...): the observed output differs; or the input disagrees with what the layer declares "
-        "(in_channels, num_features, rank)",
-        "not confirmed for subclasses: the geometry is chosen by isinstance, so a Conv/pooling subclass whose own forward "
-        "pads or crops on purpose (timm's Conv2dSame) FAILs", confirmed=False),
+        "stride, padding, ...): the observed output differs for a layer that runs torch's own forward; or the input "
+        "disagrees with what the layer declares (in_channels, num_features, rank)",
+        "WARN for a subclass of a torch layer that writes its own forward (a learned positional embedding returning "
+        "[1, T, D], a same-padding conv): its geometry may be its design"),
     "shape.flatten_mismatch": Premise(
         "shape_ledger", "the features arriving at a Linear after a flatten are its in_features",
         "in_features differs from the C*H*W that arrives; the last layer that set C or the spatial size is named",
@@ -752,10 +763,10 @@ PREMISES: dict[str, Premise] = {
     "memory.growth": Premise(
         "performance_ledger", "identical iterations of the step return to the same live tensor set",
         "live tensor bytes the step created (a storage-tracking dispatch mode) rose at every one of 6 identical calls "
-        "(or CUDA allocated bytes did); survivors with an autograd graph are named",
-        "not confirmed as a leak: tensors kept on purpose (predictions gathered for an epoch metric, a replay buffer) "
-        "FAIL like a kept loss with its graph; no argument declares them (memory_phases reports growth as a WARN)",
-        confirmed=False),
+        "(or CUDA allocated bytes did), and the tensors kept from earlier iterations hold an autograd graph (a loss "
+        "appended instead of loss.item())",
+        "WARN when the kept tensors are detached (predictions gathered for an epoch metric, a replay buffer): growth "
+        "named with its rate, not shown to be a leak"),
     # ---- compile_ledger -----------------------------------------------------------------------------------------
     "compile.eager_raised": Premise(
         "compile_ledger", "eager runs on every input of inputs_seq", "eager raised on one",
