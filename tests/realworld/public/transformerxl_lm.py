@@ -601,11 +601,7 @@ class MemTransformerLM(nn.Module):
             for i in range(len(hids)):
 
                 cat = torch.cat([mems[i], hids[i]], dim=0)
-                if self.bug == "memory_keeps_oldest":
-                    # the window taken from the front of the cache: the memory is the first segment forever
-                    new_mems.append(cat[:self.mem_len].detach())
-                else:
-                    new_mems.append(cat[beg_idx:end_idx].detach())
+                new_mems.append(cat[beg_idx:end_idx].detach())
 
         return new_mems
 
