@@ -16,8 +16,9 @@ LICENSE that torchvision 0.28.0's wheel ships, the repository's LICENSE not bein
 Domain: image classification recipe (label smoothing, mixup/cutmix, EMA, lr warmup)
 
 How it was read: the repository (1.4 GB) is over the fetch limit here, so train.py and transforms.py were read from
-the code index at the commits above (the stored versions: train.py's commit holds RandomMixup/RandomCutmix in
-transforms.py unchanged apart from ``F.get_dimensions``). references/classification/utils.py is stored only at
+the code index at the commits above (the versions it stores: transforms.py is not stored at train.py's commit, so
+RandomMixup/RandomCutmix are taken from the later commit as read there, ``F.get_dimensions(batch)`` written as the
+tensor's shape). references/classification/utils.py is stored only at
 older commits (before EMA existed), so ``ExponentialMovingAverage`` is written out as utils.py had it when
 train.py called ``model_ema.n_averaged.fill_(0)``: a ``torch.optim.swa_utils.AveragedModel`` whose ``avg_fn`` is
 ``decay * avg + (1 - decay) * param`` and whose ``update_parameters`` averages every ``state_dict`` entry
