@@ -54,7 +54,7 @@ def _correct(module, seed: int) -> dict:
             "warn": {k: v.summary for k, v in verdicts.items() if v.status == "WARN"}}
 
 
-def _diagnose_bug(bug) -> dict:
+def diagnose_bug(bug) -> dict:
     try:
         ws = firstdiv.diagnose(**{k: v for k, v in bug.build(0).evidence().items() if k != "loader"})
     except Exception as exc:  # noqa: BLE001
@@ -70,7 +70,7 @@ def _bug(bug) -> dict:
     return {"name": bug.name, "instrument": bug.instrument, "expected_where": list(bug.where),
             "owning": {"status": v.status, "where": v.where, "kind": v.kind, "summary": v.summary,
                        "localized": localized(bug, v)},
-            "diagnose": _diagnose_bug(bug)}
+            "diagnose": diagnose_bug(bug)}
 
 
 def _rates(programs: dict) -> dict:
