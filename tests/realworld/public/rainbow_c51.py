@@ -37,8 +37,10 @@ Deviations from the original:
 - ``main.py``'s loop is not run to ``T_max``: ``train_step`` runs one iteration of its body (one environment step,
   then one ``learn``, as replay frequency 1 gives); ``learn`` returns its importance-weighted loss (the original
   returns nothing) so the step has a loss to report.
-- the Program's batch is one prioritised sample of the memory at build time; ``loss_fn`` repeats ``learn``'s lines
-  on the online net's log-probabilities for it (``batch`` passes ``log=True`` as ``learn`` does).
+- ``learn``'s no_grad block (the projected target distribution ``m``) is moved unchanged into a method
+  ``target_distribution`` that ``learn`` calls. The Program's batch is one prioritised sample of the memory at build
+  time; ``loss_fn`` repeats ``learn``'s loss lines on the online net's log-probabilities for it, with the same
+  ``target_distribution`` (``batch`` passes ``log=True`` as ``learn`` does).
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
