@@ -408,3 +408,36 @@ def test_targets_mostly_following_the_rule_are_not_wrong_targets():
     report = firstdiv.learning_ledger(model, (x, shuffled), F.cross_entropy, torch.optim.SGD(model.parameters(), 0.1),
                                       task_probe=rule)
     assert report.first_divergence.kind == "task.label_mismatch", str(report)
+
+
+# ---- next-token prediction that sees the future -----------------------------------------------------------------
+
+class TinyLM(nn.Module):
+    def __init__(self, causal: bool, vocab: int = 11, dim: int = 16):
+        super().__init__()
+        self.emb, self.pos = nn.Embedding(vocab, dim), nn.Parameter(torch.randn(1, 32, dim) * 0.1)
+        self.block = nn.TransformerEncoderLayer(dim, 2, 32, dropout=0.0, batch_first=True)
+        self.head, self.causal = nn.Linear(dim, vocab), causal
+
+    def forward(self, ids):
+        n = ids.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(n) if self.causal else None
+        return self.head(self.block(self.emb(ids) + self.pos[:, :n], src_mask=mask, is_causal=self.causal))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "sees_ahead"])
+def test_next_token_prediction_that_sees_the_token_it_predicts_fails_dependency(causal):
+    g = torch.Generator().manual_seed(0)
+    seq = torch.randint(0, 11, (8, 13), generator=g)
+    ids, targets = seq[:, :-1], seq[:, 1:]
+    torch.manual_seed(0)
+    model = TinyLM(causal)
+    loss_fn = lambda out, t: F.cross_entropy(out.reshape(-1, 11), t.reshape(-1))  # noqa: E731
+    report = firstdiv.learning_ledger(model, (ids, targets), loss_fn, torch.optim.Adam(model.parameters(), 1e-3),
+                                      overfit_steps=0)
+    dep = next(f for f in report.findings if f.where == "DEPENDENCY")
+    if causal:
+        assert dep.status is Status.PASS and dep.evidence["earlier_predictions_change"] == 0.0, str(report)
+    else:
+        assert (report.first_divergence.where, report.first_divergence.kind) == ("DEPENDENCY",
+                                                                                  "dependency.future_visible"), str(report)

@@ -5,6 +5,10 @@ itself, that the graph is there but carries the wrong thing.
   prediction at the same position reads: teacher forcing without the shift. A model that shifts it itself (the
   prediction at p does not move with that input at p) and a loss that shifts the labels (a Hugging Face causal LM:
   ``labels == input_ids``, read by TASK) are not leaks.
+- ``dependency.future_visible``: next-token prediction (the targets are the token inputs shifted by one, or equal to
+  them with the shift inside the loss, on at least 90 % of the supervised positions) where the prediction at a
+  position moves when a later token changes: the model sees the token it must predict (a causal mask missing or
+  built from the wrong triangle). Changing one token in the middle must leave every earlier prediction unchanged.
 - ``dependency.input_without_gradient``: a float input that changes the loss but is not on its graph, beside a float
   output that carries no gradient: that input's branch runs under ``torch.no_grad()`` / ``.detach()`` (one tower of a
   siamese pair). A stop-gradient target (SimSiam's ``z.detach()``) leaves every input on the graph; a frozen backbone
@@ -23,7 +27,7 @@ import torch
 from .._core.batch import Batch, compute_loss
 from .._core.checks import Check
 from .._core.examples import logits_of
-from .._core.task import Ctx, is_int
+from .._core.task import Ctx, input_ids, is_int
 from ._common import failed, g4
 
 
@@ -98,6 +102,51 @@ def target_as_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
                   expected=f"the prediction at position p depends on '{key}' only before p (targets shifted right)",
                   observed=f"'{key}' == targets; output at position {p} moves with '{key}'[:, {p}]",
                   hint=f"shift '{key}' right: [SOS] + targets[:, :-1] (teacher forcing feeds the previous target token)")
+
+
+def _next_token(ctx: Ctx, ids: torch.Tensor) -> bool:
+    """Whether the targets ask for the next token: targets[:, t] == ids[:, t + 1] (or targets == ids, shifted inside
+    the loss) on >= 90 % of the supervised positions."""
+    t = ctx.batch.targets
+    if not is_int(t) or t.shape != ids.shape or ids.dim() != 2 or ids.shape[1] < 4:
+        return False
+    keep = t[:, :-1] != ctx.ignore_index
+    if not bool(keep.any()):
+        return False
+    shifted = float((t[:, :-1] == ids[:, 1:])[keep].float().mean())
+    same = float((t == ids)[t != ctx.ignore_index].float().mean()) if ctx.notes.get("shifted_inside") else 0.0
+    return max(shifted, same) >= 0.9  # targets == ids count only when TASK saw the loss shift them (not an autoencoder)
+
+
+def future_visible(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
+    """Next-token prediction whose earlier predictions move when a later token changes (module docstring)."""
+    ids = input_ids(ctx.batch)
+    if ids is None or ctx.batch_axis != 0 or not _next_token(ctx, ids):
+        return None
+    logits = logits_of(ctx.outputs)
+    if logits is None or logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(ids.shape):
+        return None
+    j = ids.shape[1] // 2
+    changed = ids.clone()
+    changed[:, j] = (ids[:, j] + 1) % logits.shape[-1]
+    key = next((k for k, v in _items(ctx.batch.inputs) if v is ids), "inputs")
+    base, moved = _run(ctx, ctx.batch), _run(ctx, _with(ctx.batch, key, changed))
+    a, b = (logits_of(r[0]) if r is not None else None for r in (base, moved))
+    if a is None or b is None or a.shape != logits.shape:
+        return None
+    before = float((a[:, :j] - b[:, :j]).abs().max())
+    after = float((a[:, j:] - b[:, j:]).abs().max())
+    scale = max(float(a.abs().max()), 1e-12)
+    ev.update(changed_position=j, earlier_predictions_change=before, later_predictions_change=after)
+    if before <= 1e-5 * scale or after == 0.0:
+        return None  # causal (or the change did not reach the model at all)
+    return failed("DEPENDENCY", "dependency.future_visible",
+                  f"next-token prediction (the targets are the inputs shifted by one), and the predictions before "
+                  f"position {j} change (by up to {g4(before)}) when only the token at {j} changes: each position sees "
+                  "the tokens after it, including the one it must predict", ev,
+                  expected=f"predictions at positions < {j} independent of the token at {j} (a causal mask)",
+                  observed=f"predictions before {j} move by {g4(before)}",
+                  hint="mask attention to later positions (an upper-triangular mask above the diagonal, or is_causal=True)")
 
 
 def input_without_gradient(ctx: Ctx, ev: dict[str, Any]) -> Check | None:

@@ -20,7 +20,7 @@ from .._core.examples import dense
 from .._core.invariance import loss_depends, sort_gradless, unused_message
 from .._core.task import Ctx, err
 from ._common import failed, g4, passed, skipped_link, warned
-from ._dependency import input_without_gradient, reached_leaves, target_as_input
+from ._dependency import future_visible, input_without_gradient, reached_leaves, target_as_input
 
 LIST_CAP = 20  # names listed in evidence before eliding
 
@@ -65,7 +65,7 @@ def check_dependency(ctx: Ctx) -> Check:
         ctx.report_notes.append(unused_message(unused, unknown))
         return warned("DEPENDENCY", f"{len(unreachable)} of {len(train)} trainable parameters are not on the loss's "
                       f"autograd graph: {unused_message(unused, unknown)}", ev)
-    for probe in (target_as_input, input_without_gradient):
+    for probe in (target_as_input, future_visible, input_without_gradient):
         found = probe(ctx, ev)
         if found is not None:
             return found

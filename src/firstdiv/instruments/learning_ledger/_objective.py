@@ -130,7 +130,8 @@ def _ignores_outputs(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any
     """The premise of every output-reading check: the loss is a function of the outputs it is handed. Confirmed by
     handing loss_fn other outputs (a seeded perturbation of a unit or more): a loss that does not move ignores them."""
     g = torch.Generator().manual_seed(0)
-    other = od + torch.randn(od.shape, generator=g, dtype=torch.float32).to(od.dtype) * max(float(od.float().std()), 1.0)
+    spread = float(od.float().std()) if od.numel() > 1 else 0.0
+    other = od + torch.randn(od.shape, generator=g, dtype=torch.float32).to(od.dtype) * max(spread, 1.0)
     moved = call(ctx, other, ctx.batch.targets, ev, "loss_fn reads the outputs")
     ev["loss_reads_outputs"] = None if moved is None else moved != value
     return moved is not None and moved == value

@@ -80,12 +80,14 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
         try:
             ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol))
         except _batch.UserCodeError as exc:
-            return skipped(_NAME, f"{exc}; step_probe needs one forward pass and loss that run")
+            if train_step is None:
+                return skipped(_NAME, f"{exc}; step_probe needs one forward pass and loss that run")
+            ctl = Collected(reason=str(exc), details={"_uncopyable": True})
         checks, details, reason = list(ctl.checks), dict(ctl.details), ctl.reason
-        ref_grads, uncopyable = details.pop("_ref", []), details.pop("_uncopyable", False)
+        ref_grads, uncopyable = details.pop("_ref", []), details.pop("_uncopyable", False) or bool(reason)
         if train_step is not None and uncopyable:  # the user's own steps can still be judged
             checks.append(check("model", "step.controlled_step", Status.SKIPPED, f"controlled step not run: {reason}"))
-            reason, effects = "", "none on copies (the model could not be copied)"
+            reason, effects = "", "none on copies (the controlled step on a copy could not run)"
         if train_step is not None and not reason:
             ref = {id(p): g for (p, _), g in zip(params, ref_grads) if g is not None}
             checks, effects = _watch(model, optimizer, batch, loss_fn, train_step, ref, checks, details, effects)
