@@ -466,6 +466,12 @@ PREMISES: dict[str, Premise] = {
         "(values rolled across the batch) moves the prediction at p",
         "a model that shifts that input itself (the prediction at p does not move) or a loss that shifts the labels: no "
         "finding"),
+    "dependency.future_visible": Premise(
+        "learning_ledger", "in next-token prediction the prediction at a position reads only the tokens before it",
+        "the targets are the token inputs shifted by one (or equal to them with the shift inside the loss, as TASK "
+        "saw) on >= 90% of supervised positions; on the ledger's copy with the RNG fixed, changing the middle token "
+        "moves the predictions before it",
+        "not next-token prediction by that evidence (a masked or bidirectional model, an autoencoder): not checked"),
     "dependency.input_without_gradient": Premise(
         "learning_ledger", "every branch of the model that reads an input carries a gradient to the parameters",
         "on the copy, perturbing a float input moves the loss, the input is not a leaf of the loss's graph, and one of "
@@ -571,6 +577,13 @@ PREMISES: dict[str, Premise] = {
         "reproducible at fixed parameters) rose at all three",
         "a loss not reproducible at fixed parameters, or a semi-gradient objective (it reads .item()/.detach() of tensors "
         "that require grad): a note, not judged"),
+    "claim.evaluation.random_masks": Premise(
+        "six_claims", "evaluation is deterministic: with the model in eval mode it draws no random mask",
+        "eval_fn runs twice on a deep copy under a dispatch mode that counts random masks (native_dropout in training "
+        "mode, bernoulli): masks were drawn with every Dropout/BatchNorm module in eval mode, and the two calls "
+        "returned different metrics",
+        "WARN when masks were drawn but the two calls agreed; WARN not_repeatable when the calls differ with no mask "
+        "drawn (randomness of another kind)"),
     "claim.differentiation.detached": Premise(
         "six_claims", "every trainable parameter the loss depends on gets a gradient",
         "after backward on the measured copy its gradient is None and " + _DEPENDS,

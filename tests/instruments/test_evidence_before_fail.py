@@ -441,3 +441,35 @@ def test_next_token_prediction_that_sees_the_token_it_predicts_fails_dependency(
     else:
         assert (report.first_divergence.where, report.first_divergence.kind) == ("DEPENDENCY",
                                                                                   "dependency.future_visible"), str(report)
+
+
+# ---- random masks drawn during evaluation ------------------------------------------------------------------------
+
+class FunctionalDropout(nn.Module):
+    def __init__(self, honours_mode: bool):
+        super().__init__()
+        self.fc1, self.fc2, self.honours_mode = nn.Linear(6, 32), nn.Linear(32, 2), honours_mode
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        h = F.dropout(h, 0.5, training=self.training) if self.honours_mode else F.dropout(h, 0.5)  # default: True
+        return self.fc2(h)
+
+
+@pytest.mark.parametrize("honours_mode", [True, False], ids=["training=self.training", "default_training"])
+def test_a_functional_dropout_that_ignores_eval_mode_fails_evaluation(honours_mode):
+    x, y = _data(64)
+    torch.manual_seed(0)
+    model = FunctionalDropout(honours_mode)
+
+    def eval_fn(m, batch):
+        m.eval()
+        with torch.no_grad():
+            return float(F.cross_entropy(m(batch[0]), batch[1]))
+
+    report = firstdiv.six_claims(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), 0.1), eval_fn=eval_fn)
+    evaluation = next(f for f in report.findings if f.where == "EVALUATION")
+    if honours_mode:
+        assert evaluation.status is Status.PASS and evaluation.evidence["random_masks_drawn"] == 0, str(report)
+    else:
+        assert (evaluation.status, evaluation.check) == (Status.FAIL, "claim.evaluation.random_masks"), str(report)

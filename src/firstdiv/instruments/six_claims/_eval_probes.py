@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._core.batch import forward
 from .._core.closure import closure_state
@@ -27,6 +28,24 @@ class EvalRun:
     calls: int  # calls of the model's copy or of a module eval_fn reaches, per call of eval_fn
     results: list[Any]  # what each call of eval_fn returned
     owners: dict[str, str]  # module name -> the closure object it belongs to (label, class name)
+    masks: int = 0  # random masks drawn while eval_fn ran (dropout in training mode, bernoulli: a drop path)
+
+
+class _Masks(TorchDispatchMode):
+    """Counts the random masks a computation draws: ``native_dropout`` in training mode and ``bernoulli`` (what
+    ``F.dropout(x, p)`` without ``training=`` and a stochastic depth's drop path run)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        packet = getattr(func, "overloadpacket", None)
+        if packet in (torch.ops.aten.bernoulli, torch.ops.aten.bernoulli_) or (
+                packet is torch.ops.aten.native_dropout and (args[2] if len(args) > 2 else kwargs.get("train"))):
+            self.count += 1
+        return func(*args, **kwargs)
 
 
 def _names(fn: Any) -> dict[int, str]:
@@ -87,15 +106,17 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
     seen: dict[str, bool] = {}
     calls = [0]
     handles = _hook([("", probe), *others], seen, calls)
+    masks = _Masks()
     try:
-        results = [eval_fn(probe, batch) for _ in range(repeat)]
+        with masks:
+            results = [eval_fn(probe, batch) for _ in range(repeat)]
     finally:
         for h in handles:
             h.remove()
     owners = {f"{label}.": f"{'the EMA copy ' if is_ema(m) else ''}{label} ({type(m).__name__})" for label, m in others}
     return EvalRun([n for n, t in seen.items() if t], [n for n, t in seen.items() if not t],
                    max(calls[0] // repeat, min(calls[0], 1)), results,
-                   {n: o for n in seen for p, o in owners.items() if n.startswith(p)})
+                   {n: o for n in seen for p, o in owners.items() if n.startswith(p)}, masks.count)
 
 
 def _numbers(value: Any) -> np.ndarray | None:

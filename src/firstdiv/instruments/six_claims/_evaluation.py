@@ -80,6 +80,18 @@ def evaluation(model: nn.Module, batch: Any, eval_fn: Any) -> Check:
     failed = _non_finite(model, batch, run, ev)
     if failed is not None:
         return failed
+    ev["random_masks_drawn"] = run.masks
+    if differ and run.masks:  # the op and the outcome agree: random masks drawn inside evaluation change its result
+        return claim(NAME, Status.FAIL, "claim.evaluation.random_masks",
+                     f"eval_fn drew {run.masks} random masks (dropout in training mode or a bernoulli drop path) with "
+                     f"every Dropout/BatchNorm module in eval mode, and two calls on the same batch returned "
+                     f"{differ[0]:.6g} and {differ[1]:.6g}: a functional dropout or drop path ignores eval mode", ev,
+                     "the same metric from two calls on the same batch, no random mask in evaluation",
+                     "pass training=self.training to F.dropout / the drop-path function (its default is training=True)")
+    if run.masks:
+        return claim(NAME, Status.WARN, "claim.evaluation.random_masks", f"eval_fn drew {run.masks} random masks "
+                     "(dropout in training mode or a bernoulli drop path) with every Dropout/BatchNorm module in eval "
+                     "mode; two calls on the same batch happened to agree", ev)
     if differ:
         return claim(NAME, Status.WARN, "claim.evaluation.not_repeatable", f"two calls of eval_fn on the same batch returned "
                      f"{differ[0]:.6g} and {differ[1]:.6g} with every Dropout/BatchNorm module in eval mode: evaluation "
