@@ -473,3 +473,26 @@ def test_a_functional_dropout_that_ignores_eval_mode_fails_evaluation(honours_mo
         assert evaluation.status is Status.PASS and evaluation.evidence["random_masks_drawn"] == 0, str(report)
     else:
         assert (evaluation.status, evaluation.check) == (Status.FAIL, "claim.evaluation.random_masks"), str(report)
+
+
+# ---- padding that reaches the loss -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ignored", [True, False], ids=["pad_ignored", "pad_in_loss"])
+def test_padding_positions_that_move_the_loss_fail_objective(ignored):
+    g = torch.Generator().manual_seed(0)
+    lengths = [12, 9, 7, 11, 5, 10, 8, 12]
+    seq = torch.randint(1, 11, (8, 13), generator=g)
+    for i, n in enumerate(lengths):
+        seq[i, n + 1:] = 0  # pad id 0 after each sequence
+    ids, targets = seq[:, :-1], seq[:, 1:]
+    torch.manual_seed(0)
+    model = TinyLM(causal=True)
+    pad = 0 if ignored else -100
+    loss_fn = lambda out, t: F.cross_entropy(out.reshape(-1, 11), t.reshape(-1), ignore_index=pad)  # noqa: E731
+    report = firstdiv.learning_ledger(model, (ids, targets), loss_fn, torch.optim.Adam(model.parameters(), 1e-3),
+                                      overfit_steps=0)
+    objective = next(f for f in report.findings if f.where == "OBJECTIVE")
+    if ignored:
+        assert objective.status is Status.PASS, str(report)
+    else:
+        assert (objective.status, objective.check) == (Status.FAIL, "objective.padding_in_loss"), str(report)

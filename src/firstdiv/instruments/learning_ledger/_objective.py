@@ -50,6 +50,7 @@ from ._common import failed, g4, isclose, manual_ce, passed, skipped_link, super
 from ._objective_calls import call, example_axis, output_grad, packer, per_example
 from ._objective_forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded_below, unreachable
 from ._objective_ids import identify, row_weights, standard
+from ._padding import padding_in_loss
 
 PER_EXAMPLE = 8  # examples sliced out for the per-example checks
 FAR = 0.10  # relative distance from cross-entropy beyond which the loss is "another objective"
@@ -79,8 +80,9 @@ def check_objective(ctx: Ctx) -> Check:
     ctx.notes.update(pack=packer(ctx), output_op=output_op(logits),
                      example_axis=example_axis(od, num_examples(ctx.batch, ctx.batch_axis), ctx.batch_axis) or 0)
     ctx.notes["grad"] = output_grad(ctx, od, ev)
-    for check in (constant_outputs, _empty_mask, _blind, normalized_over_examples, _probabilities, _misfed, _wrong_sign, unbounded_below, _broadcast,
-                  unreachable, labels_compete, _sum_reduction, identify):
+    for check in (constant_outputs, _empty_mask, _blind, normalized_over_examples, _probabilities, _misfed,
+                  padding_in_loss, _wrong_sign, unbounded_below, _broadcast, unreachable, labels_compete, _sum_reduction,
+                  identify):
         result = check(ctx, od, value, ev)
         if result is not None:
             return result

@@ -1,0 +1,93 @@
+"""OBJECTIVE's padding check, ``objective.padding_in_loss``: the loss moves when the predictions at padding positions
+move. Which positions are padding is read from the program's own batch, never assumed:
+
+- a ``decoder_attention_mask`` shaped like the targets, or an ``attention_mask`` shaped like them when the token
+  inputs are (a language model), marks them with 0;
+- else a trailing run of one token id that ends most rows with runs of different lengths and is rare before them
+  (a pad id); the first token of each run is left out (it may be a real end-of-sequence target).
+
+Confirmed by a counterfactual: the user's loss_fn on the same outputs with only the padding positions' predictions
+perturbed. A loss that does not move ignores the padding (PASS); one that moves trains the model to predict padding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .._core.checks import Check
+from .._core.task import Ctx, input_ids, is_int
+from ._common import failed, g4
+from ._objective_calls import call
+
+_MASK_KEYS = ("decoder_attention_mask", "attention_mask")
+
+
+def _from_mask(ctx: Ctx, t: torch.Tensor) -> torch.Tensor | None:
+    x = ctx.batch.inputs if isinstance(ctx.batch.inputs, dict) else {}
+    ids = input_ids(ctx.batch)
+    for key in _MASK_KEYS:
+        m = x.get(key)
+        if not torch.is_tensor(m) or tuple(m.shape) != tuple(t.shape):
+            continue
+        if key == "attention_mask" and (ids is None or tuple(ids.shape) != tuple(t.shape)):
+            continue
+        pad = m == 0
+        if bool(pad.any()) and bool((~pad).any()):
+            return pad
+    return None
+
+
+def _from_runs(ctx: Ctx, t: torch.Tensor) -> torch.Tensor | None:
+    last = t[:, -1]
+    v = int(last.mode().values)
+    if v == ctx.ignore_index or float((last == v).float().mean()) < 0.75:
+        return None
+    tail = torch.zeros_like(t, dtype=torch.bool)
+    lengths = []
+    for i in range(t.shape[0]):
+        n = 0
+        while n < t.shape[1] and int(t[i, -1 - n]) == v:
+            n += 1
+        lengths.append(n)
+        if n >= 2:
+            tail[i, t.shape[1] - n + 1:] = True  # the run's first token may be a real end-of-sequence target
+    body = ~tail & (t != ctx.ignore_index)
+    rare = float((t[body] == v).float().mean()) if bool(body.any()) else 1.0
+    if len(set(lengths)) < 2 or rare > 0.2 or not bool(tail.any()):
+        return None
+    return tail
+
+
+def padding_in_loss(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
+    """The loss moving with the predictions at padding positions (module docstring)."""
+    t = ctx.batch.targets
+    if not is_int(t) or t.dim() != 2 or od.dim() != 3 or tuple(od.shape[:2]) != tuple(t.shape):
+        return None
+    pad = _from_mask(ctx, t)
+    how = "the batch's attention mask"
+    if pad is None:
+        pad, how = _from_runs(ctx, t), "a trailing run of one token id (a pad id)"
+    if pad is None:
+        return None
+    pad = pad & (t != ctx.ignore_index)
+    if not bool(pad.any()):
+        return None
+    g = torch.Generator().manual_seed(0)
+    other = od.clone()
+    other[pad] += torch.randn(other[pad].shape, generator=g, dtype=torch.float32).to(od.dtype) * 3.0
+    moved = call(ctx, other, t, ev, "padding reaches the loss")
+    if moved is None:
+        return None
+    ev.update(padding_positions=int(pad.sum()), padding_from=how, loss_with_padding_perturbed=moved)
+    if abs(moved - value) <= 1e-6 * max(1.0, abs(value)):
+        ev["padding_ignored"] = True
+        return None
+    return failed("OBJECTIVE", "objective.padding_in_loss",
+                  f"the loss moves ({g4(value)} -> {g4(moved)}) when only the predictions at {int(pad.sum())} padding "
+                  f"positions (from {how}) change: the model is trained to predict padding", ev,
+                  expected="a loss that ignores padding positions (ignore_index, or a mask applied to the loss)",
+                  observed=f"loss {g4(value)} -> {g4(moved)} with only padding predictions changed",
+                  hint="set the targets at padding positions to the loss's ignore_index (-100), or multiply the "
+                       "per-token loss by the mask before reducing")
