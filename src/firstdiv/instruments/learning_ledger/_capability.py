@@ -1,31 +1,28 @@
 """CAPABILITY: can the controlled system overfit a tiny fixed batch?
 
-Deep copies of the model and optimizer (same optimizer class, param groups and hyperparameters; state -
-momentum, Adam moments - reset so each run starts clean; plain SGD when the program has no torch.optim
-optimizer) train on the first ``TINY`` examples of the batch along its batch axis (or ``overfit_batch``; the
-whole batch when its examples cannot be separated: sparse inputs, flattened targets), no shuffling, in the
-model's current train/eval mode, up to ``overfit_steps`` steps per round.
+Deep copies of the model and optimizer (same class, groups and hyperparameters, state reset; plain SGD without a
+torch.optim optimizer) train on the first ``TINY`` examples along the batch axis (or ``overfit_batch``; the whole
+batch when its examples cannot be separated or the program refuses a subset), no shuffling, in the model's current
+mode, up to ``overfit_steps`` steps per round.
 
-Escalation (why): a recipe learning rate (SGD 1e-3, AdamW 1e-5) is tuned for thousands of steps, not for this
-budget, so "not fitted at the program's lr" says nothing about the program. Rounds run at the program's lr x1,
-x10, x100, x1000 (every group scaled, ratios kept) and stop as soon as one fits; a round ends early when it
-fits, diverges, plateaus (under 0.1% of the initial loss gained in ``WINDOW`` steps) or, before the last
-round, is too slow to reach the criterion within ``PROBE`` steps at its current rate (then the next lr is tried;
-past ``PROBE`` steps a round still on course to fit within the whole budget keeps it, and no higher lr is tried after
-it spends it; the last round, and the program's lr again when a higher one diverged, run the full budget). A round
-that diverges ends the escalation; when the program's own lr diverges, x0.1 and x0.01 are tried instead.
+Escalation (why): a recipe lr (SGD 1e-3, AdamW 1e-5) is tuned for thousands of steps, not this budget. Rounds run at
+the program's lr x1, x10, x100, x1000 (every group scaled) and stop as soon as one fits; a round ends early when it
+fits, diverges, plateaus (under 0.1% of the initial loss gained in ``WINDOW`` steps) or, before the last round, is
+too slow to reach the criterion within ``PROBE`` steps (then the next lr is tried; past ``PROBE`` steps a round still
+on course keeps the whole budget, and no higher lr is tried after it; the last round, and the program's lr again when
+a higher one diverged, run the full budget). A round that diverges ends the escalation; when the program's own lr
+diverges, x0.1 and x0.01 are tried instead.
 
 Criterion: *fit* = the loss fell by ``FIT`` (90%) of its initial value, or every supervised element of the tiny
-batch is predicted right (classification and language models); objectives without a known floor (a VAE's ELBO,
-an energy ``out.sum()``, anything whose task is not classification/LM/regression) and stochastic objectives (the
-batch's loss differs between two forwards with fixed weights: dropout, sampling) are judged *learning* (down
-``LEARN``, 10%) and a note says why. Verdicts: fitted/learning at some lr is PASS (a note names
-the lr when it is not the program's); learning by ``STEADY`` (50%) and still falling (``STILL``, 2% of the initial loss, over its last ``WINDOW`` steps) with the
-weights moving is PASS with a note "learning ... not fitted within the budget"; learning by ``PROGRESS`` (25%) otherwise, or a budget under
-``MIN_BUDGET`` steps with the weights moving, is WARN. FAIL only when the evidence says why: the weights barely
-moved at every lr (relative change < 1e-3 even at x1000: the step size is far too small), the program's lr and
-every lower one diverge, or every lr plateaued at the same loss with the weights moving (the model cannot
-represent the batch). Anything else is WARN "inconclusive".
+batch is predicted right (classification and language models); objectives without a known floor (a VAE's ELBO, an
+energy ``out.sum()``, a task not classification/LM/regression) and stochastic ones (the batch's loss differs between
+two forwards with fixed weights) are judged *learning* (down ``LEARN``, 10%), with a note. Fitted/learning at some
+lr is PASS (a note names the lr when it is not the program's); learning by ``STEADY`` (50%) and still falling
+(``STILL``, 2% of the initial loss over ``WINDOW`` steps) with the weights moving is PASS "not fitted within the
+budget"; learning by ``PROGRESS`` (25%), or a budget under ``MIN_BUDGET`` steps, is WARN. FAIL only when the evidence
+says why: the weights barely moved at every lr (relative change < 1e-3 even at x1000), the program's lr and every
+lower one diverge, or every lr plateaued at the same loss with the weights moving (the model cannot represent the
+batch). Anything else, and anything cut by ``TIME_BUDGET`` before every lr was tried, is WARN "inconclusive".
 """
 
 from __future__ import annotations
@@ -37,6 +34,7 @@ from typing import Any
 
 import torch
 
+from ...report import Status
 from .._core.batch import Batch, compute_loss, loss_problem
 from .._core.checks import Check
 from .._core.examples import logits_of, num_examples, take_examples
@@ -58,6 +56,8 @@ SCALES = (1.0, 10.0, 100.0, 1000.0)
 DOWN = (0.1, 0.01)
 WINDOW = 20
 PROBE = 2 * WINDOW  # steps a round before the last gets before the next lr is tried
+#: wall-clock seconds the escalation may take (a large copy's rounds stop there: inconclusive, never a FAIL)
+TIME_BUDGET = 15.0
 DIVERGE = 10.0
 PLAIN_SGD_LR = 1e-2  # no torch.optim optimizer (manual updates): plain SGD on a copy, escalated from here
 
@@ -169,7 +169,11 @@ def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool) -> tupl
         loss.backward()
         return loss
 
+    deadline = ctx.notes.get("capability_deadline", math.inf)
     for i in range(ctx.overfit_steps + 1):
+        if time.perf_counter() > deadline:  # the time budget: a round cut short is "budget", never a cause
+            ctx.notes["capability_timed_out"] = True
+            break
         opt.zero_grad(set_to_none=True)
         try:
             outputs, loss = compute_loss(model, tiny, ctx.loss_fn)
@@ -196,6 +200,8 @@ def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool) -> tupl
 def _escalate(ctx: Ctx, tiny: Batch, known: bool) -> tuple[list[Round], str | None]:
     rounds: list[Round] = []
     for k, scale in enumerate(SCALES):
+        if ctx.notes.get("capability_timed_out"):
+            break
         r, error = _round(ctx, tiny, scale, known, last=k == len(SCALES) - 1)
         if error is not None:
             return rounds, error
@@ -235,6 +241,7 @@ def check_capability(ctx: Ctx) -> Check:
         return _skipped("the program's lr is 0 in every param group at this step and no base lr is known (no schedule's "
                         "initial_lr): escalating 0 stays 0, so whether the model can fit was not checked", ev)
     t0 = time.perf_counter()
+    ctx.notes["capability_deadline"] = t0 + TIME_BUDGET
     rounds, error = _escalate(ctx, tiny, known)
     if error is not None and tiny is not ctx.batch and ctx.overfit_batch is None and not any(r.losses[1:] for r in rounds):
         # the program refused a subset of its batch (a loss built for the full batch, a fixed graph): its whole batch
@@ -248,7 +255,14 @@ def check_capability(ctx: Ctx) -> Check:
               rounds=[r.summary() for r in rounds])
     if error is not None:
         return _skipped(f"could not train the copy: {error}", ev)
-    return _verdict(ctx, rounds, known, ev)
+    if not rounds or not rounds[0].losses:
+        return _skipped(f"no step fitted in the time budget ({TIME_BUDGET:g} s)", ev)
+    verdict = _verdict(ctx, rounds, known, ev)
+    if ctx.notes.get("capability_timed_out") and verdict.finding.status is Status.FAIL:  # not every lr was tried
+        ev["stopped_at_time_budget"] = TIME_BUDGET
+        return warned("CAPABILITY", f"inconclusive within the time budget ({TIME_BUDGET:g} s): "
+                      f"{verdict.finding.message}", ev)
+    return verdict
 
 
 def _skipped(message: str, ev: dict[str, Any]) -> Check:
