@@ -10,9 +10,8 @@ the program's lr x1, x10, x100, x1000 (every group scaled) and stop as soon as o
 fits, diverges, plateaus (under 0.1% of the initial loss gained in ``WINDOW`` steps) or, before the last round, is
 too slow to reach the criterion within ``PROBE`` steps (then the next lr is tried; past ``PROBE`` steps a round still
 on course keeps the whole budget, and no higher lr is tried after it; the last round, and the program's lr again when
-a higher one diverged, run the full budget). A round that diverges ends the escalation; when the program's own lr
-diverges, x0.1 and x0.01 are tried instead.
-
+a higher one diverged, run the full budget). A diverging round ends it; if the program's own lr diverges, x0.1 and
+x0.01 are tried instead.
 Criterion: *fit* = the loss fell by ``FIT`` (90%) of its initial value, or every supervised element of the tiny
 batch is predicted right (classification and language models); objectives without a known floor (a VAE's ELBO, an
 energy ``out.sum()``, a task not classification/LM/regression) and stochastic ones (the batch's loss differs between
