@@ -14,46 +14,55 @@ WARNs on correct ports are not gated here (a port may not declare them: ``public
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
 import pathlib
 
+import _public_jobs as jobs
 import pytest
 from _api import load_dir
-from _gate import localized, run_bug, run_correct
 from _public_missed import MISSED
-from first_contact import diagnose_bug
-from harness import assert_no_trace, watched
 
 PUBLIC = load_dir(pathlib.Path(__file__).resolve().parent / "public", "realworld_public")
 SEEDS = (0, 1, 2)
 CORRECT = [(name, seed) for name in PUBLIC for seed in SEEDS]
-BUGS = [(name, bug) for name, module in PUBLIC.items() for bug in module.BUGS]
+BUGS = [(name, i, bug) for name, module in PUBLIC.items() for i, bug in enumerate(module.BUGS)]
+WORKERS = 2
 
 
-def _case(name: str, bug):
+@pytest.fixture(scope="module")
+def pool():
+    """Every job submitted at once to two spawned workers; each test waits for its own result."""
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(WORKERS, mp_context=ctx) as ex:
+        futures = {("correct", n, s): ex.submit(jobs.correct, n, s) for n, s in CORRECT}
+        futures.update({("bug", n, i): ex.submit(jobs.bug, n, i) for n, i, _ in BUGS})
+        yield futures
+        for f in futures.values():
+            f.cancel()
+
+
+def _case(name: str, index: int, bug):
     reason = MISSED.get(f"{name}.{bug.name}")
     marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(name, bug, marks=marks, id=f"{name}-{bug.name}")
+    return pytest.param(name, index, marks=marks, id=f"{name}-{bug.name}")
 
 
 def test_every_listed_miss_is_a_bug_of_the_corpus():
-    known = {f"{n}.{b.name}" for n, b in BUGS}
+    known = {f"{n}.{b.name}" for n, _, b in BUGS}
     assert set(MISSED) <= known, sorted(set(MISSED) - known)
 
 
 @pytest.mark.parametrize(("name", "seed"), CORRECT, ids=[f"{n}-{s}" for n, s in CORRECT])
-def test_correct_public_program_gets_no_fail(name, seed, one_thread):
-    program = PUBLIC[name].build(seed)
-    out = assert_no_trace(lambda: run_correct(program), watched(program))
-    assert isinstance(out, tuple), f"diagnose raised {out!r}"
-    status, verdicts = out
-    alarms = {k: v for k, v in verdicts.items() if v.status == "FAIL"}
-    assert status != "FAIL" and not alarms, "\n".join(f"{k}: {v.summary}" for k, v in alarms.items())
+def test_correct_public_program_gets_no_fail(name, seed, pool):
+    out = pool[("correct", name, seed)].result()
+    assert "error" not in out, out.get("error")
+    assert out["status"] != "FAIL" and not out["fail"], "\n".join(f"{k}: {v}" for k, v in out["fail"].items())
 
 
-@pytest.mark.parametrize(("name", "bug"), [_case(n, b) for n, b in BUGS])
-def test_public_bug_is_localized_by_its_instrument_and_by_diagnose(name, bug, one_thread):
-    v = run_bug(bug)
-    assert localized(bug, v), (f"{bug.instrument}: expected {bug.status} at {bug.where} {bug.kind}, got {v.status} "
-                               f"{v.where} {v.kind}: {v.summary}")
-    d = diagnose_bug(bug)
-    assert d["localized"], f"diagnose: {d}"
+@pytest.mark.parametrize(("name", "index"), [_case(n, i, b) for n, i, b in BUGS])
+def test_public_bug_is_localized_by_its_instrument_and_by_diagnose(name, index, pool):
+    out = pool[("bug", name, index)].result()
+    assert "error" not in out, out.get("error")
+    assert out["owner"], f"owning instrument saw: {out['owner_saw']}"
+    assert out["diagnose"]["localized"], f"diagnose: {out['diagnose']}"
