@@ -409,6 +409,13 @@ PREMISES: dict[str, Premise] = {
         "not confirmed on the rows-sum-to-1 path: probability outputs with any class loss other than NLL of their log (a "
         "Brier or MSE score on probabilities, a custom loss) FAIL although the loss was not shown to read them as "
         "logits; a loss_fn that ignores the outputs it is handed is never read (a note)", confirmed=False),
+    "objective.padding_in_loss": Premise(
+        "learning_ledger", "padding positions do not count in the loss",
+        "padding read from the program's batch (a decoder_attention_mask, or an attention_mask shaped like token "
+        "targets, at 0; else a trailing run of one token id ending most rows at different lengths and rare before "
+        "them, the run's first token left out), then the user's loss_fn on the same outputs with only the padding "
+        "positions' predictions perturbed: the loss moves",
+        "no padding shown by the batch: not checked; a loss that stays put ignores it (PASS)"),
     "objective.nll_of_raw_scores": Premise(
         "learning_ledger", "an NLL loss receives log-probabilities",
         "the user's loss graph has an nll_loss whose input has no log-normalization among its producers (no "
@@ -538,16 +545,18 @@ PREMISES: dict[str, Premise] = {
         "the output varies once the weights are perturbed (a zero-initialised output layer): SKIPPED"),
     "claim.computation.zero_init": Premise(
         "six_claims", "the hidden units of a Linear/Conv layer compute different functions",
-        "the layer's weights are all zero and its gradient rows on the measured step are identical too, or it has no "
-        "gradient, so no update breaks the tie (gradient rows that differ: PASS)",
-        "not confirmed for a layer without a gradient: a frozen (requires_grad=False) or unused layer with zero weights "
-        "FAILs on its weights alone; six_claims has no frozen=", confirmed=False),
+        "the layer's weights are all zero and its gradient rows on the measured step are identical and nonzero, or it "
+        "gets no gradient even after two steps of the program's optimizer on a copy, so no update breaks the tie "
+        "(gradient rows that differ: PASS)",
+        "WARN claim.computation.tied_without_gradient when the layer gets no gradient now but does after two steps (a "
+        "zero-initialized layer downstream) or the steps could not run; not confirmed: a frozen (requires_grad=False) "
+        "layer with zero weights FAILs on its weights alone; six_claims has no frozen=", confirmed=False),
     "claim.computation.symmetric_init": Premise(
         "six_claims", "the hidden units of a Linear/Conv layer compute different functions",
         "the layer's weight rows are identical (within 1e-6 of the largest weight) and its gradient rows are identical "
-        "too, or it has no gradient",
-        "not confirmed for a layer without a gradient: a frozen layer with identical rows by design (a fixed averaging "
-        "or summing layer) FAILs; six_claims has no frozen=", confirmed=False),
+        "and nonzero, or it gets no gradient even after two steps of the program's optimizer on a copy",
+        "WARN claim.computation.tied_without_gradient as for zero_init; not confirmed: a frozen layer with identical "
+        "rows by design (a fixed averaging or summing layer) FAILs; six_claims has no frozen=", confirmed=False),
     "claim.objective.invalid_loss": Premise(
         "six_claims", "loss_fn returns a scalar floating loss tensor (its contract)",
         "the loss of the measured step is not one",
@@ -732,12 +741,13 @@ PREMISES: dict[str, Premise] = {
         "the recorded output shape violates the contract (an axis size or a bound name disagrees)",
         "only with contracts=; a module that never returned a tensor is a WARN contract.not_reached"),
     "layout.values_moved": Premise(
-        "tensor_trace", "an output axis that has the size of an input axis carries that axis's values",
-        "a reshape chain composed as arange(input).reshape(output) cuts an input axis across output axes while an output "
-        "axis of the same size holds pieces of other axes (exact for view/reshape); with layout_probe=True, user modules "
-        "re-run on a copy with arange values give the exact map of where each value went",
-        "merges, splits, a permute followed by a merge, permute-only modules and torch.nn's own modules are not flagged; "
-        "contracts= declares the intended axes"),
+        "tensor_trace", "a rearrangement keeps each example's values in that example",
+        "a reshape chain composed as arange(input).reshape(output), or (layout_probe=True) a user module re-run on a "
+        "copy with arange values, gives the exact map of where each value went; FAIL when the input's one axis of the "
+        "examples' size (batch_axis=) is cut across output axes or shares an output axis with others",
+        "values moved only among other axes (patches to an image, a relative-position shift, heads merged without a "
+        "transpose) are a permutation that may be the design: WARN with the axes; an examples axis that cannot be told "
+        "apart by size: WARN; contracts= declares the intended axes"),
     # ---- feature_space ------------------------------------------------------------------------------------------
     "features.nonfinite": Premise(
         "feature_space", "representation vectors are finite", "some values are NaN/inf",

@@ -432,7 +432,7 @@ def test_next_token_prediction_that_sees_the_token_it_predicts_fails_dependency(
     ids, targets = seq[:, :-1], seq[:, 1:]
     torch.manual_seed(0)
     model = TinyLM(causal)
-    loss_fn = lambda out, t: F.cross_entropy(out.reshape(-1, 11), t.reshape(-1))  # noqa: E731
+    loss_fn = lambda out, t: F.cross_entropy(out.reshape(-1, 11), t.reshape(-1))
     report = firstdiv.learning_ledger(model, (ids, targets), loss_fn, torch.optim.Adam(model.parameters(), 1e-3),
                                       overfit_steps=0)
     dep = next(f for f in report.findings if f.where == "DEPENDENCY")
@@ -488,7 +488,7 @@ def test_padding_positions_that_move_the_loss_fail_objective(ignored):
     torch.manual_seed(0)
     model = TinyLM(causal=True)
     pad = 0 if ignored else -100
-    loss_fn = lambda out, t: F.cross_entropy(out.reshape(-1, 11), t.reshape(-1), ignore_index=pad)  # noqa: E731
+    loss_fn = lambda out, t: F.cross_entropy(out.reshape(-1, 11), t.reshape(-1), ignore_index=pad)
     report = firstdiv.learning_ledger(model, (ids, targets), loss_fn, torch.optim.Adam(model.parameters(), 1e-3),
                                       overfit_steps=0)
     objective = next(f for f in report.findings if f.where == "OBJECTIVE")

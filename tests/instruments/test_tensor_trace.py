@@ -178,10 +178,12 @@ def test_ledger_rows_hold_shape_dtype_device_stride_contiguity_and_ops():
 @pytest.mark.parametrize("merge", ["reshape", "view"])
 def test_merge_heads_without_transpose_is_values_moved_at_the_attention(merge):
     report = trace(TinyLM(merge=merge), tokens(), contracts=LM_CONTRACTS)
-    div = report.first_divergence
-    assert report.status is Status.FAIL
-    assert (div.where, div.kind) == ("blocks.0.attn", "layout.values_moved")
-    ev = next(f.evidence for f in report.findings if f.where == "blocks.0.attn")
+    # evidence before FAIL: the values are a permutation of the input's and no example's values reach another
+    # example: a layout change that may be the design (patches to an image), named with the axes it mixed
+    assert report.status is Status.WARN and report.first_divergence is None, str(report)
+    warn = next(f for f in report.findings if f.where == "blocks.0.attn")
+    assert warn.check == "layout.values_moved" and "examples axis (size 4)" in warn.message
+    ev = warn.evidence
     assert ev["op"] == f"op:{merge}@blocks.0.attn"
     assert ev["chain_input_shape"] == [4, 2, 12, 16] and ev["output_shape"] == [4, 12, 32]
     assert ev["input_axis"] == 2 and ev["output_axis"] == 1 and ev["output_axis_holds_input_axes"] == [1, 2]
@@ -203,11 +205,11 @@ def test_batch_time_swap_is_an_axis_mismatch_at_the_first_block():
 def test_reshape_hwc_as_chw_is_caught_by_the_op_check_and_the_arange_probe():
     x = torch.randn(2, 5, 5, 3)
     assert trace(Images("permute"), x, contracts={"to_chw": "B 3 H W"}).ok
-    by_reshape = trace(Images("reshape"), x)
-    assert (by_reshape.first_divergence.where, by_reshape.first_divergence.kind) == ("to_chw", "layout.values_moved")
+    by_reshape = trace(Images("reshape"), x)  # named (WARN): the examples keep their values
+    assert [(f.where, f.status) for f in by_reshape.findings if f.check == "layout.values_moved"] == [("to_chw", Status.WARN)]
     by_strides = trace(Images("strided"), x)  # no reshape op to see: only the arange probe finds it
-    assert (by_strides.first_divergence.where, by_strides.first_divergence.kind) == ("to_chw", "layout.values_moved")
-    assert by_strides.findings[[f.where for f in by_strides.findings].index("to_chw")].evidence["size"] == 3
+    moved = [f for f in by_strides.findings if f.check == "layout.values_moved"]
+    assert [(f.where, f.status) for f in moved] == [("to_chw", Status.WARN)] and moved[0].evidence["size"] == 3
     assert trace(Images("strided"), x, layout_probe=False).ok
 
 
@@ -341,7 +343,23 @@ def test_inside_a_users_own_torch_function_mode():
     with Counting():
         report = tensor_trace(TinyLM(merge="reshape"), tokens())
         assert torch._C._len_torch_function_stack() == 1
-    assert report.first_divergence.where == "blocks.0.attn" and Counting.calls > 0
+    assert next(f.where for f in report.findings if f.check == "layout.values_moved") == "blocks.0.attn"
+    assert Counting.calls > 0
+
+
+def test_a_rearrangement_that_moves_values_between_examples_fails():
+    """[B, T, D] read as [T, B, D] by view: example 0's later positions land in other examples' slots."""
+    class Mixer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            return self.lin(x.view(t, b, d).mean(0))
+
+    report = trace(Mixer(), torch.randn(4, 6, 8))
+    assert (report.first_divergence.where, report.first_divergence.kind) == ("", "layout.values_moved"), str(report)
 
 
 def test_real_attention_implementations_raise_no_false_alarm():

@@ -42,7 +42,7 @@ CALLS = {
     "learning_ledger": lambda p: firstdiv.learning_ledger(p.model, p.batch, p.loss_fn, p.optimizer, train_step=p.train_step,
                                                           task_probe=p.task_probe, task=p.task, **_axis(p)),
     "reachability": lambda p: firstdiv.reachability(p.model, p.batch, p.loss_fn, frozen=p.frozen),
-    "tensor_trace": lambda p: firstdiv.tensor_trace(p.model, _inputs(p)),
+    "tensor_trace": lambda p: firstdiv.tensor_trace(p.model, _inputs(p), batch_axis=p.batch_axis),
     "six_claims": lambda p: firstdiv.six_claims(p.model, p.batch, p.loss_fn, p.optimizer, eval_fn=p.eval_fn,
                                                 train_step=p.train_step, **_axis(p)),
 }

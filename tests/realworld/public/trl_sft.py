@@ -33,7 +33,7 @@ Deviations from the original:
 - ``trainer.train()`` is driven one optimizer update at a time: ``build`` runs the set-up of
   ``Trainer._inner_training_loop`` and ``train_step`` is one update of ``Trainer._run_epoch`` (as in this corpus's
   ``transformers_run_glue`` port); callbacks, logging, evaluation and saving are left out. ``eval_fn`` is
-  ``prediction_step`` on a given batch, returning the loss;
+  ``model.eval()`` (as ``evaluation_loop`` does) and ``prediction_step`` on a given batch, returning the loss;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 # ruff: noqa: RUF012, SIM201  (the original's code style is kept as written)
@@ -746,6 +746,7 @@ def _build(seed, bug=None):
         return torch.stack(losses).sum()
 
     def eval_fn(model, batch):
+        model.eval()  # as Trainer.evaluation_loop does before its prediction steps
         loss, _logits, _labels = trainer.prediction_step(model, dict(batch), prediction_loss_only=True)
         return float(loss)
 

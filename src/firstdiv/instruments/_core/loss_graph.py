@@ -122,3 +122,31 @@ def misfed(loss: Any) -> Misfed | None:
         if found is not None:
             return found
     return None
+
+
+def _leaves(t: torch.Tensor) -> set[int]:
+    out: set[int] = set()
+    for node in _nodes(t):
+        var = getattr(node, "variable", None)
+        if var is not None:
+            out.add(id(var))
+    return out
+
+
+def head_inside_loss(loss: Any, outputs: Any, model: Any) -> list[str]:
+    """The model's trainable parameters the loss reaches that the outputs do not: loss_fn applies a head of its own
+    (a generator, a decoder weight) to the outputs, so the outputs are not the scores the loss compares with the
+    targets, and no check may read them as such. Empty when none (or the graphs are not there)."""
+    if not torch.is_tensor(loss) or loss.grad_fn is None:
+        return []
+    out_leaves: set[int] = set()
+    for t in (outputs if isinstance(outputs, (tuple, list)) else outputs.values() if isinstance(outputs, dict)
+              else [outputs]):
+        if torch.is_tensor(t) and t.grad_fn is not None:
+            out_leaves |= _leaves(t)
+    extra = _leaves(loss) - out_leaves
+    names = {id(p): n for n, p in model.named_parameters() if p.requires_grad} if model is not None else {}
+    found = [names[i] for i in extra if i in names]
+    outside = sum(1 for node in _nodes(loss) if id(getattr(node, "variable", None)) in extra - set(names)
+                  and getattr(node.variable, "requires_grad", False))
+    return sorted(found) + [f"{outside} trainable tensors outside the model"] * bool(outside)

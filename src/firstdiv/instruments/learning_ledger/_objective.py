@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from .._core.batch import loss_problem
 from .._core.checks import Check
 from .._core.examples import logits_of, num_examples
-from .._core.loss_graph import misfed
+from .._core.loss_graph import head_inside_loss, misfed
 from .._core.task import Ctx, is_int, shape
 from ._common import failed, g4, isclose, manual_ce, passed, skipped_link, supervised, to_logits_2d
 from ._objective_calls import call, example_axis, output_grad, packer, per_example
@@ -120,8 +120,15 @@ def _misfed(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Che
 
 
 def _blind(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
-    """A note instead of any output-reading check when loss_fn ignores the outputs it is handed."""
+    """A note instead of any output-reading check when loss_fn ignores the outputs it is handed, or applies a head
+    of its own to them (the outputs are then not the scores it compares with the targets)."""
     if not _ignores_outputs(ctx, od, value, ev):
+        head = head_inside_loss(ctx.loss, ctx.outputs, ctx.work)
+        if head:
+            ev["head_inside_loss"] = head[:8]
+            return note(ctx, f"objective not identified: loss_fn applies {len(head)} trainable parameters of its own to the "
+                             f"outputs (first: {head[0]}; a generator or decoder inside the loss), so the outputs are not "
+                             "the scores it compares with the targets; checked: the loss is a scalar", ev)
         return None
     return note(ctx, f"objective not identified: loss_fn gives the same loss {g4(value)} for other outputs (it reads the "
                      "loss from elsewhere, e.g. one the model stored), so no check reads the outputs; checked: the loss "

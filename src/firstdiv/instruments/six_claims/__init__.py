@@ -47,6 +47,7 @@ from .._core.batch import (
     check_loss_fn,
     check_model,
     check_step_source,
+    compute_loss,
     loss_problem,
     split_batch,
 )
@@ -56,7 +57,7 @@ from .._core.examples import batch_axis as _batch_axis
 from .._core.examples import logits_of
 from .._core.invariance import sort_gradless, unused_message
 from .._core.python_graph import hidden_modules
-from .._core.state import guarded
+from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._evaluation import evaluation
 from ._measured_step import Measured, measure, step_moves, weighted_layers
@@ -113,7 +114,7 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
         if stepped:
             with guarded(model, train_step, *extra):  # the user's own step, on the user's objects: restored
                 run.moved, run.step_error = step_moves(model, train_step)
-        claims = [representation(model, b, axis), _computation(model, run), _objective(model, b, loss_fn, run),
+        claims = [representation(model, b, axis), _computation(model, run, (optimizer, b, loss_fn)), _objective(model, b, loss_fn, run),
                   _differentiation(run, model, b, loss_fn), _update(run, stepped), evaluation(model, batch, eval_fn)]
     return _report(claims, eval_fn is not None, stepped)
 
@@ -152,7 +153,31 @@ def _symmetry(lname: str, m: nn.Module, run: Measured) -> tuple[dict[str, Any], 
     return ev, grad is not None and ev["max_grad_row_difference"] > GRAD_RTOL * ev["max_abs_grad"]
 
 
-def _computation(model: nn.Module, run: Measured) -> Check:
+def _has_gradient(run: Measured, module: str) -> bool:
+    g = run.grads.get(f"{module}.weight")
+    return g is not None and bool(g.any())
+
+
+def _heals(model: nn.Module, step: tuple[Any, Batch, Any], modules: list[str]) -> bool | None:
+    """Whether the silent layers get a gradient after one step of the program's optimizer on a copy (a zero layer
+    downstream moves and lets it through); None when that step could not run."""
+    optimizer, b, loss_fn = step
+    try:
+        work, opt = detached_copy(model, optimizer)
+        opt = opt if opt is not None else torch.optim.SGD(work.parameters(), lr=0.1)
+        for _ in range(2):
+            opt.zero_grad()
+            compute_loss(work, b, loss_fn)[1].backward()
+            opt.step()
+        opt.zero_grad()
+        compute_loss(work, b, loss_fn)[1].backward()
+    except Exception:  # noqa: BLE001 - user code; the finding stays unconfirmed
+        return None
+    grads = dict(work.named_parameters())
+    return all(grads[f"{m}.weight"].grad is not None and bool(grads[f"{m}.weight"].grad.any()) for m in modules)
+
+
+def _computation(model: nn.Module, run: Measured, step: tuple[Any, Batch, Any]) -> Check:
     name = "COMPUTATION"
     layers = [(n, m) for n, m in weighted_layers(model) if m.weight.numel() and _units(m, m.weight).shape[0] >= 2]
     if not layers:
@@ -164,6 +189,20 @@ def _computation(model: nn.Module, run: Measured) -> Check:
             (healed if found[1] else broken).append(found[0])
     summary = {"layers_checked": len(layers), "symmetric_layers": [e["module"] for e in broken + healed],
                "weight_rtol": WEIGHT_RTOL, "grad_rtol": GRAD_RTOL}
+    # identical rows that get no gradient at all (a zero-initialized layer downstream, the output conv of a residual
+    # block): the loss does not depend on them at these weights, so whether they stay tied after the first steps is
+    # not shown; identical rows that get identical nonzero gradients stay tied for good (confirmed)
+    silent = [e for e in broken if not _has_gradient(run, e["module"])]
+    broken = [e for e in broken if e not in silent]
+    heals = _heals(model, step, [e["module"] for e in silent]) if silent and not broken else None
+    if heals is False:  # still no gradient after steps of the program's own optimizer: stuck for good (confirmed)
+        broken, silent = silent, []
+    if silent and not broken:
+        return claim(name, Status.WARN, "claim.computation.tied_without_gradient",
+                     f"{len(silent)} layers have identical/zero weight rows and get no gradient at these weights (first: "
+                     f"{silent[0]['module']}): a zero-initialized layer downstream keeps them silent"
+                     + ("; after two steps of the program's optimizer on a copy they get one" if heals else "; whether "
+                        "they get one once it moves could not be checked"), {**silent[0], **summary, "heals": heals})
     if broken:
         ev = {**broken[0], **summary}
         kind = "claim.computation.zero_init" if ev["zero"] else "claim.computation.symmetric_init"
@@ -197,6 +236,10 @@ def _objective(model: nn.Module, batch: Batch, loss_fn: Any, run: Measured) -> C
     out = logits_of(run.outputs) if isinstance(run.outputs, dict) else run.outputs  # a ModelOutput's logits
     task, dim, k = infer_task(out, batch.targets)
     kind, message, ev = "", "", {"loss": loss0, "task": task or "unknown"}
+    head = run.head
+    if head:  # loss_fn applies trainable parameters of its own: the outputs are not what it compares with the targets
+        task = None
+        ev["head_inside_loss"] = len(head)
     if task == "class":
         kind, message, ev = class_checks(out, batch.targets, dim, k, loss_fn, loss0)
     elif task == "regression":

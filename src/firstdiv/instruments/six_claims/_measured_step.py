@@ -11,6 +11,7 @@ from torch import nn
 
 from .._core.batch import Batch, compute_loss, loss_problem
 from .._core.examples import dense
+from .._core.loss_graph import head_inside_loss
 from .._core.lr import step_at_base_lr
 from .._core.state import detached_copy
 
@@ -32,6 +33,7 @@ class Measured:
     owned: dict[str, bool] = field(default_factory=dict)
     lr: dict[str, float | None] = field(default_factory=dict)
     step_error: str = ""
+    head: list[str] = field(default_factory=list)  # trainable tensors loss_fn applies to the outputs (a generator)
 
 
 def weighted_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -54,6 +56,7 @@ def measure(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Ba
         torch.manual_seed(SEED)
         with torch.enable_grad():
             out.outputs, out.loss = compute_loss(m_copy, batch, loss_fn)
+            out.head = head_inside_loss(out.loss, out.outputs, m_copy)
     finally:
         for h in handles:
             h.remove()

@@ -49,11 +49,11 @@ from ...errors import InvalidArgument
 from ...report import Report, Status
 from .._core.checks import Check, check, compose
 from .._core.state import guarded
-from .._core.trace import Recorder, call_args, refused_inputs, refused_message
+from .._core.trace import Recorder, call_args, refused_inputs, refused_message, tensors
 from .._core.user_hooks import reports_user_hooks
 from ._contracts import Spec, contract_checks, parse_contracts
 from ._layout import ReshapeWatch as _ReshapeWatch  # the name benchmarks/trace_overhead.py imports
-from ._layout import arange_probe, moved_by_reshape
+from ._layout import arange_probe, examples_mixed, moved_by_reshape
 
 __all__ = ["moved_by_reshape", "tensor_trace"]  # moved_by_reshape: re-exported from _layout (the reshape rule alone)
 
@@ -63,7 +63,7 @@ _MAX_DETAIL_ROWS = 5000
 
 @reports_user_hooks
 def tensor_trace(model: nn.Module | Callable[..., Any], inputs: Any, *, contracts: dict[str, Any] | None = None,
-                 layout_probe: bool = True) -> Report:
+                 layout_probe: bool = True, batch_axis: int = 0) -> Report:
     """Trace one forward pass: shape, dtype, device, stride and contiguity at every module boundary and
     functional op; check named-axis contracts; report the first tensor whose axes or layout diverge.
 
@@ -74,6 +74,9 @@ def tensor_trace(model: nn.Module | Callable[..., Any], inputs: Any, *, contract
         contracts: ``{module path: "B T D"}`` on that module's output (``""`` = the model's output); a list of
             strings checks a module's several output tensors in order.
         layout_probe: also run the arange probe on a deep copy (module docstring, probe 2).
+        batch_axis: the axis of the first input tensor that holds the examples: values moved across an axis of that
+            size (examples mixed) FAIL; moved only among other axes (patches to image, a relative-position shift) is
+            a rearrangement that may be the design: a WARN.
 
     Returns a Report whose ``details["rows"]`` is the ledger (JSON-safe rows: ``where``, ``event``, ``op``,
     ``shape``, ``dtype``, ``device``, ``stride``, ``contiguous``), ``details["bindings"]`` the axis sizes bound.
@@ -92,7 +95,10 @@ def tensor_trace(model: nn.Module | Callable[..., Any], inputs: Any, *, contract
             rec.record_output(output)
         order = _first_outputs(rec)
         probe_found, probe = arange_probe(root, args, kwargs, order) if layout_probe and root is not None else ([], {})
-    return _report(rec, exc, specs, reshapes, probe_found, probe, layout_probe)
+    first = next(tensors(args), None)
+    examples = first.shape[batch_axis] if first is not None and -first.dim() <= batch_axis < first.dim() else None
+    return _report(rec, exc, specs, reshapes, [(i, examples_mixed(c, examples)) for i, c in probe_found], probe,
+                   layout_probe, examples)
 
 
 def _model(model: Any) -> tuple[Callable[..., Any], nn.Module | None]:
@@ -155,12 +161,12 @@ def _probe_check(probe: dict, found: int) -> Check:
 
 
 def _report(rec: Recorder, exc: Exception | None, specs: dict[str, list[Spec]], reshapes: _ReshapeWatch,
-            probe_found: list[tuple[int, Check]], probe: dict, layout_probe: bool) -> Report:
+            probe_found: list[tuple[int, Check]], probe: dict, layout_probe: bool, examples: int | None) -> Report:
     """Every finding placed at its row in execution order; the first FAIL is the first divergence."""
     rows = rec.rows
     ordered, bindings = contract_checks(rows, specs)
     flagged_paths = {c.finding.where for _, c in reshapes.flagged}
-    ordered += reshapes.flagged + [(i, c) for i, c in probe_found if c.finding.where not in flagged_paths]
+    ordered += [(i, examples_mixed(c, examples)) for i, c in reshapes.flagged] + [(i, c) for i, c in probe_found if c.finding.where not in flagged_paths]
     ordered += _summary(rows, exc, reshapes)
     if layout_probe and probe:
         ordered.append((len(rows), _probe_check(probe, len(probe_found))))

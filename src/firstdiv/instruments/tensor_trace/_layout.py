@@ -219,3 +219,24 @@ def arange_probe(root: nn.Module, args: tuple, kwargs: dict, order: dict[str, in
         for h in handles:
             h.remove()
     return probe.found, probe.stats
+
+
+def examples_mixed(c: Check, examples: int | None) -> Check:
+    """Evidence before FAIL for ``layout.values_moved``: a rearrangement is a defect when it moves values between
+    examples (the input's one axis of the examples' size is spread over output axes, or shares an output axis with
+    others). Moved only among the other axes (patches to an image, a relative-position shift) it may be the design:
+    the same finding as a WARN saying so; an examples axis that cannot be told apart leaves it unconfirmed (WARN)."""
+    f = c.finding
+    if f.check != "layout.values_moved" or f.status is not Status.FAIL:
+        return c
+    shape = f.evidence.get("chain_input_shape") or []
+    axes = [k for k, size in enumerate(shape) if size == examples]
+    held = f.evidence.get("output_axis_holds_input_axes") or []
+    mixed = len(axes) == 1 and (f.evidence.get("input_axis") == axes[0] or (axes[0] in held and len(held) > 1))
+    if mixed:
+        return c
+    why = (f"the examples axis (size {examples}) of input {shape} keeps its values" if len(axes) == 1 else
+           f"which axis of input {shape} holds the {examples} examples is not clear, so mixing them is not shown")
+    return check(f.where, f.check, Status.WARN, f"{f.message}; {why}: a rearrangement that may be the design "
+                 "(patches to an image, a relative-position shift), or a reshape where a permute was meant",
+                 {**f.evidence, "examples": examples, "examples_mixed": False})
