@@ -81,6 +81,11 @@ class _ModuleState:
     hook_keys: dict[str, tuple[frozenset, ...]]
     children: dict[str, int]
     objects: dict[str, nn.Module]
+    #: each module's buffer slots (the tensor objects, or None) and its non-persistent names: a forward that
+    #: registers a buffer (a cached causal mask) or assigns a new tensor to one (a ghost batch norm) is undone
+    slots: dict[str, tuple[dict[str, Any], frozenset[str]]] = field(default_factory=dict)
+    #: each module's plain attributes by identity (a forward that stores its last loss, rebinds a cached list)
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, model: nn.Module) -> _ModuleState:
@@ -95,6 +100,9 @@ class _ModuleState:
             hook_keys={n: tuple(frozenset(getattr(m, h, {}) or {}) for h in _MODULE_HOOK_DICTS) for n, m in mods.items()},
             children={n: id(m) for n, m in mods.items()},
             objects=mods,
+            slots={n: (dict(m._buffers), frozenset(getattr(m, "_non_persistent_buffers_set", ())))
+                   for n, m in mods.items()},
+            values={n: {k: v for k, v in vars(m).items() if k not in _REGISTRY_DICTS} for n, m in mods.items()},
         )
 
 
@@ -171,12 +179,12 @@ class Snapshot:
     def diff(self, after: Snapshot) -> list[str]:
         """Human-readable differences between this snapshot (before) and ``after``."""
         out: list[str] = []
-        for key, before in self.modules.items():
-            out += _diff_module(key, before, after.modules[key])
-        for key, before in self.optimizers.items():
-            out += _diff_optimizer(key, before, after.optimizers[key])
-        for key, before in self.tensors.items():
-            out += _diff_tensor(key, before, after.tensors[key])
+        for kind, mine, theirs, diff in (("module", self.modules, after.modules, _diff_module),
+                                         ("optimizer", self.optimizers, after.optimizers, _diff_optimizer),
+                                         ("tensor", self.tensors, after.tensors, _diff_tensor)):
+            for key, before in mine.items():
+                out += diff(key, before, theirs[key]) if key in theirs else [f"{key}: the {kind} is no longer reached"]
+            out += [f"{key}: a {kind} reached now that was not before" for key in set(theirs) - set(mine)]
         for key, before in self.stateful.items():
             out += [f"{key} {msg}" for msg in before.diff(after.stateful[key])] if key in after.stateful else []
         out += _diff_globals(self.globals, after.globals)
@@ -232,6 +240,14 @@ def _restore_tensor(t: torch.Tensor, s: _TensorState) -> None:
         t.grad = s.grad_ref
 
 
+_MISSING = object()
+#: a module's own registries (restored entry by entry elsewhere), not plain attributes
+_REGISTRY_DICTS = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
+                             "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                             "_state_dict_hooks", "_load_state_dict_pre_hooks", "_forward_hooks_with_kwargs",
+                             "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called"})
+
+
 def _restore_module(model: nn.Module, s: _ModuleState) -> None:
     mods = dict(model.named_modules(remove_duplicate=False))
     for name, mode in s.training.items():
@@ -243,6 +259,24 @@ def _restore_module(model: nn.Module, s: _ModuleState) -> None:
                 d = getattr(mods[name], hook_dict, None)
                 for k in set(d or ()) - keys:
                     del d[k]
+    for name, saved in s.values.items():
+        m = mods.get(name)
+        if m is not None and m is s.objects.get(name):
+            for key, value in saved.items():
+                if vars(m).get(key, _MISSING) is not value and key != "training":
+                    vars(m)[key] = value
+    for name, (slots, nonpersistent) in s.slots.items():
+        m = mods.get(name)
+        if m is None or m is not s.objects.get(name):
+            continue
+        for key in set(m._buffers) - set(slots):
+            del m._buffers[key]
+        for key, t in slots.items():
+            if m._buffers.get(key, _MISSING) is not t:
+                m._buffers[key] = t
+        if getattr(m, "_non_persistent_buffers_set", None) is not None and m._non_persistent_buffers_set != nonpersistent:
+            m._non_persistent_buffers_set.clear()
+            m._non_persistent_buffers_set.update(nonpersistent)
     for name, p in model.named_parameters(remove_duplicate=False):
         if name in s.params and id(p) == s.params[name].ident:
             _restore_tensor(p, s.params[name])

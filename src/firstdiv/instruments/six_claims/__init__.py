@@ -226,6 +226,9 @@ def _computation(model: nn.Module, run: Measured, step: tuple[Any, Batch, Any]) 
 
 def _objective(model: nn.Module, batch: Batch, loss_fn: Any, run: Measured) -> Check:
     name = "OBJECTIVE"
+    if run.loss_problem is not None and run.loss is None:  # loss_fn computes nothing from what it is handed
+        return skip(name, "claim.objective", f"{run.loss_problem} on the measured copy (a loss_fn that reads a loss "
+                    "stored on your model gives nothing on a copy): make loss_fn compute the loss from (outputs, targets)")
     if run.loss_problem is not None:
         finite_issue = torch.is_tensor(run.loss) and loss_problem(run.loss) is None
         kind = "claim.objective.nonfinite_loss" if finite_issue else "claim.objective.invalid_loss"

@@ -5,6 +5,7 @@ whether old gradients leak into the next step and whether gradients are cleared 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -227,6 +228,11 @@ class StepWatch:
             candidates.append((ref, "the update against the probe batch's gradient at the same parameters"))
         for rows, source in candidates:
             found = _descent.ascent_check(*[list(x) for x in zip(*rows)], losses, source, monotone=True) if rows else None
+            if found is not None and rows is flipped and not self._same_batch():
+                f = found.finding  # train_step's gradient came from another batch: anti-aligned is not shown ascent
+                return check(f.where, f.check, Status.WARN, f"{f.message}; but train_step's loss ({self.losses[0]}) is "
+                             f"not the probe batch's ({losses[0]}): it stepped on other data, whose gradient may point "
+                             "against this batch's, so ascent is not shown", f.evidence)
             if found is not None:
                 return found
         if stateless:
@@ -235,6 +241,15 @@ class StepWatch:
             if all(c is not None for c in checks):
                 return checks[0]
         return None
+
+    def _same_batch(self) -> bool:
+        """Whether train_step's gradient is evidence about the probe's objective: its first call returned the probe
+        batch's loss (within dropout's noise, 5%), or the losses train_step itself returned rose at every call (it
+        climbs its own objective, whatever data it draws)."""
+        mine, probe = (self.losses or [None])[0], (self.eval_losses or [None])[0]
+        same = mine is not None and probe is not None and abs(mine - probe) <= 0.05 * max(1e-12, abs(probe))
+        own = [v for v in self.losses if v is not None]
+        return same or (len(own) == len(self.losses) >= 2 and all(b > a for a, b in itertools.pairwise(own)))
 
     def _diverges(self) -> Check | None:
         group_of = {} if self.opt is None else {id(p): i for i, g in enumerate(self.opt.param_groups) for p in g["params"]}
