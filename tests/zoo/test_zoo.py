@@ -49,7 +49,7 @@ target_not_shifted | transformer | learning_ledger -> TASK (task.target_not_shif
 change_learning_rate | mlp | learning_ledger -> CAPABILITY (capability.cannot_overfit)
 remove_bias | regression | learning_ledger -> CAPABILITY (capability.cannot_overfit)
 change_loss | mlp | learning_ledger -> OBJECTIVE (objective.initial_loss)
-merge_heads_view | transformer | attention_check -> LEVEL_2 (attention.axis_semantics); tensor_trace -> blocks.0.attn (layout.values_moved)
+merge_heads_view | transformer | attention_check -> LEVEL_2 (attention.axis_semantics); tensor_trace -> blocks.0.attn (layout.values_moved) [WARN]
 missing_scale | transformer | attention_check -> LEVEL_4 (attention.reference_mismatch)
 leaky_causal_mask | transformer | attention_check -> LEVEL_3 (attention.forbidden_weight)
 softmax_wrong_axis | transformer | attention_check -> LEVEL_3 (attention.rows_not_normalized)

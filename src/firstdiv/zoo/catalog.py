@@ -101,7 +101,8 @@ _CATALOG = (
 _SHAPES = (
     _fault("merge_heads_view", "transformer", "book",
            "attention merges its heads with .reshape(B, T, E) straight from (B, H, T, Dh), without the transpose back.",
-           Expect(_ATTENTION, "LEVEL_2", "attention.axis_semantics"), Expect(_TRACE, "blocks.0.attn", "layout.values_moved")),
+           Expect(_ATTENTION, "LEVEL_2", "attention.axis_semantics"),
+           Expect(_TRACE, "blocks.0.attn", "layout.values_moved", "WARN")),
     _fault("missing_scale", "transformer", "book", "attention scores q @ k^T are not divided by sqrt(head_dim) before the softmax.",
            Expect(_ATTENTION, "LEVEL_4", "attention.reference_mismatch")),
     _fault("leaky_causal_mask", "transformer", "book", "the causal mask is triu(diagonal=2), so every position also sees the next one.",
