@@ -64,6 +64,7 @@ _NOISE_NOTE = re.compile(r"; spread \(IQR\) is \d+% of the median: rerun with mo
                          r"machine before comparing")
 _FRAME_LINE = re.compile(r"(?<=test_golden_instruments\.py:)\d+")
 _RSS_SOURCE = re.compile(r"\((?:psutil|/proc/self/statm)\)")
+_RSS_UNIT = re.compile(r"<n> [MG]iB\b")  # a process that grew past 1 GiB in a long suite prints GiB
 
 
 def scrub(text: str, timed: bool = False) -> str:
@@ -84,14 +85,15 @@ def scrub(text: str, timed: bool = False) -> str:
     - the line number of this file in the user frame memory_phases names (``at test_golden_instruments.py:NN``)
       becomes ``<line>``, so editing this file does not change the golden file;
     - where the process RSS was read, ``(psutil)`` or ``(/proc/self/statm)``, becomes ``(<rss source>)``: psutil
-      is importable once a test has imported ray (ray puts its bundled psutil on sys.path).
+      is importable once a test has imported ray (ray puts its bundled psutil on sys.path); its unit (MiB or GiB,
+      as the process grew in a long suite) becomes ``<size>``.
 
     Tensor byte counts (B, KiB), counts of steps, batches, ops, graphs and recompilations are kept: they are exact.
     """
     text = _RESIDUAL.sub("<eps>", text)
     if timed:
         text = _MEASURED.sub("<n>", _FRAME_LINE.sub("<line>", _NOISE_NOTE.sub("", text)))
-        text = _RSS_SOURCE.sub("(<rss source>)", text)
+        text = _RSS_UNIT.sub("<n> <size>", _RSS_SOURCE.sub("(<rss source>)", text))
     return text
 
 
@@ -198,7 +200,7 @@ def test_scrub_masks_only_measurements():
         "median <n> ms per batch (<n> ms per example) over 3 batches; <n>% waiting, 8 steady batches")
     assert scrub("producer 48.889 examples/s; first compiled call 1.18 s; RSS 321.65 MiB; +4 B/iteration, 517.02 KiB",
                  timed=True) == (
-        "producer <n> examples/s; first compiled call <n> s; RSS <n> MiB; +4 B/iteration, 517.02 KiB")
+        "producer <n> examples/s; first compiled call <n> s; RSS <n> <size>; +4 B/iteration, 517.02 KiB")
     assert scrub("median 0.274 ms (IQR 0.010 ms); spread (IQR) is 56% of the median: rerun with more repeats (repeats=20) "
                  "or on a quieter machine before comparing", timed=True) == "median <n> ms (IQR <n> ms)"
     assert scrub("(at test_golden_instruments.py:118 in test_x)", timed=True) == "(at test_golden_instruments.py:<line> in test_x)"

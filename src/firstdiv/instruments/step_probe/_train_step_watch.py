@@ -5,7 +5,6 @@ whether old gradients leak into the next step and whether gradients are cleared 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -244,12 +243,9 @@ class StepWatch:
 
     def _same_batch(self) -> bool:
         """Whether train_step's gradient is evidence about the probe's objective: its first call returned the probe
-        batch's loss (within dropout's noise, 5%), or the losses train_step itself returned rose at every call (it
-        climbs its own objective, whatever data it draws)."""
+        batch's loss (within dropout's noise, 5%), so it stepped on that batch."""
         mine, probe = (self.losses or [None])[0], (self.eval_losses or [None])[0]
-        same = mine is not None and probe is not None and abs(mine - probe) <= 0.05 * max(1e-12, abs(probe))
-        own = [v for v in self.losses if v is not None]
-        return same or (len(own) == len(self.losses) >= 2 and all(b > a for a, b in itertools.pairwise(own)))
+        return mine is not None and probe is not None and abs(mine - probe) <= 0.05 * max(1e-12, abs(probe))
 
     def _diverges(self) -> Check | None:
         group_of = {} if self.opt is None else {id(p): i for i, g in enumerate(self.opt.param_groups) for p in g["params"]}
