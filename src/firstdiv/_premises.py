@@ -312,6 +312,19 @@ PREMISES: dict[str, Premise] = {
         "the probe batch's -gradient is below -0.3",
         "maximize=True, or a loss that cannot be re-evaluated between calls: PASS note, descent not checked; a weak "
         "gradient agreement (train_step steps on other batches) is a note"),
+    "step.norm_statistics_never_estimated": Premise(
+        "step_probe", "a training forward normalizes with batch statistics (train mode) or with estimated ones",
+        "forward hooks while the step runs (the controlled step on a copy, the user's train_step): a batch-norm "
+        "module ran with gradients on and its output on the graph, in eval mode, with running_mean == 0, running_var "
+        "== 1 and num_batches_tracked == 0 (never estimated): it divides by constants and eval mode never updates them",
+        "statistics estimated before (frozen batch norm in fine-tuning, loaded weights), or eval mode under no_grad "
+        "(a target network): no finding"),
+    "step.clip_after_step": Premise(
+        "step_probe", "gradient clipping bounds the update it precedes",
+        "the order of the program's own calls while train_step runs: clip_grad_norm_/clip_grad_value_ (looked up "
+        "through torch.nn.utils) only ever after an optimizer.step completed and before any new backward",
+        "a clip between a backward and the next step, or inside step (a closure), anywhere in the calls: no finding; "
+        "a clip function imported by name before the watch is not seen (no finding)"),
     "step.gradient_discarded": Premise(
         "step_probe", "the backward passes of one update add up in .grad for its optimizer.step",
         "in one train_step call a second zero_grad inside the update's window (opened by a zero_grad, closed by "
@@ -359,11 +372,12 @@ PREMISES: dict[str, Premise] = {
         confirmed=False),
     "task.target_not_shifted": Premise(
         "learning_ledger", "a language model's targets are the next token",
-        "targets equal the inputs at >= 90% of supervised positions (more often than one ahead), and loss_fn is not found to "
-        "shift the labels itself",
-        "not confirmed: with near-uniform logits (a fresh model) a custom model that shifts its labels inside its loss "
-        "is not recognised (only Hugging Face class names are), and a token task that copies its input on purpose (a "
-        "sequence autoencoder) FAILs; task='classification' turns the language-model checks off", confirmed=False),
+        "each position is asked for the token it reads: declared targets equal the inputs at >= 90% of supervised "
+        "positions (more often than one ahead, loss_fn not found to shift them), or the loss's own gradient pulls up "
+        "ids[t] at position t of an aligned output at >= 90% of the pulled positions; and, on the ledger's copy, the "
+        "model is causal on that input (changing the middle token moves the output there and none before it): a copy",
+        "the model reads later tokens too (an autoencoder reproduces its input on purpose; a translation with targets "
+        "from the source column looks the same): WARN naming both readings; causality not shown on the copy: WARN"),
     "task.mlm_labels_not_masked": Premise(
         "learning_ledger", "a masked language model predicts only the positions chosen for masking",
         "data pattern: one input id (the mask token, never a target) stands at >= 50% of the supervised positions whose "
@@ -475,10 +489,14 @@ PREMISES: dict[str, Premise] = {
         "finding"),
     "dependency.future_visible": Premise(
         "learning_ledger", "in next-token prediction the prediction at a position reads only the tokens before it",
-        "the targets are the token inputs shifted by one (or equal to them with the shift inside the loss, as TASK "
-        "saw) on >= 90% of supervised positions; on the ledger's copy with the RNG fixed, changing the middle token "
-        "moves the predictions before it",
-        "not next-token prediction by that evidence (a masked or bidirectional model, an autoencoder): not checked"),
+        "next-token prediction read from the program: the targets are the token inputs shifted by one (or equal to "
+        "them with the shift inside the loss, as TASK saw), or the loss's own gradient pulls up token ids[t + 1] at "
+        "position t of an aligned module output (a model computing its own loss, a head inside loss_fn), or another "
+        "integer input is the sequence shifted by one, on >= 90% of supervised positions; on the ledger's copy with "
+        "the RNG fixed, changing only the middle token moves the outputs before it, for every input that carries the "
+        "tokens asked for (a copy task's encoder input is read whole by design, its decoder input is not)",
+        "not next-token prediction by that evidence (a masked or bidirectional model, an autoencoder), or one input "
+        "carrying the tokens stays causal: no finding"),
     "dependency.input_without_gradient": Premise(
         "learning_ledger", "every branch of the model that reads an input carries a gradient to the parameters",
         "on the copy, perturbing a float input moves the loss, the input is not a leaf of the loss's graph, and one of "
@@ -593,6 +611,13 @@ PREMISES: dict[str, Premise] = {
         "returned different metrics",
         "WARN when masks were drawn but the two calls agreed; WARN not_repeatable when the calls differ with no mask "
         "drawn (randomness of another kind)"),
+    "claim.evaluation.mode_not_restored": Premise(
+        "six_claims", "the training step trains in training mode whatever the evaluation did",
+        "on the user's objects under the guard: one train_step, one eval_fn, one train_step, with forward pre-hooks; "
+        "Dropout/BatchNorm modules ran in training mode in the first step and in eval mode in the step after eval_fn "
+        "(the program as given starts in training mode)",
+        "a module train_step keeps in eval mode itself (frozen batch norm) is in eval mode both times; a model given in "
+        "eval mode, or user code that raises: no finding"),
     "claim.differentiation.detached": Premise(
         "six_claims", "every trainable parameter the loss depends on gets a gradient",
         "after backward on the measured copy its gradient is None and " + _DEPENDS,

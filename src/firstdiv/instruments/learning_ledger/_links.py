@@ -21,6 +21,7 @@ from .._core.invariance import loss_depends, sort_gradless, unused_message
 from .._core.task import Ctx, err
 from ._common import failed, g4, passed, skipped_link, warned
 from ._dependency import future_visible, input_without_gradient, reached_leaves, target_as_input
+from ._sequence import future_or_copy
 
 LIST_CAP = 20  # names listed in evidence before eliding
 
@@ -31,6 +32,11 @@ def _names(names: list[str]) -> list[str]:
 
 def trainable(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def next_token_future(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
+    """A next-token objective read from the loss itself (or the data), whose earlier positions see later tokens."""
+    return future_or_copy(ctx, ev, "next")
 
 
 def check_dependency(ctx: Ctx) -> Check:
@@ -61,14 +67,14 @@ def check_dependency(ctx: Ctx) -> Check:
                       observed=f"unreachable: {', '.join(_names(cut)[:5])}",
                       hint="find where the dependency path stops (reachability): a .detach(), torch.no_grad(), an "
                            "integer cast, .item()/.numpy()")
-    if unused or unknown:
-        ctx.report_notes.append(unused_message(unused, unknown))
-        return warned("DEPENDENCY", f"{len(unreachable)} of {len(train)} trainable parameters are not on the loss's "
-                      f"autograd graph: {unused_message(unused, unknown)}", ev)
-    for probe in (target_as_input, future_visible, input_without_gradient):
+    for probe in (target_as_input, future_visible, next_token_future, input_without_gradient):
         found = probe(ctx, ev)
         if found is not None:
             return found
+    if unused or unknown:  # after the probes: a head the objective never reads does not hide a leak
+        ctx.report_notes.append(unused_message(unused, unknown))
+        return warned("DEPENDENCY", f"{len(unreachable)} of {len(train)} trainable parameters are not on the loss's "
+                      f"autograd graph: {unused_message(unused, unknown)}", ev)
     return passed("DEPENDENCY", f"all {len(train)} trainable parameters are on the loss's graph ({nodes} nodes walked)", ev)
 
 

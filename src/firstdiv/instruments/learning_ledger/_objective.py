@@ -51,6 +51,7 @@ from ._objective_calls import call, example_axis, output_grad, packer, per_examp
 from ._objective_forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded_below, unreachable
 from ._objective_ids import identify, row_weights, standard
 from ._padding import padding_in_loss
+from ._sequence import padding_pulled
 
 PER_EXAMPLE = 8  # examples sliced out for the per-example checks
 FAR = 0.10  # relative distance from cross-entropy beyond which the loss is "another objective"
@@ -69,6 +70,9 @@ def check_objective(ctx: Ctx) -> Check:
                       hint="return the reduced loss tensor from loss_fn (e.g. .mean()), not a per-example vector or .item()")
     value = float(loss.detach())
     ev: dict[str, Any] = {"loss": value, "task": ctx.task}
+    padded = padding_pulled(ctx, ev)
+    if padded is not None:
+        return padded
     logits = logits_of(ctx.outputs)
     if (logits is None or not logits.is_floating_point()) and not math.isfinite(value):
         return failed("OBJECTIVE", "objective.nonfinite_loss", f"loss is {value}", ev, expected="a finite loss",

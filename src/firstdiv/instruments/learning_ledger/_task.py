@@ -21,6 +21,7 @@ from .._core.checks import Check
 from .._core.examples import logits_of
 from .._core.task import Ctx, err, input_ids, is_int, shape
 from ._common import failed, g4, isclose, passed, supervised, warned
+from ._sequence import copies_own_token, future_or_copy
 
 AGREEMENT = 0.9  # below this fraction of matching labels the task is contradicted (see _probe)
 SHIFT_MATCH = 0.9  # fraction of positions where targets equal the inputs at a given shift
@@ -31,7 +32,7 @@ def check_task(ctx: Ctx) -> Check:
     ev: dict[str, Any] = {"task": ctx.task, "inferred": ctx.task_note, "targets_shape": shape(t),
                           "targets_dtype": str(getattr(t, "dtype", type(t).__name__)).replace("torch.", ""),
                           "outputs_shape": shape(ctx.outputs), "model_mode": "train" if ctx.model.training else "eval"}
-    for check in (_finite_targets, _label_range, _lm_shift):
+    for check in (_finite_targets, _label_range, _lm_shift, _copies_own_token):
         result = check(ctx, ev)
         if result is not None:
             return result
@@ -41,6 +42,10 @@ def check_task(ctx: Ctx) -> Check:
         ctx.report_notes.append(note)
         return passed("TASK", note, ev)
     return _probe(ctx, ev)
+
+
+def _copies_own_token(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
+    return future_or_copy(ctx, ev, "same")
 
 
 def _finite_targets(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
@@ -169,9 +174,20 @@ def _lm_shift(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     if mlm is not None:
         return mlm
     if a0 >= SHIFT_MATCH and a0 > a1:
+        causal = copies_own_token(ctx, ids, a0, ev)
+        if causal is None:
+            return warned("TASK", f"targets equal the inputs at {a0:.0%} of supervised positions (next token at "
+                          f"{a1:.0%}): each position is asked for the token it reads, but whether the model reads later "
+                          "tokens (an autoencoder) could not be shown on the copy", ev)
+        if not causal:  # the positions read later tokens too: reconstructing the input (an autoencoder) or a copy
+            return warned("TASK", f"targets equal the inputs at {a0:.0%} of supervised positions (next token at {a1:.0%}) "
+                          "and the model reads the whole sequence: it is trained to reproduce its input, which an "
+                          "autoencoder means and a language model or a translation does not; if this is not an "
+                          "autoencoder, the targets come from the wrong column or are not shifted", ev)
         return failed("TASK", "task.target_not_shifted",
-                      f"targets equal the inputs at {a0:.0%} of supervised positions (next token at {a1:.0%}): "
-                      f"the model is asked to copy its current token", ev,
+                      f"targets equal the inputs at {a0:.0%} of supervised positions (next token at {a1:.0%}) and the "
+                      f"model is causal (changing a token moves its own position's output and none before it): the model "
+                      "is asked to copy its current token", ev,
                       expected=expected, observed=f"targets[:, t] == inputs[:, t] at {a0:.0%} of positions",
                       hint="shift the targets by one: inputs = tokens[:, :-1], targets = tokens[:, 1:]")
     if a2 is not None and a2 >= SHIFT_MATCH and a2 > a1:

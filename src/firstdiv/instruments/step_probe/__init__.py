@@ -31,6 +31,7 @@ from .._core.invariance import loss_depends
 from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._descent import divergence_check, eval_loss, relative_updates
+from ._modes import NormWatch, norm_check
 from ._train_step_watch import StepWatch
 
 __all__ = ["step_probe"]
@@ -77,8 +78,9 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
     shapes = {tuple(p.shape) for p, _ in params}
     reached = [*closure_state(train_step), *_closure_tensors(train_step, shapes)] if train_step is not None else []
     with guarded(model, optimizer, train_step, *reached):  # train_step: the schedulers and scalers it steps
+        norms = NormWatch(model)  # filled by the controlled step (the copy keeps the modules' names) and the watch
         try:
-            ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol))
+            ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol), norms)
         except _batch.UserCodeError as exc:
             if train_step is None:
                 return skipped(_NAME, f"{exc}; step_probe needs one forward pass and loss that run")
@@ -90,7 +92,11 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
             reason, effects = "", "none on copies (the controlled step on a copy could not run)"
         if train_step is not None and not reason:
             ref = {id(p): g for (p, _), g in zip(params, ref_grads) if g is not None}
-            checks, effects = _watch(model, optimizer, batch, loss_fn, train_step, ref, checks, details, effects)
+            with NormWatch(model) as user_norms:
+                checks, effects = _watch(model, optimizer, batch, loss_fn, train_step, ref, checks, details, effects)
+            norms.hits.update(user_norms.hits)
+        found = norm_check(norms.hits, "a training forward")
+        checks = [found, *checks] if found is not None else checks
     return compose(_NAME, checks, effects, details, reason)
 
 
@@ -317,7 +323,7 @@ def _reevaluate(cmodel: nn.Module, copt: torch.optim.Optimizer, batch: Any, loss
 
 
 def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                     rtol: float) -> Collected:
+                     rtol: float, norms: NormWatch) -> Collected:
     out = Collected()
     try:
         cmodel, copt = detached_copy(model, optimizer)
@@ -330,7 +336,9 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
     params = unique_params(cmodel)
     for p, _ in params:
         p.grad = None
-    loss = _forward(cmodel, batch, loss_fn, out)
+    with NormWatch(cmodel) as copy_norms:
+        loss = _forward(cmodel, batch, loss_fn, out)
+    norms.hits.update(copy_norms.hits)
     if loss is None:
         return out
     trainable = [p for p, _ in params if p.requires_grad]

@@ -18,6 +18,7 @@ from .._core.closure import innermost
 from .._core.stateful import reachable
 from . import _descent
 from ._clearing import DiscardTracker, carried_check
+from ._clipping import ClipWatch
 
 #: a manual update is plain SGD (stateless, its sign checkable) when its delta is this parallel to +-grad
 _STATELESS_COSINE = 0.9
@@ -53,6 +54,7 @@ class StepWatch:
         self.scales: list[list[float]] = []  # each GradScaler's scale before call 1 and after each call
         self.call_grads: dict[int, dict[int, torch.Tensor]] = {1: {}, 2: {}}
         self.discard = DiscardTracker()
+        self.clips = ClipWatch({id(p): names for p, names in self.params}, lambda: self.call)
 
     def _event(self, name: str) -> None:
         tag = f"call {self.call}: {name}"
@@ -68,6 +70,7 @@ class StepWatch:
             mine[id(p)] = grad.detach().clone() if id(p) not in mine else mine[id(p)] + grad.detach()
             self.discard.reached(id(p))
             self._event("backward")
+            self.clips.event("backward")
         return hook
 
     def _pre_step(self, *_: Any) -> None:
@@ -77,6 +80,7 @@ class StepWatch:
         self.pending.clear()
         self.discard.pre_step(self.call)
         self._event("optimizer.step")
+        self.clips.event("step")
 
     def _wrap(self, obj: Any, attr: str, tag: str, undo: list) -> None:
         had, old, orig = attr in vars(obj), vars(obj).get(attr), getattr(obj, attr)
@@ -99,7 +103,8 @@ class StepWatch:
             if self.opt is not None:
                 inner = innermost(self.opt)
                 handles += [inner.register_step_pre_hook(self._pre_step),
-                            inner.register_step_post_hook(lambda *_: self.discard.post_step())]
+                            inner.register_step_post_hook(lambda *_: (self.discard.post_step(), self.clips.event("stepped")))]
+                self.clips.patch(undo)
                 self._wrap(self.opt, "zero_grad", "optimizer.zero_grad", undo)
             self._wrap(self.model, "zero_grad", "model.zero_grad", undo)
             self.values.append({id(p): p.detach().clone() for p, _ in self.params})
@@ -137,7 +142,7 @@ class StepWatch:
         self._check_cleared_before_step(out)
         carried_check(self, out)
         discarded = self.discard.finding({id(p): names for p, names in self.params}, self.events)
-        out.checks += [discarded] if discarded is not None else []
+        out.checks += [c for c in (discarded, self.clips.finding()) if c is not None]
         self._check_steps_and_moves(out)
         if not any(c.finding.status is Status.FAIL for c in out.checks) and not self.scaler_skipped():
             self._check_descent(out)

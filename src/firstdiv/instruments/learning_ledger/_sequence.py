@@ -1,0 +1,348 @@
+"""Token sequences: what the loss asks each position for, read from the loss itself, and whether the positions
+see what they are asked for.
+
+The ledger cannot assume a program is a language model from its shapes, and a model that computes its own loss
+(``model(x) -> loss``, a wrapper that shifts inside) declares no targets at all. So the premise is read from the
+program: one forward and backward of the user's ``loss_fn`` on the ledger's copy, with every module output that is
+aligned with an integer input sequence ``ids`` (``[B, T, V]`` or ``[B, T - 1, V]``) kept. Where the loss's gradient
+at a position is a pull (its most negative entry), the index pulled up is the token the loss asks that position
+for. Against the input sequence that gives:
+
+- ``next``: position ``t`` is asked for ``ids[t + 1]`` (at >= 90 % of the positions the loss supervises): next-token
+  prediction, whatever the program calls it;
+- ``same``: position ``t`` is asked for ``ids[t]``, the token it reads.
+
+Another integer input equal to ``ids`` shifted by one (SASRec's ``pos_seqs``, Transformer-XL's ``target``) is the
+same premise stated by the data. Then a counterfactual on the copy: change ``ids[:, j]`` only and run again.
+
+- ``dependency.future_visible`` (``next``): the outputs at positions before ``j`` move (beyond the floating-point
+  noise of the change, and beyond a thousandth of how much position ``j`` itself moves): an earlier position sees the
+  token it must predict.
+- ``task.target_not_shifted`` (``same``): the outputs before ``j`` do not move (the model is causal) but the output
+  at ``j`` does: every position is asked for the token it already reads, a copy with nothing to learn. An
+  autoencoder or a masked LM is not this: their positions read later tokens, or their inputs differ from the
+  tokens asked for.
+
+Nothing is concluded where no position is pulled, no input is an integer sequence, or the change does not reach the
+outputs. Everything runs on the ledger's deep copy with the RNG forked and reseeded per forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._core.batch import Batch, compute_loss
+from .._core.checks import Check
+from .._core.task import Ctx, is_int
+from ._common import failed, g4
+
+MATCH = 0.9  # fraction of supervised positions that must agree for a relation to count
+
+
+@dataclass
+class Seq:
+    key: str  # the input's name ("inputs", "inputs[1]", a keyword)
+    ids: torch.Tensor  # [B, T], batch first
+    relation: str  # "next" or "same"
+    agreement: float
+    source: str  # how the relation was read: "the loss's gradient" or "input '...' == ids shifted by one"
+    site: tuple[str, int] | None  # (module name, call index) of the aligned output; None: the model's outputs
+    pulled: torch.Tensor | None = None  # [B, T'] bool: the positions the loss's gradient pulls at the site
+
+
+def _items(x: Any) -> list[tuple[str, Any]]:
+    if isinstance(x, dict):
+        return list(x.items())
+    if isinstance(x, (list, tuple)):
+        return [(f"inputs[{i}]", v) for i, v in enumerate(x)]
+    return [("inputs", x)]
+
+
+def _with(b: Batch, key: str, value: torch.Tensor) -> Batch:
+    x = b.inputs
+    if isinstance(x, dict):
+        return Batch({**x, key: value}, b.targets, b.as_kwargs)
+    if isinstance(x, (list, tuple)):
+        return Batch(type(x)(value if f"inputs[{i}]" == key else v for i, v in enumerate(x)), b.targets, b.as_kwargs)
+    return Batch(value, b.targets, b.as_kwargs)
+
+
+def _bt(t: torch.Tensor, axis: int) -> torch.Tensor:
+    """``t`` with its batch axis first (a ``[T, B]`` sequence becomes ``[B, T]``)."""
+    return t.transpose(0, 1) if axis == 1 and t.dim() >= 2 else t
+
+
+def _sequences(ctx: Ctx) -> list[tuple[str, torch.Tensor]]:
+    """The integer ``[B, T]`` inputs (batch first), T >= 4."""
+    out = []
+    for k, v in _items(ctx.batch.inputs):
+        if isinstance(v, np.ndarray) and v.dtype.kind in "iu":
+            v = torch.from_numpy(v)
+        if torch.is_tensor(v) and is_int(v) and v.dim() == 2:
+            ids = _bt(v, ctx.batch_axis)
+            if ids.shape[1] >= 4 and ids.shape[0] >= 1:
+                out.append((k, ids))
+    return out
+
+
+class _Capture:
+    """Forward hooks keeping every float module output aligned with a sequence of length T or T - 1."""
+
+    def __init__(self, models: list[torch.nn.Module], lengths: set[int], batch: int, axis: int, grad: bool) -> None:
+        self.kept: dict[tuple[str, int], torch.Tensor] = {}
+        self.calls: dict[str, int] = {}
+        self.handles = [m.register_forward_hook(self._hook(f"{i}:{n}"))
+                        for i, model in enumerate(models) for n, m in model.named_modules()]
+        self.lengths, self.batch, self.axis, self.grad = lengths, batch, axis, grad
+
+    def _hook(self, name: str) -> Any:
+        def hook(_m: Any, _i: Any, out: Any) -> None:
+            n = self.calls[name] = self.calls.get(name, -1) + 1
+            if not torch.is_tensor(out) or not out.is_floating_point() or out.dim() < 2:
+                return
+            o = _bt(out, self.axis)
+            if o.shape[0] != self.batch or o.shape[1] not in self.lengths:
+                return
+            if self.grad and o.requires_grad:
+                out.retain_grad()
+            self.kept[(name, n)] = out
+        return hook
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def _run(ctx: Ctx, batch: Batch, lengths: set[int], n: int, grad: bool) -> tuple[Any, Any, _Capture] | None:
+    # the user's model too: a head the loss_fn closes over runs there (its hooks are removed below, its .grad restored
+    # by the ledger's guard)
+    cap = _Capture([ctx.work] if ctx.model is ctx.work else [ctx.work, ctx.model], lengths, n, ctx.batch_axis, grad)
+    try:
+        with torch.random.fork_rng(), torch.set_grad_enabled(grad):
+            torch.manual_seed(0)
+            outputs, loss = compute_loss(ctx.work, batch, ctx.loss_fn)
+            if grad and torch.is_tensor(loss) and loss.numel() == 1 and loss.requires_grad:
+                loss.backward()
+    except Exception:  # noqa: BLE001 - user code; the link already ran the program once
+        return None
+    finally:
+        cap.close()
+        if grad:
+            for p in ctx.work.parameters():
+                p.grad = None
+    return outputs, loss, cap
+
+
+def _agree(pulled: torch.Tensor, rows: torch.Tensor, ids: torch.Tensor) -> tuple[float, float]:
+    """Fractions of pulled positions where the pulled token is ids[t + 1] and ids[t]."""
+    length = pulled.shape[1]
+    nxt = rows[:, : ids.shape[1] - 1] if length >= ids.shape[1] else rows
+    a_next = (pulled[:, : nxt.shape[1]] == ids[:, 1: nxt.shape[1] + 1])[nxt].float().mean() if bool(nxt.any()) else None
+    same = (pulled == ids[:, :length])[rows].float().mean() if length <= ids.shape[1] and bool(rows.any()) else None
+    return (float(a_next) if a_next is not None else 0.0), (float(same) if same is not None else 0.0)
+
+
+def _by_gradient(ctx: Ctx, seqs: list[tuple[str, torch.Tensor]]) -> list[Seq]:
+    n = seqs[0][1].shape[0]
+    lengths = {ids.shape[1] for _, ids in seqs} | {ids.shape[1] - 1 for _, ids in seqs}
+    run = _run(ctx, ctx.batch, lengths, n, grad=True)
+    if run is None:
+        return []
+    found = []
+    for site, out in run[2].kept.items():
+        g = out.grad
+        if g is None or out.shape[-1] < 2 or out.dim() != 3:
+            continue
+        g, o = _bt(g, ctx.batch_axis), _bt(out, ctx.batch_axis)
+        rows = (g != 0).any(-1) & (g.min(-1).values < 0)
+        if not bool(rows.any()):
+            continue
+        pulled = g.argmin(-1)
+        for key, ids in seqs:
+            if o.shape[1] not in (ids.shape[1], ids.shape[1] - 1) or int(ids.max()) >= o.shape[-1]:
+                continue
+            a_next, a_same = _agree(pulled, rows, ids)
+            best = max(a_next, a_same)
+            if best >= MATCH:
+                found.append(Seq(key, ids, "next" if a_next >= a_same else "same", best, "the loss's gradient", site,
+                                 rows))
+    return found
+
+
+def _by_data(seqs: list[tuple[str, torch.Tensor]]) -> list[Seq]:
+    """An integer input equal to another one shifted by one position (the next-item targets fed to the model)."""
+    found = []
+    for key, ids in seqs:
+        for other, t in seqs:
+            if other == key or t.shape != ids.shape:
+                continue
+            keep = (t[:, :-1] != 0) & (ids[:, 1:] != 0)  # 0: the usual padding id
+            if int(keep.sum()) < 4:
+                continue
+            agree = float((t[:, :-1] == ids[:, 1:])[keep].float().mean())
+            if agree >= MATCH and float((t == ids)[t != 0].float().mean()) < MATCH:
+                found.append(Seq(key, ids, "next", agree, f"input '{other}' == '{key}' shifted by one", None))
+    return found
+
+
+def read_sequences(ctx: Ctx) -> list[Seq]:
+    """The input sequences and what the loss asks of their positions (module docstring), cached on ``ctx``."""
+    if "sequences" not in ctx.notes:
+        seqs = _sequences(ctx)
+        ctx.notes["sequences"] = (_by_gradient(ctx, seqs) or _by_data(seqs)) if seqs else []
+    return ctx.notes["sequences"]
+
+
+def _aligned(outputs: Any, n: int, length: int, axis: int) -> list[torch.Tensor]:
+    items = list(outputs.values()) if isinstance(outputs, dict) else list(outputs) if isinstance(outputs, (list, tuple)) \
+        else [outputs]
+    return [_bt(v, axis) for v in items if torch.is_tensor(v) and v.is_floating_point() and v.dim() >= 2
+            and _bt(v, axis).shape[0] == n and _bt(v, axis).shape[1] in (length, length - 1)]
+
+
+def _moves(ctx: Ctx, s: Seq) -> tuple[float, float, float] | None:
+    """How much the outputs at positions < j and at j move when only ids[:, j] changes, and their scale."""
+    n, length = s.ids.shape
+    j = length // 2
+    changed = s.ids.clone()
+    changed[:, j] = s.ids[:, j].roll(1, 0)  # another example's token: inside the vocabulary
+    if n < 2 or bool((changed[:, j] == s.ids[:, j]).all()):
+        return None
+    raw = _bt(changed, ctx.batch_axis).contiguous()
+    original = dict(_items(ctx.batch.inputs))[s.key]
+    a = _run(ctx, ctx.batch, {length, length - 1}, n, grad=False)
+    b = _run(ctx, _with(ctx.batch, s.key, raw.numpy() if isinstance(original, np.ndarray) else raw), {length, length - 1},
+             n, grad=False)
+    if a is None or b is None:
+        return None
+    if s.site is not None:
+        x, y = a[2].kept.get(s.site), b[2].kept.get(s.site)
+        pairs = [(_bt(x, ctx.batch_axis), _bt(y, ctx.batch_axis))] if x is not None and y is not None else []
+    else:
+        pairs = list(zip(_aligned(a[0], n, length, ctx.batch_axis), _aligned(b[0], n, length, ctx.batch_axis)))
+    pairs = [(x.detach().float(), y.detach().float()) for x, y in pairs if x.shape == y.shape and x.shape[1] > j]
+    if not pairs:
+        return None
+    before = max(float((x[:, :j] - y[:, :j]).abs().max()) for x, y in pairs)
+    at = max(float((x[:, j] - y[:, j]).abs().max()) for x, y in pairs)
+    scale = max(float(x.abs().max()) for x, _ in pairs)
+    return before, at, max(scale, 1e-12)
+
+
+def future_or_copy(ctx: Ctx, ev: dict[str, Any], relation: str) -> Check | None:
+    """The FAIL for the sequences whose relation is ``relation`` ("next": DEPENDENCY; "same": TASK), else None.
+    Where several inputs carry the tokens asked for (a copy task feeds them to an encoder and to a decoder), the
+    finding needs every one of them to show it: the encoder's input is read whole by design, the decoder's is not."""
+    seqs = [s for s in read_sequences(ctx) if s.relation == relation]
+    seen = []
+    for s in seqs:
+        moved = _moves(ctx, s)
+        if moved is None:
+            return None
+        before, at, scale = moved
+        causal = before <= max(1e-5 * scale, 1e-3 * at)
+        if (relation == "next" and (causal or at == 0)) or (relation == "same" and (not causal or at <= 1e-5 * scale)):
+            return None
+        seen.append((s, before, at))
+    if not seen:
+        return None
+    s, before, at = seen[-1]
+    j = s.ids.shape[1] // 2
+    ev.update(sequence_input=s.key, asked_for=relation, agreement=round(s.agreement, 4), read_from=s.source,
+              changed_position=j, earlier_outputs_change=before, output_change_at_position=at,
+              other_inputs_with_these_tokens=[x.key for x, _, _ in seen[:-1]])
+    return _future(s, j, before, ev) if relation == "next" else _copy(s, j, at, ev)
+
+
+def copies_own_token(ctx: Ctx, ids: torch.Tensor, agreement: float, ev: dict[str, Any]) -> bool | None:
+    """For declared targets equal to the token inputs: True when the model is causal on them (changing the middle
+    token moves the output there and none before it: a copy), False when earlier outputs move too (an autoencoder reads
+    the whole sequence), None when it cannot be shown."""
+    key = next((k for k, v in _items(ctx.batch.inputs) if v is ids), None)
+    if key is None or ctx.batch_axis != 0:
+        return None
+    moved = _moves(ctx, Seq(key, ids, "same", agreement, "the declared targets", None))
+    if moved is None:
+        return None
+    before, at, scale = moved
+    ev.update(changed_position=ids.shape[1] // 2, earlier_outputs_change=before, output_change_at_position=at)
+    if at <= 1e-5 * scale:
+        return None
+    return before <= max(1e-5 * scale, 1e-3 * at)
+
+
+def _future(s: Seq, j: int, before: float, ev: dict[str, Any]) -> Check:
+    return failed("DEPENDENCY", "dependency.future_visible",
+                  f"the loss asks position t for the token '{s.key}'[:, t + 1] ({s.agreement:.0%} of the supervised "
+                  f"positions, read from {s.source}), and the outputs before position {j} change (by up to {g4(before)}) "
+                  f"when only '{s.key}'[:, {j}] changes: each position sees the tokens after it, including the one it "
+                  "must predict", ev,
+                  expected=f"outputs at positions < {j} independent of '{s.key}'[:, {j}] (a causal mask)",
+                  observed=f"outputs before {j} move by {g4(before)}",
+                  hint="mask attention to later positions (a mask above the diagonal, is_causal=True, or a decoder "
+                       "instead of an encoder)")
+
+
+def _copy(s: Seq, j: int, at: float, ev: dict[str, Any]) -> Check:
+    return failed("TASK", "task.target_not_shifted",
+                  f"the loss asks position t for the token '{s.key}'[:, t] it reads ({s.agreement:.0%} of the supervised "
+                  f"positions, read from {s.source}), and the model is causal (earlier outputs do not move when "
+                  f"'{s.key}'[:, {j}] changes, the output at {j} moves by {g4(at)}): the targets are not shifted, so "
+                  "every position is trained to copy its own input", ev,
+                  expected=f"position t asked for '{s.key}'[:, t + 1] (the next token)",
+                  observed=f"position t asked for '{s.key}'[:, t]",
+                  hint="shift the targets by one: inputs = tokens[:, :-1], targets = tokens[:, 1:]")
+
+
+def _pad_runs(ids: torch.Tensor) -> tuple[torch.Tensor, int] | None:
+    """Positions holding padding: a run of one id ending (or starting) most rows, of different lengths, rare elsewhere,
+    and longer than one token in far more rows than chance repeats of a start or end token make. A trailing run's first
+    token is left out (it may be a real end-of-sequence token)."""
+    for end in (-1, 0):
+        edge = ids[:, end]
+        v = int(edge.mode().values)
+        if float((edge == v).float().mean()) < 0.75:
+            continue
+        rev = ids if end == 0 else ids.flip(1)
+        run = (rev == v).int().cumprod(1).bool()  # the run from that edge
+        lengths = run.sum(1)
+        pad = run.clone()
+        if end == -1:
+            first = (lengths - 1).clamp(min=0)
+            pad[torch.arange(ids.shape[0]), first] &= lengths == 0  # the run's first token is not padding
+            pad = pad.flip(1)
+        body = ~(run.flip(1) if end == -1 else run)
+        rare = float((ids[body] == v).float().mean()) if bool(body.any()) else 1.0
+        long = float((lengths >= 2).float().mean())  # a start/end token repeats by chance at about `rare`
+        if len(set(lengths.tolist())) >= 2 and rare <= 0.2 and long >= max(0.25, 3 * rare) and bool(pad.any()):
+            return pad, v
+    return None
+
+
+def padding_pulled(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
+    """``objective.padding_in_loss`` read from the loss's gradient: positions whose asked-for token is padding (a run
+    of one id at the edge of the sequence) are pulled by the loss: the model is trained to predict padding."""
+    for s in read_sequences(ctx):
+        runs = _pad_runs(s.ids) if s.pulled is not None else None
+        if runs is None:
+            continue
+        pad, v = runs
+        asked = pad[:, 1:] if s.relation == "next" else pad
+        rows = s.pulled[:, : asked.shape[1]]
+        hit = rows & asked[:, : rows.shape[1]]
+        if not bool(hit.any()):
+            continue
+        ev.update(sequence_input=s.key, pad_id=v, padding_positions_pulled=int(hit.sum()), read_from=s.source)
+        return failed("OBJECTIVE", "objective.padding_in_loss",
+                      f"the loss pulls the prediction toward the padding id {v} at {int(hit.sum())} positions whose "
+                      f"token in '{s.key}' is padding (a run of {v} at the end of the rows, read from {s.source}): the "
+                      "model is trained to predict padding", ev,
+                      expected="a loss that ignores padding positions (ignore_index, or a mask applied to the loss)",
+                      observed=f"nonzero loss gradient at {int(hit.sum())} padding positions",
+                      hint="set the labels at padding positions to the loss's ignore_index (-100), or multiply the "
+                           "per-token loss by the mask before reducing")
+    return None

@@ -1,0 +1,68 @@
+"""``step.norm_statistics_never_estimated``: a batch-norm layer that normalizes a training forward (gradients on, its
+output on the graph) in eval mode while its running statistics are still the values it was built with (mean 0,
+variance 1, no batch counted). In eval mode it divides by those, not by any statistic of the data: the layer does not
+normalize at all, and nothing will ever update them (eval mode does not track). Frozen batch norm in fine-tuning is
+not this: its statistics were estimated (loaded or counted) before. Read from forward hooks on the modules only while
+the step runs; the hooks are removed in ``finally``."""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+import torch
+from torch import nn
+
+from ...report import Status
+from .._core.checks import Check, check
+
+
+def _initial(m: nn.modules.batchnorm._BatchNorm) -> bool:
+    mean, var, count = m.running_mean, m.running_var, getattr(m, "num_batches_tracked", None)
+    if mean is None or var is None:
+        return False
+    return bool((mean == 0).all()) and bool((var == 1).all()) and (count is None or int(count) == 0)
+
+
+class NormWatch:
+    """Records the batch-norm modules of ``model`` that ran a training forward in eval mode on never-estimated
+    statistics."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.hits: dict[str, dict[str, Any]] = {}
+        self.handles: list[Any] = []
+
+    def __enter__(self) -> Self:
+        for name, m in self.model.named_modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+                self.handles.append(m.register_forward_hook(self._hook(name or type(m).__name__)))
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def _hook(self, name: str) -> Any:
+        def hook(m: nn.Module, _inputs: Any, out: Any) -> None:
+            if m.training or name in self.hits or not torch.is_grad_enabled():
+                return
+            if torch.is_tensor(out) and out.requires_grad and _initial(m):
+                self.hits[name] = {"module": name, "type": type(m).__name__, "training": False,
+                                   "num_batches_tracked": int(getattr(m, "num_batches_tracked", 0) or 0)}
+        return hook
+
+
+def norm_check(hits: dict[str, dict[str, Any]], where_seen: str) -> Check | None:
+    """The FAIL for the first module recorded, or None."""
+    if not hits:
+        return None
+    first, names = next(iter(hits.values())), list(hits)
+    return check(first["module"], "step.norm_statistics_never_estimated", Status.FAIL,
+                 f"{len(names)} batch-norm layer(s) ran {where_seen} in eval mode with their running statistics never "
+                 f"estimated (mean 0, variance 1, no batch counted; first: {names[0]}): they normalize nothing, and eval "
+                 "mode never updates them: the model is trained in eval mode",
+                 {"modules": names[:10], "count": len(names)},
+                 expected="training forwards in train mode (model.train()), or statistics estimated before freezing",
+                 observed=f"{names[0]}.training == False, running_mean == 0, running_var == 1, num_batches_tracked == 0",
+                 hint="call model.train() before the training loop (and again after every evaluation that calls "
+                      "model.eval())")
