@@ -30,7 +30,7 @@ Deviations from the original:
   and weekly sinusoids with random phases and amplitudes, a slow trend and noise; the last channel, the target
   "OT", a mix of the others), 1000 hourly time stamps from 2016-07-01; the dataset reads it from memory instead of
   ``pd.read_csv``; ``time_features`` is the ``timeenc=1`` path for ``freq='h'`` written out with the four feature
-  classes it selects;
+  classes it selects (pandas' ``day_of_week`` / ``day_of_year`` for the deprecated ``dayofweek`` / ``dayofyear``);
 - the device is the CPU (``use_gpu`` false); ``use_amp``, multi-GPU and ``inverse`` are off, as in the defaults;
 - ``EarlyStopping`` (it saves checkpoints to disk) and the final reload of the best checkpoint are dropped; the
   validation and test losses are still computed at the end of each epoch and the learning rate adjusted;
