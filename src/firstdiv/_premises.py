@@ -364,12 +364,10 @@ PREMISES: dict[str, Premise] = {
     "task.target_shifted_twice": Premise(
         "learning_ledger", "a language model's targets are the next token, shifted exactly once",
         "labels equal input_ids one ahead at >= 90% of supervised positions and loss_fn's value equals next-token "
-        "cross-entropy of shifted logits, not the plain one (logits too uniform to tell: a Hugging Face *ForCausalLM / "
-        "*LMHeadModel, which shifts by contract); or the targets equal the inputs two ahead at >= 90%, more often than one "
-        "ahead",
-        "not confirmed on the two-ahead path: targets two ahead on purpose (multi-token prediction) FAIL; the task is "
-        "inferred from shapes (integer [B, T] inputs and targets, [B, T, V] outputs) unless task= is given",
-        confirmed=False),
+        "cross-entropy of shifted logits, not the plain one (the loss shifts them again; logits too uniform to tell: a "
+        "Hugging Face *ForCausalLM / *LMHeadModel, which shifts by contract)",
+        "targets equal to the inputs two ahead (more often than one ahead) are a WARN: multi-token prediction on "
+        "purpose looks the same"),
     "task.target_not_shifted": Premise(
         "learning_ledger", "a language model's targets are the next token",
         "each position is asked for the token it reads: declared targets equal the inputs at >= 90% of supervised "
@@ -417,7 +415,8 @@ PREMISES: dict[str, Premise] = {
     "objective.probabilities_as_logits": Premise(
         "learning_ledger", "a logits loss receives logits",
         "the user's loss graph has a with-logits BCE or a cross-entropy whose input comes straight out of a sigmoid or "
-        "softmax (through views) with values in [0, 1] (wherever the activation sits); or outputs non-negative with "
+        "softmax (through views) with values in [0, 1] (wherever the activation sits: the model, loss_fn, a "
+        "discriminator loss_fn applies); or outputs non-negative with "
         "rows summing to 1 and the loss is not NLL of their log; or sigmoid outputs whose loss equals BCE-with-logits of "
         "them and not BCE; or, at the logits spread to std 3, the loss equals cross-entropy of their softmax",
         "not confirmed on the rows-sum-to-1 path: probability outputs with any class loss other than NLL of their log (a "
@@ -432,9 +431,9 @@ PREMISES: dict[str, Premise] = {
         "no padding shown by the batch: not checked; a loss that stays put ignores it (PASS)"),
     "objective.nll_of_raw_scores": Premise(
         "learning_ledger", "an NLL loss receives log-probabilities",
-        "the user's loss graph has an nll_loss whose input has no log-normalization among its producers (no "
-        "log_softmax, log or logsigmoid within six nodes) and whose rows' logsumexp over the classes is not 0: NLL of "
-        "raw scores is unbounded below",
+        "the user's loss graph has an nll_loss (or a ctc_loss) whose input has no log-normalization among its "
+        "producers (no log_softmax, log or logsigmoid within six nodes) and whose logsumexp over the classes is not 0: "
+        "NLL or CTC of raw scores is unbounded below",
         "always confirmed: graph and values both show it; a log-normalization anywhere behind the input finds nothing"),
     "objective.wrong_sign": Premise(
         "learning_ledger", "the loss is bounded below and falls as the answer improves",
@@ -445,7 +444,9 @@ PREMISES: dict[str, Premise] = {
     "objective.shape_broadcast": Premise(
         "learning_ledger", "a regression loss compares each output with its own target (loss 0 at a perfect prediction)",
         "outputs and targets differ in shape with the same number of elements and broadcast to a larger shape, and "
-        "loss_fn at outputs equal to the targets is not 0",
+        "loss_fn at outputs equal to the targets is not 0; or the loss's own graph shows an elementwise regression loss "
+        "(mse, smooth L1, Huber) whose prediction was expanded along a new axis as long as the batch (loss_fn squeezed "
+        "it against [B, 1] targets): every prediction meets every example's target",
         "the loss is 0 at the targets, the shapes cannot broadcast (loss_fn reshapes), or the probe cannot run: no "
         "finding"),
     "objective.unreachable": Premise(
@@ -458,21 +459,21 @@ PREMISES: dict[str, Premise] = {
     "objective.sum_reduction": Premise(
         "learning_ledger", "the loss is a per-example mean",
         "the loss equals a standard objective of the task summed (its mean times the element or example count), and on "
-        "m <= 8 examples it is m times their mean per-example loss",
-        "not confirmed as intent: the sum is shown, the premise that a sum is wrong is not; DESIGN names 'a loss that "
-        "is not a per-example mean' as intent to be declared, and learning_ledger has no argument for it (a sum of no "
-        "standard objective is only a note)", confirmed=False),
+        "m <= 8 examples it is m times their mean per-example loss: the sum is shown",
+        "that a sum is wrong is not the program's to confirm (many programs sum on purpose): never a FAIL, a WARN "
+        "naming it; a sum of no standard objective is only a note"),
     "objective.initial_loss": Premise(
         "learning_ledger", "a classification loss is cross-entropy of the logits",
-        "the loss differs from cross-entropy of the outputs by more than 10%, and is not weighted, smoothed, masked or "
-        "shifted cross-entropy, nor a loss that rewards the correct class on every example (those are notes)",
-        "not confirmed as intent: another classification objective FAILs unless it is passed as reference_loss=",
-        confirmed=False),
+        "not confirmable from the program: the loss differs from cross-entropy of the outputs by more than 10%, and is "
+        "not weighted, smoothed, masked or shifted cross-entropy, nor a loss that rewards the correct class on every "
+        "example (those are notes); a metric-learning loss on embeddings with class labels looks the same",
+        "never a FAIL (the premise is not the program's to confirm): a WARN naming the assumption; reference_loss= "
+        "declares the intended objective and turns the check into objective.manual_mismatch"),
     "objective.manual_mismatch": Premise(
         "learning_ledger", "the loss is the intended objective: reference_loss= when given, else cross-entropy",
-        "with reference_loss=: loss_fn disagrees with it on the batch or on single examples; without: the loss is within "
-        "10% of cross-entropy, but single examples do not reproduce it",
-        "not confirmed without reference_loss=: an objective close to cross-entropy on purpose FAILs", confirmed=False),
+        "with reference_loss= (the user's declaration): loss_fn disagrees with it on the batch or on single examples",
+        "without reference_loss=, a loss within 10% of cross-entropy that single examples do not reproduce is a WARN "
+        "(an objective close to cross-entropy on purpose looks the same), never a FAIL"),
     "dependency.no_trainable_parameters": Premise(
         "learning_ledger", "a model given to the learning chain has something to learn",
         "no parameter of the model has requires_grad=True",
@@ -520,8 +521,8 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "loss_fn is minimised",
         "one optimizer step on the copy moved the parameters up the gradient (<update, gradient> > 0) with maximize=True "
         "in a param group",
-        "not confirmed: maximize=True is the user's own declaration that the objective is maximised (step_probe treats "
-        "it as a note); a reward returned from loss_fn with maximize=True FAILs", confirmed=False),
+        "maximize=True is the user's own declaration that loss_fn is a reward: never a FAIL, a WARN naming both "
+        "readings"),
     "update.not_moved": Premise(
         "learning_ledger", "every owned parameter with a nonzero gradient moves in one step",
         "controlled: one optimizer step on the copy left it unchanged although the step should change it at float "
@@ -590,10 +591,9 @@ PREMISES: dict[str, Premise] = {
     "claim.objective.wrong_sign": Premise(
         "six_claims", "a loss on class targets is never negative; a regression loss falls toward the targets",
         "regression: the loss is negative and both outputs == targets and outputs 1% closer raise it; classification: "
-        "the loss is negative, nothing more",
-        "not confirmed for class targets: a negative loss FAILs without a probe (a policy-gradient loss with negative "
-        "advantages, a loss with a bonus term, integer targets that are not class labels); learning_ledger's "
-        "objective.wrong_sign asks the gradient instead", confirmed=False),
+        "the loss is negative and raising every correct-class output raises it (it punishes the targets)",
+        "a negative loss that falls when the correct-class outputs rise (a policy gradient with negative advantages, "
+        "a bonus term) or a regression loss that falls toward the targets: no finding"),
     "claim.objective.wrong_direction": Premise(
         "six_claims", "integer targets indexing an output axis are class labels the loss rewards",
         "raising every correct-class output by 0.01 x max(1, mean |output|) raises loss_fn",

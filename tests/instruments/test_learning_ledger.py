@@ -133,6 +133,13 @@ def stops_at(report: Report, link: str, kind: str) -> None:
     assert all(f.check == "not_reached" and "not reached" in f.message for f in report.findings[idx + 1:])
 
 
+def warns_at(report: Report, link: str, kind: str) -> None:
+    """A fault the ledger names without confirming it (evidence before FAIL): a WARN of that kind, never a FAIL."""
+    assert report.status is not Status.FAIL, str(report)
+    f = report.findings[LINKS.index(link)]
+    assert (f.status, f.check) == (Status.WARN, kind), str(report)
+
+
 def finding(report: Report, link: str):
     return report.findings[LINKS.index(link)]
 
@@ -215,7 +222,10 @@ def test_language_model_target_alignment(shift, kind):
     wrong = torch.full_like(targets, -100)
     wrong[:, : T - shift] = ids[:, shift:]
     report = ledger(model, (ids, wrong), loss_fn, optimizer)
-    stops_at(report, "TASK", kind)
+    if shift == 2:  # multi-token prediction on purpose looks the same: named, not a FAIL
+        warns_at(report, "TASK", kind)
+    else:
+        stops_at(report, "TASK", kind)
     assert finding(report, "TASK").evidence[f"match_shift{shift}"] == 1.0
 
 
@@ -225,7 +235,7 @@ def test_softmax_before_cross_entropy():
     model, batch, loss_fn, optimizer, rule = classification(0, softmax=True)
     report = ledger(model, batch, loss_fn, optimizer, task_probe=rule)
     stops_at(report, "OBJECTIVE", "objective.probabilities_as_logits")
-    assert finding(report, "OBJECTIVE").evidence["outputs_are_probabilities"] is True
+    assert finding(report, "OBJECTIVE").evidence["fed"] == "softmax"  # read from the loss's own graph
 
 
 def test_probabilities_with_nll_of_their_log_are_fine():
@@ -244,17 +254,18 @@ def test_flipped_loss_sign():
 def test_sum_reduction_on_regression_and_classification():
     model, batch, _, optimizer, rule = regression(0)
     report = ledger(model, batch, lambda o, t: F.mse_loss(o, t, reduction="sum"), optimizer, task_probe=rule)
-    stops_at(report, "OBJECTIVE", "objective.sum_reduction")
+    warns_at(report, "OBJECTIVE", "objective.sum_reduction")
     assert finding(report, "OBJECTIVE").evidence["ratio_to_per_example_mean"] == pytest.approx(8, rel=1e-4)
     model, batch, _, optimizer, rule = classification(0)
     report = ledger(model, batch, lambda o, t: F.cross_entropy(o, t, reduction="sum"), optimizer, task_probe=rule)
-    stops_at(report, "OBJECTIVE", "objective.sum_reduction")
+    warns_at(report, "OBJECTIVE", "objective.sum_reduction")
 
 
-def test_change_loss_mse_on_one_column_is_initial_loss():
+def test_change_loss_mse_on_one_column_is_initial_loss_named_as_a_warn():
     model, batch, _, optimizer, rule = classification(0)
     report = ledger(model, batch, lambda o, t: F.mse_loss(o[:, 0], t.float()), optimizer, task_probe=rule)
-    stops_at(report, "OBJECTIVE", "objective.initial_loss")
+    assert finding(report, "OBJECTIVE").check == "objective.initial_loss"
+    assert finding(report, "OBJECTIVE").status is Status.WARN
     ev = finding(report, "OBJECTIVE").evidence
     assert ev["ln_k"] == pytest.approx(math.log(K)) and ev["example_library_loss"] != pytest.approx(ev["example_manual_ce"])
 
@@ -262,7 +273,7 @@ def test_change_loss_mse_on_one_column_is_initial_loss():
 def test_manual_mismatch_when_close_to_cross_entropy_but_not_it():
     model, batch, _, optimizer, rule = classification(0)
     report = ledger(model, batch, lambda o, t: 1.05 * F.cross_entropy(o, t), optimizer, task_probe=rule)
-    stops_at(report, "OBJECTIVE", "objective.manual_mismatch")
+    warns_at(report, "OBJECTIVE", "objective.manual_mismatch")
 
 
 @pytest.mark.parametrize("loss_fn", [
@@ -542,7 +553,7 @@ def test_binary_single_logit_is_not_a_one_class_classifier():
 def test_maximize_true_moves_up_the_loss():
     model, batch, loss_fn, _, rule = classification(0)
     report = ledger(model, batch, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1, maximize=True), task_probe=rule)
-    stops_at(report, "PARAMETER_UPDATE", "update.wrong_direction")
+    warns_at(report, "PARAMETER_UPDATE", "update.wrong_direction")
     assert finding(report, "PARAMETER_UPDATE").evidence["update_dot_gradient"] > 0
 
 

@@ -42,6 +42,13 @@ def healthy(report: Report, *names: str) -> None:
         assert f.status is Status.PASS, str(report)
 
 
+def warns(report: Report, where: str, kind: str) -> str:
+    """Named without confirmation (evidence before FAIL): a WARN of that kind, never a FAIL."""
+    assert report.status is not Status.FAIL, str(report)
+    assert (link(report, where).status, link(report, where).check) == (Status.WARN, kind), str(report)
+    return link(report, where).message
+
+
 def stops(report: Report, where: str, kind: str) -> str:
     assert report.status is Status.FAIL, str(report)
     assert (report.first_divergence.where, report.first_divergence.kind) == (where, kind), str(report)
@@ -145,7 +152,7 @@ def test_binary_and_multilabel_bce_are_classification():
     healthy(run(probs, (x, multi), nn.BCELoss()))
     stops(run(nn.Sequential(nn.Linear(8, 5), nn.Sigmoid()), (x, multi), nn.BCEWithLogitsLoss()),
           "OBJECTIVE", "objective.probabilities_as_logits")
-    summed = stops(run(nn.Linear(8, 5), (x, multi), nn.BCEWithLogitsLoss(reduction="sum")), "OBJECTIVE", "objective.sum_reduction")
+    summed = warns(run(nn.Linear(8, 5), (x, multi), nn.BCEWithLogitsLoss(reduction="sum")), "OBJECTIVE", "objective.sum_reduction")
     assert "summed" in summed
 
 
@@ -165,7 +172,7 @@ def test_sequence_first_batches():
     report = run(SeqFirst(), (x, y), F.cross_entropy)
     healthy(report)
     assert report.details["task"] == "classification"
-    stops(run(SeqFirst(), (x, y), lambda o, t: F.cross_entropy(o, t, reduction="sum")), "OBJECTIVE", "objective.sum_reduction")
+    warns(run(SeqFirst(), (x, y), lambda o, t: F.cross_entropy(o, t, reduction="sum")), "OBJECTIVE", "objective.sum_reduction")
 
 
 def _focal(out, y, gamma=2.0):
@@ -173,13 +180,18 @@ def _focal(out, y, gamma=2.0):
     return (-(1 - logp.exp()) ** gamma * logp).mean()
 
 
-def test_focal_loss_is_a_note_and_mse_on_a_column_still_fails():
+def test_focal_loss_is_a_note_and_mse_on_a_column_is_named_but_not_a_fail():
+    """That cross-entropy is meant cannot be confirmed from the program (a metric-learning loss on embeddings with
+    class labels looks the same): a WARN naming the assumption and reference_loss=, never a FAIL."""
     torch.manual_seed(0)
     x, y = data(), torch.randint(0, 4, (32,))
     report = run(nn.Linear(8, 4), (x, y), _focal)
     healthy(report)
     assert "reference_loss" in link(report, "OBJECTIVE").message
-    stops(run(nn.Linear(8, 4), (x, y), lambda o, t: F.mse_loss(o[:, 0], t.float())), "OBJECTIVE", "objective.initial_loss")
+    report = run(nn.Linear(8, 4), (x, y), lambda o, t: F.mse_loss(o[:, 0], t.float()))
+    assert report.status is not Status.FAIL
+    assert link(report, "OBJECTIVE").check == "objective.initial_loss" and "reference_loss=" in link(report, "OBJECTIVE").message
+    assert link(report, "OBJECTIVE").status is Status.WARN
 
 
 # ---- Hugging Face models computing their own loss ---------------------------------------------------------

@@ -247,3 +247,56 @@ def test_an_evaluation_that_leaves_training_in_eval_mode_fails_the_evaluation_cl
         r = firstdiv.six_claims(m, batch, F.cross_entropy, opt, eval_fn=eval_fn, train_step=step)
         assert ("claim.evaluation.mode_not_restored" in _kinds(r)) is (not restores), r.findings
         assert m.training  # no trace: the mode eval_fn set is undone
+
+
+def test_targets_in_a_namedtuple_are_cut_and_rebuilt_without_a_crash() -> None:
+    """A replay batch's transitions as a namedtuple: the ledger's subsets keep the type (it was a could-not-check)."""
+    from collections import namedtuple
+
+    Transition = namedtuple("Transition", ["target", "weight"])
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    x = torch.randn(32, 4)
+    batch = (x, Transition(x.sum(1, keepdim=True), torch.ones(32, 1)))
+    r = firstdiv.learning_ledger(model, batch, lambda o, t: ((o - t.target) ** 2 * t.weight).mean(),
+                                 torch.optim.SGD(model.parameters(), lr=0.1), overfit_steps=20)
+    raised = [f for f in r.findings if "raised" in f.message and "could not check" in f.message]
+    assert not raised, raised
+
+
+def _ledger_of(model: nn.Module, batch, loss_fn) -> firstdiv.Report:
+    return firstdiv.learning_ledger(model, batch, loss_fn, torch.optim.Adam(model.parameters()), overfit_steps=0)
+
+
+def test_a_sigmoid_discriminator_inside_loss_fn_feeding_a_with_logits_loss_is_read_from_the_graph() -> None:
+    torch.manual_seed(0)
+    gen, disc = nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())  # the discriminator lives outside
+
+    def gan_loss(fake: torch.Tensor, _t) -> torch.Tensor:
+        score = disc(fake)
+        return F.binary_cross_entropy_with_logits(score, torch.ones_like(score))
+    r = _ledger_of(gen, (torch.randn(16, 4), torch.zeros(16)), gan_loss)
+    assert r.first_divergence is not None and r.first_divergence.kind == "objective.probabilities_as_logits"
+
+
+def test_ctc_on_raw_scores_is_unbounded_below() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(6, 5)
+    x, targets = torch.randn(4, 10, 6), torch.randint(1, 5, (4, 3))
+
+    def ctc(scores: torch.Tensor, t: torch.Tensor, log: bool) -> torch.Tensor:
+        s = scores.transpose(0, 1)
+        return F.ctc_loss(s.log_softmax(-1) if log else s, t, torch.full((4,), 10), torch.full((4,), 3))
+    assert _kinds(_ledger_of(model, (x, targets), lambda s, t: ctc(s, t, True))) == set()
+    r = _ledger_of(model, (x, targets), lambda s, t: ctc(s, t, False))
+    assert r.first_divergence is not None and r.first_divergence.kind == "objective.nll_of_raw_scores"
+
+
+def test_a_prediction_squeezed_inside_loss_fn_against_column_targets_is_a_broadcast() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(32, 4)
+    y = x.sum(1, keepdim=True)
+    ok = _ledger_of(nn.Linear(4, 1), (x, y), lambda o, t: F.mse_loss(o, t))
+    assert "objective.shape_broadcast" not in _kinds(ok)
+    r = _ledger_of(nn.Linear(4, 1), (x, y), lambda o, t: F.mse_loss(o.squeeze(), t))
+    assert r.first_divergence is not None and r.first_divergence.kind == "objective.shape_broadcast"

@@ -41,14 +41,14 @@ zero_init | mlp | six_claims -> COMPUTATION (claim.computation.zero_init)
 symmetric_init | mlp | six_claims -> COMPUTATION (claim.computation.symmetric_init)
 eval_in_train_mode | cnn | six_claims -> EVALUATION (claim.evaluation.train_mode)
 softmax_before_ce | mlp | learning_ledger -> OBJECTIVE (objective.probabilities_as_logits)
-sum_reduction | regression | learning_ledger -> OBJECTIVE (objective.sum_reduction)
+sum_reduction | regression | learning_ledger -> PARAMETER_UPDATE (update.diverges)
 flipped_loss_sign | mlp | learning_ledger -> OBJECTIVE (objective.wrong_sign); six_claims -> OBJECTIVE
 empty_mask | transformer | learning_ledger -> OBJECTIVE (objective.empty_mask)
 change_labels | mlp | learning_ledger -> TASK (task.label_mismatch)
 target_not_shifted | transformer | learning_ledger -> TASK (task.target_not_shifted)
 change_learning_rate | mlp | learning_ledger -> CAPABILITY (capability.cannot_overfit)
 remove_bias | regression | learning_ledger -> CAPABILITY (capability.cannot_overfit)
-change_loss | mlp | learning_ledger -> OBJECTIVE (objective.initial_loss)
+change_loss | mlp | learning_ledger -> OBJECTIVE (objective.initial_loss) [WARN]
 merge_heads_view | transformer | attention_check -> LEVEL_2 (attention.axis_semantics); tensor_trace -> blocks.0.attn (layout.values_moved) [WARN]
 missing_scale | transformer | attention_check -> LEVEL_4 (attention.reference_mismatch)
 leaky_causal_mask | transformer | attention_check -> LEVEL_3 (attention.forbidden_weight)

@@ -81,7 +81,7 @@ _CATALOG = (
     _fault("softmax_before_ce", "mlp", "book", "the model ends with softmax and the loss is cross_entropy, which expects logits.",
            Expect(_LEDGER, "OBJECTIVE", "objective.probabilities_as_logits")),
     _fault("sum_reduction", "regression", "book", "the MSE loss sums over the batch of 64 instead of averaging.",
-           Expect(_LEDGER, "OBJECTIVE", "objective.sum_reduction")),
+           Expect(_LEDGER, "PARAMETER_UPDATE", "update.diverges")),
     _fault("flipped_loss_sign", "mlp", "book", "loss_fn returns the negated cross-entropy, so training maximizes it.",
            Expect(_LEDGER, "OBJECTIVE", "objective.wrong_sign"), Expect(_SIX, "OBJECTIVE")),
     _fault("empty_mask", "transformer", "book", "an inverted padding test sets every target to ignore_index: the loss is NaN.",
@@ -95,7 +95,7 @@ _CATALOG = (
     _fault("remove_bias", "regression", "deepcrime", "a bias-free linear model must fit targets offset by +20.",
            Expect(_LEDGER, "CAPABILITY", "capability.cannot_overfit")),
     _fault("change_loss", "mlp", "deepcrime", "the classifier is trained with MSE between its first logit and the class id.",
-           Expect(_LEDGER, "OBJECTIVE", "objective.initial_loss")),
+           Expect(_LEDGER, "OBJECTIVE", "objective.initial_loss", "WARN")),
 )
 
 _SHAPES = (

@@ -134,6 +134,12 @@ def plain(value: Any) -> Any:
     return value
 
 
+def rebuild(like: Any, items: Any) -> Any:
+    """A tuple or list of ``like``'s type holding ``items`` (a namedtuple takes them as positional fields)."""
+    items = list(items)
+    return type(like)(*items) if isinstance(like, tuple) and hasattr(like, "_fields") else type(like)(items)
+
+
 def split_batch(batch: Any, model: nn.Module | None = None) -> Batch:
     """Normalise ``batch`` (see the module docstring); ``model`` decides whether a dict's targets key is
     passed on to ``forward``. Raises InvalidArgument for anything else."""
@@ -255,7 +261,7 @@ def to_device(value: Any, device: torch.device | None) -> Any:
     if isinstance(value, Mapping):
         return {k: to_device(v, device) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
-        return type(value)(to_device(v, device) for v in value)
+        return rebuild(value, (to_device(v, device) for v in value))
     return value
 
 

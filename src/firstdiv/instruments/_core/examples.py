@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .batch import Batch
+from .batch import Batch, rebuild
 
 __all__ = ["batch_axis", "dense", "logits_of", "num_examples", "take_examples", "tensors"]
 
@@ -87,7 +87,7 @@ def _take(x: Any, n: int, k: int, axis: int) -> Any:
     if isinstance(x, Mapping):
         return {key: _take(v, n, k, axis) for key, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_take(v, n, k, axis) for v in x)
+        return rebuild(x, (_take(v, n, k, axis) for v in x))
     return x
 
 

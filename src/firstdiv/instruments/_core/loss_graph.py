@@ -7,7 +7,9 @@ or ``loss_fn``). Each finding is confirmed twice, by the graph and by the values
 - a cross-entropy (log_softmax then NLL) whose logits come straight out of a softmax: rows that sum to 1;
 - an NLL loss (``nll_loss``, ``NLLLoss``) whose input has no log-normalization behind it (no log_softmax / log /
   logsigmoid among its producers) and whose rows are not log-probabilities (logsumexp over the classes is not 0):
-  NLL of raw scores is unbounded below, the model can raise the target's score forever.
+  NLL of raw scores is unbounded below, the model can raise the target's score forever;
+- a CTC loss (``ctc_loss``, ``CTCLoss``) fed the same (its ``log_probs`` not log-normalized over the classes, the last
+  axis): the alignment probabilities are not probabilities, and the loss falls below 0 without bound.
 
 Anything else (a graph without these nodes, values that do not confirm it) finds nothing.
 """
@@ -111,6 +113,44 @@ def _nll(node: Any) -> Misfed | None:
                   {"logsumexp_over_classes_max_abs": off, "input_max": float(x.max()), "fed_by": type(fed).__name__})
 
 
+def _ctc(node: Any) -> Misfed | None:
+    x = _saved(node, "_saved_log_probs")
+    producer = node.next_functions[0][0] if node.next_functions else None
+    if x is None or x.dim() < 2 or x.numel() == 0 or _has_log_behind(producer):
+        return None
+    off = float(torch.logsumexp(x.double(), dim=-1).abs().max())
+    if off <= 1e-3:
+        return None
+    fed = _through_views(producer)
+    return Misfed("objective.nll_of_raw_scores", "ctc_loss", type(fed).__name__ if fed is not None else "a leaf",
+                  {"logsumexp_over_classes_max_abs": off, "input_max": float(x.max()), "fed_by": type(fed).__name__})
+
+
+_ELEMENTWISE = ("MseLossBackward0", "SmoothL1LossBackward0", "HuberLossBackward0")
+
+
+def broadcast_into_loss(loss: Any) -> tuple[list[int], list[int]] | None:
+    """(the prediction's shape, the shape it was expanded to) for an elementwise regression loss node (mse, smooth L1,
+    Huber) whose prediction was broadcast against a target of another shape, or None. Read from the graph: the loss
+    node's input is an expand of a smaller tensor."""
+    if not torch.is_tensor(loss) or loss.grad_fn is None:
+        return None
+    for node in _nodes(loss):
+        if type(node).__name__ not in _ELEMENTWISE or not node.next_functions:
+            continue
+        producer = node.next_functions[0][0]
+        x = _saved(node, "_saved_self")
+        if type(producer).__name__ != "ExpandBackward0" or x is None:
+            continue
+        try:
+            small = [int(d) for d in producer._saved_self_sym_sizes]
+        except (AttributeError, RuntimeError, TypeError):
+            continue
+        if x.numel() > max(1, torch.Size(small).numel()):
+            return small, list(x.shape)
+    return None
+
+
 def misfed(loss: Any) -> Misfed | None:
     """The first loss node of ``loss``'s graph fed what it cannot use (module docstring), or None."""
     if not torch.is_tensor(loss) or loss.grad_fn is None:
@@ -118,7 +158,7 @@ def misfed(loss: Any) -> Misfed | None:
     for node in _nodes(loss):
         name = type(node).__name__
         found = _with_logits(node) if name == "BinaryCrossEntropyWithLogitsBackward0" else \
-            _nll(node) if name in _NLL else None
+            _nll(node) if name in _NLL else _ctc(node) if name == "CtcLossBackward0" else None
         if found is not None:
             return found
     return None

@@ -41,7 +41,7 @@ from .._core.lr import step_at_base_lr
 from .._core.state import detached_copy
 from .._core.task import Ctx, err, is_int, seed_copies
 from ._common import failed, g4, passed, skipped_link, to_logits_2d, warned
-from ._floor import floor
+from ._floor import floor, untestable
 from ._links import lr_of, step, trainable
 
 TINY = 8
@@ -124,11 +124,6 @@ def _copy(ctx: Ctx, scale: float) -> tuple[torch.nn.Module, torch.optim.Optimize
     for g in opt.param_groups:
         g["lr"] = g["lr"] * scale
     return model, opt
-
-
-def _base_lrs(ctx: Ctx) -> list[float]:
-    """Each group's lr as the rounds start from it: the current lr, or its schedule's initial_lr during a warmup."""
-    return [lr_of(g) or float(g.get("initial_lr") or 0.0) for g in ctx.optimizer.param_groups]
 
 
 def _judge(r: Round, known: bool, i: int, budget: int, last: bool) -> str | None:
@@ -236,9 +231,9 @@ def check_capability(ctx: Ctx) -> Check:
                           "mode": "train" if ctx.model.training else "eval", "floor_known": known,
                           "criterion": (f"loss falls by {FIT:.0%} of its initial value, or 100% accuracy" if known else
                                         f"the loss falls by {LEARN:.0%} (this objective has no known floor)")}
-    if not plain and all(lr == 0 for lr in _base_lrs(ctx)):
-        return _skipped("the program's lr is 0 in every param group at this step and no base lr is known (no schedule's "
-                        "initial_lr): escalating 0 stays 0, so whether the model can fit was not checked", ev)
+    why = "" if plain else untestable(ctx.optimizer)
+    if why:
+        return _skipped(f"{why}, so whether the model can fit was not checked", ev)
     t0 = time.perf_counter()
     ctx.notes["capability_deadline"] = t0 + TIME_BUDGET
     rounds, error = _escalate(ctx, tiny, known)

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ...report import Status
-from .._core.batch import Batch
+from .._core.batch import Batch, rebuild
 from .._core.checks import Check, check
 from .._core.task import Ctx, is_int
 
@@ -23,8 +23,9 @@ def passed(link: str, message: str, evidence: dict[str, Any]) -> Check:
     return check(link, link.lower(), Status.PASS, message, evidence)
 
 
-def warned(link: str, message: str, evidence: dict[str, Any]) -> Check:
-    return check(link, link.lower(), Status.WARN, message, evidence)
+def warned(link: str, message: str, evidence: dict[str, Any], kind: str = "") -> Check:
+    """A WARN of ``link``; ``kind`` names a fault the link names without confirming it (evidence before FAIL)."""
+    return check(link, kind or link.lower(), Status.WARN, message, evidence)
 
 
 def skipped_link(link: str, message: str, evidence: dict[str, Any]) -> Check:
@@ -59,7 +60,7 @@ def take(x: Any, index: slice) -> Any:
     if isinstance(x, Mapping):
         return {k: take(v, index) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(take(v, index) for v in x)
+        return rebuild(x, (take(v, index) for v in x))
     return x
 
 

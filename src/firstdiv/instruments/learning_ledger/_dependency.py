@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .._core.batch import Batch, compute_loss
+from .._core.batch import Batch, compute_loss, rebuild
 from .._core.checks import Check
 from .._core.examples import logits_of
 from .._core.task import Ctx, input_ids, is_int
@@ -58,7 +58,7 @@ def _items(inputs: Any, name: str = "inputs") -> list[tuple[str, Any]]:
 
 def _with(b: Batch, key: str, value: torch.Tensor) -> Batch:
     x = b.inputs
-    new = {**x, key: value} if isinstance(x, dict) else type(x)(value if f"inputs[{i}]" == key else v for i, v in enumerate(x)) \
+    new = {**x, key: value} if isinstance(x, dict) else rebuild(x, (value if f"inputs[{i}]" == key else v for i, v in enumerate(x))) \
         if isinstance(x, (list, tuple)) else value
     return Batch(new, b.targets, b.as_kwargs)
 

@@ -47,3 +47,14 @@ def floor(ctx: Ctx, tiny: Batch) -> bool:
                                 "augmentation), so CAPABILITY asks for learning, not for reaching the floor, and a "
                                 "plateau is not read as a model that cannot fit")
     return known_floor(ctx) and noisy is None
+
+
+def untestable(opt: torch.optim.Optimizer) -> str:
+    """Why overfitting with the program's optimizer says nothing: loss_fn climbed (maximize=True), or every group's
+    lr 0 with no schedule's initial_lr to start from (escalating 0 stays 0); "" when it can run."""
+    if any(g.get("maximize") for g in opt.param_groups):
+        return "a param group has maximize=True (loss_fn is climbed)"
+    if all(not float(g.get("lr") or 0.0) and not float(g.get("initial_lr") or 0.0) for g in opt.param_groups):
+        return ("the program's lr is 0 in every param group at this step and no base lr is known (no schedule's "
+                "initial_lr): escalating 0 stays 0")
+    return ""

@@ -289,12 +289,10 @@ def check_update(ctx: Ctx) -> Check:
     ev["update_dot_gradient"] = descent
     maximize = [gi for gi, g in enumerate(opt.param_groups) if g.get("maximize")]
     if descent > 0 and maximize:
-        return failed("PARAMETER_UPDATE", "update.wrong_direction",
-                      f"one {type(opt).__name__} step moved the parameters up the loss (<update, gradient> = {g4(descent)} "
-                      f"> 0): param group(s) {maximize} have maximize=True", ev,
-                      expected="an update against the gradient (<update, gradient> < 0)",
-                      observed=f"<update, gradient> = {g4(descent)}, maximize=True in group(s) {maximize}",
-                      hint="drop maximize=True (the loss is to be minimised), or return a reward, not a loss, from loss_fn")
+        return warned("PARAMETER_UPDATE", f"one {type(opt).__name__} step moved the parameters up loss_fn "
+                      f"(<update, gradient> = {g4(descent)} > 0): param group(s) {maximize} have maximize=True; right if "
+                      "loss_fn returns a reward, wrong if it returns a loss (then drop maximize=True)", ev,
+                      kind="update.wrong_direction")
     if not_moved:
         n = not_moved[0]
         return failed("PARAMETER_UPDATE", "update.not_moved",

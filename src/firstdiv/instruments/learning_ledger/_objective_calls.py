@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .._core.batch import loss_problem
+from .._core.batch import loss_problem, rebuild
 from .._core.examples import logits_of, num_examples
 from .._core.task import Ctx, err
 
@@ -36,7 +36,7 @@ def cut(x: Any, rows: tuple[int, int] | None, n: int | None, axis: int) -> Any:
         ax = example_axis(x, n, axis) if x.layout == torch.strided else None
         return x if ax is None else x.narrow(ax, rows[0], rows[1] - rows[0])
     if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-        return type(x)(cut(v, rows, n, axis) for v in x)
+        return rebuild(x, (cut(v, rows, n, axis) for v in x))
     return x
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .._core.checks import Check
+from ...report import Status
+from .._core.checks import Check, check
 from .._core.task import Ctx, err, is_int
 from ._common import failed, g4, isclose, manual_ce, to_logits_2d
 from ._objective_calls import call, example_axis, per_example
@@ -233,21 +234,17 @@ def _not_cross_entropy(ctx: Ctx, od: torch.Tensor, value: float, ce: float, pair
         return None
     example = f"example 0: library {g4(pairs[0][0])} vs manual cross-entropy {g4(pairs[0][1])}"
     if abs(value - ce) > FAR * max(abs(ce), 1e-12):
-        return failed("OBJECTIVE", "objective.initial_loss",
-                      f"loss {g4(value)} is not the cross-entropy of these outputs ({g4(ce)}; ln K = {g4(math.log(k))} for "
-                      f"an untrained {k}-class model); {example}", ev,
-                      expected=f"~ ln K = {g4(math.log(k))} at initialisation (cross-entropy of these outputs {g4(ce)})",
-                      observed=f"loss {g4(value)}",
-                      hint="the loss is a different objective from cross-entropy over the class logits (e.g. MSE on one "
-                           "column): use F.cross_entropy(logits, class_ids); if this objective is intended, pass it written by hand "
-                           "as reference_loss= to check it instead")
-    return failed("OBJECTIVE", "objective.manual_mismatch",
-                  f"loss {g4(value)} is within {FAR:.0%} of cross-entropy ({g4(ce)}) but not equal, and single examples do "
-                  f"not reproduce it: {example}", ev,
-                  expected="loss_fn on one example == F.cross_entropy(logits, target) on that example",
-                  observed=example,
-                  hint="write the loss for one example by hand and compare: a wrong class axis, a misaligned target "
-                       "or an extra term")
+        # that cross-entropy is meant is an assumption the program cannot confirm (a metric-learning loss on
+        # embeddings with class labels looks the same): named, never a FAIL
+        return check("OBJECTIVE", "objective.initial_loss", Status.WARN,
+                     f"loss {g4(value)} is not the cross-entropy of these outputs ({g4(ce)}; ln K = {g4(math.log(k))} for "
+                     f"an untrained {k}-class model; {example}): if the outputs are class scores and cross-entropy is "
+                     "meant, the loss is another objective (e.g. MSE on one column); if this objective is intended (a "
+                     "metric or ranking loss on embeddings), pass it written by hand as reference_loss= to check it", ev)
+    return check("OBJECTIVE", "objective.manual_mismatch", Status.WARN,
+                 f"loss {g4(value)} is within {FAR:.0%} of cross-entropy ({g4(ce)}) but not equal, and single examples do "
+                 f"not reproduce it ({example}): a wrong class axis, a misaligned target or an extra term, unless this "
+                 "objective is meant; pass it written by hand as reference_loss= to check it", ev)
 
 
 def _smoothing(ctx: Ctx, od: torch.Tensor, value: float, ce: float) -> float | None:

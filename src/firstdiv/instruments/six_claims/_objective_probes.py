@@ -77,9 +77,9 @@ def class_checks(out: torch.Tensor, t: torch.Tensor, dim: int, k: int, loss_fn: 
     raised = _probe_loss(loss_fn, (z + bump).movedim(-1, dim) if dim != -1 else z + bump, t)
     ev.update(loss=loss0, loss_after_raising_correct_logit=raised, delta=delta)
     tol = 1e-6 * max(1.0, abs(loss0))
-    if loss0 < -tol:
-        msg = (f"loss is {loss0:.4g} < 0 for integer class targets; a cross-entropy-like objective is never negative, "
-               "so the sign is flipped and training maximizes the error")
+    if loss0 < -tol and raised is not None and raised > loss0 + tol:  # negative, and it punishes the targets
+        msg = (f"loss is {loss0:.4g} < 0 for integer class targets and raising every correct-class output by "
+               f"{delta:.2g} raises it ({loss0:.4g} -> {raised:.4g}): the sign is flipped and training maximizes the error")
         return "claim.objective.wrong_sign", msg, ev
     if raised is not None and raised > loss0 + tol:
         msg = (f"raising every correct-class output by {delta:.2g} raised the loss {loss0:.4g} -> {raised:.4g}; "

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ...report import Status
-from .._core.batch import Batch
+from .._core.batch import Batch, rebuild
 from .._core.checks import Check
 from .._core.copying import model_copy
 from ._linear_fit import linear_fit
@@ -79,7 +79,7 @@ def _mixable(batch: Batch) -> tuple[torch.Tensor | None, Any]:
     if len(dense) != 1:
         return None, None
     i = dense[0]
-    return x[i], (lambda t: type(x)((*x[:i], t, *x[i + 1:])))
+    return x[i], (lambda t: rebuild(x, (*x[:i], t, *x[i + 1:])))
 
 
 def _affine(model: nn.Module, batch: Batch, axis: int, ev: dict[str, Any]) -> Check:
