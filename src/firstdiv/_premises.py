@@ -611,13 +611,6 @@ PREMISES: dict[str, Premise] = {
         "returned different metrics",
         "WARN when masks were drawn but the two calls agreed; WARN not_repeatable when the calls differ with no mask "
         "drawn (randomness of another kind)"),
-    "claim.evaluation.mode_not_restored": Premise(
-        "six_claims", "the training step trains in training mode whatever the evaluation did",
-        "on the user's objects under the guard: one train_step, one eval_fn, one train_step, with forward pre-hooks; "
-        "Dropout/BatchNorm modules ran in training mode in the first step and in eval mode in the step after eval_fn "
-        "(the program as given starts in training mode)",
-        "a module train_step keeps in eval mode itself (frozen batch norm) is in eval mode both times; a model given in "
-        "eval mode, or user code that raises: no finding"),
     "claim.differentiation.detached": Premise(
         "six_claims", "every trainable parameter the loss depends on gets a gradient",
         "after backward on the measured copy its gradient is None and " + _DEPENDS,

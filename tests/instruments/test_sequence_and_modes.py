@@ -219,36 +219,6 @@ def test_a_loss_that_trains_on_padding_is_found_from_its_gradient() -> None:
         assert ("objective.padding_in_loss" in _kinds(r)) is (not ignore), r.findings
 
 
-def _eval_program(restores: bool):
-    torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.ReLU(), nn.Linear(8, 2))
-    x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-
-    def step() -> torch.Tensor:
-        if restores:
-            m.train()
-        opt.zero_grad()
-        loss = F.cross_entropy(m(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    def eval_fn(model: nn.Module, batch) -> float:
-        model.eval()
-        with torch.no_grad():
-            return float((model(batch[0]).argmax(1) == batch[1]).float().mean())
-    return m, (x, y), opt, step, eval_fn
-
-
-def test_an_evaluation_that_leaves_training_in_eval_mode_fails_the_evaluation_claim() -> None:
-    for restores in (False, True):
-        m, batch, opt, step, eval_fn = _eval_program(restores)
-        r = firstdiv.six_claims(m, batch, F.cross_entropy, opt, eval_fn=eval_fn, train_step=step)
-        assert ("claim.evaluation.mode_not_restored" in _kinds(r)) is (not restores), r.findings
-        assert m.training  # no trace: the mode eval_fn set is undone
-
-
 def test_targets_in_a_namedtuple_are_cut_and_rebuilt_without_a_crash() -> None:
     """A replay batch's transitions as a namedtuple: the ledger's subsets keep the type (it was a could-not-check)."""
     from collections import namedtuple

@@ -61,7 +61,6 @@ from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._evaluation import evaluation
 from ._measured_step import Measured, measure, step_moves, weighted_layers
-from ._mode_after_eval import mode_not_restored
 from ._objective_probes import Recording, class_checks, descent, infer_task, regression_checks
 from ._representation import AFFINE_RTOL, representation
 from ._verdict import NOTE, claim, skip
@@ -115,12 +114,8 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
         if stepped:
             with guarded(model, train_step, *extra):  # the user's own step, on the user's objects: restored
                 run.moved, run.step_error = step_moves(model, train_step)
-        evaluated = evaluation(model, batch, eval_fn)
-        if evaluated.finding.status is not Status.FAIL:
-            with guarded(model, train_step, *extra):  # the user's own step and eval_fn, on the user's objects: restored
-                evaluated = mode_not_restored(model, batch, eval_fn, train_step) or evaluated
         claims = [representation(model, b, axis), _computation(model, run, (optimizer, b, loss_fn)), _objective(model, b, loss_fn, run),
-                  _differentiation(run, model, b, loss_fn), _update(run, stepped), evaluated]
+                  _differentiation(run, model, b, loss_fn), _update(run, stepped), evaluation(model, batch, eval_fn)]
     return _report(claims, eval_fn is not None, stepped)
 
 
