@@ -7,9 +7,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                             "parameters are not on the loss's autograd graph: 2 "
                                                             'trainable parameters get no gradient and th; diagnose '
                                                             'WARN at None',
- 'annotatedtransformer_copy.no_subsequent_mask': 'owner saw WARN None None: DEPENDENCY: 2 of 92 trainable parameters '
-                                                 "are not on the loss's autograd graph: 2 trainable parameters get "
-                                                 'no gradient and th; diagnose WARN at None',
  'awdlstm_lm.targets_not_shifted': 'owner saw WARN None None: TASK: 127 of 400 supervised targets are outside [0, '
                                    '16) for outputs of size 16 (min 0, max 56, e.g. [16, 17, 18]), and loss_; '
                                    'diagnose WARN at None',
@@ -18,6 +15,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'leaves it ; diagnose WARN at None',
  'bertpytorch_mlm.mask_never_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'bertpytorch_mlm.nsp_ignore_index_0': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bicyclegan_pix2pix.l1_against_input': 'owner saw PASS None None: ; diagnose PASS at None',
  'cifar10fast_resnet.bias_optimiser_dropped': 'owner saw PASS None None: AUTOGRAD: not checked: forward pass or '
                                               'loss_fn raised UserCodeError: the model raised ValueError: dictionary '
                                               'update sequence; diagnose FAIL at step_probe prep_norm.bias '
@@ -31,8 +29,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                   'decoder.ppm.0.1.weight step.not_updated: unchanged; diagnose FAIL '
                                                   'at step_probe decoder.ppm.0.1.weight '
                                                   'step_probe:decoder.ppm.0.1.weight',
- 'csailsemseg_ppm.fix_bn_from_scratch': 'owner saw PASS None None: ; diagnose PASS at None',
  'csailsemseg_ppm.flip_image_not_label': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ddim_diffusion.alphas_not_cumulative': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ddim_diffusion.zero_grad_after_backward': 'owner saw FAIL temb.dense.0.weight step.zero_grad_before_step: '
+                                            'temb.dense.0.weight step.zero_grad_before_step: .grad none at '
+                                            'optimizer.step; diagnose FAIL at step_probe temb.dense.0.weight '
+                                            'step_probe:temb.dense.0.weight',
  'decisiontransformer_gym.action_from_action_token': 'owner saw WARN None None: DEPENDENCY: 5 of 42 trainable '
                                                      "parameters are not on the loss's autograd graph: 5 trainable "
                                                      'parameters get no gradient and th; diagnose WARN at None',
@@ -42,6 +44,20 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'decisiontransformer_gym.padding_in_loss': 'owner saw WARN None None: DEPENDENCY: 5 of 42 trainable parameters are '
                                             "not on the loss's autograd graph: 5 trainable parameters get no "
                                             'gradient and th; diagnose WARN at None',
+ 'deepctrtorch_deepfm.reg_loss_frozen': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deepctrtorch_deepfm.zero_grad_before_step': 'owner saw FAIL embedding_dict.C1.weight step.zero_grad_before_step: '
+                                              'embedding_dict.C1.weight step.zero_grad_before_step: .grad none at '
+                                              'optimizer.step; diagnose FAIL at step_probe embedding_dict.C1.weight '
+                                              'step_probe:embedding_dict.C1.weight',
+ 'deeprl_qrdqn.mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deeprl_qrdqn.quantile_indicator_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deeprlpytorch_dueling_ddqn.advantage_mean_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deeprlpytorch_dueling_ddqn.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deeprlpytorch_dueling_ddqn.soft_update_args_swapped': 'owner saw PASS None None: optimizer: update rule check '
+                                                        'skipped: Adam is not plain SGD (stateful update rule); '
+                                                        'diagnose PASS at None',
+ 'deepspeechpytorch_ds2.collate_sorts_spectrograms_only': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deepspeechpytorch_ds2.output_sizes_all_padded': 'owner saw PASS None None: ; diagnose PASS at None',
  'deit_distillation.distill_on_class_head': 'owner saw WARN None None: DEPENDENCY: 2 of 35 trainable parameters are '
                                             "not on the loss's autograd graph: 2 trainable parameters get no "
                                             'gradient and th; diagnose WARN at None',
@@ -54,6 +70,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'dgi_infomax.step_before_backward': 'owner saw FAIL gcn.bias step.not_updated: gcn.bias step.not_updated: no '
                                      'parameter moved; diagnose FAIL at step_probe gcn.bias step_probe:gcn.bias',
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
                                                      '32] -> [1, 32, 64] puts input axis 1 (size 32) across output '
                                                      'axes [1, 2], while output axi; diagnose WARN at None',
@@ -70,21 +89,24 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'improveddiffusion_hybrid.vb_term_trains_mean': 'owner saw WARN None None: GRADIENT: 32 trainable parameters get no '
                                                  'gradient and the loss does not depend on them (perturbing them on '
                                                  'a copy leaves it ; diagnose WARN at None',
+ 'informer_etth.dec_inp_future_not_zeroed': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'informer_etth.prob_context_not_transposed': 'owner saw WARN None None: encoder.attn_layers.0.attention: '
+                                              'op:view@encoder.attn_layers.0.attention: [32, 4, 48, 8] -> [32, 48, '
+                                              '32] puts input axis 2 (; diagnose WARN at None',
  'jeonsworld_vit.patches_reshaped_not_transposed': 'owner saw WARN None None: transformer.embeddings: '
                                                    'op:reshape@transformer.embeddings: [16, 32, 4, 4] -> [16, 16, '
                                                    '32] puts input axis 1 (size 32) across; diagnose WARN at None',
+ 'kdpytorch_cnn_distill.kl_on_probabilities': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 8 '
+                                              'fixed examples, Adam lr 0.001 at any lr up to 1 (loss -73.63 -> best '
+                                              '-80.82, 10% d; diagnose WARN at None',
+ 'kdpytorch_cnn_distill.teacher_outputs_from_shuffled_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'lightly_simsiam.stop_gradient_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightningbolts_vae.kl_coeff_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'lightningbolts_vae.sample_instead_of_rsample': 'diagnose FAIL at step_probe encoder.conv1.weight '
                                                  'step_probe:encoder.conv1.weight',
  'lightninghydra_mnist.automatic_optimization_off': 'owner saw FAIL optimizer.step step.no_optimizer_step: '
                                                     'optimizer.step step.no_optimizer_step: 0 calls; diagnose FAIL '
                                                     'at step_probe optimizer.step step_probe:optimizer.step',
- 'llama2c_lm.attention_not_causal': 'owner saw WARN None None: OBJECTIVE: not checked: loss_fn returned None, not a '
-                                    "tensor; return the loss tensor itself (not loss.item()) on the ledger's; "
-                                    'diagnose WARN at None',
- 'lora_gpt2_e2e.lm_mask_not_passed': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient and '
-                                     'the loss does not depend on them (perturbing them on a copy leaves it u; '
-                                     'diagnose WARN at None',
  'lora_gpt2_e2e.lora_factors_both_zero': 'diagnose FAIL at reachability transformer.h.0.attn.c_attn.lora_A '
                                          'reachability:transformer.h.0.attn.c_attn.lora_A',
  'lora_gpt2_e2e.lora_not_marked_trainable': 'owner saw WARN None None: transformer.h.0.attn.c_attn.lora_A: '
@@ -98,12 +120,22 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                              'loss depends on them could not be checked (first: net.3.bias); declare '
                                              'them with; diagnose WARN at None',
  'minimalrl_dqn.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'palm_lm.causal_mask_lower': 'owner saw PASS None None: ; diagnose PASS at None',
- 'palm_lm.labels_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nerfpytorch_blender.meshgrid_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nflows_maf_moons.logabsdet_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
+                                       'capability.cannot_overfit: loss 1.875 -> best 1.838 (1.96% down) at every '
+                                       'lr; diagnose FAIL at learning_ledger CAPABILITY learning_ledger:CAPABILITY',
+ 'nflows_maf_moons.output_mask_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'patchtst_supervised.patches_reshaped_not_permuted': 'owner saw WARN None None: model.backbone: '
                                                       'op:reshape@model.backbone: [32, 7, 16, 12] -> [32, 7, 12, 16] '
                                                       'puts input axis 3 (size 12) across output axes; diagnose WARN '
                                                       'at None',
+ 'pml_triplet_miner.normalize_over_batch': 'owner saw WARN None None: OBJECTIVE: loss 0.09164 is not the '
+                                           'cross-entropy of these outputs (2.824; ln K = 2.773 for an untrained '
+                                           '16-class model; exam; diagnose WARN at None',
+ 'pml_triplet_miner.pairs_zipped_into_triplets': 'owner saw WARN None None: OBJECTIVE: loss 0.07877 is not the '
+                                                 'cross-entropy of these outputs (2.824; ln K = 2.773 for an '
+                                                 'untrained 16-class model; exam; diagnose WARN at None',
  'powerfulgnns_gin.edge_offsets_missing': 'owner saw WARN None None: DEPENDENCY: 1 of 23 trainable parameters are '
                                           "not on the loss's autograd graph: 1 trainable parameters get no gradient "
                                           'and th; diagnose WARN at None',
@@ -114,6 +146,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'None after backward, and the loss does not depend on it (perturbing it '
                                            'on a co; diagnose WARN at None',
  'ppopytorch_ppo.reward_leak': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pyg_gcn.conv2_group_dropped': 'owner saw FAIL conv2.bias optimizer.missing_parameter: conv2.bias '
+                                'optimizer.missing_parameter: optimizer does not own 2 trainable tensors in 2 '
+                                'modules; diagnose FAIL at four_structures conv2.bias four_structures:conv2.bias',
+ 'pytorchcifar10_module.scheduler_interval_epoch': 'owner saw SKIPPED None None: the model raised ValueError: too '
+                                                   'many values to unpack (expected 2) on inputs [32, 3, 32, 32]; '
+                                                   'the ledger needs one forwa; diagnose WARN at None',
  'pytorchfm_afm.label_in_fields': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchsac_sac.mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchsac_sac.soft_update_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
@@ -129,12 +167,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rainbow_c51.nonterminal_mask_dropped': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
                                          'stochastic objective plateaued on 32 fixed examples, Adam lr 0.0001 at '
                                          'every lr u; diagnose WARN at None',
- 'sasrecpytorch_sasrec.float_tril_mask': 'owner saw PASS None None: ; diagnose PASS at None',
  'sasrecpytorch_sasrec.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'showattendtell_caption.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'showattendtell_caption.targets_from_unsorted_captions': 'owner saw PASS None None: ; diagnose PASS at None',
  'simclr_resnet.random_positive_index': 'owner saw PASS None None: ; diagnose PASS at None',
- 'simclr_resnet.trained_in_eval_mode': 'owner saw WARN None None: optimizer: update rule check skipped: Adam is not '
-                                       'plain SGD (stateful update rule); backbone.bn1.bias: train_step moves the ; '
-                                       'diagnose WARN at None',
  'spinningup_ppo.bootstrap_at_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.vf_zero_grad_outside_loop': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
                                              'is not plain SGD (stateful update rule); diagnose PASS at None',
@@ -143,6 +180,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'ssdpytorch_multibox.negatives_mined_ascending': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.views_reshaped_not_split': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'tabm_regression.labels_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
  'tabnet_classifier.grad_reset_after_backward': 'owner saw FAIL embedder.embeddings.0.weight '
                                                 'step.zero_grad_before_step: embedder.embeddings.0.weight '
                                                 'step.zero_grad_before_step: .grad none at optimiz; diagnose FAIL at '
@@ -151,6 +189,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'tabnet_classifier.sparsity_loss_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 2 of 58 trainable parameters '
                                                  "are not on the loss's autograd graph: 2 trainable parameters get "
                                                  'no gradient and th; diagnose WARN at None',
+ 'tcn_adding.readout_at_first_step': 'owner saw PASS None None: ; diagnose PASS at None',
  'td3_pendulum.q2_trained_on_q1': 'owner saw WARN None None: l4.weight: l4.weight: gradient is None after backward, '
                                   'and the loss does not depend on it (perturbing it on a copy leaves th; diagnose '
                                   'WARN at None',
@@ -160,6 +199,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'teapearce_cfg_diffusion.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                     'Adam is not plain SGD (stateful update rule); diagnose PASS at '
                                                     'None',
+ 'torchdiffeq_odenet.returns_initial_state': 'owner saw WARN None None: 7.odefunc.norm1.weight: '
+                                             '7.odefunc.norm1.weight: in the loss graph but its gradient is exactly '
+                                             'zero, and the loss does not de; diagnose WARN at None',
  'trainclip_wrapper.cached_embeddings_not_replaced': 'owner saw PASS None None: ; diagnose FAIL at learning_ledger '
                                                      'PARAMETER_UPDATE learning_ledger:PARAMETER_UPDATE',
  'trainclip_wrapper.zero_grad_every_minibatch': 'owner saw PASS None None: optimizer: update rule check skipped: '
@@ -167,7 +209,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 'None',
  'transformers_run_glue.id_column_first': 'owner saw PASS None None: ; diagnose PASS at None',
  'transformers_run_glue.labels_written_as_floats': 'owner saw PASS None None: ; diagnose PASS at None',
- 'transformers_translation_no_trainer.label_pad_token_is_pad': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'transformers_translation_no_trainer.targets_from_source_lang': 'owner saw WARN None None: TASK: targets equal the '
+                                                                 'inputs at 100% of supervised positions (next token '
+                                                                 'at 5%) and the model reads the whole sequence: it; '
+                                                                 'diagnose WARN at None',
  'transformerxl_lm.causal_mask_without_mlen': 'owner saw PASS None None: ; diagnose WARN at None',
  'transformerxl_lm.mems_reset_every_batch': 'owner saw PASS None None: ; diagnose WARN at None',
  'transformerxl_lm.target_not_shifted': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -180,5 +225,4 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'vicreg_resnet.std_over_features': 'owner saw WARN None None: GRADIENT: 16 trainable parameters get no gradient and '
                                     'the loss does not depend on them (perturbing them on a copy leaves it ; '
                                     'diagnose WARN at None',
- 'xtransformers_enwik8.encoder_instead_of_decoder': 'owner saw PASS None None: ; diagnose PASS at None',
  'xtransformers_enwik8.geglu_gate_unused': 'owner saw PASS None None: ; diagnose PASS at None'}
