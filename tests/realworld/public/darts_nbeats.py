@@ -32,7 +32,9 @@ Deviations from the original:
 - Lightning's automatic optimization is driven one batch at a time (``training_step`` inside the optimizer closure,
   ``optimizer_zero_grad``, ``backward``, ``optimizer_step``); a ``Trainer(barebones=True)`` is attached so
   ``self.log`` works (barebones makes it a no-op); the validation epoch is the ``eval_fn`` (``validation_step``
-  over windows of a held-out continuation of the series);
+  over windows of a held-out continuation of the series); the declared batch's inputs are what
+  ``_produce_train_output`` hands the module in training, ``(x_past, None, None, future_target)`` (darts passes
+  the future target to every module; N-BEATS's forward ignores it);
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 # ruff: noqa: B008, C408, PLR0402  (the original's code style is kept as written)
