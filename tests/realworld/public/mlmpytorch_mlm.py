@@ -23,7 +23,7 @@ Deviations from the original:
 - data: the README's ``torch.randint(0, 20000, (8, 1024))`` is replaced by synthetic sequences made from ``seed``
   with a learnable rule: [cls], then a random "word" of 4 tokens (ids 3..31) repeated, then [pad] to a fixed length
   (random lengths), batch 8, drawn fresh for each step; a masked token is predictable from its other copies (at
-  the README's lr 3e-4 the loss falls slowly and noisily: ``SELF_CHECK_STEPS`` is 60);
+  the README's lr 3e-4 the loss falls slowly and noisily: ``SELF_CHECK_STEPS`` is 100);
 - one ``train_step`` is the README's step on the next batch; ``eval_fn`` is the wrapper's loss on a given batch in
   eval mode without gradients (the README has no evaluation);
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
@@ -49,7 +49,7 @@ if _HERE not in sys.path:
 from _api import Bug, Program
 
 NUM_TOKENS, SEQ_LEN, BATCH_SIZE, WORD = 32, 32, 8, 4
-SELF_CHECK_STEPS = 60
+SELF_CHECK_STEPS = 100
 PAD, CLS, MASK = 0, 1, 2
 
 
