@@ -270,3 +270,55 @@ def test_a_prediction_squeezed_inside_loss_fn_against_column_targets_is_a_broadc
     assert "objective.shape_broadcast" not in _kinds(ok)
     r = _ledger_of(nn.Linear(4, 1), (x, y), lambda o, t: F.mse_loss(o.squeeze(), t))
     assert r.first_divergence is not None and r.first_divergence.kind == "objective.shape_broadcast"
+
+
+class _DiceLike(nn.Module):
+    """A segmentation loss class that declares ``ignore_index=None`` (nothing ignored)."""
+
+    ignore_index = None
+
+    def forward(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        p = logits.sigmoid()
+        return 1 - (2 * (p * mask).sum() + 1) / (p.sum() + mask.sum() + 1)
+
+
+def test_a_loss_declaring_ignore_index_none_is_read_as_ignoring_nothing() -> None:
+    torch.manual_seed(0)
+    model = nn.Conv2d(1, 1, 3, padding=1)
+    x = torch.randn(4, 1, 8, 8)
+    r = firstdiv.learning_ledger(model, (x, (x > 0).float()), _DiceLike(), torch.optim.Adam(model.parameters()),
+                                 overfit_steps=0)
+    assert r.status.name != "SKIPPED" and not [f for f in r.findings if "raised" in f.message]
+
+
+class _Wrapper(torch.optim.Optimizer):
+    """A framework's wrapper that forwards to the optimizer it holds (Fabric's does so through __getattr__), whose
+    pickled copy keeps only groups and state, as an Optimizer subclass's does."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.__dict__["_optimizer"] = optimizer
+
+    def __getattr__(self, name: str):
+        return getattr(self._optimizer, name)
+
+    def step(self, closure=None):
+        return self._optimizer.step(closure)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._optimizer.zero_grad(set_to_none)
+
+
+def test_a_wrapped_optimizer_whose_copy_loses_its_inner_one_is_copied_through_it() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = _Wrapper(torch.optim.SGD(model.parameters(), lr=0.1))
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+
+    def step() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    r = firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=step)
+    assert r.status.name in ("PASS", "WARN"), r

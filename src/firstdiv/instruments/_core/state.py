@@ -323,13 +323,13 @@ def detached_copy(model: nn.Module, optimizer: torch.optim.Optimizer | None = No
     """Deep-copy a model and its optimizer together, so the copy's optimizer owns the copy's
     parameters by identity (and stale parameters it owned stay stale in the copy); optimizer attributes
     that pickling drops (LBFGS's ``_params``, ``_numel_cache``) are rebuilt, so the copy can step."""
-    model_copy, opt_copy = copied((model, optimizer))  # also with non-leaf derived attributes
-    if optimizer is not None:
-        _restore_lost_attributes(optimizer, opt_copy)
-        # a framework's wrapper steps only when its own state says so (Accelerate skips step() between gradient
-        # accumulation boundaries): the copy steps the optimizer that really updates
-        optimizer, opt_copy = innermost(optimizer), innermost(opt_copy)
-        _restore_lost_attributes(optimizer, opt_copy)
+    # a framework's wrapper steps only when its own state says so (Accelerate skips step() between gradient
+    # accumulation boundaries), and pickling an Optimizer subclass keeps only its groups and state (Fabric's wrapper
+    # loses the optimizer it forwards to): the copy is of the optimizer that really updates
+    inner = innermost(optimizer) if optimizer is not None else None
+    model_copy, opt_copy = copied((model, inner))  # also with non-leaf derived attributes
+    if inner is not None:
+        _restore_lost_attributes(inner, opt_copy)
     return model_copy, opt_copy
 
 

@@ -118,7 +118,8 @@ def infer_task(ctx: Ctx) -> None:
     other floating-point targets -> regression; anything else -> unknown (the task-specific checks are skipped).
     """
     o, t, req = logits_of(ctx.outputs), ctx.batch.targets, ctx.requested_task
-    ctx.ignore_index = int(getattr(ctx.loss_fn, "ignore_index", IGNORE_INDEX))
+    declared = getattr(ctx.loss_fn, "ignore_index", IGNORE_INDEX)  # a loss class may hold None (nothing ignored)
+    ctx.ignore_index = int(declared) if isinstance(declared, int) and not isinstance(declared, bool) else IGNORE_INDEX
     described = f"outputs {shape(ctx.outputs)} {getattr(o, 'dtype', '')}, targets {shape(t)} {getattr(t, 'dtype', '')}"
     described = described.replace("torch.", "")
     if req == "regression":
