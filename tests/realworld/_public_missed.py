@@ -15,7 +15,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'leaves it ; diagnose WARN at None',
  'bertpytorch_mlm.mask_never_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'bertpytorch_mlm.nsp_ignore_index_0': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'betavae_dsprites.recon_mean_over_pixels': 'owner saw PASS None None: ; diagnose WARN at None',
  'bicyclegan_pix2pix.l1_against_input': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'centernet_ctdet.reg_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cifar10fast_resnet.bias_optimiser_dropped': 'owner saw PASS None None: AUTOGRAD: not checked: forward pass or '
                                               'loss_fn raised UserCodeError: the model raised ValueError: dictionary '
                                               'update sequence; diagnose FAIL at step_probe prep_norm.bias '
@@ -30,6 +33,15 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                   'at step_probe decoder.ppm.0.1.weight '
                                                   'step_probe:decoder.ppm.0.1.weight',
  'csailsemseg_ppm.flip_image_not_label': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'cutmix_resnet.lam_not_adjusted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'cutmix_resnet.lam_weights_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'cutmix_resnet.mixed_input_hard_target': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'darts_nbeats.first_stack_backcast_frozen': 'owner saw FAIL stacks.3.blocks.0.backcast_linear_layer.weight '
+                                             'frozen.requires_grad: stacks.3.blocks.0.backcast_linear_layer.weight '
+                                             'frozen.requires_gra; diagnose FAIL at four_structures '
+                                             'stacks.3.blocks.0.backcast_linear_layer.weight '
+                                             'four_structures:stacks.3.blocks.0.backcast_linear_layer.weight',
+ 'darts_nbeats.future_target_overlaps_input': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddim_diffusion.alphas_not_cumulative': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddim_diffusion.zero_grad_after_backward': 'owner saw FAIL temb.dense.0.weight step.zero_grad_before_step: '
                                             'temb.dense.0.weight step.zero_grad_before_step: .grad none at '
@@ -69,8 +81,17 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          'u; diagnose WARN at None',
  'dgi_infomax.step_before_backward': 'owner saw FAIL gcn.bias step.not_updated: gcn.bias step.not_updated: no '
                                      'parameter moved; diagnose FAIL at step_probe gcn.bias step_probe:gcn.bias',
+ 'dgl_graphsage.messages_from_destination': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'dgl_graphsage.train_mode_set_once': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is not '
+                                      'plain SGD (stateful update rule); diagnose PASS at None',
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
+                                                 "are not on the loss's autograd graph: 4 trainable parameters get "
+                                                 'no gradient and th; diagnose WARN at None',
+ 'fixmatch_wideresnet.threshold_mask_dropped': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
+                                               "are not on the loss's autograd graph: 4 trainable parameters get no "
+                                               'gradient and th; diagnose WARN at None',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
@@ -83,6 +104,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                  'encoder.cls_token step.gradient_discarded: zero_grad between '
                                                  'backward passes of one step; diagnose FAIL at step_probe '
                                                  'encoder.cls_token step_probe:encoder.cls_token',
+ 'ignite_siamese.negative_class_not_excluded': 'owner saw WARN None None: OBJECTIVE: loss 2.914 is not the '
+                                               'cross-entropy of these outputs (2.375; ln K = 2.303 for an untrained '
+                                               '10-class model; exampl; diagnose WARN at None',
+ 'ignite_siamese.positive_negative_swapped': 'owner saw WARN None None: OBJECTIVE: loss 2.949 is not the '
+                                             'cross-entropy of these outputs (2.375; ln K = 2.303 for an untrained '
+                                             '10-class model; exampl; diagnose WARN at None',
  'improveddiffusion_hybrid.no_zero_grad': 'owner saw FAIL out.2.weight step.grad_accumulation: out.2.weight '
                                           "step.grad_accumulation: step 1's gradient still in .grad; diagnose FAIL "
                                           'at step_probe out.2.weight step_probe:out.2.weight',
@@ -96,6 +123,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'jeonsworld_vit.patches_reshaped_not_transposed': 'owner saw WARN None None: transformer.embeddings: '
                                                    'op:reshape@transformer.embeddings: [16, 32, 4, 4] -> [16, 16, '
                                                    '32] puts input axis 1 (size 32) across; diagnose WARN at None',
+ 'joeynmt_transformer.padding_rows_not_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'joeynmt_transformer.trg_not_sorted_with_src': 'owner saw PASS None None: ; diagnose PASS at None',
  'kdpytorch_cnn_distill.kl_on_probabilities': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 8 '
                                               'fixed examples, Adam lr 0.001 at any lr up to 1 (loss -73.63 -> best '
                                               '-80.82, 10% d; diagnose WARN at None',
@@ -107,6 +136,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lightninghydra_mnist.automatic_optimization_off': 'owner saw FAIL optimizer.step step.no_optimizer_step: '
                                                     'optimizer.step step.no_optimizer_step: 0 calls; diagnose FAIL '
                                                     'at step_probe optimizer.step step_probe:optimizer.step',
+ 'litgpt_pretrain.zero_grad_every_iteration': 'owner saw FAIL lm_head.weight step.gradient_discarded: lm_head.weight '
+                                              'step.gradient_discarded: zero_grad between backward passes of one '
+                                              'step; diagnose FAIL at step_probe lm_head.weight '
+                                              'step_probe:lm_head.weight',
  'lora_gpt2_e2e.lora_factors_both_zero': 'diagnose FAIL at reachability transformer.h.0.attn.c_attn.lora_A '
                                          'reachability:transformer.h.0.attn.c_attn.lora_A',
  'lora_gpt2_e2e.lora_not_marked_trainable': 'owner saw WARN None None: transformer.h.0.attn.c_attn.lora_A: '
@@ -119,7 +152,20 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lynnhogan_wgangp.gp_without_create_graph': 'owner saw WARN None None: GRADIENT: 1 get no gradient and whether the '
                                              'loss depends on them could not be checked (first: net.3.bias); declare '
                                              'them with; diagnose WARN at None',
+ 'melgan_vocoder.hinge_signs_swapped': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient '
+                                       'and the loss does not depend on them (perturbing them on a copy leaves it u; '
+                                       'diagnose WARN at None',
+ 'melgan_vocoder.real_audio_as_fake': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient '
+                                      'and the loss does not depend on them (perturbing them on a copy leaves it u; '
+                                      'diagnose FAIL at step_probe model.disc_0.model.layer_0.1.bias '
+                                      'step_probe:model.disc_0.model.layer_0.1.bias',
  'minimalrl_dqn.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'minrf_rectified_flow.time_not_fed_to_model': 'owner saw WARN None None: GRADIENT: 25 trainable parameters get no '
+                                               'gradient and the loss does not depend on them (perturbing them on a '
+                                               'copy leaves it ; diagnose WARN at None',
+ 'mlmpytorch_mlm.ignore_index_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'mlmpytorch_mlm.labels_not_masked': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'mlmpytorch_mlm.mask_fill_not_assigned': 'owner saw PASS None None: ; diagnose WARN at None',
  'nerfpytorch_blender.meshgrid_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
  'nflows_maf_moons.logabsdet_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
@@ -130,6 +176,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                       'op:reshape@model.backbone: [32, 7, 16, 12] -> [32, 7, 12, 16] '
                                                       'puts input axis 3 (size 12) across output axes; diagnose WARN '
                                                       'at None',
+ 'pgiaayn_ddpg.reward_not_reshaped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pml_triplet_miner.normalize_over_batch': 'owner saw WARN None None: OBJECTIVE: loss 0.09164 is not the '
                                            'cross-entropy of these outputs (2.824; ln K = 2.773 for an untrained '
                                            '16-class model; exam; diagnose WARN at None',
@@ -167,17 +214,40 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rainbow_c51.nonterminal_mask_dropped': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
                                          'stochastic objective plateaued on 32 fixed examples, Adam lr 0.0001 at '
                                          'every lr u; diagnose WARN at None',
+ 'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'recbole_gru4rec.item_window_off_by_one': 'owner saw WARN None None: TASK: 41 of 64 supervised targets are outside '
+                                           '[0, 16) for outputs of size 16 (min 1, max 40, e.g. [18, 19, 20]), and '
+                                           'loss_fn; diagnose WARN at None',
+ 'recbole_lightgcn.bpr_sign_flipped': 'owner saw SKIPPED None None: the model raised TypeError: LightGCN.forward() '
+                                      'takes 1 positional argument but 2 were given on inputs []; the ledger need; '
+                                      'diagnose WARN at None',
+ 'recbole_lightgcn.item_ids_not_offset': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                         'LightGCN.forward() takes 1 positional argument but 2 were given on inputs '
+                                         '[]; the ledger need; diagnose WARN at None',
+ 'recbole_lightgcn.prediction_cache_not_cleared': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                                  'LightGCN.forward() takes 1 positional argument but 2 were given '
+                                                  'on inputs (); the six claims ; diagnose WARN at None',
  'sasrecpytorch_sasrec.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.targets_from_unsorted_captions': 'owner saw PASS None None: ; diagnose PASS at None',
  'simclr_resnet.random_positive_index': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'skorch_classifier.trained_in_eval_mode': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'smp_fpn_binary.model_activation_with_from_logits': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted '
+                                                     'on 8 fixed examples, Adam lr 0.0001 at any lr up to 0.1 (loss '
+                                                     '0.8114 -> best 0.7481, 8%; diagnose WARN at None',
  'spinningup_ppo.bootstrap_at_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.vf_zero_grad_outside_loop': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
                                              'is not plain SGD (stateful update rule); diagnose PASS at None',
  'spotlight_bpr.negatives_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'ssdpytorch_multibox.labels_not_offset_for_background': 'owner saw PASS None None: ; diagnose PASS at None',
  'ssdpytorch_multibox.negatives_mined_ascending': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'stylegan2_r1.d_loss_signs_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
+                                      'examples, Adam lr 0.001882, up to lr 0.1882, loss 1.363 -> best 0.741 (46% d; '
+                                      'diagnose WARN at None',
+ 'stylegan2_r1.r1_interval_scale_dropped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 '
+                                           'fixed examples, Adam lr 0.001882, up to lr 1.882, loss 1.422 -> best '
+                                           '0.65 (54% dow; diagnose WARN at None',
  'supcontrast_supcon.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.views_reshaped_not_split': 'owner saw PASS None None: ; diagnose PASS at None',
  'tabm_regression.labels_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -225,4 +295,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'vicreg_resnet.std_over_features': 'owner saw WARN None None: GRADIENT: 16 trainable parameters get no gradient and '
                                     'the loss does not depend on them (perturbing them on a copy leaves it ; '
                                     'diagnose WARN at None',
+ 'widedeep_adult.regression_objective': 'owner saw SKIPPED None None: the model raised TypeError: tuple indices must '
+                                        "be integers or slices, not str on inputs [{'wide': [64, 9], 'deeptabular':; "
+                                        'diagnose WARN at None',
+ 'widedeep_adult.target_from_unshuffled_frame': 'owner saw SKIPPED None None: the model raised TypeError: tuple '
+                                                "indices must be integers or slices, not str on inputs [{'wide': "
+                                                "[64, 9], 'deeptabular':; diagnose WARN at None",
  'xtransformers_enwik8.geglu_gate_unused': 'owner saw PASS None None: ; diagnose PASS at None'}
