@@ -371,26 +371,31 @@ def test_the_same_losses_fed_right_pass():
 
 
 def test_a_loss_fn_that_ignores_the_outputs_it_is_handed_is_not_read_as_an_objective():
-    """A loss the model stored (llama2.c's last_loss): no output-reading check can say anything about it."""
+    """A loss the model stored (llama2.c's last_loss): no output-reading check can say anything about it; only its
+    own autograd graph can (a softmax fed to cross_entropy shows there, wherever the loss was computed)."""
     class StoresLoss(nn.Module):
-        def __init__(self):
+        def __init__(self, wrong):
             super().__init__()
-            self.lin, self.last = nn.Linear(6, 2), None
+            self.lin, self.last, self.wrong = nn.Linear(6, 2), None, wrong
 
         def forward(self, x, y):
             logits = self.lin(x)
-            self.last = F.cross_entropy(torch.softmax(logits, 1), y)  # even a wrong one: not readable from outside
+            self.last = F.cross_entropy(torch.softmax(logits, 1) if self.wrong else logits, y)
             return logits
 
     x, y = _data()
-    torch.manual_seed(0)
-    model = StoresLoss()
-    model(x, y)  # the program's loop ran: the model holds its last loss
-    report = firstdiv.learning_ledger(model, ({"x": x, "y": y}, None), lambda _out, _t: model.last,
-                                      torch.optim.SGD(model.parameters(), 0.1))
-    objective = next(f for f in report.findings if f.where == "OBJECTIVE")
-    assert objective.status is Status.PASS and "same loss" in objective.message, str(report)
-    assert objective.evidence["loss_reads_outputs"] is False
+    for wrong in (False, True):
+        torch.manual_seed(0)
+        model = StoresLoss(wrong)
+        model(x, y)  # the program's loop ran: the model holds its last loss
+        report = firstdiv.learning_ledger(model, ({"x": x, "y": y}, None), lambda _out, _t, m=model: m.last,
+                                          torch.optim.SGD(model.parameters(), 0.1))
+        objective = next(f for f in report.findings if f.where == "OBJECTIVE")
+        if wrong:
+            assert objective.check == "objective.probabilities_as_logits" and objective.status is Status.FAIL
+        else:
+            assert objective.status is Status.PASS and "same loss" in objective.message, str(report)
+            assert objective.evidence["loss_reads_outputs"] is False
 
 
 def test_targets_mostly_following_the_rule_are_not_wrong_targets():

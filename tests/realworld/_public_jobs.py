@@ -40,15 +40,19 @@ def correct(name: str, seed: int) -> dict[str, Any]:
         return {"error": traceback.format_exc(limit=6)}
 
 
-def bug(name: str, index: int) -> dict[str, Any]:
-    """The bug's owning instrument and plain diagnose: whether each localizes it."""
+def bug(name: str, index: int, full: bool = False) -> dict[str, Any]:
+    """The bug's owning instrument and plain diagnose: whether each localizes it. Where the owner does not, the bug
+    is not localized by both whatever diagnose says, so the gate skips diagnose there (``full`` runs it anyway, for
+    the reasons ``public_misses.py`` writes)."""
     try:
         from _gate import localized, run_bug
         from first_contact import diagnose_bug
 
         b = _setup()[name].BUGS[index]
         v = run_bug(b)
-        return {"owner": localized(b, v), "owner_saw": f"{v.status} {v.where} {v.kind}: {v.summary[:200]}",
-                "diagnose": diagnose_bug(b)}
+        owner = localized(b, v)
+        skipped = {"status": "not run (the owner did not localize it)", "localized": False}
+        return {"owner": owner, "owner_saw": f"{v.status} {v.where} {v.kind}: {v.summary[:200]}",
+                "diagnose": diagnose_bug(b) if owner or full else skipped}
     except BaseException:  # noqa: BLE001
         return {"error": traceback.format_exc(limit=6)}

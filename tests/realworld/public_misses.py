@@ -40,7 +40,7 @@ def main() -> None:
     public = load_dir(HERE / "public", "realworld_public")
     cases = [(n, i, b.name) for n, m in public.items() for i, b in enumerate(m.BUGS)]
     with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as ex:
-        outs = list(ex.map(jobs.bug, [n for n, _, _ in cases], [i for _, i, _ in cases]))
+        outs = list(ex.map(jobs.bug, [n for n, _, _ in cases], [i for _, i, _ in cases], [True] * len(cases)))
     missed = {f"{n}.{b}": _reason(o) for (n, _, b), o in zip(cases, outs, strict=True)
               if "error" in o or not (o["owner"] and o["diagnose"]["localized"])}
     (HERE / "_public_missed.py").write_text(HEADER + pprint.pformat(missed, width=118, sort_dicts=True) + "\n")

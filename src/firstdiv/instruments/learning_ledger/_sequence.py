@@ -204,6 +204,12 @@ def _aligned(outputs: Any, n: int, length: int, axis: int) -> list[torch.Tensor]
             and _bt(v, axis).shape[0] == n and _bt(v, axis).shape[1] in (length, length - 1)]
 
 
+def _is_declared_target(s: Seq, t: Any, ctx: Ctx) -> bool:
+    """The input equals the declared targets beside other inputs: DEPENDENCY's target_as_input names its key."""
+    return (torch.is_tensor(t) and len(_items(ctx.batch.inputs)) >= 2 and tuple(_bt(t, ctx.batch_axis).shape) ==
+            tuple(s.ids.shape) and torch.equal(_bt(t, ctx.batch_axis), s.ids))
+
+
 def _position(s: Seq) -> tuple[int, torch.Tensor | None]:
     """The position to change and the rows to change it in: for a copy ("same") the position, near the middle, that
     the loss supervises in most rows, in those rows only (a masked LM supervises positions whose token it hides, so
@@ -252,7 +258,9 @@ def future_or_copy(ctx: Ctx, ev: dict[str, Any], relation: str) -> Check | None:
     """The FAIL for the sequences whose relation is ``relation`` ("next": DEPENDENCY; "same": TASK), else None.
     Where several inputs carry the tokens asked for (a copy task feeds them to an encoder and to a decoder), the
     finding needs every one of them to show it: the encoder's input is read whole by design, the decoder's is not."""
-    seqs = [s for s in read_sequences(ctx) if s.relation == relation]
+    t = ctx.batch.targets
+    seqs = [s for s in read_sequences(ctx) if s.relation == relation
+            and not (relation == "same" and _is_declared_target(s, t, ctx))]  # target_as_input names that one
     seen = []
     for s in seqs:
         moved = _moves(ctx, s)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ...report import Status
 from .._core.checks import Check
 from .._core.examples import logits_of
 from .._core.task import Ctx, err, input_ids, is_int, shape
@@ -32,10 +33,15 @@ def check_task(ctx: Ctx) -> Check:
     ev: dict[str, Any] = {"task": ctx.task, "inferred": ctx.task_note, "targets_shape": shape(t),
                           "targets_dtype": str(getattr(t, "dtype", type(t).__name__)).replace("torch.", ""),
                           "outputs_shape": shape(ctx.outputs), "model_mode": "train" if ctx.model.training else "eval"}
+    held = None  # a WARN (a named, unconfirmed premise) never hides what task_probe confirms
     for check in (_finite_targets, _label_range, _lm_shift, _copies_own_token):
         result = check(ctx, ev)
-        if result is not None:
+        if result is not None and result.finding.status is Status.FAIL:
             return result
+        held = held or result
+    if held is not None:
+        probed = _probe(ctx, ev) if ctx.task_probe is not None else None
+        return probed if probed is not None and probed.finding.status is Status.FAIL else held
     if ctx.task_probe is None:
         note = ("note: targets are structurally valid; what they mean was not verified (no task_probe: pass "
                 "task_probe=callable(inputs) -> expected targets, or task_probe=(known_inputs, known_targets))")
