@@ -215,9 +215,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          'stochastic objective plateaued on 32 fixed examples, Adam lr 0.0001 at '
                                          'every lr u; diagnose WARN at None',
  'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
- 'recbole_gru4rec.item_window_off_by_one': 'owner saw WARN None None: TASK: 41 of 64 supervised targets are outside '
-                                           '[0, 16) for outputs of size 16 (min 1, max 40, e.g. [18, 19, 20]), and '
-                                           'loss_fn; diagnose WARN at None',
  'recbole_lightgcn.bpr_sign_flipped': 'owner saw SKIPPED None None: the model raised TypeError: LightGCN.forward() '
                                       'takes 1 positional argument but 2 were given on inputs []; the ledger need; '
                                       'diagnose WARN at None',
