@@ -48,7 +48,7 @@ def reached_leaves(loss: torch.Tensor) -> tuple[set[int], int]:
     return leaves, len(seen)
 
 
-def _items(inputs: Any, name: str = "inputs") -> list[tuple[str, Any]]:
+def named_items(inputs: Any, name: str = "inputs") -> list[tuple[str, Any]]:
     if isinstance(inputs, dict):
         return list(inputs.items())
     if isinstance(inputs, (list, tuple)):
@@ -56,7 +56,7 @@ def _items(inputs: Any, name: str = "inputs") -> list[tuple[str, Any]]:
     return [(name, inputs)]
 
 
-def _with(b: Batch, key: str, value: torch.Tensor) -> Batch:
+def with_input(b: Batch, key: str, value: torch.Tensor) -> Batch:
     x = b.inputs
     new = {**x, key: value} if isinstance(x, dict) else rebuild(x, (value if f"inputs[{i}]" == key else v for i, v in enumerate(x))) \
         if isinstance(x, (list, tuple)) else value
@@ -76,7 +76,7 @@ def _run(ctx: Ctx, batch: Batch, grad: bool = False) -> tuple[Any, Any] | None:
 def target_as_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     """An input tensor equal to the integer target sequence, beside other inputs, where the output at position p
     moves with that input at p: the model reads the answer it is asked for (teacher forcing without the shift)."""
-    t, items = ctx.batch.targets, _items(ctx.batch.inputs)
+    t, items = ctx.batch.targets, named_items(ctx.batch.inputs)
     if not is_int(t) or t.dim() < 2 or t.shape[1] < 2 or ctx.notes.get("shifted_inside") or len(items) < 2:
         return None
     key = next((k for k, v in items if torch.is_tensor(v) and v is not t and v.shape == t.shape and torch.equal(v, t)), None)
@@ -88,7 +88,7 @@ def target_as_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
         return None
     changed = v.clone()
     changed[:, p] = v[:, p].roll(1, 0)
-    base, moved = _run(ctx, ctx.batch), _run(ctx, _with(ctx.batch, key, changed))
+    base, moved = _run(ctx, ctx.batch), _run(ctx, with_input(ctx.batch, key, changed))
     a, b = (logits_of(r[0]) if r is not None else None for r in (base, moved))
     if a is None or b is None or a.dim() < 3 or a.shape[:2] != t.shape:
         return None
@@ -129,8 +129,8 @@ def future_visible(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     j = ids.shape[1] // 2
     changed = ids.clone()
     changed[:, j] = (ids[:, j] + 1) % logits.shape[-1]
-    key = next((k for k, v in _items(ctx.batch.inputs) if v is ids), "inputs")
-    base, moved = _run(ctx, ctx.batch), _run(ctx, _with(ctx.batch, key, changed))
+    key = next((k for k, v in named_items(ctx.batch.inputs) if v is ids), "inputs")
+    base, moved = _run(ctx, ctx.batch), _run(ctx, with_input(ctx.batch, key, changed))
     a, b = (logits_of(r[0]) if r is not None else None for r in (base, moved))
     if a is None or b is None or a.shape != logits.shape:
         return None
@@ -152,13 +152,13 @@ def future_visible(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
 def input_without_gradient(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     """A float output the loss reads that carries no gradient, and a float input that changes the loss but is not on
     its graph: that input's branch runs under torch.no_grad() / .detach() (one tower of a siamese pair)."""
-    outs = [k for k, v in _items(ctx.outputs, "outputs") if torch.is_tensor(v) and v.is_floating_point() and not v.requires_grad]
-    items = [(k, v) for k, v in _items(ctx.batch.inputs) if torch.is_tensor(v) and v.is_floating_point() and v.layout == torch.strided]
+    outs = [k for k, v in named_items(ctx.outputs, "outputs") if torch.is_tensor(v) and v.is_floating_point() and not v.requires_grad]
+    items = [(k, v) for k, v in named_items(ctx.batch.inputs) if torch.is_tensor(v) and v.is_floating_point() and v.layout == torch.strided]
     if not outs or not items or ctx.batch.inputs is None:
         return None
     batch = ctx.batch
     for k, v in items:
-        batch = _with(batch, k, v.detach().clone().requires_grad_(True))
+        batch = with_input(batch, k, v.detach().clone().requires_grad_(True))
     run = _run(ctx, batch, grad=True)
     base = _run(ctx, ctx.batch)
     if run is None or base is None or not torch.is_tensor(run[1]) or run[1].numel() != 1 or run[1].grad_fn is None:
@@ -166,11 +166,11 @@ def input_without_gradient(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     leaves, _ = reached_leaves(run[1])
     value = float(base[1])
     for k, _v in items:
-        leaf = dict(_items(batch.inputs))[k]
+        leaf = dict(named_items(batch.inputs))[k]
         if id(leaf) in leaves:
             continue
         noise = torch.linspace(-1.0, 1.0, leaf.numel(), dtype=leaf.dtype).reshape(leaf.shape).roll(1)
-        moved = _run(ctx, _with(ctx.batch, k, leaf.detach() + 0.5 * (1 + leaf.detach().abs()) * noise))
+        moved = _run(ctx, with_input(ctx.batch, k, leaf.detach() + 0.5 * (1 + leaf.detach().abs()) * noise))
         if moved is None or not math.isfinite(float(moved[1])) or float(moved[1]) == value:
             continue
         ev.update(input_without_gradient=k, outputs_without_gradient=outs, loss_when_input_perturbed=float(moved[1]))

@@ -35,10 +35,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._core.batch import Batch, compute_loss, rebuild
+from .._core.batch import Batch, compute_loss
 from .._core.checks import Check
 from .._core.task import Ctx, is_int
 from ._common import failed, g4
+from ._dependency import named_items, with_input
 
 MATCH = 0.9  # fraction of supervised positions that must agree for a relation to count
 
@@ -54,23 +55,6 @@ class Seq:
     pulled: torch.Tensor | None = None  # [B, T'] bool: the positions the loss's gradient pulls at the site
 
 
-def _items(x: Any) -> list[tuple[str, Any]]:
-    if isinstance(x, dict):
-        return list(x.items())
-    if isinstance(x, (list, tuple)):
-        return [(f"inputs[{i}]", v) for i, v in enumerate(x)]
-    return [("inputs", x)]
-
-
-def _with(b: Batch, key: str, value: torch.Tensor) -> Batch:
-    x = b.inputs
-    if isinstance(x, dict):
-        return Batch({**x, key: value}, b.targets, b.as_kwargs)
-    if isinstance(x, (list, tuple)):
-        return Batch(rebuild(x, (value if f"inputs[{i}]" == key else v for i, v in enumerate(x))), b.targets, b.as_kwargs)
-    return Batch(value, b.targets, b.as_kwargs)
-
-
 def _bt(t: torch.Tensor, axis: int) -> torch.Tensor:
     """``t`` with its batch axis first (a ``[T, B]`` sequence becomes ``[B, T]``)."""
     return t.transpose(0, 1) if axis == 1 and t.dim() >= 2 else t
@@ -79,7 +63,7 @@ def _bt(t: torch.Tensor, axis: int) -> torch.Tensor:
 def _sequences(ctx: Ctx) -> list[tuple[str, torch.Tensor]]:
     """The integer ``[B, T]`` inputs (batch first), T >= 4."""
     out = []
-    for k, v in _items(ctx.batch.inputs):
+    for k, v in named_items(ctx.batch.inputs):
         if isinstance(v, np.ndarray) and v.dtype.kind in "iu":
             v = torch.from_numpy(v)
         if torch.is_tensor(v) and is_int(v) and v.dim() == 2:
@@ -206,7 +190,7 @@ def _aligned(outputs: Any, n: int, length: int, axis: int) -> list[torch.Tensor]
 
 def _is_declared_target(s: Seq, t: Any, ctx: Ctx) -> bool:
     """The input equals the declared targets beside other inputs: DEPENDENCY's target_as_input names its key."""
-    return (torch.is_tensor(t) and len(_items(ctx.batch.inputs)) >= 2 and tuple(_bt(t, ctx.batch_axis).shape) ==
+    return (torch.is_tensor(t) and len(named_items(ctx.batch.inputs)) >= 2 and tuple(_bt(t, ctx.batch_axis).shape) ==
             tuple(s.ids.shape) and torch.equal(_bt(t, ctx.batch_axis), s.ids))
 
 
@@ -234,9 +218,9 @@ def _moves(ctx: Ctx, s: Seq) -> tuple[float, float, float] | None:
     if n < 2 or bool((changed[:, j] == s.ids[:, j]).all()):
         return None
     raw = _bt(changed, ctx.batch_axis).contiguous()
-    original = dict(_items(ctx.batch.inputs))[s.key]
+    original = dict(named_items(ctx.batch.inputs))[s.key]
     a = _run(ctx, ctx.batch, {length, length - 1}, n, grad=False)
-    b = _run(ctx, _with(ctx.batch, s.key, raw.numpy() if isinstance(original, np.ndarray) else raw), {length, length - 1},
+    b = _run(ctx, with_input(ctx.batch, s.key, raw.numpy() if isinstance(original, np.ndarray) else raw), {length, length - 1},
              n, grad=False)
     if a is None or b is None:
         return None
@@ -289,7 +273,7 @@ def copies_own_token(ctx: Ctx, ids: torch.Tensor, agreement: float, ev: dict[str
     """For declared targets equal to the token inputs: True when the model is causal on them (changing the middle
     token moves the output there and none before it: a copy), False when earlier outputs move too (an autoencoder reads
     the whole sequence), None when it cannot be shown."""
-    key = next((k for k, v in _items(ctx.batch.inputs) if v is ids), None)
+    key = next((k for k, v in named_items(ctx.batch.inputs) if v is ids), None)
     if key is None or ctx.batch_axis != 0:
         return None
     moved = _moves(ctx, Seq(key, ids, "same", agreement, "the declared targets", None))
