@@ -344,6 +344,18 @@ PREMISES: dict[str, Premise] = {
         "gradient hooks saw nonzero gradients produced since the previous step, and at the optimizer.step pre-hook .grad "
         "of every one of those parameters was None or zero",
         "only some of them cleared: WARN"),
+    "step.trained_in_eval_mode": Premise(
+        "step_probe", "a dropout layer built to drop (p > 0) drops while the model trains",
+        "forward hooks during the user's own train_step: the layer ran a forward with gradients on and its output on "
+        "the graph while it and the model itself were in eval mode",
+        _ALWAYS + "the layer dropped nothing in a forward that was trained on; dropout switched off module by module "
+        "(the model in train mode) and rollouts under no_grad are not seen"),
+    "step.step_before_backward": Premise(
+        "step_probe", "each optimizer.step applies the gradient of a backward that precedes it",
+        "the order of the program's own calls in 2 calls of train_step: every optimizer.step before the call's first "
+        "backward, and .grad None or zero for every trainable parameter at each step",
+        _ALWAYS + "no step applied any gradient; a step that runs first on purpose sees the previous call's gradient "
+        "(nonzero) in call 2: no finding"),
     "step.no_optimizer_step": Premise(
         "step_probe", "train_step steps the optimizer passed",
         "a step pre-hook on the optimizer (wrappers unwrapped to the one that updates) counted 0 calls in 2 calls of "
@@ -608,7 +620,9 @@ PREMISES: dict[str, Premise] = {
         "six_claims", "evaluation is deterministic: with the model in eval mode it draws no random mask",
         "eval_fn runs twice on a deep copy under a dispatch mode that counts random masks (native_dropout in training "
         "mode, bernoulli): masks were drawn with every Dropout/BatchNorm module in eval mode, and the two calls "
-        "returned different metrics",
+        "returned different metrics; or a module built with a drop rate (a dropout layer, a drop path reading "
+        "self.training) drew random numbers (rand, bernoulli, uniform) while in eval mode and two eval-mode forwards "
+        "of a copy on the same batch under different seeds differ",
         "WARN when masks were drawn but the two calls agreed; WARN not_repeatable when the calls differ with no mask "
         "drawn (randomness of another kind)"),
     "claim.differentiation.detached": Premise(

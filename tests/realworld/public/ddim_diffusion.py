@@ -678,5 +678,5 @@ BUGS = [
         ("TASK",)),
     # optimizer.zero_grad() repeated after loss.backward() (classic): clipping and the step see a zero gradient.
     Bug("zero_grad_after_backward", functools.partial(_build, bug="zero_grad_after_backward"), "step_probe",
-        ("conv_in.weight",)),
+        (), kind="step.zero_grad_before_step"),  # a whole-model slip: declared by its mechanism (README rule 6)
 ]

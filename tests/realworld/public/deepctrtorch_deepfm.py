@@ -712,5 +712,5 @@ BUGS = [
         "learning_ledger", ("OBJECTIVE",)),
     # optim.zero_grad() moved between backward() and step(): every step applies a zero gradient.
     Bug("zero_grad_before_step", functools.partial(_build, bug="zero_grad_before_step"), "step_probe",
-        ("dnn.linears.0.weight",)),
+        (), kind="step.zero_grad_before_step"),  # a whole-model slip: declared by its mechanism (README rule 6)
 ]

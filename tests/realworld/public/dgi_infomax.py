@@ -391,5 +391,5 @@ BUGS = [
     # optimiser.step() moved above the early-stopping bookkeeping, before loss.backward() (classic): every step
     # runs on the gradients zero_grad just cleared, so no parameter ever moves while the loss is reported.
     Bug("step_before_backward", functools.partial(_build, bug="step_before_backward"), "step_probe",
-        ("gcn.fc.weight",)),
+        (), kind="step.step_before_backward"),  # a whole-model slip: declared by its mechanism (README rule 6)
 ]

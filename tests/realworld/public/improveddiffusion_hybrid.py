@@ -1918,5 +1918,5 @@ BUGS = [
     Bug("vb_term_trains_mean", functools.partial(_build, bug="vb_term_trains_mean"), "learning_ledger",
         ("OBJECTIVE",)),
     # classic: zero_grad(self.model_params) dropped from forward_backward; gradients accumulate across steps.
-    Bug("no_zero_grad", functools.partial(_build, bug="no_zero_grad"), "step_probe", ("input_blocks.0.0.weight",)),
+    Bug("no_zero_grad", functools.partial(_build, bug="no_zero_grad"), "step_probe", (), kind="step.grad_accumulation"),  # a whole-model slip: declared by its mechanism (README rule 6)
 ]

@@ -157,10 +157,34 @@ def split_batch(batch: Any, model: nn.Module | None = None) -> Batch:
     raise InvalidArgument(f"Expected `batch` to be a tuple (inputs, targets) or a dict but got {_type_name(batch)}")
 
 
+def positional(model: Any, inputs: Any) -> bool:
+    """Whether a tuple of inputs is the model's positional arguments, read from its ``forward`` signature: as many
+    items as it takes positional parameters (``((x, lengths), y)`` into ``forward(self, x, lengths)``, ``((), y)`` into
+    ``forward(self)``, ``((features,), y)`` into ``forward(self, X)``). A tuple that a one-parameter ``forward`` takes
+    whole (``((x, lengths), y)`` into ``forward(self, inputs)``) and a namedtuple stay one argument."""
+    if not isinstance(inputs, tuple) or hasattr(inputs, "_fields"):
+        return False
+    try:
+        params = list(inspect.signature(getattr(model, "forward", model)).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    pos = [p for p in params if p.kind in kinds]
+    required = sum(p.default is inspect.Parameter.empty for p in pos)
+    spread = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    k = len(inputs)
+    if k < required or (k > len(pos) and not spread):
+        return False
+    return k != 1 or not isinstance(inputs[0], (tuple, list))
+
+
 def forward(model: nn.Module, batch: Any) -> Any:
-    """Run the model on the batch's inputs: ``model(**inputs)`` for dict inputs, else ``model(inputs)``."""
+    """Run the model on the batch's inputs: ``model(**inputs)`` for dict inputs, ``model(*inputs)`` for a tuple that
+    is its positional arguments (:func:`positional`), else ``model(inputs)``."""
     b = split_batch(batch, model)
-    return model(**b.inputs) if b.as_kwargs else model(b.inputs)
+    if b.as_kwargs:
+        return model(**b.inputs)
+    return model(*b.inputs) if positional(model, b.inputs) else model(b.inputs)
 
 
 class UserCodeError(FirstdivError):

@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .._core.batch import forward
 from .._core.closure import closure_state
 from .._core.copying import model_copy
+from .._core.modes import drop_rate
 from ._model_probes import flat, mode_dependent
 
 REPEAT_RTOL = 1e-5  # two evaluations of the same batch agree to this (float reductions, not sampling noise)
@@ -29,6 +30,8 @@ class EvalRun:
     results: list[Any]  # what each call of eval_fn returned
     owners: dict[str, str]  # module name -> the closure object it belongs to (label, class name)
     masks: int = 0  # random masks drawn while eval_fn ran (dropout in training mode, bernoulli: a drop path)
+    drop_draws: dict[str, int] = dataclasses.field(default_factory=dict)  # random draws inside an eval-mode module
+    # built with a drop rate (a drop path called with training=True), by module name
 
 
 class _Masks(TorchDispatchMode):
@@ -38,6 +41,8 @@ class _Masks(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.count = 0
+        self.inside: list[str] = []  # the eval-mode modules built with a drop rate now running, innermost last
+        self.drop_draws: dict[str, int] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -45,7 +50,24 @@ class _Masks(TorchDispatchMode):
         if packet in (torch.ops.aten.bernoulli, torch.ops.aten.bernoulli_) or (
                 packet is torch.ops.aten.native_dropout and (args[2] if len(args) > 2 else kwargs.get("train"))):
             self.count += 1
+        if self.inside and packet in _DRAWS and not (packet is torch.ops.aten.native_dropout and not (
+                args[2] if len(args) > 2 else kwargs.get("train"))):
+            self.drop_draws[self.inside[-1]] = self.drop_draws.get(self.inside[-1], 0) + 1
         return func(*args, **kwargs)
+
+    def hooks(self, name: str, m: nn.Module) -> list[Any]:
+        """Enter/leave hooks marking ``m`` (built with a drop rate) as running while it is in eval mode."""
+        def enter(mod: nn.Module, _i: Any) -> None:
+            self.inside.append(name if not mod.training else "")
+
+        def leave(_m: nn.Module, _i: Any, _o: Any) -> None:
+            if self.inside:
+                self.inside.pop()
+        return [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
+
+
+_DRAWS = (torch.ops.aten.bernoulli, torch.ops.aten.bernoulli_, torch.ops.aten.rand, torch.ops.aten.rand_like,
+          torch.ops.aten.uniform_, torch.ops.aten.native_dropout)
 
 
 def _names(fn: Any) -> dict[int, str]:
@@ -107,6 +129,8 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
     calls = [0]
     handles = _hook([("", probe), *others], seen, calls)
     masks = _Masks()
+    handles += [h for label, root in [("", probe), *others] for n, m in root.named_modules() if drop_rate(m) > 0
+                for h in masks.hooks(f"{label}.{n}".strip("."), m)]
     try:
         with masks:
             results = [eval_fn(probe, batch) for _ in range(repeat)]
@@ -116,7 +140,8 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
     owners = {f"{label}.": f"{'the EMA copy ' if is_ema(m) else ''}{label} ({type(m).__name__})" for label, m in others}
     return EvalRun([n for n, t in seen.items() if t], [n for n, t in seen.items() if not t],
                    max(calls[0] // repeat, min(calls[0], 1)), results,
-                   {n: o for n in seen for p, o in owners.items() if n.startswith(p)}, masks.count)
+                   {n: o for n in seen for p, o in owners.items() if n.startswith(p)}, masks.count,
+                   {n: c for n, c in masks.drop_draws.items() if n})
 
 
 def _numbers(value: Any) -> np.ndarray | None:
@@ -200,3 +225,16 @@ def _first_child(probe: nn.Module, batch: Any, kids: list[tuple[str, nn.Module]]
             h.remove()
     still = out is not None and not bool(torch.isfinite(out).all())
     return order[0] if order and still else None
+
+
+def eval_forwards_differ(model: nn.Module, batch: Any) -> bool:
+    """Whether two eval-mode forwards of a copy on the same batch, under two different seeds, give different outputs
+    (the random generators' states are restored afterwards)."""
+    probe = model_copy(model)
+    probe.eval()
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(1)
+        first = flat(forward(probe, batch))
+        torch.manual_seed(2)
+        second = flat(forward(probe, batch))
+    return first is not None and second is not None and first.shape == second.shape and not torch.equal(first, second)

@@ -13,7 +13,15 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check
-from ._eval_probes import EvalRun, closure_modules, disagree, eval_mode_non_finite, non_finite_metric, run_eval
+from ._eval_probes import (
+    EvalRun,
+    closure_modules,
+    disagree,
+    eval_forwards_differ,
+    eval_mode_non_finite,
+    non_finite_metric,
+    run_eval,
+)
 from ._model_probes import mode_dependent
 from ._verdict import claim, skip
 
@@ -32,6 +40,27 @@ def _observe(model: nn.Module, batch: Any, eval_fn: Any, modules: list[Any]) -> 
     already_eval = not model.training or any(not m.training for _, m in closure_modules(eval_fn, model))
     again = not run.train and modules and already_eval
     return run, run_eval(model, batch, eval_fn, train_first=True).train if again else []
+
+
+def _drop_path_fail(model: nn.Module, batch: Any, run: EvalRun, ev: dict[str, Any],
+                    differ: tuple[float, float] | None) -> Check | None:
+    """A module built with a drop rate drew random numbers while it was in eval mode, and the model's eval-mode output
+    on the same batch changes with the seed (confirmed on a copy): evaluation drops paths."""
+    if not run.drop_draws:
+        return None
+    try:
+        confirmed = bool(differ) or eval_forwards_differ(model, batch)
+    except Exception:  # noqa: BLE001 - user code: unconfirmed, no finding
+        return None
+    if not confirmed:
+        return None
+    first, count = next(iter(run.drop_draws.items()))
+    ev["eval_mode_drop_draws"] = dict(list(run.drop_draws.items())[:8])
+    return claim(NAME, Status.FAIL, "claim.evaluation.random_masks",
+                 f"{first} is in eval mode but drew {count} random tensor(s) while eval_fn ran ({len(run.drop_draws)} such "
+                 "module(s)), and two eval-mode forwards of the same batch under different seeds differ: it drops paths "
+                 "during evaluation", ev, "no random drop in eval mode: the same output for the same batch",
+                 "pass training=self.training to the drop function (a drop path or F.dropout)")
 
 
 def _train_mode_fail(run: EvalRun, ev: dict[str, Any], differ: tuple[float, float] | None) -> Check:
@@ -88,6 +117,9 @@ def evaluation(model: nn.Module, batch: Any, eval_fn: Any) -> Check:
                      f"{differ[0]:.6g} and {differ[1]:.6g}: a functional dropout or drop path ignores eval mode", ev,
                      "the same metric from two calls on the same batch, no random mask in evaluation",
                      "pass training=self.training to F.dropout / the drop-path function (its default is training=True)")
+    drawn = _drop_path_fail(model, batch, run, ev, differ)
+    if drawn is not None:
+        return drawn
     if run.masks:
         return claim(NAME, Status.WARN, "claim.evaluation.random_masks", f"eval_fn drew {run.masks} random masks "
                      "(dropout in training mode or a bernoulli drop path) with every Dropout/BatchNorm module in eval "

@@ -31,7 +31,7 @@ from .._core.invariance import loss_depends
 from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._descent import divergence_check, eval_loss, relative_updates
-from ._modes import NormWatch, norm_check
+from ._modes import NormWatch, drop_check, norm_check
 from ._train_step_watch import StepWatch
 
 __all__ = ["step_probe"]
@@ -92,9 +92,11 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
             reason, effects = "", "none on copies (the controlled step on a copy could not run)"
         if train_step is not None and not reason:
             ref = {id(p): g for (p, _), g in zip(params, ref_grads) if g is not None}
-            with NormWatch(model) as user_norms:
+            with NormWatch(model, dropout=True) as user_norms:
                 checks, effects = _watch(model, optimizer, batch, loss_fn, train_step, ref, checks, details, effects)
             norms.hits.update(user_norms.hits)
+            dropped = drop_check(user_norms.drops)
+            checks = [dropped, *checks] if dropped is not None else checks
         found = norm_check(norms.hits, "a training forward")
         checks = [found, *checks] if found is not None else checks
     return compose(_NAME, checks, effects, details, reason)

@@ -120,3 +120,25 @@ def carried_check(self: Any, out: Collected) -> None:
                             else "gradients accumulate across steps: model.zero_grad() missing; call it before "
                                  "loss.backward()"))
 
+
+def step_before_backward(self: Any) -> Check | None:
+    """In both calls every optimizer.step ran before the call's first backward, on a .grad that was None or zero
+    for every parameter: each step applied nothing, and the gradient computed after it is cleared before the
+    next one. A step placed first on purpose (applying the previous call's gradient) sees a nonzero .grad in
+    call 2: no finding."""
+    if self.opt is None or not self.steps:
+        return None
+    for call in (1, 2):
+        tags = [e.split(": ", 1)[1] for e in self.events if e.startswith(f"call {call}: ")]
+        if "backward" not in tags or "optimizer.step" not in tags:
+            return None
+        if max(i for i, t in enumerate(tags) if t == "optimizer.step") > tags.index("backward"):
+            return None
+    if any(grad_state(g)[0] != "none" and grad_state(g)[0] != "zero" for rec in self.steps for g in rec.grads.values()):
+        return None
+    return check("optimizer.step", "step.step_before_backward", Status.FAIL,
+                 f"in both calls of train_step optimizer.step() ran before loss.backward(), on gradients that were "
+                 f"None or zero for all {len(self.params)} trainable parameters: no step applied a gradient",
+                 {"events": self.events, "optimizer_steps": len(self.steps)},
+                 expected="loss.backward() before optimizer.step()", observed="optimizer.step() before backward",
+                 hint="order each step as optimizer.zero_grad(); loss.backward(); optimizer.step()")

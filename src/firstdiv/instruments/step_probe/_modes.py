@@ -3,7 +3,13 @@ output on the graph) in eval mode while its running statistics are still the val
 variance 1, no batch counted). In eval mode it divides by those, not by any statistic of the data: the layer does not
 normalize at all, and nothing will ever update them (eval mode does not track). Frozen batch norm in fine-tuning is
 not this: its statistics were estimated (loaded or counted) before. Read from forward hooks on the modules only while
-the step runs; the hooks are removed in ``finally``."""
+the step runs; the hooks are removed in ``finally``.
+
+``step.trained_in_eval_mode``: on the user's own ``train_step`` (never the controlled step, which runs in whatever mode
+the model was handed over), a dropout layer built to drop (``p > 0``; a custom module reading ``self.training`` with a
+drop rate above 0, such as stochastic depth) ran a training forward (gradients on, its output on the graph) in eval
+mode because the whole model was in eval mode: it dropped nothing while the model trained. Dropout switched off on
+purpose module by module (the model itself in train mode) is not this."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check, check
+from .._core.modes import drop_rate
 
 
 def _initial(m: nn.modules.batchnorm._BatchNorm) -> bool:
@@ -27,15 +34,19 @@ class NormWatch:
     """Records the batch-norm modules of ``model`` that ran a training forward in eval mode on never-estimated
     statistics."""
 
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
+    def __init__(self, model: nn.Module, dropout: bool = False) -> None:
+        self.model, self.dropout = model, dropout
         self.hits: dict[str, dict[str, Any]] = {}
+        self.drops: dict[str, dict[str, Any]] = {}
         self.handles: list[Any] = []
 
     def __enter__(self) -> Self:
         for name, m in self.model.named_modules():
             if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
                 self.handles.append(m.register_forward_hook(self._hook(name or type(m).__name__)))
+            rate = drop_rate(m) if self.dropout else 0.0
+            if rate > 0:
+                self.handles.append(m.register_forward_hook(self._drop_hook(name or type(m).__name__, rate)))
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -50,6 +61,30 @@ class NormWatch:
                 self.hits[name] = {"module": name, "type": type(m).__name__, "training": False,
                                    "num_batches_tracked": int(getattr(m, "num_batches_tracked", 0) or 0)}
         return hook
+
+
+    def _drop_hook(self, name: str, rate: float) -> Any:
+        def hook(m: nn.Module, _inputs: Any, out: Any) -> None:
+            if m.training or self.model.training or name in self.drops or not torch.is_grad_enabled():
+                return
+            if torch.is_tensor(out) and out.requires_grad:
+                self.drops[name] = {"module": name, "type": type(m).__name__, "rate": rate}
+        return hook
+
+
+def drop_check(drops: dict[str, dict[str, Any]]) -> Check | None:
+    """The FAIL for the first dropout layer that ran the user's training forward in eval mode, or None."""
+    if not drops:
+        return None
+    first, names = next(iter(drops.values())), list(drops)
+    return check(first["module"], "step.trained_in_eval_mode", Status.FAIL,
+                 f"{len(names)} dropout layer(s) built to drop (first: {names[0]}, {first['type']} p={first['rate']:g}) "
+                 "ran train_step's training forward with the model in eval mode: they dropped nothing while the model "
+                 "trained", {"modules": names[:10], "count": len(names), "rate": first["rate"]},
+                 expected="training forwards in train mode (model.train())",
+                 observed=f"model.training == False and {names[0]}.training == False in a forward that was backpropagated",
+                 hint="call model.train() at the start of each training step (an evaluation's model.eval() stays on "
+                      "until then)")
 
 
 def norm_check(hits: dict[str, dict[str, Any]], where_seen: str) -> Check | None:

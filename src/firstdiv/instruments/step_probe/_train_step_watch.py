@@ -17,7 +17,7 @@ from .._core.checks import Check, Collected, below_rounding, check, grad_state, 
 from .._core.closure import innermost
 from .._core.stateful import reachable
 from . import _descent
-from ._clearing import DiscardTracker, carried_check
+from ._clearing import DiscardTracker, carried_check, step_before_backward
 from ._clipping import ClipWatch
 
 #: a manual update is plain SGD (stateless, its sign checkable) when its delta is this parallel to +-grad
@@ -323,6 +323,10 @@ class StepWatch:
                             if any(not torch.equal(self.values[c][id(p)], self.values[c - 1][id(p)]) for c in (1, 2))}
         if not any(e.endswith(": backward") for e in self.events) and sum(moved) == 0:
             out.checks.append(self._no_backward_check())
+            return
+        early = step_before_backward(self)
+        if early is not None:
+            out.checks.append(early)
             return
         stuck = self._first_stuck_check()
         if stuck is not None:

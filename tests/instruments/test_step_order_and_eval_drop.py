@@ -1,0 +1,201 @@
+"""Checks built from the public corpus' misses (issue 26, item 5), each read from the program's own calls: an optimizer
+step placed before the backward, dropout that never drops because the model trains in eval mode, a drop path that
+keeps dropping in eval mode, and a tuple of inputs that is the model's positional arguments."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import firstdiv
+
+
+def _mlp(p: float = 0.0) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(p), nn.Linear(16, 3))
+
+
+def _data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(32, 6, generator=g), torch.randint(0, 3, (32,), generator=g)
+
+
+def _probe(model: nn.Module, train_step: object, opt: torch.optim.Optimizer) -> firstdiv.Report:
+    x, y = _data()
+    return firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=train_step)
+
+
+def _kinds(report: firstdiv.Report) -> dict[str, str]:
+    return {f.check: f.status.value for f in report.findings}
+
+
+def test_a_step_before_the_backward_fails_at_the_step_not_at_a_parameter() -> None:
+    model, (x, y) = _mlp(), _data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_step() -> torch.Tensor:
+        opt.zero_grad()
+        opt.step()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    r = _probe(model, train_step, opt)
+    assert r.status.value == "FAIL"
+    assert (r.first_divergence.where, r.first_divergence.kind) == ("optimizer.step", "step.step_before_backward")
+
+
+def test_a_step_that_applies_the_previous_calls_gradient_first_is_no_order_finding() -> None:
+    model, (x, y) = _mlp(), _data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_step() -> torch.Tensor:  # the update for the previous backward, then this call's backward
+        opt.step()
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    assert "step.step_before_backward" not in _kinds(_probe(model, train_step, opt))
+
+
+def _eval_mode_step(model: nn.Module, opt: torch.optim.Optimizer, how: str) -> object:
+    x, y = _data()
+
+    def train_step() -> torch.Tensor:
+        if how == "model_eval":
+            model.eval()
+        elif how == "dropout_off_by_module":
+            model.train()
+            for m in model.modules():
+                if isinstance(m, nn.Dropout):
+                    m.eval()
+        elif how == "rollout_then_train":
+            model.eval()
+            with torch.no_grad():
+                model(x)
+            model.train()
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return train_step
+
+
+def test_dropout_in_a_model_trained_in_eval_mode_fails_at_the_dropout_layer() -> None:
+    model = _mlp(0.5)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    r = _probe(model, _eval_mode_step(model, opt, "model_eval"), opt)
+    assert r.status.value == "FAIL"
+    assert (r.first_divergence.where, r.first_divergence.kind) == ("2", "step.trained_in_eval_mode")
+
+
+def test_dropout_switched_off_module_by_module_or_an_eval_rollout_is_no_eval_mode_finding() -> None:
+    for how in ("dropout_off_by_module", "rollout_then_train", "train"):
+        model = _mlp(0.5)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        r = _probe(model, _eval_mode_step(model, opt, how), opt)
+        assert "step.trained_in_eval_mode" not in _kinds(r), how
+    model = _mlp(0.0)  # p = 0: nothing to drop, eval mode changes nothing
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    assert "step.trained_in_eval_mode" not in _kinds(_probe(model, _eval_mode_step(model, opt, "model_eval"), opt))
+
+
+class DropPath(nn.Module):
+    """Stochastic depth as image models write it: a per-sample mask from ``torch.rand``, off in eval mode."""
+
+    def __init__(self, drop_prob: float, always: bool = False) -> None:
+        super().__init__()
+        self.drop_prob, self.always = drop_prob, always
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training or self.always):
+            return x
+        keep = 1 - self.drop_prob
+        mask = (keep + torch.rand((x.shape[0], 1), dtype=x.dtype)).floor_()
+        return x.div(keep) * mask
+
+
+class Residual(nn.Module):
+    def __init__(self, always: bool = False, sample: bool = False) -> None:
+        super().__init__()
+        self.inp, self.body, self.out = nn.Linear(6, 16), nn.Linear(16, 16), nn.Linear(16, 3)
+        self.drop_path, self.sample = DropPath(0.3, always), sample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        h = h + self.drop_path(torch.relu(self.body(h)))
+        if self.sample:  # a sampling layer (no drop rate): random in eval mode by design
+            h = h + 0.1 * torch.randn_like(h)
+        return self.out(h)
+
+
+def _claims(model: nn.Module) -> firstdiv.Report:
+    x, y = _data()
+
+    def eval_fn(m: nn.Module, batch: tuple) -> float:
+        m.eval()
+        with torch.no_grad():
+            return float((m(batch[0]).argmax(-1) == batch[1]).float().mean())
+    return firstdiv.six_claims(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1),
+                               eval_fn=eval_fn)
+
+
+def _evaluation(r: firstdiv.Report) -> tuple[str, str]:
+    f = next(f for f in r.findings if f.where == "EVALUATION")
+    return f.status.value, f.check
+
+
+def test_a_drop_path_that_drops_in_eval_mode_fails_evaluation_even_when_the_metric_repeats() -> None:
+    torch.manual_seed(0)
+    status, kind = _evaluation(_claims(Residual(always=True)))
+    assert (status, kind) == ("FAIL", "claim.evaluation.random_masks")
+
+
+def test_a_drop_path_off_in_eval_mode_and_a_sampling_layer_are_no_random_mask_finding() -> None:
+    torch.manual_seed(0)
+    assert _evaluation(_claims(Residual()))[0] == "PASS"
+    torch.manual_seed(0)
+    assert _evaluation(_claims(Residual(sample=True)))[1] != "claim.evaluation.random_masks"
+
+
+class TwoArgs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.head = nn.Embedding(10, 8), nn.Linear(8, 3)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        keep = (torch.arange(tokens.shape[1])[None] < lengths[:, None]).float()
+        return self.head((self.emb(tokens) * keep[..., None]).sum(1) / lengths[:, None].float())
+
+
+class DictInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide, self.deep = nn.Linear(4, 3), nn.Linear(6, 3)
+
+    def forward(self, X: dict, y: torch.Tensor | None = None) -> torch.Tensor:  # noqa: N803 - the public signature
+        return self.wide(X["wide"]) + self.deep(X["deep"])
+
+
+class Pair(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, inputs: tuple) -> torch.Tensor:
+        return self.head(inputs[0] + inputs[1])
+
+
+def test_a_tuple_of_inputs_is_the_positional_arguments_its_forward_takes() -> None:
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 3, (8,), generator=g)
+    tokens, lengths = torch.randint(0, 10, (8, 5), generator=g), torch.randint(1, 6, (8,), generator=g)
+    features = {"wide": torch.randn(8, 4, generator=g), "deep": torch.randn(8, 6, generator=g)}
+    a, b = torch.randn(8, 6, generator=g), torch.randn(8, 6, generator=g)
+    for model, inputs in ((TwoArgs(), (tokens, lengths)), (DictInput(), (features,)), (Pair(), (a, b))):
+        r = firstdiv.learning_ledger(model, (inputs, y), F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-2))
+        assert r.status.value != "SKIPPED", (type(model).__name__, r.reason)
+        assert "raised" not in (r.reason or ""), r.reason
