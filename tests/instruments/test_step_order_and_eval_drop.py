@@ -76,10 +76,15 @@ def _eval_mode_step(model: nn.Module, opt: torch.optim.Optimizer, how: str) -> o
             with torch.no_grad():
                 model(x)
             model.train()
+        elif how == "validate_in_the_step":
+            model.train()
         opt.zero_grad()
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
+        if how == "validate_in_the_step":  # a validation forward with gradients on, never backpropagated
+            model.eval()
+            F.cross_entropy(model(x), y)
         return loss
     return train_step
 
@@ -92,8 +97,8 @@ def test_dropout_in_a_model_trained_in_eval_mode_fails_at_the_dropout_layer() ->
     assert (r.first_divergence.where, r.first_divergence.kind) == ("2", "step.trained_in_eval_mode")
 
 
-def test_dropout_switched_off_module_by_module_or_an_eval_rollout_is_no_eval_mode_finding() -> None:
-    for how in ("dropout_off_by_module", "rollout_then_train", "train"):
+def test_dropout_off_by_module_an_eval_rollout_or_a_validation_forward_is_no_eval_mode_finding() -> None:
+    for how in ("dropout_off_by_module", "rollout_then_train", "validate_in_the_step", "train"):
         model = _mlp(0.5)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         r = _probe(model, _eval_mode_step(model, opt, how), opt)

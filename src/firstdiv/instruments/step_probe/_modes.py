@@ -67,9 +67,13 @@ class NormWatch:
         def hook(m: nn.Module, _inputs: Any, out: Any) -> None:
             if m.training or self.model.training or name in self.drops or not torch.is_grad_enabled():
                 return
-            if torch.is_tensor(out) and out.requires_grad:
-                self.drops[name] = {"module": name, "type": type(m).__name__, "rate": rate}
+            if torch.is_tensor(out) and out.requires_grad:  # recorded once a backward passes through it
+                out.register_hook(lambda g: self._backpropagated(name, type(m).__name__, rate, g))
         return hook
+
+    def _backpropagated(self, name: str, kind: str, rate: float, grad: torch.Tensor) -> torch.Tensor:
+        self.drops.setdefault(name, {"module": name, "type": kind, "rate": rate})
+        return grad
 
 
 def drop_check(drops: dict[str, dict[str, Any]]) -> Check | None:
