@@ -30,6 +30,9 @@ Deviations from the original:
 - ``torch.set_default_dtype(torch.float64)`` is process-wide; instead the two networks are moved to float64
   (``.to(dtype)``) and ``estimate_advantages``'s ``tensor_type(n, 1)`` (a float64 tensor under that default) is
   ``rewards.new_empty(n, 1)``; the tensors made from numpy are float64 as in the original.
+- ``collect_samples`` keeps its episode loop; its ``custom_reward`` and ``render`` branches (unused by ppo_gym.py's
+  PPO run), the ``action_*`` log entries and ``merge_log`` are left out; ``Memory.sample(batch_size)``'s random-subset
+  branch (unused here) raises; Policy's TRPO helpers (``get_kl``, ``get_fim``) and the DiscretePolicy are not ported.
 - one process: num_threads 4 -> 1, so ``collect_samples`` runs in this process only (no ``multiprocessing`` workers or
   queue, no worker reseeding); core/agent.py's import-time ``os.environ["OMP_NUM_THREADS"] = "1"`` is not set.
 - sizes for 2 CPU cores: min_batch_size 2048 -> 256, max_iter_num 500 -> unbounded; one ``train_step`` is one

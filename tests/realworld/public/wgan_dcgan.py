@@ -33,7 +33,8 @@ Deviations from the original:
   ``train_step``, as the loop orders it. The Program's model is the critic, its batch ``(real, fake)`` (a real batch,
   and a generator batch as the input of the target side); ``loss_fn`` is ``errD = errD_real - errD_fake`` (what the
   two backward calls minimize): the critic's output for the real batch minus its output for the fake batch.
-- PyTorch API updates: ``data_iter.next()`` -> ``next(data_iter)``; ``Variable(noise, volatile=True)`` ->
+- PyTorch API updates: ``data_iter.next()`` -> ``next(data_iter)``; the models' multi-GPU test
+  ``isinstance(input.data, torch.cuda.FloatTensor)`` -> ``input.is_cuda`` (false here either way); ``Variable(noise, volatile=True)`` ->
   ``Variable(noise)`` (``volatile`` is gone; ``netG(noisev).data`` detaches as written); ``errD.data[0]`` is only
   printed, and printing, ``cudnn.benchmark``, image saving, checkpoints, the generator config file and the
   ``os.system('mkdir ...')`` are dropped; the seed is ``seed`` instead of ``random.randint(1, 10000)``; no GPU.

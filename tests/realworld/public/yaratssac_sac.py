@@ -37,6 +37,10 @@ Deviations from the original:
 - hydra is not available: ``hydra.utils.instantiate`` is replaced by calling the configured classes with the
   configured values. The Logger (tensorboard, csv) is replaced by a stand-in that keeps the last logged scalars;
   the video recorder, ``evaluate`` every 10000 steps, the timing and printing are dropped; no GPU (device ``cpu``).
+- ``update_critic``'s target lines and its loss line are moved, unchanged, into two ``SACAgent`` methods
+  (``critic_target_Q``, ``critic_loss``) that ``update_critic`` calls, so the Program's ``loss_fn`` reuses them;
+  ``Agent`` is copied from agent/__init__.py; utils.py's dmc2gym/gym imports, ``make_dir``, ``train_mode`` and
+  ``MLP`` are left out.
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
