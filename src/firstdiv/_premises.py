@@ -384,7 +384,10 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "a language model's targets are the next token",
         "each position is asked for the token it reads: declared targets equal the inputs at >= 90% of supervised "
         "positions (more often than one ahead, loss_fn not found to shift them), or the loss's own gradient pulls up "
-        "ids[t] at position t of an aligned output at >= 90% of the pulled positions; and, on the ledger's copy, the "
+        "ids[t] at position t of an aligned output at >= 90% of the pulled positions, or (logits never a module output: a "
+        "decoder inside the loss, a model computing its own loss from a target input) a target sequence equal to the "
+        "inputs whose change at position j moves the loss's gradient on the last aligned output at position j only; "
+        "and, on the ledger's copy, the "
         "model is causal on that input (changing the middle token moves the output there and none before it): a copy",
         "the model reads later tokens too (an autoencoder reproduces its input on purpose; a translation with targets "
         "from the source column looks the same): WARN naming both readings; causality not shown on the copy: WARN"),

@@ -204,3 +204,75 @@ def test_a_tuple_of_inputs_is_the_positional_arguments_its_forward_takes() -> No
         r = firstdiv.learning_ledger(model, (inputs, y), F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-2))
         assert r.status.value != "SKIPPED", (type(model).__name__, r.reason)
         assert "raised" not in (r.reason or ""), r.reason
+
+
+V, T, B = 11, 10, 6
+
+
+class RecurrentLM(nn.Module):
+    """A sequence-first LSTM LM whose decoder runs inside the loss (a split softmax given the decoder's weights)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.rnn, self.decoder = nn.Embedding(V, 8), nn.LSTM(8, 8), nn.Linear(8, V)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rnn(self.emb(x))[0]
+
+
+def _rnn_report(shift: bool) -> firstdiv.Report:
+    torch.manual_seed(0)
+    model = RecurrentLM()
+    source = torch.randint(0, V, (T + 1, B))
+    data = source[:-1]
+    target = (source[1:] if shift else source[:-1]).reshape(-1)
+
+    def loss_fn(hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = F.linear(hidden.reshape(-1, 8), model.decoder.weight, model.decoder.bias)
+        return F.cross_entropy(logits, targets)
+    return firstdiv.learning_ledger(model, (data, target), loss_fn, torch.optim.SGD(model.parameters(), lr=1.0),
+                                    batch_axis=1, overfit_steps=0)
+
+
+class SelfLossLM(nn.Module):
+    """A causal model that computes its own loss from a ``target`` input; ``shift_inside`` shifts like HF models."""
+
+    def __init__(self, shift_inside: bool = False) -> None:
+        super().__init__()
+        self.shift_inside = shift_inside
+        self.emb, self.head = nn.Embedding(V, 16), nn.Linear(16, V)
+        self.block = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+
+    def forward(self, data: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        mask = nn.Transformer.generate_square_subsequent_mask(data.shape[1])
+        hidden = self.block(self.emb(data), src_mask=mask, is_causal=True)
+        logits = F.linear(hidden, self.head.weight, self.head.bias)  # no module output of vocabulary size
+        if self.shift_inside:
+            return F.cross_entropy(logits[:, :-1].reshape(-1, V), target[:, 1:].reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1))
+
+
+def _self_loss_report(relation: str) -> firstdiv.Report:
+    torch.manual_seed(0)
+    model = SelfLossLM(shift_inside=relation == "labels_equal_inputs")
+    tokens = torch.randint(0, V, (B, T + 1))
+    data = tokens[:, :-1]
+    target = tokens[:, 1:] if relation == "next" else data.clone()
+    return firstdiv.learning_ledger(model, {"data": data, "target": target}, lambda loss, _t: loss,
+                                    torch.optim.Adam(model.parameters(), lr=1e-3), overfit_steps=0)
+
+
+def _task(r: firstdiv.Report) -> tuple[str, str]:
+    f = next(f for f in r.findings if f.where == "TASK")
+    return f.status.value, f.check
+
+
+def test_unshifted_targets_of_a_recurrent_lm_whose_decoder_runs_in_the_loss_are_a_copy() -> None:
+    assert _task(_rnn_report(shift=False)) == ("FAIL", "task.target_not_shifted")
+    assert _task(_rnn_report(shift=True))[1] != "task.target_not_shifted"
+
+
+def test_a_model_computing_its_own_loss_from_an_unshifted_target_input_is_a_copy() -> None:
+    assert _task(_self_loss_report("same")) == ("FAIL", "task.target_not_shifted")
+    assert _task(_self_loss_report("next"))[1] != "task.target_not_shifted"
+    assert _task(_self_loss_report("labels_equal_inputs"))[1] != "task.target_not_shifted"  # shifted inside
