@@ -181,7 +181,7 @@ class DictInput(nn.Module):
         super().__init__()
         self.wide, self.deep = nn.Linear(4, 3), nn.Linear(6, 3)
 
-    def forward(self, X: dict, y: torch.Tensor | None = None) -> torch.Tensor:  # noqa: N803 - the public signature
+    def forward(self, X: dict, y: torch.Tensor | None = None) -> torch.Tensor:
         return self.wide(X["wide"]) + self.deep(X["deep"])
 
 
