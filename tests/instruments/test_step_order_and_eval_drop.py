@@ -276,3 +276,31 @@ def test_a_model_computing_its_own_loss_from_an_unshifted_target_input_is_a_copy
     assert _task(_self_loss_report("same")) == ("FAIL", "task.target_not_shifted")
     assert _task(_self_loss_report("next"))[1] != "task.target_not_shifted"
     assert _task(_self_loss_report("labels_equal_inputs"))[1] != "task.target_not_shifted"  # shifted inside
+
+
+def _td_report(read_mask: bool, all_ones: bool = False, extra: bool = False) -> firstdiv.Report:
+    torch.manual_seed(0)
+    q, q_target = nn.Linear(4, 2), nn.Linear(4, 2)
+    g = torch.Generator().manual_seed(0)
+    s, s2 = torch.randn(32, 4, generator=g), torch.randn(32, 4, generator=g)
+    a, r = torch.randint(0, 2, (32, 1), generator=g), torch.randn(32, 1, generator=g)
+    not_done = torch.ones(32, 1) if all_ones else (torch.rand(32, 1, generator=g) > 0.2).float()
+    targets = (a, r, s2, not_done, torch.randn(32, 1, generator=g)) if extra else (a, r, s2, not_done)
+
+    def loss_fn(q_out: torch.Tensor, t: tuple) -> torch.Tensor:
+        a, r, s2, not_done = t[:4]
+        bootstrap = q_target(s2).max(1, keepdim=True)[0].detach()
+        target = r + 0.99 * bootstrap * (not_done if read_mask else 1.0)
+        return F.smooth_l1_loss(q_out.gather(1, a), target)
+    return firstdiv.learning_ledger(q, (s, targets), loss_fn, torch.optim.Adam(q.parameters(), lr=1e-3),
+                                    overfit_steps=0)
+
+
+def test_a_done_mask_the_td_loss_never_reads_fails_task_even_in_a_sample_without_an_episode_end() -> None:
+    assert _task(_td_report(read_mask=False)) == ("FAIL", "task.mask_unread")
+    assert _task(_td_report(read_mask=False, all_ones=True)) == ("FAIL", "task.mask_unread")
+
+
+def test_a_mask_that_is_read_or_an_unread_component_that_is_no_mask_is_no_finding() -> None:
+    assert _task(_td_report(read_mask=True))[1] != "task.mask_unread"
+    assert _task(_td_report(read_mask=True, extra=True))[1] != "task.mask_unread"  # an unread float column
