@@ -1,14 +1,14 @@
 """Autograd reachability (appendix section 3): does the loss depend on each parameter in the graph that
 executed, and if not, where does the dependency path stop and why?
 
-For every parameter: ``requires_grad``, ``is_leaf``, whether the loss's ``grad_fn`` graph reaches it
-(``next_functions`` walked to ``AccumulateGrad.variable``), and its gradient after a controlled
-``torch.autograd.grad`` (None vs zero vs nonzero; no ``.grad`` is written). With a batch and a loss
-function the forward pass is traced: module hooks record which modules ran, under which grad mode,
-and what they returned; a torch-function mode records every operation whose inputs required grad but
-whose outputs do not (the cuts), and which cuts the loss's value flowed through. An unreachable
-parameter is explained by the first such cut that consumed it (``detached``, ``no_grad``,
-``integer_cast``), else by its module never running (``not_executed``), else ``unused``.
+For every parameter: ``requires_grad``, ``is_leaf``, whether the loss's ``grad_fn`` graph reaches it (walked to
+``AccumulateGrad.variable``), and its gradient after a controlled ``torch.autograd.grad`` of every trainable parameter
+(None vs zero vs nonzero; no ``.grad`` written; a gradient arriving off the walked graph comes through a custom autograd
+function: reached). With a batch and a loss function the forward pass is traced: module hooks record which modules
+ran, under which grad mode, and what they returned; a torch-function mode records every operation whose inputs
+required grad but whose outputs do not (the cuts). An unreachable parameter is explained by the first cut that
+consumed it (``detached``, ``no_grad``, ``integer_cast``), else by its module never running (``not_executed``), else
+``unused``.
 """
 
 from __future__ import annotations
@@ -72,8 +72,11 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
         assert loss is not None
         reached = set(graph_leaves([loss.grad_fn])) if loss.grad_fn is not None else set()
         checks = _loss_check(loss, reached, params, tracer is not None)
-        on_graph = [p for p, _ in params if p.requires_grad and id(p) in reached]
-        grads = _grads(loss, on_graph, retain=mode == "loss", checks=checks)
+        # every trainable parameter, not only those the walk reached: a custom autograd Function (reversible layers
+        # recomputing their forward in backward) delivers gradients the walk cannot see
+        before = {id(p): p.grad for p, _ in params}
+        grads = _grads(loss, [p for p, _ in params if p.requires_grad], retain=mode == "loss", checks=checks)
+        grads.update({id(p): p.grad for p, _ in params if p.grad is not before[id(p)]})  # written by a nested backward
         taint = tracer.info.get(id(loss), (None, frozenset()))[1] if tracer else frozenset()
         explain = (lambda p, names: _explain(p, names, tracer, taint)) if tracer else None
         empty = [names[0] for p, names in params if id(p) in grads and grad_state(grads[id(p)])[0] in ("zero", "none")]
@@ -341,6 +344,10 @@ def _param_check(p: nn.Parameter, names: list[str], reached: set[int], grads: di
                          f"{label(names)}: reached, but its gradient has NaN/inf values", ev)
         return check(where, "reachability.reached", Status.PASS, f"{label(names)}: reached, grad {state}"
                      + (f" (norm {gnorm:.4g})" if gnorm is not None else ""), ev)
+    if id(p) in grads and grad_state(grads[id(p)])[0] in ("nonzero", "nonfinite"):  # a custom autograd function
+        return check(where, "reachability.reached", Status.PASS, f"{label(names)}: not on the graph the walk sees, but "
+                     "backward delivers its gradient: reached through a custom autograd function that rebuilds its "
+                     "graph in backward (reversible layers, checkpointing)", dict(ev, grad=grad_state(grads[id(p)])[0]))
     cause, boundary, extra = explain(p, names) if explain else ("unreached", owner, {})
     ev.update(extra, boundary=boundary, cause=cause, grad="none")
     why = _WHY[cause].format(boundary=boundary or _ROOT, **{"op": "", "inside": "", "op_output_dtype": "", "calls": 0,
@@ -364,13 +371,10 @@ def _loss_check(loss: torch.Tensor, reached: set[int], params: list, traced: boo
     if loss.numel() == 1 and loss.is_floating_point():
         value = float(loss.detach().reshape(()))
         ev["loss"] = value if math.isfinite(value) else str(value)
-    out = []
-    if loss.grad_fn is None:
-        out.append(check("loss", "reachability.loss_graph", Status.WARN,
-                         f"loss has no grad_fn (requires_grad={loss.requires_grad}): no parameter can receive a gradient", ev))
-    else:
-        out.append(check("loss", "reachability.loss_graph", Status.PASS,
-                         f"loss {ev['grad_fn']} reaches {ev['parameters_reached']} of {len(params)} parameters", ev))
+    out = [check("loss", "reachability.loss_graph", Status.WARN, f"loss has no grad_fn (requires_grad="
+                 f"{loss.requires_grad}): no parameter can receive a gradient", ev) if loss.grad_fn is None else
+           check("loss", "reachability.loss_graph", Status.PASS,
+                 f"loss {ev['grad_fn']} reaches {ev['parameters_reached']} of {len(params)} parameters", ev)]
     if loss.numel() != 1:
         out.append(check("loss", "reachability.loss_not_scalar", Status.WARN,
                          f"loss has shape {tuple(loss.shape)}, not a scalar; gradients computed for loss.sum()", ev))
@@ -380,8 +384,6 @@ def _loss_check(loss: torch.Tensor, reached: set[int], params: list, traced: boo
                          "located at its own module with cause unknown; pass batch and loss_fn to localize it"))
     return out
 
-
-# --- validation --------------------------------------------------------------------------------------------------
 
 def _validated(model: Any, batch: Any, loss_fn: Any, loss: Any) -> str:
     _batch.check_model(model)

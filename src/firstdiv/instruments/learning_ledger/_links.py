@@ -55,6 +55,8 @@ def check_dependency(ctx: Ctx) -> Check:
     unreachable = [n for n, p in train if id(p) not in leaves]
     ev.update(graph_nodes=nodes, reached=len(train) - len(unreachable), unreachable=_names(unreachable),
               unreachable_count=len(unreachable))
+    arrives = _gradient_arrives(ctx, unreachable) if unreachable else set()
+    unreachable = [n for n in unreachable if n not in arrives]
     cut, unused, unknown = sort_gradless(ctx.model, ctx.batch, ctx.loss_fn, unreachable) if unreachable else ([], [], [])
     ev.update(loss_depends_on=_names(cut), loss_invariant_to=_names(unused), unconfirmed=_names(unknown))
     if cut:
@@ -76,6 +78,27 @@ def check_dependency(ctx: Ctx) -> Check:
         return warned("DEPENDENCY", f"{len(unreachable)} of {len(train)} trainable parameters are not on the loss's "
                       f"autograd graph: {unused_message(unused, unknown)}", ev)
     return passed("DEPENDENCY", f"all {len(train)} trainable parameters are on the loss's graph ({nodes} nodes walked)", ev)
+
+
+def _gradient_arrives(ctx: Ctx, names: list[str]) -> set[str]:
+    """Of the parameters the graph walk did not reach, those a backward still gives a nonzero ``.grad``: a custom
+    autograd Function (reversible layers, checkpointing) runs its own backward inside, out of the walk's sight, and
+    writes ``.grad`` itself (``autograd.grad`` would not return it). On the ledger's copy, its ``.grad`` put back."""
+    params = dict(ctx.work.named_parameters())
+    loss = ctx.loss
+    if not any(n in params for n in names) or not torch.is_tensor(loss) or not loss.requires_grad or loss.numel() != 1:
+        return set()
+    saved = {n: q.grad for n, q in params.items()}
+    try:
+        for q in params.values():
+            q.grad = None
+        loss.reshape(()).backward(retain_graph=True)
+        return {n for n in names if n in params and params[n].grad is not None and bool(params[n].grad.ne(0).any())}
+    except RuntimeError:
+        return set()
+    finally:
+        for n, q in params.items():
+            q.grad = saved[n]
 
 
 def check_gradient(ctx: Ctx) -> Check:

@@ -20,7 +20,7 @@ import torch
 
 from .._core.checks import Check
 from .._core.task import Ctx, shape
-from ._common import failed, g4
+from ._common import failed, g4, warned
 from ._objective_calls import call
 
 _VIEWS = ("View", "Reshape", "Squeeze", "Unsqueeze", "Clone", "Alias", "Expand", "Contiguous", "ToCopy", "Permute",
@@ -192,8 +192,9 @@ def labels_compete(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
 
 
 def unbounded_below(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
-    """A tuple output's side tensor (a VAE's ``mu``) that, scaled up 10x and 100x, drives the loss down each time and
-    far below zero: the loss has no minimum, a term with the wrong sign (``+0.5 * sum(1 + logvar - mu^2 - ...)``)."""
+    """A tuple output's side tensor (a VAE's ``mu``) that, scaled up 10x and 100x, drives the loss down each time, far
+    below zero and faster than in proportion: the loss has no minimum, a term with the wrong sign (``+0.5 * sum(1 +
+    logvar - mu^2 - ...)``). A fall in proportion (a term linear in the output: a flow's log-determinant) is a WARN."""
     out = ctx.outputs
     if not isinstance(out, (list, tuple)) or hasattr(out, "_fields"):
         return None
@@ -212,6 +213,11 @@ def unbounded_below(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]
         if len(losses) < 2 or not (value > losses[0] > losses[1]) or losses[1] > -10 * max(abs(value), 1.0):
             continue
         ev.update(unbounded_output=f"outputs[{i}]", loss_at_10x=losses[0], loss_at_100x=losses[1])
+        if losses[0] - losses[1] < 30 * (value - losses[0]):  # linear in the output: a log-determinant term's design
+            return warned("OBJECTIVE", f"the loss falls in proportion as outputs[{i}] grows ({g4(value)} -> "
+                          f"{g4(losses[0])} -> {g4(losses[1])} at 10 and 100 times): a term linear in that output, as a "
+                          "flow's log-determinant is by design (the model ties it to its other outputs); a regulariser "
+                          "with the wrong sign looks the same", ev, kind="objective.wrong_sign")
         return failed("OBJECTIVE", "objective.wrong_sign",
                       f"the loss has no minimum: scaling outputs[{i}] {list(v.shape)} by 10 and 100 takes it from {g4(value)} "
                       f"to {g4(losses[0])} and {g4(losses[1])}: a term of the loss rewards that output growing without bound "

@@ -94,7 +94,8 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
             ref = {id(p): g for (p, _), g in zip(params, ref_grads) if g is not None}
             with NormWatch(model, dropout=True) as user_norms:
                 checks, effects = _watch(model, optimizer, batch, loss_fn, train_step, ref, checks, details, effects)
-            norms.hits.update(user_norms.hits)
+            norms.hits = user_norms.hits  # the controlled step ran in the mode the model was handed over in; the
+            # user's own step sets its mode itself (model.train() at its start): its forward is the one judged
             dropped = drop_check(user_norms.drops)
             checks = [dropped, *checks] if dropped is not None else checks
         found = norm_check(norms.hits, "a training forward")
@@ -348,6 +349,8 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
     if loss.requires_grad and trainable:
         found = torch.autograd.grad(loss.reshape(()), trainable, allow_unused=True)
         grads = {id(p): (None if g is None else g.detach()) for p, g in zip(trainable, found)}
+        # a custom autograd Function running its own backward inside (reversible layers) writes .grad itself
+        grads.update({id(p): p.grad.detach() for p in trainable if grads[id(p)] is None and p.grad is not None})
     empty = [names[0] for p, names in params if p.requires_grad and grad_state(grads.get(id(p)))[0] in ("none", "zero")]
     _gradient_checks(params, grads, out, _depends(cmodel, batch, loss_fn, empty))
     out.details["_ref"] = [grads.get(id(p)) for p, _ in params]  # the train_step watch judges descent against these

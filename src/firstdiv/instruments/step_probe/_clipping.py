@@ -2,7 +2,8 @@
 the clipping bounds no update (and ``zero_grad`` or the next backward throws the clipped values away). Read from the
 order of the program's own calls while ``train_step`` runs: gradient hooks (a backward), the optimizer's step pre-
 and post-hooks, and ``torch.nn.utils.clip_grad_norm_`` / ``clip_grad_value_`` looked up through ``torch.nn.utils``
-(Accelerate's and most loops' way of calling them). A clip inside the step (a closure run by ``step``, as Lightning
+(Accelerate's and most loops' way of calling them). Only a clip of the watched model's parameters counts: a program
+with two networks and two optimizers (a PPO's policy and value nets) clips one after stepping the other. A clip inside the step (a closure run by ``step``, as Lightning
 does) or between a backward and the next step is in time. Everything patched or hooked is restored in ``finally``
 by the caller's undo list."""
 
@@ -45,7 +46,9 @@ class ClipWatch:
                 def wrapper(parameters: Any, *args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
                     parameters = list(parameters) if not torch.is_tensor(parameters) and parameters is not None \
                         else parameters  # a generator is read once: by the watch and then by the original
-                    self.event("clip", self._clip_names(parameters))
+                    names = self._clip_names(parameters)
+                    if names:  # a clip of another model's gradients (a second network, its own optimizer) is not judged
+                        self.event("clip", names)
                     return _orig(parameters, *args, **kwargs)
                 wrapper._firstdiv_clip_watch = True  # type: ignore[attr-defined]
                 setattr(mod, attr, wrapper)
