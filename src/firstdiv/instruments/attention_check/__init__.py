@@ -86,6 +86,7 @@ from .._core.checks import Check, compose
 from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._capture import Site
+from ._confirm import confirm_inferred_causal, reference_forbidden
 from ._diagnose import relabel
 from ._levels import level1, level3, reference, w4_of
 from ._model import attention_inputs_reason, check_path, eager, module_inputs
@@ -269,7 +270,7 @@ def _levels(ctx: Ctx) -> list[Check]:
     checks = level1(ctx, site, nh)
     checks += [merge_probe(ctx, nh), batch_isolation(ctx, pert), time_isolation(ctx, pert, w4)]
     checks += level3(ctx, site, w4, forb)
-    checks += [causality(ctx, pert), reference(ctx, site, nh, forb)]
+    checks += [causality(ctx, pert), reference(ctx, site, nh, reference_forbidden(ctx, forb, w4))]
     ctx.num_heads = nh
     return checks
 
@@ -282,6 +283,8 @@ def _infer_causal(ctx: Ctx, site: Site | None, w4: torch.Tensor | None, nh: int 
         ctx.causal = False
         excluded = forbidden(ctx, site, nh or 1).flatten(0, 1).any(0)  # padding / masks: not evidence of causality
         causal_from_weights(ctx, w4, excluded)
+        if ctx.causal:
+            confirm_inferred_causal(ctx, w4, excluded)
     else:
         ctx.causal, ctx.causal_source = False, "no evidence (no attention weights captured); pass causal= to say"
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from ...report import Status
 from .._core.checks import Check, check
 from ._capture import Site, repeat_heads
+from ._confirm import blocked_is_real, future_pairs, renormalised_output, unconfirmed_future
 from ._setup import Ctx, bound, rotary
 
 SHAPE, NONFINITE, BLOCKED = "attention.shape", "attention.nonfinite", "attention.blocked_query"
@@ -78,18 +79,25 @@ def _merged_shape(ctx: Ctx) -> Check:
     observed = None if out is None else tuple(out.shape)
     ev = {"stage": "merged", "module": ctx.name, "observed": None if observed is None else list(observed),
           "expected": list(expected), "layout": "[B, Tq, E]" if ctx.batch_first else "[Tq, B, E] (batch_first=False)"}
-    problems = [] if observed == expected else [f"output {None if observed is None else list(observed)} != {list(expected)}"]
+    shown = None if observed is None else list(observed)
+    problems = [] if observed == expected else [(observed, expected, f"output {shown} != {list(expected)}")]
     proj = ctx.proj
     if proj is not None and proj.merged is not None and proj.out is not None:
         want = (ctx.B, ctx.Tq, proj.q_out.shape[-1])
         got = tuple(proj.merged.shape)
         ev.update({"merged_heads": proj.merged_from, "merged_heads_observed": list(got), "merged_heads_expected": list(want)})
         if got != want:
-            problems.append(f"merged heads ({proj.merged_from}) {list(got)} != [B, Tq, Nh*Dh] = {list(want)}")
-    if problems:
-        return check("LEVEL_1", SHAPE, Status.FAIL, "; ".join(problems), ev, expected=f"{list(expected)}",
-                     observed=f"{None if observed is None else list(observed)}", hint="merge heads back to [B, Tq, E]")
-    return check("LEVEL_1", SHAPE, Status.PASS, f"merged output {list(observed)} == {ev['layout']} = {list(expected)}", ev)
+            problems.append((got, want, f"merged heads ({proj.merged_from}) {list(got)} != [B, Tq, Nh*Dh] = {list(want)}"))
+    if not problems:
+        return check("LEVEL_1", SHAPE, Status.PASS, f"merged output {list(observed)} == {ev['layout']} = {list(expected)}", ev)
+    said = "; ".join(p[2] for p in problems)
+    if all(got is not None and len(got) == len(want) and got[:-1] == want[:-1] for got, want, _ in problems):
+        # only the width differs: a value or output projection to another width may be the module's design
+        return check("LEVEL_1", SHAPE, Status.WARN, f"{said}; not a FAIL: only the last axis differs, and a width other "
+                     "than the hidden states' E (or the queries' Nh*Dh) may be the design; no argument declares the "
+                     "intended width", {**ev, "premise": "output width E", "premise_confirmed": False})
+    return check("LEVEL_1", SHAPE, Status.FAIL, said, ev, expected=f"{list(expected)}",
+                 observed=f"{None if observed is None else list(observed)}", hint="merge heads back to [B, Tq, E]")
 
 
 def level3(ctx: Ctx, site: Site | None, w4: torch.Tensor | None, forbidden: torch.Tensor) -> list[Check]:
@@ -129,10 +137,16 @@ def _blocked(ctx: Ctx, blocked: torch.Tensor, forb: torch.Tensor, ev: dict) -> C
     if not bool(rows.any()):
         return check("LEVEL_3", BLOCKED, Status.PASS, f"every one of {ctx.B * ctx.Tq} queries has at least one allowed key "
                      f"({ev['forbidden_pairs']} forbidden (query, key) pairs)", ev)
-    b, t = (int(i) for i in torch.unravel_index(rows.flatten().nonzero()[0, 0], rows.shape))
+    real, why = blocked_is_real(ctx, rows)
+    ev["blocked_real_queries"] = int(real.sum())
+    b, t = (int(i) for i in torch.unravel_index((real if bool(real.any()) else rows).flatten().nonzero()[0, 0], rows.shape))
     ev["first"] = [b, t]
-    return check("LEVEL_3", BLOCKED, Status.FAIL, f"{int(rows.sum())} queries have every key forbidden; first batch {b}, "
-                 f"position {t}", ev, expected="each query has an allowed key", observed=f"batch {b} position {t} fully masked",
+    msg = f"{int(rows.sum())} queries have every key forbidden; first batch {b}, position {t}"
+    if not bool(real.any()):
+        return check("LEVEL_3", BLOCKED, Status.WARN, f"{msg}; not a FAIL: {why}",
+                     {**ev, "premise": "the blocked queries are real tokens", "premise_confirmed": False})
+    return check("LEVEL_3", BLOCKED, Status.FAIL, f"{msg}, a real token as the inputs' padding says ({int(real.sum())} such)",
+                 ev, expected="each query has an allowed key", observed=f"batch {b} position {t} fully masked",
                  hint="a fully padded sequence, or padding and causal masks combined so a query sees nothing")
 
 
@@ -155,8 +169,19 @@ def _rows(ctx: Ctx, site: Site, w4: torch.Tensor, blocked: torch.Tensor, finite_
     over_queries = bool(((cols - 1).abs() <= tol).all())
     ev.update({"worst": [b, h, t], "row_sum": float(sums[b, h, t]), "columns_sum_to_1": over_queries})
     axis = " - the columns sum to 1: softmax taken over the query axis" if over_queries else ""
-    return check("LEVEL_3", ROWS, Status.FAIL, f"w[{b}, {h}, {t}, :] sums to {float(sums[b, h, t]):.4g} over keys "
-                 f"(|sum - 1| up to {float(dev.max()):.3g} > {tol:.3g}){axis}", ev, expected="rows sum to 1 over Tk",
+    msg = f"w[{b}, {h}, {t}, :] sums to {float(sums[b, h, t]):.4g} over keys (|sum - 1| up to {float(dev.max()):.3g} > {tol:.3g})"
+    used = renormalised_output(ctx)  # does the module read the weights as they are? (the premise, on the copy)
+    if isinstance(used, str):
+        return check("LEVEL_3", ROWS, Status.WARN, f"{msg}{axis}; not a FAIL: whether the module reads these weights as "
+                     f"they are could not be confirmed ({used})", {**ev, "premise_confirmed": False})
+    change, thr = used
+    ev.update({"renormalised_output_change": change, "renormalised_threshold": thr})
+    if change <= thr:
+        return check("LEVEL_3", ROWS, Status.PASS, f"{msg}{axis}, but the module renormalises them over the keys itself: "
+                     f"the same weights renormalised over the keys leave its output unchanged (max change {change:.3g} <= "
+                     f"{thr:.3g})", ev)
+    return check("LEVEL_3", ROWS, Status.FAIL, f"{msg}{axis}; the module reads them as they are (renormalising them over "
+                 f"the keys changes its output by {change:.3g} > {thr:.3g})", ev, expected="rows sum to 1 over Tk",
                  observed=f"row sum {float(sums[b, h, t]):.4g}", hint="softmax over the key axis: .softmax(dim=-1)")
 
 
@@ -172,6 +197,11 @@ def _forbidden(ctx: Ctx, w4: torch.Tensor, forb: torch.Tensor, blocked: torch.Te
           "causal": bool(ctx.causal), "causal_from": ctx.causal_source}
     if n == 0:
         return check("LEVEL_3", FORBIDDEN, Status.PASS, f"all {int(rows.sum())} forbidden weights are exactly 0", ev)
+    declared = leak * ~future_pairs(ctx, leak.device)  # what padding / masks forbid, and a confirmed causality
+    if not bool((declared > 0).any()):
+        return unconfirmed_future("LEVEL_3", FORBIDDEN, f"{n} future weights are nonzero (largest {float(leak.max()):.4g})",
+                                  ev, ctx)
+    leak, n = declared, int((declared > 0).sum())
     b, h, t, s = (int(i) for i in torch.unravel_index(leak.argmax(), leak.shape))
     what = ("future key (causal)" if ctx.causal and s > t else
             "padding key" if ctx.padding is not None and bool(ctx.padding[b, s]) else "masked key")

@@ -200,6 +200,10 @@ def causality(ctx: Ctx, pert: Perturbations | str) -> Check:
     ev = {"probe": "future_token", "positions_probed": list(pert.free), "max_prefix_change": change, "threshold": thr}
     if change > thr:
         ev.update({"changed_token": p, "earlier_position": t})
+        if ctx.causal_unconfirmed:
+            from ._confirm import unconfirmed_future  # _confirm runs probes of this module
+            return unconfirmed_future("LEVEL_4", CAUSALITY, f"changing token {p} changed the output at earlier position "
+                                      f"{t} by {change:.3g} (> {thr:.3g})", ev, ctx)
         return check("LEVEL_4", CAUSALITY, Status.FAIL, f"changing token {p} changed the output at earlier position {t} by "
                      f"{change:.3g} (> {thr:.3g})", ev, expected=f"outputs before position {p} unchanged",
                      observed=f"position {t} changed by {change:.3g}", hint="a future key is visible: check the causal mask")

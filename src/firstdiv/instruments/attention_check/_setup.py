@@ -61,6 +61,7 @@ class Ctx:
     heads_source: str = ""
     causal: bool | None = None
     causal_source: str = ""
+    causal_unconfirmed: str = ""  # causality read from the weights and not confirmed by them: why (checks WARN, not FAIL)
     padding: torch.Tensor | None = None
     padding_source: str = ""
     user_forbidden: torch.Tensor | None = None
