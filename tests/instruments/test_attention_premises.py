@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from firstdiv import Status
@@ -126,3 +127,49 @@ def test_an_output_projection_to_another_width_is_a_warning():
     merged = next(f for f in report.findings if f.check == "attention.shape" and f.evidence.get("stage") == "merged")
     assert merged.status is Status.WARN and "only the last axis differs" in merged.message
     assert report.status is not Status.FAIL, str(report)
+
+
+class QKNorm(Attention):
+    """Queries and keys normalised after the projection (QK-norm): a score function other than the reference's."""
+
+    def forward(self, x, key_padding_mask=None):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in self.qkv(x).split(d, dim=-1))
+        q, k = F.normalize(q, dim=-1) * 4, F.normalize(k, dim=-1)
+        scores = (q @ k.transpose(-2, -1)).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        return self.proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+
+def test_another_score_function_is_a_warning_not_a_reference_failure():
+    torch.manual_seed(0)
+    report = attention_check(QKNorm(), hidden(), num_heads=2, causal=True)
+    ref = finding(report, "attention.reference_mismatch")
+    assert ref.status is Status.WARN and "not a FAIL: no other score scale explains it" in ref.message, ref.message
+    assert report.status is Status.WARN, str(report)
+
+
+def test_a_scale_slip_still_fails_the_reference():
+    class Unscaled(Attention):
+        def forward(self, x, key_padding_mask=None):
+            b, t, d = x.shape
+            q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in self.qkv(x).split(d, dim=-1))
+            scores = (q @ k.transpose(-2, -1)).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+            return self.proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+    torch.manual_seed(0)
+    report = attention_check(Unscaled(), hidden(), num_heads=2, causal=True)
+    assert report.first_divergence.kind == "attention.reference_mismatch"
+    assert report.first_divergence.observed.startswith("scores are q·k with scale 1")
+
+
+def test_an_unmerged_output_is_a_shape_warning():
+    class Unmerged(Attention):
+        def forward(self, x, key_padding_mask=None):
+            b, t, d = x.shape
+            q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in self.qkv(x).split(d, dim=-1))
+            return (q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)).softmax(-1) @ v  # [B, Nh, T, Dh], no merge
+
+    torch.manual_seed(0)
+    report = attention_check(Unmerged(pattern="none"), hidden(), num_heads=2, causal=False)
+    merged = next(f for f in report.findings if f.check == "attention.shape" and f.evidence.get("stage") == "merged")
+    assert merged.status is Status.WARN and "an output of another shape" in merged.message, merged.message
