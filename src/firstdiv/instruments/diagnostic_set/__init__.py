@@ -185,8 +185,10 @@ def _own_spread(model_or_fn: Any, inputs: Any, tol: Tolerance, entry: dict[str, 
     the outputs (or the decision) differ beyond the tolerance; None when a run raised."""
     outs = []
     for seed in (1, 2):
-        with guarded():
-            torch.manual_seed(seed)
+        with guarded():  # seeds only generators it restores: CUDA's only when CUDA is initialised
+            torch.default_generator.manual_seed(seed)
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.manual_seed_all(seed)
             random.seed(seed)
             np.random.seed(seed)
             value, error = run_example(model_or_fn, inputs)
