@@ -719,22 +719,22 @@ PREMISES: dict[str, Premise] = {
         "the merged heads differ from F.scaled_dot_product_attention on the module's q/k/v (double precision, the "
         "intended mask) beyond atol + max(1e-4, 32 eps) of the reference, and the reference at another scale (1, 1/Dh, "
         "1/sqrt(E), 1/E) matches them; T5-style relative position bias is SKIPPED",
-        "not confirmed when a scale fits: the scale is taken to be meant as 1/sqrt(Dh) (see attention.missing_scale, "
-        "attention.wrong_scale); a mismatch no other scale explains (QK-norm or cosine attention, ALiBi, a gate on the "
-        "heads) is a WARN", confirmed=False),
+        "not confirmed when a scale fits and scale= is not given: the scale is taken to be meant as 1/sqrt(Dh) (see "
+        "attention.missing_scale, attention.wrong_scale); scale= declares another; a mismatch no other scale explains "
+        "(QK-norm or cosine attention, ALiBi, a gate on the heads) is a WARN", confirmed=False),
     "attention.missing_scale": Premise(
         "attention_check", "diagnosis of attention.reference_mismatch (with module=): the scores are meant to be scaled "
-        "by 1/sqrt(Dh)",
+        "by 1/sqrt(Dh), or by the scale= given",
         "the module's output matches the reference at scale 1",
         "not confirmed: a scale folded into the projection's initialisation by design (outside T5, which is skipped by "
-        "name) FAILs; nothing in the module's behaviour tells the intended scale and no argument declares it",
+        "name) FAILs unless scale= declares it; nothing in the module's behaviour tells the intended scale",
         confirmed=False),
     "attention.wrong_scale": Premise(
         "attention_check", "diagnosis of attention.reference_mismatch (with module=): the scores are meant to be scaled "
-        "by 1/sqrt(Dh)",
-        "the module's output matches the reference at 1/Dh, 1/sqrt(E) or 1/E",
-        "not confirmed: a 1/Dh scale by design (muP) FAILs; nothing in the module's behaviour tells the intended scale "
-        "and no argument declares it", confirmed=False),
+        "by 1/sqrt(Dh), or by the scale= given",
+        "the module's output matches the reference at 1/Dh, 1/sqrt(E) or 1/E (or 1/sqrt(Dh) when scale= declares another)",
+        "not confirmed: a 1/Dh scale by design (muP) FAILs unless scale= declares it; nothing in the module's behaviour "
+        "tells the intended scale", confirmed=False),
     "attention.axis_semantics": Premise(
         "attention_check", "heads are split and merged without mixing batch elements, positions or heads",
         "on the copy: the value projection replaced by distinct tags must come back as weights @ split(tags) in the "

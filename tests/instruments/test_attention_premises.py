@@ -173,3 +173,32 @@ def test_an_unmerged_output_is_a_shape_warning():
     report = attention_check(Unmerged(pattern="none"), hidden(), num_heads=2, causal=False)
     merged = next(f for f in report.findings if f.check == "attention.shape" and f.evidence.get("stage") == "merged")
     assert merged.status is Status.WARN and "an output of another shape" in merged.message, merged.message
+
+
+class Scaled(Attention):
+    """Scores scaled by ``factor`` (muP uses 1/Dh by design)."""
+
+    def __init__(self, factor, **kw):
+        super().__init__(**kw)
+        self.factor = factor
+
+    def forward(self, x, key_padding_mask=None):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in self.qkv(x).split(d, dim=-1))
+        scores = (q @ k.transpose(-2, -1) * self.factor).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1),
+                                                                     float("-inf"))
+        return self.proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+
+def test_a_declared_scale_is_the_reference():
+    torch.manual_seed(0)
+    mup = Scaled(1 / 8)  # Dh = 8: 1/Dh by design
+    assert attention_check(mup, hidden(), num_heads=2, causal=True).first_divergence.observed.startswith(
+        "scores are q·k scaled by 1/Dh=0.125, not 1/sqrt(Dh)=0.3536")
+    declared = attention_check(mup, hidden(), num_heads=2, causal=True, scale=1 / 8)
+    assert declared.status is Status.PASS, str(declared)
+    assert finding(declared, "attention.reference_mismatch").evidence["scale_declared"] is True
+    slipped = attention_check(Scaled(1.0), hidden(), num_heads=2, causal=True, scale=1 / 8)
+    assert slipped.first_divergence.observed.startswith("scores are q·k with scale 1 (scale=0.125 missing)")
+    with pytest.raises(ValueError, match="Expected `scale` to be None or a finite number > 0"):
+        attention_check(mup, hidden(), num_heads=2, scale=0.0)

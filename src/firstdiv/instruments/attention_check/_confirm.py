@@ -10,6 +10,7 @@ nothing does.
   the same forward pass with the captured weights replaced by the same weights renormalised over the keys must change
   the output. A module that renormalises over the keys itself (slot attention: softmax over the queries, then a
   weighted mean over the keys) gives the same output and PASSes with that evidence.
+  (:func:`~firstdiv.instruments.attention_check._setup.unconfirmed_future` words that WARN.)
 - A query with every key forbidden FAILs only when the inputs' padding says the query is a real token; a padding query
   (left padding under a causal mask), or one whose own padding nobody declared, is a WARN.
 """
@@ -18,12 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from ...report import Status
-from .._core.checks import Check, check
 from ._probes import changes, run, threshold
 from ._setup import Ctx
-
-DECLARE = "pass causal=True to check the future keys as forbidden, causal=False to leave them out"
 
 
 def confirm_inferred_causal(ctx: Ctx, w4: torch.Tensor, excluded: torch.Tensor) -> None:
@@ -50,12 +47,6 @@ def future_pairs(ctx: Ctx, device: torch.device) -> torch.Tensor:
     if not ctx.causal_unconfirmed or not ctx.causal or ctx.Tq != ctx.Tk:
         return torch.zeros(ctx.Tq, ctx.Tk, dtype=torch.bool, device=device)
     return torch.ones(ctx.Tq, ctx.Tk, dtype=torch.bool, device=device).triu(1)
-
-
-def unconfirmed_future(where: str, kind: str, message: str, ev: dict, ctx: Ctx) -> Check:
-    """The WARN a future-key check gives under unconfirmed causality."""
-    ev = {**ev, "premise": "causal attention", "premise_confirmed": False, "declare_with": "causal="}
-    return check(where, kind, Status.WARN, f"{message}; not a FAIL: {ctx.causal_unconfirmed}; {DECLARE}", ev)
 
 
 def renormalised_output(ctx: Ctx) -> tuple[float, float] | str:

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from ...report import Status
 from .._core.checks import Check, check
 from ._capture import Site, repeat_heads
-from ._confirm import blocked_is_real, future_pairs, renormalised_output, unconfirmed_future
-from ._setup import Ctx, bound, rotary
+from ._confirm import blocked_is_real, future_pairs, renormalised_output
+from ._setup import Ctx, bound, rotary, unconfirmed_future
 
 SHAPE, NONFINITE, BLOCKED = "attention.shape", "attention.nonfinite", "attention.blocked_query"
 ROWS, FORBIDDEN, REFERENCE = "attention.rows_not_normalized", "attention.forbidden_weight", "attention.reference_mismatch"
@@ -227,11 +227,12 @@ def reference(ctx: Ctx, site: Site | None, nh: int | None, forbidden: torch.Tens
     if site.op.endswith("scaled_dot_product_attention") and isinstance(q, torch.Tensor) and q.dim() == 4:
         a = site.args
         k, v = repeat_heads(a["key"], q.size(1)), repeat_heads(a["value"], q.size(1))
-        ref = _sdpa(q, k, v, ~forbidden)
-        alts = _alternatives(lambda s: _sdpa(q, k, v, ~forbidden, scale=s).transpose(1, 2), q.size(-1), ctx.E)
-        lowp = F.scaled_dot_product_attention(q, k, v, attn_mask=~forbidden).transpose(1, 2) if q.dtype in _HALF else None
+        ref = _sdpa(q, k, v, ~forbidden, scale=ctx.scale)
+        alts = _alternatives(lambda s: _sdpa(q, k, v, ~forbidden, scale=s).transpose(1, 2), q.size(-1), ctx.E, ctx.scale)
+        lowp = (F.scaled_dot_product_attention(q, k, v, attn_mask=~forbidden, scale=ctx.scale).transpose(1, 2)
+                if q.dtype in _HALF else None)
         ev = {"from": f"the q/k/v passed to {site.op} in {where_module(ctx, site)}", "scale_passed": a.get("scale"),
-              "scale_reference": 1 / math.sqrt(q.size(-1))}
+              **_intended(ctx, q.size(-1))}
         return _compare(ctx, site.output.transpose(1, 2), ref.transpose(1, 2), ev, q.dtype, forbidden, alts, lowp)
     reason = ctx.proj_reason or ("number of heads unknown; pass num_heads" if not nh else
                                  ctx.proj.merged_from if ctx.proj is not None else "projections not identified")
@@ -256,14 +257,14 @@ def _ref_proj(ctx: Ctx, nh: int, forbidden: torch.Tensor) -> Check:
         q, k = rope(q, k)
     k, v = repeat_heads(k, nh), repeat_heads(v, nh)
     ev = {"from": f"q/k/v = outputs of {proj.q}, {proj.k}, {proj.v}" + (" (rotary position embeddings applied)" if rope else ""),
-          "compared_with": proj.merged_from, "scale_reference": 1 / math.sqrt(dh)}
-    ref = _sdpa(q, k, v, ~forbidden).transpose(1, 2).reshape(ctx.B, ctx.Tq, nh * dh)
+          "compared_with": proj.merged_from, **_intended(ctx, dh)}
+    ref = _sdpa(q, k, v, ~forbidden, scale=ctx.scale).transpose(1, 2).reshape(ctx.B, ctx.Tq, nh * dh)
     alts = _alternatives(lambda s: _sdpa(q, k, v, ~forbidden, scale=s).transpose(1, 2).reshape(ctx.B, ctx.Tq, nh * dh),
-                         dh, ctx.E)
+                         dh, ctx.E, ctx.scale)
     dt = proj.q_out.dtype
     lowp = None
     if dt in _HALF:  # the same reference in the module's precision: how far rounding alone moves it
-        lowp = F.scaled_dot_product_attention(q.to(dt), k.to(dt), v.to(dt), attn_mask=~forbidden)
+        lowp = F.scaled_dot_product_attention(q.to(dt), k.to(dt), v.to(dt), attn_mask=~forbidden, scale=ctx.scale)
         lowp = lowp.transpose(1, 2).reshape(ctx.B, ctx.Tq, nh * dh)
     return _compare(ctx, proj.merged, ref, ev, dt, forbidden, alts, lowp)
 
@@ -317,11 +318,22 @@ def _position_bias(ctx: Ctx) -> str:
     return ""
 
 
-def _alternatives(fn: Callable[[float], torch.Tensor], dh: int, e: int) -> list[tuple[str, float, torch.Tensor]]:
-    """The reference with the scales a bug puts in place of 1/sqrt(Dh): none (1), 1/Dh, 1/sqrt(E), 1/E."""
+def _intended(ctx: Ctx, dh: int) -> dict:
+    """The score scale the reference uses: ``scale=`` when declared, else 1/sqrt(Dh)."""
+    return {"scale_reference": ctx.scale if ctx.scale is not None else 1 / math.sqrt(dh),
+            "scale_declared": ctx.scale is not None}
+
+
+def _alternatives(fn: Callable[[float], torch.Tensor], dh: int, e: int,
+                  intended: float | None = None) -> list[tuple[str, float, torch.Tensor]]:
+    """The reference with the scales a bug puts in place of the intended one (1/sqrt(Dh) unless ``scale=`` declares
+    another): none (1), 1/Dh, 1/sqrt(E), 1/E, and 1/sqrt(Dh) when another scale is declared."""
+    want = 1 / math.sqrt(dh) if intended is None else intended
+    candidates = [("1", 1.0), ("1/Dh", 1 / dh), ("1/sqrt(E)", 1 / math.sqrt(e)), ("1/E", 1 / e)]
+    candidates += [("1/sqrt(Dh)", 1 / math.sqrt(dh))] if intended is not None else []
     out: list[tuple[str, float, torch.Tensor]] = []
-    for label, value in (("1", 1.0), ("1/Dh", 1 / dh), ("1/sqrt(E)", 1 / math.sqrt(e)), ("1/E", 1 / e)):
-        if not any(math.isclose(value, v) for _, v, _ in out) and not math.isclose(value, 1 / math.sqrt(dh)):
+    for label, value in candidates:
+        if not any(math.isclose(value, v) for _, v, _ in out) and not math.isclose(value, want):
             out.append((label, value, fn(value)))
     return out
 
@@ -351,8 +363,9 @@ def _compare(ctx: Ctx, actual: torch.Tensor, ref: torch.Tensor, ev: dict, dtype:
     want = ev.get("scale_reference")
     if fit is not None:
         ev["scale_fit"] = {"scale": fit[0], "value": fit[1]}
-    said = ("" if fit is None else "; it matches the reference with scale 1: missing 1/sqrt(Dh)" if fit[0] == "1" else
-            f"; it matches the reference with scale {fit[0]} = {fit[1]:.4g} instead of 1/sqrt(Dh) = {want:.4g}")
+    meant = "the declared scale=" if ev.get("scale_declared") else "1/sqrt(Dh)"
+    said = ("" if fit is None else f"; it matches the reference with scale 1: missing {meant}" if fit[0] == "1" else
+            f"; it matches the reference with scale {fit[0]} = {fit[1]:.4g} instead of {meant} = {want:.4g}")
     hint = ("the scores are not scaled by 1/sqrt(Dh)" if fit is not None and fit[0] == "1" else
             f"the scores are scaled by {fit[0]}: use 1/sqrt(Dh) (head_dim ** -0.5)" if fit is not None else
             "compare the score scale (1/sqrt(Dh)), the mask and the softmax axis with the reference")

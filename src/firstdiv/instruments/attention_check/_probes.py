@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from ...report import Status
 from .._core.checks import Check, check
 from ._capture import Run, Site, Tags, capture, repeat_heads
-from ._setup import Ctx
+from ._setup import Ctx, unconfirmed_future
 
 AXIS = "attention.axis_semantics"
 CAUSALITY = "attention.causality"
@@ -201,7 +201,6 @@ def causality(ctx: Ctx, pert: Perturbations | str) -> Check:
     if change > thr:
         ev.update({"changed_token": p, "earlier_position": t})
         if ctx.causal_unconfirmed:
-            from ._confirm import unconfirmed_future  # _confirm runs probes of this module
             return unconfirmed_future("LEVEL_4", CAUSALITY, f"changing token {p} changed the output at earlier position "
                                       f"{t} by {change:.3g} (> {thr:.3g})", ev, ctx)
         return check("LEVEL_4", CAUSALITY, Status.FAIL, f"changing token {p} changed the output at earlier position {t} by "
