@@ -246,7 +246,7 @@ def _eager_noise(ctx: Ctx, i: int) -> Any:
     outs = []
     for seed in (_SEED + i, _SEED + i + 7919):
         try:
-            eager = Target(ctx.target.user).eager if ctx.target.work is not None else ctx.target.eager
+            eager = ctx.target.fresh_eager()
             for j in range(i + 1):
                 args, kwargs = clone_args(ctx.calls[j])
                 torch.manual_seed(_SEED + j if j < i else seed)
