@@ -692,8 +692,8 @@ PREMISES: dict[str, Premise] = {
     "attention.blocked_query": Premise(
         "attention_check", "every query has at least one allowed key",
         "the forbidden (query, key) pairs - the causal mask (declared or inferred) plus padding and masks the inputs "
-        "carry - forbid every key of a query that the inputs' padding (key_padding_mask=, or the padding mask the inputs "
-        "carry, in self-attention) declares a real token",
+        "carry - forbid every key of a query that the inputs' padding (key_padding_mask=, else the keys an input mask "
+        "forbids to every query, in self-attention) declares a real token",
         "a blocked query that is padding itself (left padding under a causal mask), or whose own padding no input "
         "declares, is a WARN naming key_padding_mask=: its output is normally discarded"),
     "attention.rows_not_normalized": Premise(

@@ -71,11 +71,17 @@ def renormalised_output(ctx: Ctx) -> tuple[float, float] | str:
 
 
 def blocked_is_real(ctx: Ctx, rows: torch.Tensor) -> tuple[torch.Tensor, str]:
-    """([B, Tq] bool: blocked queries the inputs' padding declares real tokens, why the others are not confirmed)."""
-    if ctx.padding is None or not ctx.self_attention or ctx.Tq != ctx.Tk:
+    """([B, Tq] bool: blocked queries the inputs' padding declares real tokens, why the others are not confirmed). The
+    padding is key_padding_mask (argument or input), else the keys the mask the inputs carry (HF attention_mask)
+    forbids to every query of every head."""
+    padding = ctx.padding
+    given = ctx.user_forbidden
+    if padding is None and given is not None and given.dim() == 4 and given.shape[0] in (1, ctx.B):
+        padding = given.all(-2).all(1).expand(ctx.B, -1)  # [B, Tk]
+    if padding is None or not ctx.self_attention or ctx.Tq != ctx.Tk:
         return torch.zeros_like(rows), ("no padding of the queries is known, so whether their outputs are used could not "
                                         "be confirmed; key_padding_mask= (or the inputs' padding mask) declares it")
-    real = rows & ~ctx.padding.to(rows.device)
+    real = rows & ~padding.to(rows.device)
     return real, ("those queries are padding themselves (as the inputs' padding says): their outputs are normally "
                   "discarded")
 
