@@ -384,10 +384,19 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "a language model's targets are the next token",
         "each position is asked for the token it reads: declared targets equal the inputs at >= 90% of supervised "
         "positions (more often than one ahead, loss_fn not found to shift them), or the loss's own gradient pulls up "
-        "ids[t] at position t of an aligned output at >= 90% of the pulled positions; and, on the ledger's copy, the "
+        "ids[t] at position t of an aligned output at >= 90% of the pulled positions, or (logits never a module output: a "
+        "decoder inside the loss, a model computing its own loss from a target input) a target sequence equal to the "
+        "inputs whose change at position j moves the loss's gradient on the last aligned output at position j only; "
+        "and, on the ledger's copy, the "
         "model is causal on that input (changing the middle token moves the output there and none before it): a copy",
         "the model reads later tokens too (an autoencoder reproduces its input on purpose; a translation with targets "
         "from the source column looks the same): WARN naming both readings; causality not shown on the copy: WARN"),
+    "task.mask_unread": Premise(
+        "learning_ledger", "a 0/1 mask the program hands its loss among structured targets gates a term of it",
+        "on the ledger's copy (same seed, no gradient) flipping the mask (1 - mask) leaves the loss bit-identical while "
+        "rolling another target component across the batch moves it",
+        _ALWAYS + "the loss reads its targets but provably not this mask; a mask that is read, a component not 0/1 "
+        "valued (or of one value, unless one per example: [B] or [B, 1]), or a loss that reads no target: no finding"),
     "task.mlm_labels_not_masked": Premise(
         "learning_ledger", "a masked language model predicts only the positions chosen for masking",
         "data pattern: one input id (the mask token, never a target) stands at >= 50% of the supervised positions whose "

@@ -181,7 +181,7 @@ class DictInput(nn.Module):
         super().__init__()
         self.wide, self.deep = nn.Linear(4, 3), nn.Linear(6, 3)
 
-    def forward(self, X: dict, y: torch.Tensor | None = None) -> torch.Tensor:  # noqa: N803 - the public signature
+    def forward(self, X: dict, y: torch.Tensor | None = None) -> torch.Tensor:
         return self.wide(X["wide"]) + self.deep(X["deep"])
 
 
@@ -204,3 +204,103 @@ def test_a_tuple_of_inputs_is_the_positional_arguments_its_forward_takes() -> No
         r = firstdiv.learning_ledger(model, (inputs, y), F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-2))
         assert r.status.value != "SKIPPED", (type(model).__name__, r.reason)
         assert "raised" not in (r.reason or ""), r.reason
+
+
+V, T, B = 11, 10, 6
+
+
+class RecurrentLM(nn.Module):
+    """A sequence-first LSTM LM whose decoder runs inside the loss (a split softmax given the decoder's weights)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.rnn, self.decoder = nn.Embedding(V, 8), nn.LSTM(8, 8), nn.Linear(8, V)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rnn(self.emb(x))[0]
+
+
+def _rnn_report(shift: bool) -> firstdiv.Report:
+    torch.manual_seed(0)
+    model = RecurrentLM()
+    source = torch.randint(0, V, (T + 1, B))
+    data = source[:-1]
+    target = (source[1:] if shift else source[:-1]).reshape(-1)
+
+    def loss_fn(hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = F.linear(hidden.reshape(-1, 8), model.decoder.weight, model.decoder.bias)
+        return F.cross_entropy(logits, targets)
+    return firstdiv.learning_ledger(model, (data, target), loss_fn, torch.optim.SGD(model.parameters(), lr=1.0),
+                                    batch_axis=1, overfit_steps=0)
+
+
+class SelfLossLM(nn.Module):
+    """A causal model that computes its own loss from a ``target`` input; ``shift_inside`` shifts like HF models."""
+
+    def __init__(self, shift_inside: bool = False) -> None:
+        super().__init__()
+        self.shift_inside = shift_inside
+        self.emb, self.head = nn.Embedding(V, 16), nn.Linear(16, V)
+        self.block = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+
+    def forward(self, data: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        mask = nn.Transformer.generate_square_subsequent_mask(data.shape[1])
+        hidden = self.block(self.emb(data), src_mask=mask, is_causal=True)
+        logits = F.linear(hidden, self.head.weight, self.head.bias)  # no module output of vocabulary size
+        if self.shift_inside:
+            return F.cross_entropy(logits[:, :-1].reshape(-1, V), target[:, 1:].reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1))
+
+
+def _self_loss_report(relation: str) -> firstdiv.Report:
+    torch.manual_seed(0)
+    model = SelfLossLM(shift_inside=relation == "labels_equal_inputs")
+    tokens = torch.randint(0, V, (B, T + 1))
+    data = tokens[:, :-1]
+    target = tokens[:, 1:] if relation == "next" else data.clone()
+    return firstdiv.learning_ledger(model, {"data": data, "target": target}, lambda loss, _t: loss,
+                                    torch.optim.Adam(model.parameters(), lr=1e-3), overfit_steps=0)
+
+
+def _task(r: firstdiv.Report) -> tuple[str, str]:
+    f = next(f for f in r.findings if f.where == "TASK")
+    return f.status.value, f.check
+
+
+def test_unshifted_targets_of_a_recurrent_lm_whose_decoder_runs_in_the_loss_are_a_copy() -> None:
+    assert _task(_rnn_report(shift=False)) == ("FAIL", "task.target_not_shifted")
+    assert _task(_rnn_report(shift=True))[1] != "task.target_not_shifted"
+
+
+def test_a_model_computing_its_own_loss_from_an_unshifted_target_input_is_a_copy() -> None:
+    assert _task(_self_loss_report("same")) == ("FAIL", "task.target_not_shifted")
+    assert _task(_self_loss_report("next"))[1] != "task.target_not_shifted"
+    assert _task(_self_loss_report("labels_equal_inputs"))[1] != "task.target_not_shifted"  # shifted inside
+
+
+def _td_report(read_mask: bool, all_ones: bool = False, extra: bool = False) -> firstdiv.Report:
+    torch.manual_seed(0)
+    q, q_target = nn.Linear(4, 2), nn.Linear(4, 2)
+    g = torch.Generator().manual_seed(0)
+    s, s2 = torch.randn(32, 4, generator=g), torch.randn(32, 4, generator=g)
+    a, r = torch.randint(0, 2, (32, 1), generator=g), torch.randn(32, 1, generator=g)
+    not_done = torch.ones(32, 1) if all_ones else (torch.rand(32, 1, generator=g) > 0.2).float()
+    targets = (a, r, s2, not_done, torch.randn(32, 1, generator=g)) if extra else (a, r, s2, not_done)
+
+    def loss_fn(q_out: torch.Tensor, t: tuple) -> torch.Tensor:
+        a, r, s2, not_done = t[:4]
+        bootstrap = q_target(s2).max(1, keepdim=True)[0].detach()
+        target = r + 0.99 * bootstrap * (not_done if read_mask else 1.0)
+        return F.smooth_l1_loss(q_out.gather(1, a), target)
+    return firstdiv.learning_ledger(q, (s, targets), loss_fn, torch.optim.Adam(q.parameters(), lr=1e-3),
+                                    overfit_steps=0)
+
+
+def test_a_done_mask_the_td_loss_never_reads_fails_task_even_in_a_sample_without_an_episode_end() -> None:
+    assert _task(_td_report(read_mask=False)) == ("FAIL", "task.mask_unread")
+    assert _task(_td_report(read_mask=False, all_ones=True)) == ("FAIL", "task.mask_unread")
+
+
+def test_a_mask_that_is_read_or_an_unread_component_that_is_no_mask_is_no_finding() -> None:
+    assert _task(_td_report(read_mask=True))[1] != "task.mask_unread"
+    assert _task(_td_report(read_mask=True, extra=True))[1] != "task.mask_unread"  # an unread float column

@@ -22,7 +22,9 @@ from .._core.checks import Check
 from .._core.examples import logits_of
 from .._core.task import Ctx, err, input_ids, is_int, shape
 from ._common import failed, g4, isclose, passed, supervised, warned
+from ._masks import mask_unread
 from ._sequence import copies_own_token, future_or_copy
+from ._supervision import target_copy
 
 AGREEMENT = 0.9  # below this fraction of matching labels the task is contradicted (see _probe)
 SHIFT_MATCH = 0.9  # fraction of positions where targets equal the inputs at a given shift
@@ -34,7 +36,7 @@ def check_task(ctx: Ctx) -> Check:
                           "targets_dtype": str(getattr(t, "dtype", type(t).__name__)).replace("torch.", ""),
                           "outputs_shape": shape(ctx.outputs), "model_mode": "train" if ctx.model.training else "eval"}
     held = None  # a WARN (a named, unconfirmed premise) never hides what task_probe confirms
-    for check in (_finite_targets, _label_range, _lm_shift, _copies_own_token):
+    for check in (_finite_targets, _label_range, _lm_shift, _copies_own_token, target_copy, mask_unread):
         result = check(ctx, ev)
         if result is not None and result.finding.status is Status.FAIL:
             return result
