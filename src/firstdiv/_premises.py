@@ -688,10 +688,12 @@ PREMISES: dict[str, Premise] = {
     "attention.shape": Premise(
         "attention_check", "the attention weights are [B, Nh, Tq, Tk] (or [B*Nh, Tq, Tk]) and the output [B, Tq, E] "
         "([Tq, B, E] with batch_first=False), E the hidden states' width, the merged heads [B, Tq, Nh*Dh]",
-        "the captured softmax (or the weights recomputed from SDPA / multi_head_attention_forward) and the module's "
-        "output have other shapes",
-        "not confirmed for the output: its width is taken to be the input's E, so a module that projects to another "
-        "width on purpose FAILs; num_heads= declares Nh only", confirmed=False),
+        "the captured softmax (or the weights recomputed from SDPA / multi_head_attention_forward) is not [B, Nh, Tq, Tk] "
+        "with B, Tq, Tk from the inputs and Nh declared by num_heads= or the module's own heads attribute (num_heads, "
+        "num_attention_heads, n_head, its config)",
+        "an output or merged heads of another shape (a projection to another width, pooling, heads left unmerged) may be "
+        "the module's design: a WARN naming it (the merge itself is LEVEL_2's evidence); no argument declares the "
+        "intended output shape"),
     "attention.nonfinite": Premise(
         "attention_check", "the attention weights and output are finite",
         "the captured weights or the module's output hold NaN/inf (a row whose keys are all masked is named)",
@@ -699,39 +701,49 @@ PREMISES: dict[str, Premise] = {
     "attention.blocked_query": Premise(
         "attention_check", "every query has at least one allowed key",
         "the forbidden (query, key) pairs - the causal mask (declared or inferred) plus padding and masks the inputs "
-        "carry - forbid every key of some query",
-        "not confirmed: a padded query that sees only padding keys (left padding under a causal mask) FAILs although its "
-        "output is discarded; the row's output is not checked", confirmed=False),
+        "carry - forbid every key of a query that the inputs' padding (key_padding_mask=, else the keys an input mask "
+        "forbids to every query, in self-attention) declares a real token",
+        "a blocked query that is padding itself (left padding under a causal mask), or whose own padding no input "
+        "declares, is a WARN naming key_padding_mask=: its output is normally discarded"),
     "attention.rows_not_normalized": Premise(
         "attention_check", "the attention weights sum to 1 over the keys",
         "the captured weights' rows deviate from 1 beyond max(atol, 4*eps*Tk) (whether the columns sum to 1 instead is "
-        "in the evidence)",
-        "not confirmed: attention normalised over the queries by design (slot attention) FAILs", confirmed=False),
+        "in the evidence) and the module reads them as they are: on the copy, the same forward pass with these weights "
+        "renormalised over the keys changes the output beyond atol + 1e-5 * max|output| (a module that renormalises "
+        "over the keys itself, as slot attention does, PASSes with that evidence)",
+        "the weights cannot be replaced in the call (F.multi_head_attention_forward) or the counterfactual raises: a "
+        "WARN saying so"),
     "attention.forbidden_weight": Premise(
         "attention_check", "forbidden keys (causal future, padding, masks) get weight exactly 0",
         "a forbidden (query, key) pair has a nonzero captured weight; causality comes from causal=, else an is_causal/"
         "causal attribute, else a causal mask in the inputs, else the captured weights (most of the upper triangle "
-        "exactly 0)",
-        "not confirmed when causality is inferred from the weights: a prefix-LM or block pattern with some future "
-        "weights by design FAILs; causal= declares it", confirmed=False),
+        "exactly 0), confirmed there only when every future weight is 0 or the nonzero ones are exactly a causal mask "
+        "shifted by k (query t sees keys t+1..t+k and nothing beyond: tril(diagonal=k)); padding and masks are the "
+        "inputs' declarations",
+        "causality read from the weights in another pattern (a bidirectional prefix, blocks): a future-key leak is a "
+        "WARN naming causal=, and the LEVEL_4 reference keeps the module's own zero pattern"),
     "attention.reference_mismatch": Premise(
         "attention_check", "the module computes softmax(q k^T / sqrt(Dh) + mask) v on its own q/k/v projections (rotary "
         "embeddings and grouped heads accounted for)",
         "the merged heads differ from F.scaled_dot_product_attention on the module's q/k/v (double precision, the "
-        "intended mask) beyond atol + max(1e-4, 32 eps) of the reference; T5-style relative position bias is SKIPPED",
-        "not confirmed: other correct score functions FAIL - q/k normalised after the projection (QK-norm, cosine "
-        "attention), an ALiBi bias, a 1/Dh scale by design (muP)", confirmed=False),
+        "intended mask) beyond atol + max(1e-4, 32 eps) of the reference, and the reference at another scale (1, 1/Dh, "
+        "1/sqrt(E), 1/E) matches them; T5-style relative position bias is SKIPPED",
+        "not confirmed when a scale fits and scale= is not given: the scale is taken to be meant as 1/sqrt(Dh) (see "
+        "attention.missing_scale, attention.wrong_scale); scale= declares another; a mismatch no other scale explains "
+        "(QK-norm or cosine attention, ALiBi, a gate on the heads) is a WARN", confirmed=False),
     "attention.missing_scale": Premise(
         "attention_check", "diagnosis of attention.reference_mismatch (with module=): the scores are meant to be scaled "
-        "by 1/sqrt(Dh)",
+        "by 1/sqrt(Dh), or by the scale= given",
         "the module's output matches the reference at scale 1",
         "not confirmed: a scale folded into the projection's initialisation by design (outside T5, which is skipped by "
-        "name) FAILs", confirmed=False),
+        "name) FAILs unless scale= declares it; nothing in the module's behaviour tells the intended scale",
+        confirmed=False),
     "attention.wrong_scale": Premise(
         "attention_check", "diagnosis of attention.reference_mismatch (with module=): the scores are meant to be scaled "
-        "by 1/sqrt(Dh)",
-        "the module's output matches the reference at 1/Dh, 1/sqrt(E) or 1/E",
-        "not confirmed: a 1/Dh scale by design (muP) FAILs", confirmed=False),
+        "by 1/sqrt(Dh), or by the scale= given",
+        "the module's output matches the reference at 1/Dh, 1/sqrt(E) or 1/E (or 1/sqrt(Dh) when scale= declares another)",
+        "not confirmed: a 1/Dh scale by design (muP) FAILs unless scale= declares it; nothing in the module's behaviour "
+        "tells the intended scale", confirmed=False),
     "attention.axis_semantics": Premise(
         "attention_check", "heads are split and merged without mixing batch elements, positions or heads",
         "on the copy: the value projection replaced by distinct tags must come back as weights @ split(tags) in the "
@@ -743,14 +755,14 @@ PREMISES: dict[str, Premise] = {
         "as attention.axis_semantics", "as attention.axis_semantics"),
     "attention.causality": Premise(
         "attention_check", "with causal attention, a future token does not change an earlier output",
-        "changing the hidden state at position p changed an output before p beyond atol + 1e-5 * max|output|",
-        "not confirmed when causality is inferred from the captured weights (see attention.forbidden_weight): a "
-        "prefix-LM FAILs; causal= declares it; not causal: SKIPPED", confirmed=False),
+        "changing the hidden state at position p changed an output before p beyond atol + 1e-5 * max|output|; "
+        "causality declared or confirmed as for attention.forbidden_weight",
+        "causality read from the captured weights in a pattern that is not a shifted causal mask (a prefix-LM): a WARN "
+        "naming causal=; not causal: SKIPPED"),
     "attention.future_visible": Premise(
         "attention_check", "diagnosis (with module=) of attention.causality, or of attention.forbidden_weight at a future "
         "key: the causal mask hides the future",
-        "as those kinds", "not confirmed when causality is inferred from the weights, as attention.causality",
-        confirmed=False),
+        "as those kinds", "as those kinds: unconfirmed causality gives their WARN, which keeps its level's kind"),
     "attention.padding_visible": Premise(
         "attention_check", "diagnosis of attention.forbidden_weight at a padding key: padding declared by the inputs' "
         "key_padding_mask / attention_mask gets weight 0",
@@ -762,8 +774,10 @@ PREMISES: dict[str, Premise] = {
     "attention.softmax_axis": Premise(
         "attention_check", "diagnosis of attention.rows_not_normalized when the columns sum to 1: the softmax is meant "
         "to run over the keys",
-        "rows do not sum to 1 and every column does",
-        "not confirmed: softmax over the queries by design (slot attention) FAILs", confirmed=False),
+        "rows do not sum to 1, every column does, and renormalising the weights over the keys on the copy changes the "
+        "output (as attention.rows_not_normalized)",
+        "softmax over the queries followed by a renormalisation over the keys (slot attention) PASSes; the "
+        "counterfactual cannot run: WARN, as attention.rows_not_normalized"),
     "attention.eval_dropout": Premise(
         "attention_check", "under eval() no dropout is active",
         "two eval-mode passes on the same input (no reseeding) differ and a dropout-family op (F.dropout with "
@@ -795,14 +809,18 @@ PREMISES: dict[str, Premise] = {
         _ALWAYS + "non-finite features are the divergence"),
     "features.collapse_zero": Premise(
         "feature_space", "representations of different inputs are not zero vectors",
-        "more than 90% of the vectors have a norm <= 1e-6 of the largest norm",
-        "not confirmed: a threshold on the vectors alone, relative to the largest one (one outlier makes the rest "
-        "'zero'; padding positions passed as vectors count); no argument declares sparse features", confirmed=False),
+        "more than 90% of the vectors have a norm <= 1e-6 of the largest norm, and also of the 99th-percentile norm (or "
+        "exactly 0: not only against a few outliers), and on a grid of vectors ([B, T, D]) the zero ones are not a "
+        "contiguous head or tail of every line along one axis (padding positions)",
+        "not confirmed for padding flattened into one vector axis ([B*T, D] with padding rows in each sequence): those "
+        "zero rows FAIL, and no argument declares padding or sparse features; zero only against outliers, or "
+        "padding-like on a grid: a WARN saying which", confirmed=False),
     "features.dominant_coordinate": Premise(
         "feature_space", "no single coordinate dominates the representation's energy",
-        "one coordinate holds more than max(0.5, min(0.9, 8/D)) of sum x_k^2",
-        "not confirmed: a threshold on the vectors alone; representations with a few massive coordinates by design "
-        "(transformer hidden states' massive activations, unnormalised raw features) FAIL", confirmed=False),
+        "none: it does not FAIL (from the vectors alone a dominant coordinate cannot be told from a design)",
+        "a WARN when one coordinate holds more than max(0.5, min(0.9, 8/D)) of sum x_k^2: representations with a few "
+        "massive coordinates by design (transformer hidden states' massive activations, unnormalised raw features) "
+        "exist, and no argument declares the coordinates' intended scales"),
     "features.collapse_direction": Premise(
         "feature_space", "representations of different inputs point in different directions",
         "mean |cos| over up to 256 vectors exceeds 0.99 AND after centering nothing is left but one direction (top "
@@ -819,10 +837,10 @@ PREMISES: dict[str, Premise] = {
         "median steady wait (plus worker start-up per batch) >= 0.5 ms and > 0.5 x the median work, or >= 25% of steady "
         "batches waiting longer than their own work; a wait blamed on __getitem__/collate must be explained by the "
         "producer's measured cost (else remeasured up to 3 times, then noise: PASS); an unsplittable phase must be "
-        "starved in two measurements in a row",
-        "not confirmed on two paths: a one-shot iterator that cannot be measured again FAILs an unsplittable phase on "
-        "one measurement; and diagnose without step/train_step times a copy of one forward/backward/step, which need "
-        "not be the loop's work", confirmed=False),
+        "starved in two measurements in a row; the consumer is the user's step (or train_step)",
+        "a WARN naming what would confirm it: an unsplittable phase measured once because a one-shot iterator cannot be "
+        "measured again (a re-iterable loader confirms), or a consumer that is diagnose's stand-in step on a copy of "
+        "the model, no step/train_step given (step= / train_step= confirms)"),
     # ---- performance_ledger -------------------------------------------------------------------------------------
     "memory.growth": Premise(
         "performance_ledger", "identical iterations of the step return to the same live tensor set",
@@ -840,10 +858,11 @@ PREMISES: dict[str, Premise] = {
         _ALWAYS + "the compiled call fails where eager does not"),
     "compile.incorrect": Premise(
         "compile_ledger", "compiled outputs equal eager outputs within atol + rtol * |eager|",
-        "on some input a leaf of the compiled output is beyond that tolerance of eager's",
-        "not confirmed: eager's own run-to-run noise is not measured, so a module in training mode with dropout "
-        "(compiled code draws other random numbers) FAILs, with a hint saying so (compare_outputs skips that case)",
-        confirmed=False),
+        "on some input a leaf of the compiled output is beyond that tolerance of eager's, and eager replayed on fresh "
+        "copies over inputs 0..i (the main pass's seeds, then another RNG state at the failing input) agrees with itself "
+        "within it",
+        "eager differs from itself under another RNG state (dropout in training mode, sampling) or cannot be replayed: "
+        "a WARN saying so (compiled code draws other random numbers)"),
     "compile.graph_break": Premise(
         "compile_ledger", "with fullgraph_required=True the call is captured as one graph",
         "the recording capture saw a graph break (reason and file:line) or fullgraph=True does not compile",
@@ -851,10 +870,11 @@ PREMISES: dict[str, Premise] = {
     "compile.recompiles": Premise(
         "compile_ledger", "one compile per frame is reused across inputs_seq (plus one automatic-dynamic recompile with "
         "dynamic=None)",
-        "over the whole inputs_seq some recompilation is unexpected (failed guards listed by category) or the recompile "
-        "limit was hit",
-        "not confirmed as a defect: a program that compiles once per bucket size on purpose (dynamic=False with a few "
-        "padded sizes) FAILs; no argument declares the expected recompiles", confirmed=False),
+        "over the whole inputs_seq the recompile limit was hit (later inputs run eager), or some recompilation is "
+        "unexpected (failed guards listed by category) and, from the first one on, inputs_seq recompiles more often than "
+        "it reuses a compiled graph",
+        "unexpected recompilations whose graphs inputs_seq reuses at least as often as it recompiles (a few padded "
+        "bucket sizes with dynamic=False): a WARN; no argument declares the expected recompiles"),
     # ---- compare_outputs ----------------------------------------------------------------------------------------
     "outputs.fed_differently": Premise(
         "compare_outputs", "every variant is fed the reference's preprocessing/generation settings (as declared in "
@@ -895,9 +915,11 @@ PREMISES: dict[str, Premise] = {
         _ALWAYS + "an example that ran when stored and now raises"),
     "diagnostic.changed": Premise(
         "DiagnosticSet", "model_or_fn reproduces the outputs accepted with create()/update() within atol/rtol",
-        "an example's output is outside the tolerance or its decision (argmax, abstention) changed",
-        "not confirmed: model_or_fn's own run-to-run variation is not measured, so a model left in training mode with "
-        "dropout FAILs (only a WARN diagnostic.train_mode says why)", confirmed=False),
+        "an example's output is outside the tolerance or its decision (argmax, abstention) changed, and two more runs "
+        "of it with torch, Python and numpy seeded differently (every RNG restored) agree within the tolerance and on "
+        "the decision",
+        "model_or_fn differs from itself under other seeds (dropout left on) or cannot run again: a WARN with its own "
+        "spread"),
     "diagnostic.missing": Premise(
         "DiagnosticSet", "every example the index lists has stored inputs and outputs", "tensors.pt holds none for it",
         _ALWAYS + "the stored set is inconsistent"),

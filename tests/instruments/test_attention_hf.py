@@ -197,3 +197,15 @@ def test_llama_attention_with_cache_position_and_a_4d_additive_mask():
                               "cache_position": torch.arange(T)})
     assert_clean(report)
     assert report.details["causal"] is True and report.details["masks_built"] == []
+
+
+def test_gpt2_left_padding_under_the_causal_mask_is_a_warning_not_a_blocked_query_failure():
+    pad = torch.zeros(B, T, dtype=torch.bool)
+    pad[1, :2] = True  # left padding: queries 0 and 1 of batch 1 see only padding keys, their outputs unused
+    forbidden = torch.ones(T, T, dtype=torch.bool).triu(1)[None, None] | pad[:, None, None, :]
+    mask = torch.zeros(B, 1, T, T).masked_fill(forbidden, torch.finfo(torch.float32).min)
+    report = checked(gpt2("eager"), {"hidden_states": hidden(), "attention_mask": mask})
+    blocked = next(f for f in report.findings if f.check == "attention.blocked_query")
+    assert blocked.status is Status.WARN and blocked.evidence["blocked_queries"] == 2, blocked.message
+    assert "not a FAIL: those queries are padding themselves" in blocked.message  # keys no query may see: padding
+    assert report.status is Status.WARN, str(report)

@@ -214,6 +214,49 @@ def test_a_compiler_that_perturbs_outputs_fails_correct():
     assert [finding(report, link).check for link in ("CAPTURED", "STABLE", "WORTH_IT")] == ["not_reached"] * 3
 
 
+def test_a_compiler_that_perturbs_outputs_fails_because_eager_reproduces_itself():
+    report = ledger(TwoHeads(), [torch.randn(3, 4)], backend=perturbing)
+    correct = finding(report, "CORRECT")
+    assert correct.status is Status.FAIL  # eager replayed with another RNG state agrees with itself: the premise holds
+    assert correct.evidence["eager_vs_eager_other_rng"]["bad_elements"] == 0
+
+
+class Dropping(nn.Module):
+    """Dropout left in training mode: eager's output depends on the random numbers drawn."""
+
+    def __init__(self):
+        super().__init__()
+        self.body, self.drop = nn.Linear(4, 4), nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.body(x))
+
+
+def reseeding(gm, example_inputs):
+    """A correct compiler whose generated code draws its random numbers from another stream than eager."""
+    def run(*args):
+        torch.manual_seed(12345)
+        return gm(*args)
+    return run
+
+
+def test_random_module_in_training_mode_is_a_warning_not_incorrect_compilation():
+    report = ledger(Dropping().train(), [torch.randn(8, 4)], backend=reseeding, repeats=1)
+    correct = finding(report, "CORRECT")
+    assert correct.status is Status.WARN and correct.check == "compile.incorrect", correct.message
+    assert "not a FAIL: eager itself, replayed on a fresh copy with another RNG state, differs" in correct.message
+    assert correct.evidence["eager_vs_eager_other_rng"]["bad_elements"] > 0
+    assert report.status is not Status.FAIL
+
+
+def test_bucketed_sizes_reused_in_the_sequence_are_a_warning_not_a_recompile_failure():
+    report = ledger(Tiny(), lengths(8, 16, 8, 16, 8, 16), backend="eager", dynamic=False, repeats=1)
+    stable = finding(report, "STABLE")
+    assert stable.status is Status.WARN and stable.check == "compile.recompiles", stable.message
+    assert stable.evidence["recompiled_inputs"] == 1 and stable.evidence["reused_inputs"] == 4
+    assert "one compile per bucket may be the design" in stable.message and report.status is not Status.FAIL
+
+
 def test_eager_that_raises_fails_runs_as_a_report():
     report = ledger(raises_on_wide, [torch.ones(3, 4), torch.ones(3, 6)], backend="eager")
     div = report.first_divergence

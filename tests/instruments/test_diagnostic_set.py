@@ -236,3 +236,26 @@ def test_functions_strings_and_train_mode(tmp_path):
     ds2 = DiagnosticSet.create(tmp_path / "t", _examples()[:1], noisy.eval())
     warned = ds2.check(noisy.train())
     assert any(f.check == "diagnostic.train_mode" and f.status is Status.WARN for f in warned.findings)
+
+
+def test_a_model_that_differs_from_itself_warns_instead_of_failing(tmp_path):
+    torch.manual_seed(0)
+    noisy = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+    examples = [{"name": "x", "category": "ordinary", "inputs": torch.randn(4, 3), "note": ""}]
+    ds = DiagnosticSet.create(tmp_path / "n", examples, noisy.eval())
+    report = ds.check(noisy.train())
+    changed = next(f for f in report.findings if f.where == "x")
+    assert changed.check == "diagnostic.changed" and changed.status is Status.WARN, changed.message
+    assert "not a FAIL: model_or_fn's own outputs, run twice with different RNG seeds, differ by" in changed.message
+    assert changed.evidence["own_spread"]["varies"] is True and report.status is not Status.FAIL
+    assert noisy.training  # the mode the user left it in
+
+
+def test_a_changed_deterministic_model_still_fails_with_its_own_spread_in_evidence(stored, tmp_path):
+    ds, _ = stored
+    changed = Classifier().eval()
+    with torch.no_grad():
+        changed.fc.bias.copy_(torch.tensor([0.0, 0.3, -4.5]))
+    report = ds.check(changed)
+    failed = next(f for f in report.findings if f.where == "cat")
+    assert failed.status is Status.FAIL and failed.evidence["own_spread"]["varies"] is False

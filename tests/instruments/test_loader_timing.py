@@ -257,7 +257,9 @@ def test_plain_iterables():
             yield b
 
     r = timed(slow(), model, opt, step=step, batches=5, sweep={"num_workers": [0, 1]})
-    assert r.status is Status.FAIL and r.first_divergence.where == "producer"
+    verdict = finding_of(r, "loader.starved")  # measured once: a one-shot iterator cannot be measured again
+    assert r.status is Status.WARN and verdict.where == "producer" and verdict.status is Status.WARN
+    assert "a one-shot iterator cannot be measured again to confirm it" in verdict.message
     assert r.details["exhausted"] is True and r.details["batches_measured"] == 3
     assert "took 3 batches from your iterator" in r.side_effects
     skipped = {f.where for f in r.findings if f.status is Status.SKIPPED}
@@ -350,3 +352,45 @@ def test_host_to_device_is_timed_when_cuda_is_in_use():
     h2d = next(f for f in r.findings if f.where == "host_to_device" and f.check == "loader.phase_time")
     assert h2d.status is Status.PASS and h2d.evidence["median_ms"] > 0 and h2d.evidence["pinned"] is True
     assert len(r.details["host_to_device_ms"]) == 3
+
+
+def slow_batches(n: int = 12, delay: float = 0.01):
+    for i in range(n):
+        time.sleep(delay)
+        yield torch.full((4, 3), float(i)), torch.zeros(4, dtype=torch.long)
+
+
+def test_a_one_shot_iterator_starved_once_is_a_warning_not_a_failure():
+    model, opt, step = trainer()
+    r = timed(slow_batches(), model, opt, step=step, batches=6, warmup=1)
+    verdict = finding_of(r, "loader.starved")
+    assert verdict.status is Status.WARN and r.status is not Status.FAIL, verdict.message
+    assert "not a FAIL: the wait is at a phase the producer's cost cannot split and was measured once" in verdict.message
+    assert "re-iterable loader" in verdict.message
+
+
+class Reiterable:
+    """The same slow batches, iterable again: the starved verdict is measured twice and confirmed."""
+
+    def __iter__(self):
+        return slow_batches()
+
+
+def test_a_reiterable_plain_loader_starved_twice_still_fails():
+    model, opt, step = trainer()
+    r = timed(Reiterable(), model, opt, step=step, batches=6, warmup=1)
+    assert r.first_divergence is not None and r.first_divergence.kind == "loader.starved"
+    assert "starved in two measurements in a row" in str(r.details["measurements"])
+
+
+def test_a_stand_in_consumer_starved_is_a_warning_naming_step():
+    from firstdiv._registry import _copy_consumer
+
+    model, opt, _ = trainer()
+    stand_in = _copy_consumer(model, opt, nn.functional.cross_entropy)
+    loader = DataLoader(Sleepy(delay=0.005), batch_size=4)
+    r = timed(loader, model, opt, step=stand_in, batches=4)
+    verdict = finding_of(r, "loader.starved")
+    assert verdict.status is Status.WARN and r.status is not Status.FAIL, verdict.message
+    assert "not a FAIL: the consumer timed is one forward/backward/step of a copy of model" in verdict.message
+    assert "pass step= (or train_step= to diagnose)" in verdict.message

@@ -75,6 +75,7 @@ a function ``attn`` is called as-is (not copied, not put in eval mode).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -86,6 +87,7 @@ from .._core.checks import Check, compose
 from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._capture import Site
+from ._confirm import confirm_inferred_causal, reference_forbidden
 from ._diagnose import relabel
 from ._levels import level1, level3, reference, w4_of
 from ._model import attention_inputs_reason, check_path, eager, module_inputs
@@ -121,7 +123,8 @@ LEVELS = ("LEVEL_1", "LEVEL_2", "LEVEL_3", "LEVEL_4")
 
 @reports_user_hooks
 def attention_check(attn: Any, inputs: Any, *, num_heads: int | None = None, causal: bool | None = None,
-                    key_padding_mask: torch.Tensor | None = None, atol: float = 1e-5, module: str | None = None) -> Report:
+                    key_padding_mask: torch.Tensor | None = None, atol: float = 1e-5, module: str | None = None,
+                    scale: float | None = None) -> Report:
     """Check an attention module or function at four levels and report the earliest that fails.
 
     Args:
@@ -138,6 +141,8 @@ def attention_check(attn: Any, inputs: Any, *, num_heads: int | None = None, cau
         atol: absolute tolerance for row sums, comparisons and "unchanged".
         module: the ``named_modules()`` path of the attention module inside the model ``attn`` (``"blocks.0.attn"``,
             ``"transformer.h.0.attn"``): the model runs once on ``inputs`` and the module is checked on what it receives.
+        scale: the score scale the module is meant to use (default: ``1/sqrt(Dh)``); declares a design such as muP's
+            ``1/Dh``, which the LEVEL_4 reference then uses (``nn.MultiheadAttention`` always uses ``1/sqrt(Dh)``).
 
     Returns:
         A Report. With ``module``, every finding's ``where`` is that path and a failing check's ``kind`` names the
@@ -153,10 +158,10 @@ def attention_check(attn: Any, inputs: Any, *, num_heads: int | None = None, cau
     notes: list[str] = []
     if module is None:
         attn = eager(attn, notes)
-        return _checked(attn, inputs, (num_heads, causal, key_padding_mask, atol), None, notes, guard=True)
+        return _checked(attn, inputs, (num_heads, causal, key_padding_mask, atol, scale), None, notes, guard=True)
     model = eager(attn, notes)
     check_path(model, module)
-    _options(causal, atol)
+    _options(causal, atol, scale)
     with guarded(attn), torch.no_grad():
         found = module_inputs(model, inputs, module)
         why = found.reason or attention_inputs_reason(found.inputs, module)
@@ -164,7 +169,7 @@ def attention_check(attn: Any, inputs: Any, *, num_heads: int | None = None, cau
             return Report(_NAME, Status.SKIPPED, side_effects=_COPY, reason=f"{module} not checked: {why}",
                           details={"path": module, "notes": notes + found.notes})
         try:
-            return _checked(found.module, found.inputs, (num_heads, causal, key_padding_mask, atol), module,
+            return _checked(found.module, found.inputs, (num_heads, causal, key_padding_mask, atol, scale), module,
                             notes + found.notes, guard=False)
         except InvalidArgument as exc:  # what the model passes does not fit; a bad argument of the user's still raises
             if num_heads is not None or key_padding_mask is not None:
@@ -204,17 +209,19 @@ def _not_run(ctx: Ctx, first: Any, effects: str) -> Report:
                          "one forward pass that runs and returns the attention output [B, Tq, E] (or a tuple starting with it)")
 
 
-def _options(causal: Any, atol: Any) -> None:
+def _options(causal: Any, atol: Any, scale: Any = None) -> None:
     if causal is not None and not isinstance(causal, bool):
         raise InvalidArgument(f"Expected `causal` to be True, False or None but got {causal!r}")
     if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not atol >= 0:
         raise InvalidArgument(f"Expected `atol` to be a number >= 0 but got {atol!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf):
+        raise InvalidArgument(f"Expected `scale` to be None or a finite number > 0 but got {scale!r}")
 
 
-def _context(attn: Any, inputs: Any, num_heads: Any, causal: Any, key_padding_mask: Any, atol: Any) -> Ctx:
+def _context(attn: Any, inputs: Any, num_heads: Any, causal: Any, key_padding_mask: Any, atol: Any, scale: Any) -> Ctx:
     if not isinstance(attn, nn.Module) and not callable(attn):
         raise InvalidArgument(f"Expected `attn` to be a torch.nn.Module or a callable but got {type_name(attn)}")
-    _options(causal, atol)
+    _options(causal, atol, scale)
     args, kwargs, loc = split_inputs(inputs)
     hidden = args[loc] if isinstance(loc, int) else kwargs[loc]
     check_hidden(hidden)
@@ -224,6 +231,7 @@ def _context(attn: Any, inputs: Any, num_heads: Any, causal: Any, key_padding_ma
     name = type(attn).__name__ if isinstance(attn, nn.Module) else getattr(attn, "__name__", type(attn).__name__)
     ctx = Ctx(attn, attn if isinstance(attn, nn.Module) else None, name, args, kwargs, hidden, bf, int(B), int(T), int(T),
               int(E), float(atol))
+    ctx.scale = None if scale is None else float(scale)
     read_keys(ctx)
     ctx.hf = is_hf(attn)
     if ctx.hf:
@@ -269,7 +277,7 @@ def _levels(ctx: Ctx) -> list[Check]:
     checks = level1(ctx, site, nh)
     checks += [merge_probe(ctx, nh), batch_isolation(ctx, pert), time_isolation(ctx, pert, w4)]
     checks += level3(ctx, site, w4, forb)
-    checks += [causality(ctx, pert), reference(ctx, site, nh, forb)]
+    checks += [causality(ctx, pert), reference(ctx, site, nh, reference_forbidden(ctx, forb, w4))]
     ctx.num_heads = nh
     return checks
 
@@ -282,6 +290,8 @@ def _infer_causal(ctx: Ctx, site: Site | None, w4: torch.Tensor | None, nh: int 
         ctx.causal = False
         excluded = forbidden(ctx, site, nh or 1).flatten(0, 1).any(0)  # padding / masks: not evidence of causality
         causal_from_weights(ctx, w4, excluded)
+        if ctx.causal:
+            confirm_inferred_causal(ctx, w4, excluded)
     else:
         ctx.causal, ctx.causal_source = False, "no evidence (no attention weights captured); pass causal= to say"
 

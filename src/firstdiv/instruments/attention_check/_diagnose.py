@@ -25,9 +25,10 @@ def _reference(f: Finding, observed: str) -> tuple[str, str]:
     fit, want = f.evidence.get("scale_fit"), f.evidence.get("scale_reference")
     if not fit or want is None:
         return f.check, observed
+    meant = "scale=" if f.evidence.get("scale_declared") else "1/sqrt(Dh)="
     if fit["scale"] == "1":
-        return MISSING_SCALE, f"scores are q·k with scale 1 (1/sqrt(Dh)={want:.4g} missing); {observed}"
-    return WRONG_SCALE, f"scores are q·k scaled by {fit['scale']}={fit['value']:.4g}, not 1/sqrt(Dh)={want:.4g}; {observed}"
+        return MISSING_SCALE, f"scores are q·k with scale 1 ({meant}{want:.4g} missing); {observed}"
+    return WRONG_SCALE, f"scores are q·k scaled by {fit['scale']}={fit['value']:.4g}, not {meant}{want:.4g}; {observed}"
 
 
 def _forbidden(f: Finding, observed: str) -> tuple[str, str]:

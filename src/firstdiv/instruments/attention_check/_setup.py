@@ -18,6 +18,8 @@ import torch
 from torch import nn
 
 from ...errors import InvalidArgument
+from ...report import Status
+from .._core.checks import Check, check
 from ._capture import FUSED_NAMES, K_NAMES, Q_NAMES, V_NAMES, Run, Site, linear_like
 
 HIDDEN_KEYS = ("hidden_states", "x", "query", "input", "inputs", "hidden", "src")
@@ -61,6 +63,7 @@ class Ctx:
     heads_source: str = ""
     causal: bool | None = None
     causal_source: str = ""
+    causal_unconfirmed: str = ""  # causality read from the weights and not confirmed by them: why (checks WARN, not FAIL)
     padding: torch.Tensor | None = None
     padding_source: str = ""
     user_forbidden: torch.Tensor | None = None
@@ -72,6 +75,7 @@ class Ctx:
     proj: Proj | None = None
     proj_reason: str = ""
     path: str | None = None  # the module's named_modules() path in the user's model (None: the module was passed alone)
+    scale: float | None = None  # the score scale declared with scale= (None: 1/sqrt(Dh))
     neutral: bool = False  # eval-mode dropout found: later runs leave it out so the other checks stay exact
 
     def bf(self, t: torch.Tensor) -> torch.Tensor:
@@ -375,3 +379,11 @@ def rotary(ctx: Ctx) -> tuple[Any, str]:
         return None, (f"position_embeddings passed but no apply_rotary_pos_emb(q, k, cos, sin) in "
                       f"{getattr(source, '__name__', '?')}: cannot rotate the reference's q and k")
     return (lambda q, k: fn(q, k, pe[0], pe[1])), ""
+
+
+def unconfirmed_future(where: str, kind: str, message: str, ev: dict, ctx: Ctx) -> Check:
+    """The WARN a future-key check gives under causality read from the weights and not confirmed by them."""
+    ev = {**ev, "premise": "causal attention", "premise_confirmed": False, "declare_with": "causal="}
+    return check(where, kind, Status.WARN, f"{message}; not a FAIL: {ctx.causal_unconfirmed}; pass causal=True to check "
+                 "the future keys as forbidden, causal=False to leave them out", ev)
+

@@ -128,6 +128,14 @@ class Target:
             self.guard = modules_in(fn)
             self.eager = fn
 
+    def fresh_eager(self) -> Callable[..., Any]:
+        """Eager on a new copy of the user's module, in the state it was handed over (a function: itself)."""
+        if self.kind == "module":
+            return model_copy(self.user)
+        if self.kind == "method":
+            return types.MethodType(self.user.__func__, model_copy(self.user.__self__))
+        return self.eager
+
     def compiled(self, **kwargs: Any) -> Callable[..., Any]:
         if self.kind == "module":
             return self._compiled_module(kwargs)

@@ -138,3 +138,47 @@ def phase_where(loader: Any, phase: str) -> str:
 
 def _name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+#: the attribute a consumer carries when it is not the user's own work per batch (diagnose's stand-in step): what it is
+SURROGATE = "_firstdiv_surrogate_step"
+
+
+def unconfirmed(v: lc.Verdict, ok: bool | None, single_iterator_try: bool, surrogate: str) -> str:
+    """Why a starved verdict is not confirmed (a WARN, not a FAIL), or "": a phase the producer's cost cannot split,
+    measured once because a one-shot iterator cannot be measured again; or a consumer that is a stand-in for the loop."""
+    if not v.starved:
+        return ""
+    if surrogate:
+        return (f"the consumer timed is {surrogate}, not your loop's own work per batch; pass step= (or train_step= to "
+                "diagnose) to judge starvation against it")
+    if ok is None and single_iterator_try:
+        return ("the wait is at a phase the producer's cost cannot split and was measured once: a one-shot iterator "
+                "cannot be measured again to confirm it; pass a re-iterable loader (a DataLoader, a list) to confirm")
+    return ""
+
+
+def verdict_check(v: lc.Verdict, n: lc.Numbers, s: dict[str, Any], code: str, why_not: str = "") -> Check:
+    """The starvation verdict; ``why_not`` (from :func:`unconfirmed`) turns a starved verdict into a WARN."""
+    ev = {"effective_wait_ms": v.effective_wait, "wait_median_ms": n.wait, "work_median_ms": n.work,
+          "startup_per_batch_ms": v.startup_per_batch, "stall_share": n.stall_share, "steady_idle_share": s["idle_share"],
+          "limiting_phase": v.phase, "in_your_code": code or None, "rule": v.rule}
+    text, where = lc.PHASE_TEXT[v.phase] + (f", in your code {code}" if code else ""), v.phase
+    if v.starved is None:
+        return check(where, "loader.starved", Status.SKIPPED,
+                     f"no step given, so starvation is not judged; the loader's own limit is {text}: {v.rule}", ev)
+    if not v.starved:
+        status = Status.WARN if v.phase == "host_to_device" else Status.PASS
+        msg = f"not starved: {v.rule}; the loop's time is {text}"
+        return check(where, "loader.starved", status, msg, ev, hint=lc.HINTS.get(v.phase, ""))
+    idle = v.effective_wait / (v.effective_wait + n.work)
+    msg = f"the consumer waits for data ({idle:.0%} of each batch's time is waiting): {v.rule}; the limit is {text}"
+    if why_not:
+        return check(where, "loader.starved", Status.WARN, f"{msg}; not a FAIL: {why_not}",
+                     {**ev, "premise_confirmed": False}, hint=lc.HINTS[v.phase])
+    return check(where, "loader.starved", Status.FAIL, msg, ev,
+                 expected=f"median wait per batch below max({lc.FLOOR_MS} ms, {lc.WAIT_RATIO} x median work {n.work} ms) "
+                          f"and fewer than {lc.STALL_SHARE:.0%} of batches stalled",
+                 observed=f"{code or text}: effective wait {v.effective_wait} ms per batch (steady median {n.wait} ms + start-up "
+                          f"{v.startup_per_batch} ms), work {n.work} ms, {n.stall_share:.0%} stalled",
+                 hint=lc.HINTS[v.phase])
