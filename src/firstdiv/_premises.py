@@ -84,12 +84,13 @@ PREMISES: dict[str, Premise] = {
         "stage_trace", "the image's numeric interpretation (uint8 0..255, float 0..1, normalized ~N(0,1)) changes only "
         "as the stage's name says; declared range contracts and user numeric probes hold",
         "observed on the sample before and after the stage: non-finite values appear; or an integer image turned float "
-        "with max > 1 (min >= 0) by a stage named like float/tensor; or an already normalized image whose std changes "
-        "more than x2 or mean more than 1 std (normalized twice?); contracts and probes are declarations",
-        "not confirmed on two paths: the to_float rule reads the stage's name (a pipeline that feeds 0..255 floats on "
-        "purpose, mean/std on that scale as in mmdet/mmseg, FAILs at its to_float stage) and the renormalized rule is a "
-        "threshold on statistics (an augmentation applied after normalization that changes the std, e.g. added noise, "
-        "FAILs); no argument declares either", confirmed=False),
+        "with max > 1 (min >= 0) by a stage named like float/tensor, and the next stage declaring normalization "
+        "statistics has them on the 0..1 scale (statistics on the 0..255 scale: the scale is meant, a PASS); or an "
+        "already normalized image whose std changes more than x2 or mean more than 1 std, its output a per-channel affine "
+        "map of its input (normalized twice); contracts and probes are declarations",
+        "WARN of the same kind when no later stage declares normalization statistics (contracts range declares it), "
+        "or when the jump is not a per-channel affine map (added noise, mixing); a stage named in augmentations= is "
+        "exempt from the renormalized rule"),
     "stage.numeric.normalization": Premise(
         "stage_trace", "a stage that declares mean/std (a normalization, or the `normalized` contract) outputs "
         "(x - mean) / std of its input, per channel, with statistics on the input's scale",
@@ -122,10 +123,11 @@ PREMISES: dict[str, Premise] = {
         "when spatial) is aligned with it, so every spatial transform of the image applies to it too",
         "the image's transform is identified among identity, flips, rot90/180/270 and transpose (up to a per-channel "
         "affine change of values) and the mask's likewise: they share none; or both had the same spatial size and only "
-        "the image's changed; user relationship probes are declarations",
-        "not confirmed: alignment is inferred from the key's name, not declared; a pipeline that changes the image's "
-        "size on purpose while keeping the target's (a super-resolution input downsampled beside its full-size target) "
-        "FAILs. A transform that is not identified is no finding", confirmed=False),
+        "the image's changed; and the target must stay pixel-aligned: it is held under a mask's key or is a label map "
+        "(integral values, at most 256 distinct); user relationship probes are declarations",
+        "WARN of the same kind for a float target under label/target/y (a super-resolution target kept at full size "
+        "looks the same; a ('relationships', fn) probe declares it); a transform that is not identified is no "
+        "finding"),
     "stage.provenance": Premise(
         "stage_trace", "statistics a stage applies were fitted on the training split",
         "the stage callable (its object, or a partial's function) declares fitted_on / provenance, or "
@@ -137,10 +139,11 @@ PREMISES: dict[str, Premise] = {
         "stages named in augmentations= may differ",
         "both pipelines run on copies of the sample with the same seed; each eval output must equal (after a declared "
         "augmentation: agree in shapes, dtypes and coarse statistics with) a train output at or after the one the "
-        "previous eval stage matched; the eval pipeline raising or returning None also FAILs",
-        "not confirmed: a train stage that differs and is not named in augmentations= is taken to be deterministic; a "
-        "random augmentation left undeclared (RandomResizedCrop against Resize + CenterCrop) FAILs, although running it "
-        "again with another seed would show it is random; the message asks for augmentations=", confirmed=False),
+        "previous eval stage matched; before it FAILs, each undeclared train stage runs again on its own input under 8 "
+        "other seeds, and the ones whose output changes (random) are compared as augmentations: the FAIL stands only if "
+        "the pipelines still part; the eval pipeline raising or returning None also FAILs",
+        "WARN of the same kind when the difference goes away once the random undeclared stages are compared as "
+        "augmentations (the message names them and asks for augmentations=)"),
     "stage.raised": Premise(
         "stage_trace", "every stage runs on the known sample",
         "the stage raised on a copy of the sample (the trace up to it is kept)",
@@ -149,7 +152,8 @@ PREMISES: dict[str, Premise] = {
     "structure.python": Premise(
         "four_structures", "summary row of the PYTHON structure: FAILs exactly when an item below it FAILs "
         "(structure.unregistered_tensor or structure.unregistered_module, which is the divergence)",
-        "that of the failing item", "that of the failing item", confirmed=False),
+        "that of the failing item (both confirm that the program uses what is hidden before they FAIL)",
+        "that of the failing item: each is a WARN when its premise is not confirmed, and the row is then a WARN"),
     "structure.unregistered_tensor": Premise(
         "four_structures", "a tensor with requires_grad=True held as a plain module attribute (outside _parameters, "
         "not computed from registered parameters) is meant to be a parameter of the model",
@@ -167,21 +171,25 @@ PREMISES: dict[str, Premise] = {
         "pass them); modules that hide no parameter, buffer or mode-dependent module are a PASS"),
     "frozen.requires_grad": Premise(
         "four_structures", "parameters declared frozen (frozen=) are not trained",
-        "the declaration against requires_grad=True on those parameters now; whether the optimizer owns them is in the "
-        "evidence only",
-        "not confirmed: the verdict does not ask whether they can change: a declared-frozen parameter left "
-        "requires_grad=True but outside every optimizer never moves, yet FAILs; without frozen= not checked (requires_grad"
-        "=False parameters no pattern names are a WARN frozen.undeclared)", confirmed=False),
+        "the declaration against requires_grad=True on those parameters now, and a step of the program is seen to "
+        "train them: an optimizer the step steps owns them and the loss's graph reaches them (one forward and loss on "
+        "the user's model inside a guard), so their gradient is applied",
+        "WARN of the same kind naming what is missing: no optimizer passed, no optimizer owns them (a hand-written "
+        "update could), no batch/loss_fn to see the loss reach them, or the loss does not reach them; without frozen= "
+        "not checked (requires_grad=False parameters no pattern names are a WARN frozen.undeclared)"),
     "frozen.unfrozen_by_train": Premise(
         "four_structures", "parameters declared frozen (frozen=) stay frozen across model.train() / model.eval()",
         "on the user's model inside a guard, each declared parameter is set requires_grad=False, then model.train() and "
-        "model.eval() are called: some have requires_grad=True again (a train() override)",
-        "not confirmed: as frozen.requires_grad, whether the optimizer owns (and so trains) them is not part of the "
-        "verdict; without frozen= not checked; train()/eval() raising is a note", confirmed=False),
+        "model.eval() are called: some have requires_grad=True again (a train() override); and a step would train "
+        "them: an optimizer owns them and, after model.train(), the loss's graph reaches them (one forward and loss in "
+        "the guard)",
+        "WARN of the same kind when no optimizer owns them, no batch/loss_fn was given or the loss does not reach them; "
+        "without frozen= not checked; train()/eval() raising is a note"),
     "structure.frozen": Premise(
         "four_structures", "summary row of the FROZEN structure: FAILs exactly when frozen.requires_grad or "
         "frozen.unfrozen_by_train FAILs (that item is the divergence)",
-        "that of the failing item", "that of the failing item", confirmed=False),
+        "that of the failing item", "that of the failing item: each is a WARN when no step is seen to train the "
+        "declared parameters"),
     "optimizer.owns_only_frozen": Premise(
         "four_structures", "the optimizer passed is meant to train the model's trainable parameters",
         "every model tensor it owns has requires_grad=False while trainable tensors exist that it does not own: its step "
@@ -191,28 +199,29 @@ PREMISES: dict[str, Premise] = {
     "optimizer.stale_parameter": Premise(
         "four_structures", "a tensor the optimizer owns that is not in the model is an old parameter of a module replaced "
         "after the optimizer was built",
-        "four_structures pairs each such tensor with a current trainable parameter the optimizer does not own (by the "
-        "group's param_names, else the same shape, else the same rank) and FAILs for the pairs (unpaired ones are a "
-        "WARN); learning_ledger FAILs on any owned tensor outside the model",
-        "not confirmed in learning_ledger: a tensor trained on purpose outside the model (a learnable temperature, the "
-        "parameters of a loss module) FAILs there, with nothing paired; watch reports the same as WARN "
-        "ownership.foreign", confirmed=False, also=("learning_ledger",)),
+        "it is paired with a current trainable parameter the optimizer does not own: four_structures by the group's "
+        "param_names, else the same shape, else the same rank; learning_ledger by the same shape",
+        "a stale tensor with no unowned trainable parameter to pair with (a tensor trained on purpose outside the model: "
+        "a learnable temperature, the parameters of a loss module) is a WARN of the same kind in both; watch reports "
+        "it as WARN ownership.foreign", also=("learning_ledger",)),
     "optimizer.missing_parameter": Premise(
         "four_structures", "every parameter with requires_grad=True is meant to be owned by an optimizer the step steps",
         "the param groups of the optimizer passed and of every other optimizer train_step reaches (closure, globals) do "
-        "not hold it",
-        "not confirmed: whether the loss depends on the parameter is not asked, and leaving requires_grad=True "
-        "parameters out of the optimizer (frozen by omission, a common fine-tuning shape) FAILs; four_structures "
-        "exempts frozen= patterns, but a declared-frozen parameter with requires_grad=True then FAILs "
-        "frozen.requires_grad; learning_ledger has no frozen=", confirmed=False, also=("learning_ledger",)),
+        "not hold it, the program computes its gradient (four_structures: the loss's graph reaches it, one forward and "
+        "loss on the user's model inside a guard; learning_ledger: the GRADIENT link's backward on its copy gave it "
+        "one), and with train_step, one call of it on the user's objects (every value restored) does not move it in "
+        "another way (a hand-written update, then a note)",
+        "WARN of the same kind when the loss does not reach it, no batch/loss_fn was given (four_structures), or "
+        "train_step raised; a parameter left out on purpose while autograd still computes its gradient FAILs: "
+        "requires_grad_(False) or frozen= declares it", also=("learning_ledger",)),
     "optimizer.multiple_owners": Premise(
         "four_structures", "each parameter is updated by one optimizer per step",
-        "the owners are the optimizer passed and every optimizer train_step reaches through its closure or globals "
-        "(read, never called); two of them that wrap each other (a framework's wrapper and its optimizer) or share "
-        "param groups or state are one update; a parameter in two distinct ones FAILs",
-        "not confirmed: that train_step steps both of them in the same step is not observed (train_step is not run "
-        "here): a step that holds two optimizers over shared parameters but steps them in different phases FAILs",
-        confirmed=False),
+        "the owners are the optimizer passed and every optimizer train_step reaches through its closure or globals; two "
+        "of them that wrap each other or share param groups or state are one update; one call of train_step on the "
+        "user's objects (inside a guard, every value restored) shows two distinct owners stepping while the shared "
+        "parameter holds a gradient (a step pre-hook on each)",
+        "WARN of the same kind when that call steps only one of them (owners stepped in different phases or calls) or "
+        "train_step raised"),
     "structure.duplicate_in_optimizer": Premise(
         "four_structures", "each tensor is owned once by an optimizer",
         "the same tensor object sits in two slots of one optimizer's param groups",
@@ -225,8 +234,8 @@ PREMISES: dict[str, Premise] = {
     "structure.optimizer": Premise(
         "four_structures", "summary row of the OPTIMIZER structure: FAILs exactly when an item below it FAILs (that item "
         "is the divergence)",
-        "that of the failing item", "that of the failing item; several items are not confirmed (optimizer.stale_"
-        "parameter, optimizer.missing_parameter, optimizer.multiple_owners)", confirmed=False),
+        "that of the failing item", "that of the failing item: each confirms its premise before it FAILs and is a WARN "
+        "otherwise"),
     # ---- reachability -------------------------------------------------------------------------------------------
     "reachability.zero_gradient": Premise(
         "reachability", "a trainable parameter on the loss's graph that the loss depends on receives a nonzero gradient",
@@ -547,11 +556,11 @@ PREMISES: dict[str, Premise] = {
     "update.not_moved": Premise(
         "learning_ledger", "every owned parameter with a nonzero gradient moves in one step",
         "controlled: one optimizer step on the copy left it unchanged although the step should change it at float "
-        "resolution (SGD: lr*|grad|, adaptive: lr), or its group's lr is 0; with train_step: its gradient is healthy, "
-        "it never changed over up to 4 calls, and a counterfactual on a copy shows the loss depends on it",
-        "with train_step, a parameter the loss does not depend on (a term that cancels) is a note; not confirmed: on "
-        "the controlled path a group with lr=0 on purpose FAILs, and on the train_step path a parameter whose "
-        "dependence could not be checked FAILs too", confirmed=False),
+        "resolution (SGD: lr*|grad|, adaptive: lr) at an lr above 0; with train_step: its gradient is healthy, it never "
+        "changed over up to 4 calls, and a counterfactual on a copy shows the loss depends on it",
+        "WARN of the same kind when its group's lr is 0 (an lr may freeze a group on purpose) or, with train_step, "
+        "when the dependence could not be checked; a parameter the loss does not depend on (a term that cancels) is a "
+        "note"),
     "update.ascends": Premise(
         "learning_ledger", "train_step descends loss_fn on the batch",
         "train_step run up to 4 times on the user's objects (restored): the first update's cosine with the gradient is "
@@ -574,10 +583,10 @@ PREMISES: dict[str, Premise] = {
         "six_claims", "a model stacking more than one linear layer is meant to compute a nonlinear map",
         "on an eval-mode copy f(a x1 + (1-a) x2) equals a f(x1) + (1-a) f(x2) within the output dtype's tolerance, and "
         "the task needs more: the batch's labels are not linearly separable / a linear map leaves variance random "
-        "nonlinear features explain (F-test) - or a module named like an activation is nn.Identity",
-        "not confirmed on the name path: nn.Identity under an activation's name overrides the targets' evidence, so a "
-        "model whose activation is switched off by configuration on purpose FAILs; otherwise a linear model, targets "
-        "fit linearly or no evidence give a PASS note", confirmed=False),
+        "nonlinear features explain (F-test); a module named like an activation that is nn.Identity is named beside",
+        "a module named like an activation that is nn.Identity without that evidence from the targets is a WARN of the "
+        "same kind (the activation may be off by configuration on purpose); otherwise a linear model, targets fit "
+        "linearly or no evidence give a PASS note"),
     "claim.representation.constant_output": Premise(
         "six_claims", "the output depends on the input",
         "on an eval-mode copy the output is identical for every input, and still is after every weight of a copy is "
@@ -585,18 +594,19 @@ PREMISES: dict[str, Premise] = {
         "the output varies once the weights are perturbed (a zero-initialised output layer): SKIPPED"),
     "claim.computation.zero_init": Premise(
         "six_claims", "the hidden units of a Linear/Conv layer compute different functions",
-        "the layer's weights are all zero and its gradient rows on the measured step are identical and nonzero, or it "
-        "gets no gradient even after two steps of the program's optimizer on a copy, so no update breaks the tie "
-        "(gradient rows that differ: PASS)",
+        "the layer's weights are all zero, it can train (requires_grad=True), and its gradient rows on the measured "
+        "step are identical and nonzero, or it gets no gradient even after two steps of the program's optimizer on a "
+        "copy, so no update breaks the tie (gradient rows that differ: PASS)",
         "WARN claim.computation.tied_without_gradient when the layer gets no gradient now but does after two steps (a "
-        "zero-initialized layer downstream) or the steps could not run; not confirmed: a frozen (requires_grad=False) "
-        "layer with zero weights FAILs on its weights alone; six_claims has no frozen=", confirmed=False),
+        "zero-initialized layer downstream) or the steps could not run; a frozen (requires_grad=False) layer with zero "
+        "weights is a WARN of the same kind (a fixed map on purpose, or weights never loaded)"),
     "claim.computation.symmetric_init": Premise(
         "six_claims", "the hidden units of a Linear/Conv layer compute different functions",
-        "the layer's weight rows are identical (within 1e-6 of the largest weight) and its gradient rows are identical "
-        "and nonzero, or it gets no gradient even after two steps of the program's optimizer on a copy",
-        "WARN claim.computation.tied_without_gradient as for zero_init; not confirmed: a frozen layer with identical "
-        "rows by design (a fixed averaging or summing layer) FAILs; six_claims has no frozen=", confirmed=False),
+        "the layer's weight rows are identical (within 1e-6 of the largest weight), it can train (requires_grad=True), "
+        "and its gradient rows are identical and nonzero, or it gets no gradient even after two steps of the program's "
+        "optimizer on a copy",
+        "WARN claim.computation.tied_without_gradient as for zero_init; a frozen layer with identical rows (a fixed "
+        "averaging or summing layer by design) is a WARN of the same kind"),
     "claim.objective.invalid_loss": Premise(
         "six_claims", "loss_fn returns a scalar floating loss tensor (its contract)",
         "the loss of the measured step is not one",
@@ -644,11 +654,13 @@ PREMISES: dict[str, Premise] = {
     "claim.update.not_updated": Premise(
         "six_claims", "every parameter with a healthy gradient (finite, above 1e-6 of its largest weight) moves in one "
         "step",
-        "one optimizer step on a copy (a warmup's lr raised to the base lr), or one call of train_step on the user's "
-        "objects (restored) when there is no optimizer or several, left it unchanged; parameters in a group at lr 0 "
-        "are WARN claim.update.lr_zero (beside trained groups) or a note (every group at lr 0: a warmup)",
-        "not confirmed: a parameter left out of the optimizer on purpose FAILs; six_claims has no frozen=",
-        confirmed=False),
+        "the program computes its gradient (healthy on the measured backward) and one optimizer step on a copy (a "
+        "warmup's lr raised to the base lr) left it unchanged, and when train_step is given beside the optimizer, one "
+        "call of it on the user's objects (restored) does not move it by hand either; or one call of train_step on the "
+        "user's objects (restored) when there is no optimizer or several left it unchanged",
+        "parameters in a group at lr 0 are WARN claim.update.lr_zero (beside trained groups) or a note (every group at "
+        "lr 0: a warmup); a parameter left out of the optimizer on purpose while autograd still computes its gradient "
+        "FAILs: requires_grad_(False) declares it (six_claims has no frozen=)"),
     "claim.evaluation.train_mode": Premise(
         "six_claims", "eval_fn (declared as the evaluation) runs Dropout/BatchNorm in eval mode",
         "pre-hooks on every Dropout/BatchNorm of the model's copy and of the modules eval_fn reaches through its closure "
@@ -929,9 +941,12 @@ PREMISES: dict[str, Premise] = {
     # ---- watch --------------------------------------------------------------------------------------------------
     "ownership.unowned": Premise(
         "watch", "a parameter with requires_grad=True is trained by a watched optimizer",
-        "at a check step no watched optimizer's param groups hold it",
-        "not confirmed: frozen= patterns are exempt, but an undeclared trainable parameter that no watched optimizer "
-        "holds FAILs even when the loss never uses it or an unwatched optimizer trains it", confirmed=False),
+        "at a check step no watched optimizer's param groups hold it, it had a gradient at the measured optimizer step "
+        "(the program computes it), and a copy taken then is unchanged at the next step, when every optimizer of that "
+        "iteration has stepped (nothing else trains it)",
+        "WARN of the same kind when it had no gradient (the loss may not use it), when it changed by the next step (an "
+        "unwatched optimizer or a hand-written update trains it), and while the next step is not reached; frozen= "
+        "patterns are exempt"),
     "ownership.undeclared_frozen": Premise(
         "watch", "with frozen= declared (frozen=() meaning nothing is frozen), every requires_grad=False parameter is "
         "declared",
@@ -960,9 +975,11 @@ PREMISES: dict[str, Premise] = {
     "update.too_large": Premise(
         "watch", "one optimizer step changes no weight (>= 2 dims) by more than its own norm",
         "||delta|| / ||weight|| of one measured step exceeds 1 (weights that had a zero norm at the previous check are "
-        "exempt)",
-        "not confirmed: the ratio alone FAILs, with no evidence that the step hurt the loss; a weight initialised tiny "
-        "(not zero) under Adam FAILs at the first check; ratio_bounds moves only the WARN band", confirmed=False),
+        "exempt), and the step hurt the loss: the loss of the next iteration is non-finite or above the measured "
+        "iteration's by more than 5% of it",
+        "WARN of the same kind when the loss did not rise (a weight initialised small under Adam takes such a first "
+        "step), when no loss was passed to w.step(loss) / w.observe(loss=), and while the next step is not reached; "
+        "ratio_bounds moves only the WARN band"),
     "loss.nonfinite": Premise(
         "watch", "the loss is finite", "the mean of the losses passed to w.step()/w.observe() since the last check is "
         "NaN or infinite", _ALWAYS + "a non-finite loss is the divergence"),

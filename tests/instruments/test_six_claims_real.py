@@ -396,10 +396,16 @@ def test_identity_named_as_the_activation_is_evidence_of_a_removed_nonlinearity(
         def forward(self, x):
             return self.fc2(getattr(self, self.name)(self.fc1(x)))
     x = data(0)
-    y = (x[:, 0] > 0).long()  # separable: the batch alone would not prove the activation was needed
+    xor = ((x[:, 0] > 0) ^ (x[:, 1] > 0)).long()  # not linearly separable: the targets confirm the task needs more
     model = Net(nn.Identity(), "act")
-    report = audit(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1))
+    report = audit(model, (x, xor), F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1))
     assert report.first_divergence.kind == "claim.representation.affine" and "`act`" in report.first_divergence.observed
+    # separable: the name alone does not confirm the activation was needed (it may be off on purpose): a WARN
+    y = (x[:, 0] > 0).long()
+    report = audit(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1))
+    rep = claim(report, "REPRESENTATION")
+    assert (rep.status, rep.check) == (Status.WARN, "claim.representation.affine") and "`act`" in rep.message
+    assert "not confirmed that the task needs more" in rep.message and "linearly separable" in rep.message
     model = Net(nn.Identity(), "proj")  # an Identity that is not an activation: a linear model on separable labels
     no_fail(audit(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1)))
 

@@ -137,9 +137,25 @@ def test_stage_adding_a_batch_axis_is_a_permutation_not_a_scramble():
 
 def test_numpy_sample_to_float_without_division():
     image = np.random.default_rng(0).integers(0, 256, (6, 9, 3), dtype=np.uint8)
-    report = traced(image, [("to_float", lambda x: x.astype(np.float32))])
+    to_float = ("to_float", lambda x: x.astype(np.float32))
+    # nothing after it reads the image as 0..1: a pipeline may keep 0..255 floats on purpose, so a WARN of the kind
+    report = traced(image, [to_float])
+    numeric = next(f for f in report.findings if f.check == "stage.numeric")
+    assert report.status is Status.WARN and numeric.status is Status.WARN and numeric.evidence["to_float"]["max"] > 1
+    assert "not confirmed: no later stage declares the mean/std" in numeric.message and "'range': (0, 1)" in numeric.message
+
+    def normalize(mean, std):
+        def norm(x):  # declares its statistics by closure variables mean/std
+            return (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+        return norm
+
+    imagenet = ("normalize", normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]))
+    report = traced(image, [to_float, imagenet])  # statistics on the 0..1 scale read it: confirmed
     assert (report.first_divergence.where, report.first_divergence.kind) == ("to_float", "stage.numeric")
-    assert report.findings[1].evidence["to_float"]["max"] > 1
+    numeric = next(f for f in report.findings if f.check == "stage.numeric")
+    assert "the normalization after it declares mean up to 0.485, the 0..1 scale" in numeric.message
+    mmdet = ("normalize", normalize([123.675, 116.28, 103.53], [58.395, 57.12, 57.375]))  # statistics on 0..255
+    assert next(f for f in traced(image, [to_float, mmdet]).findings if f.check == "stage.numeric").status is Status.PASS
 
 
 def test_nonfinite_values_appearing_are_numeric():

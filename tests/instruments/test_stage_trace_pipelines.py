@@ -267,6 +267,26 @@ def test_eval_pipeline_agrees_except_declared_augmentations():
     fails(traced((image(), "dog"), train(), eval_stages=evals), "random_flip", "train_eval")  # the flip not declared
 
 
+def random_crop(sample):  # a random augmentation: where it crops depends on the global RNG
+    top, left = (int(v) for v in torch.randint(0, 5, (2,)))
+    return sample[0][:, top:top + 20, left:left + 24], sample[1]
+
+
+def test_an_undeclared_stage_that_is_random_is_a_warn_asking_for_augmentations():
+    crop = [("to_tensor", to_tensor), ("random_crop", random_crop), ("normalize", Normalize(MEAN, STD))]
+    center = [("to_tensor", to_tensor), ("center_crop", lambda s: (s[0][:, 2:22, 2:26], s[1])),
+              ("normalize", Normalize(MEAN, STD))]
+    report = traced((image(), "dog"), crop, eval_stages=center, seed=3)
+    found = next(f for f in report.findings if f.check == "stage.train_eval")
+    assert report.status is not Status.FAIL and found.status is Status.WARN, str(report)
+    assert "'random_crop' are random" in found.message and "name them in augmentations=" in found.message
+    assert found.evidence["random_stages"] == ["random_crop"]
+    declared = traced((image(), "dog"), crop, eval_stages=center, seed=3, augmentations={"random_crop"})
+    assert next(f for f in declared.findings if f.check == "stage.train_eval").status is Status.PASS
+    # the eval pipeline forgets the normalization: it parts from train even with the crop compared as an augmentation
+    fails(traced((image(), "dog"), crop, eval_stages=center[:2], seed=3), "normalize", "train_eval")
+
+
 def test_eval_pipeline_missing_or_changing_a_stage_fails_where_they_part():
     evals = [("to_tensor", to_tensor), ("encode_label", encode(CLASSES))]
     div = fails(traced((image(), "dog"), train(), eval_stages=evals, augmentations={"random_flip"}), "normalize", "train_eval")
@@ -444,3 +464,26 @@ def test_normalize_of_another_key_is_not_held_against_the_image():
     forgot = ("normalize", lambda s: s)  # declares statistics and changes nothing
     forgot[1].mean, forgot[1].std = MEAN, STD
     fails(traced({"image": sample["image"]}, [forgot]), "normalize", "normalization")
+
+
+def test_statistics_jumping_after_normalization_fail_only_as_a_second_normalization():
+    base = [("to_tensor", to_tensor), ("normalize", Normalize(MEAN, STD))]
+    noise = ("add_noise", lambda s: (s[0] + 3 * torch.randn(s[0].shape), s[1]))  # an augmentation after normalizing
+    report = traced((image(), "dog"), [*base, noise])
+    numeric = next(f for f in report.findings if f.check == "stage.numeric" and f.where == "add_noise")
+    assert report.status is not Status.FAIL and numeric.status is Status.WARN, str(report)
+    assert "not a per-channel affine map of its input" in numeric.message and "augmentations=" in numeric.message
+    assert traced((image(), "dog"), [*base, noise], augmentations={"add_noise"}).status is Status.PASS
+    again = ("normalize_again", lambda s: ((s[0] - 0.45) / 0.226, s[1]))  # the same normalization twice: affine
+    fails(traced((image(), "dog"), [*base, again]), "normalize_again", "stage.numeric")
+
+
+def test_a_float_target_resized_apart_from_the_image_is_a_warn_a_label_map_a_fail():
+    hr = to_tensor((image(h=24, w=28), None))[0]
+    downsample = ("downsample", lambda s: {**s, "image": s["image"][:, ::2, ::2]})  # super-resolution input
+    report = traced({"image": hr, "target": hr.clone()}, [downsample])  # the target image stays at full size
+    rel = next(f for f in report.findings if f.check == "stage.relationships")
+    assert report.status is not Status.FAIL and rel.status is Status.WARN, str(report)
+    assert "target is a float map, not a label map" in rel.message and "('relationships', fn)" in rel.message
+    labels = (hr[0] > 0.5).long()  # a segmentation map under a target key: it must follow the image
+    fails(traced({"image": hr, "target": labels}, [downsample]), "downsample", "stage.relationships")

@@ -149,7 +149,20 @@ def test_a_parameter_created_after_the_optimizer_is_unowned():
     with firstdiv.watch(model, opt, every=10) as w:
         report = train(model, opt, w, steps=10, y=None, x=None)
     assert report.first_divergence.kind == "ownership.unowned"
+    unowned = next(f for f in report.findings if f.check == "ownership.unowned")
+    assert "had a gradient at step 0" in unowned.message and "was unchanged at step 1" in unowned.message
     assert report.first_divergence.where == "step 0: head.weight"
+
+
+def test_an_unowned_parameter_the_loss_never_uses_is_a_warn():
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.register_parameter("unused_scale", nn.Parameter(torch.ones(3)))  # a parameter no forward reads
+    with firstdiv.watch(model, opt, every=5) as w:
+        report = train(model, opt, w, steps=6)
+    no_fail(report)
+    unowned = next(f for f in report.findings if f.check == "ownership.unowned")
+    assert unowned.status is Status.WARN and "it had no gradient at step 0" in unowned.message
 
 
 def test_requires_grad_false_by_mistake_fails_once_frozen_is_declared():
@@ -381,6 +394,56 @@ def test_two_optimizers_are_watched_together_and_one_alone_leaves_the_other_half
         for _ in range(6):
             step(w)
     no_fail(w.report)
+    # watching opt_g alone leaves disc unowned by the watched optimizers, but opt_d trains it: a WARN naming both
+    # readings, first while the next step is not reached, then once disc is seen to change
     with firstdiv.watch(model, opt_g, every=2) as w:
         step(w)
-    assert (w.report.first_divergence.kind, w.report.first_divergence.where) == ("ownership.unowned", "step 0: disc.weight")
+        unowned = next(f for f in w.report.findings if f.check == "ownership.unowned" and f.where == "disc.weight")
+        assert unowned.status is Status.WARN and "shows at the next step, not reached yet" in unowned.message
+        step(w)
+    no_fail(w.report)
+    unowned = next(f for f in w.report.findings if f.check == "ownership.unowned" and f.where == "disc.weight")
+    assert unowned.status is Status.WARN and "an unwatched optimizer or a hand-written update trains it" in unowned.message
+
+
+def test_an_unowned_parameter_the_loop_updates_by_hand_is_a_warn():
+    model = mlp()
+    opt = torch.optim.SGD(model[0].parameters(), lr=0.05)  # the last layer is updated by hand below
+    x, y = data()
+    with firstdiv.watch(model, opt, every=5) as w:
+        for _ in range(6):
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                for p in model[3].parameters():
+                    p.add_(p.grad, alpha=-0.05)
+                    p.grad = None
+            opt.zero_grad()
+            w.step(loss)
+    no_fail(w.report)
+    unowned = next(f for f in w.report.findings if f.check == "ownership.unowned")
+    assert unowned.status is Status.WARN and "a hand-written update trains it" in unowned.message
+
+
+def test_a_large_first_step_on_a_weight_initialised_small_is_a_warn_when_the_loss_falls():
+    model = mlp()
+    with torch.no_grad():
+        model[3].weight.mul_(1e-4)  # a small init: Adam's first step (about lr per element) dwarfs it
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with firstdiv.watch(model, opt, every=10) as w:
+        report = train(model, opt, w, steps=12)
+    no_fail(report)
+    large = next(f for f in report.findings if f.check == "update.too_large")
+    assert large.status is Status.WARN and "but the loss did not rise at the next step" in large.message
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-1 * 100)
+    x, y = data()
+    with firstdiv.watch(model, opt, every=10) as w:  # no loss passed: the update's harm cannot be confirmed
+        for _ in range(3):
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            w.step()
+    large = next(f for f in w.report.findings if f.check == "update.too_large")
+    assert large.status is Status.WARN and "no loss was passed" in large.message

@@ -38,8 +38,9 @@ ZOO = {
                                                                         train_step=p.train_step)),
     "reachability": ("detach", lambda p: firstdiv.reachability(p.model, p.batch, p.loss_fn)),
     "four_structures": ("stale_optimizer", lambda p: firstdiv.four_structures(p.model, p.optimizer, p.batch, p.loss_fn)),
-    "six_claims": ("remove_activation", lambda p: firstdiv.six_claims(p.model, p.batch, p.loss_fn, p.optimizer,
-                                                                        eval_fn=p.eval_fn)),
+    # zero_init, not remove_activation: the zoo's mlp labels are linearly separable, so an affine model is a WARN
+    "six_claims": ("zero_init", lambda p: firstdiv.six_claims(p.model, p.batch, p.loss_fn, p.optimizer,
+                                                                eval_fn=p.eval_fn)),
     "learning_ledger": ("softmax_before_ce", lambda p: firstdiv.learning_ledger(p.model, p.batch, p.loss_fn, p.optimizer,
                                                                                   task_probe=p.task_probe, overfit_steps=60)),
     "tensor_trace": ("batch_time_swap", lambda p: firstdiv.tensor_trace(p.model, p.inputs, contracts=p.contracts)),

@@ -36,7 +36,7 @@ stale_optimizer | finetune | four_structures -> head.weight (optimizer.stale_par
 optimizer_subset | mlp | four_structures -> fc1.weight (optimizer.missing_parameter); six_claims -> UPDATE
 plain_attribute_tensor | regression | four_structures -> scale (structure.unregistered_tensor)
 modules_in_list | transformer | four_structures -> blocks (structure.unregistered_module)
-remove_activation | mlp | six_claims -> REPRESENTATION (claim.representation.affine)
+remove_activation | mlp | six_claims -> REPRESENTATION (claim.representation.affine) [WARN]
 zero_init | mlp | six_claims -> COMPUTATION (claim.computation.zero_init)
 symmetric_init | mlp | six_claims -> COMPUTATION (claim.computation.symmetric_init)
 eval_in_train_mode | cnn | six_claims -> EVALUATION (claim.evaluation.train_mode)

@@ -72,8 +72,10 @@ def four_structures(model: nn.Module, optimizer: torch.optim.Optimizer | None = 
     your model inside a guard (no backward, no step) to see what the autograd graph reaches.
     ``optimizer`` may be None (the OPTIMIZER structure is then SKIPPED). ``frozen``: fnmatch patterns of the
     parameter names frozen on purpose (``("backbone.stage1.*",)``); a pattern matching none is refused.
-    ``train_step`` (your step, only read, never called): the other optimizers it steps that own this model's
-    parameters (a ``SparseAdam`` beside the dense optimizer) count as owners too.
+    ``train_step`` (your step): the other optimizers it steps that own this model's parameters (a ``SparseAdam``
+    beside the dense optimizer) count as owners too; it is called once on your objects (every value restored) only
+    to confirm an OPTIMIZER finding: that two owners both step a shared parameter with a gradient, and that a
+    parameter no optimizer owns is not moved by train_step in another way.
     """
     check_model(model)
     if optimizer is not None:
@@ -92,7 +94,8 @@ def four_structures(model: nn.Module, optimizer: torch.optim.Optimizer | None = 
     groups = [(g, _label(o, optimizer, train_step)) for o in opts for g in o.param_groups]
     owned = [(g, i, t) for g, (group, _) in enumerate(groups) for i, t in enumerate(group["params"])]
     audit = Audit(model, optimizer, reg, hidden, aliases, reached, reason, owned, declared(model, patterns),
-                  owners=[name for _, name in groups], ran=ran)
+                  owners=[name for _, name in groups], ran=ran, batch=batch, loss_fn=loss_fn, train_step=train_step,
+                  opts=opts, opt_of_group=[k for k, o in enumerate(opts) for _ in o.param_groups])
     return _report(audit, patterns)
 
 
@@ -154,6 +157,8 @@ def _report(a: Audit, patterns: tuple[str, ...]) -> Report:
         touched.append("one forward pass and loss on your model inside a guard (no backward)")
     if patterns:
         touched.append("model.train() and model.eval() called on your model inside a guard")
+    if a._step is not None:
+        touched.append("train_step called once on your objects inside a guard")
     side = ("; ".join(touched) + "; every value, requires_grad flag, mode and RNG state restored") if touched else "none"
     details = {"python": [h.path for h in a.hidden], "parameters": len(a.reg.params), "buffers": len(a.reg.buffers),
                "optimizer_tensors": len(a.owned_ids), "stale_tensors": len(a.stale()) if a.optimizer is not None else 0,

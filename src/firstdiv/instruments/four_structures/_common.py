@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -13,6 +14,7 @@ from torch import nn
 from ...report import Status
 from .._core.checks import Check, check
 from .._core.python_graph import Hidden, Registry
+from ._confirm import StepRun, step_once
 
 LISTED = 8  # names listed in evidence before eliding
 
@@ -31,6 +33,24 @@ class Audit:
     notes: list[str] = field(default_factory=list)
     owners: list[str] = field(default_factory=list)  # per group of ``owned``: the optimizer holding it, in the user's name
     ran: set[str] | None = None  # paths of the hidden entries whose modules ran in the forward pass (None: not run)
+    batch: Any = None
+    loss_fn: Any = None
+    train_step: Any = None
+    opts: list[torch.optim.Optimizer] = field(default_factory=list)  # the owners, the optimizer passed first
+    opt_of_group: list[int] = field(default_factory=list)  # per group of ``owned``: its optimizer's index in ``opts``
+    _step: StepRun | None = None
+
+    def step_run(self) -> StepRun | None:
+        """One observed call of ``train_step`` (None without one), run the first time a finding needs it."""
+        if self.train_step is None:
+            return None
+        if self._step is None:
+            self._step = step_once(self.model, self.optimizer, self.train_step, self.opts)
+        return self._step
+
+    def owner_indices(self, pid: int) -> set[int]:
+        """The indices in ``opts`` of the optimizers owning the tensor with this id."""
+        return {self.opt_of_group[g] for g, _, t in self.owned if id(t) == pid and g < len(self.opt_of_group)}
 
     @property
     def owned_ids(self) -> Counter:

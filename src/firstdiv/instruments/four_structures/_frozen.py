@@ -14,6 +14,7 @@ from ...report import Status
 from .._core.checks import Check
 from .._core.state import guarded
 from ._common import Audit, few, finding, listed, modules_of, note, severity
+from ._confirm import graph_after_train
 
 
 def _mode_flips(model: nn.Module, optimizer: Any, params: list[tuple[str, torch.Tensor]]) -> tuple[dict[str, list[str]], str]:
@@ -36,6 +37,31 @@ def _overrides(model: nn.Module) -> list[str]:
     return list(dict.fromkeys(type(m).__name__ for m in model.modules() if type(m).train is not nn.Module.train))
 
 
+def _trained(a: Audit, names: list[str], params: list[tuple[str, torch.Tensor]],
+             reached: dict[int, torch.Tensor] | None) -> tuple[list[str], str]:
+    """The premise's confirmation: of these declared-frozen parameters (requires_grad=True now or after train()),
+    those a step trains because an optimizer owns them and the loss's graph reaches them; else why not confirmed."""
+    by_name = dict(params)
+    owned = [n for n in names if id(by_name[n]) in a.owned_ids]
+    if a.optimizer is None:
+        return [], "whether an optimizer trains them is not known (pass the optimizer)"
+    if not owned:
+        return [], "no optimizer owns them, so no optimizer step moves them (a hand-written update in train_step could)"
+    if reached is None:
+        return [], "whether the loss reaches them is not known (pass batch and loss_fn)"
+    hit = [n for n in owned if id(by_name[n]) in reached]
+    return hit, "" if hit else "the loss's graph does not reach them, so they get no gradient to apply"
+
+
+def _verdict(where: str, kind: str, text: str, trained: list[str], why: str, ev: dict) -> Check:
+    """FAIL when a step is confirmed to train them; otherwise a WARN with the same kind naming the assumption."""
+    if trained:
+        return finding(where, kind, Status.FAIL, f"{text}; the optimizer owns {len(trained)} of them and the loss "
+                       "reaches them, so every step updates them", {**ev, "trained_by_step": few(trained)})
+    return finding(where, kind, Status.WARN, f"{text}; not confirmed that a step trains them: {why}; the frozen= "
+                   "declaration says they should not train: set requires_grad_(False) on them", {**ev, "unconfirmed": why})
+
+
 def frozen_findings(a: Audit, patterns: tuple[str, ...]) -> list[Check]:
     if not patterns:
         return _tied_frozen(a)
@@ -48,22 +74,22 @@ def frozen_findings(a: Audit, patterns: tuple[str, ...]) -> list[Check]:
     ev = {"patterns": list(patterns), "declared": len(params), "requires_grad_now": few(now),
           "unfrozen_by": {m: few(n) for m, n in flips.items() if n}, "owned_by_optimizer": few(trained),
           "train_overrides": _overrides(a.model)}
-    owns = (f"; the optimizer owns {len(trained)} of them, so every step updates them" if trained else
-            "; the optimizer does not own them" if a.optimizer is not None else "")
     out: list[Check] = []
     if flipped:
         calls = " and ".join(f"model.{m}()" for m, n in flips.items() if n)
         mods = modules_of(flipped)
-        out.append(finding(flipped[0], "frozen.unfrozen_by_train", Status.FAIL,
-                           f"{flipped[0]}: declared frozen ({', '.join(patterns)}) but {calls} sets requires_grad=True "
-                           f"again on {len(flipped)} of them ({len(mods)} modules: {listed(mods)}; train() overridden in "
-                           f"{', '.join(ev['train_overrides']) or 'no module'}); requires_grad now: "
-                           f"{'True' if flipped[0] in now else 'False'}{owns}", ev))
+        after = graph_after_train(a.model, a.optimizer, a.batch, a.loss_fn) if a.loss_fn is not None else None
+        out.append(_verdict(flipped[0], "frozen.unfrozen_by_train",
+                            f"{flipped[0]}: declared frozen ({', '.join(patterns)}) but {calls} sets requires_grad=True "
+                            f"again on {len(flipped)} of them ({len(mods)} modules: {listed(mods)}; train() overridden in "
+                            f"{', '.join(ev['train_overrides']) or 'no module'}); requires_grad now: "
+                            f"{'True' if flipped[0] in now else 'False'}", *_trained(a, flipped, params, after), ev))
     elif now:
         mods = modules_of(now)
-        out.append(finding(now[0], "frozen.requires_grad", Status.FAIL,
-                           f"{now[0]}: declared frozen ({', '.join(patterns)}) but {len(now)} of them have "
-                           f"requires_grad=True ({len(mods)} modules: {listed(mods)}){owns}", ev))
+        out.append(_verdict(now[0], "frozen.requires_grad",
+                            f"{now[0]}: declared frozen ({', '.join(patterns)}) but {len(now)} of them have "
+                            f"requires_grad=True ({len(mods)} modules: {listed(mods)})",
+                            *_trained(a, now, params, a.reached), ev))
     if error:
         out.append(note(a, "FROZEN", "frozen.modes", f"could not check that train()/eval() keep them frozen: {error}"))
     undeclared = [names[0] for p, names in a.reg.params.values() if not p.requires_grad and id(p) not in a.declared]

@@ -45,7 +45,7 @@ def optimizer_findings(a: Audit) -> list[Check]:
           "param_groups": len(a.optimizer.param_groups)}
     only_frozen = _owns_only_frozen(a, missing, note_, ev)
     out = [*only_frozen, *_stale_groups(pairs, dict(missing), note_, ev),
-           *_missing_group([(n, p) for n, p in missing if n not in pairs], note_, ev)]
+           *_missing_group(a, [(n, p) for n, p in missing if n not in pairs], note_, ev)]
     out += _unpaired(stale, pairs, note_, ev) + _multiple_owners(a, owned) + _duplicates(a, owned)
     out += ([] if only_frozen else _frozen_owned(a, owned)) + _state_devices(a)
     status = max((c.finding.status for c in out), key=severity, default=Status.PASS)
@@ -89,15 +89,45 @@ def _stale_groups(pairs: dict[str, tuple[int, int, torch.Tensor]], current: dict
     return out
 
 
-def _missing_group(missing: list[tuple[str, torch.Tensor]], note_: str, ev: dict) -> list[Check]:
+def _meant_to_train(a: Audit, missing: list[tuple[str, torch.Tensor]]) -> tuple[list[str], list[str], str]:
+    """The premise's confirmation, for trainable tensors no optimizer owns: the loss's graph reaches them (the program
+    computes their gradient) and one call of train_step, when given, does not move them in another way. Returns the
+    confirmed names, the names train_step moves itself, and why the rest are not confirmed ('' if all are)."""
+    if a.reached is None:
+        return [], [], f"whether the loss reaches them is not known ({a.autograd_reason})"
+    reached = [(n, p) for n, p in missing if id(p) in a.reached]
+    why = "" if len(reached) == len(missing) else "the loss's graph does not reach them, so they get no gradient"
+    run = a.step_run() if reached else None
+    if run is not None and run.error:
+        return [], [], f"whether train_step moves them in another way is not known ({run.error})"
+    moved = [n for n, p in reached if run is not None and id(p) in run.moved]
+    return [n for n, _ in reached if n not in moved], moved, why
+
+
+def _missing_group(a: Audit, missing: list[tuple[str, torch.Tensor]], note_: str, ev: dict) -> list[Check]:
     if not missing:
         return []
-    names = [n for n, _ in missing]
-    mods = modules_of(names)
-    return [finding(names[0], "optimizer.missing_parameter", Status.FAIL,
-                    f"optimizer does not own {len(names)} trainable tensors in {len(mods)} modules: {listed(mods)} "
-                    f"(first: {names[0]} {shape(missing[0][1])}) ({note_})",
-                    {**ev, "missing": few(names), "modules": few(mods), "count": len(names)})]
+    confirmed, moved, why = _meant_to_train(a, missing)
+    names = confirmed or [n for n, _ in missing if n not in moved]
+    out: list[Check] = []
+    if moved:
+        out.append(note(a, moved[0], "optimizer.missing_parameter", f"no optimizer owns {len(moved)} trainable tensors "
+                        f"(first: {moved[0]}), but train_step moves them itself (a hand-written update)",
+                        {"moved_by_train_step": few(moved)}))
+    if not names:
+        return out
+    mods, first = modules_of(names), dict(missing)[names[0]]
+    text = (f"optimizer does not own {len(names)} trainable tensors in {len(mods)} modules: {listed(mods)} "
+            f"(first: {names[0]} {shape(first)}) ({note_})")
+    evidence = {**ev, "missing": few(names), "modules": few(mods), "count": len(names)}
+    if confirmed:
+        moves = "; train_step does not move them in another way" if a.train_step is not None else ""
+        return [*out, finding(names[0], "optimizer.missing_parameter", Status.FAIL,
+                              f"{text}; the loss reaches them, so their gradient is computed and never applied{moves}",
+                              evidence)]
+    return [*out, finding(names[0], "optimizer.missing_parameter", Status.WARN,
+                          f"{text}; not confirmed that they are meant to train: {why}; if they are frozen on purpose, "
+                          "set requires_grad_(False) or declare them with frozen=", {**evidence, "unconfirmed": why})]
 
 
 def _unpaired(stale: list, pairs: dict, note_: str, ev: dict) -> list[Check]:
@@ -135,19 +165,41 @@ def _shared(a: Audit, owned: Counter) -> dict[int, tuple[str, ...]]:
     return {pid: tuple(dict.fromkeys(names)) for pid, names in owners.items() if len(set(names)) > 1}
 
 
+def _both_step(a: Audit, pids: list[int]) -> tuple[int, str]:
+    """The premise's confirmation for shared tensors: in one call of train_step, at least two of their owners step
+    while they hold a gradient. How many of ``pids`` that shows, and why not ('' when some)."""
+    run = a.step_run()
+    if run is None:
+        return 0, "train_step was not given"
+    if run.error:
+        return 0, run.error
+    shown = [p for p in pids if len([k for k in a.owner_indices(p) if p in run.graded.get(k, set())]) >= 2]
+    return len(shown), "" if shown else ("one call of train_step did not step two of their owners while they held a "
+                                         "gradient (owners stepped in different phases or calls?)")
+
+
 def _multiple_owners(a: Audit, owned: Counter) -> list[Check]:
-    by_owners: dict[tuple[str, ...], list[str]] = {}
+    by_owners: dict[tuple[str, ...], list[int]] = {}
     for pid, names in _shared(a, owned).items():
         if pid in a.reg.params:
-            by_owners.setdefault(names, []).append(a.reg.params[pid][1][0])
+            by_owners.setdefault(names, []).append(pid)
     out = []
-    for owners, params in by_owners.items():
+    for owners, pids in by_owners.items():
+        params = [a.reg.params[p][1][0] for p in pids]
         mods = modules_of(params)
-        out.append(finding(params[0], "optimizer.multiple_owners", Status.FAIL,
-                           f"{params[0]}: owned by {len(owners)} optimizers ({', '.join(owners)}), with {len(params) - 1} more "
-                           f"of {type(a.model).__name__}'s parameters ({len(mods)} modules: {listed(mods)}): every train_step "
-                           f"updates them {len(owners)} times, once with each optimizer's objective",
-                           {"owners": list(owners), "parameters": few(params), "count": len(params)}))
+        shown, why = _both_step(a, pids)
+        text = (f"{params[0]}: owned by {len(owners)} optimizers ({', '.join(owners)}), with {len(params) - 1} more "
+                f"of {type(a.model).__name__}'s parameters ({len(mods)} modules: {listed(mods)})")
+        ev = {"owners": list(owners), "parameters": few(params), "count": len(params), "shown_by_train_step": shown}
+        if shown:
+            out.append(finding(params[0], "optimizer.multiple_owners", Status.FAIL,
+                               f"{text}: in one call of train_step two of them stepped while {shown} of these tensors "
+                               f"held a gradient, so every train_step updates them once with each optimizer's objective",
+                               ev))
+        else:
+            out.append(finding(params[0], "optimizer.multiple_owners", Status.WARN,
+                               f"{text}: not confirmed that one train_step updates them with more than one: {why}",
+                               {**ev, "unconfirmed": why}))
     return out
 
 

@@ -42,8 +42,9 @@ from .._core.task import TASKS, Ctx, err, infer_task, seed_copies, shape
 from .._core.user_hooks import reports_user_hooks
 from ._capability import check_capability
 from ._common import LINKS, skipped_link
-from ._links import check_dependency, check_gradient, check_ownership, check_update
+from ._links import check_dependency, check_gradient, check_update
 from ._objective import check_objective
+from ._ownership import check_ownership
 from ._task import check_task
 from ._user_step import check_user_step
 
@@ -161,8 +162,9 @@ def _side_effects(ctx: Ctx) -> str:
     steps = ctx.overfit_steps
     copies = (f"backward{' and one optimizer step' if ctx.train_step is None else ''} and up to {steps} overfit steps "
               f"per learning-rate round on deep copies")
-    if ctx.notes.get("ran_train_step"):
-        return (f"{copies}; train_step ran {ctx.notes['ran_train_step']} times on your objects, and every parameter, .grad, "
+    ran = ctx.notes.get("ran_train_step", 0) + ctx.notes.get("ownership_ran_train_step", 0)
+    if ran:
+        return (f"{copies}; train_step ran {ran} times on your objects, and every parameter, .grad, "
                 f"optimizer/scheduler/scaler state, mode and RNG state was restored afterwards")
     return f"{copies}; the originals untouched"
 

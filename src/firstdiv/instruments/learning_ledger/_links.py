@@ -15,7 +15,6 @@ import torch
 
 from .._core.batch import compute_loss
 from .._core.checks import Check
-from .._core.closure import step_optimizers
 from .._core.examples import dense
 from .._core.invariance import loss_depends, sort_gradless, unused_message
 from .._core.task import Ctx, err
@@ -169,92 +168,6 @@ def by_module(names: list[str]) -> str:
     return ", ".join(text[:6]) + (f", ... {len(text) - 6} more modules" if len(text) > 6 else "")
 
 
-def _modules_of(names: list[str]) -> list[str]:
-    return list(dict.fromkeys(n.rpartition(".")[0] or "(model)" for n in names))
-
-
-def check_ownership(ctx: Ctx) -> Check:
-    model, opt = ctx.model, ctx.optimizer
-    if opt is None:
-        note = ("note: no torch.optim optimizer: parameters are updated by train_step; which ones it moves is checked at "
-                "PARAMETER_UPDATE")
-        ctx.report_notes.append(note)
-        return passed("OPTIMIZER_OWNERSHIP", note, {"optimizer": None, "train_step": True})
-    params = list(model.named_parameters())
-    model_ids = {id(p) for _, p in params}
-    owned = [(gi, p) for gi, g in enumerate(opt.param_groups) for p in g["params"]]
-    # the other optimizers the user's step steps (a SparseAdam beside the dense one) own their parameters too
-    others = [p for o in step_optimizers(ctx.train_step, opt, model)[1:] for g in o.param_groups for p in g["params"]]
-    owned_ids = {id(p) for _, p in owned} | {id(p) for p in others}
-    missing = [n for n, p in params if p.requires_grad and id(p) not in owned_ids]
-    stale = [(k, gi, p) for k, (gi, p) in enumerate(owned) if id(p) not in model_ids]
-    ev: dict[str, Any] = {"owned": len(owned), "owned_by_other_optimizers": len(others),
-                          "param_groups": len(opt.param_groups), "missing": _names(missing),
-                          "missing_count": len(missing), "stale_count": len(stale),
-                          "frozen_owned": sum(1 for _, p in owned if id(p) in model_ids and not p.requires_grad)}
-    if stale:
-        slots = _match_stale(stale, params, missing)
-        ev.update(stale_shapes=[list(p.shape) for _, _, p in stale][:LIST_CAP], stale_slots=slots[:LIST_CAP])
-        first = slots[0]
-        return failed("OPTIMIZER_OWNERSHIP", "optimizer.stale_parameter",
-                      f"the optimizer owns {len(stale)} tensors that are not in the model (shapes "
-                      f"{ev['stale_shapes'][:3]}); the slot of {first} holds an old tensor, and {len(missing)} current "
-                      f"trainable parameters are not owned", ev,
-                      expected="the optimizer owns exactly the model's current parameter objects",
-                      observed=f"{len(stale)} stale tensors, first in the slot of {first}",
-                      hint="a module was replaced (or the model reloaded/moved) after the optimizer was built: build the "
-                           "optimizer after the last change to the model")
-    live = [p for _, p in owned if id(p) in model_ids]
-    if missing and live and all(not p.requires_grad for p in live):
-        return _owns_only_frozen(params, live, missing, ev)
-    if missing:
-        ev["missing_by_module"] = by_module(missing)
-        return failed("OPTIMIZER_OWNERSHIP", "optimizer.missing_parameter",
-                      f"{len(missing)} trainable parameters are not in any param group: {by_module(missing)}",
-                      ev, expected="every trainable parameter in an optimizer param group",
-                      observed=f"not owned: {by_module(missing)}",
-                      hint="pass model.parameters() (or every intended group) to the optimizer, or freeze what should "
-                           "not train (requires_grad_(False))")
-    return passed("OPTIMIZER_OWNERSHIP", f"the optimizer owns every trainable parameter object ({len(owned)} tensors in "
-                  f"{len(opt.param_groups)} group(s)), none stale", ev)
-
-
-def _owns_only_frozen(params: list[tuple[str, torch.Tensor]], live: list[torch.Tensor], missing: list[str],
-                      ev: dict[str, Any]) -> Check:
-    ids = {id(p) for p in live}
-    owned_names = [n for n, p in params if id(p) in ids]
-    mods = _modules_of(owned_names)
-    ev.update(owned_modules=mods, owned_names=_names(owned_names), missing_by_module=by_module(missing))
-    return failed("OPTIMIZER_OWNERSHIP", "optimizer.owns_only_frozen",
-                  f"everything the optimizer owns is frozen: {', '.join(mods)} ({len(owned_names)} tensors, all "
-                  f"requires_grad=False), so no step changes anything; the {len(missing)} trainable parameters are not "
-                  f"owned: {by_module(missing)}", ev,
-                  expected="the optimizer owns the trainable parameters",
-                  observed=f"owns only frozen {', '.join(mods)}; trainable but not owned: {by_module(missing)}",
-                  hint=f"build the optimizer over the parameters that train (e.g. [p for p in model.parameters() if "
-                       f"p.requires_grad]), or unfreeze {', '.join(mods)} if it is the part meant to train")
-
-
-def _match_stale(stale: list[tuple[int, int, torch.Tensor]], params: list[tuple[str, torch.Tensor]],
-                 missing: list[str]) -> list[str]:
-    """Name the model parameter whose slot each stale tensor fills: same shape, preferring parameters the
-    optimizer does not own, then the one at the same position in ``named_parameters()`` order."""
-    index = {n: i for i, (n, _) in enumerate(params)}
-    shapes = {n: tuple(p.shape) for n, p in params}
-    used: set[str] = set()
-    out = []
-    for k, gi, p in stale:
-        pool = [n for n in missing if shapes[n] == tuple(p.shape) and n not in used]
-        pool = pool or [n for n in index if shapes[n] == tuple(p.shape) and n not in used]
-        if pool:
-            name = min(pool, key=lambda n: abs(index[n] - k))
-            used.add(name)
-            out.append(name)
-        else:
-            out.append(f"param_groups[{gi}] entry {k} (shape {list(p.shape)}, no model parameter of that shape)")
-    return out
-
-
 def step(opt: torch.optim.Optimizer, closure: Any) -> None:
     if isinstance(opt, torch.optim.LBFGS):
         opt.step(closure)
@@ -316,6 +229,8 @@ def check_update(ctx: Ctx) -> Check:
                       f"(<update, gradient> = {g4(descent)} > 0): param group(s) {maximize} have maximize=True; right if "
                       "loss_fn returns a reward, wrong if it returns a loss (then drop maximize=True)", ev,
                       kind="update.wrong_direction")
+    zero_lr = [n for n in not_moved if deltas[n]["lr"] == 0.0]  # lr 0 may freeze a group on purpose: not confirmed
+    not_moved = [n for n in not_moved if n not in zero_lr]
     if not_moved:
         n = not_moved[0]
         return failed("PARAMETER_UPDATE", "update.not_moved",
@@ -325,6 +240,13 @@ def check_update(ctx: Ctx) -> Check:
                       observed=f"{n} unchanged (lr {deltas[n]['lr']})",
                       hint="lr 0 in its group, a step hook that restores the weights, or a step() override that skips "
                            "it; freeze with requires_grad_(False) if it should not train")
+    if zero_lr:
+        n = zero_lr[0]
+        return warned("PARAMETER_UPDATE", f"{len(zero_lr)} of {len(intended)} owned parameters with nonzero gradients did "
+                      f"not change in one {type(opt).__name__} step because their param group's lr is 0 (first {n}, group "
+                      f"{deltas[n]['group']}); not confirmed that they are meant to train: an lr of 0 may freeze them on "
+                      "purpose (then requires_grad_(False) says so); otherwise give the group an lr > 0", ev,
+                      kind="update.not_moved")
     extra = f"; {len(below)} changes were below float resolution at this lr" if below else ""
     return passed("PARAMETER_UPDATE", f"{len(intended) - len(below)} of {len(intended)} owned parameters moved in one {type(opt).__name__} "
                   f"step{extra}", ev)

@@ -28,7 +28,7 @@ from .._core.closure import closure_state
 from .._core.invariance import loss_depends
 from .._core.state import guarded
 from .._core.task import Ctx, err, seed_copies
-from ._common import failed, g4, passed, skipped_link
+from ._common import failed, g4, passed, skipped_link, warned
 from ._links import LIST_CAP, dense, lr_of, trainable
 
 ASCENT_COSINE = 0.3  # measured: correct corpus programs -1.0 .. -0.23 (near 0 with dropout noise); (-loss).backward() with AdamW 0.49, manual +lr 1.0
@@ -112,15 +112,23 @@ def check_user_step(ctx: Ctx) -> Check:
     depends = loss_depends(ctx.model, ctx.batch, ctx.loss_fn, not_moved) if not_moved else {}
     invariant = [n for n in not_moved if depends[n] is False]
     ev["loss_invariant_to"] = _names(invariant)
-    not_moved = [n for n in not_moved if depends[n] is not False]  # the loss does not depend on it: nothing to learn
+    unknown = [n for n in not_moved if depends[n] is None]
+    not_moved = [n for n in not_moved if depends[n]]  # confirmed: perturbing it on a copy moves the loss
     if not_moved:
         return failed("PARAMETER_UPDATE", "update.not_moved",
                       f"{len(not_moved)} of {len(healthy)} trainable parameters with healthy gradients did not change over "
-                      f"{ev['calls']} calls of train_step; first {not_moved[0]}", ev,
+                      f"{ev['calls']} calls of train_step, although the loss depends on them (perturbing them on a copy "
+                      f"moves it); first {not_moved[0]}", ev,
                       expected="train_step changes every trainable parameter that has a gradient",
                       observed=f"unchanged: {', '.join(_names(not_moved)[:5])}",
                       hint="train_step's update skips them: an optimizer or manual-update loop over a subset of the "
                            "parameters; freeze them with requires_grad_(False) if they should not train")
+    if unknown:
+        ev["unconfirmed"] = _names(unknown)
+        return warned("PARAMETER_UPDATE", f"{len(unknown)} of {len(healthy)} trainable parameters with healthy gradients "
+                      f"did not change over {ev['calls']} calls of train_step (first {unknown[0]}); not confirmed that the "
+                      "loss depends on them (the counterfactual on a copy could not run), so they may be frozen on "
+                      "purpose: if so, set requires_grad_(False)", ev, kind="update.not_moved")
     if invariant:
         ctx.report_notes.append(f"note: {len(invariant)} parameters did not move in train_step, and the loss does not "
                                 f"depend on them (perturbing them on a copy leaves it unchanged; first: {invariant[0]}), "

@@ -63,7 +63,7 @@ from ._evaluation import evaluation
 from ._measured_step import Measured, measure, step_moves, weighted_layers
 from ._objective_probes import Recording, class_checks, descent, infer_task, regression_checks
 from ._representation import AFFINE_RTOL, representation
-from ._verdict import NOTE, claim, skip
+from ._verdict import NOTE, claim, frozen_tie, skip
 
 __all__ = ["AFFINE_RTOL", "CLAIMS", "six_claims"]
 
@@ -114,9 +114,14 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
         if stepped:
             with guarded(model, train_step, *extra):  # the user's own step, on the user's objects: restored
                 run.moved, run.step_error = step_moves(model, train_step)
+        probed = not stepped and train_step is not None and run.loss_problem is None and not all(
+            run.owned.get(n) for n in run.trainable)
+        if probed:
+            with guarded(model, train_step, *extra):  # does the step update what the optimizer does not own by hand?
+                run.by_step = step_moves(model, train_step)[0]
         claims = [representation(model, b, axis), _computation(model, run, (optimizer, b, loss_fn)), _objective(model, b, loss_fn, run),
                   _differentiation(run, model, b, loss_fn), _update(run, stepped), evaluation(model, batch, eval_fn)]
-    return _report(claims, eval_fn is not None, stepped)
+    return _report(claims, eval_fn is not None, stepped, probed)
 
 
 def _units(m: nn.Module, w: torch.Tensor) -> torch.Tensor:
@@ -192,6 +197,8 @@ def _computation(model: nn.Module, run: Measured, step: tuple[Any, Batch, Any]) 
     # identical rows that get no gradient at all (a zero-initialized layer downstream, the output conv of a residual
     # block): the loss does not depend on them at these weights, so whether they stay tied after the first steps is
     # not shown; identical rows that get identical nonzero gradients stay tied for good (confirmed)
+    fixed = {n for n, m in layers if not m.weight.requires_grad}  # a frozen layer: tied by design or by a slip
+    frozen, broken = [e for e in broken if e["module"] in fixed], [e for e in broken if e["module"] not in fixed]
     silent = [e for e in broken if not _has_gradient(run, e["module"])]
     broken = [e for e in broken if e not in silent]
     heals = _heals(model, step, [e["module"] for e in silent]) if silent and not broken else None
@@ -214,6 +221,8 @@ def _computation(model: nn.Module, run: Measured, step: tuple[Any, Batch, Any]) 
                      f"cannot differentiate ({len(broken)} such layers)", ev,
                      "hidden units with different weights (random initialization)",
                      "initialize with random weights (nn.init.kaiming_uniform_ / the layer's default reset_parameters())")
+    if frozen:
+        return frozen_tie(name, frozen, summary)
     if healed:
         return claim(name, Status.PASS, "claim.computation",
                      f"{len(healed)} layers start with identical/zero rows ({', '.join(e['module'] for e in healed)}), but "
@@ -326,9 +335,11 @@ def _update(run: Measured, stepped: bool) -> Check:
     stuck = [n for n in healthy if not run.moved.get(n, False)]
     step = "one call of train_step" if stepped else "one optimizer step"
     told = [n for n in stuck if not stepped and run.owned.get(n) and run.lr.get(n) == 0.0]  # lr 0 now: a warmup
-    stuck = [n for n in stuck if n not in told]
+    by_hand = [n for n in stuck if run.by_step.get(n)]  # no optimizer owns them, but train_step updates them itself
+    stuck = [n for n in stuck if n not in told and n not in by_hand]
     ev = {"healthy_gradients": len(healthy), "moved": len(healthy) - len(stuck), "not_moved": stuck[:8],
-          "healthy_threshold": HEALTHY_RGRAD, "judged_from": "train_step on your objects" if stepped else "optimizer copy"}
+          "healthy_threshold": HEALTHY_RGRAD, "judged_from": "train_step on your objects" if stepped else "optimizer copy",
+          "moved_by_train_step": by_hand[:8]}
     if stuck:
         first = stuck[0]
         ev["grad_norm"] = float(run.grads[first].norm())
@@ -358,11 +369,11 @@ def _update(run: Measured, stepped: bool) -> Check:
 
 # ---- the report --------------------------------------------------------------------------------
 
-def _report(claims: list[Check], evaluated: bool, stepped: bool) -> Report:
+def _report(claims: list[Check], evaluated: bool, stepped: bool, probed: bool = False) -> Report:
     side = (("" if stepped else "deep copies only: ") + "forward/backward passes" + ("" if stepped else " and one sacrificial optimizer step") + " on a deep copy of "
             "model and optimizer" + ("; eval_fn called on a deep copy" if evaluated else "")
             + ("; train_step called once on your objects, every value, .grad, optimizer/scheduler/scaler state, mode "
-               "and RNG state restored afterwards" if stepped else "")
+               "and RNG state restored afterwards" if stepped or probed else "")
             + "; your objects, RNG states and grad mode restored")
     details: dict[str, Any] = {c.finding.where: c.finding.status.value for c in claims}
     notes = [c.finding.message for c in claims if c.finding.status is Status.PASS and c.finding.message.startswith(NOTE)]

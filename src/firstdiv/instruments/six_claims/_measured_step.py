@@ -34,6 +34,7 @@ class Measured:
     lr: dict[str, float | None] = field(default_factory=dict)
     step_error: str = ""
     head: list[str] = field(default_factory=list)  # trainable tensors loss_fn applies to the outputs (a generator)
+    by_step: dict[str, bool] = field(default_factory=dict)  # beside an optimizer: what one train_step call moved
 
 
 def weighted_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:

@@ -1,8 +1,8 @@
 """The REPRESENTATION claim: is the output affine in the input (``f(a x1 + (1-a) x2)`` vs ``a f(x1) + (1-a) f(x2)``
 on an eval-mode copy), and, when it is, does the task need more? An affine output is a bug only when the model
 stacks more than one linear layer AND there is evidence the task needs more: the batch's targets are not fit by a
-linear map (``._linear_fit``), or the model names an ``nn.Identity`` as its activation (``self.act = nn.Identity()``);
-otherwise it is a note. An output that does not change with the input, even after every weight is perturbed,
+linear map (``._linear_fit``). A model that names an ``nn.Identity`` as its activation (``self.act = nn.Identity()``)
+without that evidence is a WARN (the activation may be off on purpose); otherwise it is a note. An output that does not change with the input, even after every weight is perturbed,
 cannot learn anything: that FAILs naming the last module that ran."""
 
 from __future__ import annotations
@@ -92,25 +92,40 @@ def _affine(model: nn.Module, batch: Batch, axis: int, ev: dict[str, Any]) -> Ch
     fit = linear_fit(batch, axis)
     ev["linear_fit"] = fit
     intended = _identity_activations(model)
-    if intended:  # the model's own names say a nonlinearity belongs there
+    if intended:  # the model's own names say a nonlinearity belongs there; the targets still have to confirm it
         ev["identity_activations"] = intended[:8]
-        fit = {**fit, "needs_nonlinear": True}
+    if not fit["needs_nonlinear"] and intended:
+        return _switched_off(affine, intended, layers, fit, ev)
     if fit["needs_nonlinear"] is None:
         return note(NAME, CHECK, f"{affine} through {len(layers)} stacked linear layers; not verified whether the task "
                     f"needs more: {fit.get('why', 'no evidence')}", ev)
     if not fit["needs_nonlinear"]:
-        how = ("the batch's labels are linearly separable" if "classes" in fit
-               else f"a linear map fits the targets (residual {fit.get('residual_fraction', 0):.2g} of their variance)")
-        return note(NAME, CHECK, f"{affine}; fine for a linear model: {how}", ev)
-    why = (f"`{intended[0]}` is nn.Identity where its name says activation" if intended else
-           "the batch's labels are not linearly separable" if "classes" in fit else
+        return note(NAME, CHECK, f"{affine}; fine for a linear model: {_fits(fit)}", ev)
+    why = ("the batch's labels are not linearly separable" if "classes" in fit else
            f"a linear map leaves {fit['residual_fraction']:.0%} of the targets' variance, and random nonlinear features "
            f"explain it (F-test p={fit['p_value']:.2g})")
+    if intended:
+        why += f", and `{intended[0]}` is nn.Identity where its name says activation"
     return claim(NAME, Status.FAIL, CHECK,
                  f"{affine} over {ev['pairs']} input pairs, but {why}; the {len(layers)} stacked layers "
                  f"({', '.join(layers[:4])}) collapse to one linear map", ev,
                  "a nonlinear map of the input (relative error well above the threshold)",
                  "put a nonlinearity (ReLU, GELU, tanh) between the linear layers")
+
+
+def _fits(fit: dict[str, Any]) -> str:
+    return ("the batch's labels are linearly separable" if "classes" in fit
+            else f"a linear map fits the targets (residual {fit.get('residual_fraction', 0):.2g} of their variance)")
+
+
+def _switched_off(affine: str, intended: list[str], layers: list[str], fit: dict[str, Any], ev: dict[str, Any]) -> Check:
+    """An activation's name on an nn.Identity, but the targets do not show the task needs a nonlinear map: the name
+    alone does not confirm the premise (a configuration may switch the activation off on purpose), so a WARN."""
+    told = _fits(fit) if fit["needs_nonlinear"] is False else f"not verified: {fit.get('why', 'no evidence')}"
+    return claim(NAME, Status.WARN, CHECK,
+                 f"{affine}; `{intended[0]}` is nn.Identity where its name says activation, so the {len(layers)} stacked "
+                 f"layers collapse to one linear map; not confirmed that the task needs more (whether a linear map fits "
+                 f"the batch's targets: {told}): if the activation is off on purpose, this is fine", ev)
 
 
 ACTIVATION_NAMES = ("act", "activation", "nonlinearity", "nonlin", "relu", "gelu", "tanh", "sigmoid", "silu", "elu")

@@ -73,7 +73,7 @@ from . import _labels as lb
 from . import _probes as sp
 from ._args import Probe
 from ._contracts import check_contracts, contract_outcomes
-from ._normalize import normalization
+from ._normalize import declared_scale, normalization
 from ._semantics import provenance, relationships, semantics
 from ._structure import numeric, structure
 
@@ -143,7 +143,7 @@ def stage_trace(sample: Any, stages: Any, *, probes: dict[str, Any] | None = Non
         walk.run(named, current, seen)
         if evals is not None:
             _seed(seed)
-            walk.checks.append(_eval_check(walk, evals, sp.clone(sample)))
+            walk.checks.append(_eval_check(walk, evals, sp.clone(sample), named, seed))
     return _report(walk, seed, names)
 
 
@@ -163,13 +163,16 @@ def _labels(sample: Any, fields: tuple[str, ...], key: str | None, class_to_idx:
         return lb.Labels(key, class_to_idx, note=f"the label could not be read: {_error(exc)}")
 
 
-def _eval_check(walk: _Walk, evals: list[tuple[str, Callable]], sample: Any) -> Check:
+def _eval_check(walk: _Walk, evals: list[tuple[str, Callable]], sample: Any, named: list[tuple[str, Callable]],
+                seed: int) -> Check:
     if len(walk.outputs) != len(walk.rows):
         return check("(eval_stages)", _compare.KIND, Status.SKIPPED, "eval pipeline not compared: the train walk stopped at "
                      f"{walk.rows[-1]['stage']!r}")
     outs, error = _compare.run_eval(evals, sample)
     try:
-        return _compare.compare(walk.outputs, outs, error, walk.declared.fields, walk.declared.augmentations)
+        fields, declared = walk.declared.fields, walk.declared.augmentations
+        return _compare.verdict(walk.outputs, outs, error, fields, declared, lambda: _compare.random_stages(
+            walk.outputs, named, fields, declared, lambda k: _seed((seed + k) % 2**32)))
     except Exception as exc:  # noqa: BLE001 - samples the comparison cannot read are not a verdict
         return check("(eval_stages)", _compare.KIND, Status.SKIPPED, f"eval pipeline not compared: {_error(exc)}")
 
@@ -234,7 +237,7 @@ def _probe_stage(stage: str, fn: Callable, samples: tuple[Any, Any], seen: tuple
     if after is None:
         return outs
     outs += _safely("structure", contract_outcomes, stage, after, contract)
-    outs += _safely("numeric", numeric, stage, before, after)
+    outs += _safely("numeric", numeric, stage, before, after, track)
     outs += _safely("relationships", relationships, stage, before, after, track)  # moves the known-colour box
     outs += _safely("semantics", semantics, stage, after, track)
     outs += _safely("provenance", provenance, stage, fn, track)
@@ -262,12 +265,13 @@ def _findings(stage: str, outs: list[sp.Outcome], failed: dict[str, str], checke
         if not applied:
             continue
         checked[cat].append(stage)
-        new = [o for o in applied if o.ok is False and o.probe not in failed]
-        again = [o for o in applied if o.ok is False and o.probe in failed]
+        new = [o for o in applied if o.ok is False and not o.unconfirmed and o.probe not in failed]
+        again = [o for o in applied if o.ok is False and not o.unconfirmed and o.probe in failed]
+        doubt = [o for o in applied if o.ok is False and o.unconfirmed]  # named, premise not confirmed: a WARN
         msgs = [o.message for o in new] + [f"{o.message} (failing since {failed[o.probe]})" for o in again] + \
-               [o.message for o in applied if o.ok]
+               [f"{o.message}; not confirmed: {o.unconfirmed}" for o in doubt] + [o.message for o in applied if o.ok]
         evidence = {o.probe: o.evidence for o in applied}
-        status = Status.FAIL if new else Status.WARN if again else Status.PASS
+        status = Status.FAIL if new else Status.WARN if again or doubt else Status.PASS
         first = new[0] if new else None
         kind = f"stage.{cat}" + (f".{first.subkind}" if first and first.subkind else "")
         rows.append(check(stage, kind, status, "; ".join(msgs), evidence,
@@ -318,7 +322,10 @@ class _Walk:
         return current, seen
 
     def run(self, named: list[tuple[str, Callable]], current: Any, seen: sp.Seen) -> None:
-        for name, fn in named:
+        self.track.scales = [declared_scale(n, fn, self.contracts.get(n, {})) for n, fn in named]
+        self.track.augmentations = self.declared.augmentations
+        for i, (name, fn) in enumerate(named):
+            self.track.at = i
             nxt = self.step(name, fn, current, seen)
             if nxt is None:
                 break

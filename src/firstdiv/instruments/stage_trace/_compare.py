@@ -9,6 +9,11 @@ of the minimum (normalized or not), the mean (within 2 std) and the std (within 
 token sequences (integer vectors, lists) share at least half their items. The first eval stage matching no train output fails at ``eval:<stage>``; an eval
 pipeline that ends before the train one does (it never produces the final train output) fails at the first
 train stage it has no counterpart of (e.g. the normalization it forgot).
+
+Evidence before FAIL (:func:`verdict`): a difference is a FAIL only when the train stages it rests on are
+deterministic. Each undeclared train stage is run again on its own input under ``RERUNS`` other seeds; one whose
+output changes is random (an undeclared augmentation). If the pipelines agree once those are compared as
+augmentations, the finding is a WARN asking to name them in ``augmentations=``.
 """
 
 from __future__ import annotations
@@ -160,3 +165,51 @@ def compare(train: list[tuple[str, Any, bool]], evals: list[tuple[str, Any]], er
         return _missing(missing[0], f"the eval pipeline ends at the output of train stage {train[prev][0]!r}", pairs, final)
     return check("(eval_stages)", KIND, Status.PASS,
                  "eval pipeline agrees with the train pipeline: " + ", ".join(f"{e}={t}" for e, t in pairs), {"matched": pairs})
+
+
+RERUNS = 8  # other seeds a train stage runs under to show it is random (a flip with p=0.5 hides from 8 with p=1/256)
+
+
+def random_stages(train: list[tuple[str, Any, bool]], named: list[tuple[str, Callable]], fields: tuple[str, ...],
+                  declared: set[str], reseed: Callable[[int], None]) -> list[str]:
+    """The train stages not named in augmentations= whose output changes when run again on the same input (a copy of
+    what they got in the walk) with the global RNGs seeded otherwise."""
+    out = []
+    for i, (name, fn) in enumerate(named[: len(train) - 1]):
+        if name in declared:
+            continue
+        for k in range(1, RERUNS + 1):
+            reseed(k)
+            try:
+                again = fn(clone(train[i][1]))
+            except Exception:  # noqa: BLE001 - a stage that cannot run again shows nothing
+                break
+            if again is not None and difference(train[i + 1][1], again, fields, False):
+                out.append(name)
+                break
+    return out
+
+
+def verdict(train: list[tuple[str, Any, bool]], evals: list[tuple[str, Any]], error: str, fields: tuple[str, ...],
+            augmentations: set[str], find_random: Callable[[], list[str]]) -> Check:
+    """:func:`compare`, with its FAIL confirmed: the train stages found random (``find_random``) are compared as
+    augmentations; a FAIL that goes away then is a WARN naming them."""
+    strict = compare(train, evals, error, fields, augmentations)
+    if strict.finding.status is not Status.FAIL or error:
+        return strict
+    found = find_random()
+    if not found:
+        return strict
+    allowed, loose, relaxed = augmentations | set(found), False, []
+    for name, out, _ in train:
+        loose = loose or name in allowed
+        relaxed.append((name, out, loose))
+    again = compare(relaxed, evals, error, fields, allowed)
+    if again.finding.status is Status.FAIL:
+        return again
+    f = strict.finding
+    return check(f.where, KIND, Status.WARN,
+                 f"{f.message}; but train stage(s) {', '.join(map(repr, found))} are random (run again on the same input "
+                 "under another seed they give another output) and not named in augmentations=: compared as "
+                 "augmentations, the eval pipeline agrees, so a difference between the pipelines is not confirmed; name "
+                 "them in augmentations=", {**f.evidence, "random_stages": found})

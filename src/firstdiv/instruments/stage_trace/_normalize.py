@@ -100,13 +100,27 @@ def _far(pm: np.ndarray, ps: np.ndarray, om: np.ndarray, os_: np.ndarray, loose:
     return mean_bad | std_bad
 
 
+def _stage_names(stage: str, fn: Any) -> list[str]:
+    owner = getattr(fn, "__self__", None) or getattr(fn, "func", None) or fn
+    return [stage, type(fn).__name__, type(owner).__name__, getattr(fn, "__name__", ""), getattr(owner, "__name__", "")]
+
+
+def declared_scale(stage: str, fn: Any, contract: dict[str, Any]) -> float | None:
+    """The largest |mean| ``stage`` declares normalizing with (contract 'normalized' or mean/std of a stage named like
+    a normalization), or None: above ~1.5 it expects values on the 0..255 scale, else on 0..1."""
+    specs = [s["normalized"] for s in contract.values() if isinstance(s, dict) and "normalized" in s]
+    try:
+        found = declared(fn, specs[0] if specs else None, _stage_names(stage, fn))
+    except Exception:  # noqa: BLE001 - a stage whose attributes cannot be read declares nothing readable
+        return None
+    return None if found is None or found[1] is None else float(np.abs(found[1]).max())
+
+
 def normalization(stage: str, fn: Any, before: Seen, after: Seen, contract: dict[str, Any], order: str) -> list[Outcome]:
     """The declared normalization of ``stage`` checked against its output (see the module docstring)."""
     specs = [(k, s["normalized"]) for k, s in contract.items() if isinstance(s, dict) and "normalized" in s]
     key, spec = specs[0] if specs else ((after.image[0] if after.image else None), None)
-    owner = getattr(fn, "__self__", None) or getattr(fn, "func", None) or fn
-    found = declared(fn, spec, [stage, type(fn).__name__, type(owner).__name__, getattr(fn, "__name__", ""),
-                                getattr(owner, "__name__", "")])
+    found = declared(fn, spec, _stage_names(stage, fn))
     if found is None or key is None:
         return []
     key = "" if key == "sample" else key

@@ -36,6 +36,7 @@ class Outcome:
     expected: Any = ""
     observed: Any = ""
     subkind: str = ""          # appended to the finding's kind (stage.<category>.<subkind>) when it fails first
+    unconfirmed: str = ""      # ok False, but the premise is not confirmed (why): a WARN of the kind, never a FAIL
 
 
 @dataclass
@@ -48,6 +49,9 @@ class Track:
     box_note: str = ""
     provenance: dict[str, Any] = field(default_factory=dict)
     moves: list[str] | None = None           # the image's spatial transform found at the current stage
+    scales: list[float | None] = field(default_factory=list)  # per stage: max |mean| it declares normalizing with
+    at: int = -1                             # the index of the stage being probed
+    augmentations: set[str] = field(default_factory=set)
 
 
 # ---- reading a sample -----------------------------------------------------------------------------

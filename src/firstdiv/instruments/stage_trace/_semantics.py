@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ._probes import POOL, Outcome, Seen, Track
+from ._probes import MASK_KEYS, POOL, Outcome, Seen, Track
 
 COLOUR_TOL = 64.0          # max per-channel distance (0..255 scale) of the known colour
 MATCH_CORR = 0.999         # per-channel correlation for "this candidate transform explains the change"
@@ -154,12 +154,13 @@ def relationships(stage: str, before: Seen, after: Seen, track: Track) -> list[O
     name = after.mask[0]
     ev: dict[str, Any] = {"image_hw_before": list(hw_b), "image_hw_after": list(hw_a),
                           "mask_hw_before": list(before.mask_hw), "mask_hw_after": list(after.mask_hw)}
+    why = _unaligned_why(name, before.mask[1])
     if before.mask_hw == hw_b and after.mask_hw != hw_a:
         return [Outcome("relationships", "mask_alignment", False,
                         f"image and {name} had the same spatial size {list(hw_b)}; after the stage image "
                         f"{list(hw_a)} vs {name} {list(after.mask_hw)}", ev,
                         expected="image and mask with the same spatial size",
-                        observed=f"image {list(hw_a)}, {name} {list(after.mask_hw)}")]
+                        observed=f"image {list(hw_a)}, {name} {list(after.mask_hw)}", unconfirmed=why)]
     mask_moves = matching(before.mask_small, after.mask_small, before.mask_hw, after.mask_hw)  # type: ignore[arg-type]
     ev.update(image_transform=img_moves, mask_transform=mask_moves)
     if not img_moves or not mask_moves:
@@ -170,7 +171,25 @@ def relationships(stage: str, before: Seen, after: Seen, track: Track) -> list[O
     return [Outcome("relationships", "mask_alignment", False,
                     f"image {_name(img_moves)} but {name} {_name(mask_moves)}: the augmentation moved one without the other",
                     ev, expected=f"{name} transformed like the image ({', '.join(img_moves)})",
-                    observed=f"{name}: {', '.join(mask_moves)}")]
+                    observed=f"{name}: {', '.join(mask_moves)}", unconfirmed=why)]
+
+
+LABEL_MAP_VALUES = 256  # a spatial target with at most this many distinct integral values is a label map
+
+
+def _unaligned_why(name: str, target: torch.Tensor) -> str:
+    """The premise that ``name`` must stay pixel-aligned with the image, confirmed when it is held under a mask's key
+    (mask/masks/segmentation/seg) or is a label map (integral values, few of them); '' then, else why not: a float
+    target under label/target/y may be an image of its own (a super-resolution target kept at full size)."""
+    if name.rsplit(".", 1)[-1] in MASK_KEYS:
+        return ""
+    t = target.detach()
+    integral = not t.is_floating_point() or bool((t == t.round()).all())
+    if integral and t.numel() and torch.unique(t).numel() <= LABEL_MAP_VALUES:
+        return ""
+    return (f"{name} is a float map, not a label map, and its key does not name a mask: whether it must stay "
+            "pixel-aligned with the image is inferred from the key, not declared (a super-resolution target kept at "
+            "full size looks the same); declare the relationship with a probe ('relationships', fn)")
 
 
 def _name(moves: list[str]) -> str:

@@ -7,7 +7,8 @@ closure's backward); wrap evaluation in ``with w.evaluating():``; read ``w.repor
 leaving ``with watch(...) as w:``) removes every hook. The first step (index 0) and every ``every``-th after it is
 a check step:
 
-- ownership: a parameter requiring grad that no watched optimizer holds (FAIL ``ownership.unowned``); a parameter
+- ownership: a parameter requiring grad that no watched optimizer holds (FAIL ``ownership.unowned`` once it had a
+  gradient at the check step and was unchanged at the next step; else WARN, see ``._unowned``); a parameter
   with ``requires_grad=False`` not matched by ``frozen=`` (FAIL once ``frozen`` is declared, ``frozen=()`` meaning
   nothing is frozen; WARN while undeclared); optimizer tensors that are not the model's (WARN);
 - gradients, read by an optimizer step pre-hook before the step (so before ``zero_grad``, and after GradScaler's
@@ -16,8 +17,8 @@ a check step:
   closure), missing on some (WARN);
 - the update of that one optimizer step, from a copy of the parameters taken in the pre-hook: ``||delta|| /
   ||weight||`` of every weight with >= 2 dims (the rule of thumb is ~1e-3): larger than 1, the update bigger than
-  the weight, is FAIL ``update.too_large`` (except on a weight that had a zero norm at the previous check, as a
-  zero-initialised adapter has); above ``ratio_bounds[1]`` and not shrinking at consecutive checks is a WARN (the
+  the weight, is FAIL ``update.too_large`` once the loss at the next step rose (WARN when it did not, or no loss was
+  passed; exempt: a weight that had a zero norm at the previous check, as a zero-initialised adapter has); above ``ratio_bounds[1]`` and not shrinking at consecutive checks is a WARN (the
   warm-up of momentum does that on a correct run), below ``ratio_bounds[0]`` a WARN; a declared-frozen parameter
   that moved is FAIL; a parameter unchanged at ``stall_checks`` consecutive checks while others moved is a WARN;
 - zeroing: from a check step to that optimizer's next step, a gradient hook on one of its parameters sees whether
@@ -51,6 +52,7 @@ from .._core.frozen import check_frozen, declared
 from ._checks import Measurement, grad_facts, ownership, snapshot, update_sizes
 from ._judge import Bounds, Judge
 from ._modes import train_mode_modules
+from ._unowned import Unowned
 
 __all__ = ["Watch", "watch"]
 
@@ -99,6 +101,8 @@ class Watch:
         self._losses: list[Any] = []
         self._notes: list[str] = []
         self._sentinels: dict[int, tuple[str, Any, dict[str, Any]]] = {}
+        self._unowned = Unowned()
+        self._iteration: list[Any] = []  # the losses observed since the last step(): read only around a measurement
         inner = list({id(i): i for i in map(innermost, optimizers)}.values())  # a framework's wrapper steps the one it wraps
         self._handles = [h for o in inner for h in (o.register_step_pre_hook(self._pre), o.register_step_post_hook(self._post))]
         self.closed = False
@@ -110,12 +114,18 @@ class Watch:
             self.observe(loss=loss)
         idx = self._n
         self._n += 1
+        self._unowned.settle(self._judge, idx)
+        now = _mean(self._iteration) if self._judge.large or self._current is not None else None
+        self._iteration = []
+        self._judge.settle_large(idx, now)
+        graded = None
         if self._current is not None:
-            self._judge.measurement(idx, self._current)
+            self._judge.measurement(idx, self._current, now)
+            graded = self._current.graded
             self._current, self._armed = None, False
             self._stepped.clear()
         if idx % self.every == 0:
-            self._check(idx)
+            self._check(idx, graded)
         if (idx + 1) % self.every == 0:
             self._armed = True
 
@@ -130,6 +140,7 @@ class Watch:
         else:
             raise InvalidArgument(f"Expected the loss to be a scalar tensor or a number but got {type(loss).__name__}")
         self._losses.append(value)
+        self._iteration.append(value)
 
     def gradients_ready(self, optimizer: torch.optim.Optimizer) -> None:
         """The gradients ``optimizer`` is about to apply are final now. For a trainer that steps with a closure
@@ -145,6 +156,7 @@ class Watch:
         m.nonfinite_grad = [(n, v) for n, v in m.nonfinite_grad if n not in mine]
         m.held_trainable -= len(mine)
         m.closure = False  # the gradients were read after the backward: a missing one is missing
+        m.graded.update(n for n, p in self._named if p.grad is not None)
         try:
             grad_facts(self._named, held, m)
         except Exception as exc:  # noqa: BLE001 (as in _pre)
@@ -192,6 +204,7 @@ class Watch:
             self._current = Measurement(training=self.model.training, closure=_has_closure(args, kwargs))
             self._named = list(self.model.named_parameters())
         held = _held(optimizer)
+        self._current.graded.update(n for n, p in self._named if p.grad is not None)
         grad_facts(self._named, held, self._current)
         self._current.before.update(snapshot(self._named, held, self._frozen))
 
@@ -249,7 +262,7 @@ class Watch:
             self._notes.append(note)
         self._current = None
 
-    def _check(self, idx: int) -> None:
+    def _check(self, idx: int, graded: set[str] | None = None) -> None:
         named = list(self.model.named_parameters())
         held: set[int] = set()
         n_held = 0
@@ -260,12 +273,9 @@ class Watch:
         self._judge.tally("ownership")
         for kind, where, status, message in ownership(named, held, n_held, self._frozen, self._declared):
             self._judge.add(idx, kind, where, status, message)
+        self._unowned.check(self._judge, idx, named, held, self._frozen, graded)
         if self._losses:
-            tensors = [v.reshape(()).float() for v in self._losses if isinstance(v, torch.Tensor)]
-            total = sum(v for v in self._losses if not isinstance(v, torch.Tensor))
-            if tensors:  # one synchronisation per check, not one per loss
-                total += float(torch.stack([t.to(tensors[0].device) for t in tensors]).sum())
-            mean = total / len(self._losses)
+            mean = _mean(self._losses)
             self._losses = []
             self._judge.loss(idx, mean)
 
@@ -273,7 +283,7 @@ class Watch:
     @property
     def report(self) -> Report:
         """What the watch found so far: the first step at which an invariant broke, or PASS with what was checked."""
-        return self._judge.report(self._n, self.every, _SIDE, list(self._notes))
+        return self._judge.report(self._n, self.every, _SIDE, list(self._notes), self._unowned.unsettled())
 
     def close(self) -> None:
         """Remove every hook (idempotent); the report stays readable."""
@@ -292,6 +302,17 @@ class Watch:
 
     def __repr__(self) -> str:
         return f"Watch(every={self.every}, steps={self._n}, checks={self._judge.checks}, closed={self.closed})"
+
+
+def _mean(losses: list[Any]) -> float | None:
+    """The mean of losses passed as numbers or scalar tensors, with one synchronisation (None when there are none)."""
+    if not losses:
+        return None
+    tensors = [v.reshape(()).float() for v in losses if isinstance(v, torch.Tensor)]
+    total = sum(v for v in losses if not isinstance(v, torch.Tensor))
+    if tensors:
+        total += float(torch.stack([t.to(tensors[0].device) for t in tensors]).sum())
+    return total / len(losses)
 
 
 def _has_closure(args: Any, kwargs: Any) -> bool:

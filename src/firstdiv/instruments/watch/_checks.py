@@ -53,21 +53,19 @@ class Measurement:
     dims2: set[str] = field(default_factory=set)
     training: bool = True
     before: dict[str, torch.Tensor] = field(default_factory=dict)
+    graded: set[str] = field(default_factory=set)  # every parameter with a gradient at the measured step
 
 
 def ownership(named: list[tuple[str, torch.nn.Parameter]], held: set[int], n_held: int,
               frozen: dict[int, str], declared: bool) -> list[tuple[str, str, str, str]]:
-    """``(kind, where, status, message)`` for parameters the optimizer does not hold, parameters frozen without a
-    declaration, and optimizer parameters that are not the model's."""
+    """``(kind, where, status, message)`` for parameters frozen without a declaration and optimizer parameters that are
+    not the model's (trainable parameters no optimizer holds: :mod:`._unowned`)."""
     out = []
     in_model = {id(p) for _, p in named}
     for name, p in named:
         if id(p) in frozen:
             continue
-        if p.requires_grad and id(p) not in held:
-            out.append(("ownership.unowned", name, "FAIL",
-                        f"{name} requires grad but no watched optimizer holds it: it never trains"))
-        elif not p.requires_grad:
+        if not p.requires_grad:  # trainable but unowned: ownership.unowned, judged with its evidence (._unowned)
             status = "FAIL" if declared else "WARN"
             out.append(("ownership.undeclared_frozen", name, status,
                         f"{name} has requires_grad=False but is not declared in frozen="))

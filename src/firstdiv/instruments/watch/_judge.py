@@ -19,6 +19,10 @@ _RANK = ("ownership.unowned", "ownership.undeclared_frozen", "frozen.moved", "lo
          "update.too_small", "loss.not_decreasing", "ownership.foreign")
 
 
+#: update.too_large FAILs when the loss at the next step rose by more than this fraction of the measured step's loss
+LARGE_RISE = 0.05
+
+
 @dataclass(frozen=True)
 class Bounds:
     low: float
@@ -43,6 +47,8 @@ class Judge:
     prev_ratio: dict[str, float] = field(default_factory=dict)
     #: weights (>= 2 dims) whose norm was zero at the last check
     zero_norm: set[str] = field(default_factory=set)
+    #: update.too_large waiting for the next step's loss: name -> (step, ratio, the loss of that step's iteration)
+    large: dict[str, tuple[int, float, float | None]] = field(default_factory=dict)
 
     def add(self, step: int, kind: str, where: str, status: str, message: str, **extra: Any) -> None:
         """Record an event once per (kind, where): the first step it was seen is the one that matters."""
@@ -54,7 +60,7 @@ class Judge:
     def tally(self, check: str) -> None:
         self.counts[check] = self.counts.get(check, 0) + 1
 
-    def measurement(self, step: int, m: Measurement) -> None:
+    def measurement(self, step: int, m: Measurement, loss: float | None = None) -> None:
         self.checks += 1
         for check in ("grads", "updates", "mode"):
             self.tally(check)
@@ -75,10 +81,10 @@ class Judge:
             self.add(step, "mode.eval_at_train", "model", "WARN",
                      "the model was in eval mode at an optimizer step (dropout and batch-norm statistics are off)",
                      expected="model.training == True", observed=False)
-        self._ratios(step, m)
+        self._ratios(step, m, loss)
         self._stalls(step, m)
 
-    def _ratios(self, step: int, m: Measurement) -> None:
+    def _ratios(self, step: int, m: Measurement, loss: float | None) -> None:
         b = self.bounds
         for name, moved in m.moved.items():
             if name in self.frozen_names and moved:
@@ -106,14 +112,37 @@ class Judge:
             # larger than the weight itself, except on a weight created from zeros at the previous check (a
             # zero-initialised adapter's first steps are as large as the weight they create)
             if r > 1 and name not in fresh and (prev is not None or self.checks == 1):
-                self.add(step, "update.too_large", name, "FAIL",
-                         f"one step changed {name} by {r:.3g} of its norm: the update is larger than the weight "
-                         "(rule of thumb ~1e-3)", expected="<= 1", observed=r,
-                         hint="a learning rate far too high, or gradients accumulating without optimizer.zero_grad()")
+                if ("update.too_large", name) not in self.seen:  # judged at the next step, from the loss it left
+                    self.large.setdefault(name, (step, r, loss))
             elif prev is not None and prev > b.high and r >= prev:  # momentum's warm-up also does this: a warning
                 self.add(step, "update.large", name, "WARN",
                          f"one step changed {name} by {r:.3g} of its norm, above {b.high:g} since step {first} and "
                          "not shrinking (rule of thumb ~1e-3)", expected=f"<= {b.high:g}", observed=r)
+
+    def settle_large(self, idx: int, after: float | None) -> None:
+        """The premise of update.too_large, confirmed at the step after the one measured: the update larger than the
+        weight hurt the loss (``after``, this iteration's loss, is non-finite or above the measured iteration's by
+        more than ``LARGE_RISE`` of it). A loss that did not rise is a WARN (a weight initialised small under Adam
+        has such a first step); without losses passed to the watch, a WARN saying so."""
+        for name, (k, r, before) in list(self.large.items()):
+            if k >= idx:
+                continue
+            del self.large[name]
+            size = f"one step changed {name} by {r:.3g} of its norm (the update is larger than the weight)"
+            if before is None or after is None:
+                self.add(k, "update.too_large", name, "WARN", f"{size}; whether it hurt the loss is not confirmed: "
+                         "no loss was passed to w.step(loss) / w.observe(loss=) at that step and the next")
+            elif not math.isfinite(after) or after - before > LARGE_RISE * max(abs(before), 1e-12):
+                self.add(k, "update.too_large", name, "FAIL", f"{size}, and the loss went {before:.4g} -> {after:.4g} "
+                         "at the next step (rule of thumb ~1e-3)", expected="<= 1", observed=r,
+                         hint="a learning rate far too high, or gradients accumulating without optimizer.zero_grad()")
+            else:
+                self.add(k, "update.too_large", name, "WARN", f"{size}, but the loss did not rise at the next step "
+                         f"({before:.4g} -> {after:.4g}): a weight initialised small takes such steps under Adam")
+
+    def unsettled(self) -> list[Event]:
+        return [Event(k, "update.too_large", name, "WARN", f"one step changed {name} by {r:.3g} of its norm; whether it "
+                      "hurt the loss shows at the next step, not reached yet") for name, (k, r, _) in self.large.items()]
 
     def _stalls(self, step: int, m: Measurement) -> None:
         if not any(m.moved.values()):
@@ -142,8 +171,8 @@ class Judge:
                          f"the mean loss did not decrease over the last {w} checks ({first:.4g} -> {last:.4g})",
                          expected=f"< {first:.6g}", observed=last)
 
-    def report(self, steps: int, every: int, side_effects: str, notes: list[str]) -> Report:
-        ordered = sorted(self.events, key=lambda e: (e.step, _RANK.index(e.kind) if e.kind in _RANK else 99))
+    def report(self, steps: int, every: int, side_effects: str, notes: list[str], pending: list[Event] = ()) -> Report:
+        ordered = sorted([*self.events, *pending, *self.unsettled()], key=lambda e: (e.step, _RANK.index(e.kind) if e.kind in _RANK else 99))
         fails = [e for e in ordered if e.status == "FAIL"]
         findings = [Finding(e.where, e.kind, Status(e.status), e.message,
                             {"step": e.step, "observed": e.observed, "expected": e.expected}) for e in ordered]
