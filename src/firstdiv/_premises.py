@@ -569,8 +569,9 @@ PREMISES: dict[str, Premise] = {
     "update.diverges": Premise(
         "learning_ledger", "a few steps of train_step keep the loss finite and below 10x",
         "the loss on the batch, re-evaluated after each of up to 4 train_step calls on the user's objects (restored), "
-        "became non-finite or grew more than 10-fold",
-        _ALWAYS + "the program's own steps blew up the loss on its batch"),
+        "became non-finite or grew more than 10-fold, and again when the same start (restored) runs train_step's next "
+        "calls (other batches of its stream)",
+        "a blow-up on one sequence of calls and not on the next: WARN (some batches, not shown to be the step size)"),
     "capability.cannot_overfit": Premise(
         "learning_ledger", "the controlled system can fit a tiny fixed batch",
         "copies of the model and optimizer train on the first 8 examples at the program's lr x1, x10, x100, x1000 (down "

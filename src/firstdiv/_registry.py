@@ -85,11 +85,11 @@ def _opt(ev: Evidence, *keys: str) -> Evidence:
 def _inputs(ev: Evidence) -> Any:
     if "inputs" in ev:
         return ev["inputs"]
-    from .instruments._core.batch import split_batch
+    from .instruments._core.batch import positional, split_batch
     inputs = split_batch(ev["batch"], ev.get("model")).inputs
-    # the batch's model(inputs) call: a tuple of inputs is one argument there (``((x, adj), y)``), while the
-    # geometry instruments read a tuple as positional arguments
-    return (inputs,) if isinstance(inputs, tuple) else inputs
+    # the geometry instruments read a tuple as positional arguments; the batch's call makes a tuple one argument
+    # unless the model's forward takes it as its positional arguments (the learning instruments' rule)
+    return (inputs,) if isinstance(inputs, tuple) and not positional(ev.get("model"), inputs) else inputs
 
 
 def _tensor_facts(_: Evidence, reports: dict[str, Report]) -> Report:

@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from ..errors import InvalidArgument
 from ..report import Report, Status, skipped
 from ._core import batch as _batch
-from ._core.checks import Check, check, compose, grad_state, graph_leaves, label, unique_params
+from ._core.checks import Check, check, compose, grad_state, graph_leaves, label, nested_grads, unique_params
 from ._core.frozen import check_frozen, declared
 from ._core.invariance import loss_depends
 from ._core.state import guarded
@@ -74,9 +74,9 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
         checks = _loss_check(loss, reached, params, tracer is not None)
         # every trainable parameter, not only those the walk reached: a custom autograd Function (reversible layers
         # recomputing their forward in backward) delivers gradients the walk cannot see
-        before = {id(p): p.grad for p, _ in params}
-        grads = _grads(loss, [p for p, _ in params if p.requires_grad], retain=mode == "loss", checks=checks)
-        grads.update({id(p): p.grad for p, _ in params if p.grad is not before[id(p)]})  # written by a nested backward
+        off_walk = [p for p, _ in params if p.requires_grad and id(p) not in reached]
+        nested = nested_grads(loss, off_walk) if off_walk and loss.grad_fn is not None else {}
+        grads = {**_grads(loss, [p for p, _ in params if p.requires_grad], mode == "loss", checks), **nested}
         taint = tracer.info.get(id(loss), (None, frozenset()))[1] if tracer else frozenset()
         explain = (lambda p, names: _explain(p, names, tracer, taint)) if tracer else None
         empty = [names[0] for p, names in params if id(p) in grads and grad_state(grads[id(p)])[0] in ("zero", "none")]

@@ -148,3 +148,23 @@ def graph_leaves(roots: list[Any]) -> dict[int, torch.Tensor]:
             leaves[id(var)] = var
         stack.extend(n for n, _ in getattr(node, "next_functions", ()) if n is not None)
     return leaves
+
+
+def nested_grads(loss: torch.Tensor, params: list[torch.Tensor]) -> dict[int, torch.Tensor]:
+    """The nonzero gradients a full ``backward`` writes to ``params``' ``.grad`` (``.grad`` put back afterwards; the
+    graph kept). A custom autograd Function that rebuilds its graph in its own backward (reversible layers,
+    checkpointing) writes them there and returns them to nobody: ``autograd.grad`` misses them, and skips the
+    function altogether when none of its inputs leads to a requested tensor."""
+    if not params or not torch.is_tensor(loss) or not loss.requires_grad:
+        return {}
+    saved = [p.grad for p in params]
+    try:
+        for p in params:
+            p.grad = None
+        (loss if loss.numel() == 1 else loss.sum()).reshape(()).backward(retain_graph=True)
+        return {id(p): p.grad.detach().clone() for p in params if p.grad is not None and bool(p.grad.ne(0).any())}
+    except RuntimeError:
+        return {}
+    finally:
+        for p, g in zip(params, saved):
+            p.grad = g

@@ -302,11 +302,24 @@ def exception_line(exc: BaseException) -> str:
 _REFUSALS = (TypeError, ValueError, KeyError, AttributeError)
 
 
+def _binding_error(exc: BaseException) -> bool:
+    """A TypeError raised while binding the arguments of a module's ``forward``: the innermost frame is torch's module
+    call, the forward itself never started (``missing 1 required positional argument``)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return isinstance(exc, TypeError) and tb is not None and tb.tb_frame.f_code.co_filename.endswith(
+        ("torch/nn/modules/module.py", "torch\\nn\\modules\\module.py")) and "argument" in str(exc)
+
+
 def refused_inputs(where: str, exc: BaseException) -> bool:
     """Whether a forward that raised refused the inputs themselves: the model's own top-level code (no submodule
     running) raised a Python error (the inputs are not what it takes: a whole-batch dict, another argument
-    layout). That is how firstdiv read the batch, not evidence of a defect in the program."""
-    return not where and isinstance(exc, _REFUSALS) and not isinstance(exc, NotImplementedError)
+    layout), or a wrapper's one child (``model.module``) could not bind them to its forward. That is how firstdiv
+    read the batch, not evidence of a defect in the program."""
+    if isinstance(exc, NotImplementedError) or not isinstance(exc, _REFUSALS):
+        return False
+    return not where or ("." not in where and _binding_error(exc))
 
 
 def refused_message(exc: BaseException) -> str:

@@ -79,6 +79,12 @@ def _run(ctx: Ctx) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torc
     return losses, first, total, None
 
 
+def _blew_up(losses: list[float]) -> bool:
+    finite = [v for v in losses if math.isfinite(v)]
+    l0 = losses[0] if losses else math.nan
+    return math.isfinite(l0) and (not math.isfinite(losses[-1]) or (l0 > 0 and max(finite) > DIVERGE * l0))
+
+
 def _groups(ctx: Ctx) -> dict[int, tuple[int, float]]:
     if ctx.optimizer is None:
         return {}
@@ -107,7 +113,14 @@ def check_user_step(ctx: Ctx) -> Check:
     rising = all(b > a for a, b in itertools.pairwise(finite)) and len(finite) == len(losses)
     if cosine > ASCENT_COSINE and math.isfinite(l0) and (not math.isfinite(last) or rising):
         return _ascends(ev, healthy, first, grads, l0, last)
-    if math.isfinite(l0) and (not math.isfinite(last) or (l0 > 0 and max(finite) > DIVERGE * l0)):
+    if _blew_up(losses):
+        again = _run(ctx)[0]  # the next calls of train_step: other batches, the same start (restored)
+        ev["losses_on_batch_again"] = again
+        if not _blew_up(again):
+            return warned("PARAMETER_UPDATE", f"the loss on the batch went {g4(l0)} -> {g4(last)} within "
+                          f"{ev['calls']} calls of train_step, but not when the same start ran train_step's next "
+                          f"calls ({' -> '.join(g4(v) for v in again)}): a blow-up on some batches, not shown to be the "
+                          "step size", ev, kind="update.diverges")
         return _diverges(ctx, ev, total, l0, last, max(finite))
     depends = loss_depends(ctx.model, ctx.batch, ctx.loss_fn, not_moved) if not_moved else {}
     invariant = [n for n in not_moved if depends[n] is False]

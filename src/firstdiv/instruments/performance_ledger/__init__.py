@@ -287,7 +287,8 @@ def _growth_check(run: pt.StepRun, device: torch.device, details: dict) -> Check
         return check("step", "memory.growth", Status.WARN, f"{what} rose at every one of {len(series) - 1} identical "
                      f"iterations: +{fmt_bytes(rate)}/iteration; {len(run.survivors)} tensors of earlier iterations are "
                      "alive, none with an autograd graph (an epoch's buffer of results grows so): not shown a leak", ev)
-    kept = f"{ev['kept_with_graph']} tensors of earlier iterations are alive with an autograd graph ({', '.join(graphs)})"
+    kept = (f"{ev['kept_with_graph']} tensors of earlier iterations are alive with an autograd graph ({', '.join(graphs)}"
+            "), whose nodes these tensor bytes do not count")
     return check("step", "memory.growth", Status.FAIL,
                  f"{what} rose at every one of {len(series) - 1} identical iterations: +{fmt_bytes(rate)}/iteration "
                  f"({series[0]} -> {series[-1]} bytes); {kept}", ev,

@@ -25,7 +25,19 @@ from torch import nn
 from ...errors import InvalidArgument
 from ...report import Report, Status, skipped
 from .._core import batch as _batch
-from .._core.checks import Check, Collected, below_rounding, check, compose, grad_state, label, norm, unique_params
+from .._core.checks import (
+    Check,
+    Collected,
+    below_rounding,
+    check,
+    compose,
+    grad_state,
+    graph_leaves,
+    label,
+    nested_grads,
+    norm,
+    unique_params,
+)
 from .._core.closure import closure_state
 from .._core.invariance import loss_depends
 from .._core.state import detached_copy, guarded
@@ -347,10 +359,11 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
     trainable = [p for p, _ in params if p.requires_grad]
     grads: dict[int, torch.Tensor | None] = {}
     if loss.requires_grad and trainable:
+        missing = [p for p in trainable if id(p) not in set(graph_leaves([loss.grad_fn]))] if loss.grad_fn else []
+        nested = nested_grads(loss, missing)  # written by a custom autograd function's own backward
         found = torch.autograd.grad(loss.reshape(()), trainable, allow_unused=True)
         grads = {id(p): (None if g is None else g.detach()) for p, g in zip(trainable, found)}
-        # a custom autograd Function running its own backward inside (reversible layers) writes .grad itself
-        grads.update({id(p): p.grad.detach() for p in trainable if grads[id(p)] is None and p.grad is not None})
+        grads.update({k: v for k, v in nested.items() if grads.get(k) is None})
     empty = [names[0] for p, names in params if p.requires_grad and grad_state(grads.get(id(p)))[0] in ("none", "zero")]
     _gradient_checks(params, grads, out, _depends(cmodel, batch, loss_fn, empty))
     out.details["_ref"] = [grads.get(id(p)) for p, _ in params]  # the train_step watch judges descent against these

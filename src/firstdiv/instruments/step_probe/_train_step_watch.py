@@ -332,6 +332,11 @@ class StepWatch:
         if stuck is not None:
             out.checks.append(stuck)
             return
+        if sum(moved) == 0 and self.steps and all(lr == 0 for rec in self.steps for lr in rec.lrs.values()):
+            out.checks.append(check("optimizer.step", "step.moved", Status.PASS, "note: every param group's lr was 0 at "
+                                    f"each of {len(self.steps)} optimizer.step calls (a warmup from 0?): nothing could "
+                                    "move, so the update was not judged", {"moved_per_call": moved}))
+            return
         if sum(moved) == 0:
             names = self.params[0][1]
             out.checks.append(check(names[0], "step.not_updated", Status.FAIL,
