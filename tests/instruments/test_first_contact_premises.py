@@ -48,14 +48,14 @@ class _Recompute(torch.autograd.Function):
     the parameter's gradient is written to .grad by the nested backward, never returned."""
 
     @staticmethod
-    def forward(ctx, x, layer):  # noqa: ANN001, ANN205 - torch's Function signature
+    def forward(ctx, x, layer):
         ctx.save_for_backward(x)
         ctx.layer = layer
         with torch.no_grad():
             return layer(x)
 
     @staticmethod
-    def backward(ctx, dy):  # noqa: ANN001, ANN205
+    def backward(ctx, dy):
         (x,) = ctx.saved_tensors
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)
@@ -194,3 +194,43 @@ def test_a_warmup_that_holds_lr_at_zero_through_the_watched_steps_is_not_a_stuck
         return loss
     r = firstdiv.step_probe(model, (x, y), F.mse_loss, opt, train_step=train_step)
     assert "step.not_updated" not in {k for k, v in _kinds(r).items() if v == "FAIL"}, r
+
+
+def test_eval_mode_dropout_is_named_at_the_first_layer_in_forward_order() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.1), nn.Linear(8, 8), nn.Dropout(0.1), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = _data()
+
+    def train_step() -> torch.Tensor:
+        model.eval()
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    r = firstdiv.step_probe(model, (x, y), F.mse_loss, opt, train_step=train_step)
+    # the backward reaches the last dropout first; the report names the first the data passes
+    assert (r.first_divergence.where, r.first_divergence.kind) == ("1", "step.trained_in_eval_mode"), r
+
+
+class FeedDict(nn.Module):
+    """A recommender whose forward takes the whole feed dict as its one argument (and computes what it needs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.users, self.items = nn.Embedding(10, 4), nn.Embedding(20, 4)
+
+    def forward(self, feed_dict: dict) -> torch.Tensor:
+        return (self.users(feed_dict["user_id"])[:, None] * self.items(feed_dict["item_id"])).sum(-1)
+
+
+def test_a_dict_batch_is_the_one_argument_of_a_forward_that_takes_a_feed_dict() -> None:
+    g = torch.Generator().manual_seed(0)
+    batch = {"user_id": torch.randint(0, 10, (8,), generator=g), "item_id": torch.randint(0, 20, (8, 2), generator=g)}
+    model = FeedDict()
+
+    def bpr(scores: torch.Tensor, _t: object) -> torch.Tensor:
+        return -F.logsigmoid(scores[:, 0] - scores[:, 1]).mean()
+    r = firstdiv.learning_ledger(model, batch, bpr, torch.optim.Adam(model.parameters(), 1e-2), overfit_steps=0)
+    assert r.status.value != "SKIPPED", r.reason

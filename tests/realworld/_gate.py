@@ -33,6 +33,13 @@ def _inputs(p: Program) -> Any:
     return split_batch(p.batch, p.model).inputs
 
 
+def _first_attention(model: Any) -> str | None:
+    """The path a user points attention_check at: the model's first innermost module whose class is an attention."""
+    found = [n for n, m in model.named_modules() if "attention" in type(m).__name__.lower()]
+    inner = [n for n in found if not any(o != n and o.startswith(n + ".") for o in found)]
+    return inner[0] if inner else None
+
+
 CALLS = {
     "evidence_packet": lambda p: firstdiv.evidence_packet(**{k: v for k, v in p.evidence().items() if k in EVIDENCE_KEYS
                                                              and k != "loader"}),
@@ -43,6 +50,7 @@ CALLS = {
                                                           task_probe=p.task_probe, task=p.task, **_axis(p)),
     "reachability": lambda p: firstdiv.reachability(p.model, p.batch, p.loss_fn, frozen=p.frozen),
     "tensor_trace": lambda p: firstdiv.tensor_trace(p.model, _inputs(p), batch_axis=p.batch_axis),
+    "attention_check": lambda p: firstdiv.attention_check(p.model, _inputs(p), module=_first_attention(p.model)),
     "six_claims": lambda p: firstdiv.six_claims(p.model, p.batch, p.loss_fn, p.optimizer, eval_fn=p.eval_fn,
                                                 train_step=p.train_step, **_axis(p)),
 }

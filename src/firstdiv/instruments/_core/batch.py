@@ -122,7 +122,23 @@ def _split_dict(batch: dict, model: nn.Module | None) -> Batch:
         return Batch(inputs, targets, isinstance(inputs, dict))
     keep_target = tgt_key is not None and model is not None and _takes(model, tgt_key)
     kwargs = {k: v for k, v in batch.items() if keep_target or k not in TARGET_KEYS}
+    if model is not None and _one_dict_argument(model, kwargs):
+        return Batch(batch, targets, False)  # forward(self, feed_dict): the whole dict is its one argument
     return Batch(kwargs, targets, True)
+
+
+def _one_dict_argument(model: nn.Module, kwargs: dict) -> bool:
+    """A forward that takes one positional parameter and none of the dict's keys as keywords (``forward(self,
+    feed_dict)``): the dict is its argument, not its keywords."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params) or any(p.name in kwargs for p in params):
+        return False
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
+    return len(required) == 1
 
 
 def plain(value: Any) -> Any:

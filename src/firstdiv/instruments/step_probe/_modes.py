@@ -38,6 +38,7 @@ class NormWatch:
         self.model, self.dropout = model, dropout
         self.hits: dict[str, dict[str, Any]] = {}
         self.drops: dict[str, dict[str, Any]] = {}
+        self.order: dict[str, int] = {}
         self.handles: list[Any] = []
 
     def __enter__(self) -> Self:
@@ -68,11 +69,12 @@ class NormWatch:
             if m.training or self.model.training or name in self.drops or not torch.is_grad_enabled():
                 return
             if torch.is_tensor(out) and out.requires_grad:  # recorded once a backward passes through it
+                self.order.setdefault(name, len(self.order))  # forward order: the backward meets the last layer first
                 out.register_hook(lambda g: self._backpropagated(name, type(m).__name__, rate, g))
         return hook
 
     def _backpropagated(self, name: str, kind: str, rate: float, grad: torch.Tensor) -> torch.Tensor:
-        self.drops.setdefault(name, {"module": name, "type": kind, "rate": rate})
+        self.drops.setdefault(name, {"module": name, "type": kind, "rate": rate, "order": self.order.get(name, 0)})
         return grad
 
 
@@ -80,7 +82,8 @@ def drop_check(drops: dict[str, dict[str, Any]]) -> Check | None:
     """The FAIL for the first dropout layer that ran the user's training forward in eval mode, or None."""
     if not drops:
         return None
-    first, names = next(iter(drops.values())), list(drops)
+    ranked = sorted(drops.values(), key=lambda d: d["order"])
+    first, names = ranked[0], [d["module"] for d in ranked]
     return check(first["module"], "step.trained_in_eval_mode", Status.FAIL,
                  f"{len(names)} dropout layer(s) built to drop (first: {names[0]}, {first['type']} p={first['rate']:g}) "
                  "ran train_step's training forward with the model in eval mode: they dropped nothing while the model "
