@@ -234,3 +234,21 @@ def test_a_dict_batch_is_the_one_argument_of_a_forward_that_takes_a_feed_dict() 
         return -F.logsigmoid(scores[:, 0] - scores[:, 1]).mean()
     r = firstdiv.learning_ledger(model, batch, bpr, torch.optim.Adam(model.parameters(), 1e-2), overfit_steps=0)
     assert r.status.value != "SKIPPED", r.reason
+
+
+def test_the_ledger_does_not_call_parameters_stuck_while_a_warmup_holds_their_lr_at_zero() -> None:
+    torch.manual_seed(0)
+    model, (x, y) = nn.Linear(4, 1), _data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.0 if step < 10 else 1.0)
+
+    def train_step() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        sched.step()
+        return loss
+    r = firstdiv.learning_ledger(model, (x, y), F.mse_loss, opt, train_step=train_step, overfit_steps=0)
+    update = next(f for f in r.findings if f.where == "PARAMETER_UPDATE")
+    assert update.status.value == "PASS" and "lr 0" in update.message, update.message

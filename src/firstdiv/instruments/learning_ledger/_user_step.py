@@ -24,7 +24,7 @@ import torch
 
 from .._core.batch import compute_loss
 from .._core.checks import Check
-from .._core.closure import closure_state
+from .._core.closure import closure_state, innermost
 from .._core.invariance import loss_depends
 from .._core.state import guarded
 from .._core.task import Ctx, err, seed_copies
@@ -60,6 +60,11 @@ def _run(ctx: Ctx) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torc
     first: dict[str, torch.Tensor] = {}
     losses: list[float] = []
     calls = 0
+    stepped: dict[int, float] = {}  # the largest lr each parameter's group had at an optimizer.step (a warmup from 0)
+    hook = innermost(ctx.optimizer).register_step_pre_hook(
+        lambda o, *_: stepped.update({id(q): max(stepped.get(id(q), 0.0), lr_of(g)) for g in o.param_groups
+                                      for q in g["params"]})) if ctx.optimizer is not None else None
+    ctx.notes["lr_at_steps"] = stepped
     with guarded(ctx.model, ctx.optimizer, ctx.train_step, closure_state(ctx.train_step)), torch.enable_grad():
         try:
             losses.append(_loss_on_batch(ctx))
@@ -75,6 +80,9 @@ def _run(ctx: Ctx) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torc
         except Exception as exc:  # noqa: BLE001 - user code; restored by the guard
             ctx.notes["ran_train_step"] = calls
             return losses, first, {}, f"train_step raised {err(exc)} on call {calls}"
+        finally:
+            if hook is not None:
+                hook.remove()
     ctx.notes["ran_train_step"] = calls
     return losses, first, total, None
 
@@ -122,6 +130,12 @@ def check_user_step(ctx: Ctx) -> Check:
                           f"calls ({' -> '.join(g4(v) for v in again)}): a blow-up on some batches, not shown to be the "
                           "step size", ev, kind="update.diverges")
         return _diverges(ctx, ev, total, l0, last, max(finite))
+    params = dict(trainable(ctx.model))
+    at_zero = [n for n in not_moved if ctx.notes["lr_at_steps"].get(id(params[n])) == 0.0]
+    if at_zero:  # every optimizer.step ran at lr 0 for them (a warmup from 0): nothing could move them yet
+        ctx.report_notes.append(f"note: {len(at_zero)} parameters did not move in train_step because their group's lr "
+                                f"was 0 at every optimizer.step (a warmup from 0?; first: {at_zero[0]})")
+        not_moved = [n for n in not_moved if n not in at_zero]
     depends = loss_depends(ctx.model, ctx.batch, ctx.loss_fn, not_moved) if not_moved else {}
     invariant = [n for n in not_moved if depends[n] is False]
     ev["loss_invariant_to"] = _names(invariant)
@@ -147,8 +161,14 @@ def check_user_step(ctx: Ctx) -> Check:
                                 f"depend on them (perturbing them on a copy leaves it unchanged; first: {invariant[0]}), "
                                 "so there was nothing to learn for them: a term that cancels, a unit the objective "
                                 "never reads")
-    return passed("PARAMETER_UPDATE", f"train_step moved all {len(healthy) - len(invariant)} trainable parameters with healthy gradients"
-                  f"{'' if not invariant else f' the loss depends on ({len(invariant)} it does not depend on were left)'}, "
+    if at_zero and len(at_zero) == len(healthy):
+        return passed("PARAMETER_UPDATE", f"note: the update was not judged: every optimizer.step of {ev['calls']} calls "
+                      "ran at lr 0 (a warmup from 0?)", ev)
+    left = f"; {len(at_zero)} at lr 0 at every step were left" if at_zero else ""
+    return passed("PARAMETER_UPDATE", f"train_step moved all {len(healthy) - len(invariant) - len(at_zero)} trainable "
+                  "parameters with healthy gradients"
+                  f"{'' if not invariant else f' the loss depends on ({len(invariant)} it does not depend on were left)'}"
+                  f"{left}, "
                   f"down the loss (<update, gradient> = {g4(descent)}; loss on the batch {g4(l0)} -> {g4(last)} over "
                   f"{ev['calls']} calls)", ev)
 
