@@ -311,9 +311,9 @@ PREMISES: dict[str, Premise] = {
         "the loss on the batch before and after one step (the controlled step on the copy; each train_step call, the loss "
         "re-evaluated with a fixed dropout seed) is non-finite or more than 10x, and some param group's ||delta|| / "
         "||param|| exceeds 1",
-        "not confirmed on the controlled step: it applies optimizer.step to the raw gradient, so a program whose loop "
-        "clips gradients or scales the loss (and does not diverge) FAILs there, even when train_step is given and "
-        "descends", confirmed=False),
+        "with train_step given, the controlled step's divergence is a WARN unless the program's own steps diverge too "
+        "(its loop may clip or scale); not confirmed without train_step: the controlled step applies optimizer.step to "
+        "the raw gradient, so a loop that clips gradients and is not passed as train_step FAILs there", confirmed=False),
     "step.train_step_ascends": Premise(
         "step_probe", "train_step descends loss_fn on the batch",
         "train_step called twice on the user's objects (restored): the loss on the batch, re-evaluated before and after "

@@ -252,3 +252,21 @@ def test_the_ledger_does_not_call_parameters_stuck_while_a_warmup_holds_their_lr
     r = firstdiv.learning_ledger(model, (x, y), F.mse_loss, opt, train_step=train_step, overfit_steps=0)
     update = next(f for f in r.findings if f.where == "PARAMETER_UPDATE")
     assert update.status.value == "PASS" and "lr 0" in update.message, update.message
+
+
+def test_a_controlled_step_that_diverges_where_the_programs_clipped_steps_do_not_is_a_warn() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    x, y = _data()
+    x = x * 50
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+
+    def train_step() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+        opt.step()
+        return loss
+    r = firstdiv.step_probe(model, (x, y), F.mse_loss, opt, train_step=train_step)
+    assert _kinds(r).get("step.diverges") == "WARN", r

@@ -42,7 +42,7 @@ from .._core.closure import closure_state
 from .._core.invariance import loss_depends
 from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
-from ._descent import divergence_check, eval_loss, relative_updates
+from ._descent import CONTROLLED, controlled_divergence, divergence_check, eval_loss, relative_updates
 from ._modes import NormWatch, drop_check, norm_check
 from ._train_step_watch import StepWatch
 
@@ -109,7 +109,7 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
             norms.hits = user_norms.hits  # the controlled step ran in the mode the model was handed over in; the
             # user's own step sets its mode itself (model.train() at its start): its forward is the one judged
             dropped = drop_check(user_norms.drops)
-            checks = [dropped, *checks] if dropped is not None else checks
+            checks = controlled_divergence([dropped, *checks] if dropped is not None else checks)
         found = norm_check(norms.hits, "a training forward")
         checks = [found, *checks] if found is not None else checks
     return compose(_NAME, checks, effects, details, reason)
@@ -390,4 +390,4 @@ def _diverges(params: list, copt: torch.optim.Optimizer, before: dict, loss0: fl
             if id(p) in before and id(p) in group_of]
     groups = relative_updates(rows)
     return divergence_check(loss0, loss1, groups, lambda i: f"param_group {i} (lr={float(copt.param_groups[i]['lr']):g})",
-                            "the controlled step on a copy")
+                            CONTROLLED)

@@ -146,3 +146,22 @@ def divergence_check(loss0: float | None, loss1: float | None, groups: dict[Any,
                  ev, expected=f"an update well below the parameters' norm (<= {DIVERGE_RELATIVE_UPDATE:g}x) and a loss "
                  f"that does not grow {DIVERGE_LOSS_RATIO:g}-fold", observed=f"{g['relative']:.3g}x, loss {loss0:.6g} -> {shown}",
                  hint="lower the learning rate (or clip gradients / normalise the inputs)")
+
+
+CONTROLLED = "the controlled step on a copy"
+
+
+def controlled_divergence(checks: list[Check]) -> list[Check]:
+    """The controlled step applies optimizer.step to the raw gradient; a loop that clips or scales does not. When the
+    user's own train_step was watched and did not diverge, the controlled step's divergence is a WARN."""
+    own = [c for c in checks if c.finding.check == "step.diverges" and c.finding.evidence.get("step") != CONTROLLED]
+    if any(c.finding.status is Status.FAIL for c in own):
+        return checks
+    out = []
+    for c in checks:
+        f = c.finding
+        if f.check == "step.diverges" and f.status is Status.FAIL and f.evidence.get("step") == CONTROLLED:
+            c = check(f.where, f.check, Status.WARN, f"{f.message}; but train_step's own steps did not diverge (its loop "
+                      "may clip the gradients or scale the loss): not shown for the program", f.evidence)
+        out.append(c)
+    return out
