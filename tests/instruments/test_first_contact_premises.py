@@ -270,3 +270,57 @@ def test_a_controlled_step_that_diverges_where_the_programs_clipped_steps_do_not
         return loss
     r = firstdiv.step_probe(model, (x, y), F.mse_loss, opt, train_step=train_step)
     assert _kinds(r).get("step.diverges") == "WARN", r
+
+
+class CachingCritic(nn.Module):
+    """A critic that keeps its last outputs for logging (``self.outputs['q'] = q``), as RL code does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.outputs = nn.Linear(4, 1), {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.q(x)
+        self.outputs["q"] = q
+        return q
+
+
+def test_a_forward_that_caches_its_outputs_on_the_module_gets_its_cache_back() -> None:
+    from firstdiv.instruments._core.state import guarded
+
+    model, (x, _) = CachingCritic(), _data()
+    cache = model.outputs
+    with guarded(model):
+        model(x)
+    assert model.outputs is cache and cache == {}
+    model(x)
+    kept = model.outputs["q"]
+    with guarded(model):
+        model(x * 2)
+    assert model.outputs["q"] is kept
+
+
+def test_a_warmup_schedulers_after_scheduler_is_restored_in_place() -> None:
+    from firstdiv.instruments._core.state import guarded
+
+    class Warmup(torch.optim.lr_scheduler.LRScheduler):
+        def __init__(self, optimizer: torch.optim.Optimizer, after: torch.optim.lr_scheduler.LRScheduler) -> None:
+            self.after_scheduler = after
+            super().__init__(optimizer)
+
+        def get_lr(self) -> list[float]:
+            return [g["initial_lr"] for g in self.optimizer.param_groups]
+
+        def step(self, epoch: int | None = None) -> None:
+            super().step(epoch)
+            self.after_scheduler.step()
+
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    after = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+    warm = Warmup(opt, after)
+    epoch = after.last_epoch
+    with guarded(model, opt, warm):
+        for _ in range(3):
+            warm.step()
+    assert warm.after_scheduler is after and after.last_epoch == epoch

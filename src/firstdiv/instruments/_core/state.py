@@ -150,13 +150,15 @@ class Snapshot:
     _models: dict[str, nn.Module] = field(default_factory=dict, repr=False)
     _opts: dict[str, torch.optim.Optimizer] = field(default_factory=dict, repr=False)
     _tensors: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    _holders: list[tuple[Any, str, Any, Any]] = field(default_factory=list, repr=False)
 
     @classmethod
     def take(cls, *objects: Any) -> Snapshot:
         """Snapshot ``objects``; a module brings along the tensors and modules it holds outside
         PyTorch's registry (plain attributes, lists, dicts), which are the user's objects too. LR schedulers
         and GradScalers among ``objects`` or reachable from them (a ``train_step``'s closure, the globals it
-        names, a model's plain attributes) are snapshotted too, since running a user's step moves them."""
+        names, a model's plain attributes) are snapshotted too, since running a user's step moves them; the plain
+        lists and dicts of every submodule (a forward's cache of its outputs) get their contents back."""
         snap = cls(globals=_globals_state())
         flat = list(_flatten(objects))
         for i, obj in enumerate(reachable(flat)):
@@ -174,6 +176,7 @@ class Snapshot:
             elif isinstance(obj, torch.Tensor):
                 snap._tensors[f"tensor[{i}]"] = obj
                 snap.tensors[f"tensor[{i}]"] = _TensorState.of(obj)
+        snap._holders = _holders(snap._models.values())
         return snap
 
     def diff(self, after: Snapshot) -> list[str]:
@@ -202,8 +205,38 @@ class Snapshot:
                     _restore_tensor(self._tensors[key], state)
             for state in self.stateful.values():
                 state.restore()
+            _put_holders_back(self._holders)
         restore_rng(self.globals["rng"])
         torch.set_grad_enabled(self.globals["grad_enabled"])
+
+
+def _holders(models: Iterable[nn.Module]) -> list[tuple[Any, str, Any, Any]]:
+    """``(module, attribute, value, shallow copy)`` for each plain attribute of every submodule that holds a tensor, or
+    a list or dict of them: a forward that caches its outputs there (``self.outputs['q1'] = q1``) replaces them."""
+    out, seen = [], set()
+    for model in models:
+        for m in model.modules():
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            for key, value in vars(m).items():
+                if key.startswith("_") or not (torch.is_tensor(value) or isinstance(value, (list, dict))):
+                    continue
+                items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+                if not items or any(torch.is_tensor(v) for v in items):  # an empty cache fills up in forward
+                    out.append((m, key, value, copy.copy(value) if isinstance(value, (list, dict)) else None))
+    return out
+
+
+def _put_holders_back(holders: list[tuple[Any, str, Any, Any]]) -> None:
+    for module, key, value, contents in holders:
+        if vars(module).get(key) is not value:
+            vars(module)[key] = value
+        if isinstance(value, dict) and (value.keys() != contents.keys() or any(value[k] is not contents[k] for k in value)):
+            value.clear()
+            value.update(contents)
+        elif isinstance(value, list) and (len(value) != len(contents) or any(a is not b for a, b in zip(value, contents))):
+            value[:] = contents
 
 
 def _with_hidden(objects: Iterable[Any]) -> list[Any]:

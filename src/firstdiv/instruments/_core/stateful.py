@@ -79,9 +79,25 @@ def reachable(roots: Iterable[Any]) -> list[Any]:
         seen.add(id(obj))
         if is_stateful(obj):
             found.setdefault(id(obj), obj)
+            frontier.extend((v, depth + 1) for v in _nested(obj))  # a warmup wrapping its after_scheduler
         elif depth < _MAX_DEPTH and not isinstance(obj, _LEAVES) and not (depth and isinstance(obj, nn.Module)):
             frontier.extend((child, depth + 1) for child in _children(obj))
     return list(found.values())
+
+
+def _nested(obj: Any) -> list[Any]:
+    """The schedulers a scheduler holds as attributes (a warmup's ``after_scheduler``, a list of them)."""
+    items = [v for v in vars(obj).values() if not isinstance(v, torch.optim.Optimizer)]
+    items += [x for v in items if isinstance(v, (list, tuple)) for x in v]
+    return [v for v in items if is_stateful(v)]
+
+
+def _kept(state: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a ``state_dict()`` that keeps the schedulers it holds by reference (a warmup's ``state_dict`` holds
+    its ``after_scheduler`` object): restoring must put that very object back, its own state restored on its own."""
+    def held(v: Any) -> bool:
+        return is_stateful(v) or (isinstance(v, (list, tuple)) and any(is_stateful(x) for x in v))
+    return {k: (v if held(v) else copy.deepcopy(v)) for k, v in state.items()}
 
 
 @dataclass
@@ -102,7 +118,7 @@ class StatefulState:
         opt = getattr(obj, "optimizer", None)
         groups = None if opt is None else [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}
                                            for g in opt.param_groups]
-        return cls(obj, copy.deepcopy(obj.state_dict()), {}, groups)
+        return cls(obj, _kept(obj.state_dict()), {}, groups)
 
     def diff(self, after: StatefulState) -> list[str]:
         name = type(self.obj).__name__
@@ -121,7 +137,7 @@ class StatefulState:
     def restore(self) -> None:
         """Put the state back; call under ``torch.no_grad()``."""
         if not isinstance(self.obj, torch.amp.GradScaler):
-            self.obj.load_state_dict(copy.deepcopy(self.saved))
+            self.obj.load_state_dict(_kept(self.saved))
             for g, saved in zip(self.obj.optimizer.param_groups if self.groups else (), self.groups or ()):
                 g.update(copy.deepcopy(saved))
             return
