@@ -208,7 +208,8 @@ PREMISES: dict[str, Premise] = {
         "four_structures", "every parameter with requires_grad=True is meant to be owned by an optimizer the step steps",
         "the param groups of the optimizer passed and of every other optimizer train_step reaches (closure, globals) do "
         "not hold it, the program computes its gradient (four_structures: the loss's graph reaches it, one forward and "
-        "loss on the user's model inside a guard; learning_ledger: the GRADIENT link's backward on its copy gave it "
+        "loss on the user's model inside a guard, or when the model cannot be called as read from the batch, one call of "
+        "train_step leaves it a nonzero .grad; learning_ledger: the GRADIENT link's backward on its copy gave it "
         "one), and with train_step, one call of it on the user's objects (every value restored) does not move it in "
         "another way (a hand-written update, then a note)",
         "WARN of the same kind when the loss does not reach it, no batch/loss_fn was given (four_structures), or "

@@ -324,3 +324,30 @@ def test_a_warmup_schedulers_after_scheduler_is_restored_in_place() -> None:
         for _ in range(3):
             warm.step()
     assert warm.after_scheduler is after and after.last_epoch == epoch
+
+
+class BatchForward(nn.Module):
+    """A LightningModule-style model whose forward takes the whole batch: firstdiv cannot call it as read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.fc = nn.Linear(4, 8), nn.Linear(8, 1)
+
+    def forward(self, batch: tuple) -> torch.Tensor:
+        x, _y = batch
+        return self.fc(torch.relu(self.body(x)))
+
+
+def test_parameters_no_optimizer_owns_are_confirmed_by_train_step_when_the_model_cannot_be_called() -> None:
+    torch.manual_seed(0)
+    model, (x, y) = BatchForward(), _data()
+    opt = torch.optim.SGD(model.fc.parameters(), lr=0.1)  # the body left out
+
+    def train_step() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.mse_loss(model((x, y)), y)
+        loss.backward()
+        opt.step()
+        return loss
+    r = firstdiv.four_structures(model, opt, (x, y), F.mse_loss, train_step=train_step)
+    assert (r.first_divergence.where, r.first_divergence.kind) == ("body.weight", "optimizer.missing_parameter"), r

@@ -32,6 +32,7 @@ class StepRun:
     moved: set[int] = field(default_factory=set)
     graded: dict[int, set[int]] = field(default_factory=dict)
     error: str = ""
+    with_grad: set[int] = field(default_factory=set)  # parameters holding a nonzero .grad when the call returned
 
 
 def _recorder(graded: dict[int, set[int]], index: int) -> Any:
@@ -51,6 +52,7 @@ def step_once(model: nn.Module, optimizer: Any, train_step: Any, opts: list[torc
             try:
                 train_step()
                 run.moved = {id(p) for p in params if not torch.equal(before[id(p)], p.detach())}
+                run.with_grad = {id(p) for p in params if p.grad is not None and bool(p.grad.ne(0).any())}
             finally:
                 for handle in handles:
                     handle.remove()

@@ -93,8 +93,14 @@ def _meant_to_train(a: Audit, missing: list[tuple[str, torch.Tensor]]) -> tuple[
     """The premise's confirmation, for trainable tensors no optimizer owns: the loss's graph reaches them (the program
     computes their gradient) and one call of train_step, when given, does not move them in another way. Returns the
     confirmed names, the names train_step moves itself, and why the rest are not confirmed ('' if all are)."""
-    if a.reached is None:
-        return [], [], f"whether the loss reaches them is not known ({a.autograd_reason})"
+    if a.reached is None:  # the model could not be called as read from the batch: the program's own step can tell
+        run = a.step_run() if a.train_step is not None else None
+        unknown = f"whether the loss reaches them is not known ({a.autograd_reason})"
+        if run is None or run.error:
+            return [], [], unknown
+        moved = [n for n, p in missing if id(p) in run.moved]
+        graded = [n for n, p in missing if id(p) in run.with_grad and n not in moved]
+        return graded, moved, "" if len(graded) + len(moved) == len(missing) else unknown
     reached = [(n, p) for n, p in missing if id(p) in a.reached]
     why = "" if len(reached) == len(missing) else "the loss's graph does not reach them, so they get no gradient"
     run = a.step_run() if reached else None
@@ -122,9 +128,9 @@ def _missing_group(a: Audit, missing: list[tuple[str, torch.Tensor]], note_: str
     evidence = {**ev, "missing": few(names), "modules": few(mods), "count": len(names)}
     if confirmed:
         moves = "; train_step does not move them in another way" if a.train_step is not None else ""
+        how = "the loss reaches them" if a.reached is not None else "train_step's own backward gives them a gradient"
         return [*out, finding(names[0], "optimizer.missing_parameter", Status.FAIL,
-                              f"{text}; the loss reaches them, so their gradient is computed and never applied{moves}",
-                              evidence)]
+                              f"{text}; {how}, so their gradient is computed and never applied{moves}", evidence)]
     return [*out, finding(names[0], "optimizer.missing_parameter", Status.WARN,
                           f"{text}; not confirmed that they are meant to train: {why}; if they are frozen on purpose, "
                           "set requires_grad_(False) or declare them with frozen=", {**evidence, "unconfirmed": why})]
