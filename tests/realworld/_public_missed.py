@@ -7,9 +7,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                             "parameters are not on the loss's autograd graph: 2 "
                                                             'trainable parameters get no gradient and th; diagnose '
                                                             'WARN at None',
- 'awdlstm_lm.targets_not_shifted': 'owner saw WARN None None: TASK: 127 of 400 supervised targets are outside [0, '
-                                   '16) for outputs of size 16 (min 0, max 56, e.g. [16, 17, 18]), and loss_; '
-                                   'diagnose WARN at None',
  'barlowtwins_resnet.offdiag_pow_removed': 'owner saw WARN None None: GRADIENT: 21 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it ; diagnose WARN at None',
@@ -18,7 +15,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'betavae_dsprites.recon_mean_over_pixels': 'owner saw PASS None None: ; diagnose WARN at None',
  'bicyclegan_pix2pix.l1_against_input': 'owner saw PASS None None: ; diagnose PASS at None',
  'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'centernet_ctdet.reg_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'centernet_ctdet.reg_mask_dropped': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss unchanged '
+                                     "when targets['reg_mask'] is flipped; diagnose FAIL at learning_ledger TASK "
+                                     'learning_ledger:TASK',
+ 'charrnn_gru.targets_not_shifted': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient and '
+                                    'the loss does not depend on them (perturbing them on a copy leaves it u; '
+                                    'diagnose WARN at None',
  'cifar10fast_resnet.bias_optimiser_dropped': 'owner saw PASS None None: AUTOGRAD: not checked: forward pass or '
                                               'loss_fn raised UserCodeError: the model raised ValueError: dictionary '
                                               'update sequence; diagnose FAIL at step_probe prep_norm.bias '
@@ -26,7 +28,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'cifar10fast_resnet.loss_mean_not_sum': 'owner saw SKIPPED None None: the model raised ValueError: dictionary '
                                          'update sequence element #0 has length 3; 2 is required on inputs [64, 3, '
                                          '32, 32];; diagnose WARN at None',
- 'convnext_classifier.drop_path_at_eval': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'conformer_ctc.attention_scaled_by_d_model': 'owner saw PASS None None: '
+                                              'encoder.layers.0.sequential.1.module.attention: merge(split(x)) probe '
+                                              'not run: q/k/v projections not identified: no module c; diagnose WARN '
+                                              'at None',
+ 'conformer_ctc.labels_collide_with_blank': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'conformer_ctc.target_lengths_padded': 'owner saw PASS None None: ; diagnose WARN at None',
  'convnext_classifier.mixup_targets_not_mixed': 'owner saw PASS None None: ; diagnose PASS at None',
  'csailsemseg_ppm.decoder_left_out_of_optimizer': 'owner saw FAIL decoder.ppm.0.1.weight step.not_updated: '
                                                   'decoder.ppm.0.1.weight step.not_updated: unchanged; diagnose FAIL '
@@ -36,17 +43,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'cutmix_resnet.lam_not_adjusted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_weights_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.mixed_input_hard_target': 'owner saw PASS None None: ; diagnose PASS at None',
- 'darts_nbeats.first_stack_backcast_frozen': 'owner saw FAIL stacks.3.blocks.0.backcast_linear_layer.weight '
-                                             'frozen.requires_grad: stacks.3.blocks.0.backcast_linear_layer.weight '
-                                             'frozen.requires_gra; diagnose FAIL at four_structures '
-                                             'stacks.3.blocks.0.backcast_linear_layer.weight '
-                                             'four_structures:stacks.3.blocks.0.backcast_linear_layer.weight',
+ 'darts_nbeats.first_stack_backcast_frozen': "owner saw WARN None None: AUTOGRAD: the loss's graph reaches 40 of 44 "
+                                             'trainable registered parameters and 0 tensors held outside the '
+                                             'registry; stacks.; diagnose WARN at None',
  'darts_nbeats.future_target_overlaps_input': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddim_diffusion.alphas_not_cumulative': 'owner saw PASS None None: ; diagnose PASS at None',
- 'ddim_diffusion.zero_grad_after_backward': 'owner saw FAIL temb.dense.0.weight step.zero_grad_before_step: '
-                                            'temb.dense.0.weight step.zero_grad_before_step: .grad none at '
-                                            'optimizer.step; diagnose FAIL at step_probe temb.dense.0.weight '
-                                            'step_probe:temb.dense.0.weight',
  'decisiontransformer_gym.action_from_action_token': 'owner saw WARN None None: DEPENDENCY: 5 of 42 trainable '
                                                      "parameters are not on the loss's autograd graph: 5 trainable "
                                                      'parameters get no gradient and th; diagnose WARN at None',
@@ -57,14 +58,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                             "not on the loss's autograd graph: 5 trainable parameters get no "
                                             'gradient and th; diagnose WARN at None',
  'deepctrtorch_deepfm.reg_loss_frozen': 'owner saw PASS None None: ; diagnose PASS at None',
- 'deepctrtorch_deepfm.zero_grad_before_step': 'owner saw FAIL embedding_dict.C1.weight step.zero_grad_before_step: '
-                                              'embedding_dict.C1.weight step.zero_grad_before_step: .grad none at '
-                                              'optimizer.step; diagnose FAIL at step_probe embedding_dict.C1.weight '
-                                              'step_probe:embedding_dict.C1.weight',
- 'deeprl_qrdqn.mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deeplabv3plus_voc.mask_not_flipped_with_image': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'deeplabv3plus_voc.void_pixels_as_background': 'owner saw PASS None None: ; diagnose WARN at None',
  'deeprl_qrdqn.quantile_indicator_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'deeprlpytorch_dueling_ddqn.advantage_mean_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
- 'deeprlpytorch_dueling_ddqn.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'deeprlpytorch_dueling_ddqn.soft_update_args_swapped': 'owner saw PASS None None: optimizer: update rule check '
                                                         'skipped: Adam is not plain SGD (stateful update rule); '
                                                         'diagnose PASS at None',
@@ -73,17 +70,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'deit_distillation.distill_on_class_head': 'owner saw WARN None None: DEPENDENCY: 2 of 35 trainable parameters are '
                                             "not on the loss's autograd graph: 2 trainable parameters get no "
                                             'gradient and th; diagnose WARN at None',
- 'deit_distillation.no_zero_grad': 'owner saw FAIL cls_token step.grad_accumulation: cls_token '
-                                   "step.grad_accumulation: step 1's gradient still in .grad; diagnose FAIL at "
-                                   'step_probe cls_token step_probe:cls_token',
  'detr_detection.num_classes_is_max_id': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no gradient '
                                          'and the loss does not depend on them (perturbing them on a copy leaves it '
                                          'u; diagnose WARN at None',
- 'dgi_infomax.step_before_backward': 'owner saw FAIL gcn.bias step.not_updated: gcn.bias step.not_updated: no '
-                                     'parameter moved; diagnose FAIL at step_probe gcn.bias step_probe:gcn.bias',
  'dgl_graphsage.messages_from_destination': 'owner saw PASS None None: ; diagnose PASS at None',
- 'dgl_graphsage.train_mode_set_once': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is not '
-                                      'plain SGD (stateful update rule); diagnose PASS at None',
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
@@ -100,19 +90,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'ibmseq2seq_attention.pad_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.teacher_forcing_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'icaruswizard_mae.loss_over_all_patches': 'owner saw PASS None None: ; diagnose WARN at None',
- 'icaruswizard_mae.zero_grad_every_micro_batch': 'owner saw FAIL encoder.cls_token step.gradient_discarded: '
-                                                 'encoder.cls_token step.gradient_discarded: zero_grad between '
-                                                 'backward passes of one step; diagnose FAIL at step_probe '
-                                                 'encoder.cls_token step_probe:encoder.cls_token',
  'ignite_siamese.negative_class_not_excluded': 'owner saw WARN None None: OBJECTIVE: loss 2.914 is not the '
                                                'cross-entropy of these outputs (2.375; ln K = 2.303 for an untrained '
                                                '10-class model; exampl; diagnose WARN at None',
  'ignite_siamese.positive_negative_swapped': 'owner saw WARN None None: OBJECTIVE: loss 2.949 is not the '
                                              'cross-entropy of these outputs (2.375; ln K = 2.303 for an untrained '
                                              '10-class model; exampl; diagnose WARN at None',
- 'improveddiffusion_hybrid.no_zero_grad': 'owner saw FAIL out.2.weight step.grad_accumulation: out.2.weight '
-                                          "step.grad_accumulation: step 1's gradient still in .grad; diagnose FAIL "
-                                          'at step_probe out.2.weight step_probe:out.2.weight',
  'improveddiffusion_hybrid.vb_term_trains_mean': 'owner saw WARN None None: GRADIENT: 32 trainable parameters get no '
                                                  'gradient and the loss does not depend on them (perturbing them on '
                                                  'a copy leaves it ; diagnose WARN at None',
@@ -120,6 +103,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'informer_etth.prob_context_not_transposed': 'owner saw WARN None None: encoder.attn_layers.0.attention: '
                                               'op:view@encoder.attn_layers.0.attention: [32, 4, 48, 8] -> [32, 48, '
                                               '32] puts input axis 2 (; diagnose WARN at None',
+ 'itransformer_forecast.embedding_reshaped_not_permuted': 'owner saw WARN None None: enc_embedding: '
+                                                          'op:reshape@enc_embedding: [32, 48, 7] -> [32, 7, 48] puts '
+                                                          'input axis 2 (size 7) across output axes [2], while; '
+                                                          'diagnose WARN at None',
+ 'itransformer_forecast.target_from_label_window': 'owner saw PASS None None: ; diagnose PASS at None',
  'jeonsworld_vit.patches_reshaped_not_transposed': 'owner saw WARN None None: transformer.embeddings: '
                                                    'op:reshape@transformer.embeddings: [16, 32, 4, 4] -> [16, 16, '
                                                    '32] puts input axis 1 (size 32) across; diagnose WARN at None',
@@ -129,17 +117,16 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               'fixed examples, Adam lr 0.001 at any lr up to 1 (loss -73.63 -> best '
                                               '-80.82, 10% d; diagnose WARN at None',
  'kdpytorch_cnn_distill.teacher_outputs_from_shuffled_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'khrylxrl_ppo.gae_masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'khrylxrl_ppo.optimizer_value_over_policy': 'owner saw FAIL affine_layers.0.weight optimizer.stale_parameter: '
+                                             'affine_layers.0.weight optimizer.stale_parameter: affine_layers.0: the '
+                                             'optimizer owns; diagnose FAIL at four_structures '
+                                             'affine_layers.0.weight four_structures:affine_layers.0.weight',
+ 'khrylxrl_ppo.returns_from_standardized_advantages': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightly_simsiam.stop_gradient_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightningbolts_vae.kl_coeff_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'lightningbolts_vae.sample_instead_of_rsample': 'diagnose FAIL at step_probe encoder.conv1.weight '
                                                  'step_probe:encoder.conv1.weight',
- 'lightninghydra_mnist.automatic_optimization_off': 'owner saw FAIL optimizer.step step.no_optimizer_step: '
-                                                    'optimizer.step step.no_optimizer_step: 0 calls; diagnose FAIL '
-                                                    'at step_probe optimizer.step step_probe:optimizer.step',
- 'litgpt_pretrain.zero_grad_every_iteration': 'owner saw FAIL lm_head.weight step.gradient_discarded: lm_head.weight '
-                                              'step.gradient_discarded: zero_grad between backward passes of one '
-                                              'step; diagnose FAIL at step_probe lm_head.weight '
-                                              'step_probe:lm_head.weight',
  'lora_gpt2_e2e.lora_factors_both_zero': 'diagnose FAIL at reachability transformer.h.0.attn.c_attn.lora_A '
                                          'reachability:transformer.h.0.attn.c_attn.lora_A',
  'lora_gpt2_e2e.lora_not_marked_trainable': 'owner saw WARN None None: transformer.h.0.attn.c_attn.lora_A: '
@@ -159,7 +146,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                       'and the loss does not depend on them (perturbing them on a copy leaves it u; '
                                       'diagnose FAIL at step_probe model.disc_0.model.layer_0.1.bias '
                                       'step_probe:model.disc_0.model.layer_0.1.bias',
- 'minimalrl_dqn.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'minrf_rectified_flow.time_not_fed_to_model': 'owner saw WARN None None: GRADIENT: 25 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it ; diagnose WARN at None',
@@ -172,10 +158,15 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                        'capability.cannot_overfit: loss 1.875 -> best 1.838 (1.96% down) at every '
                                        'lr; diagnose FAIL at learning_ledger CAPABILITY learning_ledger:CAPABILITY',
  'nflows_maf_moons.output_mask_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'node_year.labels_sliced_by_position': 'owner saw PASS None None: ; diagnose FAIL at performance_ledger step '
+                                        'performance_ledger:step',
  'patchtst_supervised.patches_reshaped_not_permuted': 'owner saw WARN None None: model.backbone: '
                                                       'op:reshape@model.backbone: [32, 7, 16, 12] -> [32, 7, 12, 16] '
                                                       'puts input axis 3 (size 12) across output axes; diagnose WARN '
                                                       'at None',
+ 'performer_encdec_copy.labels_not_shifted': 'owner saw WARN None None: DEPENDENCY: 2 of 70 trainable parameters are '
+                                             "not on the loss's autograd graph: 2 trainable parameters get no "
+                                             'gradient and th; diagnose WARN at None',
  'pgiaayn_ddpg.reward_not_reshaped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pml_triplet_miner.normalize_over_batch': 'owner saw WARN None None: OBJECTIVE: loss 0.09164 is not the '
                                            'cross-entropy of these outputs (2.824; ln K = 2.773 for an untrained '
@@ -189,6 +180,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'powerfulgnns_gin.labels_from_unpermuted_graphs': 'owner saw WARN None None: DEPENDENCY: 1 of 23 trainable '
                                                    "parameters are not on the loss's autograd graph: 1 trainable "
                                                    'parameters get no gradient and th; diagnose WARN at None',
+ 'ppnp_appnp.returns_local_preds': 'owner saw PASS None None: ; diagnose PASS at None',
  'ppopytorch_ppo.critic_on_buffer_values': 'owner saw WARN None None: critic.0.weight: critic.0.weight: gradient is '
                                            'None after backward, and the loss does not depend on it (perturbing it '
                                            'on a co; diagnose WARN at None',
@@ -199,8 +191,16 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchcifar10_module.scheduler_interval_epoch': 'owner saw SKIPPED None None: the model raised ValueError: too '
                                                    'many values to unpack (expected 2) on inputs [32, 3, 32, 32]; '
                                                    'the ledger needs one forwa; diagnose WARN at None',
+ 'pytorchflows_realnvp.conditioner_input_unmasked': 'owner saw WARN None None: OBJECTIVE: the loss falls in '
+                                                    'proportion as outputs[1] grows (2.273 -> -2.809 -> -53.64 at 10 '
+                                                    'and 100 times): a term linear i; diagnose WARN at None',
+ 'pytorchflows_realnvp.coupling_logdet_sign_flipped': 'owner saw WARN None None: OBJECTIVE: the loss falls in '
+                                                      'proportion as outputs[1] grows (2.019 -> -5.351 -> -79.05 at '
+                                                      '10 and 100 times): a term linear i; diagnose WARN at None',
+ 'pytorchflows_realnvp.validate_in_train_mode': 'owner saw WARN None None: DIFFERENTIATION: 1 parameters get an '
+                                                'all-zero gradient (first: 2.translate_net.4.bias); the others: '
+                                                'finite, nonzero; diagnose WARN at None',
  'pytorchfm_afm.label_in_fields': 'owner saw PASS None None: ; diagnose PASS at None',
- 'pytorchsac_sac.mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchsac_sac.soft_update_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                             'not plain SGD (stateful update rule); diagnose PASS at None',
  'pytorchvae_vanilla.latent_detached': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -211,25 +211,31 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               'check raised ValueError: Expected input batch_size (256) to match '
                                               'target batch_siz; diagnose WARN at None',
  'rainbow_c51.log_softmax_over_actions': 'owner saw PASS None None: ; diagnose WARN at None',
- 'rainbow_c51.nonterminal_mask_dropped': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
-                                         'stochastic objective plateaued on 32 fixed examples, Adam lr 0.0001 at '
-                                         'every lr u; diagnose WARN at None',
  'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
- 'recbole_lightgcn.bpr_sign_flipped': 'owner saw SKIPPED None None: the model raised TypeError: LightGCN.forward() '
-                                      'takes 1 positional argument but 2 were given on inputs []; the ledger need; '
-                                      'diagnose WARN at None',
- 'recbole_lightgcn.item_ids_not_offset': 'owner saw SKIPPED None None: the model raised TypeError: '
-                                         'LightGCN.forward() takes 1 positional argument but 2 were given on inputs '
-                                         '[]; the ledger need; diagnose WARN at None',
- 'recbole_lightgcn.prediction_cache_not_cleared': 'owner saw SKIPPED None None: the model raised TypeError: '
-                                                  'LightGCN.forward() takes 1 positional argument but 2 were given '
-                                                  'on inputs (); the six claims ; diagnose WARN at None',
+ 'recbole_lightgcn.bpr_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'recbole_lightgcn.item_ids_not_offset': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'recbole_lightgcn.prediction_cache_not_cleared': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs are '
+                                                  'not a single tensor, nor a tuple holding exactly one dense '
+                                                  'floating-point tensor; th; diagnose PASS at None',
+ 'rechorus_caser.bpr_minus_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'rechorus_caser.history_includes_target': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'rechorus_caser.predictions_not_restored': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'repdistiller_kd.kl_div_mean_reduction': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'repdistiller_kd.teacher_temperature_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'sasrecpytorch_sasrec.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'scoresde_subvp.perturbation_std_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'scoresde_subvp.score_not_divided_by_std': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'scoresde_subvp.time_labels_not_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.targets_from_unsorted_captions': 'owner saw PASS None None: ; diagnose PASS at None',
  'simclr_resnet.random_positive_index': 'owner saw PASS None None: ; diagnose PASS at None',
- 'skorch_classifier.trained_in_eval_mode': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'simcse_unsup.attention_mask_not_passed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'simcse_unsup.similarity_times_temperature': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
+                                              'stochastic objective plateaued on 8 fixed examples, AdamW lr 3e-05, '
+                                              '3e-05 at ever; diagnose WARN at None',
+ 'simplebaseline_pose.flip_pairs_not_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'simplebaseline_pose.heatmap_xy_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'smp_fpn_binary.model_activation_with_from_logits': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted '
                                                      'on 8 fixed examples, Adam lr 0.0001 at any lr up to 0.1 (loss '
                                                      '0.8114 -> best 0.7481, 8%; diagnose WARN at None',
@@ -247,12 +253,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            '0.65 (54% dow; diagnose WARN at None',
  'supcontrast_supcon.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.views_reshaped_not_split': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'swin_classifier.reverse_shift_same_direction': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'swin_classifier.scheduler_stepped_per_micro_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'swin_classifier.shifted_window_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'tabm_regression.labels_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
- 'tabnet_classifier.grad_reset_after_backward': 'owner saw FAIL embedder.embeddings.0.weight '
-                                                'step.zero_grad_before_step: embedder.embeddings.0.weight '
-                                                'step.zero_grad_before_step: .grad none at optimiz; diagnose FAIL at '
-                                                'step_probe embedder.embeddings.0.weight '
-                                                'step_probe:embedder.embeddings.0.weight',
  'tabnet_classifier.sparsity_loss_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 2 of 58 trainable parameters '
                                                  "are not on the loss's autograd graph: 2 trainable parameters get "
                                                  'no gradient and th; diagnose WARN at None',
@@ -282,7 +286,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                                  'diagnose WARN at None',
  'transformerxl_lm.causal_mask_without_mlen': 'owner saw PASS None None: ; diagnose WARN at None',
  'transformerxl_lm.mems_reset_every_batch': 'owner saw PASS None None: ; diagnose WARN at None',
- 'transformerxl_lm.target_not_shifted': 'owner saw PASS None None: ; diagnose WARN at None',
  'trl_sft.eos_masked_as_padding': 'owner saw PASS None None: ; diagnose PASS at None',
  'trl_sft.formatting_func_trains_prompt': 'owner saw PASS None None: ; diagnose PASS at None',
  'tvrefs_classification.mixed_images_hard_labels': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -292,10 +295,17 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'vicreg_resnet.std_over_features': 'owner saw WARN None None: GRADIENT: 16 trainable parameters get no gradient and '
                                     'the loss does not depend on them (perturbing them on a copy leaves it ; '
                                     'diagnose WARN at None',
- 'widedeep_adult.regression_objective': 'owner saw SKIPPED None None: the model raised TypeError: tuple indices must '
-                                        "be integers or slices, not str on inputs [{'wide': [64, 9], 'deeptabular':; "
-                                        'diagnose WARN at None',
- 'widedeep_adult.target_from_unshuffled_frame': 'owner saw SKIPPED None None: the model raised TypeError: tuple '
-                                                "indices must be integers or slices, not str on inputs [{'wide': "
-                                                "[64, 9], 'deeptabular':; diagnose WARN at None",
- 'xtransformers_enwik8.geglu_gate_unused': 'owner saw PASS None None: ; diagnose PASS at None'}
+ 'vitcifar_lightning.heads_merged_without_transpose': 'owner saw WARN None None: model.enc.0.msa: '
+                                                      'op:reshape@model.enc.0.msa: [16, 4, 65, 8] -> [16, 65, 4, 8] '
+                                                      'puts input axis 2 (size 65) across output axes; diagnose WARN '
+                                                      'at None',
+ 'vitcifar_lightning.smoothing_on_raw_logits': 'owner saw WARN None None: OBJECTIVE: loss 0.299 is not the '
+                                               'cross-entropy of these outputs (2.4; ln K = 2.303 for an untrained '
+                                               '10-class model; example ; diagnose WARN at None',
+ 'wgan_dcgan.critic_signs_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'widedeep_adult.regression_objective': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'widedeep_adult.target_from_unshuffled_frame': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'xtransformers_enwik8.geglu_gate_unused': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'yaratssac_sac.q2_loss_on_q1': 'owner saw WARN None None: Q2.0.weight: Q2.0.weight: not reached from the loss; '
+                                'module Q2.0 ran 1 time(s) but nothing computed from this parameter reac; diagnose '
+                                'WARN at None'}
