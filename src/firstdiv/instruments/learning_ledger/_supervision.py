@@ -109,10 +109,20 @@ def _supervises(ctx: Ctx, target: _Target, n: int, length: int, j: int) -> tuple
     return [p for p in range(delta.shape[0]) if float(delta[p]) > 1e-6 * scale], site
 
 
+def _fed_the_targets(ctx: Ctx, ids: torch.Tensor) -> bool:
+    """A token input equal to the declared targets beside other inputs, the targets not themselves an input."""
+    t = ctx.batch.targets
+    items = named_items(ctx.batch.inputs)
+    return (torch.is_tensor(t) and len(items) >= 2 and not any(v is t for _, v in items)
+            and tuple(_bt(t, ctx.batch_axis).shape) == tuple(ids.shape) and torch.equal(_bt(t, ctx.batch_axis), ids))
+
+
 def target_copy(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     """``task.target_not_shifted`` read from where each target is supervised (module docstring), else None."""
     for key, ids in _sequences(ctx):
         n, length = ids.shape
+        if _fed_the_targets(ctx, ids):  # teacher forcing without the shift: DEPENDENCY's target_as_input names it
+            continue
         for target in _candidates(ctx, key, ids):
             agreement = _equal_unshifted(ids, target.values, ctx.ignore_index)
             if agreement is None:

@@ -122,20 +122,9 @@ def check_user_step(ctx: Ctx) -> Check:
     if cosine > ASCENT_COSINE and math.isfinite(l0) and (not math.isfinite(last) or rising):
         return _ascends(ev, healthy, first, grads, l0, last)
     if _blew_up(losses):
-        again = _run(ctx)[0]  # the next calls of train_step: other batches, the same start (restored)
-        ev["losses_on_batch_again"] = again
-        if not _blew_up(again):
-            return warned("PARAMETER_UPDATE", f"the loss on the batch went {g4(l0)} -> {g4(last)} within "
-                          f"{ev['calls']} calls of train_step, but not when the same start ran train_step's next "
-                          f"calls ({' -> '.join(g4(v) for v in again)}): a blow-up on some batches, not shown to be the "
-                          "step size", ev, kind="update.diverges")
-        return _diverges(ctx, ev, total, l0, last, max(finite))
-    params = dict(trainable(ctx.model))
-    at_zero = [n for n in not_moved if ctx.notes["lr_at_steps"].get(id(params[n])) == 0.0]
-    if at_zero:  # every optimizer.step ran at lr 0 for them (a warmup from 0): nothing could move them yet
-        ctx.report_notes.append(f"note: {len(at_zero)} parameters did not move in train_step because their group's lr "
-                                f"was 0 at every optimizer.step (a warmup from 0?; first: {at_zero[0]})")
-        not_moved = [n for n in not_moved if n not in at_zero]
+        return _blow_up(ctx, ev, total, l0, last, max(finite))
+    at_zero = _at_lr_zero(ctx, not_moved)
+    not_moved = [n for n in not_moved if n not in at_zero]
     depends = loss_depends(ctx.model, ctx.batch, ctx.loss_fn, not_moved) if not_moved else {}
     invariant = [n for n in not_moved if depends[n] is False]
     ev["loss_invariant_to"] = _names(invariant)
@@ -161,16 +150,41 @@ def check_user_step(ctx: Ctx) -> Check:
                                 f"depend on them (perturbing them on a copy leaves it unchanged; first: {invariant[0]}), "
                                 "so there was nothing to learn for them: a term that cancels, a unit the objective "
                                 "never reads")
+    return _moved_all(ev, healthy, invariant, at_zero, descent, l0, last)
+
+
+def _blow_up(ctx: Ctx, ev: dict[str, Any], total: dict[str, torch.Tensor], l0: float, last: float, peak: float) -> Check:
+    """``update.diverges`` once the same start blows up again on train_step's next calls (other batches); else WARN."""
+    again = _run(ctx)[0]
+    ev["losses_on_batch_again"] = again
+    if not _blew_up(again):
+        return warned("PARAMETER_UPDATE", f"the loss on the batch went {g4(l0)} -> {g4(last)} within {ev['calls']} calls "
+                      f"of train_step, but not when the same start ran train_step's next calls "
+                      f"({' -> '.join(g4(v) for v in again)}): a blow-up on some batches, not shown to be the step size",
+                      ev, kind="update.diverges")
+    return _diverges(ctx, ev, total, l0, last, peak)
+
+
+def _at_lr_zero(ctx: Ctx, not_moved: list[str]) -> list[str]:
+    """The unmoved parameters whose group's lr was 0 at every optimizer.step (a warmup from 0), noted."""
+    params = dict(trainable(ctx.model))
+    at_zero = [n for n in not_moved if ctx.notes["lr_at_steps"].get(id(params[n])) == 0.0]
+    if at_zero:
+        ctx.report_notes.append(f"note: {len(at_zero)} parameters did not move in train_step because their group's lr "
+                                f"was 0 at every optimizer.step (a warmup from 0?; first: {at_zero[0]})")
+    return at_zero
+
+
+def _moved_all(ev: dict[str, Any], healthy: list[str], invariant: list[str], at_zero: list[str], descent: float,
+               l0: float, last: float) -> Check:
     if at_zero and len(at_zero) == len(healthy):
         return passed("PARAMETER_UPDATE", f"note: the update was not judged: every optimizer.step of {ev['calls']} calls "
                       "ran at lr 0 (a warmup from 0?)", ev)
     left = f"; {len(at_zero)} at lr 0 at every step were left" if at_zero else ""
+    skipped = f" the loss depends on ({len(invariant)} it does not depend on were left)" if invariant else ""
     return passed("PARAMETER_UPDATE", f"train_step moved all {len(healthy) - len(invariant) - len(at_zero)} trainable "
-                  "parameters with healthy gradients"
-                  f"{'' if not invariant else f' the loss depends on ({len(invariant)} it does not depend on were left)'}"
-                  f"{left}, "
-                  f"down the loss (<update, gradient> = {g4(descent)}; loss on the batch {g4(l0)} -> {g4(last)} over "
-                  f"{ev['calls']} calls)", ev)
+                  f"parameters with healthy gradients{skipped}{left}, down the loss (<update, gradient> = {g4(descent)}; "
+                  f"loss on the batch {g4(l0)} -> {g4(last)} over {ev['calls']} calls)", ev)
 
 
 def _ascends(ev: dict[str, Any], healthy: list[str], first: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],

@@ -17,8 +17,8 @@ eager/compiled, warm-up, repeats, synchronization boundary, metric) and then mea
 - RECONCILE (``_reconcile``): the sum of the phase medians against the step's median plus its input wait;
   while they disagree beyond noise both are measured again (3 measurements at most, the last reported), and a
   disagreement that stays is a WARN (``perf.reconcile``) with the numbers, never a silent PASS and never a FAIL.
-- ``profile=True``: torch.profiler's top operators over 3 extra calls (localization only; times are unprofiled).
-- The instrument's own overhead: an empty step timed the same way.
+- ``profile=True``: torch.profiler's top operators over 3 extra calls (localization only; times are unprofiled). The
+  instrument's own overhead: an empty step timed the same way.
 ``batch`` is passed to ``step`` as is; a callable ``batch`` is a batch factory (its time is the input wait);
 ``batch=None`` calls ``step()`` with no argument (the ``train_step`` evidence key).
 """
@@ -287,11 +287,10 @@ def _growth_check(run: pt.StepRun, device: torch.device, details: dict) -> Check
         return check("step", "memory.growth", Status.WARN, f"{what} rose at every one of {len(series) - 1} identical "
                      f"iterations: +{fmt_bytes(rate)}/iteration; {len(run.survivors)} tensors of earlier iterations are "
                      "alive, none with an autograd graph (an epoch's buffer of results grows so): not shown a leak", ev)
-    kept = (f"{ev['kept_with_graph']} tensors of earlier iterations are alive with an autograd graph ({', '.join(graphs)}"
-            "), whose nodes these tensor bytes do not count")
+    kept = f"{ev['kept_with_graph']} tensors of earlier iterations are alive with an autograd graph ({', '.join(graphs)})"
     return check("step", "memory.growth", Status.FAIL,
                  f"{what} rose at every one of {len(series) - 1} identical iterations: +{fmt_bytes(rate)}/iteration "
-                 f"({series[0]} -> {series[-1]} bytes); {kept}", ev,
+                 f"({series[0]} -> {series[-1]} bytes); {kept}, whose nodes these tensor bytes do not count", ev,
                  expected=f"the same {what} after every identical iteration",
                  observed=f"+{rate:.0f} bytes/iteration over {len(series)} iterations",
                  hint="something keeps tensors from every step alive: append loss.item() (or loss.detach()) instead of "
