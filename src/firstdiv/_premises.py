@@ -304,8 +304,8 @@ PREMISES: dict[str, Premise] = {
         "delta = -lr * grad",
         "on the controlled step each moved parameter's delta is compared with -lr*grad element-wise (rtol=lr_rtol plus "
         "float rounding); other optimizers are SKIPPED",
-        "not confirmed: the plain-SGD rule is inferred from isinstance(optimizer, torch.optim.SGD) and the group's "
-        "hyperparameters; an SGD subclass or a step hook that changes the update on purpose FAILs", confirmed=False),
+        "other optimizers: SKIPPED; an SGD subclass (its own step) or an SGD with a step hook (its own or a global "
+        "one), which may change the update on purpose: a departure is a WARN of the same kind"),
     "step.diverges": Premise(
         "step_probe", "one step at the program's step size keeps the loss finite and below 10x, with an update smaller "
         "than the parameters",

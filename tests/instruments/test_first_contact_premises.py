@@ -351,3 +351,22 @@ def test_parameters_no_optimizer_owns_are_confirmed_by_train_step_when_the_model
         return loss
     r = firstdiv.four_structures(model, opt, (x, y), F.mse_loss, train_step=train_step)
     assert (r.first_divergence.where, r.first_divergence.kind) == ("body.weight", "optimizer.missing_parameter"), r
+
+
+def test_an_sgd_subclass_or_a_step_hook_that_changes_the_update_is_not_held_to_plain_sgds_rule() -> None:
+    class ClippedSGD(torch.optim.SGD):  # its own step: an update clipped element-wise
+        @torch.no_grad()
+        def step(self, closure=None):
+            for g in self.param_groups:
+                for p in g["params"]:
+                    if p.grad is not None:
+                        p.add_(p.grad.clamp(-1e-3, 1e-3), alpha=-g["lr"])
+
+    torch.manual_seed(0)
+    model, (x, y) = nn.Linear(4, 1), _data()
+    r = firstdiv.step_probe(model, (x, y), F.mse_loss, ClippedSGD(model.parameters(), lr=0.1))
+    assert "step.update_rule" not in {k for k, v in _kinds(r).items() if v == "FAIL"}, r
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt.register_step_post_hook(lambda o, *_: [p.mul_(0.999) for g in o.param_groups for p in g["params"]])
+    r = firstdiv.step_probe(model, (x, y), F.mse_loss, opt)
+    assert "step.update_rule" not in {k for k, v in _kinds(r).items() if v == "FAIL"}, r

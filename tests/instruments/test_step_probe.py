@@ -145,8 +145,8 @@ def test_parameter_missing_from_optimizer_is_not_updated():
     assert f.evidence["in_optimizer"] is False and f.evidence["grad_norm"] > 0
 
 
-def test_update_rule_violation_names_the_parameter():
-    class DoubledSGD(torch.optim.SGD):  # looks like plain SGD, steps twice as far
+def test_an_sgd_subclass_with_its_own_step_that_departs_from_the_rule_is_a_warn():
+    class DoubledSGD(torch.optim.SGD):  # looks like plain SGD, steps twice as far: by design or not, only its author knows
         def step(self, closure=None):
             for g in self.param_groups:
                 for p in g["params"]:
@@ -154,10 +154,9 @@ def test_update_rule_violation_names_the_parameter():
 
     model, batch, loss_fn, _ = program()
     r = probe(model, batch, loss_fn, DoubledSGD(model.parameters(), lr=0.1))
-    d = r.first_divergence
-    assert (d.where, d.kind) == ("fc1.weight", "step.update_rule"), str(r)
     f = next(f for f in r.findings if f.where == "fc1.weight" and f.check == "step.update_rule")
-    assert f.evidence["max_relative_error"] == pytest.approx(1.0, rel=1e-3)
+    assert f.status.value == "WARN" and "DoubledSGD has its own step" in f.message, f.message
+    assert f.evidence["max_relative_error"] == pytest.approx(1.0, rel=1e-3)  # the departure is measured and named
 
 
 def test_detached_layer_gets_no_gradient_and_zeroed_layer_zero_gradient():

@@ -165,3 +165,10 @@ def controlled_divergence(checks: list[Check]) -> list[Check]:
                       "may clip the gradients or scale the loss): not shown for the program", f.evidence)
         out.append(c)
     return out
+
+
+def step_hooks(opt: torch.optim.Optimizer) -> bool:
+    """Whether a step hook (the optimizer's own or a global one) may change the update."""
+    from torch.optim import optimizer as _optim
+    return bool(getattr(opt, "_optimizer_step_pre_hooks", None) or getattr(opt, "_optimizer_step_post_hooks", None)
+                or _optim._global_optimizer_pre_hooks or _optim._global_optimizer_post_hooks)
