@@ -102,3 +102,27 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("real-program corpus")
         for line in results.counts(results.RESULTS):
             terminalreporter.write_line(line)
+
+
+# The public corpus gate (tests/realworld/test_public_gate.py) starts its two workers as soon as collection ends, not
+# when its first test runs: the gate is the suite's longest part and the rest of the suite runs on one core, so its
+# jobs share the machine with the serial tests instead of waiting for them. Only the selected gate tests' jobs are
+# submitted, so a ``-k`` run starts what it needs alone, and a collect-only run starts nothing.
+_GATE_TESTS = {"test_correct_public_program_gets_no_fail": ("correct", "seed"),
+               "test_public_bug_is_localized_by_its_instrument_and_by_diagnose": ("bug", "index")}
+
+
+def pytest_collection_finish(session):
+    keys = []
+    for item in session.items:
+        kind = _GATE_TESTS.get(getattr(item, "originalname", ""))
+        if kind and item.module.__name__ == "test_public_gate":
+            keys.append((kind[0], item.callspec.params["name"], item.callspec.params[kind[1]]))
+    if keys and not session.config.option.collectonly:
+        sys.modules["_gate_pool"].start(keys)  # imported by test_public_gate.py
+
+
+def pytest_sessionfinish(session, exitstatus):
+    pool = sys.modules.get("_gate_pool")
+    if pool is not None:
+        pool.stop()

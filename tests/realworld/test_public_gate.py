@@ -14,11 +14,9 @@ WARNs on correct ports are not gated here (a port may not declare them: ``public
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import pathlib
 
-import _public_jobs as jobs
+import _gate_pool
 import pytest
 from _api import load_dir
 from _public_missed import MISSED
@@ -27,7 +25,6 @@ PUBLIC = load_dir(pathlib.Path(__file__).resolve().parent / "public", "realworld
 SEEDS = (0, 1, 2)
 CORRECT = [(name, seed) for name in PUBLIC for seed in SEEDS]
 BUGS = [(name, i, bug) for name, module in PUBLIC.items() for i, bug in enumerate(module.BUGS)]
-WORKERS = 2
 #: correct runs that still FAIL today, each with its cause: strict expected failures (a fix fails the run until the
 #: entry goes), so a known false FAIL is tracked, not hidden, and any new one fails the gate
 KNOWN_FALSE_FAILS = {
@@ -46,14 +43,9 @@ KNOWN_TRUE_FINDINGS = {
 
 @pytest.fixture(scope="module")
 def pool():
-    """Every job submitted at once to two spawned workers; each test waits for its own result."""
-    ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(WORKERS, mp_context=ctx) as ex:
-        futures = {("correct", n, s): ex.submit(jobs.correct, n, s) for n, s in CORRECT}
-        futures.update({("bug", n, i): ex.submit(jobs.bug, n, i) for n, i, _ in BUGS})
-        yield futures
-        for f in futures.values():
-            f.cancel()
+    """The jobs' futures: ``conftest.py`` submitted every selected job to two spawned workers when collection ended
+    (so the gate runs beside the rest of the suite); each test waits for its own result."""
+    return _gate_pool.start([("correct", n, s) for n, s in CORRECT] + [("bug", n, i) for n, i, _ in BUGS])
 
 
 def _case(name: str, index: int, bug):
