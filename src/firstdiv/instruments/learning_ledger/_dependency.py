@@ -63,8 +63,9 @@ def with_input(b: Batch, key: str, value: torch.Tensor) -> Batch:
     return Batch(new, b.targets, b.as_kwargs)
 
 
-def _run(ctx: Ctx, batch: Batch, grad: bool = False) -> tuple[Any, Any] | None:
-    """Forward and loss on the ledger's copy with the RNG forked and reseeded (dropout draws the same masks each call)."""
+def seeded_loss(ctx: Ctx, batch: Batch, grad: bool = False) -> tuple[Any, Any] | None:
+    """Forward and loss on the ledger's copy with the RNG forked and reseeded (dropout draws the same masks each call):
+    ``(outputs, loss)``, or None where the user's code raised (the link already ran it once: no finding)."""
     try:
         with torch.random.fork_rng(), torch.set_grad_enabled(grad):
             torch.manual_seed(0)
@@ -88,7 +89,7 @@ def target_as_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
         return None
     changed = v.clone()
     changed[:, p] = v[:, p].roll(1, 0)
-    base, moved = _run(ctx, ctx.batch), _run(ctx, with_input(ctx.batch, key, changed))
+    base, moved = seeded_loss(ctx, ctx.batch), seeded_loss(ctx, with_input(ctx.batch, key, changed))
     a, b = (logits_of(r[0]) if r is not None else None for r in (base, moved))
     if a is None or b is None or a.dim() < 3 or a.shape[:2] != t.shape:
         return None
@@ -130,7 +131,7 @@ def future_visible(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     changed = ids.clone()
     changed[:, j] = (ids[:, j] + 1) % logits.shape[-1]
     key = next((k for k, v in named_items(ctx.batch.inputs) if v is ids), "inputs")
-    base, moved = _run(ctx, ctx.batch), _run(ctx, with_input(ctx.batch, key, changed))
+    base, moved = seeded_loss(ctx, ctx.batch), seeded_loss(ctx, with_input(ctx.batch, key, changed))
     a, b = (logits_of(r[0]) if r is not None else None for r in (base, moved))
     if a is None or b is None or a.shape != logits.shape:
         return None
@@ -159,8 +160,8 @@ def input_without_gradient(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     batch = ctx.batch
     for k, v in items:
         batch = with_input(batch, k, v.detach().clone().requires_grad_(True))
-    run = _run(ctx, batch, grad=True)
-    base = _run(ctx, ctx.batch)
+    run = seeded_loss(ctx, batch, grad=True)
+    base = seeded_loss(ctx, ctx.batch)
     if run is None or base is None or not torch.is_tensor(run[1]) or run[1].numel() != 1 or run[1].grad_fn is None:
         return None
     leaves, _ = reached_leaves(run[1])
@@ -170,7 +171,7 @@ def input_without_gradient(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
         if id(leaf) in leaves:
             continue
         noise = torch.linspace(-1.0, 1.0, leaf.numel(), dtype=leaf.dtype).reshape(leaf.shape).roll(1)
-        moved = _run(ctx, with_input(ctx.batch, k, leaf.detach() + 0.5 * (1 + leaf.detach().abs()) * noise))
+        moved = seeded_loss(ctx, with_input(ctx.batch, k, leaf.detach() + 0.5 * (1 + leaf.detach().abs()) * noise))
         if moved is None or not math.isfinite(float(moved[1])) or float(moved[1]) == value:
             continue
         ev.update(input_without_gradient=k, outputs_without_gradient=outs, loss_when_input_perturbed=float(moved[1]))

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .._core.batch import compute_loss
-from .._core.checks import Check
+from .._core.checks import Check, nested_grads
 from .._core.examples import dense
 from .._core.invariance import loss_depends, sort_gradless, unused_message
 from .._core.task import Ctx, err
@@ -85,19 +85,10 @@ def _gradient_arrives(ctx: Ctx, names: list[str]) -> set[str]:
     writes ``.grad`` itself (``autograd.grad`` would not return it). On the ledger's copy, its ``.grad`` put back."""
     params = dict(ctx.work.named_parameters())
     loss = ctx.loss
-    if not any(n in params for n in names) or not torch.is_tensor(loss) or not loss.requires_grad or loss.numel() != 1:
+    if not any(n in params for n in names) or not torch.is_tensor(loss) or loss.numel() != 1:
         return set()
-    saved = {n: q.grad for n, q in params.items()}
-    try:
-        for q in params.values():
-            q.grad = None
-        loss.reshape(()).backward(retain_graph=True)
-        return {n for n in names if n in params and params[n].grad is not None and bool(params[n].grad.ne(0).any())}
-    except RuntimeError:
-        return set()
-    finally:
-        for n, q in params.items():
-            q.grad = saved[n]
+    got = nested_grads(loss, list(params.values()))  # every .grad cleared and put back, not only the names'
+    return {n for n in names if n in params and id(params[n]) in got}
 
 
 def check_gradient(ctx: Ctx) -> Check:

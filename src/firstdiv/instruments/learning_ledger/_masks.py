@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._core.batch import Batch, compute_loss
+from .._core.batch import Batch
 from .._core.checks import Check
 from .._core.task import Ctx
 from ._common import batch_size, failed
+from ._dependency import seeded_loss
 
 
 def _array(v: Any) -> bool:
@@ -68,13 +69,9 @@ def _rolled(v: Any) -> Any:
 
 
 def _loss(ctx: Ctx, targets: Any) -> float | None:
-    try:
-        with torch.random.fork_rng(), torch.no_grad():
-            torch.manual_seed(0)
-            loss = compute_loss(ctx.work, Batch(ctx.batch.inputs, targets, ctx.batch.as_kwargs), ctx.loss_fn)[1]
-        return float(loss.detach().double().reshape(())) if torch.is_tensor(loss) and loss.numel() == 1 else None
-    except Exception:  # noqa: BLE001 - user code: the link already ran it once; no finding
-        return None
+    out = seeded_loss(ctx, Batch(ctx.batch.inputs, targets, ctx.batch.as_kwargs))
+    loss = None if out is None else out[1]
+    return float(loss.detach().double().reshape(())) if torch.is_tensor(loss) and loss.numel() == 1 else None
 
 
 def mask_unread(ctx: Ctx, ev: dict[str, Any]) -> Check | None:

@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._core.batch import Batch, compute_loss
+from .._core.batch import Batch
 from .._core.checks import Check
 from .._core.task import Ctx, is_int
 from ._common import failed, g4
-from ._dependency import named_items, with_input
+from ._dependency import named_items, seeded_loss, with_input
 
 MATCH = 0.9  # fraction of supervised positions that must agree for a relation to count
 
@@ -55,19 +55,19 @@ class Seq:
     pulled: torch.Tensor | None = None  # [B, T'] bool: the positions the loss's gradient pulls at the site
 
 
-def _bt(t: torch.Tensor, axis: int) -> torch.Tensor:
+def batch_first(t: torch.Tensor, axis: int) -> torch.Tensor:
     """``t`` with its batch axis first (a ``[T, B]`` sequence becomes ``[B, T]``)."""
     return t.transpose(0, 1) if axis == 1 and t.dim() >= 2 else t
 
 
-def _sequences(ctx: Ctx) -> list[tuple[str, torch.Tensor]]:
+def int_sequences(ctx: Ctx) -> list[tuple[str, torch.Tensor]]:
     """The integer ``[B, T]`` inputs (batch first), T >= 4."""
     out = []
     for k, v in named_items(ctx.batch.inputs):
         if isinstance(v, np.ndarray) and v.dtype.kind in "iu":
             v = torch.from_numpy(v)
         if torch.is_tensor(v) and is_int(v) and v.dim() == 2:
-            ids = _bt(v, ctx.batch_axis)
+            ids = batch_first(v, ctx.batch_axis)
             if ids.shape[1] >= 4 and ids.shape[0] >= 1:
                 out.append((k, ids))
     return out
@@ -88,7 +88,7 @@ class _Capture:
             n = self.calls[name] = self.calls.get(name, -1) + 1
             if not torch.is_tensor(out) or not out.is_floating_point() or out.dim() < 2:
                 return
-            o = _bt(out, self.axis)
+            o = batch_first(out, self.axis)
             if o.shape[0] != self.batch or o.shape[1] not in self.lengths:
                 return
             if self.grad and o.requires_grad:
@@ -101,17 +101,18 @@ class _Capture:
             h.remove()
 
 
-def _run(ctx: Ctx, batch: Batch, lengths: set[int], n: int, grad: bool) -> tuple[Any, Any, _Capture] | None:
+def run_captured(ctx: Ctx, batch: Batch, lengths: set[int], n: int, grad: bool) -> tuple[Any, Any, _Capture] | None:
     # the user's model too: a head the loss_fn closes over runs there (its hooks are removed below, its .grad restored
     # by the ledger's guard)
     cap = _Capture([ctx.work] if ctx.model is ctx.work else [ctx.work, ctx.model], lengths, n, ctx.batch_axis, grad)
     try:
-        with torch.random.fork_rng(), torch.set_grad_enabled(grad):
-            torch.manual_seed(0)
-            outputs, loss = compute_loss(ctx.work, batch, ctx.loss_fn)
-            if grad and torch.is_tensor(loss) and loss.numel() == 1 and loss.requires_grad:
-                loss.backward()
-    except Exception:  # noqa: BLE001 - user code; the link already ran the program once
+        run = seeded_loss(ctx, batch, grad)
+        if run is None:
+            return None
+        outputs, loss = run
+        if grad and torch.is_tensor(loss) and loss.numel() == 1 and loss.requires_grad:
+            loss.backward()
+    except Exception:  # noqa: BLE001 - user code (its backward); the link already ran the program once
         return None
     finally:
         cap.close()
@@ -133,7 +134,7 @@ def _agree(pulled: torch.Tensor, rows: torch.Tensor, ids: torch.Tensor) -> tuple
 def _by_gradient(ctx: Ctx, seqs: list[tuple[str, torch.Tensor]]) -> list[Seq]:
     n = seqs[0][1].shape[0]
     lengths = {ids.shape[1] for _, ids in seqs} | {ids.shape[1] - 1 for _, ids in seqs}
-    run = _run(ctx, ctx.batch, lengths, n, grad=True)
+    run = run_captured(ctx, ctx.batch, lengths, n, grad=True)
     if run is None:
         return []
     found = []
@@ -141,7 +142,7 @@ def _by_gradient(ctx: Ctx, seqs: list[tuple[str, torch.Tensor]]) -> list[Seq]:
         g = out.grad
         if g is None or out.shape[-1] < 2 or out.dim() != 3:
             continue
-        g, o = _bt(g, ctx.batch_axis), _bt(out, ctx.batch_axis)
+        g, o = batch_first(g, ctx.batch_axis), batch_first(out, ctx.batch_axis)
         rows = (g != 0).any(-1) & (g.min(-1).values < 0)
         if not bool(rows.any()):
             continue
@@ -176,7 +177,7 @@ def _by_data(seqs: list[tuple[str, torch.Tensor]]) -> list[Seq]:
 def read_sequences(ctx: Ctx) -> list[Seq]:
     """The input sequences and what the loss asks of their positions (module docstring), cached on ``ctx``."""
     if "sequences" not in ctx.notes:
-        seqs = _sequences(ctx)
+        seqs = int_sequences(ctx)
         ctx.notes["sequences"] = (_by_gradient(ctx, seqs) or _by_data(seqs)) if seqs else []
     return ctx.notes["sequences"]
 
@@ -184,14 +185,14 @@ def read_sequences(ctx: Ctx) -> list[Seq]:
 def _aligned(outputs: Any, n: int, length: int, axis: int) -> list[torch.Tensor]:
     items = list(outputs.values()) if isinstance(outputs, dict) else list(outputs) if isinstance(outputs, (list, tuple)) \
         else [outputs]
-    return [_bt(v, axis) for v in items if torch.is_tensor(v) and v.is_floating_point() and v.dim() >= 2
-            and _bt(v, axis).shape[0] == n and _bt(v, axis).shape[1] in (length, length - 1)]
+    return [batch_first(v, axis) for v in items if torch.is_tensor(v) and v.is_floating_point() and v.dim() >= 2
+            and batch_first(v, axis).shape[0] == n and batch_first(v, axis).shape[1] in (length, length - 1)]
 
 
 def _is_declared_target(s: Seq, t: Any, ctx: Ctx) -> bool:
     """The input equals the declared targets beside other inputs: DEPENDENCY's target_as_input names its key."""
-    return (torch.is_tensor(t) and len(named_items(ctx.batch.inputs)) >= 2 and tuple(_bt(t, ctx.batch_axis).shape) ==
-            tuple(s.ids.shape) and torch.equal(_bt(t, ctx.batch_axis), s.ids))
+    return (torch.is_tensor(t) and len(named_items(ctx.batch.inputs)) >= 2 and tuple(batch_first(t, ctx.batch_axis).shape) ==
+            tuple(s.ids.shape) and torch.equal(batch_first(t, ctx.batch_axis), s.ids))
 
 
 def _position(s: Seq) -> tuple[int, torch.Tensor | None]:
@@ -207,7 +208,7 @@ def _position(s: Seq) -> tuple[int, torch.Tensor | None]:
     return j, s.pulled[:, j]
 
 
-def _moves(ctx: Ctx, s: Seq) -> tuple[float, float, float] | None:
+def moves(ctx: Ctx, s: Seq) -> tuple[float, float, float] | None:
     """How much the outputs at positions < j and at j move when only ids[:, j] changes (module docstring), and their
     scale, over the rows changed."""
     n, length = s.ids.shape
@@ -217,12 +218,12 @@ def _moves(ctx: Ctx, s: Seq) -> tuple[float, float, float] | None:
     changed[rows, j] = s.ids[:, j].roll(1, 0)[rows]  # another example's token: inside the vocabulary
     if n < 2 or bool((changed[:, j] == s.ids[:, j]).all()):
         return None
-    raw = _bt(changed, ctx.batch_axis).contiguous()
+    raw = batch_first(changed, ctx.batch_axis).contiguous()
     original = dict(named_items(ctx.batch.inputs))[s.key]
-    a = _run(ctx, ctx.batch, {length, length - 1}, n, grad=False)
-    b = _run(ctx, with_input(ctx.batch, s.key, raw.numpy() if isinstance(original, np.ndarray) else raw), {length, length - 1},
+    a = run_captured(ctx, ctx.batch, {length, length - 1}, n, grad=False)
+    b = run_captured(ctx, with_input(ctx.batch, s.key, raw.numpy() if isinstance(original, np.ndarray) else raw), {length, length - 1},
              n, grad=False)
-    c = _run(ctx, ctx.batch, {length, length - 1}, n, grad=False)  # unchanged again: what the model moves by itself
+    c = run_captured(ctx, ctx.batch, {length, length - 1}, n, grad=False)  # unchanged again: what the model moves by itself
     if a is None or b is None or c is None:
         return None
     pairs = [(x.detach().float()[rows], y.detach().float()[rows], z.detach().float()[rows])
@@ -242,7 +243,7 @@ def _site_outputs(ctx: Ctx, s: Seq, runs: list[Any], n: int, length: int) -> lis
     """The kept output at the sequence's site in each run (batch first), or the model's aligned outputs."""
     if s.site is not None:
         kept = [r[2].kept.get(s.site) for r in runs]
-        return [tuple(_bt(k, ctx.batch_axis) for k in kept)] if all(k is not None for k in kept) else []
+        return [tuple(batch_first(k, ctx.batch_axis) for k in kept)] if all(k is not None for k in kept) else []
     return list(zip(*(_aligned(r[0], n, length, ctx.batch_axis) for r in runs)))
 
 
@@ -255,7 +256,7 @@ def future_or_copy(ctx: Ctx, ev: dict[str, Any], relation: str) -> Check | None:
             and not (relation == "same" and _is_declared_target(s, t, ctx))]  # target_as_input names that one
     seen = []
     for s in seqs:
-        moved = _moves(ctx, s)
+        moved = moves(ctx, s)
         # a leak must stand out of floating-point noise and of what the changed position itself moves; a copy needs
         # the earlier outputs untouched to rounding (a bidirectional model's attention moves them only a little at
         # initialization)
@@ -274,7 +275,7 @@ def future_or_copy(ctx: Ctx, ev: dict[str, Any], relation: str) -> Check | None:
     ev.update(sequence_input=s.key, asked_for=relation, agreement=round(s.agreement, 4), read_from=s.source,
               changed_position=j, earlier_outputs_change=before, output_change_at_position=at,
               other_inputs_with_these_tokens=[x.key for x, _, _ in seen[:-1]])
-    return _future(s, j, before, ev) if relation == "next" else _copy(s, j, at, ev)
+    return _future(s, j, before, ev) if relation == "next" else copy_finding(s, j, at, ev)
 
 
 def copies_own_token(ctx: Ctx, ids: torch.Tensor, agreement: float, ev: dict[str, Any]) -> bool | None:
@@ -284,7 +285,7 @@ def copies_own_token(ctx: Ctx, ids: torch.Tensor, agreement: float, ev: dict[str
     key = next((k for k, v in named_items(ctx.batch.inputs) if v is ids), None)
     if key is None or ctx.batch_axis != 0:
         return None
-    moved = _moves(ctx, Seq(key, ids, "same", agreement, "the declared targets", None))
+    moved = moves(ctx, Seq(key, ids, "same", agreement, "the declared targets", None))
     if moved is None:
         return None
     before, at, scale = moved
@@ -306,7 +307,7 @@ def _future(s: Seq, j: int, before: float, ev: dict[str, Any]) -> Check:
                        "instead of an encoder)")
 
 
-def _copy(s: Seq, j: int, at: float, ev: dict[str, Any]) -> Check:
+def copy_finding(s: Seq, j: int, at: float, ev: dict[str, Any]) -> Check:
     return failed("TASK", "task.target_not_shifted",
                   f"the loss asks position t for the token '{s.key}'[:, t] it reads ({s.agreement:.0%} of the supervised "
                   f"positions, read from {s.source}), and the model is causal (earlier outputs do not move when "

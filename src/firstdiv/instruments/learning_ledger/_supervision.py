@@ -13,7 +13,7 @@ asked for the token it reads?" is answered by a counterfactual on the ledger's c
    model that shifts inside its loss (labels equal to the inputs by its contract) supervises target ``j`` at ``j - 1``:
    no finding;
 3. the model is causal on the tokens (changing ``tokens[j]`` moves the output at ``j`` and none before it,
-   ``_sequence._moves``): every position copies its own input -- ``task.target_not_shifted``. A model that reads the
+   ``_sequence.moves``): every position copies its own input -- ``task.target_not_shifted``. A model that reads the
    whole sequence (an autoencoder) is left to the checks that name that reading.
 
 Nothing is concluded when no output is aligned with the sequence, the gradient does not reach it, or the change moves
@@ -31,7 +31,7 @@ from .._core.batch import Batch
 from .._core.checks import Check
 from .._core.task import Ctx, is_int
 from ._dependency import named_items, with_input
-from ._sequence import MATCH, Seq, _bt, _copy, _moves, _run, _sequences
+from ._sequence import MATCH, Seq, batch_first, copy_finding, int_sequences, moves, run_captured
 
 
 @dataclass
@@ -52,12 +52,12 @@ def _declared(ctx: Ctx, ids_raw: torch.Tensor, n: int, length: int) -> _Target |
     keys = [k for k, v in named_items(ctx.batch.inputs) if v is t]  # a model that takes its target as an input
 
     def put(values: torch.Tensor) -> Batch:
-        new = _bt(values, ctx.batch_axis).contiguous().reshape(t.shape).to(t.dtype)
+        new = batch_first(values, ctx.batch_axis).contiguous().reshape(t.shape).to(t.dtype)
         b = Batch(ctx.batch.inputs, new, ctx.batch.as_kwargs)
         for k in keys:
             b = with_input(b, k, new)
         return b
-    return _Target("the declared targets", _bt(shaped, ctx.batch_axis), put)
+    return _Target("the declared targets", batch_first(shaped, ctx.batch_axis), put)
 
 
 def _candidates(ctx: Ctx, key: str, ids: torch.Tensor) -> list[_Target]:
@@ -67,8 +67,8 @@ def _candidates(ctx: Ctx, key: str, ids: torch.Tensor) -> list[_Target]:
     for other, v in named_items(ctx.batch.inputs):
         if other != key and torch.is_tensor(v) and is_int(v) and tuple(v.shape) == tuple(raw.shape) and \
                 v is not ctx.batch.targets:
-            found.append(_Target(f"input '{other}'", _bt(v, ctx.batch_axis),
-                                 lambda values, k=other, like=v: with_input(ctx.batch, k, _bt(values, ctx.batch_axis)
+            found.append(_Target(f"input '{other}'", batch_first(v, ctx.batch_axis),
+                                 lambda values, k=other, like=v: with_input(ctx.batch, k, batch_first(values, ctx.batch_axis)
                                                                            .contiguous().to(like.dtype))))
     return found
 
@@ -83,10 +83,10 @@ def _equal_unshifted(ids: torch.Tensor, t: torch.Tensor, ignore: int) -> float |
 
 
 def _gradient_rows(ctx: Ctx, batch: Batch, n: int, length: int) -> dict[tuple[str, int], torch.Tensor]:
-    run = _run(ctx, batch, {length, length - 1}, n, grad=True)
+    run = run_captured(ctx, batch, {length, length - 1}, n, grad=True)
     if run is None:
         return {}
-    return {site: _bt(out.grad, ctx.batch_axis).detach().float() for site, out in run[2].kept.items()
+    return {site: batch_first(out.grad, ctx.batch_axis).detach().float() for site, out in run[2].kept.items()
             if out.grad is not None and out.dim() == 3}
 
 
@@ -114,12 +114,12 @@ def _fed_the_targets(ctx: Ctx, ids: torch.Tensor) -> bool:
     t = ctx.batch.targets
     items = named_items(ctx.batch.inputs)
     return (torch.is_tensor(t) and len(items) >= 2 and not any(v is t for _, v in items)
-            and tuple(_bt(t, ctx.batch_axis).shape) == tuple(ids.shape) and torch.equal(_bt(t, ctx.batch_axis), ids))
+            and tuple(batch_first(t, ctx.batch_axis).shape) == tuple(ids.shape) and torch.equal(batch_first(t, ctx.batch_axis), ids))
 
 
 def target_copy(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     """``task.target_not_shifted`` read from where each target is supervised (module docstring), else None."""
-    for key, ids in _sequences(ctx):
+    for key, ids in int_sequences(ctx):
         n, length = ids.shape
         if _fed_the_targets(ctx, ids):  # teacher forcing without the shift: DEPENDENCY's target_as_input names it
             continue
@@ -133,12 +133,12 @@ def target_copy(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
                 continue
             seq = Seq(key, ids, "same", agreement, f"{target.name} (a change of target {j} moves the gradient at "
                       f"position {j} only)", found[1])
-            moved = _moves(ctx, seq)
+            moved = moves(ctx, seq)
             if moved is None:
                 continue
             earlier, at, scale = moved
             if earlier <= 1e-6 * scale and at > 1e-5 * scale:
                 ev.update(sequence_input=key, target=target.name, agreement=round(agreement, 4), changed_position=j,
                           earlier_outputs_change=earlier, output_change_at_position=at)
-                return _copy(seq, j, at, ev)
+                return copy_finding(seq, j, at, ev)
     return None
