@@ -4,7 +4,11 @@ move. Which positions are padding is read from the program's own batch, never as
 - a ``decoder_attention_mask`` shaped like the targets, or an ``attention_mask`` shaped like them when the token
   inputs are (a language model), marks them with 0;
 - else a trailing run of one token id that ends most rows with runs of different lengths and is rare before them
-  (a pad id); the first token of each run is left out (it may be a real end-of-sequence target).
+  (a pad id); the first token of each run is left out (it may be a real end-of-sequence target);
+- else such a run at either edge (left padding: a recommender's item history), read as ``_sequence.pad_runs`` does.
+
+The predictions may be ``[B, T, V]`` scores or one score per position (``[B, T]``, as a recommender's positive-item
+logits), and the targets a tensor or an integer numpy array.
 
 Confirmed by a counterfactual: the user's loss_fn on the same outputs with only the padding positions' predictions
 perturbed. A loss that does not move ignores the padding (PASS); one that moves trains the model to predict padding.
@@ -14,12 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from .._core.checks import Check
 from .._core.task import Ctx, input_ids, is_int
 from ._common import failed, g4
 from ._objective_calls import call
+from ._sequence import pad_runs
 
 _MASK_KEYS = ("decoder_attention_mask", "attention_mask")
 
@@ -60,15 +66,26 @@ def _from_runs(ctx: Ctx, t: torch.Tensor) -> torch.Tensor | None:
     return tail
 
 
+def _positions(ctx: Ctx, t: torch.Tensor) -> tuple[torch.Tensor | None, str]:
+    pad = _from_mask(ctx, t)
+    if pad is not None:
+        return pad, "the batch's attention mask"
+    pad = _from_runs(ctx, t)
+    if pad is not None:
+        return pad, "a trailing run of one token id (a pad id)"
+    runs = pad_runs(t)
+    if runs is None:
+        return None, ""
+    return runs[0], f"a run of the id {runs[1]} at the edge of the rows (a pad id)"
+
+
 def padding_in_loss(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     """The loss moving with the predictions at padding positions (module docstring)."""
-    t = ctx.batch.targets
-    if not is_int(t) or t.dim() != 2 or od.dim() != 3 or tuple(od.shape[:2]) != tuple(t.shape):
+    given = ctx.batch.targets
+    t = torch.from_numpy(given) if isinstance(given, np.ndarray) and given.dtype.kind in "iu" else given
+    if not is_int(t) or t.dim() != 2 or od.dim() not in (2, 3) or tuple(od.shape[:2]) != tuple(t.shape):
         return None
-    pad = _from_mask(ctx, t)
-    how = "the batch's attention mask"
-    if pad is None:
-        pad, how = _from_runs(ctx, t), "a trailing run of one token id (a pad id)"
+    pad, how = _positions(ctx, t)
     if pad is None:
         return None
     pad = pad & (t != ctx.ignore_index)
@@ -77,7 +94,7 @@ def padding_in_loss(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]
     g = torch.Generator().manual_seed(0)
     other = od.clone()
     other[pad] += torch.randn(other[pad].shape, generator=g, dtype=torch.float32).to(od.dtype) * 3.0
-    moved = call(ctx, other, t, ev, "padding reaches the loss")
+    moved = call(ctx, other, given, ev, "padding reaches the loss")
     if moved is None:
         return None
     ev.update(padding_positions=int(pad.sum()), padding_from=how, loss_with_padding_perturbed=moved)

@@ -318,7 +318,7 @@ def copy_finding(s: Seq, j: int, at: float, ev: dict[str, Any]) -> Check:
                   hint="shift the targets by one: inputs = tokens[:, :-1], targets = tokens[:, 1:]")
 
 
-def _pad_runs(ids: torch.Tensor) -> tuple[torch.Tensor, int] | None:
+def pad_runs(ids: torch.Tensor) -> tuple[torch.Tensor, int] | None:
     """Positions holding padding: a run of one id ending (or starting) most rows, of different lengths, rare elsewhere,
     and longer than one token in far more rows than chance repeats of a start or end token make. A trailing run's first
     token is left out (it may be a real end-of-sequence token)."""
@@ -347,7 +347,7 @@ def padding_pulled(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     """``objective.padding_in_loss`` read from the loss's gradient: positions whose asked-for token is padding (a run
     of one id at the edge of the sequence) are pulled by the loss: the model is trained to predict padding."""
     for s in read_sequences(ctx):
-        runs = _pad_runs(s.ids) if s.pulled is not None else None
+        runs = pad_runs(s.ids) if s.pulled is not None else None
         if runs is None:
             continue
         pad, v = runs

@@ -1,0 +1,58 @@
+"""Padding that reaches the loss, read from the program's own batch in shapes beyond a language model's ``[B, T, V]``
+scores: one score per position (``[B, T]``: a recommender's positive- and negative-item logits), left padding (an item
+history padded at its start), and integer targets handed over as a numpy array that the user's loss indexes with."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import firstdiv
+from firstdiv import Status
+
+
+class PositionScorer(nn.Module):
+    """Scores the item at every position of a left-padded history (the positive and a sampled negative item)."""
+
+    def __init__(self, items: int = 20, dim: int = 8) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(items + 1, dim, padding_idx=0)
+        self.rnn = nn.GRU(dim, dim, batch_first=True)
+
+    def forward(self, seq, pos, neg):
+        h, _ = self.rnn(self.emb(torch.as_tensor(seq)))
+        return (h * self.emb(torch.as_tensor(pos))).sum(-1), (h * self.emb(torch.as_tensor(neg))).sum(-1)
+
+
+def _history(n: int = 16, length: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rs = np.random.RandomState(0)
+    seq = rs.randint(1, 21, size=(n, length + 1))
+    for i, keep in enumerate(rs.randint(3, length, size=n)):
+        seq[i, : length + 1 - keep] = 0  # left padding: the oldest positions of a short history
+    neg = np.where(seq[:, 1:] > 0, rs.randint(1, 21, size=(n, length)), 0)
+    return seq[:, :-1], seq[:, 1:], neg
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["pad_masked", "pad_in_loss"])
+def test_left_padding_scored_per_position_must_be_left_out_of_the_loss(masked):
+    seq, pos, neg = _history()
+    torch.manual_seed(0)
+    model = PositionScorer()
+
+    def loss_fn(outputs, pos):
+        pos_logits, neg_logits = outputs
+        keep = np.where(pos != 0) if masked else np.where(pos >= 0)
+        return (F.binary_cross_entropy_with_logits(pos_logits[keep], torch.ones_like(pos_logits[keep]))
+                + F.binary_cross_entropy_with_logits(neg_logits[keep], torch.zeros_like(neg_logits[keep])))
+
+    batch = ({"seq": seq, "pos": pos, "neg": neg}, pos)
+    report = firstdiv.learning_ledger(model, batch, loss_fn, torch.optim.Adam(model.parameters(), 1e-3), overfit_steps=0)
+    objective = next(f for f in report.findings if f.where == "OBJECTIVE")
+    if masked:
+        assert objective.status is Status.PASS, str(report)
+    else:
+        assert (objective.status, objective.check) == (Status.FAIL, "objective.padding_in_loss"), str(report)
+        assert "the id 0 at the edge" in objective.message
