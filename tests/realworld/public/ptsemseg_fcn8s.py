@@ -17,7 +17,7 @@ Domain: semantic segmentation (FCN-8s: skip fusion with crops, learned bilinear 
 Deviations from the original:
 - sizes: channel widths divided by 16 (64/128/256/512/512 -> 4/8/16/32/32; the classifier's 4096 -> 32), 21 -> 3
   classes; images 'same' (about 500x375 in VOC) -> 32x32; batch_size 1 -> 2; train_iters 300000 -> as many as the
-  caller runs; val_interval 1000 -> 4 (4 validation images); print_interval and the logger/tensorboard writer are
+  caller runs; val_interval 1000 -> 2 (4 validation images); print_interval and the logger/tensorboard writer are
   left out;
 - ``get_model`` initialises fcn8s from torchvision's ImageNet VGG-16 (``init_vgg16_params``, a download that is not
   available here): the port starts from PyTorch's default initialisation (the upsampling layers keep their
@@ -69,7 +69,7 @@ cfg_template = {
     "training": {
         "train_iters": 300000,
         "batch_size": 2,
-        "val_interval": 4,
+        "val_interval": 2,
         "n_workers": 0,
         "print_interval": 50,
         "optimizer": {"name": "sgd", "lr": 1e-4, "weight_decay": 0.0005, "momentum": 0.99},
