@@ -679,16 +679,19 @@ PREMISES: dict[str, Premise] = {
         "shape_ledger", "a layer computes the geometry its class and hyperparameters say, on the input it declares",
         "before each layer runs its output shape is derived from the observed input and its hyperparameters (kernel, "
         "stride, padding, ...): the observed output differs for a layer that runs torch's own forward; or the input "
-        "disagrees with what the layer declares (in_channels, num_features, rank)",
+        "disagrees with what the layer declares (in_channels, num_features, rank); in diagnose, where the forward then "
+        "raised on inputs read from the batch, one step of the user's train_step (guarded) raises too",
         "WARN for a subclass of a torch layer that writes its own forward (a learned positional embedding returning "
-        "[1, T, D], a same-padding conv): its geometry may be its design"),
+        "[1, T, D], a same-padding conv): its geometry may be its design; SKIPPED when the forward raised on "
+        "firstdiv's call and the user's train_step completes"),
     "shape.flatten_mismatch": Premise(
         "shape_ledger", "the features arriving at a Linear after a flatten are its in_features",
         "in_features differs from the C*H*W that arrives; the last layer that set C or the spatial size is named",
         _ALWAYS + "the Linear cannot run on them (mat1 and mat2 shapes cannot be multiplied)"),
     "shape.forward_raised": Premise(
-        "shape_ledger", "the forward pass completes", "it raised (no earlier layer disagreed, or after one did)",
-        _ALWAYS + "a forward that raises is the divergence"),
+        "shape_ledger", "the forward pass completes", "it raised (no earlier layer disagreed, or after one did); in "
+        "diagnose, on inputs read from the batch, one step of the user's train_step (guarded) raises too",
+        "SKIPPED when the user's train_step completes: the loop does not call the model as firstdiv did (pass inputs=)"),
     "shape.design_mismatch": Premise(
         "shape_ledger", "each module named in designed= outputs its designed per-example shape",
         "the module's first output differs from the declared shape; the culprit since the last designed output that "
@@ -804,8 +807,9 @@ PREMISES: dict[str, Premise] = {
         _ALWAYS + "the module's own outputs differ on the same input"),
     # ---- tensor_trace -------------------------------------------------------------------------------------------
     "trace.forward_raised": Premise(
-        "tensor_trace", "the forward pass completes", "it raised; the ledger up to the failure is kept",
-        _ALWAYS + "a forward that raises is the divergence"),
+        "tensor_trace", "the forward pass completes", "it raised; the ledger up to the failure is kept; in diagnose, on "
+        "inputs read from the batch, one step of the user's train_step (guarded) raises too",
+        "SKIPPED when the user's train_step completes: the loop does not call the model as firstdiv did (pass inputs=)"),
     "contract.axis_mismatch": Premise(
         "tensor_trace", "each module in contracts= outputs the named axes it declares (names bound on first sight)",
         "the recorded output shape violates the contract (an axis size or a bound name disagrees)",

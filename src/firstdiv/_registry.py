@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._book import ESCALATION
+from ._geometry_call import confirmed_by_step
 from ._premises import PREMISES, Premise
 from .report import Report, skipped
 
@@ -210,16 +211,17 @@ SPECS: tuple[InstrumentSpec, ...] = (
                                                   **_opt(ev, "batch_axis")),
                    "firstdiv.six_claims(model, batch, loss_fn, optimizer, eval_fn=eval_fn, train_step=train_step).ok"),
     InstrumentSpec("shape_ledger", _M + "shape_ledger", "geometry", "reads", "firstdiv.shape_ledger(model, inputs)",
-                   _R[5], ("model", ("inputs", "batch")), lambda ev, _: _fi().shape_ledger(ev["model"], _inputs(ev),
-                                                                                      **_opt(ev, "designed")),
+                   _R[5], ("model", ("inputs", "batch")),
+                   confirmed_by_step("shape_ledger", lambda ev: _fi().shape_ledger(ev["model"], _inputs(ev),
+                                                                                   **_opt(ev, "designed"))),
                    "firstdiv.shape_ledger(model, inputs).ok"),
     InstrumentSpec("attention_check", _M + "attention_check", "attention", "copies",
                    "firstdiv.attention_check(attn, inputs, causal=True)", _R[5], ("attention",), _attention,
                    "firstdiv.attention_check(module, inputs, **options).ok"),
     InstrumentSpec("tensor_trace", _M + "tensor_trace", "tensor", "reads",
                    'firstdiv.tensor_trace(model, inputs, contracts={"": "B T D"})', _R[5], ("model", ("inputs", "batch")),
-                   lambda ev, _: _fi().tensor_trace(ev["model"], _inputs(ev), contracts=ev.get("contracts"),
-                                                    batch_axis=ev.get("batch_axis", 0)),
+                   confirmed_by_step("tensor_trace", lambda ev: _fi().tensor_trace(
+                       ev["model"], _inputs(ev), contracts=ev.get("contracts"), batch_axis=ev.get("batch_axis", 0))),
                    "firstdiv.tensor_trace(model, inputs, contracts=contracts).ok"),
     InstrumentSpec("feature_space", _M + "feature_space", "tensor", "reads", "firstdiv.feature_space(vectors, axis=-1)",
                    _R[5], ("features",), lambda ev, _: _fi().feature_space(ev["features"]),
