@@ -167,6 +167,36 @@ def test_modules_in_list_hides_parameters_and_batchnorm():
     assert ev["parameter_elements"] == 2 * (8 * 8 + 8 + 8 + 8)
 
 
+def test_blocks_in_a_list_whose_parameters_a_parameter_list_registers_hide_nothing():
+    """N-BEATS style: the blocks live in a plain list, their parameters are registered through a ParameterList, so
+    parameters(), state_dict() and the optimizer carry them all; with no mode-dependent module nothing is hidden."""
+
+    class Listed(nn.Module):
+        def __init__(self, mode_dependent: bool) -> None:
+            super().__init__()
+            self.blocks = [nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.1) if mode_dependent else nn.ReLU())
+                           for _ in range(2)]
+            self.params = nn.ParameterList([p for b in self.blocks for p in b.parameters()])
+            self.head = nn.Linear(6, 1)
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+            return self.head(x).squeeze(-1)
+
+    g = torch.Generator().manual_seed(0)
+    batch = (torch.randn(8, 6, generator=g), torch.randn(8, generator=g))
+    plain = Listed(False)
+    report = audit(plain, torch.optim.Adam(plain.parameters(), 1e-3), batch, F.mse_loss)
+    found = next(f for f in report.findings if f.where == "blocks")
+    assert found.status is Status.PASS and found.evidence["registered_by_another_path"] == 4, str(report)
+    assert report.first_divergence is None
+    with_dropout = Listed(True)  # .train()/.eval() still miss the hidden dropout: the structure diverges
+    report = audit(with_dropout, torch.optim.Adam(with_dropout.parameters(), 1e-3), batch, F.mse_loss)
+    assert (report.first_divergence.where, report.first_divergence.kind) == ("blocks", "structure.unregistered_module")
+    assert next(f for f in report.findings if f.where == "blocks").evidence["parameters"] == 0
+
+
 def test_nested_dict_and_list_paths_are_named_in_the_users_terms():
     class Encoder(nn.Module):
         def __init__(self) -> None:

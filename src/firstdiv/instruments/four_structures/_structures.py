@@ -21,8 +21,15 @@ def hidden_finding(a: Audit, h: Hidden, model_devices: set[torch.device]) -> Che
     n_owned = sum(1 for t in tensors if id(t) in owned)
     n_reached = None if a.reached is None else sum(1 for t in tensors if id(t) in a.reached)
     if h.tensor is None:
+        # a tensor the registry holds by another path (a ParameterList of the blocks' parameters) is not hidden
+        registered = a.reg.params.keys() | a.reg.buffers.keys()
+        elsewhere = sum(1 for t in tensors if id(t) in registered)
+        tensors = [t for t in tensors if id(t) not in registered]
+        n_owned = sum(1 for t in tensors if id(t) in owned)
+        n_reached = None if a.reached is None else sum(1 for t in tensors if id(t) in a.reached)
         reach = "autograd not checked (no batch/loss_fn)" if n_reached is None else f"{n_reached} reached by autograd"
-        return _module_finding(h, tensors, n_owned, n_reached, reach, None if a.ran is None else h.path in a.ran)
+        return _module_finding(h, tensors, n_owned, n_reached, reach, None if a.ran is None else h.path in a.ran,
+                               elsewhere)
     t = h.tensor
     reach = f"reached by autograd: {'not checked' if n_reached is None else ('yes' if n_reached else 'no')}"
     ev = {"shape": shape(t), "dtype": str(t.dtype), "device": str(t.device), "requires_grad": bool(t.requires_grad),
@@ -64,21 +71,24 @@ def _mode_dependent(m: nn.Module) -> bool:
 
 
 def _module_finding(h: Hidden, tensors: list[torch.Tensor], n_owned: int, n_reached: int | None, reach: str,
-                    ran: bool | None) -> Check:
-    n_params = sum(1 for m in h.modules for _ in m.parameters())
-    numel = sum(int(p.numel()) for m in h.modules for p in m.parameters())
-    n_buffers = len({id(b) for m in h.modules for b in m.buffers()})
+                    ran: bool | None, elsewhere: int = 0) -> Check:
+    """``tensors``: the modules' parameters and buffers the registry does not hold by any path."""
+    n_params = sum(1 for t in tensors if isinstance(t, nn.Parameter))
+    numel = sum(int(t.numel()) for t in tensors if isinstance(t, nn.Parameter))
+    n_buffers = len(tensors) - n_params
     mode_dependent = sum(1 for m in h.modules for s in m.modules() if _mode_dependent(s))
     ev = {"modules": len(h.modules), "parameters": n_params, "parameter_elements": numel,
           "buffers": n_buffers, "tensors": len(tensors), "owned_by_optimizer": n_owned, "reached_by_autograd": n_reached,
-          "mode_dependent_modules": mode_dependent, "ran_in_forward": ran,
+          "mode_dependent_modules": mode_dependent, "ran_in_forward": ran, "registered_by_another_path": elsewhere,
           "types": sorted({type(m).__name__ for m in h.modules})}
     if not tensors and not mode_dependent:
         # Nothing that parameters(), .to(), .train()/.eval() or state_dict() would have carried: a helper object
         # (a kernel table, an activation) held as an attribute is not a divergence of the learning structures.
+        also = (f" ({elsewhere} of their tensors are registered by another path, e.g. a ParameterList)" if elsewhere
+                else "")
         return finding(h.path, "structure.unregistered_module", Status.PASS,
                       f"{h.path}: {len(h.modules)} modules held outside the registry hide nothing: no parameter, "
-                      "no buffer and no module whose forward reads its train/eval flag", ev)
+                      f"no buffer and no module whose forward reads its train/eval flag{also}", ev)
     if not n_owned and not n_reached and not ran:
         # The premise of a FAIL is that the program uses what is hidden: its forward runs it, the loss reaches it or
         # an optimizer trains it. None holds (or the forward was not run): a copy kept aside, e.g. a saved
