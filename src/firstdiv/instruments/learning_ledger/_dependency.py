@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..._globals import preserved_globals
 from .._core.batch import Batch, compute_loss, rebuild
 from .._core.checks import Check
 from .._core.examples import logits_of
@@ -64,11 +65,12 @@ def with_input(b: Batch, key: str, value: torch.Tensor) -> Batch:
 
 
 def seeded_loss(ctx: Ctx, batch: Batch, grad: bool = False) -> tuple[Any, Any] | None:
-    """Forward and loss on the ledger's copy with the RNG forked and reseeded (dropout draws the same masks each call):
-    ``(outputs, loss)``, or None where the user's code raised (the link already ran it once: no finding)."""
+    """Forward and loss on the ledger's copy with every global RNG a program draws from (torch's, numpy's, Python's
+    ``random``: a teacher-forcing coin, an exploration draw) reseeded alike and restored after, so dropout and the
+    program's own draws repeat each call: ``(outputs, loss)``, or None where the user's code raised (the link already
+    ran it once: no finding)."""
     try:
-        with torch.random.fork_rng(), torch.set_grad_enabled(grad):
-            torch.manual_seed(0)
+        with preserved_globals(seed=0), torch.set_grad_enabled(grad):
             return compute_loss(ctx.work, batch, ctx.loss_fn)
     except Exception:  # noqa: BLE001 - user code; the link already ran the program once
         return None

@@ -234,7 +234,8 @@ def moves(ctx: Ctx, s: Seq) -> tuple[float, float, float] | None:
     # little: the earlier outputs must move beyond what they move with nothing changed
     noise = max(float((x[:, :j] - z[:, :j]).abs().max()) for x, _, z in pairs)
     before = max(0.0, max(float((x[:, :j] - y[:, :j]).abs().max()) for x, y, _ in pairs) - 2 * noise)
-    at = max(float((x[:, j] - y[:, j]).abs().max()) for x, y, _ in pairs)
+    noise_at = max(float((x[:, j] - z[:, j]).abs().max()) for x, _, z in pairs)
+    at = max(0.0, max(float((x[:, j] - y[:, j]).abs().max()) for x, y, _ in pairs) - 2 * noise_at)
     scale = max(float(x.abs().max()) for x, _, _ in pairs)
     return before, at, max(scale, 1e-12)
 
