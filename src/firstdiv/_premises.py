@@ -294,8 +294,10 @@ PREMISES: dict[str, Premise] = {
         "step_probe", "a trainable parameter with a nonzero gradient is moved by the step",
         "controlled step: nonzero gradient, delta exactly 0, lr > 0 and lr*|grad| above float rounding of the weights; "
         "train_step: nonzero .grad at the user's optimizer.step (a manual loop: the gradient its backward produced, "
-        "others moving with a positive implied lr) and the value unchanged, or no parameter moved at all; a parameter "
-        "outside the optimizer that train_step moves is a PASS note",
+        "others moving with a positive implied lr) and the value unchanged at every watched step, or no parameter moved "
+        "at all; a parameter outside the optimizer that train_step moves is a PASS note; an owned parameter the "
+        "optimizer's next steps on the same gradient move (its own step held the first update: a warmup computed "
+        "inside step) is a PASS note",
         "not confirmed for parameters outside the optimizer: without train_step (or when train_step does not move it) a "
         "parameter left requires_grad=True but out of the optimizer on purpose (frozen by omission, trained by an "
         "optimizer not passed) FAILs; step_probe has no frozen=", confirmed=False),
@@ -658,7 +660,9 @@ PREMISES: dict[str, Premise] = {
         "six_claims", "every parameter with a healthy gradient (finite, above 1e-6 of its largest weight) moves in one "
         "step",
         "the program computes its gradient (healthy on the measured backward) and one optimizer step on a copy (a "
-        "warmup's lr raised to the base lr) left it unchanged, and when train_step is given beside the optimizer, one "
+        "warmup's lr raised to the base lr) left it unchanged, and so did two more steps of the copy on the same "
+        "gradient (an optimizer whose own step holds its first update is a note), and when train_step is given beside "
+        "the optimizer, one "
         "call of it on the user's objects (restored) does not move it by hand either; or one call of train_step on the "
         "user's objects (restored) when there is no optimizer or several left it unchanged",
         "parameters in a group at lr 0 are WARN claim.update.lr_zero (beside trained groups) or a note (every group at "

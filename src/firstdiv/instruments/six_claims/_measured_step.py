@@ -11,6 +11,7 @@ from torch import nn
 
 from .._core.batch import Batch, compute_loss, loss_problem
 from .._core.examples import dense
+from .._core.later_steps import moved_later
 from .._core.loss_graph import head_inside_loss
 from .._core.lr import step_at_base_lr
 from .._core.state import detached_copy
@@ -35,6 +36,7 @@ class Measured:
     step_error: str = ""
     head: list[str] = field(default_factory=list)  # trainable tensors loss_fn applies to the outputs (a generator)
     by_step: dict[str, bool] = field(default_factory=dict)  # beside an optimizer: what one train_step call moved
+    moved_later: list[str] = field(default_factory=list)  # held by the optimizer's first step, moved by its next
 
 
 def weighted_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -76,6 +78,11 @@ def measure(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Ba
     if out.loss_problem is None and o_copy is not None:
         out.step_error = _step(o_copy, m_copy, batch, loss_fn)
         out.moved = {n: not torch.equal(before[n], p.detach()) for n, p in named}
+        held = {n: p for n, p in named if not out.moved[n] and out.owned.get(n) and out.lr.get(n)
+                and p.grad is not None and bool(p.grad.ne(0).any())}
+        if held and not out.step_error:  # the optimizer's own step may hold its first update (_core.later_steps)
+            out.moved_later = sorted(moved_later(o_copy, held))
+            out.moved.update(dict.fromkeys(out.moved_later, True))
     out.outputs = _detach(out.outputs)
     out.loss = out.loss.detach() if torch.is_tensor(out.loss) else out.loss
     return out

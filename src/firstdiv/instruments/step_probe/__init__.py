@@ -43,6 +43,7 @@ from .._core.invariance import loss_depends
 from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._descent import CONTROLLED, controlled_divergence, divergence_check, eval_loss, relative_updates, step_hooks
+from ._later import confirm_not_updated
 from ._modes import NormWatch, drop_check, norm_check
 from ._train_step_watch import StepWatch
 
@@ -384,6 +385,7 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
     diverged = _diverges(params, copt, before, float(loss.detach().float().reshape(())), eval_loss(cmodel, batch, loss_fn))
     if diverged is not None:
         out.checks.append(diverged)
+    confirm_not_updated(out, params, copt)  # steps the copy again: after every read of the first step
     return out
 
 

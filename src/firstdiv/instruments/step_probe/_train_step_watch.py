@@ -13,12 +13,13 @@ import torch
 from torch import nn
 
 from ...report import Status
-from .._core.checks import Check, Collected, below_rounding, check, grad_state, label, unique_params
+from .._core.checks import Check, Collected, check, grad_state, label, unique_params
 from .._core.closure import innermost
 from .._core.stateful import reachable
 from . import _descent
 from ._clearing import DiscardTracker, carried_check, step_before_backward
 from ._clipping import ClipWatch
+from ._stuck import first_stuck
 
 #: a manual update is plain SGD (stateless, its sign checkable) when its delta is this parallel to +-grad
 _STATELESS_COSINE = 0.9
@@ -328,7 +329,7 @@ class StepWatch:
         if early is not None:
             out.checks.append(early)
             return
-        stuck = self._first_stuck_check()
+        stuck = first_stuck(self)
         if stuck is not None:
             out.checks.append(stuck)
             return
@@ -357,42 +358,3 @@ class StepWatch:
                      {"events": self.events}, expected="loss.backward() before optimizer.step()",
                      observed="no gradient reached any parameter", hint="call loss.backward() in train_step")
 
-    def _first_stuck_check(self) -> Check | None:
-        """The first parameter that held a nonzero gradient at an optimizer.step (a manual loop: that its backward
-        produced) and still did not move."""
-        if self.opt is None:
-            return self._first_stuck_manual()
-        for rec in self.steps:
-            for p, names in self.params:
-                state, gnorm = grad_state(rec.grads[id(p)])
-                still = torch.equal(self.values[rec.call][id(p)], self.values[rec.call - 1][id(p)])
-                lr = rec.lrs.get(id(p))
-                group = None if lr is None else {"lr": lr}
-                if state == "nonzero" and still and lr != 0.0 and not below_rounding(self.values[rec.call - 1][id(p)],
-                                                                                     rec.grads[id(p)], group):
-                    return check(names[0], "step.not_updated", Status.FAIL,
-                                 f"{label(names)}: .grad norm {gnorm:.4g} at optimizer.step (call {rec.call}) "
-                                 "but the parameter did not move", {"call": rec.call, "grad_norm": gnorm},
-                                 expected="parameter moves after optimizer.step()", observed="unchanged",
-                                 hint="is this parameter object in the optimizer's param groups?")
-        return None
-
-    def _first_stuck_manual(self) -> Check | None:
-        for call in (1, 2):
-            rows = self._rows(call, self.call_grads.get(call, {}))
-            lr = _descent.implied_lr([d for _, d, _ in rows], [g for _, _, g in rows])[0]
-            if lr is None or lr <= 0:
-                continue  # nothing moved (reported as not_updated) or the update ascends (step.train_step_ascends)
-            for p, names in self.params:
-                g = self.call_grads[call].get(id(p))
-                state, gnorm = grad_state(g)
-                before = self.values[call - 1][id(p)]
-                if state == "nonzero" and torch.equal(self.values[call][id(p)], before) and not below_rounding(
-                        before, g, {"lr": lr}):
-                    return check(names[0], "step.not_updated", Status.FAIL,
-                                 f"{label(names)}: backward gave grad norm {gnorm:.4g} in train_step call {call} but the "
-                                 f"parameter did not move, while the others moved with implied lr {lr:.4g}",
-                                 {"call": call, "grad_norm": gnorm, "implied_lr": lr},
-                                 expected="every parameter with a gradient is updated", observed="unchanged",
-                                 hint="update every parameter: for p in model.parameters(): p.data.add_(p.grad, alpha=-lr)")
-        return None
