@@ -394,3 +394,21 @@ def test_bounded_outputs_against_targets_outside_their_range(head, scale, fails)
         assert "targets range over" in stops(report, "OBJECTIVE", "objective.unreachable")
     else:
         healthy(report)
+
+
+@pytest.mark.parametrize("task", ["auto", "classification"])
+def test_a_softmax_over_multi_hot_targets_fails_only_when_each_label_is_declared_a_class(task):
+    """A multinomial likelihood over multi-hot targets (a recommender's Mult-VAE: -sum(log_softmax(z) * x)) normalises
+    over the labels by design; independent labels behind the same softmax are a bug. The shapes cannot tell them
+    apart: the FAIL needs task='classification', else the finding is a WARN naming both readings."""
+    torch.manual_seed(0)
+    x = data(64, 8)
+    targets = (torch.rand(64, 12, generator=torch.Generator().manual_seed(8)) < 0.3).float()
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 12))
+    loss_fn = lambda z, t: -(F.log_softmax(z, 1) * t).sum(-1).mean()
+    report = run(model, (x, targets), loss_fn, task=task)
+    objective = link(report, "OBJECTIVE")
+    assert objective.check == "objective.unreachable", str(report)
+    assert objective.status is (Status.FAIL if task == "classification" else Status.WARN), str(report)
+    if task == "auto":
+        assert "Mult-VAE" in objective.message and "task='classification'" in objective.message

@@ -165,7 +165,9 @@ def unreachable(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
 def labels_compete(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     """Multilabel 0/1 targets (several labels on in a row) and a loss that does not change when one constant is
     added to all of a row's logits: the loss normalises over the labels (a softmax inside loss_fn), so they compete
-    for one unit of probability and a row with two labels on can never be fitted."""
+    for one unit of probability and a row with two labels on can never be fitted. A FAIL where the program declares
+    task='classification' (each label a class of its own); else a WARN of the same kind: a multinomial likelihood
+    over multi-hot targets is a recommender's objective by design."""
     t = ctx.batch.targets
     if ctx.label_kind != "multilabel" or not torch.is_tensor(t) or od.dim() < 2 or tuple(t.shape) != tuple(od.shape):
         return None
@@ -181,6 +183,13 @@ def labels_compete(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
     proj = simplex_projection(t.to(od.dtype), od.dim() - 1)
     reached = call(ctx, proj.clamp_min(1e-6).log(), t, ev, "the best softmax over the labels")
     ev.update(rows_with_several_labels=int((on >= 2).sum()), loss_at_best_softmax=reached)
+    if ctx.requested_task != "classification":  # the premise (each label a class of its own) is not the program's word
+        return warned("OBJECTIVE", f"the loss ({g4(value)}) is unchanged when a constant is added to an example's "
+                      f"{od.shape[-1]} logits while {int((on >= 2).sum())} of {len(on)} examples have several labels on: "
+                      "the labels compete for one unit of probability. A multinomial likelihood over the labels (a "
+                      "recommender's Mult-VAE, a listwise ranking loss) is this by design; independent labels behind a "
+                      "softmax are a bug. Declare task='classification' if each label is predicted on its own", ev,
+                      kind="objective.unreachable")
     return failed("OBJECTIVE", "objective.unreachable",
                   f"the labels are independent ({int((on >= 2).sum())} of {len(on)} examples have several on) but the loss "
                   f"({g4(value)}) is unchanged when a constant is added to an example's {od.shape[-1]} logits: loss_fn "
