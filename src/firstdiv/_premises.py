@@ -487,9 +487,10 @@ PREMISES: dict[str, Premise] = {
         "loss_fn at the best output the layer's range allows (a softmax's simplex, a sigmoid's [0, 1] ...) stays above "
         "10% of the gap between the loss at outputs == targets and at a constant prediction; or, multilabel 0/1 targets "
         "with several labels on in a row, the loss is unchanged when a constant is added to a row's logits (a softmax "
-        "over the labels) and the program declares task='classification'",
-        "the multilabel softmax without task='classification' is a WARN of the same kind (a multinomial likelihood "
-        "over multi-hot targets, as a recommender's Mult-VAE, is that by design); otherwise no finding"),
+        "over the labels), and either the loss is not linear in the targets (it asks the softmax to equal them) or the "
+        "program declares task='classification'",
+        "a loss linear in the targets (a multinomial likelihood over multi-hot targets, as a recommender's Mult-VAE, "
+        "is that by design) without task='classification' is a WARN of the same kind; otherwise no finding"),
     "objective.sum_reduction": Premise(
         "learning_ledger", "the loss is a per-example mean",
         "the loss equals a standard objective of the task summed (its mean times the element or example count), and on "

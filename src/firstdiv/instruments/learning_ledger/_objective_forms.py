@@ -165,9 +165,10 @@ def unreachable(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
 def labels_compete(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     """Multilabel 0/1 targets (several labels on in a row) and a loss that does not change when one constant is
     added to all of a row's logits: the loss normalises over the labels (a softmax inside loss_fn), so they compete
-    for one unit of probability and a row with two labels on can never be fitted. A FAIL where the program declares
-    task='classification' (each label a class of its own); else a WARN of the same kind: a multinomial likelihood
-    over multi-hot targets is a recommender's objective by design."""
+    for one unit of probability and a row with two labels on can never be fitted. A loss linear in the targets
+    (``-sum(t * log_softmax(z))``, a multinomial likelihood over multi-hot targets: a recommender's objective by design)
+    FAILs only where the program declares task='classification' (each label a class of its own), else it is a WARN of
+    the same kind; a loss that asks the softmax to equal the targets (MSE on it) FAILs."""
     t = ctx.batch.targets
     if ctx.label_kind != "multilabel" or not torch.is_tensor(t) or od.dim() < 2 or tuple(t.shape) != tuple(od.shape):
         return None
@@ -183,7 +184,12 @@ def labels_compete(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
     proj = simplex_projection(t.to(od.dtype), od.dim() - 1)
     reached = call(ctx, proj.clamp_min(1e-6).log(), t, ev, "the best softmax over the labels")
     ev.update(rows_with_several_labels=int((on >= 2).sum()), loss_at_best_softmax=reached)
-    if ctx.requested_task != "classification":  # the premise (each label a class of its own) is not the program's word
+    doubled = call(ctx, od, t * 2, ev, "the loss at doubled targets")
+    weighted = doubled is not None and abs(doubled - 2 * value) <= 1e-4 * max(abs(value), 1e-8)
+    ev["loss_linear_in_targets"] = weighted
+    # a likelihood weighted by the targets (-sum(t * log_softmax(z))) is a multinomial over the labels: by design for a
+    # recommender, a bug for independent labels, and only the program's word (task='classification') tells which
+    if weighted and ctx.requested_task != "classification":
         return warned("OBJECTIVE", f"the loss ({g4(value)}) is unchanged when a constant is added to an example's "
                       f"{od.shape[-1]} logits while {int((on >= 2).sum())} of {len(on)} examples have several labels on: "
                       "the labels compete for one unit of probability. A multinomial likelihood over the labels (a "
