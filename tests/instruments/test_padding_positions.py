@@ -56,3 +56,26 @@ def test_left_padding_scored_per_position_must_be_left_out_of_the_loss(masked):
     else:
         assert (objective.status, objective.check) == (Status.FAIL, "objective.padding_in_loss"), str(report)
         assert "the id 0 at the edge" in objective.message
+
+
+@pytest.mark.parametrize("ignored", [True, False], ids=["pad_ignored", "pad_in_loss"])
+def test_time_first_targets_are_read_along_the_time_axis(ignored):
+    """A tagger over ``[T, B, F]`` features with ``[T, B]`` token targets padded at their end (``batch_axis=1``): the
+    runs of the pad id are read along time, not across the batch."""
+    g = torch.Generator().manual_seed(0)
+    steps, n = 12, 16
+    feats = torch.randn(steps, n, 6, generator=g)
+    tags = torch.randint(1, 9, (steps, n), generator=g)
+    for b, length in enumerate(torch.randint(5, steps - 1, (n,), generator=g).tolist()):
+        tags[length:, b] = 0  # pad id 0 after each sequence
+    torch.manual_seed(0)
+    model = nn.Linear(6, 9)
+    loss_fn = (lambda out, t: F.cross_entropy(out.reshape(-1, 9), t.reshape(-1), ignore_index=0)) if ignored else \
+        (lambda out, t: F.cross_entropy(out.reshape(-1, 9), t.reshape(-1)))
+    report = firstdiv.learning_ledger(model, (feats, tags), loss_fn, torch.optim.Adam(model.parameters(), 1e-3),
+                                      batch_axis=1, overfit_steps=0)
+    objective = next(f for f in report.findings if f.where == "OBJECTIVE")
+    if ignored:
+        assert objective.status is Status.PASS, str(report)
+    else:
+        assert (objective.status, objective.check) == (Status.FAIL, "objective.padding_in_loss"), str(report)

@@ -67,16 +67,20 @@ def _from_runs(ctx: Ctx, t: torch.Tensor) -> torch.Tensor | None:
 
 
 def _positions(ctx: Ctx, t: torch.Tensor) -> tuple[torch.Tensor | None, str]:
+    """The padding positions in ``t``'s own layout; runs are read along the sequence axis (``batch_axis=1``: time
+    first, as a seq2seq loop's ``[T, B]`` targets)."""
     pad = _from_mask(ctx, t)
     if pad is not None:
         return pad, "the batch's attention mask"
-    pad = _from_runs(ctx, t)
-    if pad is not None:
-        return pad, "a trailing run of one token id (a pad id)"
-    runs = pad_runs(t)
-    if runs is None:
-        return None, ""
-    return runs[0], f"a run of the id {runs[1]} at the edge of the rows (a pad id)"
+    seq_first = ctx.batch_axis == 1
+    rows = t.transpose(0, 1) if seq_first else t
+    pad, how = _from_runs(ctx, rows), "a trailing run of one token id (a pad id)"
+    if pad is None:
+        runs = pad_runs(rows)
+        if runs is None:
+            return None, ""
+        pad, how = runs[0], f"a run of the id {runs[1]} at the edge of the sequences (a pad id)"
+    return (pad.transpose(0, 1) if seq_first else pad), how
 
 
 def padding_in_loss(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
