@@ -240,7 +240,9 @@ def _build(seed, bug=None):
                                    ignore_index=pad)
             return loss.data.item()
 
-    def loss_fn(output, trg):
+    def loss_fn(output, trg):  # the loss train_step computes, bug included
+        if bug == "pad_not_ignored":
+            return F.nll_loss(output[1:].view(-1, vocab_size), trg[1:].contiguous().view(-1))
         return F.nll_loss(output[1:].view(-1, vocab_size), trg[1:].contiguous().view(-1), ignore_index=pad)
 
     src0, trg0 = train_iter[0]
