@@ -458,9 +458,11 @@ PREMISES: dict[str, Premise] = {
     "objective.padding_in_loss": Premise(
         "learning_ledger", "padding positions do not count in the loss",
         "padding read from the program's batch (a decoder_attention_mask, or an attention_mask shaped like token "
-        "targets, at 0; else a trailing run of one token id ending most rows at different lengths and rare before "
-        "them, the run's first token left out), then the user's loss_fn on the same outputs with only the padding "
-        "positions' predictions perturbed: the loss moves",
+        "targets, at 0; else a run of one token id at the edge of most rows (read along the sequence axis) at "
+        "different lengths and rare elsewhere, a trailing run's first token left out; or, in structured targets, "
+        "the positions a 0/1 weight beside same-shaped token ids switches off, where flipping the weights moves the "
+        "loss), then the user's loss_fn on the same outputs with only the padding positions' predictions perturbed: "
+        "the loss moves",
         "no padding shown by the batch: not checked; a loss that stays put ignores it (PASS)"),
     "objective.nll_of_raw_scores": Premise(
         "learning_ledger", "an NLL loss receives log-probabilities",

@@ -79,3 +79,43 @@ def test_time_first_targets_are_read_along_the_time_axis(ignored):
         assert objective.status is Status.PASS, str(report)
     else:
         assert (objective.status, objective.check) == (Status.FAIL, "objective.padding_in_loss"), str(report)
+
+
+class SlotLM(nn.Module):
+    """Predicts the token at each of a fixed number of masked slots (a BERT-style masked LM head)."""
+
+    def __init__(self, vocab: int = 30, dim: int = 16) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.out = nn.Linear(dim, vocab)
+
+    def forward(self, ids, slots):
+        h = self.emb(ids).mean(1, keepdim=True) + self.emb(torch.gather(ids, 1, slots))
+        return self.out(h)
+
+
+@pytest.mark.parametrize("weighted", [True, False], ids=["weights_per_slot", "weights_after_mean"])
+def test_slots_a_0_1_weight_switches_off_must_not_reach_the_loss(weighted):
+    """Masked-LM targets ``(masked_ids, masked_weights)``: slots beyond a sentence's masked tokens hold id 0 and weight 0.
+    A loss that averages first and weights a scalar afterwards trains those slots; per-slot weights do not."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, 30, (16, 12), generator=g)
+    slots = torch.randint(0, 12, (16, 5), generator=g)
+    weights = (torch.arange(5).expand(16, 5) < torch.randint(1, 6, (16, 1), generator=g)).long()
+    masked_ids = torch.gather(ids, 1, slots) * weights
+    torch.manual_seed(0)
+    model = SlotLM()
+
+    def loss_fn(logits, targets):
+        masked, w, = targets
+        per = F.cross_entropy(logits.transpose(1, 2), masked, reduction="none" if weighted else "mean")
+        return (per * w.float()).mean()
+
+    report = firstdiv.learning_ledger(model, ({"ids": ids, "slots": slots}, (masked_ids, weights)), loss_fn,
+                                      torch.optim.Adam(model.parameters(), 1e-3), overfit_steps=0)
+    objective = next(f for f in report.findings if f.where == "OBJECTIVE")
+    if weighted:
+        assert objective.check != "objective.padding_in_loss" or objective.status is not Status.FAIL, str(report)
+    else:
+        assert (objective.status, objective.check) == (Status.FAIL, "objective.padding_in_loss"), str(report)
+        assert "targets[1] weights 0" in objective.message

@@ -35,6 +35,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'conformer_ctc.labels_collide_with_blank': 'owner saw PASS None None: ; diagnose WARN at None',
  'conformer_ctc.target_lengths_padded': 'owner saw PASS None None: ; diagnose WARN at None',
  'convnext_classifier.mixup_targets_not_mixed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'corl_any_percent_bc.discount_is_frac': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'corl_any_percent_bc.state_from_next_observations': 'owner saw PASS None None: ; diagnose PASS at None',
  'csailsemseg_ppm.decoder_left_out_of_optimizer': 'owner saw FAIL decoder.ppm.0.1.weight step.not_updated: '
                                                   'decoder.ppm.0.1.weight step.not_updated: unchanged; diagnose FAIL '
                                                   'at step_probe decoder.ppm.0.1.weight '
@@ -43,6 +45,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'cutmix_resnet.lam_not_adjusted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_weights_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.mixed_input_hard_target': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'daisyrec_multvae.log_softmax_over_users': 'owner saw PASS None None: ; diagnose PASS at None',
  'darts_nbeats.first_stack_backcast_frozen': "owner saw WARN None None: AUTOGRAD: the loss's graph reaches 40 of 44 "
                                              'trainable registered parameters and 0 tensors held outside the '
                                              'registry; stacks.; diagnose WARN at None',
@@ -74,7 +77,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          'and the loss does not depend on them (perturbing them on a copy leaves it '
                                          'u; diagnose WARN at None',
  'dgl_graphsage.messages_from_destination': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'dlprojecttemplate_autoencoder.code_detached': 'owner saw SKIPPED None None: the model raised RuntimeError: mat1 '
+                                                'and mat2 shapes cannot be multiplied (896x28 and 784x64) (at '
+                                                'dlprojecttemplate_autoen; diagnose WARN at None',
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
                                                  "are not on the loss's autograd graph: 4 trainable parameters get "
@@ -82,8 +90,17 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'fixmatch_wideresnet.threshold_mask_dropped': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
                                                "are not on the loss's autograd graph: 4 trainable parameters get no "
                                                'gradient and th; diagnose WARN at None',
+ 'fno_burgers1d.lift_viewed_not_permuted': 'owner saw WARN None None: : op:reshape@: [20, 64, 16] -> [20, 16, 64] '
+                                           'puts input axis 1 (size 64) across output axes [1, 2], while output axis '
+                                           '2 (si; diagnose WARN at None',
+ 'fno_burgers1d.targets_from_test_rows': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'former_generate.log_softmax_over_time': 'owner saw FAIL DEPENDENCY dependency.future_visible: DEPENDENCY '
+                                          'dependency.future_visible: predictions before 16 move by 0.1396; diagnose '
+                                          'FAIL at learning_ledger DEPENDENCY learning_ledger:DEPENDENCY',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hfcourse_accelerate_mrpc.attention_mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
                                                      '32] -> [1, 32, 64] puts input axis 1 (size 32) across output '
                                                      'axes [1, 2], while output axi; diagnose WARN at None',
@@ -103,6 +120,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'informer_etth.prob_context_not_transposed': 'owner saw WARN None None: encoder.attn_layers.0.attention: '
                                               'op:view@encoder.attn_layers.0.attention: [32, 4, 48, 8] -> [32, 48, '
                                               '32] puts input axis 2 (; diagnose WARN at None',
+ 'iqnext_iqn.taus_on_target_axis': 'owner saw PASS None None: ; diagnose PASS at None',
  'itransformer_forecast.embedding_reshaped_not_permuted': 'owner saw WARN None None: enc_embedding: '
                                                           'op:reshape@enc_embedding: [32, 48, 7] -> [32, 7, 48] puts '
                                                           'input axis 2 (size 7) across output axes [2], while; '
@@ -117,6 +135,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               'fixed examples, Adam lr 0.001 at any lr up to 1 (loss -73.63 -> best '
                                               '-80.82, 10% d; diagnose WARN at None',
  'kdpytorch_cnn_distill.teacher_outputs_from_shuffled_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'keonseq2seq_attention.attention_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'keonseq2seq_attention.pad_not_ignored': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'keonseq2seq_attention.teacher_forces_current_token': 'owner saw FAIL TASK task.target_not_shifted: TASK '
+                                                       "task.target_not_shifted: position t asked for 'trg'[:, t]; "
+                                                       'diagnose FAIL at learning_ledger TASK learning_ledger:TASK',
  'khrylxrl_ppo.gae_masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'khrylxrl_ppo.optimizer_value_over_policy': 'owner saw FAIL affine_layers.0.weight optimizer.stale_parameter: '
                                              'affine_layers.0.weight optimizer.stale_parameter: affine_layers.0: the '
@@ -152,6 +175,18 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'mlmpytorch_mlm.ignore_index_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'mlmpytorch_mlm.labels_not_masked': 'owner saw PASS None None: ; diagnose WARN at None',
  'mlmpytorch_mlm.mask_fill_not_assigned': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'mlpmixercifar_mixer.patches_viewed_not_transposed': 'owner saw WARN None None: patch_emb.1: '
+                                                      'op:reshape@patch_emb.1: [16, 32, 4, 4] -> [16, 16, 32] puts '
+                                                      'input axis 1 (size 32) across output axes [1, 2], w; diagnose '
+                                                      'WARN at None',
+ 'mlpmixercifar_mixer.softmax_before_cross_entropy': 'owner saw WARN None None: TASK: unverified: none of the 16 '
+                                                     'batch inputs equals any of the 32 known inputs; diagnose WARN '
+                                                     'at None',
+ 'mobilenetv2_imagenet.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: '
+                                                 'SGD with momentum=0.9 is not plain SGD; diagnose PASS at None',
+ 'nbeats_dummy.target_inside_backcast': 'owner saw WARN None None: DEPENDENCY: 3 of 96 trainable parameters are not '
+                                        "on the loss's autograd graph: 3 trainable parameters get no gradient and "
+                                        'th; diagnose WARN at None',
  'nerfpytorch_blender.meshgrid_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
  'nflows_maf_moons.logabsdet_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
@@ -185,12 +220,20 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'None after backward, and the loss does not depend on it (perturbing it '
                                            'on a co; diagnose WARN at None',
  'ppopytorch_ppo.reward_leak': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ptsemseg_fcn8s.label_map_transposed': 'owner saw WARN None None: OBJECTIVE: the loss on 2 examples (2458) is 2 x '
+                                        'their mean per-example loss (1229): it is summed (mean cross-entropy), so '
+                                        'it; diagnose WARN at None',
+ 'ptsemseg_fcn8s.logits_viewed_not_transposed': 'owner saw WARN None None: OBJECTIVE: loss 2250 is not the '
+                                                'cross-entropy of these outputs (1.2; ln K = 1.099 for an untrained '
+                                                '3-class model; example 0:',
  'pyg_gcn.conv2_group_dropped': 'owner saw FAIL conv2.bias optimizer.missing_parameter: conv2.bias '
                                 'optimizer.missing_parameter: optimizer does not own 2 trainable tensors in 2 '
                                 'modules; diagnose FAIL at four_structures conv2.bias four_structures:conv2.bias',
  'pytorchcifar10_module.scheduler_interval_epoch': 'owner saw SKIPPED None None: the model raised ValueError: too '
                                                    'many values to unpack (expected 2) on inputs [32, 3, 32, 32]; '
                                                    'the ledger needs one forwa; diagnose WARN at None',
+ 'pytorchddpm_unet.noise_coefficients_swapped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'pytorchddpm_unet.timestep_not_passed': 'owner saw PASS None None: ; diagnose WARN at None',
  'pytorchflows_realnvp.conditioner_input_unmasked': 'owner saw WARN None None: OBJECTIVE: the loss falls in '
                                                     'proportion as outputs[1] grows (2.273 -> -2.809 -> -53.64 at 10 '
                                                     'and 100 times): a term linear i; diagnose WARN at None',
@@ -201,6 +244,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 'all-zero gradient (first: 2.translate_net.4.bias); the others: '
                                                 'finite, nonzero; diagnose WARN at None',
  'pytorchfm_afm.label_in_fields': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pytorchicbert_pretrain.input_mask_not_passed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pytorchicbert_pretrain.masked_weights_after_mean': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchsac_sac.soft_update_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                             'not plain SGD (stateful update rule); diagnose PASS at None',
  'pytorchvae_vanilla.latent_detached': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -222,13 +267,28 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rechorus_caser.predictions_not_restored': 'owner saw PASS None None: ; diagnose PASS at None',
  'repdistiller_kd.kl_div_mean_reduction': 'owner saw PASS None None: ; diagnose PASS at None',
  'repdistiller_kd.teacher_temperature_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'sasrecpytorch_sasrec.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'rtdlnumemb_mlp_ple.val_labels_not_standardized': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs '
+                                                   'are not a single tensor, nor a tuple holding exactly one dense '
+                                                   'floating-point tensor; th; diagnose PASS at None',
  'scoresde_subvp.perturbation_std_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.score_not_divided_by_std': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.time_labels_not_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'sgc_citation.val_features_not_propagated': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.targets_from_unsorted_captions': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'siamesefaces_contrastive.distance_without_keepdim': 'owner saw WARN None None: GRADIENT: 1 trainable parameters '
+                                                      'get no gradient and the loss does not depend on them '
+                                                      '(perturbing them on a copy leaves it u; diagnose FAIL at '
+                                                      'six_claims EVALUATION six_claims:EVALUATION',
+ 'siamesefaces_contrastive.label_means_same': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                              'gradient and the loss does not depend on them (perturbing them on a '
+                                              'copy leaves it u; diagnose FAIL at six_claims EVALUATION '
+                                              'six_claims:EVALUATION',
+ 'siamesefaces_contrastive.second_branch_on_input1': 'owner saw FAIL CAPABILITY capability.cannot_overfit: '
+                                                     'CAPABILITY capability.cannot_overfit: loss 2 -> best 2 (0.00% '
+                                                     'down) at every lr; diagnose FAIL at step_probe cnn1.1.weight '
+                                                     'step_probe:cnn1.1.weight',
  'simclr_resnet.random_positive_index': 'owner saw PASS None None: ; diagnose PASS at None',
  'simcse_unsup.attention_mask_not_passed': 'owner saw PASS None None: ; diagnose PASS at None',
  'simcse_unsup.similarity_times_temperature': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
@@ -302,6 +362,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'vitcifar_lightning.smoothing_on_raw_logits': 'owner saw WARN None None: OBJECTIVE: loss 0.299 is not the '
                                                'cross-entropy of these outputs (2.4; ln K = 2.303 for an untrained '
                                                '10-class model; example ; diagnose WARN at None',
+ 'vqvae2_hierarchical.left_in_eval_after_sample': 'owner saw PASS None None: optimizer: update rule check skipped: '
+                                                  'Adam is not plain SGD (stateful update rule); diagnose PASS at '
+                                                  'None',
+ 'vqvae2_hierarchical.straight_through_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'vqvae2_hierarchical.target_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
  'wgan_dcgan.critic_signs_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.regression_objective': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.target_from_unshuffled_frame': 'owner saw PASS None None: ; diagnose PASS at None',

@@ -27,7 +27,7 @@ def _array(v: Any) -> bool:
     return torch.is_tensor(v) or (isinstance(v, np.ndarray) and v.dtype.kind in "biuf")
 
 
-def _leaves(t: Any) -> list[tuple[str, Any]]:
+def target_leaves(t: Any) -> list[tuple[str, Any]]:
     if isinstance(t, dict):
         return [(f"targets[{k!r}]", v) for k, v in t.items() if _array(v)]
     if isinstance(t, (tuple, list)):
@@ -36,7 +36,7 @@ def _leaves(t: Any) -> list[tuple[str, Any]]:
     return []
 
 
-def _replace(t: Any, name: str, value: Any) -> Any:
+def replace_target(t: Any, name: str, value: Any) -> Any:
     if isinstance(t, dict):
         return {k: (value if f"targets[{k!r}]" == name else v) for k, v in t.items()}
     fields = getattr(t, "_fields", None)
@@ -58,6 +58,11 @@ def _binary(v: Any, n: int | None) -> bool:
     return (bool(zeros.any()) and bool(ones.any())) or per_example
 
 
+def flip(t: Any, name: str) -> Any:
+    """The target component ``name`` of ``t`` flipped (``1 - mask``)."""
+    return _flipped(dict(target_leaves(t))[name])
+
+
 def _flipped(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return ~v if v.dtype == bool else (1 - v).astype(v.dtype)
@@ -77,7 +82,7 @@ def _loss(ctx: Ctx, targets: Any) -> float | None:
 def mask_unread(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     """The FAIL for the first 0/1 target component the loss never reads (module docstring), else None."""
     t = ctx.batch.targets
-    leaves = _leaves(t)
+    leaves = target_leaves(t)
     n = batch_size(ctx.batch)
     masks = [(name, v) for name, v in leaves if _binary(v, n)]
     if len(leaves) < 2 or not masks:
@@ -86,10 +91,10 @@ def mask_unread(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     if base is None:
         return None
     for name, mask in masks:
-        if _loss(ctx, _replace(t, name, _flipped(mask))) != base:
+        if _loss(ctx, replace_target(t, name, _flipped(mask))) != base:
             continue
         read = next((other for other, v in leaves if other != name and v.ndim >= 1 and v.shape[0] >= 2
-                     and _loss(ctx, _replace(t, other, _rolled(v))) not in (None, base)), None)
+                     and _loss(ctx, replace_target(t, other, _rolled(v))) not in (None, base)), None)
         if read is None:
             return None
         size = int(np.prod(mask.shape))

@@ -5,7 +5,10 @@ move. Which positions are padding is read from the program's own batch, never as
   inputs are (a language model), marks them with 0;
 - else a trailing run of one token id that ends most rows with runs of different lengths and is rare before them
   (a pad id); the first token of each run is left out (it may be a real end-of-sequence target);
-- else such a run at either edge (left padding: a recommender's item history), read as ``_sequence.pad_runs`` does.
+- else such a run at either edge (left padding: a recommender's item history), read as ``_sequence.pad_runs`` does,
+  along the sequence axis (``batch_axis=1``: time first);
+- in structured targets, the positions a 0/1 weight beside token ids of the same shape switches off (a masked LM's
+  ``masked_weights``), where flipping the weights moves the loss (the loss reads them).
 
 The predictions may be ``[B, T, V]`` scores or one score per position (``[B, T]``, as a recommender's positive-item
 logits), and the targets a tensor or an integer numpy array.
@@ -24,6 +27,7 @@ import torch
 from .._core.checks import Check
 from .._core.task import Ctx, input_ids, is_int
 from ._common import failed, g4
+from ._masks import flip, replace_target, target_leaves
 from ._objective_calls import call
 from ._sequence import pad_runs
 
@@ -83,16 +87,38 @@ def _positions(ctx: Ctx, t: torch.Tensor) -> tuple[torch.Tensor | None, str]:
     return (pad.transpose(0, 1) if seq_first else pad), how
 
 
+def _from_weights(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> tuple[torch.Tensor | None, str]:
+    """Structured targets holding per-position token ids and a 0/1 weight of the same shape (a masked LM's
+    ``masked_ids`` and ``masked_weights``) that the loss reads (flipping it moves the loss): positions weighted 0."""
+    leaves = [(name, torch.as_tensor(v)) for name, v in target_leaves(ctx.batch.targets)]
+    ids = [v for _, v in leaves if is_int(v) and v.dim() == 2 and bool((v > 1).any())]
+    for name, w in leaves:
+        if w.dim() != 2 or tuple(od.shape[:2]) != tuple(w.shape) or not any(tuple(i.shape) == tuple(w.shape) for i in ids):
+            continue
+        values = w.reshape(-1)
+        if not bool(((values == 0) | (values == 1)).all()) or not bool((values == 0).any()) or not bool((values == 1).any()):
+            continue
+        flipped = call(ctx, od, replace_target(ctx.batch.targets, name, flip(ctx.batch.targets, name)), ev,
+                       "the weights flipped")
+        if flipped is not None and abs(flipped - value) > 1e-6 * max(1.0, abs(value)):  # the loss reads them
+            return w == 0, f"the positions {name} weights 0"
+    return None, ""
+
+
 def padding_in_loss(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     """The loss moving with the predictions at padding positions (module docstring)."""
     given = ctx.batch.targets
     t = torch.from_numpy(given) if isinstance(given, np.ndarray) and given.dtype.kind in "iu" else given
-    if not is_int(t) or t.dim() != 2 or od.dim() not in (2, 3) or tuple(od.shape[:2]) != tuple(t.shape):
+    if isinstance(given, (tuple, list, dict)) and od.dim() in (2, 3):
+        pad, how = _from_weights(ctx, od, value, ev)
+    elif not is_int(t) or t.dim() != 2 or od.dim() not in (2, 3) or tuple(od.shape[:2]) != tuple(t.shape):
         return None
-    pad, how = _positions(ctx, t)
+    else:
+        pad, how = _positions(ctx, t)
     if pad is None:
         return None
-    pad = pad & (t != ctx.ignore_index)
+    if torch.is_tensor(t):
+        pad = pad & (t != ctx.ignore_index)
     if not bool(pad.any()):
         return None
     g = torch.Generator().manual_seed(0)
