@@ -467,9 +467,11 @@ PREMISES: dict[str, Premise] = {
     "objective.nll_of_raw_scores": Premise(
         "learning_ledger", "an NLL loss receives log-probabilities",
         "the user's loss graph has an nll_loss (or a ctc_loss) whose input has no log-normalization among its "
-        "producers (no log_softmax, log or logsigmoid within six nodes) and whose logsumexp over the classes is not 0: "
-        "NLL or CTC of raw scores is unbounded below",
-        "always confirmed: graph and values both show it; a log-normalization anywhere behind the input finds nothing"),
+        "producers (no log_softmax, log or logsigmoid within six nodes), or comes straight out of a log_softmax over "
+        "another axis, and whose logsumexp over the classes is not 0: NLL or CTC of raw scores is unbounded below, and "
+        "of scores normalized over the positions is no class likelihood",
+        "always confirmed: graph and values both show it; a log-normalization over the classes behind the input finds "
+        "nothing"),
     "objective.wrong_sign": Premise(
         "learning_ledger", "the loss is bounded below and falls as the answer improves",
         "the loss is negative and equals -cross-entropy, or its gradient along a better answer (correct logits up, "

@@ -6,7 +6,8 @@ or ``loss_fn``). Each finding is confirmed twice, by the graph and by the values
   floor (BCE-with-logits of a probability stays above ln(1 + e^-1) for a positive);
 - a cross-entropy (log_softmax then NLL) whose logits come straight out of a softmax: rows that sum to 1;
 - an NLL loss (``nll_loss``, ``NLLLoss``) whose input has no log-normalization behind it (no log_softmax / log /
-  logsigmoid among its producers) and whose rows are not log-probabilities (logsumexp over the classes is not 0):
+  logsigmoid among its producers), or comes straight out of a log_softmax taken over another axis, and whose rows
+  are not log-probabilities (logsumexp over the classes is not 0):
   NLL of raw scores is unbounded below, the model can raise the target's score forever;
 - a CTC loss (``ctc_loss``, ``CTCLoss``) fed the same (its ``log_probs`` not log-normalized over the classes, the last
   axis): the alignment probabilities are not probabilities, and the loss falls below 0 without bound.
@@ -102,7 +103,12 @@ def _nll(node: Any) -> Misfed | None:
         if type(inner).__name__ in _SQUASH:
             return Misfed("objective.probabilities_as_logits", "cross_entropy", _SQUASH[type(inner).__name__],
                           {"fed_by": type(inner).__name__})
-        return None
+        off = float(torch.logsumexp(x.double(), dim=1).abs().max())  # normalized, but over the classes?
+        if off <= (1e-2 if x.dtype in (torch.float16, torch.bfloat16) else 1e-3):
+            return None
+        return Misfed("objective.nll_of_raw_scores", "nll_loss_axis", "log_softmax",
+                      {"logsumexp_over_classes_max_abs": off, "log_softmax_dim": getattr(fed, "_saved_dim", None),
+                       "fed_by": type(fed).__name__})
     if _has_log_behind(producer):
         return None
     lse = torch.logsumexp(x.double(), dim=1)

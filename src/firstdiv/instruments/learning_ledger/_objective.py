@@ -114,6 +114,12 @@ _MISFED = {
         "{logsumexp_over_classes_max_abs:.3g} away from 0): NLL of raw scores is unbounded below"),
         "log-probabilities into nll_loss", ("apply log_softmax over the classes before nll_loss, or use cross_entropy "
         "on the raw scores")),
+    "nll_loss_axis": (
+        ("an nll_loss fed a log_softmax taken over another axis than the classes (its dim {log_softmax_dim}; logsumexp "
+         "over the classes is {logsumexp_over_classes_max_abs:.3g} away from 0): the classes do not compete, each "
+         "position's scores are normalized against the other positions"),
+        "log-probabilities over the classes into nll_loss", ("take log_softmax over the class axis (the vocabulary, "
+        "usually the last) before moving it to dim 1 for nll_loss")),
     "ctc_loss": (
         ("a {loss} fed scores with no log-normalization behind them (made by {fed}; logsumexp over the classes is "
         "{logsumexp_over_classes_max_abs:.3g} away from 0): CTC of raw scores is unbounded below"),
@@ -126,6 +132,10 @@ def _misfed(ctx: Ctx, od: torch.Tensor | None, value: float, ev: dict[str, Any])
     wrong = misfed(ctx.loss)
     if wrong is None:
         return None
+    if wrong.loss == "nll_loss_axis" and od is not None:  # over the examples: the more specific finding names the axis
+        over = normalized_over_examples(ctx, od, value, ev)
+        if over is not None:
+            return over
     text, expected, hint = _MISFED[wrong.loss]
     fields = {"loss": wrong.loss, **wrong.evidence, "fed": wrong.fed}
     ev.update({**wrong.evidence, "loss_node": wrong.loss, "fed": wrong.fed})
