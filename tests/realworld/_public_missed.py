@@ -94,9 +94,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'puts input axis 1 (size 64) across output axes [1, 2], while output axis '
                                            '2 (si; diagnose WARN at None',
  'fno_burgers1d.targets_from_test_rows': 'owner saw PASS None None: ; diagnose PASS at None',
- 'former_generate.log_softmax_over_time': 'owner saw FAIL DEPENDENCY dependency.future_visible: DEPENDENCY '
-                                          'dependency.future_visible: predictions before 16 move by 0.1396; diagnose '
-                                          'FAIL at learning_ledger DEPENDENCY learning_ledger:DEPENDENCY',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
  'hfcourse_accelerate_mrpc.attention_mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -136,7 +133,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               '-80.82, 10% d; diagnose WARN at None',
  'kdpytorch_cnn_distill.teacher_outputs_from_shuffled_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
  'keonseq2seq_attention.attention_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
- 'keonseq2seq_attention.pad_not_ignored': 'owner saw PASS None None: ; diagnose PASS at None',
  'keonseq2seq_attention.teacher_forces_current_token': 'owner saw FAIL TASK task.target_not_shifted: TASK '
                                                        "task.target_not_shifted: position t asked for 'trg'[:, t]; "
                                                        'diagnose FAIL at learning_ledger TASK learning_ledger:TASK',
@@ -245,7 +241,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 'finite, nonzero; diagnose WARN at None',
  'pytorchfm_afm.label_in_fields': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchicbert_pretrain.input_mask_not_passed': 'owner saw PASS None None: ; diagnose PASS at None',
- 'pytorchicbert_pretrain.masked_weights_after_mean': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchsac_sac.soft_update_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                             'not plain SGD (stateful update rule); diagnose PASS at None',
  'pytorchvae_vanilla.latent_detached': 'owner saw PASS None None: ; diagnose PASS at None',
