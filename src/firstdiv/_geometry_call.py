@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ._step_call import batch_consumer
 from .report import Report, Status, skipped
 
 
@@ -40,11 +41,10 @@ def confirmed_by_step(name: str, run: Callable[[dict[str, Any]], Report]) -> Cal
 
 def _step_error(ev: dict[str, Any]) -> str | None:
     """One call of the user's step on their objects, restored afterwards: its error line, or None when it completes."""
-    from ._registry import _batch_consumer
     from .instruments._core.state import guarded
 
     step, model, optimizer = ev["train_step"], ev.get("model"), ev.get("optimizer")
-    consume = _batch_consumer(step)
+    consume = batch_consumer(step)
     batch = ev.get("batch")
     try:
         with guarded(*(o for o in (model, optimizer, step) if o is not None)):

@@ -19,6 +19,7 @@ from typing import Any
 from ._book import ESCALATION
 from ._geometry_call import confirmed_by_step
 from ._premises import PREMISES, Premise
+from ._step_call import batch_consumer
 from .report import Report, skipped
 
 __all__ = ["EVIDENCE_KEYS", "PREMISES", "SPECS", "InstrumentSpec", "Premise", "ladder", "lazy_names", "premise", "spec"]
@@ -104,27 +105,10 @@ def _loader(ev: Evidence, _: dict[str, Report]) -> Report:
     ``loss_fn(model(inputs), targets)`` (which need not be what their loop computes: a GAN's class labels)."""
     step = ev.get("step")
     if step is None and "train_step" in ev:
-        step = _batch_consumer(ev["train_step"])
+        step = batch_consumer(ev["train_step"])
     if step is None and all(k in ev for k in ("model", "loss_fn", "optimizer")):
         step = _copy_consumer(ev["model"], ev["optimizer"], ev["loss_fn"])
     return _fi().loader_timing(ev["loader"], step, batches=8)
-
-
-def _batch_consumer(train_step: Callable[..., Any]) -> Callable[[Any], Any]:
-    """``train_step`` itself when it takes the batch, else a consumer that runs one step of the user's loop."""
-    import inspect
-
-    try:
-        params = [p for p in inspect.signature(train_step).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-    except (TypeError, ValueError):  # a builtin without a signature: call it as the learning chain does
-        params = []
-    if params:
-        return train_step
-
-    def consume(_batch: Any) -> Any:
-        return train_step()
-    return consume
 
 
 def _copy_consumer(model: Any, optimizer: Any, loss_fn: Any) -> Callable[[Any], float]:
