@@ -50,7 +50,6 @@ from _api import Bug, Program
 
 BATCH = 4
 HG_DEPTH = 3  # the original's 4, one level less for the 8x8 features of a 32x32 input
-BUG = {"name": None}
 
 
 # models/layers.py
