@@ -305,7 +305,7 @@ PREMISES: dict[str, Premise] = {
         "step_probe", "a torch.optim.SGD group without momentum, weight_decay, nesterov or maximize applies exactly "
         "delta = -lr * grad",
         "on the controlled step each moved parameter's delta is compared with -lr*grad element-wise (rtol=lr_rtol plus "
-        "float rounding); other optimizers are SKIPPED",
+        "float rounding, one rounding per stored index of a sparse gradient); other optimizers are SKIPPED",
         "other optimizers: SKIPPED; an SGD subclass (its own step) or an SGD with a step hook (its own or a global "
         "one), which may change the update on purpose: a departure is a WARN of the same kind"),
     "step.diverges": Premise(

@@ -45,6 +45,7 @@ from .._core.user_hooks import reports_user_hooks
 from ._descent import CONTROLLED, controlled_divergence, divergence_check, eval_loss, relative_updates, step_hooks
 from ._later import confirm_not_updated
 from ._modes import NormWatch, drop_check, norm_check
+from ._rule import rule_error
 from ._train_step_watch import StepWatch
 
 __all__ = ["step_probe"]
@@ -250,18 +251,6 @@ def _plain_sgd(opt: torch.optim.Optimizer, group: dict) -> str:
     return ""
 
 
-def _rule_error(before: torch.Tensor, after: torch.Tensor, grad: torch.Tensor, lr: float, rtol: float) -> tuple[float, bool]:
-    """Max relative error of ``delta`` against ``-lr * grad`` and whether it exceeds rtol plus float rounding."""
-    b, a, g = before.double(), after.double(), grad.to_dense().double()
-    expected, delta = -lr * g, a - b
-    err = (delta - expected).abs()
-    eps = torch.finfo(after.dtype).eps if after.is_floating_point() else 0.0
-    allowed = rtol * expected.abs() + eps * (a.abs() + expected.abs())
-    scale = float(expected.abs().max()) if expected.numel() else 0.0
-    rel = float(err.max()) / scale if scale > 0 else (0.0 if float(err.max(initial=0.0)) == 0 else math.inf)
-    return rel, bool((err > allowed).any())
-
-
 def _update_check(names: list[str], group: dict | None, before: torch.Tensor, after: torch.Tensor, grad: torch.Tensor,
                   gnorm: float, copt: torch.optim.Optimizer, rtol: float) -> tuple[Check, bool]:
     """The check for one parameter that got a nonzero gradient, and whether the step moved it."""
@@ -303,7 +292,7 @@ def _update_check(names: list[str], group: dict | None, before: torch.Tensor, af
 def _rule_check(names: list[str], ev: dict, before: torch.Tensor, after: torch.Tensor, grad: torch.Tensor, lr: float,
                 rtol: float) -> Check:
     """Plain SGD: did the parameter move by exactly ``-lr * grad``?"""
-    rel, bad = _rule_error(before, after, grad, lr, rtol)
+    rel, bad = rule_error(before, after, grad, lr, rtol)
     ev["max_relative_error"] = rel
     own = ev.get("own_step", "")  # a subclass's own step or a step hook may change the update on purpose: unconfirmed
     status = (Status.WARN if own else Status.FAIL) if bad else Status.PASS
