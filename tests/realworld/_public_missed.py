@@ -51,6 +51,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                              'registry; stacks.; diagnose WARN at None',
  'darts_nbeats.future_target_overlaps_input': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddim_diffusion.alphas_not_cumulative': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ddpmexplainingai_unet.target_noise_redrawn': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ddpmexplainingai_unet.timestep_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'decisiontransformer_gym.action_from_action_token': 'owner saw WARN None None: DEPENDENCY: 5 of 42 trainable '
                                                      "parameters are not on the loss's autograd graph: 5 trainable "
                                                      'parameters get no gradient and th; diagnose WARN at None',
@@ -80,9 +82,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'dlprojecttemplate_autoencoder.code_detached': 'owner saw SKIPPED None None: the model raised RuntimeError: mat1 '
                                                 'and mat2 shapes cannot be multiplied (896x28 and 784x64) (at '
                                                 'dlprojecttemplate_autoen; diagnose WARN at None',
+ 'dlrm_ctr.optimizer_without_embeddings': 'owner saw WARN None None: OPTIMIZER: 8 of 11 trainable parameters owned; '
+                                          'optimizer owns 8 tensors, 0 of them no longer in the model; '
+                                          'emb_l.0.weight: o',
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'drlpytorch_duel_ddqn.advantage_mean_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
                                                  "are not on the loss's autograd graph: 4 trainable parameters get "
@@ -96,8 +102,17 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'fno_burgers1d.targets_from_test_rows': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'glowpytorch_glow.logdet_left_out': 'owner saw WARN None None: GRADIENT: 22 trainable parameters get no gradient '
+                                     'and the loss does not depend on them (perturbing them on a copy leaves it ; '
+                                     'diagnose WARN at None',
+ 'glowpytorch_glow.squeeze_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
  'hfcourse_accelerate_mrpc.attention_mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
  'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hyunwoongko_transformer.pad_not_ignored': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hyunwoongko_transformer.targets_not_shifted': 'owner saw FAIL DEPENDENCY dependency.target_leak: DEPENDENCY '
+                                                "dependency.target_leak: 'trg' == targets; output at position 4 "
+                                                "moves with 'trg'[:, 4]; diagnose FAIL at learning_ledger DEPENDENCY "
+                                                'learning_ledger:DEPENDENCY',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
                                                      '32] -> [1, 32, 64] puts input axis 1 (size 32) across output '
                                                      'axes [1, 2], while output axi; diagnose WARN at None',
@@ -151,6 +166,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lora_gpt2_e2e.lora_not_marked_trainable': 'owner saw WARN None None: transformer.h.0.attn.c_attn.lora_A: '
                                             'transformer.h.0.attn.c_attn.lora_A: gradient is exactly zero after '
                                             'backward, and the los',
+ 'lstnet_electricity.highway_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [32, 6, 4] -> [128, 6] '
+                                                   'puts input axis 1 (size 6) across output axes [0, 1], while '
+                                                   'output axis 1 (size 6) hold; diagnose WARN at None',
+ 'lstnet_electricity.target_inside_window': 'owner saw PASS None None: ; diagnose PASS at None',
  'ltsflinear_dlinear.target_window_from_start': 'owner saw PASS None None: ; diagnose PASS at None',
  'lynnhogan_wgangp.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 get no gradient and whether the '
                                            'loss depends on them could not be checked (first: net.3.bias); declare '
@@ -168,6 +187,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'minrf_rectified_flow.time_not_fed_to_model': 'owner saw WARN None None: GRADIENT: 25 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it ; diagnose WARN at None',
+ 'mixmatch_wideresnet.ema_over_parameters_only': 'owner saw WARN None None: DIFFERENTIATION: 4 trainable parameters '
+                                                 'get no gradient and the loss does not depend on them (perturbing '
+                                                 'them on a copy leav; diagnose WARN at None',
+ 'mixmatch_wideresnet.mixup_targets_not_permuted': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable '
+                                                   "parameters are not on the loss's autograd graph: 4 trainable "
+                                                   'parameters get no gradient and th; diagnose WARN at None',
  'mlmpytorch_mlm.ignore_index_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'mlmpytorch_mlm.labels_not_masked': 'owner saw PASS None None: ; diagnose WARN at None',
  'mlmpytorch_mlm.mask_fill_not_assigned': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -240,6 +265,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 'all-zero gradient (first: 2.translate_net.4.bias); the others: '
                                                 'finite, nonzero; diagnose WARN at None',
  'pytorchfm_afm.label_in_fields': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pytorchgat_cora.train_labels_from_val_indices': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
+                                                  '60 fixed examples, Adam lr 0.005 at any lr up to 0.5 (loss 1.099 '
+                                                  '-> best 1.007, 8% d; diagnose WARN at None',
  'pytorchicbert_pretrain.input_mask_not_passed': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchsac_sac.soft_update_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                             'not plain SGD (stateful update rule); diagnose PASS at None',
@@ -265,9 +293,18 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rtdlnumemb_mlp_ple.val_labels_not_standardized': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs '
                                                    'are not a single tensor, nor a tuple holding exactly one dense '
                                                    'floating-point tensor; th; diagnose PASS at None',
+ 'saint_binary.cat_mask_inverted': 'owner saw WARN None None: DEPENDENCY: 52 of 97 trainable parameters are not on '
+                                   "the loss's autograd graph: 28 trainable parameters get no gradient and ; "
+                                   'diagnose WARN at None',
+ 'saint_binary.train_mode_not_restored': 'owner saw WARN None None: norm.weight: norm.weight: gradient is None after '
+                                         'backward, and the loss does not depend on it (perturbing it on a copy '
+                                         'leave; diagnose WARN at None',
  'scoresde_subvp.perturbation_std_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.score_not_divided_by_std': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.time_labels_not_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'sentimentanalysis_lstm.padded_length_packed': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                                "LSTM.forward() got an unexpected keyword argument 'label' on inputs "
+                                                "{'ids': [32, 14], 'length; diagnose WARN at None",
  'sgc_citation.val_features_not_propagated': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -284,6 +321,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                      'CAPABILITY capability.cannot_overfit: loss 2 -> best 2 (0.00% '
                                                      'down) at every lr; diagnose FAIL at step_probe cnn1.1.weight '
                                                      'step_probe:cnn1.1.weight',
+ 'siamesetriplet_online_contrastive.easiest_negatives_mined': 'owner saw WARN None None: TASK: 24 of 24 supervised '
+                                                              'targets are outside [0, 2) for outputs of size 2 (min '
+                                                              '3, max 8, e.g. [3, 5, 6]), and loss_fn ran o; '
+                                                              'diagnose WARN at None',
+ 'siamesetriplet_online_contrastive.labels_of_previous_batch': 'owner saw WARN None None: TASK: 24 of 24 supervised '
+                                                               'targets are outside [0, 2) for outputs of size 2 '
+                                                               '(min 3, max 8, e.g. [3, 5, 6]), and loss_fn ran o; '
+                                                               'diagnose WARN at None',
  'simclr_resnet.random_positive_index': 'owner saw PASS None None: ; diagnose PASS at None',
  'simcse_unsup.attention_mask_not_passed': 'owner saw PASS None None: ; diagnose PASS at None',
  'simcse_unsup.similarity_times_temperature': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
@@ -300,6 +345,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'spotlight_bpr.negatives_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'ssdpytorch_multibox.labels_not_offset_for_background': 'owner saw PASS None None: ; diagnose PASS at None',
  'ssdpytorch_multibox.negatives_mined_ascending': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'stackedhourglass_pose.keypoints_xy_swapped': 'owner saw WARN None None: DEPENDENCY: 46 of 370 trainable parameters '
+                                               "are not on the loss's autograd graph: 32 trainable parameters get no "
+                                               'gradient and; diagnose WARN at None',
+ 'stackedhourglass_pose.loss_on_first_stack_only': 'owner saw WARN None None: '
+                                                   'model.module.pre.3.skip_layer.conv.weight: '
+                                                   'model.module.pre.3.skip_layer.conv.weight: not reached from the '
+                                                   'loss; module mode; diagnose WARN at None',
  'stylegan2_r1.d_loss_signs_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
                                       'examples, Adam lr 0.001882, up to lr 0.1882, loss 1.363 -> best 0.741 (46% d; '
                                       'diagnose WARN at None',
