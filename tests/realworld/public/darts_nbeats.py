@@ -61,6 +61,7 @@ _HERE = str(pathlib.Path(__file__).resolve().parents[1])
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 from _api import Bug, Program
+from _lightning_loop import automatic_step
 
 logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
 INPUT_CHUNK_LENGTH, OUTPUT_CHUNK_LENGTH, BATCH_SIZE = 24, 12, 32
@@ -701,33 +702,7 @@ def _build(seed, bug=None):
     module.trainer = trainer
     optimizer = module.configure_optimizers()
 
-    state = {"it": None, "epoch": 0, "batch_idx": 0}
-
-    def next_batch():
-        try:
-            return next(state["it"])
-        except (StopIteration, TypeError):
-            if state["it"] is not None:
-                state["epoch"] += 1
-            module.train()
-            state["it"], state["batch_idx"] = iter(train_loader), 0
-            return next(state["it"])
-
-    def train_step():
-        batch = next_batch()
-        batch_idx = state["batch_idx"]
-        state["batch_idx"] += 1
-        result = {}
-
-        def closure():
-            loss = module.training_step(batch, batch_idx)
-            module.optimizer_zero_grad(state["epoch"], batch_idx, optimizer)
-            module.backward(loss)
-            result["loss"] = loss.detach().clone()
-            return result["loss"]
-
-        module.optimizer_step(state["epoch"], batch_idx, optimizer, optimizer_closure=closure)
-        return result["loss"]
+    train_step = automatic_step(module, optimizer, train_loader)  # the fit loop's automatic optimization
 
     def eval_fn(model, batch):
         model.eval()

@@ -42,6 +42,7 @@ _HERE = pathlib.Path(__file__).resolve()
 if str(_HERE.parents[1]) not in sys.path:
     sys.path.insert(0, str(_HERE.parents[1]))
 from _api import Bug, Program
+from _lightning_loop import automatic_step
 
 logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
 
@@ -120,33 +121,7 @@ def _build(seed, bug=None):
     model = LitAutoEncoder(bug=bug)
     optimizer = model.configure_optimizers()
 
-    state = {"it": None, "epoch": 0, "batch_idx": 0}
-
-    def next_batch():
-        try:
-            return next(state["it"])
-        except (StopIteration, TypeError):
-            if state["it"] is not None:
-                state["epoch"] += 1
-            model.train()
-            state["it"], state["batch_idx"] = iter(train_loader), 0
-            return next(state["it"])
-
-    def train_step():
-        batch = next_batch()
-        batch_idx = state["batch_idx"]
-        state["batch_idx"] += 1
-        result = {}
-
-        def closure():
-            loss = model.training_step(batch, batch_idx)
-            model.optimizer_zero_grad(state["epoch"], batch_idx, optimizer)
-            model.backward(loss)
-            result["loss"] = loss.detach().clone()
-            return result["loss"]
-
-        model.optimizer_step(state["epoch"], batch_idx, optimizer, optimizer_closure=closure)
-        return result["loss"]
+    train_step = automatic_step(model, optimizer, train_loader)  # the fit loop's automatic optimization
 
     def loss_fn(x_hat, x):
         return F.mse_loss(x_hat, x.view(x.size(0), -1))

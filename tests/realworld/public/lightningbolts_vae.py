@@ -59,6 +59,7 @@ _HERE = str(pathlib.Path(__file__).resolve().parents[1])
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 from _api import Bug, Program
+from _lightning_loop import automatic_step
 
 logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
 INPUT_HEIGHT, BATCH_SIZE, N_TRAIN, N_VAL = 16, 16, 256, 64
@@ -465,8 +466,6 @@ def _build(seed, bug=None):
     module.trainer = trainer
     optimizer = module.configure_optimizers()
 
-    state = {"it": None, "epoch": 0, "batch_idx": 0}
-
     def validation_epoch():
         module.eval()
         with torch.no_grad():
@@ -474,32 +473,7 @@ def _build(seed, bug=None):
                 module.validation_step(batch, batch_idx)
         module.train()
 
-    def next_batch():
-        try:
-            return next(state["it"])
-        except (StopIteration, TypeError):
-            if state["it"] is not None:  # the end of a training epoch
-                validation_epoch()
-                state["epoch"] += 1
-            module.train()
-            state["it"], state["batch_idx"] = iter(train_dataloader), 0
-            return next(state["it"])
-
-    def train_step():
-        batch = next_batch()
-        batch_idx = state["batch_idx"]
-        state["batch_idx"] += 1
-        result = {}
-
-        def closure():
-            loss = module.training_step(batch, batch_idx)
-            module.optimizer_zero_grad(state["epoch"], batch_idx, optimizer)
-            module.backward(loss)
-            result["loss"] = loss.detach().clone()
-            return result["loss"]
-
-        module.optimizer_step(state["epoch"], batch_idx, optimizer, optimizer_closure=closure)
-        return result["loss"]
+    train_step = automatic_step(module, optimizer, train_dataloader, epoch_end=validation_epoch)
 
     def eval_fn(model, batch):
         """validation_step's loss on a batch (its `y`, the label, is unused by the VAE)"""

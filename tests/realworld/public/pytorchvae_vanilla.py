@@ -56,6 +56,7 @@ _HERE = str(pathlib.Path(__file__).resolve().parents[1])
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 from _api import Bug, Program
+from _lightning_loop import automatic_step
 
 logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
 N_TRAIN, N_VAL, PATCH_SIZE = 256, 32, 64
@@ -422,8 +423,6 @@ def _build(seed, bug=None):
     optims, scheds = experiment.configure_optimizers()
     optimizer, scheduler = optims[0], scheds[0]
 
-    state = {"it": None, "epoch": 0, "batch_idx": 0}
-
     def validation_epoch():
         experiment.eval()
         with torch.no_grad():
@@ -431,33 +430,11 @@ def _build(seed, bug=None):
                 experiment.validation_step(batch, batch_idx)
         experiment.train()
 
-    def next_batch():
-        try:
-            return next(state["it"])
-        except (StopIteration, TypeError):
-            if state["it"] is not None:  # the end of a training epoch
-                validation_epoch()
-                scheduler.step()  # ExponentialLR, interval "epoch"
-                state["epoch"] += 1
-            experiment.train()
-            state["it"], state["batch_idx"] = iter(train_dataloader), 0
-            return next(state["it"])
+    def epoch_end():
+        validation_epoch()
+        scheduler.step()  # ExponentialLR, interval "epoch"
 
-    def train_step():
-        batch = next_batch()
-        batch_idx = state["batch_idx"]
-        state["batch_idx"] += 1
-        result = {}
-
-        def closure():
-            loss = experiment.training_step(batch, batch_idx)
-            experiment.optimizer_zero_grad(state["epoch"], batch_idx, optimizer)
-            experiment.backward(loss)
-            result["loss"] = loss.detach().clone()
-            return result["loss"]
-
-        experiment.optimizer_step(state["epoch"], batch_idx, optimizer, optimizer_closure=closure)
-        return result["loss"]
+    train_step = automatic_step(experiment, optimizer, train_dataloader, epoch_end=epoch_end)
 
     def loss_fn(results, labels):
         return experiment.model.loss_function(*results, M_N=experiment.params['kld_weight'])['loss']
