@@ -331,6 +331,16 @@ PREMISES: dict[str, Premise] = {
         "== 1 and num_batches_tracked == 0 (never estimated): it divides by constants and eval mode never updates them",
         "statistics estimated before (frozen batch norm in fine-tuning, loaded weights), or eval mode under no_grad "
         "(a target network): no finding"),
+    "step.eval_mode_not_restored": Premise(
+        "step_probe", "a program that trains in train mode keeps training in train mode",
+        "the program's own calls of train_step (a third one when the second ends with the model in eval mode): a "
+        "module whose output depends on the mode (dropout p > 0, batch norm tracking statistics, functional dropout, "
+        "a forward reading self.training) ran its training forwards (gradients on, output on the graph) only in train "
+        "mode in one call and only in eval mode, the model itself in eval mode, in a later call; and a copy of it run "
+        "on that forward's inputs in train and in eval mode (same seed) gives different outputs or buffers",
+        "a module put in eval on purpose with the model in train mode (frozen batch norm), a mode that does not change "
+        "what the module computes, or an eval() undone only after more calls than are watched (an epoch end reached "
+        "later): no finding"),
     "step.clip_after_step": Premise(
         "step_probe", "gradient clipping bounds the update it precedes",
         "the order of the program's own calls while train_step runs: clip_grad_norm_/clip_grad_value_ (looked up "

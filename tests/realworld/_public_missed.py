@@ -203,8 +203,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'mlpmixercifar_mixer.softmax_before_cross_entropy': 'owner saw WARN None None: TASK: unverified: none of the 16 '
                                                      'batch inputs equals any of the 32 known inputs; diagnose WARN '
                                                      'at None',
- 'mobilenetv2_imagenet.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: '
-                                                 'SGD with momentum=0.9 is not plain SGD; diagnose PASS at None',
  'nbeats_dummy.target_inside_backcast': 'owner saw WARN None None: DEPENDENCY: 3 of 96 trainable parameters are not '
                                         "on the loss's autograd graph: 3 trainable parameters get no gradient and "
                                         'th; diagnose WARN at None',
@@ -409,9 +407,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'vitcifar_lightning.smoothing_on_raw_logits': 'owner saw WARN None None: OBJECTIVE: loss 0.299 is not the '
                                                'cross-entropy of these outputs (2.4; ln K = 2.303 for an untrained '
                                                '10-class model; example ; diagnose WARN at None',
- 'vqvae2_hierarchical.left_in_eval_after_sample': 'owner saw PASS None None: optimizer: update rule check skipped: '
-                                                  'Adam is not plain SGD (stateful update rule); diagnose PASS at '
-                                                  'None',
  'vqvae2_hierarchical.straight_through_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'vqvae2_hierarchical.target_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
  'wgan_dcgan.critic_signs_flipped': 'owner saw PASS None None: ; diagnose PASS at None',

@@ -1,10 +1,14 @@
 """Facts about a module's train/eval switch that several instruments read: the drop probability a module was built
 with (torch's dropout layers, or a custom module whose forward reads ``self.training`` and holds a drop rate, such as
-stochastic depth)."""
+stochastic depth), which modules' outputs depend on the mode, and whether a module's own forward reads the flag."""
 
 from __future__ import annotations
 
 from torch import nn
+
+#: float attributes through which a module applies functional dropout only in training mode (Hugging Face attention:
+#: ``dropout=0.0 if not self.training else self.attention_dropout``)
+DROPOUT_ATTRS = ("dropout", "attention_dropout", "dropout_prob", "attn_dropout", "dropout_p")  # MultiheadAttention: dropout
 
 
 def drop_rate(m: nn.Module) -> float:
@@ -12,8 +16,29 @@ def drop_rate(m: nn.Module) -> float:
     ``self.training`` (a drop path); 0 for anything else."""
     if isinstance(m, nn.modules.dropout._DropoutNd):
         return float(m.p)
-    code = getattr(getattr(type(m), "forward", None), "__code__", None)
-    if code is None or "training" not in code.co_names:
+    if not reads_mode(m):
         return 0.0
     rates = [v for k, v in vars(m).items() if "drop" in k.lower() and isinstance(v, float) and 0 < v < 1]
     return rates[0] if rates else 0.0
+
+
+def reads_mode(m: nn.Module) -> bool:
+    """Whether ``m``'s own ``forward`` code touches ``self.training`` (a custom dropout, a stochastic-depth block, a
+    codebook updated only in training)."""
+    code = getattr(getattr(type(m), "forward", None), "__code__", None)
+    return code is not None and "training" in code.co_names
+
+
+def functional_dropout(m: nn.Module) -> bool:
+    """Whether ``m`` holds a positive dropout rate it applies functionally (Hugging Face attention)."""
+    return any(isinstance(v, float) and v > 0 for v in (vars(m).get(a) for a in DROPOUT_ATTRS))
+
+
+def mode_dependent(model: nn.Module, own_code: bool = False) -> list[tuple[str, nn.Module]]:
+    """Modules whose output depends on train/eval mode: Dropout with p > 0, norms tracking running stats, and modules
+    holding a positive dropout rate they apply functionally (HF attention); with ``own_code``, also any module whose
+    own forward reads ``self.training``."""
+    return [(n, m) for n, m in model.named_modules()
+            if (isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
+            or (isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats) or functional_dropout(m)
+            or (own_code and reads_mode(m))]

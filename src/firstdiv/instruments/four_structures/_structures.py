@@ -10,6 +10,7 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check, graph_leaves
+from .._core.modes import reads_mode
 from .._core.python_graph import Hidden
 from ._common import LISTED, Audit, few, finding, shape
 
@@ -61,22 +62,14 @@ def hidden_finding(a: Audit, h: Hidden, model_devices: set[torch.device]) -> Che
                   "(it will not follow model.to(); register_buffer if it must)", ev)
 
 
-def _mode_dependent(m: nn.Module) -> bool:
-    """Whether ``m``'s own forward reads its train/eval flag: Dropout and BatchNorm, or any module whose forward
-    code touches ``self.training`` (a custom dropout, a stochastic-depth block)."""
-    if isinstance(m, (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)):
-        return True
-    code = getattr(getattr(type(m), "forward", None), "__code__", None)
-    return code is not None and "training" in code.co_names
-
-
 def _module_finding(h: Hidden, tensors: list[torch.Tensor], n_owned: int, n_reached: int | None, reach: str,
                     ran: bool | None, elsewhere: int = 0) -> Check:
     """``tensors``: the modules' parameters and buffers the registry does not hold by any path."""
     n_params = sum(1 for t in tensors if isinstance(t, nn.Parameter))
     numel = sum(int(t.numel()) for t in tensors if isinstance(t, nn.Parameter))
     n_buffers = len(tensors) - n_params
-    mode_dependent = sum(1 for m in h.modules for s in m.modules() if _mode_dependent(s))
+    switched = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
+    mode_dependent = sum(1 for m in h.modules for s in m.modules() if isinstance(s, switched) or reads_mode(s))
     ev = {"modules": len(h.modules), "parameters": n_params, "parameter_elements": numel,
           "buffers": n_buffers, "tensors": len(tensors), "owned_by_optimizer": n_owned, "reached_by_autograd": n_reached,
           "mode_dependent_modules": mode_dependent, "ran_in_forward": ran, "registered_by_another_path": elsewhere,

@@ -16,8 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .._core.batch import forward
 from .._core.closure import closure_state
 from .._core.copying import model_copy
-from .._core.modes import drop_rate
-from ._model_probes import flat, mode_dependent
+from .._core.modes import drop_rate, mode_dependent
+from ._model_probes import flat
 
 REPEAT_RTOL = 1e-5  # two evaluations of the same batch agree to this (float reductions, not sampling noise)
 

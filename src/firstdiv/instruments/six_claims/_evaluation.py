@@ -13,6 +13,7 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check
+from .._core.modes import mode_dependent
 from ._eval_probes import (
     EvalRun,
     closure_modules,
@@ -22,7 +23,6 @@ from ._eval_probes import (
     non_finite_metric,
     run_eval,
 )
-from ._model_probes import mode_dependent
 from ._verdict import claim, skip
 
 NAME, CHECK = "EVALUATION", "claim.evaluation"

@@ -53,20 +53,3 @@ def activations(model: nn.Module) -> int:
     kinds = (nn.ReLU, nn.GELU, nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.ELU, nn.SiLU, nn.Softplus, nn.Mish, nn.PReLU,
              nn.SELU, nn.Hardtanh, nn.LayerNorm, nn.Softmax)
     return sum(1 for m in model.modules() if isinstance(m, kinds))
-
-
-#: float attributes through which a module applies functional dropout only in training mode (Hugging Face attention:
-#: ``dropout=0.0 if not self.training else self.attention_dropout``)
-DROPOUT_ATTRS = ("dropout", "attention_dropout", "dropout_prob", "attn_dropout", "dropout_p")  # MultiheadAttention: dropout
-
-
-def _functional_dropout(m: nn.Module) -> bool:
-    return any(isinstance(v, float) and v > 0 for v in (vars(m).get(a) for a in DROPOUT_ATTRS))
-
-
-def mode_dependent(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Modules whose output depends on train/eval mode: Dropout with p > 0, norms tracking running stats, and modules
-    holding a positive dropout rate they apply functionally (HF attention)."""
-    return [(n, m) for n, m in model.named_modules()
-            if (isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
-            or (isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats) or _functional_dropout(m)]

@@ -44,7 +44,7 @@ from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._descent import CONTROLLED, controlled_divergence, divergence_check, eval_loss, relative_updates, step_hooks
 from ._later import confirm_not_updated
-from ._modes import NormWatch, drop_check, norm_check
+from ._modes import ModeTrail, NormWatch, drop_check, norm_check, switch_check
 from ._rule import rule_error
 from ._train_step_watch import StepWatch
 
@@ -106,12 +106,14 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
             reason, effects = "", "none on copies (the controlled step on a copy could not run)"
         if train_step is not None and not reason:
             ref = {id(p): g for (p, _), g in zip(params, ref_grads) if g is not None}
-            with NormWatch(model, dropout=True) as user_norms:
-                checks, effects = _watch(model, optimizer, batch, loss_fn, train_step, ref, checks, details, effects)
+            with NormWatch(model, dropout=True) as user_norms, ModeTrail(model) as trail:
+                checks, effects = _watch(model, optimizer, batch, loss_fn, train_step, ref, checks, details, effects, trail)
+                if trail.left_in_eval() and (raised := trail.one_more(train_step)):  # does the next call train in eval?
+                    details["third_call_raised"] = raised
             norms.hits = user_norms.hits  # the controlled step ran in the mode the model was handed over in; the
             # user's own step sets its mode itself (model.train() at its start): its forward is the one judged
-            dropped = drop_check(user_norms.drops)
-            checks = controlled_divergence([dropped, *checks] if dropped is not None else checks)
+            first = [c for c in (switch_check(trail), drop_check(user_norms.drops)) if c is not None]
+            checks = controlled_divergence([*first, *checks])
         found = norm_check(norms.hits, "a training forward")
         checks = [found, *checks] if found is not None else checks
     return compose(_NAME, checks, effects, details, reason)
@@ -142,9 +144,10 @@ def _filled(cell: Any) -> bool:
 
 
 def _watch(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any, loss_fn: Callable,
-           train_step: Callable[[], Any], ref: dict, checks: list[Check], details: dict, effects: str) -> tuple[list, str]:
+           train_step: Callable[[], Any], ref: dict, checks: list[Check], details: dict, effects: str,
+           trail: ModeTrail) -> tuple[list, str]:
     """Run the user's ``train_step`` twice under the caller's guard and merge what it shows into ``checks``."""
-    watch = StepWatch(model, optimizer, lambda: eval_loss(model, batch, loss_fn), ref)
+    watch = trail.clock = StepWatch(model, optimizer, lambda: eval_loss(model, batch, loss_fn), ref)
     try:
         watched = watch.run(train_step)
     except Exception as exc:  # noqa: BLE001 - user code: its failure is reported, every value restored

@@ -13,6 +13,9 @@ purpose module by module (the model itself in train mode) is not this."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any, Self
 
 import torch
@@ -20,7 +23,8 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check, check
-from .._core.modes import drop_rate
+from .._core.modes import drop_rate, mode_dependent
+from .._core.trace import tensors
 
 
 def _initial(m: nn.modules.batchnorm._BatchNorm) -> bool:
@@ -108,3 +112,109 @@ def norm_check(hits: dict[str, dict[str, Any]], where_seen: str) -> Check | None
                  observed=f"{names[0]}.training == False, running_mean == 0, running_var == 1, num_batches_tracked == 0",
                  hint="call model.train() before the training loop (and again after every evaluation that calls "
                       "model.eval())")
+
+
+class ModeTrail:
+    """Per call of the user's ``train_step`` (numbered by ``clock.call``), the mode in which each mode-dependent module
+    (``mode_dependent(own_code=True)``) ran its training forwards (gradients on, output on the graph), and the
+    inputs of its first training forward in eval mode, for the counterfactual. Hooks removed on exit."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model, self.clock = model, SimpleNamespace(call=0)  # the clock: StepWatch, whose ``call`` is 1, 2 or 0
+        self.modes: dict[int, dict[str, set[tuple[bool, bool]]]] = {}
+        self.inputs: dict[str, tuple[nn.Module, tuple]] = {}
+        self.order: dict[str, int] = {}
+        self.handles: list[Any] = []
+
+    def __enter__(self) -> Self:
+        for name, m in mode_dependent(self.model, own_code=True):
+            self.handles.append(m.register_forward_hook(self._hook(name or type(m).__name__)))
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for h in self.handles:
+            h.remove()
+
+    @property
+    def calls(self) -> int:
+        return max(self.modes, default=0)
+
+    def one_more(self, train_step: Callable[[], Any]) -> str | None:
+        """Call ``train_step`` once more, watched as the next call; the error's text if it raised."""
+        self.clock = SimpleNamespace(call=self.calls + 1)
+        try:
+            train_step()
+        except Exception as exc:  # noqa: BLE001 - user code: nothing is confirmed by a call that raised
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            self.clock = SimpleNamespace(call=0)
+        return None
+
+    def _hook(self, name: str) -> Any:
+        def hook(m: nn.Module, inputs: Any, out: Any) -> None:
+            current = self.clock.call
+            if not current or not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors(out)):
+                return
+            self.order.setdefault(name, len(self.order))
+            self.modes.setdefault(current, {}).setdefault(name, set()).add((m.training, self.model.training))
+            if not m.training and name not in self.inputs and len(self.inputs) < _TRAIL_INPUTS:
+                self.inputs[name] = (m, tuple(t.detach().clone() if torch.is_tensor(t) else t for t in inputs))
+        return hook
+
+    def left_in_eval(self) -> bool:
+        """The last call trained some module in train mode and ended with the model in eval mode."""
+        last = self.modes.get(self.calls, {})
+        return not self.model.training and any((True, True) in modes for modes in last.values())
+
+    def switched(self) -> tuple[int, int, list[str]] | None:
+        """``(k, j, names)``: call k trained ``names`` in train mode only, a later call j only in eval mode with the
+        model itself in eval mode; None when no call follows one in which the mode was right."""
+        for k in sorted(self.modes):
+            for j in (c for c in sorted(self.modes) if c > k):
+                names = [n for n, modes in self.modes[j].items() if modes == {(False, False)}
+                         and self.modes[k].get(n) == {(True, True)}]
+                if names:
+                    return k, j, sorted(names, key=lambda n: self.order[n])
+        return None
+
+
+_TRAIL_INPUTS = 8
+
+
+def _mode_matters(m: nn.Module, inputs: tuple) -> bool:
+    """The counterfactual: a copy of ``m`` run on the recorded inputs in train and in eval mode (same seed) gives
+    different outputs or leaves different buffers."""
+    runs = []
+    for training in (True, False):
+        twin = copy.deepcopy(m).train(training)
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(0)
+            try:
+                out = twin(*inputs)
+            except Exception:  # noqa: BLE001 - a module that needs its call context: nothing confirmed
+                return False
+        runs.append([t.detach() for t in tensors(out)] + [b.detach() for b in twin.buffers()])
+    return any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(*runs, strict=False))
+
+
+def switch_check(trail: ModeTrail) -> Check | None:
+    """The FAIL ``step.eval_mode_not_restored`` when a call of train_step trained in eval mode modules an earlier call
+    trained in train mode, and the mode changes what the first of them computes (the counterfactual); else None."""
+    found = trail.switched()
+    if found is None:
+        return None
+    k, j, names = found
+    confirmed = [n for n in names if n in trail.inputs and _mode_matters(*trail.inputs[n])]
+    if not confirmed:
+        return None
+    first = confirmed[0]
+    ev = {"modules": confirmed[:10], "count": len(confirmed), "trained_in_train_mode_in_call": k,
+          "trained_in_eval_mode_in_call": j, "calls_watched": trail.calls}
+    return check(first, "step.eval_mode_not_restored", Status.FAIL,
+                 f"call {j} of train_step trained {len(confirmed)} mode-dependent module(s) (first: {first}) with the "
+                 f"model in eval mode, which call {k} trained in train mode: an eval() of the program was not undone "
+                 f"before training went on, and {first} computes differently in eval mode (a copy run both ways)", ev,
+                 expected=f"call {j}'s training forward in train mode, as call {k}'s", observed=f"model.training == False "
+                 f"and {first}.training == False in a training forward of call {j}",
+                 hint="call model.train() at the start of each training step or epoch (an evaluation's model.eval() "
+                      "stays on until then)")
