@@ -268,8 +268,9 @@ def _build(seed, bug=None):
 build = functools.partial(_build)
 
 BUGS = [
-    # the collator built with mlm=False (the causal-LM half's setting) for the masked model: no token is masked and
-    # the labels are the input ids themselves, which the bidirectional encoder sees.
+    # classic: the collator built with mlm=False (the causal-LM half's setting) for the masked model: no token is
+    # masked and the labels are the input ids themselves, which the bidirectional encoder sees. (Where the masking
+    # of this recipe comes from is what https://github.com/huggingface/blog/issues/91 asks about.)
     Bug("collator_mlm_false", functools.partial(_build, bug="collator_mlm_false"), "learning_ledger", ("TASK",)),
     # the optimizer given to the Trainer covers model.bert only: the MLM head's transform and bias never move.
     Bug("optimizer_over_encoder_only", functools.partial(_build, bug="optimizer_over_encoder_only"),
