@@ -21,7 +21,8 @@ Deviations from the original:
   (the ``torch.amp`` spellings of the script's ``torch.cuda.amp`` calls); ``net.cuda()`` and wandb/csv/progress-bar
   logging and checkpointing are dropped;
 - one ``train_step`` is one iteration of ``train(epoch)``'s batch loop; the epoch-end ``scheduler.step(epoch-1)`` is
-  called after each pass over the synthetic loader (8 batches); ``eval_fn`` is ``test(epoch)``'s accuracy on a batch.
+  called after each pass over the synthetic loader (8 batches); ``net.train()`` (once per epoch in ``train``) is
+  called at each step, since ``eval_fn`` (``test(epoch)``'s accuracy on a batch) leaves the net in eval mode.
 """
 # ruff: noqa: PLR0402  (the original's code style is kept as written)
 
