@@ -341,6 +341,13 @@ PREMISES: dict[str, Premise] = {
         "a module put in eval on purpose with the model in train mode (frozen batch norm), a mode that does not change "
         "what the module computes, or an eval() undone only after more calls than are watched (an epoch end reached "
         "later): no finding"),
+    "step.soft_update_reversed": Premise(
+        "step_probe", "a soft (Polyak) update moves the target network toward the trained one",
+        "the program's own calls of train_step: after the optimizer's last step, train_step rewrote a trained parameter "
+        "p exactly (within float rounding) as p + tau * (q - p), 0 < tau <= 0.5, for a same-shaped parameter q of a "
+        "network the step reaches and forwards, that the optimizer does not own and that never moved during the calls",
+        "a write that is not such an interpolation (a clamp, a projection), a copy the step never forwards (decay "
+        "toward a reference point) or one that moves too (Lookahead, mutual averaging): no finding"),
     "step.clip_after_step": Premise(
         "step_probe", "gradient clipping bounds the update it precedes",
         "the order of the program's own calls while train_step runs: clip_grad_norm_/clip_grad_value_ (looked up "

@@ -67,9 +67,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'deeplabv3plus_voc.void_pixels_as_background': 'owner saw PASS None None: ; diagnose WARN at None',
  'deeprl_qrdqn.quantile_indicator_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'deeprlpytorch_dueling_ddqn.advantage_mean_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
- 'deeprlpytorch_dueling_ddqn.soft_update_args_swapped': 'owner saw PASS None None: optimizer: update rule check '
-                                                        'skipped: Adam is not plain SGD (stateful update rule); '
-                                                        'diagnose PASS at None',
  'deepspeechpytorch_ds2.collate_sorts_spectrograms_only': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepspeechpytorch_ds2.output_sizes_all_padded': 'owner saw PASS None None: ; diagnose PASS at None',
  'deit_distillation.distill_on_class_head': 'owner saw WARN None None: DEPENDENCY: 2 of 35 trainable parameters are '
@@ -267,8 +264,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                   '60 fixed examples, Adam lr 0.005 at any lr up to 0.5 (loss 1.099 '
                                                   '-> best 1.007, 8% d; diagnose WARN at None',
  'pytorchicbert_pretrain.input_mask_not_passed': 'owner saw PASS None None: ; diagnose PASS at None',
- 'pytorchsac_sac.soft_update_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
-                                            'not plain SGD (stateful update rule); diagnose PASS at None',
  'pytorchvae_vanilla.latent_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchwavenet_wavenet.dilate_view_without_permute': 'owner saw FAIL  layout.values_moved:  layout.values_moved: '
                                                        'output[1, 0, 0] holds input[0, 16, 0] (values from input '

@@ -1,5 +1,5 @@
 """The objects a training step reaches: its closure cells, defaults, the globals it names, a bound method's
-object, a partial's arguments, and the attributes/items of plain objects and containers found there. The
+object, a partial's arguments, a suspended generator's locals, and the attributes/items of plain objects and containers found there. The
 loader ledger restores the modules and optimizers found this way; the state snapshot walks the same edges."""
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def _children(obj: Any) -> list[Any]:
         return cells + list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values()) + named
     if isinstance(obj, types.MethodType):
         return [obj.__self__, obj.__func__]
+    if isinstance(obj, types.GeneratorType):  # a loop written as a generator: its suspended frame's locals
+        return list(obj.gi_frame.f_locals.values())[:200] if obj.gi_frame is not None else []
     if isinstance(obj, Mapping):
         return list(obj.values())[:200]
     if isinstance(obj, (list, tuple, set, frozenset)):

@@ -45,6 +45,7 @@ from .._core.user_hooks import reports_user_hooks
 from ._descent import CONTROLLED, controlled_divergence, divergence_check, eval_loss, relative_updates, step_hooks
 from ._later import confirm_not_updated
 from ._modes import ModeTrail, NormWatch, drop_check, norm_check, switch_check
+from ._pulled import PullWatch, pulled_check
 from ._rule import rule_error
 from ._train_step_watch import StepWatch
 
@@ -106,13 +107,14 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
             reason, effects = "", "none on copies (the controlled step on a copy could not run)"
         if train_step is not None and not reason:
             ref = {id(p): g for (p, _), g in zip(params, ref_grads) if g is not None}
-            with NormWatch(model, dropout=True) as user_norms, ModeTrail(model) as trail:
+            with NormWatch(model, dropout=True) as user_norms, ModeTrail(model) as trail, \
+                    PullWatch(model, optimizer, reached) as pulls:
                 checks, effects = _watch(model, optimizer, batch, loss_fn, train_step, ref, checks, details, effects, trail)
                 if trail.left_in_eval() and (raised := trail.one_more(train_step)):  # does the next call train in eval?
                     details["third_call_raised"] = raised
             norms.hits = user_norms.hits  # the controlled step ran in the mode the model was handed over in; the
             # user's own step sets its mode itself (model.train() at its start): its forward is the one judged
-            first = [c for c in (switch_check(trail), drop_check(user_norms.drops)) if c is not None]
+            first = [c for c in (pulled_check(pulls.found()), switch_check(trail), drop_check(user_norms.drops)) if c]
             checks = controlled_divergence([*first, *checks])
         found = norm_check(norms.hits, "a training forward")
         checks = [found, *checks] if found is not None else checks
