@@ -561,6 +561,15 @@ PREMISES: dict[str, Premise] = {
         "not confirmed as a defect: a stop-gradient branch by design that reads its own input (a momentum/target "
         "encoder under no_grad on the second view, a frozen feature extractor whose features the model also returns) "
         "FAILs; no argument declares it", confirmed=False),
+    "dependency.padding_read": Premise(
+        "learning_ledger", "an attention model keeps the padding of a token batch out of the real tokens' outputs",
+        "padding found in the batch (a run at the end or start of each padded row, marked by an input named *mask* or "
+        "filled with the model's config.pad_token_id); on the copy with every RNG seeded alike, either noise added to "
+        "the token embeddings at the padding only (ids untouched) moves the outputs at the real tokens, in a model with "
+        "attention and no recurrent or 1-d convolution layer; or, with no attention_mask in the batch of a model whose "
+        "forward takes one, passing the mask of that padding moves them",
+        "a recurrent or convolutional model (it reads its padding by design), no padding run, a mask the batch does "
+        "not name, or a model without an attention_mask parameter: no finding"),
     "gradient.missing": Premise(
         "learning_ledger", "a trainable parameter the loss depends on gets a gradient",
         "after one backward from .grad=None on the copy its .grad is None and " + _DEPENDS,

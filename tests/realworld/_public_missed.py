@@ -263,7 +263,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchgat_cora.train_labels_from_val_indices': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
                                                   '60 fixed examples, Adam lr 0.005 at any lr up to 0.5 (loss 1.099 '
                                                   '-> best 1.007, 8% d; diagnose WARN at None',
- 'pytorchicbert_pretrain.input_mask_not_passed': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchvae_vanilla.latent_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchwavenet_wavenet.dilate_view_without_permute': 'owner saw FAIL  layout.values_moved:  layout.values_moved: '
                                                        'output[1, 0, 0] holds input[0, 16, 0] (values from input '
@@ -323,7 +322,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                                '(min 3, max 8, e.g. [3, 5, 6]), and loss_fn ran o; '
                                                                'diagnose WARN at None',
  'simclr_resnet.random_positive_index': 'owner saw PASS None None: ; diagnose PASS at None',
- 'simcse_unsup.attention_mask_not_passed': 'owner saw PASS None None: ; diagnose PASS at None',
  'simcse_unsup.similarity_times_temperature': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
                                               'stochastic objective plateaued on 8 fixed examples, AdamW lr 3e-05, '
                                               '3e-05 at ever; diagnose WARN at None',

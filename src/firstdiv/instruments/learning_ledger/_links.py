@@ -18,6 +18,7 @@ from .._core.checks import Check, nested_grads
 from .._core.examples import dense
 from .._core.invariance import loss_depends, sort_gradless, unused_message
 from .._core.task import Ctx, err
+from ._attention_mask import padding_read
 from ._common import failed, g4, passed, skipped_link, warned
 from ._dependency import future_visible, input_without_gradient, reached_leaves, target_as_input
 from ._sequence import future_or_copy
@@ -68,7 +69,7 @@ def check_dependency(ctx: Ctx) -> Check:
                       observed=f"unreachable: {', '.join(_names(cut)[:5])}",
                       hint="find where the dependency path stops (reachability): a .detach(), torch.no_grad(), an "
                            "integer cast, .item()/.numpy()")
-    for probe in (target_as_input, future_visible, next_token_future, input_without_gradient):
+    for probe in (target_as_input, future_visible, next_token_future, input_without_gradient, padding_read):
         found = probe(ctx, ev)
         if found is not None:
             return found
