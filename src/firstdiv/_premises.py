@@ -321,9 +321,11 @@ PREMISES: dict[str, Premise] = {
         "step_probe", "train_step descends loss_fn on the batch",
         "train_step called twice on the user's objects (restored): the loss on the batch, re-evaluated before and after "
         "each call, rose at both, and the cosine of train_step's gradient (a stateless manual update: its delta) with "
-        "the probe batch's -gradient is below -0.3",
+        "the probe batch's -gradient is below -0.3; with an optimizer, train_step's first call fed the model the probe "
+        "batch's own input tensors (the gradient is of that batch)",
         "maximize=True, or a loss that cannot be re-evaluated between calls: PASS note, descent not checked; a weak "
-        "gradient agreement (train_step steps on other batches) is a note"),
+        "gradient agreement is a note; an optimizer stepping on other batches (whose gradient may point against the "
+        "probe batch's, equal losses at initialization notwithstanding): WARN"),
     "step.norm_statistics_never_estimated": Premise(
         "step_probe", "a training forward normalizes with batch statistics (train mode) or with estimated ones",
         "forward hooks while the step runs (the controlled step on a copy, the user's train_step): a batch-norm "
@@ -501,8 +503,9 @@ PREMISES: dict[str, Premise] = {
         "loss_fn at outputs equal to the targets is not 0; or the loss's own graph shows an elementwise regression loss "
         "(mse, smooth L1, Huber) whose prediction was expanded along a new axis as long as the batch (loss_fn squeezed "
         "it against [B, 1] targets): every prediction meets every example's target",
-        "the loss is 0 at the targets, the shapes cannot broadcast (loss_fn reshapes), or the probe cannot run: no "
-        "finding"),
+        "the loss is 0 at the targets, the shapes cannot broadcast (loss_fn reshapes), the gradient at the first "
+        "example's outputs stays put when only the other examples' targets change (loss_fn lines the shapes up itself: "
+        "a squeeze into BCE-with-logits), or the probe cannot run: no finding"),
     "objective.unreachable": Premise(
         "learning_ledger", "the output layer can produce the targets",
         "loss_fn at the best output the layer's range allows (a softmax's simplex, a sigmoid's [0, 1] ...) stays above "
@@ -703,7 +706,8 @@ PREMISES: dict[str, Premise] = {
     "claim.evaluation.train_mode": Premise(
         "six_claims", "eval_fn (declared as the evaluation) runs Dropout/BatchNorm in eval mode",
         "pre-hooks on every Dropout/BatchNorm of the model's copy and of the modules eval_fn reaches through its closure "
-        "(an EMA copy) saw training mode while eval_fn ran",
+        "(an EMA copy) saw training mode while eval_fn ran (a one-layer RNN's dropout= applies between layers only: "
+        "not a mode-dependent module)",
         "no eval_fn: SKIPPED; eval_fn raising: SKIPPED claim.evaluation.not_checked and the report WARNs"),
     "claim.evaluation.non_finite": Premise(
         "six_claims", "evaluation computes finite values",

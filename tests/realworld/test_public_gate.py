@@ -27,11 +27,7 @@ CORRECT = [(name, seed) for name in PUBLIC for seed in SEEDS]
 BUGS = [(name, i, bug) for name, module in PUBLIC.items() for i, bug in enumerate(module.BUGS)]
 #: correct runs that still FAIL today, each with its cause: strict expected failures (a fix fails the run until the
 #: entry goes), so a known false FAIL is tracked, not hidden, and any new one fails the gate
-KNOWN_FALSE_FAILS = {
-    ("transformers_run_glue", 2): "step_probe step.train_step_ascends: the Trainer's next batch has a gradient "
-    "anti-aligned with the probe batch's at initialization, and both losses are ~ln 3, so 'same batch' is not "
-    "told apart by the loss alone",
-}
+KNOWN_FALSE_FAILS: dict[tuple[str, int], str] = {}
 #: correct ports whose original code has a real defect firstdiv reports (not a training bug, so the port keeps it as
 #: written): strict expected failures with what was confirmed
 KNOWN_TRUE_FINDINGS = {

@@ -30,7 +30,10 @@ def reads_mode(m: nn.Module) -> bool:
 
 
 def functional_dropout(m: nn.Module) -> bool:
-    """Whether ``m`` holds a positive dropout rate it applies functionally (Hugging Face attention)."""
+    """Whether ``m`` holds a positive dropout rate it applies functionally (Hugging Face attention, a stacked RNN). A
+    one-layer ``nn.LSTM``/``GRU``/``RNN`` applies its ``dropout`` only between layers: none, whatever the mode."""
+    if isinstance(m, nn.RNNBase) and m.num_layers <= 1:
+        return False
     return any(isinstance(v, float) and v > 0 for v in (vars(m).get(a) for a in DROPOUT_ATTRS))
 
 

@@ -308,12 +308,32 @@ def _broadcast(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> 
     ev["loss_when_outputs_equal_targets"] = at_target
     if at_target is None or at_target <= 1e-6 * max(abs(value), 1e-12) or at_target <= 1e-12:
         return None
+    if not _crosstalk(ctx, od, t, ev):
+        return None  # loss_fn lines the shapes up itself: each output meets only its own target
     return failed("OBJECTIVE", "objective.shape_broadcast",
                   f"outputs {shape(od)} and targets {shape(t)} differ in shape, and the loss is {g4(at_target)} (not 0) "
                   f"even when the outputs equal the targets: every output is compared with every target", ev,
                   expected="outputs and targets of the same shape (loss 0 at a perfect prediction)",
                   observed=f"outputs {shape(od)}, targets {shape(t)}, broadcast to {wide}",
                   hint="squeeze the outputs (outputs.squeeze(-1)) or unsqueeze the targets so the shapes match")
+
+
+def _crosstalk(ctx: Ctx, od: torch.Tensor, t: torch.Tensor, ev: dict[str, Any]) -> bool:
+    """The counterfactual: the gradient of the loss at the first example's outputs moves when only the other examples'
+    targets change (each output compared with every target); False when it stays put or cannot be read."""
+    n = t.shape[0]
+    oax = example_axis(od, n, ctx.batch_axis)
+    if oax is None or n < 2:
+        return False
+    other = t.clone()
+    other[1:] = ~t[1:] if t.dtype == torch.bool else t[1:].flip(0) + 1
+    g, h = output_grad(ctx, od, ev), output_grad(ctx, od, ev, other)
+    if g is None or h is None:
+        return False
+    mine, theirs = g.narrow(oax, 0, 1), h.narrow(oax, 0, 1)
+    moved = float((mine - theirs).abs().max())
+    ev["first_example_gradient_change_when_other_targets_change"] = moved
+    return moved > 1e-6 * max(float(mine.abs().max()), 1e-12)
 
 
 def _broadcast_inside(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any]) -> Check | None:

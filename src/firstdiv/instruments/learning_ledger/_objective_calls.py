@@ -109,8 +109,9 @@ def call(ctx: Ctx, logits: torch.Tensor, targets: Any, ev: dict[str, Any], what:
     return float(out)
 
 
-def output_grad(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any]) -> torch.Tensor | None:
-    """d loss / d logits at the observed outputs (None when the loss does not reach them or raises)."""
+def output_grad(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any], targets: Any = None) -> torch.Tensor | None:
+    """d loss / d logits at the observed outputs, against ``targets`` (default the batch's); None when the loss does
+    not reach them or raises."""
     pack = ctx.notes.get("pack")
     if pack is None:
         return None
@@ -118,7 +119,7 @@ def output_grad(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any]) -> torch.Tensor 
     try:
         with torch.enable_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out = ctx.loss_fn(pack(o, None), ctx.batch.targets)
+            out = ctx.loss_fn(pack(o, None), ctx.batch.targets if targets is None else targets)
             if not torch.is_tensor(out) or out.numel() != 1 or not out.requires_grad:
                 ev["loss_depends_on_outputs"] = False
                 return None

@@ -41,6 +41,7 @@ from .._core.checks import (
 from .._core.closure import closure_state
 from .._core.invariance import loss_depends
 from .._core.state import detached_copy, guarded
+from .._core.trace import tensors
 from .._core.user_hooks import reports_user_hooks
 from ._descent import CONTROLLED, controlled_divergence, divergence_check, eval_loss, relative_updates, step_hooks
 from ._later import confirm_not_updated
@@ -149,7 +150,8 @@ def _watch(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any
            train_step: Callable[[], Any], ref: dict, checks: list[Check], details: dict, effects: str,
            trail: ModeTrail) -> tuple[list, str]:
     """Run the user's ``train_step`` twice under the caller's guard and merge what it shows into ``checks``."""
-    watch = trail.clock = StepWatch(model, optimizer, lambda: eval_loss(model, batch, loss_fn), ref)
+    probe = list(tensors(_batch.split_batch(batch, model).inputs))
+    watch = trail.clock = StepWatch(model, optimizer, lambda: eval_loss(model, batch, loss_fn), ref, probe)
     try:
         watched = watch.run(train_step)
     except Exception as exc:  # noqa: BLE001 - user code: its failure is reported, every value restored

@@ -16,6 +16,7 @@ from ...report import Status
 from .._core.checks import Check, Collected, check, grad_state, label, unique_params
 from .._core.closure import innermost
 from .._core.stateful import reachable
+from .._core.trace import tensors
 from . import _descent
 from ._clearing import DiscardTracker, carried_check, step_before_backward
 from ._clipping import ClipWatch
@@ -23,6 +24,8 @@ from ._stuck import first_stuck
 
 #: a manual update is plain SGD (stateless, its sign checkable) when its delta is this parallel to +-grad
 _STATELESS_COSINE = 0.9
+#: how many of call 1's model input tensors are kept to tell whether train_step stepped on the probe batch
+_FED_MAX = 16
 
 
 @dataclass
@@ -39,8 +42,11 @@ class StepWatch:
     gradient present when ``optimizer.step`` runs. Every hook and wrapper is removed in ``finally``."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None,
-                 evaluate: Callable[[], float | None] | None = None, ref: dict[int, torch.Tensor] | None = None) -> None:
+                 evaluate: Callable[[], float | None] | None = None, ref: dict[int, torch.Tensor] | None = None,
+                 probe_inputs: list[torch.Tensor] | None = None) -> None:
         self.model, self.opt, self.evaluate, self.ref = model, optimizer, evaluate, ref or {}
+        self.probe_inputs = probe_inputs or []
+        self.fed: list[torch.Tensor] = []  # call 1's model inputs
         self.params = [(p, names) for p, names in unique_params(model) if p.requires_grad]
         self.call = 0
         self.events: list[str] = []
@@ -101,6 +107,7 @@ class StepWatch:
             for p, _ in unique_params(self.model):
                 p.grad = None
             handles += [p.register_hook(self._grad_hook(p)) for p, _ in self.params]
+            handles.append(self.model.register_forward_pre_hook(self._fed, with_kwargs=True))
             if self.opt is not None:
                 inner = innermost(self.opt)
                 handles += [inner.register_step_pre_hook(self._pre_step),
@@ -235,9 +242,9 @@ class StepWatch:
             found = _descent.ascent_check(*[list(x) for x in zip(*rows)], losses, source, monotone=True) if rows else None
             if found is not None and rows is flipped and not self._same_batch():
                 f = found.finding  # train_step's gradient came from another batch: anti-aligned is not shown ascent
-                return check(f.where, f.check, Status.WARN, f"{f.message}; but train_step's loss ({self.losses[0]}) is "
-                             f"not the probe batch's ({losses[0]}): it stepped on other data, whose gradient may point "
-                             "against this batch's, so ascent is not shown", f.evidence)
+                return check(f.where, f.check, Status.WARN, f"{f.message}; but train_step did not feed the model the "
+                             "probe batch's inputs: it stepped on other data, whose gradient may point against this "
+                             "batch's, so ascent is not shown", f.evidence)
             if found is not None:
                 return found
         if stateless:
@@ -247,11 +254,17 @@ class StepWatch:
                 return checks[0]
         return None
 
+    def _fed(self, _m: nn.Module, args: tuple, kwargs: dict) -> None:
+        if self.call == 1 and len(self.fed) < _FED_MAX:
+            self.fed += [t.detach().clone() for t in tensors((args, kwargs))][:_FED_MAX]
+
     def _same_batch(self) -> bool:
-        """Whether train_step's gradient is evidence about the probe's objective: its first call returned the probe
-        batch's loss (within dropout's noise, 5%), so it stepped on that batch."""
-        mine, probe = (self.losses or [None])[0], (self.eval_losses or [None])[0]
-        return mine is not None and probe is not None and abs(mine - probe) <= 0.05 * max(1e-12, abs(probe))
+        """Whether train_step's gradient is evidence about the probe's objective: in its first call the model was fed
+        the probe batch's input tensors (equal values), so it stepped on that batch. Equal losses are no evidence: at
+        initialization every batch of a balanced task has loss ln K, while gradients of batches with other label
+        counts point apart."""
+        return bool(self.probe_inputs) and all(any(f.shape == t.shape and f.dtype == t.dtype and torch.equal(f, t)
+                                                   for f in self.fed) for t in self.probe_inputs)
 
     def _diverges(self) -> Check | None:
         group_of = {} if self.opt is None else {id(p): i for i, g in enumerate(self.opt.param_groups) for p in g["params"]}

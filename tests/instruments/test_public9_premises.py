@@ -1,0 +1,91 @@
+"""Premises read from the program before a FAIL, each from a false FAIL a correct public program met at first contact
+(batch public-9): a loss_fn that squeezes ``[B, 1]`` outputs against ``[B]`` 0/1 targets (each output meets only its
+own target), a train_step that steps on other batches whose gradient points against the probe batch's at
+initialization (equal losses, ln 2, are no evidence of the same batch), and a one-layer LSTM built with ``dropout=``
+(which torch applies only between layers: no mode to get wrong)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import firstdiv
+
+
+def _fails(r: firstdiv.Report) -> dict[str, str]:
+    return {f.check: f.message for f in r.findings if f.status.value == "FAIL"}
+
+
+def _binary(n: int = 64, seed: int = 0, label: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 6, generator=g)
+    y = (x[:, 0] > 0).float() if label is None else torch.full((n,), label)
+    return x, y
+
+
+def test_a_loss_fn_that_lines_up_b1_outputs_with_b_targets_is_no_shape_broadcast() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = _binary()
+
+    def squeezed(out: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(out.squeeze(), t)
+    assert "objective.shape_broadcast" not in _fails(firstdiv.learning_ledger(model, (x, y), squeezed, opt))
+
+    def broadcast(out: torch.Tensor, t: torch.Tensor) -> torch.Tensor:  # [B, 1] against [B]: [B, B]
+        return F.mse_loss(out, t)
+    r = firstdiv.learning_ledger(model, (x, y), broadcast, opt)
+    assert (r.first_divergence.where, r.first_divergence.kind) == ("OBJECTIVE", "objective.shape_broadcast")
+
+
+def test_a_step_on_other_batches_whose_gradient_points_against_the_probe_batch_is_not_shown_ascent() -> None:
+    model = nn.Linear(6, 1)
+    nn.init.zeros_(model.weight)
+    nn.init.zeros_(model.bias)  # every batch starts at loss ln 2
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    probe = _binary(label=1.0)
+    streams = [_binary(seed=s, label=0.0) for s in (1, 2)]  # the loop's own batches: other labels
+    state = {"i": 0}
+
+    def loss_fn(out: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(out.squeeze(-1), t)
+
+    def train_step() -> torch.Tensor:
+        x, y = streams[state["i"] % 2]
+        state["i"] += 1
+        loss = loss_fn(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    r = firstdiv.step_probe(model, probe, loss_fn, opt, train_step=train_step)
+    assert "step.train_step_ascends" not in _fails(r), r
+    assert any(f.check == "step.train_step_ascends" and f.status.value == "WARN" for f in r.findings)
+
+
+@pytest.mark.filterwarnings("ignore:dropout option adds dropout")
+def test_a_one_layer_lstm_built_with_dropout_has_no_mode_for_evaluation_to_get_wrong() -> None:
+    for layers, fails in ((1, False), (2, True)):
+        torch.manual_seed(0)
+
+        class Net(nn.Module):
+            def __init__(self, layers: int) -> None:
+                super().__init__()
+                self.lstm = nn.LSTM(6, 8, num_layers=layers, dropout=0.3, batch_first=True)
+                self.head = nn.Linear(8, 2)
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return self.head(self.lstm(x)[0][:, -1])
+        model = Net(layers)
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(16, 5, 6, generator=g), torch.randint(0, 2, (16,), generator=g)
+
+        def eval_fn(m: nn.Module, batch: tuple) -> float:  # no m.eval(): the model stays in train mode
+            with torch.no_grad():
+                return float((m(batch[0]).argmax(1) == batch[1]).float().mean())
+        r = firstdiv.six_claims(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1),
+                                eval_fn=eval_fn)
+        assert ("claim.evaluation.train_mode" in _fails(r)) is fails, (layers, r)
