@@ -89,3 +89,26 @@ def test_a_one_layer_lstm_built_with_dropout_has_no_mode_for_evaluation_to_get_w
         r = firstdiv.six_claims(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1),
                                 eval_fn=eval_fn)
         assert ("claim.evaluation.train_mode" in _fails(r)) is fails, (layers, r)
+
+
+def test_a_loss_that_differentiates_inside_itself_is_judged_not_blamed_on_the_program() -> None:
+    torch.manual_seed(0)
+    critic = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 1))
+    opt = torch.optim.Adam(critic.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    real, fake = torch.randn(32, 6, generator=g) + 1.0, torch.randn(32, 6, generator=g)
+
+    def loss_fn(out: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:  # WGAN-GP's critic loss, penalty inside
+        x = (0.5 * real + 0.5 * fake).requires_grad_(True)
+        (grad,) = torch.autograd.grad(critic(x).sum(), x, create_graph=True)
+        return 0.5 * critic(fake).mean() - out.mean() + 10 * ((grad.norm(2, dim=1) - 1) ** 2).mean()
+
+    def train_step() -> torch.Tensor:
+        loss = loss_fn(critic(real), fake)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    r = firstdiv.learning_ledger(critic, (real, fake), loss_fn, opt, train_step=train_step)
+    assert not any("could not judge the update" in f.message for f in r.findings), r
+    assert any(f.where == "PARAMETER_UPDATE" and f.status.value == "PASS" for f in r.findings), r

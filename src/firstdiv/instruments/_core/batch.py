@@ -240,8 +240,26 @@ def describe_error(exc: BaseException) -> str:
 def compute_loss(model: nn.Module, batch: Any, loss_fn: Callable[..., Any]) -> tuple[Any, Any]:
     """Forward then ``loss_fn(outputs, targets)``; returns ``(outputs, loss)`` without checking the loss. A model that
     returns a tuple whose first item is the prediction (``(logits, attention)``) and a ``loss_fn`` that refuses the
-    tuple but takes that first item: ``(outputs[0], loss)``, what the user's own loop computes.
+    tuple but takes that first item: ``(outputs[0], loss)``, what the user's own loop computes. Called with gradients
+    off, a loss that differentiates inside itself (a gradient penalty's ``torch.autograd.grad``) is computed again with
+    them on, and its value returned detached: firstdiv's ``no_grad`` is not the program's failure.
     Raises :class:`UserCodeError` (one line: what raised, on which shapes, where) when either raises."""
+    if torch.is_grad_enabled():
+        return _compute_loss(model, batch, loss_fn)
+    try:
+        return _compute_loss(model, batch, loss_fn)
+    except UserCodeError as first:
+        if not isinstance(first.__cause__, RuntimeError):
+            raise
+        try:
+            with torch.enable_grad():
+                outputs, loss = _compute_loss(model, batch, loss_fn)
+        except UserCodeError:
+            raise first from first.__cause__
+        return outputs, loss.detach() if torch.is_tensor(loss) else loss
+
+
+def _compute_loss(model: nn.Module, batch: Any, loss_fn: Callable[..., Any]) -> tuple[Any, Any]:
     b = split_batch(batch, model)
     try:
         outputs = forward(model, b)
