@@ -552,11 +552,14 @@ PREMISES: dict[str, Premise] = {
         "next-token prediction read from the program: the targets are the token inputs shifted by one (or equal to "
         "them with the shift inside the loss, as TASK saw), or the loss's own gradient pulls up token ids[t + 1] at "
         "position t of an aligned module output (a model computing its own loss, a head inside loss_fn), or another "
-        "integer input is the sequence shifted by one, on >= 90% of supervised positions; on the ledger's copy with "
-        "the RNG fixed, changing only the middle token moves the outputs before it, for every input that carries the "
-        "tokens asked for (a copy task's encoder input is read whole by design, its decoder input is not)",
-        "not next-token prediction by that evidence (a masked or bidirectional model, an autoencoder), or one input "
-        "carrying the tokens stays causal: no finding"),
+        "integer input is the sequence shifted by one, on >= 90% of supervised positions; on the ledger's copy in eval "
+        "mode with the RNG fixed, changing only the middle token moves the outputs before it, for every input that "
+        "carries the tokens asked for (a copy task's encoder input is read whole by design, its decoder input is not); "
+        "a move above rounding but below a thousandth of the changed position's own is read again on a copy with "
+        "perturbed weights, where it must reach 2% of it (a spatial gating unit near the identity at initialization)",
+        "not next-token prediction by that evidence (a masked or bidirectional model, an autoencoder), one input "
+        "carrying the tokens stays causal, batch statistics shared across positions in train mode, or rounding in a "
+        "causal computation (0.4% at perturbed weights): no finding"),
     "dependency.input_without_gradient": Premise(
         "learning_ledger", "every branch of the model that reads an input carries a gradient to the parameters",
         "on the copy, perturbing a float input moves the loss, the input is not a leaf of the loss's graph, and one of "

@@ -30,6 +30,7 @@ from .._core.checks import Check
 from .._core.examples import logits_of
 from .._core.task import Ctx, input_ids, is_int
 from ._common import failed, g4
+from ._perturbed import eval_mode
 
 
 def reached_leaves(loss: torch.Tensor) -> tuple[set[int], int]:
@@ -133,7 +134,8 @@ def future_visible(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     changed = ids.clone()
     changed[:, j] = (ids[:, j] + 1) % logits.shape[-1]
     key = next((k for k, v in named_items(ctx.batch.inputs) if v is ids), "inputs")
-    base, moved = seeded_loss(ctx, ctx.batch), seeded_loss(ctx, with_input(ctx.batch, key, changed))
+    with eval_mode(ctx.work):  # the wiring, not batch statistics shared across positions (_perturbed)
+        base, moved = seeded_loss(ctx, ctx.batch), seeded_loss(ctx, with_input(ctx.batch, key, changed))
     a, b = (logits_of(r[0]) if r is not None else None for r in (base, moved))
     if a is None or b is None or a.shape != logits.shape:
         return None
