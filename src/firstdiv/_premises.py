@@ -597,7 +597,8 @@ PREMISES: dict[str, Premise] = {
     "update.not_moved": Premise(
         "learning_ledger", "every owned parameter with a nonzero gradient moves in one step",
         "controlled: one optimizer step on the copy left it unchanged although the step should change it at float "
-        "resolution (SGD: lr*|grad|, adaptive: lr) at an lr above 0; with train_step: its gradient is healthy, it never "
+        "resolution (SGD: lr*|grad|, adaptive: lr) at an lr above 0, and up to 2 more steps of the copy on the same "
+        "gradients leave it unchanged too (an optimizer whose own step holds the first update is a note); with train_step: its gradient is healthy, it never "
         "changed over up to 4 calls, its group's lr was above 0 at some optimizer.step of those calls (a warmup from 0 "
         "is a note), and a counterfactual on a copy shows the loss depends on it",
         "WARN of the same kind when its group's lr is 0 (an lr may freeze a group on purpose) or, with train_step, "

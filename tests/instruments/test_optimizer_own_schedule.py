@@ -57,3 +57,19 @@ def test_an_update_held_by_the_optimizers_own_first_step_is_not_a_stuck_paramete
     else:
         assert stuck, str(probe)
         assert (update.status, update.check) == (Status.FAIL, "claim.update.not_updated"), str(claims)
+
+
+@pytest.mark.parametrize("counts", [True, False], ids=["warmup_advances", "warmup_stuck_at_0"])
+def test_the_ledgers_controlled_update_confirms_a_held_first_step_by_the_next_ones(counts):
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    ledger = firstdiv.learning_ledger(model, (x, y), F.mse_loss, WarmupSGD(model.parameters(), 0.1, counts=counts),
+                                      overfit_steps=0)
+    update = next(f for f in ledger.findings if f.where == "PARAMETER_UPDATE")
+    if counts:
+        assert update.status is Status.PASS, str(ledger)
+        assert any("next steps on the same gradients move them" in n for n in ledger.details["notes"]), ledger.details
+    else:
+        assert (update.status, update.check) == (Status.FAIL, "update.not_moved"), str(ledger)

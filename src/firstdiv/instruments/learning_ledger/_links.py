@@ -17,6 +17,7 @@ from .._core.batch import compute_loss
 from .._core.checks import Check, nested_grads
 from .._core.examples import dense
 from .._core.invariance import loss_depends, sort_gradless, unused_message
+from .._core.later_steps import moved_later
 from .._core.task import Ctx, err
 from ._attention_mask import padding_read
 from ._common import failed, g4, passed, skipped_link, warned
@@ -223,6 +224,12 @@ def check_update(ctx: Ctx) -> Check:
                       kind="update.wrong_direction")
     zero_lr = [n for n in not_moved if deltas[n]["lr"] == 0.0]  # lr 0 may freeze a group on purpose: not confirmed
     not_moved = [n for n in not_moved if n not in zero_lr]
+    later = moved_later(opt, {n: p for n, p in intended if n in not_moved}) if not_moved else set()
+    if later:  # the optimizer's own step held its first update (a warmup computed inside step): not stuck
+        ev["moved_on_later_steps"] = _names(sorted(later))
+        ctx.report_notes.append(f"{len(later)} parameter(s) did not move on {type(opt).__name__}'s first step but its "
+                                "next steps on the same gradients move them (a warmup inside step?)")
+        not_moved = [n for n in not_moved if n not in later]
     if not_moved:
         n = not_moved[0]
         return failed("PARAMETER_UPDATE", "update.not_moved",
