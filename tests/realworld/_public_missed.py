@@ -21,6 +21,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'charrnn_gru.targets_not_shifted': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient and '
                                     'the loss does not depend on them (perturbing them on a copy leaves it u; '
                                     'diagnose WARN at None',
+ 'chinesetextcls_textrnn.labels_misaligned': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                             'gradient and the loss does not depend on them (perturbing them on a '
+                                             'copy leaves it u; diagnose WARN at None',
  'cifar10fast_resnet.bias_optimiser_dropped': 'owner saw PASS None None: AUTOGRAD: not checked: forward pass or '
                                               'loss_fn raised UserCodeError: the model raised ValueError: dictionary '
                                               'update sequence; diagnose FAIL at step_probe prep_norm.bias '
@@ -76,6 +79,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          'and the loss does not depend on them (perturbing them on a copy leaves it '
                                          'u; diagnose WARN at None',
  'dgl_graphsage.messages_from_destination': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'diffpool_softassign.padding_mask_off': 'owner saw SKIPPED None None: loss_fn raised AttributeError: '
+                                         "'SoftPoolingGcnEncoder' object has no attribute 'assign_tensor' (at "
+                                         'diffpool_softassign.py; diagnose WARN at None',
  'dlprojecttemplate_autoencoder.code_detached': 'owner saw SKIPPED None None: the model raised RuntimeError: mat1 '
                                                 'and mat2 shapes cannot be multiplied (896x28 and 784x64) (at '
                                                 'dlprojecttemplate_autoen; diagnose WARN at None',
@@ -103,7 +109,18 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                      'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                      'diagnose WARN at None',
  'glowpytorch_glow.squeeze_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'graphwavenet_traffic.target_time_in_day_channel': 'owner saw WARN None None: DEPENDENCY: 20 of 104 trainable '
+                                                    "parameters are not on the loss's autograd graph: 20 trainable "
+                                                    'parameters get no gradient and; diagnose WARN at None',
+ 'hackersvoice_wakeword.lstm_left_out_of_optimizer': 'owner saw FAIL layernorm.weight optimizer.missing_parameter: '
+                                                     'layernorm.weight optimizer.missing_parameter: optimizer does '
+                                                     'not own 6 trainable tensors ; diagnose FAIL at four_structures '
+                                                     'layernorm.weight four_structures:layernorm.weight',
  'hfcourse_accelerate_mrpc.attention_mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hfnotebooks_mlm_scratch.collator_mlm_false': 'owner saw FAIL DEPENDENCY dependency.target_leak: DEPENDENCY '
+                                               "dependency.target_leak: 'input_ids' == targets; output at position "
+                                               "16 moves with 'input_i; diagnose FAIL at learning_ledger DEPENDENCY "
+                                               'learning_ledger:DEPENDENCY',
  'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'hyunwoongko_transformer.pad_not_ignored': 'owner saw PASS None None: ; diagnose PASS at None',
  'hyunwoongko_transformer.targets_not_shifted': 'owner saw FAIL DEPENDENCY dependency.target_leak: DEPENDENCY '
@@ -168,12 +185,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    'output axis 1 (size 6) hold; diagnose WARN at None',
  'lstnet_electricity.target_inside_window': 'owner saw PASS None None: ; diagnose PASS at None',
  'ltsflinear_dlinear.target_window_from_start': 'owner saw PASS None None: ; diagnose PASS at None',
- 'lynnhogan_wgangp.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 get no gradient and whether the '
-                                           'loss depends on them could not be checked (first: net.3.bias); declare '
-                                           'them with; diagnose WARN at None',
- 'lynnhogan_wgangp.gp_without_create_graph': 'owner saw WARN None None: GRADIENT: 1 get no gradient and whether the '
-                                             'loss depends on them could not be checked (first: net.3.bias); declare '
-                                             'them with; diagnose WARN at None',
+ 'lynnhogan_wgangp.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                           'gradient and the loss does not depend on them (perturbing them on a copy '
+                                           'leaves it u; diagnose WARN at None',
+ 'lynnhogan_wgangp.gp_without_create_graph': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                             'gradient and the loss does not depend on them (perturbing them on a '
+                                             'copy leaves it u; diagnose WARN at None',
  'melgan_vocoder.hinge_signs_swapped': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient '
                                        'and the loss does not depend on them (perturbing them on a copy leaves it u; '
                                        'diagnose WARN at None',
@@ -200,6 +217,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'mlpmixercifar_mixer.softmax_before_cross_entropy': 'owner saw WARN None None: TASK: unverified: none of the 16 '
                                                      'batch inputs equals any of the 32 known inputs; diagnose WARN '
                                                      'at None',
+ 'morvanzhou_dqn.next_state_from_state_columns': 'owner saw PASS None None: ; diagnose PASS at None',
  'nbeats_dummy.target_inside_backcast': 'owner saw WARN None None: DEPENDENCY: 3 of 96 trainable parameters are not '
                                         "on the loss's autograd graph: 3 trainable parameters get no gradient and "
                                         'th; diagnose WARN at None',
@@ -263,6 +281,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchgat_cora.train_labels_from_val_indices': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
                                                   '60 fixed examples, Adam lr 0.005 at any lr up to 0.5 (loss 1.099 '
                                                   '-> best 1.007, 8% d; diagnose WARN at None',
+ 'pytorchunet_segmentation.mask_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchvae_vanilla.latent_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchwavenet_wavenet.dilate_view_without_permute': 'owner saw FAIL  layout.values_moved:  layout.values_moved: '
                                                        'output[1, 0, 0] holds input[0, 16, 0] (values from input '
@@ -270,6 +289,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchwavenet_wavenet.target_not_shifted': 'owner saw WARN None None: OBJECTIVE: could not check: the OBJECTIVE '
                                               'check raised ValueError: Expected input batch_size (256) to match '
                                               'target batch_siz; diagnose WARN at None',
+ 'pytorchwgan_wgangp.d_real_backward_one': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pytorchwgan_wgangp.gp_norm_not_flattened': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                             'gradient and the loss does not depend on them (perturbing them on a '
+                                             'copy leaves it u; diagnose WARN at None',
  'rainbow_c51.log_softmax_over_actions': 'owner saw PASS None None: ; diagnose WARN at None',
  'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
  'recbole_lightgcn.bpr_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -330,6 +353,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'smp_fpn_binary.model_activation_with_from_logits': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted '
                                                      'on 8 fixed examples, Adam lr 0.0001 at any lr up to 0.1 (loss '
                                                      '0.8114 -> best 0.7481, 8%; diagnose WARN at None',
+ 'spijkervetsimclr_ntxent.rank_interleaved_views': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.bootstrap_at_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.vf_zero_grad_outside_loop': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
                                              'is not plain SGD (stateful update rule); diagnose PASS at None',
@@ -351,6 +375,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            '0.65 (54% dow; diagnose WARN at None',
  'supcontrast_supcon.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.views_reshaped_not_split': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sweetice_ppo.ratio_of_probs_as_log_probs': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sweetice_ppo.returns_appended_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'swin_classifier.reverse_shift_same_direction': 'owner saw PASS None None: ; diagnose PASS at None',
  'swin_classifier.scheduler_stepped_per_micro_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'swin_classifier.shifted_window_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -368,6 +394,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'teapearce_cfg_diffusion.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                     'Adam is not plain SGD (stateful update rule); diagnose PASS at '
                                                     'None',
+ 'torchcfm_icfm_moons.interpolation_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchdiffeq_odenet.returns_initial_state': 'owner saw WARN None None: 7.odefunc.norm1.weight: '
                                              '7.odefunc.norm1.weight: in the loss graph but its gradient is exactly '
                                              'zero, and the loss does not de; diagnose WARN at None',
