@@ -1,27 +1,29 @@
-"""N-BEATS (trend, seasonality and generic stacks of fully connected blocks with basis-expansion heads, doubly residual
-backcast/forecast) trained by the repository's PyTorch example ``examples/trainer_pytorch.py --task dummy``: batches
-from ``dummy_data_generator`` (two random cosines plus a random trend, scaled per window), forecast MSE, Adam with the
-default learning rate, ``simple_fit``'s loop (zero_grad, train mode, forward, loss, backward, step).
+# ruff: noqa: UP007, UP008, B008, TRY002, RUF059  (the original's code style is kept as written)
+"""N-BEATS (trend + seasonality + generic stacks, doubly residual backcast/forecast) from philipperemy/n-beats,
+trained by the repository's PyTorch example ``examples/trainer_pytorch.py --task dummy``.
 
 Source: https://github.com/philipperemy/n-beats
 Commit: 06a4e209ada80bf1f403ced5228261784dfb26ed
-Files: examples/trainer_pytorch.py, examples/data.py, nbeats_pytorch/model.py
-License: MIT (Copyright (c) 2019 Philippe Rémy)
-Domain: time series forecasting (N-BEATS, interpretable + generic stacks)
+Files: nbeats_pytorch/model.py (NBeatsNet, the blocks, the basis functions; copied whole), examples/trainer_pytorch.py
+       (main, simple_fit), examples/data.py (dummy_data_generator)
+License: MIT (Copyright (c) 2019 Philippe Rémy; full text in LICENSES/philipperemy-n-beats.txt)
+Domain: time series forecasting (N-BEATS, interpretable + generic stacks, MSE on the forecast)
+
+Kept as written: ``NBeatsNet`` whole (blocks kept in Python lists, their parameters registered through the
+``self.parameters = nn.ParameterList(...)`` attribute, the residual loop, trend/seasonality bases on normalised
+time), the example's configuration (stacks trend, seasonality, generic; thetas_dim [2, 8, 3]; 3 blocks per stack;
+forecast_length 10; backcast_length 50; batch_size 4; share_weights_in_stack False), ``optim.Adam(net.parameters())``
+with its default lr, ``dummy_data_generator(..., signal_type='seasonality', random=True)`` and the loop body of
+``simple_fit`` (zero_grad, train(), forward, ``F.mse_loss(forecast, target)``, backward, step).
 
 Deviations from the original:
-- sizes: hidden_layer_units 1024 -> 64 (forecast_length 10, backcast_length 50, thetas_dim [2, 8, 3], 3 blocks per
-  stack, batch_size 4 as in the script);
-- data: the script's own ``--task dummy`` generator is used unchanged; its ``np.random`` draws are seeded from
-  ``seed`` (the script does not seed);
-- ``device`` is the CPU (``--disable-cuda``); the checkpoint ``load``/``save`` calls (files) and the plotting
-  callback are left out, ``print`` of every step's loss too; the constructor's own prints are kept;
-- the bug variants reach ``linear_space`` through a module-level switch ``_BUG`` set by ``build`` (the blocks take
-  no extra argument);
-- one ``train_step`` is one iteration of ``simple_fit``'s ``for grad_step, (x, target) in enumerate(...)`` loop;
-  ``eval_fn`` is the forecast MSE on a fixed batch in eval mode.
+- sizes: hidden_layer_units 64 (the example: 1024);
+- the data generator draws from ``np.random`` seeded with ``seed`` (the original seeds nothing);
+- ``simple_fit``'s checkpoint load/save, printing and plotting are dropped; one call of ``train_step`` is one
+  iteration of its loop; the device is the CPU;
+- ``eval_fn`` is the forecast MSE on a fixed held-out batch from the same generator;
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
-# ruff: noqa: UP007, UP008, B008, TRY002, RUF059  (the original's code style is kept as written)
 
 from __future__ import annotations
 
@@ -40,15 +42,13 @@ from torch.nn import functional as F
 from torch.nn.functional import binary_cross_entropy, cross_entropy, l1_loss, mse_loss
 from torch.optim import Optimizer
 
-_HERE = str(pathlib.Path(__file__).resolve().parents[1])
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
+_HERE = pathlib.Path(__file__).resolve()
+if str(_HERE.parents[1]) not in sys.path:
+    sys.path.insert(0, str(_HERE.parents[1]))
 from _api import Bug, Program
 
-_BUG = [None]
 
-# ---- nbeats_pytorch/model.py --------------------------------------------------------------------------------------
-
+# ---------------------------------------------------------------- nbeats_pytorch/model.py
 class NBeatsNet(nn.Module):
     SEASONALITY_BLOCK = 'seasonality'
     TREND_BLOCK = 'trend'
@@ -261,10 +261,8 @@ def trend_model(thetas, t, device):
     return thetas.mm(T.to(device))
 
 
-def linear_space(backcast_length, forecast_length, is_forecast=True, bug=None):
+def linear_space(backcast_length, forecast_length, is_forecast=True):
     horizon = forecast_length if is_forecast else backcast_length
-    if bug == "linspace_not_normalized":
-        return np.arange(0, horizon)
     return np.arange(0, horizon) / horizon
 
 
@@ -283,8 +281,8 @@ class Block(nn.Module):
         self.fc3 = nn.Linear(units, units)
         self.fc4 = nn.Linear(units, units)
         self.device = device
-        self.backcast_linspace = linear_space(backcast_length, forecast_length, is_forecast=False, bug=_BUG[0])
-        self.forecast_linspace = linear_space(backcast_length, forecast_length, is_forecast=True, bug=_BUG[0])
+        self.backcast_linspace = linear_space(backcast_length, forecast_length, is_forecast=False)
+        self.forecast_linspace = linear_space(backcast_length, forecast_length, is_forecast=True)
         if share_thetas:
             self.theta_f_fc = self.theta_b_fc = nn.Linear(units, thetas_dim, bias=False)
         else:
@@ -356,9 +354,7 @@ class GenericBlock(Block):
 
         return backcast, forecast
 
-
-# ---- examples/data.py -------------------------------------------------------------------------------------------------
-
+# ---------------------------------------------------------------- examples/data.py
 def dummy_data_generator(backcast_length, forecast_length, signal_type='seasonality', random=False, batch_size=32,
                          bug=None):
     def get_x_y():
@@ -379,7 +375,7 @@ def dummy_data_generator(backcast_length, forecast_length, signal_type='seasonal
             raise Exception('Unknown signal type.')
 
         x = a[:backcast_length]
-        if bug == "forecast_inside_backcast":
+        if bug == "target_inside_backcast":  # classic window slip: the target is the last steps of the input itself
             y = a[backcast_length - forecast_length:backcast_length].copy()
         else:
             y = a[backcast_length:]
@@ -407,12 +403,11 @@ def dummy_data_generator(backcast_length, forecast_length, signal_type='seasonal
     return gen()
 
 
-# ---- examples/trainer_pytorch.py ------------------------------------------------------------------------------------
-
+# ---------------------------------------------------------------- examples/trainer_pytorch.py
 def _build(seed, bug=None):
-    _BUG[0] = bug
     torch.manual_seed(seed)
     np.random.seed(seed)
+    random.seed(seed)
     device = torch.device('cpu')
     forecast_length = 10
     backcast_length = 5 * forecast_length
@@ -421,8 +416,9 @@ def _build(seed, bug=None):
     data_gen = dummy_data_generator(backcast_length, forecast_length,
                                     signal_type='seasonality', random=True,
                                     batch_size=batch_size, bug=bug)
+    held_out = next(dummy_data_generator(backcast_length, forecast_length, signal_type='seasonality', random=True,
+                                         batch_size=32, bug=bug))
 
-    print('--- Model ---')
     net = NBeatsNet(device=device,
                     stack_types=[NBeatsNet.TREND_BLOCK, NBeatsNet.SEASONALITY_BLOCK, NBeatsNet.GENERIC_BLOCK],
                     forecast_length=forecast_length,
@@ -432,51 +428,53 @@ def _build(seed, bug=None):
                     hidden_layer_units=64,
                     share_weights_in_stack=False,
                     nb_harmonics=None)
-    _BUG[0] = None
 
     optimiser = optim.Adam(net.parameters())
 
-    eval_x, eval_target = next(dummy_data_generator(backcast_length, forecast_length, signal_type='seasonality',
-                                                    random=True, batch_size=32, bug=bug))
+    first = next(data_gen)
+    state = {"pending": first}
 
-    def train_step():
-        # simple_fit: one iteration of its loop
-        x, target = next(data_gen)
-        if bug != "no_zero_grad":
+    def train_step():  # one iteration of simple_fit's loop
+        if state["pending"] is not None:
+            x, target = state["pending"]
+            state["pending"] = None
+        else:
+            x, target = next(data_gen)
+        if bug != "zero_grad_after_backward":
             optimiser.zero_grad()
         net.train()
         backcast, forecast = net(torch.tensor(x, dtype=torch.float).to(device))
         loss = F.mse_loss(forecast, torch.tensor(target, dtype=torch.float).to(device))
         loss.backward()
+        if bug == "zero_grad_after_backward":  # classic: zero_grad moved between backward and step
+            optimiser.zero_grad()
         optimiser.step()
         return loss.detach()
 
-    def eval_fn(model, batch):
-        model.eval()
-        with torch.no_grad():
-            _, f = model(torch.tensor(eval_x, dtype=torch.float))
-            return float(F.mse_loss(f, torch.tensor(eval_target, dtype=torch.float)))
+    def loss_fn(outputs, target):
+        backcast, forecast = outputs
+        return F.mse_loss(forecast, target)
 
-    x0, t0 = next(dummy_data_generator(backcast_length, forecast_length, signal_type='seasonality', random=True,
-                                       batch_size=batch_size, bug=bug))
-    batch = (torch.tensor(x0, dtype=torch.float), torch.tensor(t0, dtype=torch.float))
-    return Program(name="nbeats_dummy", model=net, batch=batch,
-                   loss_fn=lambda outputs, target: F.mse_loss(outputs[1], target), optimizer=optimiser,
+    def eval_fn(model, batch):
+        x, y = held_out
+        with torch.no_grad():
+            _, f = model(torch.tensor(x, dtype=torch.float))
+        return float(F.mse_loss(f, torch.tensor(y, dtype=torch.float)))
+
+
+    batch = (torch.tensor(first[0], dtype=torch.float), torch.tensor(first[1], dtype=torch.float))
+    return Program(name="nbeats_dummy", model=net, batch=batch, loss_fn=loss_fn, optimizer=optimiser,
                    train_step=train_step, eval_fn=eval_fn)
 
 
-build = functools.partial(_build)
+build = functools.partial(_build, bug=None)
 
 BUGS = [
-    # the basis time axis left in steps instead of fractions of the horizon (the un-normalized t of
-    # https://github.com/unit8co/darts/issues/803, there reported for darts' N-BEATS): cos(2 pi i t) and sin(2 pi i t)
-    # are constant on integer t, so the seasonality stack can express no seasonality at all.
-    Bug("linspace_not_normalized", functools.partial(_build, bug="linspace_not_normalized"), "learning_ledger",
-        ("CAPABILITY",)),
-    # the target window cut from the end of the backcast window instead of after it (classic window slip): the
-    # forecast target is already in the input.
-    Bug("forecast_inside_backcast", functools.partial(_build, bug="forecast_inside_backcast"), "learning_ledger",
+    # classic window slip: y sliced from the end of the backcast window instead of the steps after it; the
+    # "forecast" target is already in the input.
+    Bug("target_inside_backcast", functools.partial(_build, bug="target_inside_backcast"), "learning_ledger",
         ("TASK",)),
-    # optimiser.zero_grad() dropped from simple_fit (classic): gradients accumulate across steps.
-    Bug("no_zero_grad", functools.partial(_build, bug="no_zero_grad"), "step_probe", (), kind="step.grad_accumulation"),
+    # classic: optimiser.zero_grad() moved after loss.backward(); every step applies a zero gradient.
+    Bug("zero_grad_after_backward", functools.partial(_build, bug="zero_grad_after_backward"), "step_probe",
+        (), kind="step.zero_grad_before_step"),  # a whole-model slip: declared by its mechanism (README rule 6)
 ]

@@ -1,36 +1,35 @@
-"""SincNet speaker identification from raw waveforms: a ``SincConv_fast`` layer (learnable band-pass sinc filters with
-mel-spaced initial cut-offs and a Hamming window) on |conv| + max-pooling + layer norm, two standard convolutions,
-an MLP of batch-normalized leaky-ReLU layers and a ``LogSoftmax`` classifier, trained by ``speaker_id.py``: random
-200 ms chunks of random sentences with a random amplitude factor, ``NLLLoss``, one RMSprop (lr 1e-3, alpha 0.95,
-eps 1e-8) per network, each zeroed and stepped in turn.
+"""SincNet speaker identification from raw waveforms as trained by ``speaker_id.py`` with ``cfg/SincNet_TIMIT.cfg``:
+``SincNet`` (input layer norm, ``SincConv_fast`` band-pass filters parametrized by their low cut-off and band in
+Hz, |.|, max-pooling, the repository's ``LayerNorm``, leaky ReLU, then two ``Conv1d`` layers), ``MLP`` ``DNN1``
+(input layer norm, batch-normalized linear layers with the repository's uniform init, leaky ReLU) and ``MLP``
+``DNN2`` (linear + ``LogSoftmax``, the cfg's ``class_act=softmax``), ``nn.NLLLoss``, one RMSprop (lr 0.001,
+alpha 0.95, eps 1e-8) per network, and the loop body: ``create_batches_rnd`` (random 200 ms chunks of random
+sentences, random amplitude 1 +- 0.2), forward, NLL, the three zero_grads, backward, the three steps.
 
 Source: https://github.com/mravanelli/SincNet
 Commit: d74164861d8bd8ab9cb02f102d677f5605edfbf4
-Files: speaker_id.py, dnn_models.py, cfg/SincNet_TIMIT.cfg
-License: MIT (Copyright (c) 2019 Mirco Ravanelli)
-Domain: speech / audio (speaker identification on raw waveforms)
+Files: speaker_id.py, dnn_models.py (SincConv_fast, act_fun, LayerNorm, MLP, SincNet), cfg/SincNet_TIMIT.cfg
+License: MIT (LICENSES/mravanelli-SincNet.txt)
+Domain: audio, speaker identification (learnable sinc filters on raw waveforms)
 
 Deviations from the original:
-- sizes (cfg/SincNet_TIMIT.cfg): fs 16000 -> 8000, cw_len 200 ms -> 50 ms (wlen 400 samples), cnn_N_filt
-  80,60,60 -> 16,16,16, cnn_len_filt 251,5,5 -> 51,5,5, fc_lay 2048 x3 -> 64 x3, class_lay 462 -> 8 speakers,
-  batch_size 128 -> 16; every other [cnn]/[dnn]/[class]/[optimization] option (norms, activations, dropout 0,
-  lr, RMSprop settings) as in the config;
-- data: TIMIT is replaced by synthetic "sentences" made from ``seed``: each of the 8 speakers has its own pitch (log-spaced
-  100-1200 Hz, jittered) and harmonic weights, every sentence is that voice with random phases, an amplitude
-  envelope at an eighth of the pitch and noise (one sentence per speaker held out for validation); ``sf.read`` is replaced by a lookup in that in-memory set, and the label dictionary maps each sentence
-  to its speaker as ``TIMIT_labels.npy`` does; ``read_conf`` is replaced by the config values written out;
-- ``.cuda()`` calls and ``Variable`` wrappers are dropped (CPU); ``np.load(...).item()`` is not needed;
-- the three networks, called as ``DNN2_net(DNN1_net(CNN_net(inp)))`` in the loop, are held by one ``SpeakerID``
-  module (attributes ``CNN_net``, ``DNN1_net``, ``DNN2_net``) so that a single model can be declared; its
-  ``forward`` is that call;
-- one ``train_step`` is one iteration of the inner batch loop; the declared ``optimizer`` is ``optimizer_DNN1`` (the
-  program has three: ``optimizer_CNN``, ``optimizer_DNN1``, ``optimizer_DNN2``, all stepped by ``train_step``);
-  ``eval_fn`` is the script's full validation on a few held-out sentences (chunked with ``cw_shift``, sentence
-  decision by summed posteriors), returning the frame error; the unused legacy ``sinc_conv``/``sinc``/``flip``
-  and checkpoint saving are left out; ``SELF_CHECK_STEPS`` is 80 (the loop's RMSprop at lr 1e-3 from the
-  original's small MLP initialization needs more than 30 steps to move the loss on this data).
+- sizes: chunks of 25 ms at 16 kHz (400 samples, cfg 200 ms), filters 16,16,16 (80,60,60) of lengths 251,5,5
+  (kept), pooling 3,3,3 (kept), fc layers 64,64,64 (2048 each), 8 speakers (462), batch size 32 (128); lr, RMSprop
+  settings, normalizations and activations are the cfg's;
+- data: TIMIT (wav files read with soundfile) is replaced by 8 synthetic "speakers" made from ``seed``, 6 one-second
+  "sentences" each: a few harmonics of the speaker's own fundamental frequency with random phases and amplitudes,
+  plus noise; ``create_batches_rnd`` is as written but takes the signal from an in-memory dict instead of
+  ``sf.read`` and returns CPU tensors (no ``.cuda()``, no ``Variable``); the label dictionary is a dict instead of
+  ``TIMIT_labels.npy``; ``np.random`` is seeded with ``seed`` as the script does with the cfg's seed;
+- the cfg file is replaced by the same values written out in Python; no checkpoint loading or saving, no result
+  file; the per-epoch full validation is left out (``eval_fn`` gives the chunk accuracy of one batch instead);
+- the three networks are held in one ``nn.Sequential`` (named ``CNN_net``, ``DNN1_net``, ``DNN2_net``: the
+  script's ``DNN2_net(DNN1_net(CNN_net(inp)))``) so the Program has one model; the program has three optimizers,
+  so the Program declares none (``optimizer=None``: its step updates through all three);
+- one ``train_step`` is one iteration of the ``N_batches`` loop;
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
-# ruff: noqa: PLR0402, UP008, UP031, UP034, F841, RUF059  (the original's code style is kept as written)
+# ruff: noqa: F841, PLR0402, UP008, UP031, UP034  (the original's code style is kept as written)
 
 from __future__ import annotations
 
@@ -38,6 +37,7 @@ import functools
 import math
 import pathlib
 import sys
+from collections import OrderedDict
 
 import numpy as np
 import torch
@@ -50,7 +50,7 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 from _api import Bug, Program
 
-# ---- dnn_models.py ------------------------------------------------------------------------------------------------
+# ---- dnn_models.py -----------------------------------------------------------------------------------------------
 
 class SincConv_fast(nn.Module):
     """Sinc-based convolution
@@ -122,6 +122,7 @@ class SincConv_fast(nn.Module):
                           self.out_channels + 1)
         hz = self.to_hz(mel)
 
+
         # filter lower frequency (out_channels, 1)
         self.low_hz_ = nn.Parameter(torch.Tensor(hz[:-1]).view(-1, 1))
 
@@ -133,9 +134,13 @@ class SincConv_fast(nn.Module):
         n_lin=torch.linspace(0, (self.kernel_size/2)-1, steps=int((self.kernel_size/2))) # computing only half of the window
         self.window_=0.54-0.46*torch.cos(2*math.pi*n_lin/self.kernel_size);
 
+
         # (1, kernel_size/2)
         n = (self.kernel_size - 1) / 2.0
         self.n_ = 2*math.pi*torch.arange(-n, 0).view(1, -1) / self.sample_rate # Due to symmetry, I only need half of the time axes
+
+
+
 
     def forward(self, waveforms):
         """
@@ -165,9 +170,12 @@ class SincConv_fast(nn.Module):
         band_pass_center = 2*band.view(-1,1)
         band_pass_right= torch.flip(band_pass_left,dims=[1])
 
+
         band_pass=torch.cat([band_pass_left,band_pass_center,band_pass_right],dim=1)
 
+
         band_pass = band_pass / (2*band[:,None])
+
 
         self.filters = (band_pass).view(
             self.out_channels, 1, self.kernel_size)
@@ -228,11 +236,14 @@ class MLP(nn.Module):
         self.fc_use_batchnorm_inp=options['fc_use_batchnorm_inp']
         self.fc_act=options['fc_act']
 
+
         self.wx  = nn.ModuleList([])
         self.bn  = nn.ModuleList([])
         self.ln  = nn.ModuleList([])
         self.act = nn.ModuleList([])
         self.drop = nn.ModuleList([])
+
+
 
         # input layer normalization
         if self.fc_use_laynorm_inp:
@@ -241,6 +252,7 @@ class MLP(nn.Module):
         # input batch normalization
         if self.fc_use_batchnorm_inp:
            self.bn0=nn.BatchNorm1d([self.input_dim],momentum=0.05)
+
 
         self.N_fc_lay=len(self.fc_lay)
 
@@ -256,6 +268,7 @@ class MLP(nn.Module):
          # activation
          self.act.append(act_fun(self.fc_act[i]))
 
+
          add_bias=True
 
          # layer norm initialization
@@ -265,6 +278,7 @@ class MLP(nn.Module):
          if self.fc_use_laynorm[i] or self.fc_use_batchnorm[i]:
              add_bias=False
 
+
          # Linear operations
          self.wx.append(nn.Linear(current_input, self.fc_lay[i],bias=add_bias))
 
@@ -273,6 +287,7 @@ class MLP(nn.Module):
          self.wx[i].bias = torch.nn.Parameter(torch.zeros(self.fc_lay[i]))
 
          current_input=self.fc_lay[i]
+
 
     def forward(self, x):
 
@@ -309,6 +324,7 @@ class MLP(nn.Module):
       return x
 
 
+
 class SincNet(nn.Module):
 
     def __init__(self,options):
@@ -317,6 +333,7 @@ class SincNet(nn.Module):
        self.cnn_N_filt=options['cnn_N_filt']
        self.cnn_len_filt=options['cnn_len_filt']
        self.cnn_max_pool_len=options['cnn_max_pool_len']
+
 
        self.cnn_act=options['cnn_act']
        self.cnn_drop=options['cnn_drop']
@@ -336,6 +353,7 @@ class SincNet(nn.Module):
        self.ln  = nn.ModuleList([])
        self.act = nn.ModuleList([])
        self.drop = nn.ModuleList([])
+
 
        if self.cnn_use_laynorm_inp:
            self.ln0=LayerNorm(self.input_dim)
@@ -361,6 +379,7 @@ class SincNet(nn.Module):
 
          self.bn.append(nn.BatchNorm1d(N_filt,int((current_input-self.cnn_len_filt[i]+1)/self.cnn_max_pool_len[i]),momentum=0.05))
 
+
          if i==0:
           self.conv.append(SincConv_fast(self.cnn_N_filt[0],self.cnn_len_filt[0],self.fs))
 
@@ -369,7 +388,10 @@ class SincNet(nn.Module):
 
          current_input=int((current_input-self.cnn_len_filt[i]+1)/self.cnn_max_pool_len[i])
 
+
        self.out_dim=current_input*N_filt
+
+
 
     def forward(self, x):
        batch=x.shape[0]
@@ -382,6 +404,7 @@ class SincNet(nn.Module):
         x=self.bn0((x))
 
        x=x.view(batch,1,seq_len)
+
 
        for i in range(self.N_cnn_lay):
 
@@ -397,54 +420,15 @@ class SincNet(nn.Module):
          if self.cnn_use_batchnorm[i]==False and self.cnn_use_laynorm[i]==False:
           x = self.drop[i](self.act[i](F.max_pool1d(self.conv[i](x), self.cnn_max_pool_len[i])))
 
+
        x = x.view(batch,-1)
 
        return x
 
 
-class SpeakerID(nn.Module):
-    """The loop's ``DNN2_net(DNN1_net(CNN_net(inp)))`` held by one module (deviation, see the docstring)."""
+# ---- speaker_id.py -----------------------------------------------------------------------------------------------
 
-    def __init__(self, CNN_net, DNN1_net, DNN2_net):
-        super().__init__()
-        self.CNN_net = CNN_net
-        self.DNN1_net = DNN1_net
-        self.DNN2_net = DNN2_net
-
-    def forward(self, inp):
-        return self.DNN2_net(self.DNN1_net(self.CNN_net(inp)))
-
-
-# ---- speaker_id.py ------------------------------------------------------------------------------------------------
-
-SELF_CHECK_STEPS = 80
-N_SPK = 8
-SNT_PER_SPK = 6
-SNT_LEN = 4000
-
-
-def make_corpus(seed):
-    """Synthetic sentences: each speaker a pitch and harmonic weights; a sentence is that voice with random phases,
-    a slow amplitude envelope and noise (replaces TIMIT)."""
-    rng = np.random.RandomState(seed)
-    fs = 8000
-    t = np.arange(SNT_LEN) / fs
-    voices = [(f0, rng.dirichlet(np.ones(6))) for f0 in np.geomspace(100, 1200, N_SPK) * rng.uniform(0.95, 1.05, N_SPK)]
-    signals, lab_dict, wav_lst_tr, wav_lst_te = {}, {}, [], []
-    for spk, (f0, w) in enumerate(voices):
-        for s in range(SNT_PER_SPK):
-            f = f0 * rng.uniform(0.97, 1.03)
-            sig = sum(w[h] * np.sin(2 * np.pi * f * (h + 1) * t + rng.uniform(0, 2 * np.pi)) for h in range(6))
-            env = 0.6 + 0.4 * np.sin(2 * np.pi * f0 / 8 * t + rng.uniform(0, 2 * np.pi))
-            sig = sig * env + 0.05 * rng.randn(SNT_LEN)
-            name = 'train/spk%d/snt%d.wav' % (spk, s) if s < SNT_PER_SPK - 1 else 'test/spk%d/snt%d.wav' % (spk, s)
-            signals[name] = (sig / np.abs(sig).max()).astype(np.float64)
-            lab_dict[name] = spk
-            (wav_lst_tr if s < SNT_PER_SPK - 1 else wav_lst_te).append(name)
-    return signals, lab_dict, wav_lst_tr, wav_lst_te
-
-
-def create_batches_rnd(batch_size,data_folder,wav_lst,N_snt,wlen,lab_dict,fact_amp,sf,bug=None):
+def create_batches_rnd(batch_size,data_folder,wav_lst,N_snt,wlen,lab_dict,fact_amp):
 
  # Initialization of the minibatch (batch_size,[0=>x_t,1=>x_t+N,1=>random_samp])
  sig_batch=np.zeros([batch_size,wlen])
@@ -457,7 +441,7 @@ def create_batches_rnd(batch_size,data_folder,wav_lst,N_snt,wlen,lab_dict,fact_a
  for i in range(batch_size):
 
   # select a random sentence from the list
-  [signal, fs] = sf.read(data_folder+wav_lst[snt_id_arr[i]])
+  signal = data_folder[wav_lst[snt_id_arr[i]]]  # in place of [signal, fs] = sf.read(data_folder+wav_lst[...])
 
   # accesing to a random chunk
   snt_len=signal.shape[0]
@@ -466,14 +450,11 @@ def create_batches_rnd(batch_size,data_folder,wav_lst,N_snt,wlen,lab_dict,fact_a
 
   channels = len(signal.shape)
   if channels == 2:
-    print('WARNING: stereo to mono: '+data_folder+wav_lst[snt_id_arr[i]])
+    print('WARNING: stereo to mono: '+wav_lst[snt_id_arr[i]])
     signal = signal[:,0]
 
   sig_batch[i,:]=signal[snt_beg:snt_end]*rand_amp_arr[i]
-  if bug == "labels_from_previous_draw":
-   lab_batch[i]=lab_dict[wav_lst[snt_id_arr[i-1]]]
-  else:
-   lab_batch[i]=lab_dict[wav_lst[snt_id_arr[i]]]
+  lab_batch[i]=lab_dict[wav_lst[snt_id_arr[i]]]
 
  inp=torch.from_numpy(sig_batch).float().contiguous()
  lab=torch.from_numpy(lab_batch).float().contiguous()
@@ -481,28 +462,36 @@ def create_batches_rnd(batch_size,data_folder,wav_lst,N_snt,wlen,lab_dict,fact_a
  return inp,lab
 
 
-class _InMemorySoundfile:
-    """``sf.read`` over the synthetic corpus (deviation: no audio files here)."""
+N_SPEAKERS = 8
 
-    def __init__(self, signals, fs):
-        self.signals, self.fs = signals, fs
 
-    def read(self, path):
-        return [self.signals[path], self.fs]
+def make_sentences(rng, fs):
+    """8 synthetic speakers, 6 one-second sentences each: harmonics of the speaker's own pitch plus noise."""
+    signals, lab_dict, wav_lst = {}, {}, []
+    t = np.arange(fs) / fs
+    for spk in range(N_SPEAKERS):
+        f0 = 110.0 * 2 ** (spk / 4)
+        for snt in range(6):
+            sig = np.zeros(fs)
+            for h in range(1, 5):
+                sig += rng.uniform(0.3, 1.0) / h * np.sin(2 * np.pi * h * f0 * t + rng.uniform(0, 2 * np.pi))
+            sig += 0.1 * rng.standard_normal(fs)
+            name = f"train/spk{spk}/snt{snt}.wav"
+            signals[name] = sig / np.abs(sig).max()
+            lab_dict[name] = spk
+            wav_lst.append(name)
+    return signals, lab_dict, wav_lst
 
 
 def _build(seed, bug=None):
-    signals, lab_dict, wav_lst_tr, wav_lst_te = make_corpus(seed)
-
-    #[data]
-    data_folder=''
     #[windowing]
-    fs=8000
-    cw_len=50
+    fs=16000
+    cw_len=25
     cw_shift=10
+
     #[cnn]
     cnn_N_filt=[16,16,16]
-    cnn_len_filt=[51,5,5]
+    cnn_len_filt=[251,5,5]
     cnn_max_pool_len=[3,3,3]
     cnn_use_laynorm_inp=True
     cnn_use_batchnorm_inp=False
@@ -510,6 +499,7 @@ def _build(seed, bug=None):
     cnn_use_batchnorm=[False,False,False]
     cnn_act=['leaky_relu','leaky_relu','leaky_relu']
     cnn_drop=[0.0,0.0,0.0]
+
     #[dnn]
     fc_lay=[64,64,64]
     fc_drop=[0.0,0.0,0.0]
@@ -518,28 +508,26 @@ def _build(seed, bug=None):
     fc_use_batchnorm=[True,True,True]
     fc_use_laynorm=[False,False,False]
     fc_act=['leaky_relu','leaky_relu','leaky_relu']
+
     #[class]
-    class_lay=[N_SPK]
+    class_lay=[N_SPEAKERS]
     class_drop=[0.0]
     class_use_laynorm_inp=False
     class_use_batchnorm_inp=False
     class_use_batchnorm=[False]
     class_use_laynorm=[False]
-    # the classifier's activation written as the hidden layers' "linear" (classic config slip): NLLLoss on raw scores
-    class_act=['linear'] if bug == "class_act_linear" else ['softmax']
+    # a config written with class_act=linear (the bug): DNN2 returns raw scores to the NLLLoss
+    class_act=['linear' if bug == "class_act_linear" else 'softmax']
+
     #[optimization]
     lr=0.001
-    batch_size=16
-
-    sf = _InMemorySoundfile(signals, fs)
-    wav_lst_tr = list(wav_lst_tr)
-    snt_tr=len(wav_lst_tr)
-    wav_lst_te = list(wav_lst_te)
-    snt_te=len(wav_lst_te)
+    batch_size=32
 
     # setting seed
     torch.manual_seed(seed)
     np.random.seed(seed)
+    data_folder, lab_dict, wav_lst_tr = make_sentences(np.random.default_rng(seed), fs)
+    snt_tr=len(wav_lst_tr)
 
     # loss function
     cost = nn.NLLLoss()
@@ -547,9 +535,6 @@ def _build(seed, bug=None):
     # Converting context and shift in samples
     wlen=int(fs*cw_len/1000.00)
     wshift=int(fs*cw_shift/1000.00)
-
-    # Batch_dev
-    Batch_dev=128
 
     # Feature extractor CNN
     CNN_arch = {'input_dim': wlen,
@@ -565,7 +550,7 @@ def _build(seed, bug=None):
               'cnn_drop':cnn_drop,
               }
 
-    CNN_net=CNN(CNN_arch)
+    CNN_net=SincNet(CNN_arch)
 
     DNN1_arch = {'input_dim': CNN_net.out_dim,
               'fc_lay': fc_lay,
@@ -591,22 +576,22 @@ def _build(seed, bug=None):
 
     DNN2_net=MLP(DNN2_arch)
 
-    model = SpeakerID(CNN_net, DNN1_net, DNN2_net)
-
     optimizer_CNN = optim.RMSprop(CNN_net.parameters(), lr=lr,alpha=0.95, eps=1e-8)
-    if bug == "optimizer_dnn1_over_dnn2":
-        # copy-paste slip (classic): the second optimizer built over DNN2_net, DNN1_net never updated
+    if bug == "dnn1_optimizer_over_dnn2":
+        # copy-paste slip: DNN1's optimizer built over DNN2's parameters (DNN1 never moves, DNN2 steps twice)
         optimizer_DNN1 = optim.RMSprop(DNN2_net.parameters(), lr=lr,alpha=0.95, eps=1e-8)
     else:
         optimizer_DNN1 = optim.RMSprop(DNN1_net.parameters(), lr=lr,alpha=0.95, eps=1e-8)
     optimizer_DNN2 = optim.RMSprop(DNN2_net.parameters(), lr=lr,alpha=0.95, eps=1e-8)
 
-    def train_step():
-        CNN_net.train()
-        DNN1_net.train()
-        DNN2_net.train()
+    model = nn.Sequential(OrderedDict(CNN_net=CNN_net, DNN1_net=DNN1_net, DNN2_net=DNN2_net))
 
-        [inp,lab]=create_batches_rnd(batch_size,data_folder,wav_lst_tr,snt_tr,wlen,lab_dict,0.2,sf,bug)
+    CNN_net.train()
+    DNN1_net.train()
+    DNN2_net.train()
+
+    def train_step():
+        [inp,lab]=create_batches_rnd(batch_size,data_folder,wav_lst_tr,snt_tr,wlen,lab_dict,0.2)
         pout=DNN2_net(DNN1_net(CNN_net(inp)))
 
         pred=torch.max(pout,dim=1)[1]
@@ -615,7 +600,10 @@ def _build(seed, bug=None):
 
         optimizer_CNN.zero_grad()
         optimizer_DNN1.zero_grad()
-        optimizer_DNN2.zero_grad()
+        if bug == "dnn2_zero_grad_dropped":
+            optimizer_DNN1.zero_grad()  # copy-paste slip: DNN1 cleared twice, DNN2's gradients add up
+        else:
+            optimizer_DNN2.zero_grad()
 
         loss.backward()
         optimizer_CNN.step()
@@ -624,86 +612,33 @@ def _build(seed, bug=None):
         return loss.detach()
 
     def eval_fn(model, batch):
-        # Full Validation  new
-        CNN_net.eval()
-        DNN1_net.eval()
-        DNN2_net.eval()
-        loss_sum=0
-        err_sum=0
-        err_sum_snt=0
-
+        inp, lab = batch
+        model.eval()
         with torch.no_grad():
-         for i in range(snt_te):
-
-          [signal, fs_] = sf.read(data_folder+wav_lst_te[i])
-
-          signal=torch.from_numpy(signal).float().contiguous()
-          lab_batch=lab_dict[wav_lst_te[i]]
-
-          # split signals into chunks
-          beg_samp=0
-          end_samp=wlen
-
-          N_fr=int((signal.shape[0]-wlen)/(wshift))
-
-          sig_arr=torch.zeros([Batch_dev,wlen]).float().contiguous()
-          lab= (torch.zeros(N_fr+1)+lab_batch).contiguous().long()
-          pout=torch.zeros(N_fr+1,class_lay[-1]).float().contiguous()
-          count_fr=0
-          count_fr_tot=0
-          while end_samp<signal.shape[0]:
-              sig_arr[count_fr,:]=signal[beg_samp:end_samp]
-              beg_samp=beg_samp+wshift
-              end_samp=beg_samp+wlen
-              count_fr=count_fr+1
-              count_fr_tot=count_fr_tot+1
-              if count_fr==Batch_dev:
-                  inp=sig_arr
-                  pout[count_fr_tot-Batch_dev:count_fr_tot,:]=DNN2_net(DNN1_net(CNN_net(inp)))
-                  count_fr=0
-                  sig_arr=torch.zeros([Batch_dev,wlen]).float().contiguous()
-
-          if count_fr>0:
-           inp=sig_arr[0:count_fr]
-           pout[count_fr_tot-count_fr:count_fr_tot,:]=DNN2_net(DNN1_net(CNN_net(inp)))
-
-          pred=torch.max(pout,dim=1)[1]
-          loss = cost(pout, lab.long())
-          err = torch.mean((pred!=lab.long()).float())
-
-          [val,best_class]=torch.max(torch.sum(pout,dim=0),0)
-          err_sum_snt=err_sum_snt+(best_class!=lab[0]).float()
-
-          loss_sum=loss_sum+loss.detach()
-          err_sum=err_sum+err.detach()
-
-        err_tot_dev_snt=err_sum_snt/snt_te
-        loss_tot_dev=loss_sum/snt_te
-        err_tot_dev=err_sum/snt_te
-        return float(err_tot_dev)
+            pout = model(inp)
+        model.train()
+        return float(torch.mean((torch.max(pout,dim=1)[1]==lab.long()).float()))
 
     np_state = np.random.get_state()
-    first_inp, first_lab = create_batches_rnd(batch_size,data_folder,wav_lst_tr,snt_tr,wlen,lab_dict,0.2,sf)
+    first = create_batches_rnd(batch_size,data_folder,wav_lst_tr,snt_tr,wlen,lab_dict,0.2)
     np.random.set_state(np_state)
+    return Program(name="sincnet_speaker_id", model=model, batch=first,
+                   loss_fn=lambda pout, lab: cost(pout, lab.long()), optimizer=None,
+                   train_step=train_step, eval_fn=eval_fn, task="classification")
 
-    return Program(name="sincnet_speaker_id", model=model, batch=(first_inp, first_lab.long()),
-                   loss_fn=lambda pout, lab: cost(pout, lab.long()), optimizer=optimizer_DNN1,
-                   train_step=train_step, eval_fn=eval_fn)
 
-
-CNN = SincNet
-
-build = functools.partial(_build)
+build = functools.partial(_build, bug=None)
 
 BUGS = [
-    # the classifier's activation set to "linear" like the hidden layers (classic config slip): NLLLoss applied to
-    # raw scores instead of the log-softmax output.
+    # class_act=linear in the [class] section (classic): act_fun's "linear" is never applied, the NLLLoss reads raw
+    # scores instead of log-probabilities and the loss falls without bound.
     Bug("class_act_linear", functools.partial(_build, bug="class_act_linear"), "learning_ledger", ("OBJECTIVE",)),
-    # optimizer_DNN1 built over DNN2_net.parameters() (classic copy-paste slip): DNN1_net never updated, DNN2_net
-    # stepped twice.
-    Bug("optimizer_dnn1_over_dnn2", functools.partial(_build, bug="optimizer_dnn1_over_dnn2"), "four_structures",
+    # optimizer_DNN1 built over DNN2_net.parameters() (classic copy-paste slip): DNN1's layers get gradients and
+    # never move.
+    Bug("dnn1_optimizer_over_dnn2", functools.partial(_build, bug="dnn1_optimizer_over_dnn2"), "step_probe",
         ("DNN1_net",)),
-    # each chunk labelled with the speaker of the previous draw (classic indexing slip, snt_id_arr[i-1]).
-    Bug("labels_from_previous_draw", functools.partial(_build, bug="labels_from_previous_draw"), "learning_ledger",
-        ("TASK",)),
+    # optimizer_DNN1.zero_grad() written twice, optimizer_DNN2.zero_grad() missing (classic copy-paste slip): the
+    # classifier's gradients add up over the steps.
+    Bug("dnn2_zero_grad_dropped", functools.partial(_build, bug="dnn2_zero_grad_dropped"), "step_probe",
+        ("DNN2_net",)),
 ]
