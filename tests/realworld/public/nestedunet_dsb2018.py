@@ -22,9 +22,10 @@ Deviations from the original:
   identity (the synthetic images are made at the input size) and Normalize is written out with albumentations'
   defaults (ImageNet mean/std, max_pixel_value 255; the dataset's later /255 is kept as written);
 - ``.cuda()`` calls, cudnn.benchmark, tqdm, the yaml/csv logging, checkpointing and early stopping are dropped;
-- one ``train_step`` is one iteration of ``train()``'s loop (forward, criterion, zero_grad, backward, step); the
-  scheduler is stepped after every ``len(train_loader)`` steps, as the epoch loop does; ``eval_fn`` is
-  ``validate()``'s body on a given batch (loss and IoU).
+- one ``train_step`` is one iteration of ``train()``'s loop (forward, criterion, zero_grad, backward, step);
+  ``model.train()`` runs at each epoch start and the scheduler is stepped after every ``len(train_loader)`` steps,
+  as the epoch loop does; ``eval_fn`` is ``validate()``'s body on a given batch (loss and IoU), after which the
+  model is put back in train mode.
 """
 # ruff: noqa: PLR0402  (the original imports are kept as written)
 
@@ -306,13 +307,13 @@ def _build(seed, bug=None):
 
     def batches():
         while True:
+            model.train()
             yield from train_loader
             scheduler.step()  # end of epoch: if config['scheduler'] == 'CosineAnnealingLR'
 
     it = batches()
 
     def train_step():
-        model.train()
         input, target, _ = next(it)
 
         # compute output
@@ -332,6 +333,7 @@ def _build(seed, bug=None):
             output = model(input)
             loss = criterion(output, target)
             iou = iou_score(output, target)
+        model.train()
         return {'loss': float(loss), 'iou': float(iou)}
 
     first = next(iter(val_loader))
