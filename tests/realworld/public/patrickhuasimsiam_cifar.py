@@ -38,6 +38,8 @@ Deviations from the original:
 - ``torch.nn.DataParallel`` and the CUDA device are dropped (so parameter names have no ``module.`` prefix, which
   ``get_optimizer``'s prefix tuple already covers); the kNN monitor, logger, tqdm, checkpointing and linear
   evaluation are dropped. ``train_step`` is one iteration of the inner loop and returns the loss.
+- provenance note: ``cifar_resnet_1.py`` says in its header that it is copied from huyvnphan/PyTorch_CIFAR10's
+  ``cifar10_models/resnet.py`` (itself torchvision's ResNet with a CIFAR stem); it is kept as this repository has it.
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
