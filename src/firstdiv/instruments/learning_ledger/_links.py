@@ -224,12 +224,7 @@ def check_update(ctx: Ctx) -> Check:
                       kind="update.wrong_direction")
     zero_lr = [n for n in not_moved if deltas[n]["lr"] == 0.0]  # lr 0 may freeze a group on purpose: not confirmed
     not_moved = [n for n in not_moved if n not in zero_lr]
-    later = moved_later(opt, {n: p for n, p in intended if n in not_moved}) if not_moved else set()
-    if later:  # the optimizer's own step held its first update (a warmup computed inside step): not stuck
-        ev["moved_on_later_steps"] = _names(sorted(later))
-        ctx.report_notes.append(f"{len(later)} parameter(s) did not move on {type(opt).__name__}'s first step but its "
-                                "next steps on the same gradients move them (a warmup inside step?)")
-        not_moved = [n for n in not_moved if n not in later]
+    not_moved = _stuck_later(ctx, opt, intended, not_moved, ev)
     if not_moved:
         n = not_moved[0]
         return failed("PARAMETER_UPDATE", "update.not_moved",
@@ -249,6 +244,17 @@ def check_update(ctx: Ctx) -> Check:
     extra = f"; {len(below)} changes were below float resolution at this lr" if below else ""
     return passed("PARAMETER_UPDATE", f"{len(intended) - len(below)} of {len(intended)} owned parameters moved in one {type(opt).__name__} "
                   f"step{extra}", ev)
+
+
+def _stuck_later(ctx: Ctx, opt: torch.optim.Optimizer, intended: list, not_moved: list[str], ev: dict[str, Any]) -> list[str]:
+    """The parameters the copy's next steps on the same gradients leave in place too; the others were held by the
+    optimizer's own first step (a warmup computed inside step), a note."""
+    later = moved_later(opt, {n: p for n, p in intended if n in not_moved}) if not_moved else set()
+    if later:
+        ev["moved_on_later_steps"] = _names(sorted(later))
+        ctx.report_notes.append(f"{len(later)} parameter(s) did not move on {type(opt).__name__}'s first step but its "
+                                "next steps on the same gradients move them (a warmup inside step?)")
+    return [n for n in not_moved if n not in later]
 
 
 def lr_of(group: dict[str, Any]) -> float:
