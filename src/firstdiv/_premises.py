@@ -366,9 +366,10 @@ PREMISES: dict[str, Premise] = {
     "step.grad_accumulation": Premise(
         "step_probe", "each train_step call is one full update (the train_step= contract) that starts from cleared "
         "gradients",
-        "a gradient hook reads .grad when call 2's backward first reaches each parameter: it still holds call 1's "
-        "gradient (nonzero or non-finite); the relative error of the gradient step 2 used against g1 + g2 is in the "
-        "evidence",
+        "a gradient hook reads .grad when call 2's backward first accumulates into each parameter (a gradient "
+        "torch.autograd.grad computes without accumulating, a MAML inner loop's, is no backward of the step): it still "
+        "holds call 1's gradient (nonzero or non-finite); the relative error of the gradient step 2 used against "
+        "g1 + g2 is in the evidence",
         "the premise is the train_step= contract (one full step per call); without train_step not checked"),
     "step.zero_grad_before_step": Premise(
         "step_probe", "optimizer.step applies the gradients backward produced since the previous step",

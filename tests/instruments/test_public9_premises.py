@@ -112,3 +112,26 @@ def test_a_loss_that_differentiates_inside_itself_is_judged_not_blamed_on_the_pr
     r = firstdiv.learning_ledger(critic, (real, fake), loss_fn, opt, train_step=train_step)
     assert not any("could not judge the update" in f.message for f in r.findings), r
     assert any(f.where == "PARAMETER_UPDATE" and f.status.value == "PASS" for f in r.findings), r
+
+
+def test_inner_loop_gradients_from_autograd_grad_are_no_backward_of_the_step() -> None:
+    """public-10: MAML's inner loop takes ``torch.autograd.grad`` of the weights before the meta step's zero_grad;
+    those gradients never reach ``.grad``, so they are not the previous call's gradient left in it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 6, generator=g), torch.randint(0, 2, (32,), generator=g)
+
+    def train_step() -> torch.Tensor:
+        params = list(model.parameters())
+        inner = torch.autograd.grad(F.cross_entropy(model(x), y), params)  # before zero_grad, as MAML does
+        fast = [p - 0.1 * g for p, g in zip(params, inner, strict=True)]
+        h = torch.tanh(F.linear(x, fast[0], fast[1]))
+        loss = F.cross_entropy(F.linear(h, fast[2], fast[3]), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    r = firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=train_step)
+    assert "step.grad_accumulation" not in _fails(r), r

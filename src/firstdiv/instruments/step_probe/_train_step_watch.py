@@ -52,6 +52,7 @@ class StepWatch:
         self.events: list[str] = []
         self.prior: dict[tuple[int, int], torch.Tensor | None] = {}
         self.pending: dict[int, torch.Tensor] = {}
+        self.staged: dict[int, tuple[torch.Tensor | None, torch.Tensor]] = {}  # (.grad before, incoming) per tensor hook
         self.steps: list[_StepRecord] = []
         self.values: list[dict[int, torch.Tensor]] = []
         self.losses: list[float | None] = []
@@ -70,15 +71,24 @@ class StepWatch:
 
     def _grad_hook(self, p: nn.Parameter) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:  # runs before the gradient is accumulated into p.grad
-            self.prior.setdefault((self.call, id(p)), None if p.grad is None else p.grad.detach().clone())
-            prev = self.pending.get(id(p))
-            self.pending[id(p)] = grad.detach().clone() if prev is None else prev + grad.detach()
-            mine = self.call_grads.setdefault(self.call, {})
-            mine[id(p)] = grad.detach().clone() if id(p) not in mine else mine[id(p)] + grad.detach()
-            self.discard.reached(id(p))
-            self._event("backward")
-            self.clips.event("backward")
+            self.staged[id(p)] = (None if p.grad is None else p.grad.detach().clone(), grad.detach().clone())
         return hook
+
+    def _accumulated(self, p: nn.Parameter) -> None:
+        """A backward accumulated into ``p.grad`` (``torch.autograd.grad``, as a MAML inner loop or a penalty on the
+        weights calls it, fires the tensor hook but never accumulates: not a backward of the step)."""
+        staged = self.staged.pop(id(p), None)
+        if staged is None:
+            return
+        prior, grad = staged
+        self.prior.setdefault((self.call, id(p)), prior)
+        prev = self.pending.get(id(p))
+        self.pending[id(p)] = grad if prev is None else prev + grad
+        mine = self.call_grads.setdefault(self.call, {})
+        mine[id(p)] = grad.clone() if id(p) not in mine else mine[id(p)] + grad
+        self.discard.reached(id(p))
+        self._event("backward")
+        self.clips.event("backward")
 
     def _pre_step(self, *_: Any) -> None:
         grads = {id(p): (None if p.grad is None else p.grad.detach().clone()) for p, _ in self.params}
@@ -107,6 +117,7 @@ class StepWatch:
             for p, _ in unique_params(self.model):
                 p.grad = None
             handles += [p.register_hook(self._grad_hook(p)) for p, _ in self.params]
+            handles += [p.register_post_accumulate_grad_hook(self._accumulated) for p, _ in self.params]
             handles.append(self.model.register_forward_pre_hook(self._fed, with_kwargs=True))
             if self.opt is not None:
                 inner = innermost(self.opt)
