@@ -295,7 +295,8 @@ PREMISES: dict[str, Premise] = {
         "controlled step: nonzero gradient, delta exactly 0, lr > 0 and lr*|grad| above float rounding of the weights; "
         "train_step: nonzero .grad at the user's optimizer.step (a manual loop: the gradient its backward produced, "
         "others moving with a positive implied lr) and the value unchanged at every watched step, or no parameter moved "
-        "at all; a parameter outside the optimizer that train_step moves is a PASS note; an owned parameter the "
+        "at all; a parameter outside the optimizer that train_step moves, or that another optimizer train_step reaches "
+        "owns (an alternating schedule trains it in other calls), is a PASS note; an owned parameter the "
         "optimizer's next steps on the same gradient move (its own step held the first update: a warmup computed "
         "inside step) is a PASS note",
         "not confirmed for parameters outside the optimizer: without train_step (or when train_step does not move it) a "
@@ -368,7 +369,9 @@ PREMISES: dict[str, Premise] = {
         "gradients",
         "a gradient hook reads .grad when call 2's backward first accumulates into each parameter (a gradient "
         "torch.autograd.grad computes without accumulating, a MAML inner loop's, is no backward of the step): it still "
-        "holds call 1's gradient (nonzero or non-finite); the relative error of the gradient step 2 used against "
+        "holds call 1's gradient (nonzero or non-finite) and call 2 then changes the parameter (a gradient left where no "
+        "step of the call applies it, an alternating schedule's other network, is not used); the relative error of the "
+        "gradient step 2 used against "
         "g1 + g2 is in the evidence",
         "the premise is the train_step= contract (one full step per call); without train_step not checked"),
     "step.zero_grad_before_step": Premise(
@@ -600,7 +603,8 @@ PREMISES: dict[str, Premise] = {
         "controlled: one optimizer step on the copy left it unchanged although the step should change it at float "
         "resolution (SGD: lr*|grad|, adaptive: lr) at an lr above 0, and up to 2 more steps of the copy on the same "
         "gradients leave it unchanged too (an optimizer whose own step holds the first update is a note); with train_step: its gradient is healthy, it never "
-        "changed over up to 4 calls, its group's lr was above 0 at some optimizer.step of those calls (a warmup from 0 "
+        "changed over up to 4 calls, no other optimizer train_step reaches owns it (an alternating schedule), its "
+        "group's lr was above 0 at some optimizer.step of those calls (a warmup from 0 "
         "is a note), and a counterfactual on a copy shows the loss depends on it",
         "WARN of the same kind when its group's lr is 0 (an lr may freeze a group on purpose) or, with train_step, "
         "when the dependence could not be checked; a parameter the loss does not depend on (a term that cancels) is a "
@@ -704,7 +708,8 @@ PREMISES: dict[str, Premise] = {
         "gradient (an optimizer whose own step holds its first update is a note), and when train_step is given beside "
         "the optimizer, one "
         "call of it on the user's objects (restored) does not move it by hand either; or one call of train_step on the "
-        "user's objects (restored) when there is no optimizer or several left it unchanged",
+        "user's objects (restored) when there is no optimizer or several left it unchanged, and no other optimizer "
+        "train_step reaches owns it (an alternating schedule trains it in other calls)",
         "parameters in a group at lr 0 are WARN claim.update.lr_zero (beside trained groups) or a note (every group at "
         "lr 0: a warmup); a parameter left out of the optimizer on purpose while autograd still computes its gradient "
         "FAILs: requires_grad_(False) declares it (six_claims has no frozen=)"),

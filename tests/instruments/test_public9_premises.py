@@ -135,3 +135,38 @@ def test_inner_loop_gradients_from_autograd_grad_are_no_backward_of_the_step() -
         return loss.detach()
     r = firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=train_step)
     assert "step.grad_accumulation" not in _fails(r), r
+
+
+def _alternating(owned_by_decoder_opt: bool):
+    """RecVAE's schedule (public-10): encoder epochs, then decoder epochs, each with its own optimizer; the calls
+    watched fall in an encoder phase, where the decoder's gradients pile up unused and its optimizer clears them
+    before its own phase."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 2))
+    enc = torch.optim.Adam(model[0].parameters(), lr=1e-3)
+    dec = torch.optim.Adam(model[2].parameters() if owned_by_decoder_opt else model[0].parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 6, generator=g), torch.randint(0, 2, (32,), generator=g)
+    state = {"i": 0}
+
+    def train_step() -> torch.Tensor:
+        opt = enc if (state["i"] // 6) % 2 == 0 else dec  # 6 encoder calls, then 6 decoder calls
+        state["i"] += 1
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return model, enc, (x, y), train_step
+
+
+def test_parameters_another_optimizer_trains_in_other_calls_are_not_stuck_or_accumulating() -> None:
+    for probe in (firstdiv.step_probe, firstdiv.six_claims,
+                  lambda *a, **k: firstdiv.learning_ledger(*a, **k, overfit_steps=0)):
+        model, enc, batch, train_step = _alternating(owned_by_decoder_opt=True)  # each from the encoder phase
+        r = probe(model, batch, F.cross_entropy, enc, train_step=train_step)
+        assert not {"step.not_updated", "step.grad_accumulation", "update.not_moved",
+                    "claim.update.not_updated"} & set(_fails(r)), r
+    model, enc, batch, train_step = _alternating(owned_by_decoder_opt=False)  # no optimizer owns the decoder
+    r = firstdiv.learning_ledger(model, batch, F.cross_entropy, enc, train_step=train_step, overfit_steps=0)
+    assert "optimizer.missing_parameter" in _fails(r), r

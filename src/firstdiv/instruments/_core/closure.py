@@ -85,6 +85,18 @@ def step_optimizers(train_step: Any, optimizer: torch.optim.Optimizer | None = N
     return [o for o in found if o is optimizer or any(id(p) in mine for g in o.param_groups for p in g["params"])]
 
 
+def trained_elsewhere(train_step: Any, optimizer: torch.optim.Optimizer | None, model: nn.Module) -> set[str]:
+    """Names of ``model``'s parameters that ``optimizer`` does not own but another optimizer ``train_step`` reaches
+    owns at an lr above 0: an alternating schedule (encoder and decoder phases, a GAN's other network) trains them in
+    calls other than the ones watched, so not moving in those is no evidence they are never trained."""
+    if train_step is None:
+        return set()
+    mine = {id(p) for g in optimizer.param_groups for p in g["params"]} if optimizer is not None else set()
+    others = {id(p) for o in step_optimizers(train_step, optimizer, model)[1 if optimizer is not None else 0:]
+              for g in o.param_groups if float(g.get("lr", 1.0) or 0.0) > 0 for p in g["params"]}
+    return {n for n, p in model.named_parameters() if id(p) in others and id(p) not in mine}
+
+
 def innermost(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """The optimizer that really updates: a framework's wrapper (Accelerate's ``AcceleratedOptimizer``, Lightning's
     ``LightningOptimizer``) keeps the one it wraps in ``.optimizer`` or ``._optimizer`` and forwards ``step`` to it;

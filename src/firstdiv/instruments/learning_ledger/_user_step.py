@@ -24,7 +24,7 @@ import torch
 
 from .._core.batch import compute_loss
 from .._core.checks import Check
-from .._core.closure import closure_state, innermost
+from .._core.closure import closure_state, innermost, trained_elsewhere
 from .._core.invariance import loss_depends
 from .._core.state import guarded
 from .._core.task import Ctx, err, seed_copies
@@ -124,7 +124,13 @@ def check_user_step(ctx: Ctx) -> Check:
     if _blew_up(losses):
         return _blow_up(ctx, ev, total, l0, last, max(finite))
     at_zero = _at_lr_zero(ctx, not_moved)
-    not_moved = [n for n in not_moved if n not in at_zero]
+    elsewhere = trained_elsewhere(ctx.train_step, ctx.optimizer, ctx.model) & set(not_moved)
+    if elsewhere:  # another optimizer the step reaches owns them: trained in other calls (an alternating schedule)
+        ev["owned_by_another_optimizer"] = _names(sorted(elsewhere))
+        ctx.report_notes.append(f"note: {len(elsewhere)} parameters did not move in the calls watched, but another "
+                                f"optimizer train_step reaches owns them (first: {min(elsewhere)}): an alternating "
+                                "schedule trains them in other calls; not checked")
+    not_moved = [n for n in not_moved if n not in at_zero and n not in elsewhere]
     depends = loss_depends(ctx.model, ctx.batch, ctx.loss_fn, not_moved) if not_moved else {}
     invariant = [n for n in not_moved if depends[n] is False]
     ev["loss_invariant_to"] = _names(invariant)

@@ -52,7 +52,7 @@ from .._core.batch import (
     split_batch,
 )
 from .._core.checks import Check, compose
-from .._core.closure import closure_state, step_optimizers
+from .._core.closure import closure_state, step_optimizers, trained_elsewhere
 from .._core.examples import batch_axis as _batch_axis
 from .._core.examples import logits_of
 from .._core.invariance import sort_gradless, unused_message
@@ -114,6 +114,7 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
         if stepped:
             with guarded(model, train_step, *extra):  # the user's own step, on the user's objects: restored
                 run.moved, run.step_error = step_moves(model, train_step)
+            run.elsewhere = trained_elsewhere(train_step, optimizer, model)
         probed = not stepped and train_step is not None and run.loss_problem is None and not all(
             run.owned.get(n) for n in run.trainable)
         if probed:
@@ -335,7 +336,7 @@ def _update(run: Measured, stepped: bool) -> Check:
     stuck = [n for n in healthy if not run.moved.get(n, False)]
     step = "one call of train_step" if stepped else "one optimizer step"
     told = [n for n in stuck if not stepped and run.owned.get(n) and run.lr.get(n) == 0.0]  # lr 0 now: a warmup
-    by_hand = [n for n in stuck if run.by_step.get(n)]  # no optimizer owns them, but train_step updates them itself
+    by_hand = [n for n in stuck if run.by_step.get(n) or n in run.elsewhere]  # train_step or another optimizer trains them
     stuck = [n for n in stuck if n not in told and n not in by_hand]
     ev = {"healthy_gradients": len(healthy), "moved": len(healthy) - len(stuck), "not_moved": stuck[:8],
           "healthy_threshold": HEALTHY_RGRAD, "judged_from": "train_step on your objects" if stepped else "optimizer copy",

@@ -37,6 +37,7 @@ class Measured:
     head: list[str] = field(default_factory=list)  # trainable tensors loss_fn applies to the outputs (a generator)
     by_step: dict[str, bool] = field(default_factory=dict)  # beside an optimizer: what one train_step call moved
     moved_later: list[str] = field(default_factory=list)  # held by the optimizer's first step, moved by its next
+    elsewhere: set[str] = field(default_factory=set)  # owned by another optimizer train_step reaches (closure.trained_elsewhere)
 
 
 def weighted_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:

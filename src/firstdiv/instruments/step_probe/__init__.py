@@ -38,7 +38,7 @@ from .._core.checks import (
     norm,
     unique_params,
 )
-from .._core.closure import closure_state
+from .._core.closure import closure_state, trained_elsewhere
 from .._core.invariance import loss_depends
 from .._core.state import detached_copy, guarded
 from .._core.trace import tensors
@@ -152,13 +152,14 @@ def _watch(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any
     """Run the user's ``train_step`` twice under the caller's guard and merge what it shows into ``checks``."""
     probe = list(tensors(_batch.split_batch(batch, model).inputs))
     watch = trail.clock = StepWatch(model, optimizer, lambda: eval_loss(model, batch, loss_fn), ref, probe)
+    watch.elsewhere = trained_elsewhere(train_step, optimizer, model)  # another optimizer trains them in other calls
     try:
         watched = watch.run(train_step)
     except Exception as exc:  # noqa: BLE001 - user code: its failure is reported, every value restored
         return checks + [check("train_step", "step.train_step_raised", Status.SKIPPED,
                                f"train_step raised {_batch.describe_error(exc)}; gradient clearing between "
                                "steps was not observed")], effects + _WATCH_EFFECT
-    checks = [_moved_elsewhere(c) if c.finding.check == "step.not_updated" and c.finding.where in watch.moved_names
+    checks = [_moved_elsewhere(c) if c.finding.check == "step.not_updated" and c.finding.where in watch.moved_names | watch.elsewhere
               and c.finding.evidence.get("in_optimizer") is False else c for c in checks]
     seen = {(c.finding.check, c.finding.where) for c in checks if c.finding.status is Status.FAIL}
     checks += [c for c in watched.checks if (c.finding.check, c.finding.where) not in seen]
@@ -173,8 +174,8 @@ def _moved_elsewhere(c: Check) -> Check:
     """A parameter outside ``optimizer`` that ``train_step`` moves (a second optimizer, a manual update) is fine."""
     f = c.finding
     return check(f.where, "step.update", Status.PASS,
-                 f"note: {f.where} is not in the optimizer passed in, but train_step moves it (another optimizer or a "
-                 "manual update); its update rule was not checked", f.evidence)
+                 f"note: {f.where} is not in the optimizer passed in, but train_step moves it or another optimizer it "
+                 "reaches owns it (a manual update, an alternating schedule); its update rule was not checked", f.evidence)
 
 
 # --- the controlled step on a copy -------------------------------------------------------------------------------

@@ -84,10 +84,20 @@ def _empty(grad: torch.Tensor | None) -> bool:
     return not bool(g.detach().any())
 
 
+def _applied(self: Any, p: torch.Tensor) -> bool:
+    """Whether call 2 changed ``p``: a gradient left in ``.grad`` of a parameter no step of that call moved (its own
+    optimizer trains it in other calls of an alternating schedule, and clears it first) was not used by a step."""
+    if len(self.values) < 3:
+        return True
+    before, after = self.values[1].get(id(p)), self.values[2].get(id(p))
+    return before is None or after is None or not torch.equal(before, after)
+
+
 def carried_check(self: Any, out: Collected) -> None:
     """Premise: each step starts from cleared gradients. Confirmed by the gradient seen in ``.grad`` when step 2's
-    backward first reached a parameter (step 1's, not stepped away)."""
-    carried = [(p, n) for p, n in self.params if grad_state(self.prior.get((2, id(p))))[0] in ("nonzero", "nonfinite")]
+    backward first reached a parameter (step 1's, not stepped away), where call 2 then changed the parameter."""
+    carried = [(p, n) for p, n in self.params if grad_state(self.prior.get((2, id(p))))[0] in ("nonzero", "nonfinite")
+               and _applied(self, p)]
     reached = sum((2, id(p)) in self.prior for p, _ in self.params)
     if not carried:
         if reached:

@@ -30,7 +30,7 @@ def first_stuck(watch: Any) -> Check | None:
     # warmup computed inside step) moves it on the next call
     moved = {names[0] for _, names, _, still in stuck if not still}
     for i, names, gnorm, still in sorted(stuck, key=lambda r: r[0]):
-        if still and names[0] not in moved:
+        if still and names[0] not in moved and names[0] not in watch.elsewhere:  # its own optimizer: other calls
             call = watch.steps[i].call
             return check(names[0], "step.not_updated", Status.FAIL,
                          f"{label(names)}: .grad norm {gnorm:.4g} at optimizer.step (call {call}) "

@@ -58,6 +58,7 @@ class StepWatch:
         self.losses: list[float | None] = []
         self.eval_losses: list[float | None] = []
         self.moved_names: set[str] = set()
+        self.elsewhere: set[str] = set()  # owned by another optimizer train_step reaches (closure.trained_elsewhere)
         self.after_grads: list[dict[int, torch.Tensor]] = []
         self.scales: list[list[float]] = []  # each GradScaler's scale before call 1 and after each call
         self.call_grads: dict[int, dict[int, torch.Tensor]] = {1: {}, 2: {}}
