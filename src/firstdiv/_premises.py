@@ -200,7 +200,9 @@ PREMISES: dict[str, Premise] = {
         "four_structures", "a tensor the optimizer owns that is not in the model is an old parameter of a module replaced "
         "after the optimizer was built",
         "it is paired with a current trainable parameter the optimizer does not own: four_structures by the group's "
-        "param_names, else the same shape, else the same rank; learning_ledger by the same shape",
+        "param_names, else the same shape, else the same rank; learning_ledger by the same shape, unless one training "
+        "forward of a copy rebinds that parameter (an EMA codebook the program writes: the optimizer's slot is its first "
+        "object by design)",
         "a stale tensor with no unowned trainable parameter to pair with (a tensor trained on purpose outside the model: "
         "a learnable temperature, the parameters of a loss module) is a WARN of the same kind in both; watch reports "
         "it as WARN ownership.foreign", also=("learning_ledger",)),
@@ -249,7 +251,9 @@ PREMISES: dict[str, Premise] = {
         "the traced forward (a TorchFunctionMode recording every op whose inputs required grad and whose outputs do not) "
         "shows the parameter is a leaf of such a cut made with grad enabled by an op with a floating output (.detach(), "
         ".data, another op that drops requires_grad), the loss's value was "
-        "computed through that cut, and the loss's autograd graph does not reach the parameter",
+        "computed through that cut, the loss's autograd graph does not reach the parameter, and the traced forward did "
+        "not rebind it (a parameter the forward replaces by a new object, an EMA codebook, is the program's own update: "
+        "WARN)",
         "nothing computed from it reaches the loss: WARN reachability.not_executed / reachability.unused (declare "
         "frozen= if by design); only loss= given: WARN reachability.unreached. frozen= covers requires_grad=False "
         "parameters only: a stop-gradient target network kept in the model with requires_grad=True still FAILs"),
@@ -624,7 +628,9 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "the controlled system can fit a tiny fixed batch",
         "copies of the model and optimizer train on the first 8 examples at the program's lr x1, x10, x100, x1000 (down "
         "to x0.01 when it diverges): FAIL only with a cause: the weights barely moved at every lr, the program's lr and "
-        "every lower one diverged, or every lr plateaued at the same loss with the weights moving",
+        "every lower one diverged with the weights moving less at the lowest (an equal move at 100x less lr is the "
+        "program's own write, an EMA codebook, not the step), or every lr plateaued at the same loss with the weights "
+        "moving",
         "no cause shown: WARN inconclusive; an objective without a known floor or a stochastic one is judged on learning "
         "(a note)"),
     # ---- six_claims ---------------------------------------------------------------------------------------------

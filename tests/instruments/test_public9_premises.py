@@ -170,3 +170,38 @@ def test_parameters_another_optimizer_trains_in_other_calls_are_not_stuck_or_acc
     model, enc, batch, train_step = _alternating(owned_by_decoder_opt=False)  # no optimizer owns the decoder
     r = firstdiv.learning_ledger(model, batch, F.cross_entropy, enc, train_step=train_step, overfit_steps=0)
     assert "optimizer.missing_parameter" in _fails(r), r
+
+
+class _EMACodebook(nn.Module):
+    """zalandoresearch's VectorQuantizerEMA (public-10): the forward rebinds its codebook as new parameters (an EMA
+    update written by the program), and the reconstruction reaches the encoder by the straight-through copy only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.dec = nn.Linear(6, 4), nn.Linear(4, 6)
+        self.embedding = nn.Parameter(torch.randn(8, 4))
+        self.ema_w = nn.Parameter(self.embedding.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.enc(x)
+        codes = torch.cdist(z, self.embedding).argmin(1)
+        q = self.embedding[codes]
+        if self.training:
+            onehot = F.one_hot(codes, 8).float()
+            self.ema_w = nn.Parameter(0.99 * self.ema_w + 0.01 * onehot.t() @ z)
+            self.embedding = nn.Parameter(self.ema_w / 1.0)
+        q = z + (q - z).detach()
+        return self.dec(q) + 0.0 * F.mse_loss(q.detach(), z)
+
+
+def test_a_codebook_the_forward_rebinds_is_the_programs_own_update_not_a_broken_link() -> None:
+    torch.manual_seed(0)
+    model = _EMACodebook()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 6, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(x)  # the program has trained: the optimizer still holds the codebook's first objects
+    ledger = firstdiv.learning_ledger(model, (x, x), F.mse_loss, opt)
+    assert "optimizer.stale_parameter" not in _fails(ledger), ledger
+    reach = firstdiv.reachability(model, (x, x), F.mse_loss)
+    assert "reachability.detached" not in _fails(reach), reach

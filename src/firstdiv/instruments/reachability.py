@@ -28,6 +28,7 @@ from ._core import batch as _batch
 from ._core.checks import Check, check, compose, grad_state, graph_leaves, label, nested_grads, unique_params
 from ._core.frozen import check_frozen, declared
 from ._core.invariance import loss_depends
+from ._core.rebound import rebound, written_by_program
 from ._core.state import guarded
 from ._core.user_hooks import reports_user_hooks
 
@@ -81,13 +82,12 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
         explain = (lambda p, names: _explain(p, names, tracer, taint)) if tracer else None
         empty = [names[0] for p, names in params if id(p) in grads and grad_state(grads[id(p)])[0] in ("zero", "none")]
         depends = loss_depends(model, batch, loss_fn, empty) if empty and mode == "batch" else {}
-        checks += [_param_check(p, names, reached, grads, explain, id(p) in intent, depends) for p, names in params]
+        checks = written_by_program(checks + [_param_check(p, n, reached, grads, explain, id(p) in intent, depends) for p, n in params], rebound(model, params))
         details = {"parameters": len(params), "reached": sum(id(p) in reached for p, _ in params),
                    "modules_ran": sorted(k or _ROOT for k in tracer.modules) if tracer else [],
                    "cuts": [{"op": c.op, "grad_enabled": c.grad_enabled, "dtype": c.dtype, "origin": c.origin}
                             for c in tracer.cuts[:20]] if tracer else []}
-        notes = [c.finding.message for c in checks if c.finding.message.startswith("note: ")]
-        if notes:
+        if notes := [c.finding.message for c in checks if c.finding.message.startswith("note: ")]:
             details["notes"] = notes
     return compose(_NAME, checks, _EFFECTS, details)
 

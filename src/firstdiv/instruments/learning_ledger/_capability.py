@@ -285,7 +285,7 @@ def _verdict(ctx: Ctx, rounds: list[Round], known: bool, ev: dict[str, Any]) -> 
               fitted_lr=chosen.lr if good else None)
     if good is not None:
         return _passed(ctx, ev, good, base)
-    if base.outcome == "diverged" and all(r.outcome == "diverged" for r in rounds):
+    if base.outcome == "diverged" and all(r.outcome == "diverged" for r in rounds) and _scales_with_lr(rounds):
         return _diverged(ctx, ev, base)
     steps = max(len(r.losses) - 1 for r in usable)
     stuck = ev["parameter_change"] < 1e-3
@@ -347,6 +347,11 @@ def _learning(ctx: Ctx, ev: dict[str, Any], r: Round) -> Check:
             f"best {g4(min(r.losses))}, still falling), not fitted within the budget (raise overfit_steps to see it fit)")
     ctx.report_notes.append(note)
     return passed("CAPABILITY", f"learning on {_what(ctx, ev, r)}; {note}", ev)
+
+
+def _scales_with_lr(rounds: list[Round]) -> bool:
+    """The smallest lr moved the parameters less than the program's own (not a write of the program: an EMA codebook)."""
+    return min(r.moved for r in rounds) < 0.5 * max(r.moved for r in rounds)
 
 
 def _diverged(ctx: Ctx, ev: dict[str, Any], base: Round) -> Check:

@@ -14,6 +14,7 @@ import torch
 
 from .._core.checks import Check
 from .._core.closure import closure_state, step_optimizers
+from .._core.rebound import rebound_in_forward
 from .._core.state import guarded
 from .._core.task import Ctx, err
 from ._common import failed, passed, warned
@@ -77,6 +78,11 @@ def check_ownership(ctx: Ctx) -> Check:
                           "frozen_owned": sum(1 for _, p in owned if id(p) in model_ids and not p.requires_grad)}
     shapes = {tuple(p.shape) for n, p in params if n in missing}
     paired = [s for s in stale if tuple(s[2].shape) in shapes]
+    if paired and (written := rebound_in_forward(model, ctx.batch) & set(missing)):  # an EMA codebook the forward rebinds
+        ev["rebound_by_forward"] = _names(sorted(written))
+        missing = [n for n in missing if n not in written]
+        shapes = {tuple(p.shape) for n, p in params if n in missing}
+        paired = [s for s in stale if tuple(s[2].shape) in shapes]
     if stale:
         slots = _match_stale(stale, params, missing)
         ev.update(stale_shapes=[list(p.shape) for _, _, p in stale][:LIST_CAP], stale_slots=slots[:LIST_CAP],
