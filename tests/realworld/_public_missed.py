@@ -10,10 +10,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'barlowtwins_resnet.offdiag_pow_removed': 'owner saw WARN None None: GRADIENT: 21 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it ; diagnose WARN at None',
+ 'bcq_continuous.next_state_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
  'bertpytorch_mlm.mask_never_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'bertpytorch_mlm.nsp_ignore_index_0': 'owner saw PASS None None: ; diagnose PASS at None',
  'betavae_dsprites.recon_mean_over_pixels': 'owner saw PASS None None: ; diagnose WARN at None',
  'bicyclegan_pix2pix.l1_against_input': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bilstmcrf_tagger.lstm_out_left_sorted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bilstmcrf_tagger.padding_in_mask': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bilstmcrf_tagger.stop_transition_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'centernet_ctdet.reg_mask_dropped': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss unchanged '
                                      "when targets['reg_mask'] is flipped; diagnose FAIL at learning_ledger TASK "
@@ -31,6 +35,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'cifar10fast_resnet.loss_mean_not_sum': 'owner saw SKIPPED None None: the model raised ValueError: dictionary '
                                          'update sequence element #0 has length 3; 2 is required on inputs [64, 3, '
                                          '32, 32];; diagnose WARN at None',
+ 'cifarzoo_mixup_cutout.mixup_loss_unweighted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'cifarzoo_mixup_cutout.targets_b_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'conformer_ctc.attention_scaled_by_d_model': 'owner saw PASS None None: '
                                               'encoder.layers.0.sequential.1.module.attention: merge(split(x)) probe '
                                               'not run: q/k/v projections not identified: no module c; diagnose WARN '
@@ -65,6 +71,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'decisiontransformer_gym.padding_in_loss': 'owner saw WARN None None: DEPENDENCY: 5 of 42 trainable parameters are '
                                             "not on the loss's autograd graph: 5 trainable parameters get no "
                                             'gradient and th; diagnose WARN at None',
+ 'deepar_elect.input_not_lagged': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no gradient and '
+                                  'the loss does not depend on them (perturbing them on a copy leaves it u; diagnose '
+                                  'WARN at None',
+ 'deepar_elect.missing_not_masked': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no gradient and '
+                                    'the loss does not depend on them (perturbing them on a copy leaves it u; '
+                                    'diagnose WARN at None',
  'deepctrtorch_deepfm.reg_loss_frozen': 'owner saw PASS None None: ; diagnose PASS at None',
  'deeplabv3plus_voc.mask_not_flipped_with_image': 'owner saw PASS None None: ; diagnose WARN at None',
  'deeplabv3plus_voc.void_pixels_as_background': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -191,6 +203,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lynnhogan_wgangp.gp_without_create_graph': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                              'gradient and the loss does not depend on them (perturbing them on a '
                                              'copy leaves it u; diagnose WARN at None',
+ 'mamlpytorch_omniglot.meta_zero_grad_after_backward': 'owner saw FAIL vars.0 step.zero_grad_before_step: vars.0 '
+                                                       'step.zero_grad_before_step: .grad none at optimizer.step',
+ 'mamlpytorch_omniglot.query_labels_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'melgan_vocoder.hinge_signs_swapped': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient '
                                        'and the loss does not depend on them (perturbing them on a copy leaves it u; '
                                        'diagnose WARN at None',
@@ -217,22 +232,42 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'mlpmixercifar_mixer.softmax_before_cross_entropy': 'owner saw WARN None None: TASK: unverified: none of the 16 '
                                                      'batch inputs equals any of the 32 known inputs; diagnose WARN '
                                                      'at None',
+ 'mnistdiffusion_ddpm.schedule_coefficients_swapped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'mnistdiffusion_ddpm.timestep_not_passed': 'owner saw WARN None None: DEPENDENCY: 17 of 483 trainable parameters '
+                                            "are not on the loss's autograd graph: 17 trainable parameters get no "
+                                            'gradient and; diagnose WARN at None',
  'morvanzhou_dqn.next_state_from_state_columns': 'owner saw PASS None None: ; diagnose PASS at None',
  'nbeats_dummy.target_inside_backcast': 'owner saw WARN None None: DEPENDENCY: 3 of 96 trainable parameters are not '
                                         "on the loss's autograd graph: 3 trainable parameters get no gradient and "
                                         'th; diagnose WARN at None',
  'nerfpytorch_blender.meshgrid_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nestedunet_dsb2018.dice_on_logits': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nestedunet_dsb2018.mask_axes_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'nflows_maf_moons.logabsdet_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
                                        'capability.cannot_overfit: loss 1.875 -> best 1.838 (1.96% down) at every '
                                        'lr; diagnose FAIL at learning_ledger CAPABILITY learning_ledger:CAPABILITY',
  'nflows_maf_moons.output_mask_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'node_year.labels_sliced_by_position': 'owner saw PASS None None: ; diagnose FAIL at performance_ledger step '
                                         'performance_ledger:step',
+ 'openaiclip_flickr.attention_mask_dropped': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                             "CLIPModel.forward() got an unexpected keyword argument 'input_ids' on "
+                                             "inputs {'input_ids': [8; diagnose WARN at None",
+ 'openaiclip_flickr.image_names_from_unsplit_dataframe': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                                         'CLIPModel.forward() got an unexpected keyword argument '
+                                                         "'input_ids' on inputs {'input_ids': [8; diagnose WARN at "
+                                                         'None',
+ 'openaiclip_flickr.log_softmax_over_batch': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                             "CLIPModel.forward() got an unexpected keyword argument 'input_ids' on "
+                                             "inputs {'input_ids': [8; diagnose WARN at None",
+ 'panns_cnn6.mixup_target_not_mixed': 'owner saw PASS None None: ; diagnose WARN at None',
  'patchtst_supervised.patches_reshaped_not_permuted': 'owner saw WARN None None: model.backbone: '
                                                       'op:reshape@model.backbone: [32, 7, 16, 12] -> [32, 7, 12, 16] '
                                                       'puts input axis 3 (size 12) across output axes; diagnose WARN '
                                                       'at None',
+ 'patrickhuasimsiam_cifar.stop_gradient_dropped': 'owner saw WARN None None: DEPENDENCY: 4 of 78 trainable '
+                                                  "parameters are not on the loss's autograd graph: 4 trainable "
+                                                  'parameters get no gradient and th; diagnose WARN at None',
  'performer_encdec_copy.labels_not_shifted': 'owner saw WARN None None: DEPENDENCY: 2 of 70 trainable parameters are '
                                              "not on the loss's autograd graph: 2 trainable parameters get no "
                                              'gradient and th; diagnose WARN at None',
@@ -250,6 +285,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    "parameters are not on the loss's autograd graph: 1 trainable "
                                                    'parameters get no gradient and th; diagnose WARN at None',
  'ppnp_appnp.returns_local_preds': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ppobeginners_ppo.rtgs_appended_not_prepended': 'owner saw PASS None None: ; diagnose PASS at None',
  'ppopytorch_ppo.critic_on_buffer_values': 'owner saw WARN None None: critic.0.weight: critic.0.weight: gradient is '
                                            'None after backward, and the loss does not depend on it (perturbing it '
                                            'on a co; diagnose WARN at None',
@@ -303,6 +339,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rechorus_caser.bpr_minus_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.history_includes_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.predictions_not_restored': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'recvae_cf.log_softmax_over_users': 'owner saw PASS None None: ; diagnose WARN at None',
  'repdistiller_kd.kl_div_mean_reduction': 'owner saw PASS None None: ; diagnose PASS at None',
  'repdistiller_kd.teacher_temperature_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'rtdlnumemb_mlp_ple.val_labels_not_standardized': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs '
@@ -314,6 +351,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'saint_binary.train_mode_not_restored': 'owner saw WARN None None: norm.weight: norm.weight: gradient is None after '
                                          'backward, and the loss does not depend on it (perturbing it on a copy '
                                          'leave; diagnose WARN at None',
+ 'scarf_tabular.corrupted_view_not_used': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'scarf_tabular.positives_on_main_diagonal': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.perturbation_std_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.score_not_divided_by_std': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.time_labels_not_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -367,6 +406,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    'model.module.pre.3.skip_layer.conv.weight: '
                                                    'model.module.pre.3.skip_layer.conv.weight: not reached from the '
                                                    'loss; module mode; diagnose WARN at None',
+ 'stgcn_skeleton.data_bn_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [16, 3, 16, 25, 2] -> [32, 75, '
+                                               '16] puts input axis 2 (size 16) across output axes [1], while output '
+                                               'axis 2 (si; diagnose WARN at None',
  'stylegan2_r1.d_loss_signs_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
                                       'examples, Adam lr 0.001882, up to lr 0.1882, loss 1.363 -> best 0.741 (46% d; '
                                       'diagnose WARN at None',
@@ -435,4 +477,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'xtransformers_enwik8.geglu_gate_unused': 'owner saw PASS None None: ; diagnose PASS at None',
  'yaratssac_sac.q2_loss_on_q1': 'owner saw WARN None None: Q2.0.weight: Q2.0.weight: not reached from the loss; '
                                 'module Q2.0 ran 1 time(s) but nothing computed from this parameter reac; diagnose '
-                                'WARN at None'}
+                                'WARN at None',
+ 'zalandovqvae_cifar.bchw_viewed_not_permuted': 'owner saw WARN None None: _vq_vae: op:view@_vq_vae: [32, 8, 4, 4] '
+                                                '-> [32, 4, 4, 8] puts input axis 2 (size 4) across output axes [2, '
+                                                '3], while output ; diagnose WARN at None',
+ 'zalandovqvae_cifar.straight_through_reversed': 'owner saw WARN None None: DEPENDENCY: 2 of 24 trainable parameters '
+                                                 "are not on the loss's autograd graph: 2 trainable parameters get "
+                                                 'no gradient and th; diagnose FAIL at step_probe '
+                                                 '_vq_vae._embedding.weight step_probe:_vq_vae._embedding.weight'}
