@@ -203,5 +203,7 @@ def test_a_codebook_the_forward_rebinds_is_the_programs_own_update_not_a_broken_
         model(x)  # the program has trained: the optimizer still holds the codebook's first objects
     ledger = firstdiv.learning_ledger(model, (x, x), F.mse_loss, opt)
     assert "optimizer.stale_parameter" not in _fails(ledger), ledger
-    reach = firstdiv.reachability(model, (x, x), F.mse_loss)
+    before = dict(model.named_parameters())
+    reach = firstdiv.reachability(model, (x, x), F.mse_loss)  # runs the forward on the model itself, guarded
     assert "reachability.detached" not in _fails(reach), reach
+    assert all(p is before[n] for n, p in model.named_parameters()), "the rebound codebook is put back"

@@ -85,15 +85,17 @@ def step_optimizers(train_step: Any, optimizer: torch.optim.Optimizer | None = N
     return [o for o in found if o is optimizer or any(id(p) in mine for g in o.param_groups for p in g["params"])]
 
 
-def trained_elsewhere(train_step: Any, optimizer: torch.optim.Optimizer | None, model: nn.Module) -> set[str]:
+def trained_elsewhere(train_step: Any, optimizer: torch.optim.Optimizer | None, model: nn.Module,
+                      idle: frozenset[int] = frozenset()) -> set[str]:
     """Names of ``model``'s parameters that ``optimizer`` does not own but another optimizer ``train_step`` reaches
     owns at an lr above 0: an alternating schedule (encoder and decoder phases, a GAN's other network) trains them in
-    calls other than the ones watched, so not moving in those is no evidence they are never trained."""
+    calls other than the ones watched, so not moving in those is no evidence they are never trained. ``idle``: ids of
+    optimizers seen cleared but never stepped in the calls watched (a step forgotten, not another phase)."""
     if train_step is None:
         return set()
     mine = {id(p) for g in optimizer.param_groups for p in g["params"]} if optimizer is not None else set()
     others = {id(p) for o in step_optimizers(train_step, optimizer, model)[1 if optimizer is not None else 0:]
-              for g in o.param_groups if float(g.get("lr", 1.0) or 0.0) > 0 for p in g["params"]}
+              if id(o) not in idle for g in o.param_groups if float(g.get("lr", 1.0) or 0.0) > 0 for p in g["params"]}
     return {n for n, p in model.named_parameters() if id(p) in others and id(p) not in mine}
 
 

@@ -86,6 +86,9 @@ class _ModuleState:
     slots: dict[str, tuple[dict[str, Any], frozenset[str]]] = field(default_factory=dict)
     #: each module's plain attributes by identity (a forward that stores its last loss, rebinds a cached list)
     values: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: each module's parameter slots by identity: a forward that rebinds its own parameter (an EMA codebook,
+    #: ``self.w = nn.Parameter(...)``) is undone
+    pslots: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, model: nn.Module) -> _ModuleState:
@@ -102,6 +105,7 @@ class _ModuleState:
             objects=mods,
             slots={n: (dict(m._buffers), frozenset(getattr(m, "_non_persistent_buffers_set", ())))
                    for n, m in mods.items()},
+            pslots={n: dict(m._parameters) for n, m in mods.items()},
             values={n: {k: v for k, v in vars(m).items() if k not in _REGISTRY_DICTS} for n, m in mods.items()},
         )
 
@@ -310,6 +314,10 @@ def _restore_module(model: nn.Module, s: _ModuleState) -> None:
         if getattr(m, "_non_persistent_buffers_set", None) is not None and m._non_persistent_buffers_set != nonpersistent:
             m._non_persistent_buffers_set.clear()
             m._non_persistent_buffers_set.update(nonpersistent)
+    for name, saved in s.pslots.items():
+        m = mods.get(name)
+        if m is not None and m is s.objects.get(name) and m._parameters.keys() == saved.keys():
+            m._parameters.update((k, v) for k, v in saved.items() if m._parameters[k] is not v)
     for name, p in model.named_parameters(remove_duplicate=False):
         if name in s.params and id(p) == s.params[name].ident:
             _restore_tensor(p, s.params[name])

@@ -38,7 +38,7 @@ from .._core.checks import (
     norm,
     unique_params,
 )
-from .._core.closure import closure_state, trained_elsewhere
+from .._core.closure import closure_state
 from .._core.invariance import loss_depends
 from .._core.state import detached_copy, guarded
 from .._core.trace import tensors
@@ -152,7 +152,6 @@ def _watch(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any
     """Run the user's ``train_step`` twice under the caller's guard and merge what it shows into ``checks``."""
     probe = list(tensors(_batch.split_batch(batch, model).inputs))
     watch = trail.clock = StepWatch(model, optimizer, lambda: eval_loss(model, batch, loss_fn), ref, probe)
-    watch.elsewhere = trained_elsewhere(train_step, optimizer, model)  # another optimizer trains them in other calls
     try:
         watched = watch.run(train_step)
     except Exception as exc:  # noqa: BLE001 - user code: its failure is reported, every value restored

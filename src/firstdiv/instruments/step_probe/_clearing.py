@@ -20,6 +20,7 @@ import torch
 
 from ...report import Status
 from .._core.checks import Check, Collected, check, grad_state, label, norm
+from .._core.closure import innermost
 
 
 @dataclass
@@ -152,3 +153,19 @@ def step_before_backward(self: Any) -> Check | None:
                  {"events": self.events, "optimizer_steps": len(self.steps)},
                  expected="loss.backward() before optimizer.step()", observed="optimizer.step() before backward",
                  hint="order each step as optimizer.zero_grad(); loss.backward(); optimizer.step()")
+
+
+def watch_others(watch: Any, others: list[torch.optim.Optimizer], undo: list) -> list[Any]:
+    """Which other optimizers the watched calls clear and step (into ``watch.cleared_others``/``stepped_others``): one
+    cleared but never stepped is idle (a step forgotten); one never touched trains its parameters in other calls (an
+    alternating schedule). The zero_grad wrappers are undone through ``undo``; the returned hooks are removed by the
+    caller."""
+    for o in others:
+        had, old, orig = "zero_grad" in vars(o), vars(o).get("zero_grad"), o.zero_grad
+
+        def cleared(*args: Any, o: Any = o, orig: Any = orig, **kwargs: Any) -> Any:
+            watch.cleared_others.add(id(o))
+            return orig(*args, **kwargs)
+        o.zero_grad = cleared
+        undo.append(lambda o=o, had=had, old=old: setattr(o, "zero_grad", old) if had else delattr(o, "zero_grad"))
+    return [innermost(o).register_step_pre_hook(lambda *_, o=o: watch.stepped_others.add(id(o))) for o in others]

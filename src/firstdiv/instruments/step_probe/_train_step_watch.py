@@ -14,11 +14,11 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check, Collected, check, grad_state, label, unique_params
-from .._core.closure import innermost
+from .._core.closure import innermost, step_optimizers, trained_elsewhere
 from .._core.stateful import reachable
 from .._core.trace import tensors
 from . import _descent
-from ._clearing import DiscardTracker, carried_check, step_before_backward
+from ._clearing import DiscardTracker, carried_check, step_before_backward, watch_others
 from ._clipping import ClipWatch
 from ._stuck import first_stuck
 
@@ -59,6 +59,8 @@ class StepWatch:
         self.eval_losses: list[float | None] = []
         self.moved_names: set[str] = set()
         self.elsewhere: set[str] = set()  # owned by another optimizer train_step reaches (closure.trained_elsewhere)
+        self.cleared_others: set[int] = set()  # other optimizers whose zero_grad the calls ran
+        self.stepped_others: set[int] = set()  # other optimizers the calls stepped
         self.after_grads: list[dict[int, torch.Tensor]] = []
         self.scales: list[list[float]] = []  # each GradScaler's scale before call 1 and after each call
         self.call_grads: dict[int, dict[int, torch.Tensor]] = {1: {}, 2: {}}
@@ -127,6 +129,8 @@ class StepWatch:
                 self.clips.patch(undo)
                 self._wrap(self.opt, "zero_grad", "optimizer.zero_grad", undo)
             self._wrap(self.model, "zero_grad", "model.zero_grad", undo)
+            others = step_optimizers(train_step, self.opt, self.model)[1 if self.opt is not None else 0:]
+            handles += watch_others(self, others, undo)
             self.values.append({id(p): p.detach().clone() for p, _ in self.params})
             scalers = [o for o in reachable([train_step]) if isinstance(o, torch.amp.GradScaler) and o.is_enabled()]
             self.scales.append([sc.get_scale() for sc in scalers])
@@ -147,6 +151,8 @@ class StepWatch:
                 h.remove()
             for fn in reversed(undo):
                 fn()
+        idle = frozenset(self.cleared_others - self.stepped_others)
+        self.elsewhere = trained_elsewhere(train_step, self.opt, self.model, idle)
         return self._analyse()
 
     def _evaluate(self) -> None:
