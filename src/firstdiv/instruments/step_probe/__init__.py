@@ -55,8 +55,8 @@ __all__ = ["step_probe"]
 _NAME = "step_probe"
 _COPY_EFFECT = "one sacrificial optimizer step on a deep copy of the model and optimizer"
 _COPY_EFFECT_MANUAL = "one forward and backward pass on a deep copy of the model"
-_WATCH_EFFECT = ("; train_step called twice on your objects (.grad set to None first, the loss on the batch evaluated "
-                 "before and after each call); every parameter, .grad, "
+_WATCH_EFFECT = ("; train_step called twice on your objects, a third time when the second leaves the model in eval mode "
+                 "(.grad set to None first, the loss on the batch evaluated before and after each call); every parameter, .grad, "
                  "optimizer state, train flag and RNG state restored afterwards, and so are the other models, optimizers, "
                  "LR schedulers and GradScalers it holds (closure, globals it names, attributes of its object); other objects it "
                  "reaches (loader iterators, lists, loggers, schedulers held only inside those) are not")
