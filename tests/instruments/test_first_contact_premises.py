@@ -236,6 +236,18 @@ def test_a_dict_batch_is_the_one_argument_of_a_forward_that_takes_a_feed_dict() 
     assert r.status.value != "SKIPPED", r.reason
 
 
+def test_a_one_tuple_holding_a_dict_is_the_one_argument_of_a_forward_that_takes_a_batch() -> None:
+    """A CLIP-style batch ``(batch_dict,)`` into ``forward(self, batch)``: the dict is the argument, not keywords."""
+    g = torch.Generator().manual_seed(0)
+    batch = {"user_id": torch.randint(0, 10, (8,), generator=g), "item_id": torch.randint(0, 20, (8, 2), generator=g)}
+    model = FeedDict()
+
+    def bpr(scores: torch.Tensor, _t: object) -> torch.Tensor:
+        return -F.logsigmoid(scores[:, 0] - scores[:, 1]).mean()
+    r = firstdiv.learning_ledger(model, (batch,), bpr, torch.optim.Adam(model.parameters(), 1e-2), overfit_steps=0)
+    assert r.status.value != "SKIPPED", r.reason
+
+
 def test_the_ledger_does_not_call_parameters_stuck_while_a_warmup_holds_their_lr_at_zero() -> None:
     torch.manual_seed(0)
     model, (x, y) = nn.Linear(4, 1), _data()

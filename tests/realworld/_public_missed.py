@@ -250,9 +250,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'nflows_maf_moons.output_mask_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'node_year.labels_sliced_by_position': 'owner saw PASS None None: ; diagnose FAIL at performance_ledger step '
                                         'performance_ledger:step',
- 'openaiclip_flickr.attention_mask_dropped': 'owner saw SKIPPED None None: the model raised TypeError: '
-                                             "CLIPModel.forward() got an unexpected keyword argument 'input_ids' on "
-                                             "inputs {'input_ids': [8; diagnose WARN at None",
  'openaiclip_flickr.image_names_from_unsplit_dataframe': 'owner saw SKIPPED None None: the model raised TypeError: '
                                                          'CLIPModel.forward() got an unexpected keyword argument '
                                                          "'input_ids' on inputs {'input_ids': [8; diagnose WARN at "

@@ -166,7 +166,8 @@ def split_batch(batch: Any, model: nn.Module | None = None) -> Batch:
     if isinstance(batch, (tuple, list)) and len(batch) in (1, 2):
         inputs = plain(batch[0])
         targets = plain(batch[1]) if len(batch) == 2 else None
-        return Batch(inputs, targets, isinstance(inputs, dict))
+        whole = isinstance(inputs, dict) and model is not None and _one_dict_argument(model, inputs)
+        return Batch(inputs, targets, isinstance(inputs, dict) and not whole)  # whole: forward(self, batch_dict)
     if isinstance(batch, (tuple, list)):
         raise InvalidArgument(f"Expected `batch` to be a tuple (inputs, targets) or a dict but got a {type(batch).__name__} "
                               f"of length {len(batch)}")
