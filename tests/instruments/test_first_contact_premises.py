@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -246,6 +247,32 @@ def test_a_one_tuple_holding_a_dict_is_the_one_argument_of_a_forward_that_takes_
         return -F.logsigmoid(scores[:, 0] - scores[:, 1]).mean()
     r = firstdiv.learning_ledger(model, (batch,), bpr, torch.optim.Adam(model.parameters(), 1e-2), overfit_steps=0)
     assert r.status.value != "SKIPPED", r.reason
+
+
+class IdsAndLength(nn.Module):
+    """A text classifier whose forward takes the token ids and their lengths (a fixed signature)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.out = nn.Embedding(30, 8), nn.Linear(8, 2)
+
+    def forward(self, ids: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
+        mask = torch.arange(ids.shape[1])[None] < length[:, None]
+        return self.out((self.emb(ids) * mask[..., None]).sum(1) / length[:, None])
+
+
+@pytest.mark.parametrize("target_key", ["label", "sentiment"])
+def test_a_dict_key_a_fixed_forward_does_not_take_is_the_target_not_a_keyword(target_key: str) -> None:
+    """``{"ids", "length", "label"}`` into ``forward(self, ids, length)``: the key the forward cannot take is the
+    loss's target (one such key, no targets key), never a keyword that makes the model raise."""
+    g = torch.Generator().manual_seed(0)
+    batch = {"ids": torch.randint(0, 30, (16, 6), generator=g), "length": torch.randint(1, 7, (16,), generator=g)}
+    batch[target_key] = (batch["ids"][:, 0] % 2).long()
+    model = IdsAndLength()
+    r = firstdiv.learning_ledger(model, batch, F.cross_entropy, torch.optim.Adam(model.parameters(), 1e-2),
+                                 overfit_steps=0)
+    assert r.status.value != "SKIPPED", r.reason
+    assert "raised" not in " ".join(f.message for f in r.findings)
 
 
 def test_the_ledger_does_not_call_parameters_stuck_while_a_warmup_holds_their_lr_at_zero() -> None:

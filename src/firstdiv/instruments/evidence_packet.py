@@ -29,7 +29,6 @@ packet is what the lab's run records hold). ``save_packet(report, path)`` writes
 from __future__ import annotations
 
 import datetime as _dt
-import inspect
 import json
 import math
 import platform
@@ -41,7 +40,7 @@ from torch import nn
 
 from ..errors import InvalidArgument
 from ..report import Report, Status
-from ._core.batch import TARGET_KEYS, Batch, check_evidence, compute_loss, loss_problem, split_batch
+from ._core.batch import Batch, check_evidence, compute_loss, loss_problem, split_batch
 from ._core.checks import check, compose
 from ._core.state import detached_copy, guarded
 from ._core.task import Ctx, err, infer_task, is_int, seed_copies
@@ -101,12 +100,6 @@ def _as_batch(batch: Any, model: nn.Module | None) -> Batch:
     targets key is ``label`` (``{"x1", "x2", "label"}``), and everything :func:`split_batch` takes."""
     if torch.is_tensor(batch):
         return Batch(batch, None, False)
-    if isinstance(batch, dict) and "label" in batch and not any(k in batch for k in (*TARGET_KEYS, "inputs", "input", "x")):
-        try:
-            takes = model is not None and "label" in inspect.signature(model.forward).parameters
-        except (TypeError, ValueError):
-            takes = False
-        return Batch({k: v for k, v in batch.items() if takes or k != "label"}, batch["label"], True)
     return split_batch(batch, model)
 
 

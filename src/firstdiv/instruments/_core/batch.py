@@ -18,9 +18,11 @@ Accepted batches:
 
 - a tuple/list ``(inputs, targets)``, or ``(inputs,)`` (targets None);
 - a dict with an inputs key (``inputs``, ``input``, ``x``) and optionally a targets key
-  (``targets``, ``target``, ``labels``, ``y``): the model gets ``model(batch[inputs_key])``;
+  (``targets``, ``target``, ``labels``, ``y``, ``label``): the model gets ``model(batch[inputs_key])``;
 - any other dict: the model gets ``model(**batch)`` (targets keys are left out unless ``forward``
-  names them or takes ``**kwargs``); the loss gets the targets value (or None when absent).
+  names them or takes ``**kwargs``; so is any key a ``forward`` without ``**kwargs`` does not name, and when no
+  targets key is there and one key is left out, that key is the targets); the loss gets the targets value (or None
+  when absent).
 
 If ``inputs`` is itself a dict, the model is called as ``model(**inputs)``.
 """
@@ -45,7 +47,7 @@ INPUT_KEYS = ("inputs", "input", "x")
 #: (firstdiv's folder is the parent of instruments/, two levels above this file).
 _LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep
                       for f in (torch.__file__, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-TARGET_KEYS = ("targets", "target", "labels", "y")
+TARGET_KEYS = ("targets", "target", "labels", "y", "label")
 
 
 def _type_name(value: Any) -> str:
@@ -124,7 +126,23 @@ def _split_dict(batch: dict, model: nn.Module | None) -> Batch:
     kwargs = {k: v for k, v in batch.items() if keep_target or k not in TARGET_KEYS}
     if model is not None and _one_dict_argument(model, kwargs):
         return Batch(batch, targets, False)  # forward(self, feed_dict): the whole dict is its one argument
+    taken = _named_parameters(model) if model is not None else None
+    if taken is not None and set(kwargs) - taken and set(kwargs) & taken:
+        rest = [k for k in kwargs if k not in taken]  # keys a fixed forward cannot take are not its inputs
+        targets = kwargs[rest[0]] if tgt_key is None and len(rest) == 1 else targets
+        kwargs = {k: v for k, v in kwargs.items() if k in taken}
     return Batch(kwargs, targets, True)
+
+
+def _named_parameters(model: nn.Module) -> set[str] | None:
+    """The keyword names ``model.forward`` takes; None when it takes ``**kwargs`` or has no readable signature."""
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
 
 
 def _one_dict_argument(model: nn.Module, kwargs: dict) -> bool:
