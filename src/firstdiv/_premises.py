@@ -476,7 +476,8 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "a logits loss receives logits",
         "the user's loss graph has a with-logits BCE or a cross-entropy whose input comes straight out of a sigmoid or "
         "softmax (through views) with values in [0, 1] (wherever the activation sits: the model, loss_fn, a "
-        "discriminator loss_fn applies); or outputs non-negative with "
+        "discriminator loss_fn applies, or a loss train_step computes and backpropagates itself, read on one guarded "
+        "call of it); or outputs non-negative with "
         "rows summing to 1 and the loss is not NLL of their log; or sigmoid outputs whose loss equals BCE-with-logits of "
         "them and not BCE; or, at the logits spread to std 3, the loss equals cross-entropy of their softmax",
         "not confirmed on the rows-sum-to-1 path: probability outputs with any class loss other than NLL of their log (a "
@@ -495,7 +496,7 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "an NLL loss receives log-probabilities",
         "the user's loss graph has an nll_loss (or a ctc_loss) whose input has no log-normalization among its "
         "producers (no log_softmax, log or logsigmoid within six nodes), or comes straight out of a log_softmax over "
-        "another axis, and whose logsumexp over the classes is not 0: NLL or CTC of raw scores is unbounded below, and "
+        "another axis (in loss_fn's graph or in the loss train_step backpropagates), and whose logsumexp over the classes is not 0: NLL or CTC of raw scores is unbounded below, and "
         "of scores normalized over the positions is no class likelihood",
         "always confirmed: graph and values both show it; a log-normalization over the classes behind the input finds "
         "nothing"),

@@ -17,6 +17,7 @@ Anything else (a graph without these nodes, values that do not confirm it) finds
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,6 +169,26 @@ def misfed(loss: Any) -> Misfed | None:
         if found is not None:
             return found
     return None
+
+
+@contextlib.contextmanager
+def misfed_backwards(found: list[Misfed]) -> Iterator[None]:
+    """While open, every ``torch.autograd.backward`` (``loss.backward()``, Accelerate's and Lightning's backward) first
+    reads its root's graph with :func:`misfed` (before the backward frees the saved values) and appends what it finds
+    to ``found``; the original function is put back on exit, also when the body raises."""
+    original = torch.autograd.backward
+
+    def reading(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        for t in (tensors if isinstance(tensors, (tuple, list)) else (tensors,)):
+            wrong = misfed(t) if not found else None
+            found.extend([wrong] if wrong is not None else [])
+        return original(tensors, *args, **kwargs)
+
+    torch.autograd.backward = reading
+    try:
+        yield
+    finally:
+        torch.autograd.backward = original
 
 
 def _leaves(t: torch.Tensor) -> set[int]:

@@ -162,7 +162,7 @@ def _side_effects(ctx: Ctx) -> str:
     steps = ctx.overfit_steps
     copies = (f"backward{' and one optimizer step' if ctx.train_step is None else ''} and up to {steps} overfit steps "
               f"per learning-rate round on deep copies")
-    ran = ctx.notes.get("ran_train_step", 0) + ctx.notes.get("ownership_ran_train_step", 0)
+    ran = sum(ctx.notes.get(k, 0) for k in ("ran_train_step", "ownership_ran_train_step", "objective_ran_train_step"))
     if ran:
         return (f"{copies}; train_step ran {ran} times on your objects, and every parameter, .grad, "
                 f"optimizer/scheduler/scaler state, mode and RNG state was restored afterwards")

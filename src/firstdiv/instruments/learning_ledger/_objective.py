@@ -53,6 +53,7 @@ from ._objective_forms import constant_outputs, labels_compete, normalized_over_
 from ._objective_ids import identify, row_weights, standard
 from ._padding import padding_in_loss
 from ._sequence import padding_pulled
+from ._step_loss import step_misfed
 
 PER_EXAMPLE = 8  # examples sliced out for the per-example checks
 FAR = 0.10  # relative distance from cross-entropy beyond which the loss is "another objective"
@@ -129,7 +130,9 @@ _MISFED = {
 
 def _misfed(ctx: Ctx, od: torch.Tensor | None, value: float, ev: dict[str, Any]) -> Check | None:
     """A loss node of the user's own graph fed what it cannot use (``_core.loss_graph``): graph and values agree."""
-    wrong = misfed(ctx.loss)
+    wrong, in_step = misfed(ctx.loss), False
+    if wrong is None:
+        wrong, in_step = step_misfed(ctx), True  # the loss train_step computes itself, where loss_fn's is sound
     if wrong is None:
         return None
     if wrong.loss == "nll_loss_axis" and od is not None:  # over the examples: the more specific finding names the axis
@@ -139,7 +142,9 @@ def _misfed(ctx: Ctx, od: torch.Tensor | None, value: float, ev: dict[str, Any])
     text, expected, hint = _MISFED[wrong.loss]
     fields = {"loss": wrong.loss, **wrong.evidence, "fed": wrong.fed}
     ev.update({**wrong.evidence, "loss_node": wrong.loss, "fed": wrong.fed})
-    return failed("OBJECTIVE", wrong.kind, f"loss {g4(value)}: " + text.format(**fields), ev, expected=expected,
+    ev["in_train_step"] = in_step
+    where = "in the loss train_step backpropagates (loss_fn's is sound), " if in_step else ""
+    return failed("OBJECTIVE", wrong.kind, f"loss {g4(value)}: {where}" + text.format(**fields), ev, expected=expected,
                   observed=f"{wrong.loss} <- {wrong.fed}", hint=hint.format(**fields))
 
 
