@@ -229,9 +229,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                       'op:reshape@patch_emb.1: [16, 32, 4, 4] -> [16, 16, 32] puts '
                                                       'input axis 1 (size 32) across output axes [1, 2], w; diagnose '
                                                       'WARN at None',
- 'mlpmixercifar_mixer.softmax_before_cross_entropy': 'owner saw WARN None None: TASK: unverified: none of the 16 '
-                                                     'batch inputs equals any of the 32 known inputs; diagnose WARN '
-                                                     'at None',
  'mnistdiffusion_ddpm.schedule_coefficients_swapped': 'owner saw PASS None None: ; diagnose WARN at None',
  'mnistdiffusion_ddpm.timestep_not_passed': 'owner saw WARN None None: DEPENDENCY: 17 of 483 trainable parameters '
                                             "are not on the loss's autograd graph: 17 trainable parameters get no "
