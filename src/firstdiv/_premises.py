@@ -411,7 +411,8 @@ PREMISES: dict[str, Premise] = {
         "supervised targets outside [0, K), K the size of the class axis inferred from the shapes (or given by task=), "
         "and the user's loss_fn raises on these outputs and targets (an index loss on ids outside its classes does)",
         "WARN when loss_fn runs on them: it does not index these outputs by the targets (a head inside the loss, a "
-        "sampled softmax, its own ignore value), and the later links stop reading the outputs as class scores"),
+        "sampled softmax, its own ignore value), and the later links stop reading the outputs as class scores; a note "
+        "instead when the ids fit another floating output the model returns beside it ((features, logits))"),
     "task.target_shifted_twice": Premise(
         "learning_ledger", "a language model's targets are the next token, shifted exactly once",
         "labels equal input_ids one ahead at >= 90% of supervised positions and loss_fn's value equals next-token "

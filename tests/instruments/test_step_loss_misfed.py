@@ -52,3 +52,4 @@ def test_a_step_that_raises_leaves_backward_as_it_was() -> None:
     model, batch, opt, step = _program(misfed=False, raises=True)
     firstdiv.learning_ledger(model, batch, F.cross_entropy, opt, train_step=step, overfit_steps=0)
     assert torch.autograd.backward is original
+

@@ -107,11 +107,30 @@ def _label_range(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     # softmax, a decoder inside the loss, its own ignore value): named, not failed, and no later link reads the
     # outputs as class scores over these targets
     ctx.class_dim, ctx.num_classes = None, None
+    other = _fitting_output(ctx, labels)
+    if other is not None:  # (features, logits): the ids fit another output the model returns, which the loss reads
+        ev["labels_fit_output"] = other
+        return passed("TASK", f"note: the targets (max {ev['label_max']}) fit outputs[{other[0]}] (size {other[1]}), not "
+                      f"the first floating output (size {k}); loss_fn ran on them, so it indexes that output; the label "
+                      "range holds for it", ev)
     return warned("TASK", f"{n_bad} of {labels.numel()} supervised targets are outside [0, {k}) for outputs of size "
                   f"{k} (min {ev['label_min']}, max {ev['label_max']}, e.g. {ev['out_of_range_values'][:3]}), and "
                   "loss_fn ran on them, so it does not index these outputs by the targets (a head inside the loss, a "
                   "sampled softmax, its own ignore value); the label range was not checked: declare task= if the "
                   "outputs are not class scores", ev)
+
+
+def _fitting_output(ctx: Ctx, labels: torch.Tensor) -> tuple[int, int] | None:
+    """(position, size) of another floating tensor in a tuple or list of outputs, with the targets' leading size, whose
+    last axis holds every supervised id (a model returning (features, logits)); None when there is none."""
+    outs, t = ctx.outputs, ctx.batch.targets
+    if not isinstance(outs, (tuple, list)) or not labels.numel():
+        return None
+    for i, o in enumerate(outs):
+        if torch.is_tensor(o) and o.is_floating_point() and o.dim() >= 2 and o.shape[0] == t.shape[0] and \
+                int(labels.min()) >= 0 and int(labels.max()) < o.shape[-1]:
+            return i, int(o.shape[-1])
+    return None
 
 
 def _agreement(ids: torch.Tensor, t: torch.Tensor, shift: int, ignore: int) -> float | None:
