@@ -376,8 +376,12 @@ PREMISES: dict[str, Premise] = {
         "holds call 1's gradient (nonzero or non-finite) and call 2 then changes the parameter (a gradient left where no "
         "step of the call applies it, an alternating schedule's other network, is not used); the relative error of the "
         "gradient step 2 used against "
-        "g1 + g2 is in the evidence",
-        "the premise is the train_step= contract (one full step per call); without train_step not checked"),
+        "g1 + g2 is in the evidence; or, inside one call, a later step of the watched optimizer finds in .grad exactly "
+        "the gradient its earlier step of that call applied at lr > 0 plus the backward between them (relative error "
+        "<= 1e-4: a second update per iteration without zero_grad, a dense re-feeding step)",
+        "the premise is the train_step= contract (one full step per call); without train_step not checked; "
+        "parameters the watched optimizer does not own (a GAN's discriminator reached by the generator's backward) are "
+        "not judged inside a call"),
     "step.zero_grad_before_step": Premise(
         "step_probe", "optimizer.step applies the gradients backward produced since the previous step",
         "gradient hooks saw nonzero gradients produced since the previous step, and at the optimizer.step pre-hook .grad "

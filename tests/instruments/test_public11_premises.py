@@ -36,3 +36,40 @@ def test_targets_that_fit_the_logits_a_model_returns_after_its_features_are_no_t
     task = next(f for f in r.findings if f.where == "TASK")
     assert task.status.value == "PASS", task.message
     assert "outputs[1]" in task.message
+
+
+def _refeeding(clear_between: bool):
+    """DeepRecommender's shape: a step on the batch, then a second update on the model's own output re-fed."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 4), nn.SELU(), nn.Linear(4, 6))
+    x = torch.randn(16, 6)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def train_step() -> float:
+        opt.zero_grad()
+        out = model(x)
+        loss = F.mse_loss(out, x)
+        loss.backward()
+        opt.step()
+        refed = out.detach()
+        if clear_between:
+            opt.zero_grad()
+        F.mse_loss(model(refed), refed).backward()
+        opt.step()
+        return float(loss)
+    return model, x, opt, train_step
+
+
+def test_a_second_step_in_one_call_on_the_gradient_the_first_applied_is_grad_accumulation() -> None:
+    model, x, opt, step = _refeeding(clear_between=False)
+    r = firstdiv.step_probe(model, (x, x), F.mse_loss, opt, train_step=step)
+    assert r.status.value == "FAIL"
+    assert r.first_divergence.kind == "step.grad_accumulation"
+    assert "applied twice" in next(f.message for f in r.findings if f.status.value == "FAIL")
+
+
+def test_a_second_step_after_zero_grad_is_sound() -> None:
+    model, x, opt, step = _refeeding(clear_between=True)
+    r = firstdiv.step_probe(model, (x, x), F.mse_loss, opt, train_step=step)
+    assert not any(f.check == "step.grad_accumulation" and f.status.value == "FAIL" for f in r.findings)
+

@@ -132,6 +132,40 @@ def carried_check(self: Any, out: Collected) -> None:
                                  "loss.backward()"))
 
 
+RESTEP_TOLERANCE = 1e-4  # relative: .grad at the later step minus its own backward's gradient vs the earlier step's
+
+
+def restep_check(self: Any, out: Collected) -> None:
+    """Premise: each optimizer.step applies a gradient once. Confirmed within one call: a later step of the watched
+    optimizer found in ``.grad`` exactly the gradient its earlier step of that call applied (at lr > 0), plus what the
+    backward between them produced (a loop stepping twice per call, the second time without zero_grad: a dense
+    re-feeding step, a second epoch over the buffer). Other optimizers' parameters (a GAN's discriminator reached by the
+    generator's backward) are not judged: the earlier step did not apply their gradient."""
+    owned = {id(q) for g in self.opt.param_groups for q in g["params"]} if self.opt is not None else set()
+    for r1, r2 in zip(self.steps, self.steps[1:]):
+        if r1.call != r2.call:
+            continue
+        for p, names in self.params:
+            g1, g2, new = r1.grads.get(id(p)), r2.grads.get(id(p)), r2.produced.get(id(p))
+            if id(p) not in owned or g1 is None or g2 is None or new is None or r1.lrs.get(id(p), 0.0) <= 0 or \
+                    g1.is_sparse or g2.is_sparse or new.shape != g2.shape or not bool(g1.any()) or not bool(new.any()):
+                continue
+            error = norm(g2 - new - g1) / max(norm(g1), 1e-300)
+            if error > RESTEP_TOLERANCE:
+                continue
+            ev = {"call": r1.call, "earlier_step_grad_norm": norm(g1), "backward_between_norm": norm(new),
+                  "later_step_grad_vs_earlier_plus_new_relative_error": error, "events": self.events}
+            out.checks.append(check(names[0], "step.grad_accumulation", Status.FAIL,
+                                    f"{label(names)}: in train_step call {r1.call}, optimizer.step ran twice and the "
+                                    "second found in .grad the gradient the first had already applied (norm "
+                                    f"{norm(g1):.4g}) plus the new backward's: that gradient was applied twice", ev,
+                                    expected=".grad cleared after each optimizer.step before the next backward",
+                                    observed="step 1's gradient applied again by the next step of the same call",
+                                    hint="call optimizer.zero_grad() before each backward that feeds a step, also for a "
+                                         "second update inside the same iteration"))
+            return
+
+
 def step_before_backward(self: Any) -> Check | None:
     """In both calls every optimizer.step ran before the call's first backward, on a .grad that was None or zero
     for every parameter: each step applied nothing, and the gradient computed after it is cleared before the

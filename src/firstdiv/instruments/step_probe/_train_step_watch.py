@@ -18,7 +18,7 @@ from .._core.closure import innermost, step_optimizers, trained_elsewhere
 from .._core.stateful import reachable
 from .._core.trace import tensors
 from . import _descent
-from ._clearing import DiscardTracker, carried_check, step_before_backward, watch_others
+from ._clearing import DiscardTracker, carried_check, restep_check, step_before_backward, watch_others
 from ._clipping import ClipWatch
 from ._stuck import first_stuck
 
@@ -167,6 +167,7 @@ class StepWatch:
             return out
         self._check_cleared_before_step(out)
         carried_check(self, out)
+        restep_check(self, out)
         discarded = self.discard.finding({id(p): names for p, names in self.params}, self.events)
         out.checks += [c for c in (discarded, self.clips.finding()) if c is not None]
         self._check_steps_and_moves(out)
