@@ -13,11 +13,22 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'bcq_continuous.next_state_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
  'bertpytorch_mlm.mask_never_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'bertpytorch_mlm.nsp_ignore_index_0': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'betatcvae_shapes.decoder_output_sigmoided': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters '
+                                              "are not on the loss's autograd graph: 2 trainable parameters get no "
+                                              'gradient and th; diagnose WARN at None',
+ 'betatcvae_shapes.joint_and_marginals_swapped': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters '
+                                                 "are not on the loss's autograd graph: 2 trainable parameters get "
+                                                 'no gradient and th; diagnose WARN at None',
+ 'betatcvae_shapes.sample_not_reparameterized': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters '
+                                                "are not on the loss's autograd graph: 2 trainable parameters get no "
+                                                'gradient and th; diagnose WARN at None',
  'betavae_dsprites.recon_mean_over_pixels': 'owner saw PASS None None: ; diagnose WARN at None',
  'bicyclegan_pix2pix.l1_against_input': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.lstm_out_left_sorted': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.padding_in_mask': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.stop_transition_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'centerloss_lenetpp.centers_not_stepped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'centerloss_lenetpp.class_mask_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'centernet_ctdet.reg_mask_dropped': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss unchanged '
                                      "when targets['reg_mask'] is flipped; diagnose FAIL at learning_ledger TASK "
@@ -80,6 +91,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'deepctrtorch_deepfm.reg_loss_frozen': 'owner saw PASS None None: ; diagnose PASS at None',
  'deeplabv3plus_voc.mask_not_flipped_with_image': 'owner saw PASS None None: ; diagnose WARN at None',
  'deeplabv3plus_voc.void_pixels_as_background': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'deeprecommender_autoencoder.mask_not_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'deeprl_qrdqn.quantile_indicator_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'deeprlpytorch_dueling_ddqn.advantage_mean_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepspeechpytorch_ds2.collate_sorts_spectrograms_only': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -104,6 +116,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlpytorch_duel_ddqn.advantage_mean_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'edgeml_fastgrnn_kws.first_frame_classified': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no '
+                                               'gradient and the loss does not depend on them (perturbing them on a '
+                                               'copy leaves it u; diagnose PASS at None',
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
                                                  "are not on the loss's autograd graph: 4 trainable parameters get "
@@ -187,6 +202,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lightningbolts_vae.kl_coeff_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'lightningbolts_vae.sample_instead_of_rsample': 'diagnose FAIL at step_probe encoder.conv1.weight '
                                                  'step_probe:encoder.conv1.weight',
+ 'lightningtransformers_ner.attention_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'lightningtransformers_ner.labels_not_aligned_to_tokens': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'lightningtransformers_ner.special_and_pad_labelled_o': 'owner saw PASS None None: ; diagnose PASS at None',
  'lora_gpt2_e2e.lora_factors_both_zero': 'diagnose FAIL at reachability transformer.h.0.attn.c_attn.lora_A '
                                          'reachability:transformer.h.0.attn.c_attn.lora_A',
  'lora_gpt2_e2e.lora_not_marked_trainable': 'owner saw WARN None None: transformer.h.0.attn.c_attn.lora_A: '
@@ -245,15 +263,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                        'capability.cannot_overfit: loss 1.875 -> best 1.838 (1.96% down) at every '
                                        'lr; diagnose FAIL at learning_ledger CAPABILITY learning_ledger:CAPABILITY',
  'nflows_maf_moons.output_mask_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nlptutorial_seq2seq_attention.attn_weights_detached': 'owner saw WARN None None: attn.weight: attn.weight: not '
+                                                        'reached from the loss; module attn ran 25 time(s) but '
+                                                        'nothing computed from this parameter rea',
+ 'nlptutorial_seq2seq_attention.targets_are_decoder_inputs': 'owner saw PASS None None: ; diagnose PASS at None',
  'node_year.labels_sliced_by_position': 'owner saw PASS None None: ; diagnose FAIL at performance_ledger step '
                                         'performance_ledger:step',
- 'openaiclip_flickr.image_names_from_unsplit_dataframe': 'owner saw SKIPPED None None: the model raised TypeError: '
-                                                         'CLIPModel.forward() got an unexpected keyword argument '
-                                                         "'input_ids' on inputs {'input_ids': [8; diagnose WARN at "
-                                                         'None',
- 'openaiclip_flickr.log_softmax_over_batch': 'owner saw SKIPPED None None: the model raised TypeError: '
-                                             "CLIPModel.forward() got an unexpected keyword argument 'input_ids' on "
-                                             "inputs {'input_ids': [8; diagnose WARN at None",
+ 'openaiclip_flickr.image_names_from_unsplit_dataframe': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'openaiclip_flickr.log_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'panns_cnn6.mixup_target_not_mixed': 'owner saw PASS None None: ; diagnose WARN at None',
  'patchtst_supervised.patches_reshaped_not_permuted': 'owner saw WARN None None: model.backbone: '
                                                       'op:reshape@model.backbone: [32, 7, 16, 12] -> [32, 7, 12, 16] '
@@ -266,6 +283,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                              "not on the loss's autograd graph: 2 trainable parameters get no "
                                              'gradient and th; diagnose WARN at None',
  'pgiaayn_ddpg.reward_not_reshaped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pgtravel_vanilla_pg.masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pgtravel_vanilla_pg.objective_not_negated': 'owner saw PASS None None: ; diagnose PASS at None',
  'pml_triplet_miner.normalize_over_batch': 'owner saw WARN None None: OBJECTIVE: loss 0.09164 is not the '
                                            'cross-entropy of these outputs (2.824; ln K = 2.773 for an untrained '
                                            '16-class model; exam; diagnose WARN at None',
@@ -334,6 +353,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rechorus_caser.history_includes_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.predictions_not_restored': 'owner saw PASS None None: ; diagnose PASS at None',
  'recvae_cf.log_softmax_over_users': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'renovamentc_han.sentence_softmax_over_documents': 'owner saw PASS None None: ; diagnose PASS at None',
  'repdistiller_kd.kl_div_mean_reduction': 'owner saw PASS None None: ; diagnose PASS at None',
  'repdistiller_kd.teacher_temperature_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'rtdlnumemb_mlp_ple.val_labels_not_standardized': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs '
@@ -350,9 +370,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'scoresde_subvp.perturbation_std_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.score_not_divided_by_std': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.time_labels_not_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
- 'sentimentanalysis_lstm.padded_length_packed': 'owner saw SKIPPED None None: the model raised TypeError: '
-                                                "LSTM.forward() got an unexpected keyword argument 'label' on inputs "
-                                                "{'ids': [32, 14], 'length; diagnose WARN at None",
+ 'sentimentanalysis_lstm.padded_length_packed': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgc_citation.val_features_not_propagated': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -386,6 +404,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'smp_fpn_binary.model_activation_with_from_logits': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted '
                                                      'on 8 fixed examples, Adam lr 0.0001 at any lr up to 0.1 (loss '
                                                      '0.8114 -> best 0.7481, 8%; diagnose WARN at None',
+ 'sngan_dcgan.fake_target_ones': 'owner saw PASS None None: ; diagnose PASS at None',
  'spijkervetsimclr_ntxent.rank_interleaved_views': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.bootstrap_at_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.vf_zero_grad_outside_loop': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
@@ -403,6 +422,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'stgcn_skeleton.data_bn_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [16, 3, 16, 25, 2] -> [32, 75, '
                                                '16] puts input axis 2 (size 16) across output axes [1], while output '
                                                'axis 2 (si; diagnose WARN at None',
+ 'stgcnpytorch_traffic.nhwc_reshaped_not_permuted': 'owner saw WARN None None: block1.temporal1: '
+                                                    'op:reshape@block1.temporal1: [50, 12, 12, 2] -> [50, 2, 12, 12] '
+                                                    'puts input axis 1 (size 12) across output ; diagnose WARN at '
+                                                    'None',
+ 'stgcnpytorch_traffic.target_window_not_offset': 'owner saw PASS None None: ; diagnose PASS at None',
  'stylegan2_r1.d_loss_signs_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
                                       'examples, Adam lr 0.001882, up to lr 0.1882, loss 1.363 -> best 0.741 (46% d; '
                                       'diagnose WARN at None',
@@ -430,6 +454,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'teapearce_cfg_diffusion.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                     'Adam is not plain SGD (stateful update rule); diagnose PASS at '
                                                     'None',
+ 'tiramisu_camvid.flip_image_only': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchcfm_icfm_moons.interpolation_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchdiffeq_odenet.returns_initial_state': 'owner saw WARN None None: 7.odefunc.norm1.weight: '
                                              '7.odefunc.norm1.weight: in the loss graph but its gradient is exactly '
@@ -439,6 +464,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'trainclip_wrapper.zero_grad_every_minibatch': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                 'AdamW is not plain SGD (stateful update rule); diagnose PASS at '
                                                 'None',
+ 'tranad_mba.elem_from_window_start': 'owner saw WARN None None: GRADIENT: 12 trainable parameters get no gradient '
+                                      'and the loss does not depend on them (perturbing them on a copy leaves it ; '
+                                      'diagnose WARN at None',
+ 'tranad_mba.window_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
  'transformers_run_glue.id_column_first': 'owner saw PASS None None: ; diagnose PASS at None',
  'transformers_run_glue.labels_written_as_floats': 'owner saw PASS None None: ; diagnose PASS at None',
  'transformers_translation_no_trainer.targets_from_source_lang': 'owner saw WARN None None: TASK: targets equal the '
@@ -450,6 +479,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'trl_sft.eos_masked_as_padding': 'owner saw PASS None None: ; diagnose PASS at None',
  'trl_sft.formatting_func_trains_prompt': 'owner saw PASS None None: ; diagnose PASS at None',
  'tvrefs_classification.mixed_images_hard_labels': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'udacitydrl_dqn.next_states_from_states': 'owner saw PASS None None: ; diagnose PASS at None',
  'vicreg_resnet.one_view_twice': 'owner saw WARN None None: GRADIENT: 16 trainable parameters get no gradient and '
                                  'the loss does not depend on them (perturbing them on a copy leaves it ; diagnose '
                                  'WARN at None',
@@ -468,6 +498,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'wgan_dcgan.critic_signs_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.regression_objective': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.target_from_unshuffled_frame': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'xternalzwrn_cifar.preactivation_not_reassigned': 'owner saw WARN None None: block1.layer.0.bn1.weight: '
+                                                   'block1.layer.0.bn1.weight: not reached from the loss; module '
+                                                   'block1.layer.0.bn1 ran 1 time(s) but; diagnose WARN at None',
  'xtransformers_enwik8.geglu_gate_unused': 'owner saw PASS None None: ; diagnose PASS at None',
  'yaratssac_sac.q2_loss_on_q1': 'owner saw WARN None None: Q2.0.weight: Q2.0.weight: not reached from the loss; '
                                 'module Q2.0 ran 1 time(s) but nothing computed from this parameter reac; diagnose '
@@ -477,5 +510,4 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 '3], while output ; diagnose WARN at None',
  'zalandovqvae_cifar.straight_through_reversed': 'owner saw WARN None None: DEPENDENCY: 2 of 24 trainable parameters '
                                                  "are not on the loss's autograd graph: 2 trainable parameters get "
-                                                 'no gradient and th; diagnose FAIL at step_probe '
-                                                 '_vq_vae._embedding.weight step_probe:_vq_vae._embedding.weight'}
+                                                 'no gradient and th; diagnose WARN at None'}
