@@ -587,7 +587,8 @@ PREMISES: dict[str, Premise] = {
         "filled with the model's config.pad_token_id); on the copy with every RNG seeded alike, either noise added to "
         "the token embeddings at the padding only (ids untouched) moves the outputs at the real tokens, in a model with "
         "attention and no recurrent or 1-d convolution layer; or, with no attention_mask in the batch of a model whose "
-        "forward takes one, passing the mask of that padding moves them",
+        "forward takes one (or one of all ones beside pad-id runs of different lengths, some longer than one token), "
+        "passing the mask of that padding moves them",
         "a recurrent or convolutional model (it reads its padding by design), no padding run, a mask the batch does "
         "not name, or a model without an attention_mask parameter: no finding"),
     "gradient.missing": Premise(

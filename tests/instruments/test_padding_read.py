@@ -91,3 +91,38 @@ def test_a_hugging_face_model_given_no_attention_mask_fails_and_given_one_passes
     assert _padding_read(r)
     assert "passes no attention_mask" in next(f.message for f in r.findings if f.check == "dependency.padding_read")
     assert not _padding_read(_ledger(model, {**inputs, "labels": labels}, loss_fn))
+
+
+def test_a_hugging_face_model_given_an_all_ones_mask_beside_its_padding_fails() -> None:
+    """A collator that rebuilt the mask without the padding column (public-11's lightningtransformers_ner): the model
+    gets an attention_mask of ones beside trailing runs of its pad id, and the real tokens attend to the padding."""
+    transformers = pytest.importorskip("transformers", reason="transformers is a test dependency: pip install -e '.[dev]'")
+    config = transformers.BertConfig(vocab_size=V, hidden_size=E, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=T, pad_token_id=0,
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2)
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(config)
+    inputs, labels = _batch()
+    def loss_fn(out, _labels):
+        return out.loss
+    ones = torch.ones_like(inputs["attention_mask"])
+    r = _ledger(model, {"input_ids": inputs["input_ids"], "attention_mask": ones, "labels": labels}, loss_fn)
+    assert _padding_read(r)
+    assert "all ones" in next(f.message for f in r.findings if f.check == "dependency.padding_read")
+
+
+def test_an_all_ones_mask_where_the_pad_id_only_ends_rows_once_is_no_finding() -> None:
+    """The pad id shared with an end token that closes some rows once (no run longer than one token): not padding."""
+    transformers = pytest.importorskip("transformers", reason="transformers is a test dependency: pip install -e '.[dev]'")
+    config = transformers.BertConfig(vocab_size=V, hidden_size=E, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=T, pad_token_id=1,
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2)
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(config)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(2, V, (B, T), generator=g)
+    ids[::2, -1] = 1  # an end token on every other row
+    def loss_fn(out, _labels):
+        return out.loss
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 1] % 2}
+    assert not _padding_read(_ledger(model, batch, loss_fn))

@@ -10,7 +10,8 @@ the batch's mask or filled with the model's pad token. Two shapes of the slip, e
   changes the outputs at the real positions (or the pooled output). Only for attention models without recurrent or 1-d convolution layers: those read their padding by
   design, attention with its mask applied cannot;
 - *no mask is passed to a model that takes one*: the model's ``forward`` has an ``attention_mask`` parameter the
-  batch does not fill, the padding id is the model's own ``config.pad_token_id``, and passing the mask of the runs
+  batch does not fill (or fills with ones only, beside runs of the pad id of different lengths, some longer than one
+  token), the padding id is the model's own ``config.pad_token_id``, and passing the mask of the runs
   changes the outputs at the real positions.
 
 A model without a mask parameter (a CNN or an RNN over padded text) reads its padding by design: no finding.
@@ -139,10 +140,15 @@ def _padding_leaks(ctx: Ctx, ids: torch.Tensor, base: torch.Tensor, given: tuple
                   hint=f"pass '{key}' down to every attention layer (attention_mask= / key_padding_mask=)")
 
 
+def _no_mask(mask: Any) -> bool:
+    """No attention_mask, or one that masks nothing (all ones: a collator that rebuilt it without the padding)."""
+    return mask is None or (torch.is_tensor(mask) and mask.numel() > 0 and bool((mask != 0).all()))
+
+
 def _mask_not_passed(ctx: Ctx, ids: torch.Tensor, base: torch.Tensor, ev: dict[str, Any]) -> Check | None:
     pad_id = getattr(getattr(ctx.work, "config", None), "pad_token_id", None)
     x = ctx.batch.inputs
-    if not isinstance(pad_id, int) or not isinstance(x, dict) or "attention_mask" in x:
+    if not isinstance(pad_id, int) or not isinstance(x, dict) or not _no_mask(x.get("attention_mask")):
         return None
     try:
         params = inspect.signature(ctx.work.forward).parameters
@@ -151,16 +157,20 @@ def _mask_not_passed(ctx: Ctx, ids: torch.Tensor, base: torch.Tensor, ev: dict[s
     pad = _run(ids == pad_id)
     if "attention_mask" not in params or pad is None:
         return None
+    lengths = pad.reshape(-1, pad.shape[-1]).sum(1)
+    if "attention_mask" in x and (len(set(lengths.tolist())) < 2 or int(lengths.max()) < 2):
+        return None  # an all-ones mask beside a pad id that ends rows once (an end token sharing it) is not padding
     mask = (~pad).to(ids.dtype)
     masked = _outputs(ctx, Batch({**x, "attention_mask": mask}, ctx.batch.targets, ctx.batch.as_kwargs))
     change = None if masked is None else _real_change(base, masked, pad)
     if change is None or change <= _MOVES:
         return None
-    ev.update(padding_positions=int(pad.sum()), pad_token_id=pad_id, change_when_mask_passed=change)
+    given = "an attention_mask of all ones" if "attention_mask" in x else "no attention_mask"
+    ev.update(padding_positions=int(pad.sum()), pad_token_id=pad_id, change_when_mask_passed=change, mask_given=given)
     return failed("DEPENDENCY", "dependency.padding_read",
-                  f"the batch pads {int(pad.sum())} positions with pad_token_id {pad_id} and passes no attention_mask, "
+                  f"the batch pads {int(pad.sum())} positions with pad_token_id {pad_id} and passes {given}, "
                   f"though the model takes one; passing the mask of that padding changes the outputs at the real tokens "
                   f"(by {g4(change)} of their scale): every token attends to the padding", ev,
                   expected="outputs at real tokens independent of the padding (attention_mask passed)",
-                  observed=f"no attention_mask; with it the real outputs move by {g4(change)}",
+                  observed=f"{given}; with the padding's mask the real outputs move by {g4(change)}",
                   hint="keep the tokenizer's attention_mask in the batch and pass it to the model")
