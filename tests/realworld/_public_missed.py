@@ -202,7 +202,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lightningbolts_vae.kl_coeff_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'lightningbolts_vae.sample_instead_of_rsample': 'diagnose FAIL at step_probe encoder.conv1.weight '
                                                  'step_probe:encoder.conv1.weight',
- 'lightningtransformers_ner.attention_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightningtransformers_ner.labels_not_aligned_to_tokens': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightningtransformers_ner.special_and_pad_labelled_o': 'owner saw PASS None None: ; diagnose PASS at None',
  'lora_gpt2_e2e.lora_factors_both_zero': 'diagnose FAIL at reachability transformer.h.0.attn.c_attn.lora_A '
