@@ -587,7 +587,7 @@ def _build(seed, bug=None):
 
     def eval_fn(model, batch):
         """evaluate() on one batch under the EMA weights: the exact-match rate of the discretized spans."""
-        cw_idxs, qw_idxs, y1, y2 = batch
+        (cw_idxs, qw_idxs), (y1, y2) = batch
         ema.assign(model)
         model.eval()
         with torch.no_grad():
@@ -604,8 +604,8 @@ def _build(seed, bug=None):
         return F.nll_loss(log_p1, y1) + F.nll_loss(log_p2, y2)
 
     cw0, _cc0, qw0, _qc0, y10, y20, _ids0 = dev_batch
-    return Program(name="chrischutesquad_bidaf", model=model, batch=(cw0, qw0, (y10, y20)), loss_fn=loss_fn,
-                   optimizer=optimizer, train_step=train_step, eval_fn=lambda m, b: eval_fn(m, (*b[:2], *b[2])),
+    return Program(name="chrischutesquad_bidaf", model=model, batch=((cw0, qw0), (y10, y20)), loss_fn=loss_fn,
+                   optimizer=optimizer, train_step=train_step, eval_fn=eval_fn,
                    frozen=("emb.embed.weight",), loader=train_loader)
 
 
