@@ -23,9 +23,10 @@ Deviations from the original:
   answerable example the key word occurs once in the context and the answer is the two words that follow it, in an
   unanswerable one (1 in 5) it does not occur and y1 = y2 = -1; ``SQuAD`` takes these arrays instead of loading
   the file and keeps its v2 handling (the prepended no-answer token and the +1 shift of y1s/y2s);
-- copied in part: ``util.py``'s ``SQuAD``, ``collate_fn``, ``EMA`` (``__call__``, ``assign``, ``resume``),
-  ``masked_softmax`` and ``discretize``; logging, TensorBoard, the checkpoint saver and the official F1/EM scoring
-  are left out;
+- copied in part: ``util.py``'s ``SQuAD``, ``collate_fn`` (which the original says it adapted from yunjey's
+  seq2seq-dataloader, not one of the excluded repositories), ``EMA`` (``__call__``, ``assign``, ``resume``),
+  ``masked_softmax`` and ``discretize``; logging, TensorBoard, the checkpoint saver, ``AverageMeter`` and the
+  official F1/EM scoring are left out; the docstrings are shortened;
 - ``main``'s set-up (model, EMA, Adadelta, LambdaLR, loader) runs in ``build``; one ``train_step`` is one iteration
   of its batch loop; ``eval_fn`` is ``evaluate`` on one batch under the EMA weights (``ema.assign`` /
   ``ema.resume``), returning the exact-match rate of the discretized spans instead of the official F1/EM;
