@@ -20,7 +20,8 @@ Deviations from the original:
   made by shifting the template by up to 2 pixels and adding noise; the dataset is a plain class with the same
   ``y`` attribute and ``__getitem__`` the sampler and loader use (no download, no rotation classes);
 - ``.to(device)`` / CUDA seeding dropped (CPU only); ``init_seed`` is ``torch.manual_seed(seed)`` / ``np.random.seed``;
-- one ``train_step`` is one episode of the epoch loop's body (zero_grad, forward, ``loss_fn``, backward, step); at the
+- one ``train_step`` is one episode of the epoch loop's body (zero_grad, forward, ``loss_fn``, backward, step),
+  with the epoch's ``model.train()`` repeated at each step (the validation loop leaves the model in eval mode); at the
   end of every ``iterations`` steps the epoch's ``lr_scheduler.step()`` runs; tqdm, printing, the per-epoch averages,
   checkpoint saving and the validation/test loops are left out; ``eval_fn`` is the validation loop's body on one
   episode (model.eval(), accuracy from ``loss_fn``);

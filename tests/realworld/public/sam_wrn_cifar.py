@@ -22,7 +22,8 @@ Deviations from the original:
   set's per-channel mean/std) are written out in plain torch in the dataset's ``__getitem__``; ``Cutout`` is copied;
 - ``initialize`` seeds ``random`` and torch from ``seed`` (cudnn flags dropped); CPU only; ``num_workers`` 0;
 - ``Log`` (progress printing and accuracy bookkeeping) is left out; one ``train_step`` is one iteration of the batch
-  loop (both passes, then ``scheduler(epoch)``); ``eval_fn`` is the evaluation loop's body on one batch
+  loop (both passes, then ``scheduler(epoch)``), with ``model.train()`` (the epoch's) repeated at each step so
+  an evaluation in between does not leave the model in eval mode; ``eval_fn`` is the evaluation loop's body on one batch
   (model.eval(), no_grad, loss and accuracy);
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
@@ -386,6 +387,7 @@ def _build(seed, bug=None):
     def train_step():
         epoch = state["epoch"]
         batch = next_batch()
+        model.train()
         inputs, targets = (b.to(device) for b in batch)
 
         # first forward-backward step
@@ -417,7 +419,8 @@ def _build(seed, bug=None):
             correct = torch.argmax(predictions, 1) == targets
         return {"loss": float(loss.mean()), "accuracy": float(correct.float().mean())}
 
-    first = next(iter(torch.utils.data.DataLoader(dataset.train.dataset, batch_size=args.batch_size)))
+    first = next(iter(torch.utils.data.DataLoader(dataset.train.dataset, batch_size=args.batch_size, shuffle=True,
+                                                  generator=torch.Generator().manual_seed(seed))))
     return Program(name="sam_wrn_cifar", model=model, batch=(first[0], first[1]),
                    loss_fn=lambda pred, t: loss_of(pred, t, smoothing=args.label_smoothing).mean(),
                    optimizer=optimizer, train_step=train_step, eval_fn=eval_fn, loader=dataset.train)
