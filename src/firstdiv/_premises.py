@@ -591,6 +591,16 @@ PREMISES: dict[str, Premise] = {
         "passing the mask of that padding moves them",
         "a recurrent or convolutional model (it reads its padding by design), no padding run, a mask the batch does "
         "not name, or a model without an attention_mask parameter: no finding"),
+    "dependency.examples_mixed": Premise(
+        "learning_ledger", "each example's output depends on its own input only (eval mode: no batch statistics)",
+        "on the ledger's copy in eval mode, after a warm-up forward and with two unchanged forwards agreeing, example "
+        "j's inputs replaced by example k's moves the other examples' outputs beyond 1e-4 of their scale, and one "
+        "reduction or normalization inside forward over an axis of the examples' size (softmax, mean, sum, norm, "
+        "normalize, max...) carries the whole move: handing the other examples its result from the unchanged batch takes "
+        "the move away (to under 1e-4 and a hundredth of it); the module that ran it is named",
+        "examples that meet by design through no single reduction (a graph's adjacency, a mixup, batch statistics "
+        "without running estimates), outputs with a second axis of the batch's size (in-batch similarities), fewer than "
+        "4 examples, an eval forward that is not repeatable, or a batch whose examples are not on axis 0: no finding"),
     "gradient.missing": Premise(
         "learning_ledger", "a trainable parameter the loss depends on gets a gradient",
         "after one backward from .grad=None on the copy its .grad is None and " + _DEPENDS,

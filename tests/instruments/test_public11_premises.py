@@ -73,3 +73,55 @@ def test_a_second_step_after_zero_grad_is_sound() -> None:
     r = firstdiv.step_probe(model, (x, x), F.mse_loss, opt, train_step=step)
     assert not any(f.check == "step.grad_accumulation" and f.status.value == "FAIL" for f in r.findings)
 
+
+
+class _SentenceAttention(nn.Module):
+    """A document classifier pooling its sentences by attention; ``over_batch`` normalizes the weights over the
+    documents of the batch (softmax dim=0) instead of over the sentences."""
+
+    def __init__(self, over_batch: bool) -> None:
+        super().__init__()
+        self.over_batch = over_batch
+        self.encode, self.score, self.head = nn.Linear(5, 8), nn.Linear(8, 1), nn.Linear(8, 3)
+
+    def forward(self, docs: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.encode(docs))  # [B, S, 8]
+        w = F.softmax(self.score(h).squeeze(-1), dim=0 if self.over_batch else 1)
+        return self.head((w.unsqueeze(-1) * h).sum(1))
+
+
+class _Graph(nn.Module):
+    """Nodes meet through a fixed adjacency on purpose (the batch is the graph): no reduction carries the mixing."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.register_buffer("adj", (torch.rand(n, n, generator=g) < 0.3).float())
+        self.lin = nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.adj @ self.lin(x)
+
+
+def _mixed(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list:
+    r = firstdiv.learning_ledger(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), 0.1),
+                                 overfit_steps=0)
+    return [f for f in r.findings if f.check == "dependency.examples_mixed" and f.status.value == "FAIL"]
+
+
+def test_a_softmax_over_the_batch_inside_forward_mixes_the_examples_and_is_named() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(16, 4, 5)
+    y = x[:, 0, :3].argmax(1)
+    found = _mixed(_SentenceAttention(over_batch=True), x, y)
+    assert found and found[0].evidence["mixing_op"] == "softmax"
+    assert found[0].evidence["mixing_module"] == "(root module)"
+    assert not _mixed(_SentenceAttention(over_batch=False), x, y)
+
+
+def test_examples_that_meet_by_design_or_through_batch_norm_are_no_finding() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(16, 5)
+    y = x[:, :3].argmax(1)
+    assert not _mixed(_Graph(16), x, y)
+    assert not _mixed(nn.Sequential(nn.Linear(5, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3)), x, y)

@@ -115,7 +115,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
- 'drlpytorch_duel_ddqn.advantage_mean_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'edgeml_fastgrnn_kws.first_frame_classified': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it u; diagnose PASS at None',
@@ -352,7 +351,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rechorus_caser.history_includes_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.predictions_not_restored': 'owner saw PASS None None: ; diagnose PASS at None',
  'recvae_cf.log_softmax_over_users': 'owner saw PASS None None: ; diagnose WARN at None',
- 'renovamentc_han.sentence_softmax_over_documents': 'owner saw PASS None None: ; diagnose PASS at None',
  'repdistiller_kd.kl_div_mean_reduction': 'owner saw PASS None None: ; diagnose PASS at None',
  'repdistiller_kd.teacher_temperature_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'rtdlnumemb_mlp_ple.val_labels_not_standardized': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs '
