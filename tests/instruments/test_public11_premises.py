@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import firstdiv
+from firstdiv.instruments._core.state import guarded
 
 
 class FeaturesAndLogits(nn.Module):
@@ -125,3 +126,33 @@ def test_examples_that_meet_by_design_or_through_batch_norm_are_no_finding() -> 
     y = x[:, :3].argmax(1)
     assert not _mixed(_Graph(16), x, y)
     assert not _mixed(nn.Sequential(nn.Linear(5, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3)), x, y)
+
+
+class _CarriedState(nn.Module):
+    """A recurrent classifier that keeps its last hidden state in a plain list between calls (EdgeML's keyword
+    spotter: ``self.hidden_states[l] = output.detach()[-1]``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell, self.head = nn.GRUCell(5, 8), nn.Linear(8, 3)
+        self.hidden_states = [None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.hidden_states[0]
+        h = torch.zeros(x.shape[0], 8) if h is None or h.shape[0] != x.shape[0] else h
+        for t in range(x.shape[1]):
+            h = self.cell(x[:, t], h)
+        self.hidden_states[0] = h.detach()
+        return self.head(h)
+
+
+def test_a_list_the_forward_writes_into_holds_the_same_objects_after_an_instrument() -> None:
+    torch.manual_seed(0)
+    model, x = _CarriedState(), torch.randn(8, 4, 5)
+    y = x[:, 0, :3].argmax(1)
+    with guarded(model):  # how every instrument that runs the user's own model holds it
+        model(x)
+    assert model.hidden_states == [None], "the slot the forward filled is empty again"
+    firstdiv.four_structures(model=model, batch=(x, y), loss_fn=F.cross_entropy,
+                             optimizer=torch.optim.SGD(model.parameters(), 0.1))
+    assert model.hidden_states == [None]

@@ -404,8 +404,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sngan_dcgan.fake_target_ones': 'owner saw PASS None None: ; diagnose PASS at None',
  'spijkervetsimclr_ntxent.rank_interleaved_views': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.bootstrap_at_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
- 'spinningup_ppo.vf_zero_grad_outside_loop': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
-                                             'is not plain SGD (stateful update rule); diagnose PASS at None',
  'spotlight_bpr.negatives_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'ssdpytorch_multibox.labels_not_offset_for_background': 'owner saw PASS None None: ; diagnose PASS at None',
  'ssdpytorch_multibox.negatives_mined_ascending': 'owner saw PASS None None: ; diagnose PASS at None',

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .closure import innermost
 from .python_graph import held, hidden_objects
 
 _MAX_DEPTH = 3  # how deep evidence containers (lists, tuples, dicts) are searched for modules
@@ -126,3 +127,30 @@ def _fold_parametrized(module: nn.Module) -> list[str]:
         else:
             module.register_buffer(name, value)
     return list(values)
+
+
+def detached_copy(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> tuple[nn.Module, Any]:
+    """Deep-copy a model and its optimizer together, so the copy's optimizer owns the copy's
+    parameters by identity (and stale parameters it owned stay stale in the copy); optimizer attributes
+    that pickling drops (LBFGS's ``_params``, ``_numel_cache``) are rebuilt, so the copy can step."""
+    # a framework's wrapper steps only when its own state says so (Accelerate skips step() between gradient
+    # accumulation boundaries), and pickling an Optimizer subclass keeps only its groups and state (Fabric's wrapper
+    # loses the optimizer it forwards to): the copy is of the optimizer that really updates
+    inner = innermost(optimizer) if optimizer is not None else None
+    copied, opt_copy = model_copy((model, inner))  # also with non-leaf derived attributes
+    if inner is not None:
+        _restore_lost_attributes(inner, opt_copy)
+    return copied, opt_copy
+
+
+def _restore_lost_attributes(original: torch.optim.Optimizer, copied: torch.optim.Optimizer) -> None:
+    """Optimizer pickling keeps only defaults/state/param_groups; attributes such as LBFGS's ``_params`` (a list
+    of the group's parameters) and ``_numel_cache`` are lost in the copy. Rebuild parameter lists from the
+    copy's own parameters; copy plain scalar attributes."""
+    twin = {id(p): q for g, h in zip(original.param_groups, copied.param_groups) for p, q in zip(g["params"], h["params"])}
+    for key in set(vars(original)) - set(vars(copied)):
+        value = getattr(original, key)
+        if isinstance(value, list) and value and all(id(v) in twin for v in value):
+            setattr(copied, key, [twin[id(v)] for v in value])
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            setattr(copied, key, value)

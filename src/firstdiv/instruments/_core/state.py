@@ -27,9 +27,7 @@ import torch
 from torch import nn
 
 from ..._globals import restore_rng, rng_state
-from .closure import innermost
-from .copying import kept_derived
-from .copying import model_copy as copied
+from .copying import detached_copy, kept_derived  # noqa: F401 - detached_copy: imported from here by the instruments
 from .python_graph import hidden_objects
 from .state_diff import _diff_globals, _diff_module, _diff_optimizer, _diff_tensor
 from .state_values import put_back, version_of
@@ -89,6 +87,9 @@ class _ModuleState:
     #: each module's parameter slots by identity: a forward that rebinds its own parameter (an EMA codebook,
     #: ``self.w = nn.Parameter(...)``) is undone
     pslots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the items of each plain list or dict attribute: a forward that writes into its own list (a recurrent state
+    #: carried between calls, ``self.hidden_states[l] = ...``) is undone item by item
+    contents: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, model: nn.Module) -> _ModuleState:
@@ -107,6 +108,8 @@ class _ModuleState:
                    for n, m in mods.items()},
             pslots={n: dict(m._parameters) for n, m in mods.items()},
             values={n: {k: v for k, v in vars(m).items() if k not in _REGISTRY_DICTS} for n, m in mods.items()},
+            contents={n: {k: (list(v) if type(v) is list else dict(v)) for k, v in vars(m).items()
+                          if type(v) in (list, dict) and k not in _REGISTRY_DICTS} for n, m in mods.items()},
         )
 
 
@@ -285,6 +288,16 @@ _REGISTRY_DICTS = frozenset({"_parameters", "_buffers", "_modules", "_non_persis
                              "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called"})
 
 
+def _put_items_back(held: list | dict, items: list | dict) -> None:
+    """The items a list or dict held (by identity), put back in place where they differ."""
+    if type(held) is dict:
+        if held.keys() != items.keys() or any(held[k] is not v for k, v in items.items()):
+            held.clear()
+            held.update(items)
+    elif len(held) != len(items) or any(a is not b for a, b in zip(held, items)):
+        held[:] = items
+
+
 def _restore_module(model: nn.Module, s: _ModuleState) -> None:
     mods = dict(model.named_modules(remove_duplicate=False))
     for name, mode in s.training.items():
@@ -302,6 +315,11 @@ def _restore_module(model: nn.Module, s: _ModuleState) -> None:
             for key, value in saved.items():
                 if vars(m).get(key, _MISSING) is not value and key != "training":
                     vars(m)[key] = value
+    for name, saved_items in s.contents.items():
+        m = mods.get(name)
+        for key, items in saved_items.items() if m is not None and m is s.objects.get(name) else ():
+            if vars(m).get(key) is s.values[name].get(key):
+                _put_items_back(vars(m)[key], items)
     for name, (slots, nonpersistent) in s.slots.items():
         m = mods.get(name)
         if m is None or m is not s.objects.get(name):
@@ -359,29 +377,3 @@ def guarded(*objects: Any) -> Iterator[Snapshot]:
     finally:
         snap.restore()
 
-
-def detached_copy(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> tuple[nn.Module, Any]:
-    """Deep-copy a model and its optimizer together, so the copy's optimizer owns the copy's
-    parameters by identity (and stale parameters it owned stay stale in the copy); optimizer attributes
-    that pickling drops (LBFGS's ``_params``, ``_numel_cache``) are rebuilt, so the copy can step."""
-    # a framework's wrapper steps only when its own state says so (Accelerate skips step() between gradient
-    # accumulation boundaries), and pickling an Optimizer subclass keeps only its groups and state (Fabric's wrapper
-    # loses the optimizer it forwards to): the copy is of the optimizer that really updates
-    inner = innermost(optimizer) if optimizer is not None else None
-    model_copy, opt_copy = copied((model, inner))  # also with non-leaf derived attributes
-    if inner is not None:
-        _restore_lost_attributes(inner, opt_copy)
-    return model_copy, opt_copy
-
-
-def _restore_lost_attributes(original: torch.optim.Optimizer, copied: torch.optim.Optimizer) -> None:
-    """Optimizer pickling keeps only defaults/state/param_groups; attributes such as LBFGS's ``_params`` (a list
-    of the group's parameters) and ``_numel_cache`` are lost in the copy. Rebuild parameter lists from the
-    copy's own parameters; copy plain scalar attributes."""
-    twin = {id(p): q for g, h in zip(original.param_groups, copied.param_groups) for p, q in zip(g["params"], h["params"])}
-    for key in set(vars(original)) - set(vars(copied)):
-        value = getattr(original, key)
-        if isinstance(value, list) and value and all(id(v) in twin for v in value):
-            setattr(copied, key, [twin[id(v)] for v in value])
-        elif value is None or isinstance(value, (bool, int, float, str)):
-            setattr(copied, key, value)
