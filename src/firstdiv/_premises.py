@@ -633,8 +633,10 @@ PREMISES: dict[str, Premise] = {
     "update.ascends": Premise(
         "learning_ledger", "train_step descends loss_fn on the batch",
         "train_step run up to 4 times on the user's objects (restored): the first update's cosine with the gradient is "
-        "above 0.3 and the loss on the batch rose at every call (or became non-finite)",
-        "otherwise no finding (a step on other batches moves this batch's loss by chance: not judged)"),
+        "above 0.3 and the loss on the batch rose at every call (or became non-finite), and again when the same start "
+        "(restored, the global RNGs reseeded) runs train_step's next calls",
+        "otherwise no finding (a step on other batches moves this batch's loss by chance: a climb the rerun does not "
+        "repeat is a note)"),
     "update.diverges": Premise(
         "learning_ledger", "a few steps of train_step keep the loss finite and below 10x",
         "the loss on the batch, re-evaluated after each of up to 4 train_step calls on the user's objects (restored), "

@@ -156,3 +156,26 @@ def test_a_list_the_forward_writes_into_holds_the_same_objects_after_an_instrume
     firstdiv.four_structures(model=model, batch=(x, y), loss_fn=F.cross_entropy,
                              optimizer=torch.optim.SGD(model.parameters(), 0.1))
     assert model.hidden_states == [None]
+
+
+def test_a_stream_whose_next_batches_oppose_the_probe_batch_is_not_a_climbing_step() -> None:
+    """A correct SGD step on a data stream: its first six batches carry the probe batch's inputs with the other
+    label (descending on them climbs the probe batch's loss, by the data, not the step); the batches after those are
+    ordinary. The same start run again, on the stream's next batches, does not climb: no update.ascends."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    x = torch.randn(32, 4)
+    y = (x[:, 0] > 0).long()
+    stream = iter([(x, 1 - y)] * 6 + [(x, y)] * 40)  # two calls go to other links first
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def train_step() -> float:
+        xb, yb = next(stream)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+        return float(loss)
+    r = firstdiv.learning_ledger(model, (x, y), F.cross_entropy, opt, train_step=train_step, overfit_steps=0)
+    update = next(f for f in r.findings if f.where == "PARAMETER_UPDATE")
+    assert update.status.value != "FAIL", update.message

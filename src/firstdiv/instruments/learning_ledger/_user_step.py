@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ..._globals import preserved_globals
 from .._core.batch import compute_loss
 from .._core.checks import Check
 from .._core.closure import closure_state, innermost, trained_elsewhere
@@ -87,6 +88,31 @@ def _run(ctx: Ctx) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torc
     return losses, first, total, None
 
 
+def _climbs_again(ctx: Ctx, ev: dict[str, Any], healthy: list[str], grads: dict[str, torch.Tensor]) -> bool:
+    """The same start run again through train_step's next calls (a data stream draws other batches) climbs again: the
+    update along the batch's gradient and the loss rising at every call. One climb can be chance where each call steps
+    on another batch (its cosine with this batch's gradient reaches +-0.35); a step that climbs its loss does it twice."""
+    done = ctx.notes.get("ran_train_step", 0)
+    with preserved_globals(seed=1):  # other draws where the step samples its batches from the global RNGs
+        losses, first, _, error = _run(ctx)
+    ctx.notes["ran_train_step"] = done + ctx.notes.get("ran_train_step", 0)
+    if error is not None or not first:
+        return True  # nothing to contradict the first climb
+    dot = sum(float((first[n].double() * grads[n].double()).sum()) for n in healthy if first[n].shape == grads[n].shape)
+    norms = [sum(float(t[n].double().pow(2).sum()) for n in healthy if first[n].shape == grads[n].shape) ** 0.5
+             for t in (first, grads)]
+    cosine = dot / (norms[0] * norms[1]) if norms[0] * norms[1] > 0 else 0.0
+    finite = [v for v in losses if math.isfinite(v)]
+    rising = all(b > a for a, b in itertools.pairwise(finite)) and len(finite) == len(losses)
+    ev.update(update_gradient_cosine_again=cosine, losses_on_batch_again=losses)
+    if cosine > ASCENT_COSINE and (rising or (bool(losses) and not math.isfinite(losses[-1]))):
+        return True
+    ctx.report_notes.append(f"note: train_step's first calls moved up this batch's gradient (cosine "
+                            f"{g4(ev['update_gradient_cosine'])}), but the same start run again did not (cosine "
+                            f"{g4(cosine)}): chance in the batches it drew, not a climb")
+    return False
+
+
 def _blew_up(losses: list[float]) -> bool:
     finite = [v for v in losses if math.isfinite(v)]
     l0 = losses[0] if losses else math.nan
@@ -119,7 +145,8 @@ def check_user_step(ctx: Ctx) -> Check:
     # clearly up the gradient, and the loss rose at every call: a train_step drawing other batches (a data stream)
     # moves this batch's loss up and down by chance, and its cosine with this batch's gradient reaches +-0.35
     rising = all(b > a for a, b in itertools.pairwise(finite)) and len(finite) == len(losses)
-    if cosine > ASCENT_COSINE and math.isfinite(l0) and (not math.isfinite(last) or rising):
+    if cosine > ASCENT_COSINE and math.isfinite(l0) and (not math.isfinite(last) or rising) and \
+            _climbs_again(ctx, ev, healthy, grads):
         return _ascends(ev, healthy, first, grads, l0, last)
     if _blew_up(losses):
         return _blow_up(ctx, ev, total, l0, last, max(finite))
