@@ -335,9 +335,11 @@ PREMISES: dict[str, Premise] = {
         "step_probe", "a training forward normalizes with batch statistics (train mode) or with estimated ones",
         "forward hooks while the step runs (the controlled step on a copy, the user's train_step): a batch-norm "
         "module ran with gradients on and its output on the graph, in eval mode, with running_mean == 0, running_var "
-        "== 1 and num_batches_tracked == 0 (never estimated): it divides by constants and eval mode never updates them",
+        "== 1 and num_batches_tracked == 0 (never estimated), with the model itself in eval mode: it divides by "
+        "constants and eval mode never updates them",
         "statistics estimated before (frozen batch norm in fine-tuning, loaded weights), or eval mode under no_grad "
-        "(a target network): no finding"),
+        "(a target network): no finding; batch norms frozen module by module while the model trains (a detector's "
+        "freeze_bn) with built statistics: WARN"),
     "step.eval_mode_not_restored": Premise(
         "step_probe", "a program that trains in train mode keeps training in train mode",
         "the program's own calls of train_step (a third one when the second ends with the model in eval mode): a "

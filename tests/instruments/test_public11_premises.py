@@ -179,3 +179,38 @@ def test_a_stream_whose_next_batches_oppose_the_probe_batch_is_not_a_climbing_st
     r = firstdiv.learning_ledger(model, (x, y), F.cross_entropy, opt, train_step=train_step, overfit_steps=0)
     update = next(f for f in r.findings if f.where == "PARAMETER_UPDATE")
     assert update.status.value != "FAIL", update.message
+
+
+def _bn_program(freeze_module_by_module: bool):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+    x = torch.randn(16, 5)
+    y = x[:, :3].argmax(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_step() -> float:
+        if freeze_module_by_module:  # RetinaNet's freeze_bn(): the model trains, its batch norms stay frozen
+            model.train()
+            for m in model.modules():
+                if isinstance(m, nn.BatchNorm1d):
+                    m.eval()
+        else:
+            model.eval()  # the whole model left in eval mode
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return float(loss)
+    return model, (x, y), opt, train_step
+
+
+def test_batch_norm_frozen_module_by_module_is_a_warning_and_a_model_in_eval_mode_a_failure() -> None:
+    """public-12's retinanet_csv freezes its batch norms on purpose while the model trains (from random weights in
+    the port, so their statistics are the built ones): a warning, not "the model is trained in eval mode"."""
+    model, batch, opt, step = _bn_program(freeze_module_by_module=True)
+    r = firstdiv.step_probe(model, batch, F.cross_entropy, opt, train_step=step)
+    norm = [f for f in r.findings if f.check == "step.norm_statistics_never_estimated"]
+    assert norm and norm[0].status.value == "WARN"
+    model, batch, opt, step = _bn_program(freeze_module_by_module=False)
+    r = firstdiv.step_probe(model, batch, F.cross_entropy, opt, train_step=step)
+    assert r.first_divergence is not None and r.first_divergence.kind == "step.norm_statistics_never_estimated"

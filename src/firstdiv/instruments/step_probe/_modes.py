@@ -64,6 +64,7 @@ class NormWatch:
                 return
             if torch.is_tensor(out) and out.requires_grad and _initial(m):
                 self.hits[name] = {"module": name, "type": type(m).__name__, "training": False,
+                                   "model_training": self.model.training,
                                    "num_batches_tracked": int(getattr(m, "num_batches_tracked", 0) or 0)}
         return hook
 
@@ -103,6 +104,12 @@ def norm_check(hits: dict[str, dict[str, Any]], where_seen: str) -> Check | None
     if not hits:
         return None
     first, names = next(iter(hits.values())), list(hits)
+    if all(h.get("model_training") for h in hits.values()):  # frozen module by module while the model trains
+        return check(first["module"], "step.norm_statistics_never_estimated", Status.WARN,
+                     f"{len(names)} batch-norm layer(s) frozen in eval mode while the model trains (first: {names[0]}) "
+                     "hold the statistics they were built with (mean 0, variance 1, no batch counted): they normalize "
+                     "nothing; if they were meant to come from pretrained weights, load those before freezing",
+                     {"modules": names[:10], "count": len(names), "model_training": True})
     return check(first["module"], "step.norm_statistics_never_estimated", Status.FAIL,
                  f"{len(names)} batch-norm layer(s) ran {where_seen} in eval mode with their running statistics never "
                  f"estimated (mean 0, variance 1, no batch counted; first: {names[0]}): they normalize nothing, and eval "
