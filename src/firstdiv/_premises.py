@@ -652,8 +652,9 @@ PREMISES: dict[str, Premise] = {
         "every lower one diverged with the weights moving less at the lowest (an equal move at 100x less lr is the "
         "program's own write, an EMA codebook, not the step), or every lr plateaued at the same loss with the weights "
         "moving",
-        "no cause shown: WARN inconclusive; an objective without a known floor or a stochastic one is judged on learning "
-        "(a note)"),
+        "no cause shown: WARN inconclusive; so is a divergence at every lr where the program's own train_step kept "
+        "the loss finite over its calls (its clipping or schedule, which the copy's plain step lacks); an objective "
+        "without a known floor or a stochastic one is judged on learning (a note)"),
     # ---- six_claims ---------------------------------------------------------------------------------------------
     "claim.representation.affine": Premise(
         "six_claims", "a model stacking more than one linear layer is meant to compute a nonlinear map",

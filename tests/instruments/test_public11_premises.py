@@ -214,3 +214,24 @@ def test_batch_norm_frozen_module_by_module_is_a_warning_and_a_model_in_eval_mod
     model, batch, opt, step = _bn_program(freeze_module_by_module=False)
     r = firstdiv.step_probe(model, batch, F.cross_entropy, opt, train_step=step)
     assert r.first_divergence is not None and r.first_divergence.kind == "step.norm_statistics_never_estimated"
+
+
+def test_a_divergence_only_without_the_programs_own_clipping_is_inconclusive_not_cannot_overfit() -> None:
+    """public-12's vdsr_sr trains at SGD lr 0.1 held stable by its own gradient clipping: the ledger's copy steps
+    without it and diverges at every lr down to 100x below, while train_step's own calls keep the loss finite."""
+    torch.manual_seed(0)
+    model = nn.Linear(10, 1)
+    x = 100 * torch.randn(32, 10)
+    y = x @ torch.randn(10, 1) * 0.01
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def train_step() -> float:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+        opt.step()
+        return float(loss)
+    r = firstdiv.learning_ledger(model, (x, y), F.mse_loss, opt, train_step=train_step)
+    cap = next(f for f in r.findings if f.where == "CAPABILITY")
+    assert cap.status.value == "WARN" and "train_step's own calls kept the loss finite" in cap.message, cap.message

@@ -21,7 +21,8 @@ lr is PASS (a note names the lr when it is not the program's); learning by ``STE
 budget"; learning by ``PROGRESS`` (25%), or a budget under ``MIN_BUDGET`` steps, is WARN. FAIL only when the evidence
 says why: the weights barely moved at every lr (relative change < 1e-3 even at x1000), the program's lr and every
 lower one diverge, or every lr plateaued at the same loss with the weights moving (the model cannot represent the
-batch). Anything else, and anything cut by ``TIME_BUDGET`` before every lr was tried, is WARN "inconclusive".
+batch). Anything else, and anything cut by ``TIME_BUDGET`` before every lr was tried, is WARN "inconclusive"; so is a
+divergence at every lr where the program's own ``train_step`` kept the loss finite (its own clipping or schedule).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from .._core.lr import step_at_base_lr
 from .._core.state import detached_copy
 from .._core.task import Ctx, err, is_int, seed_copies
 from ._common import failed, g4, passed, skipped_link, to_logits_2d, warned
-from ._floor import floor, untestable
+from ._floor import floor, relative_change, untestable
 from ._links import lr_of, step, trainable
 
 TINY = 8
@@ -187,7 +188,7 @@ def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool) -> tupl
             step(opt, closure)
         except Exception as exc:  # noqa: BLE001 - user code
             return r, f"backward/step {i} raised {err(exc)}"
-    r.moved = _relative_change(start, [p.detach() for _, p in trainable(model)])
+    r.moved = relative_change(start, [p.detach() for _, p in trainable(model)])
     return r, None
 
 
@@ -355,8 +356,12 @@ def _scales_with_lr(rounds: list[Round]) -> bool:
 
 
 def _diverged(ctx: Ctx, ev: dict[str, Any], base: Round) -> Check:
-    i = len(base.losses) - 1
-    ev["diverged_at_step"] = i
+    i, own = len(base.losses) - 1, ctx.notes.get("user_step_losses")
+    ev.update(diverged_at_step=i, user_step_losses=own)
+    if own:  # the program's own step (its clipping, its schedule) kept the loss finite: the copy's plain step is not it
+        return warned("CAPABILITY", f"inconclusive: the copy's plain steps diverged at lr {_lrs(base)} and 100x below "
+                      f"(loss {base.losses[-1]:.4g} at step {i}), but train_step's own calls kept the loss finite "
+                      f"({' -> '.join(g4(v) for v in own)}): what the program adds to its step is missing from the copy", ev)
     return failed("CAPABILITY", "capability.cannot_overfit",
                   f"the loss became {base.losses[-1]:.4g} at step {i} while fitting {ev['examples']} examples (initial "
                   f"{g4(base.losses[0])}) at lr {_lrs(base)}, and also at lr x{DOWN[0]:g} and x{DOWN[-1]:g}", ev,
@@ -393,8 +398,3 @@ def _fit(first: float, last: float, acc: float | None) -> bool:
         return True
     return math.isfinite(last) and (first - last) >= FIT * abs(first)
 
-
-def _relative_change(before: list[torch.Tensor], after: list[torch.Tensor]) -> float:
-    num = sum(float((a.float() - b.float()).pow(2).sum()) for a, b in zip(after, before))
-    den = sum(float(b.float().pow(2).sum()) for b in before)
-    return math.sqrt(num) / max(math.sqrt(den), 1e-12)

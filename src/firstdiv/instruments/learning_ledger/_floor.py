@@ -58,3 +58,10 @@ def untestable(opt: torch.optim.Optimizer) -> str:
         return ("the program's lr is 0 in every param group at this step and no base lr is known (no schedule's "
                 "initial_lr): escalating 0 stays 0")
     return ""
+
+
+def relative_change(before: list[torch.Tensor], after: list[torch.Tensor]) -> float:
+    """The parameters' relative change from ``before`` to ``after`` (one norm over all of them)."""
+    num = sum(float((a.float() - b.float()).pow(2).sum()) for a, b in zip(after, before))
+    den = sum(float(b.float().pow(2).sum()) for b in before)
+    return math.sqrt(num) / max(math.sqrt(den), 1e-12)

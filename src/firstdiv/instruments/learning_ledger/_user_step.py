@@ -150,6 +150,7 @@ def check_user_step(ctx: Ctx) -> Check:
         return _ascends(ev, healthy, first, grads, l0, last)
     if _blew_up(losses):
         return _blow_up(ctx, ev, total, l0, last, max(finite))
+    ctx.notes["user_step_losses"] = losses if len(finite) == len(losses) else None
     at_zero = _at_lr_zero(ctx, not_moved)
     elsewhere = trained_elsewhere(ctx.train_step, ctx.optimizer, ctx.model) & set(not_moved)
     if elsewhere:  # another optimizer the step reaches owns them: trained in other calls (an alternating schedule)
