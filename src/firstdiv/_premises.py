@@ -704,8 +704,11 @@ PREMISES: dict[str, Premise] = {
         "a bonus term) or a regression loss that falls toward the targets: no finding"),
     "claim.objective.wrong_direction": Premise(
         "six_claims", "integer targets indexing an output axis are class labels the loss rewards",
-        "raising every correct-class output by 0.01 x max(1, mean |output|) raises loss_fn",
-        "the probe cannot run: no finding; the task is inferred from shapes (six_claims takes no task=)"),
+        "raising every correct-class output by 0.01 x max(1, mean |output|) raises loss_fn, and the outputs are read as "
+        "class scores: in >= 90% of supervised rows the loss's gradient at the target entry has the opposite sign of "
+        "every other entry's",
+        "the probe cannot run, or the gradient's signs are mixed (embeddings a distance loss reads, a prototypical "
+        "network): no finding; the task is inferred from shapes (six_claims takes no task=)"),
     "claim.objective.not_descended": Premise(
         "six_claims", "the gradient descends the objective it came from",
         "a deep copy stepped along -grad by 1e-3, 1e-4 and 1e-5 of the parameters' norm: the loss (seeded, shown "

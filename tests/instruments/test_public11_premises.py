@@ -235,3 +235,31 @@ def test_a_divergence_only_without_the_programs_own_clipping_is_inconclusive_not
     r = firstdiv.learning_ledger(model, (x, y), F.mse_loss, opt, train_step=train_step)
     cap = next(f for f in r.findings if f.where == "CAPABILITY")
     assert cap.status.value == "WARN" and "train_step's own calls kept the loss finite" in cap.message, cap.message
+
+
+def _proto_loss(emb: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """A prototypical-network loss: class prototypes are the mean embeddings, logits the negated squared distances."""
+    protos = torch.stack([emb[y == c].mean(0) for c in range(int(y.max()) + 1)])
+    return F.cross_entropy(-torch.cdist(emb, protos).pow(2), y)
+
+
+def _claim_fails(model: nn.Module, batch, loss_fn) -> list:
+    r = firstdiv.six_claims(model, batch, loss_fn, torch.optim.SGD(model.parameters(), 0.01))
+    return [f for f in r.findings if f.check == "claim.objective.wrong_direction" and f.status.value == "FAIL"]
+
+
+def test_embeddings_a_distance_loss_reads_are_not_taken_for_class_scores() -> None:
+    """public-12's prototypical network: outputs [N, 64] and labels in [0, 5) look like class scores; raising the
+    label's coordinate moves a distance loss by chance, and raising the other coordinates moves it the same way."""
+    hits = 0
+    for seed in range(6):
+        torch.manual_seed(seed)
+        x, y = torch.randn(30, 8), torch.arange(30) % 5
+        hits += bool(_claim_fails(nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64)), (x, y), _proto_loss))
+    assert hits == 0
+
+
+def test_a_loss_that_punishes_the_correct_class_is_still_wrong_direction() -> None:
+    torch.manual_seed(0)
+    x, y = torch.randn(30, 8), torch.arange(30) % 5
+    assert _claim_fails(nn.Linear(8, 5), (x, y), lambda out, t: F.cross_entropy(-out, t))

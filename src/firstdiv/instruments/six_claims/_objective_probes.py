@@ -82,10 +82,32 @@ def class_checks(out: torch.Tensor, t: torch.Tensor, dim: int, k: int, loss_fn: 
                f"{delta:.2g} raises it ({loss0:.4g} -> {raised:.4g}): the sign is flipped and training maximizes the error")
         return "claim.objective.wrong_sign", msg, ev
     if raised is not None and raised > loss0 + tol:
+        scored = _scores_read_by_class(z, t, valid, loss_fn, dim)
+        ev["rows_read_as_class_scores"] = scored
+        if scored is None or scored < 0.9:  # embeddings a distance loss reads (a prototypical network): not scores
+            return "", "", ev
         msg = (f"raising every correct-class output by {delta:.2g} raised the loss {loss0:.4g} -> {raised:.4g}; "
                "the objective does not reward the targets")
         return "claim.objective.wrong_direction", msg, ev
     return "", "", ev
+
+
+def _scores_read_by_class(z: torch.Tensor, t: torch.Tensor, valid: torch.Tensor, loss_fn: Any, dim: int) -> float | None:
+    """The premise of the class checks, read from the loss's gradient on the outputs: the share of supervised rows
+    whose target entry's gradient has the opposite sign of every other entry's (a softmax loss over class scores,
+    whichever way it points); embeddings that a distance loss reads have mixed signs. None when it cannot be read."""
+    zz = z.detach().clone().requires_grad_(True)
+    try:
+        with torch.enable_grad():
+            loss = loss_fn(zz.movedim(-1, dim) if dim != -1 else zz, t)
+            (g,) = torch.autograd.grad(loss.reshape(()), zz)
+    except Exception:  # noqa: BLE001 - the user's loss_fn; no evidence either way
+        return None
+    g = g[valid]
+    gy = g.gather(-1, t[valid].unsqueeze(-1))
+    others = torch.ones_like(g, dtype=torch.bool).scatter_(-1, t[valid].unsqueeze(-1), False)
+    opposite = ((g * gy) < 0) | ~others
+    return float(opposite.all(-1).float().mean()) if g.numel() else None
 
 
 def regression_checks(out: torch.Tensor, t: torch.Tensor, loss_fn: Any, loss0: float) -> tuple[str, str, dict]:
