@@ -101,12 +101,16 @@ def trained_elsewhere(train_step: Any, optimizer: torch.optim.Optimizer | None, 
 
 def innermost(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """The optimizer that really updates: a framework's wrapper (Accelerate's ``AcceleratedOptimizer``, Lightning's
-    ``LightningOptimizer``) keeps the one it wraps in ``.optimizer`` or ``._optimizer`` and forwards ``step`` to it;
-    step hooks belong on that one (a wrapper may not even carry the hook tables)."""
+    ``LightningOptimizer``) keeps the one it wraps in ``.optimizer`` or ``._optimizer`` and forwards ``step`` to it, and
+    an optimizer holding another over its very ``param_groups`` (sharpness-aware minimization's ``base_optimizer``,
+    stepped by its ``second_step``) delegates the update to it; step hooks belong on that one (a wrapper may not even
+    carry the hook tables)."""
     seen = {id(optimizer)}
     while True:
-        inner = next((v for v in (vars(optimizer).get("optimizer"), vars(optimizer).get("_optimizer"))
-                      if isinstance(v, torch.optim.Optimizer) and id(v) not in seen), None)
+        named = (vars(optimizer).get("optimizer"), vars(optimizer).get("_optimizer"))
+        shared = (v for v in vars(optimizer).values()  # sharpness-aware minimization's base_optimizer: the same groups
+                  if isinstance(v, torch.optim.Optimizer) and _attr(v, "param_groups") is _attr(optimizer, "param_groups"))
+        inner = next((v for v in (*named, *shared) if isinstance(v, torch.optim.Optimizer) and id(v) not in seen), None)
         if inner is None:
             return optimizer
         seen.add(id(inner))

@@ -125,9 +125,10 @@ def infer_task(ctx: Ctx) -> None:
     if req == "regression":
         ctx.task, ctx.task_note = "regression", f"task='regression' given; {described}"
         return
-    if o is None or not o.is_floating_point() or not torch.is_tensor(t):
+    if o is None or not o.is_floating_point() or not torch.is_tensor(t) or t.layout != torch.strided:
         ctx.task = req if req != "auto" else "unknown"
-        ctx.task_note = f"cannot read a task from {described}: the task-specific checks need tensor outputs and targets"
+        ctx.task_note = (f"cannot read a task from {described}: the task-specific checks need tensor outputs and "
+                         f"targets{' (the targets are sparse)' if torch.is_tensor(t) and t.layout != torch.strided else ''}")
         return
     zero_one = _zero_one(o, t) if req in ("auto", "classification") else ""
     if zero_one:

@@ -44,7 +44,7 @@ from .._core.state import detached_copy, guarded
 from .._core.trace import tensors
 from .._core.user_hooks import reports_user_hooks
 from ._descent import CONTROLLED, controlled_divergence, divergence_check, eval_loss, relative_updates, step_hooks
-from ._later import confirm_not_updated
+from ._later import confirm_not_updated, step_copy
 from ._modes import ModeTrail, NormWatch, drop_check, norm_check, switch_check
 from ._pulled import PullWatch, pulled_check
 from ._rule import rule_error
@@ -373,10 +373,7 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
     before = {id(p): p.detach().clone() for p in trainable}
     for p in trainable:
         p.grad = grads.get(id(p))
-    if isinstance(copt, torch.optim.LBFGS):  # it re-evaluates the loss itself: give it the closure it needs
-        copt.step(lambda: _reevaluate(cmodel, copt, batch, loss_fn))
-    else:
-        copt.step()
+    step_copy(copt, lambda: _reevaluate(cmodel, copt, batch, loss_fn))
     _update_checks(params, copt, grads, before, rtol, out)
     diverged = _diverges(params, copt, before, float(loss.detach().float().reshape(())), eval_loss(cmodel, batch, loss_fn))
     if diverged is not None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ...report import Status
+from .._core.batch import UserCodeError, describe_error
 from .._core.checks import check
 from .._core.later_steps import LATER_STEPS, moved_later
 
@@ -30,3 +32,22 @@ def confirm_not_updated(out: Any, params: list, copt: torch.optim.Optimizer) -> 
                               {**f.evidence, "moved_on_later_steps": True, "later_steps": LATER_STEPS})
     for i in set(stuck) - moved:
         out.checks[i].finding.evidence["moved_on_later_steps"] = False
+
+
+def step_copy(copt: torch.optim.Optimizer, closure: Callable[[], torch.Tensor]) -> None:
+    """One step of the optimizer's copy on the gradients set in ``.grad``. An optimizer that re-evaluates the loss
+    itself (LBFGS, sharpness-aware minimization's two-pass step) gets the closure it needs: LBFGS always, any other
+    when its plain step refuses to run without one. A step that fails both ways is firstdiv's call failing on the
+    program's optimizer: :class:`UserCodeError` (the controlled step is then not judged; train_step still is)."""
+    if isinstance(copt, torch.optim.LBFGS):
+        copt.step(closure)
+        return
+    try:
+        copt.step()
+    except Exception as plain:  # noqa: BLE001 - a custom optimizer refusing a step without a closure
+        try:
+            copt.step(closure)
+        except Exception:  # noqa: BLE001
+            raise UserCodeError(f"the optimizer's step raised {describe_error(plain)} on the controlled copy, with "
+                                "and without a closure") from plain
+
