@@ -3,10 +3,17 @@ what was seen: the strict expected failures of ``test_public_gate.py``. Written 
 
 MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'a2cppoacktr_a2c.masks_dropped_from_returns': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'alpaca_sft.labels_padded_with_pad_id': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'alpaca_sft.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'annotatedtransformer_copy.generator_without_log_softmax': 'owner saw WARN None None: DEPENDENCY: 2 of 92 trainable '
                                                             "parameters are not on the loss's autograd graph: 2 "
                                                             'trainable parameters get no gradient and th; diagnose '
                                                             'WARN at None',
+ 'autoformer_etth.delays_reshaped_not_permuted': 'owner saw WARN None None: '
+                                                 'encoder.attn_layers.0.attention.inner_correlation: '
+                                                 'op:reshape@encoder.attn_layers.0.attention.inner_correlation: [16, '
+                                                 '2, 8, ; diagnose WARN at None',
+ 'autoformer_etth.targets_from_window_start': 'owner saw PASS None None: ; diagnose PASS at None',
  'barlowtwins_resnet.offdiag_pow_removed': 'owner saw WARN None None: GRADIENT: 21 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it ; diagnose WARN at None',
@@ -39,6 +46,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'chinesetextcls_textrnn.labels_misaligned': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                              'gradient and the loss does not depend on them (perturbing them on a '
                                              'copy leaves it u; diagnose WARN at None',
+ 'chrischutesquad_bidaf.start_end_targets_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cifar10fast_resnet.bias_optimiser_dropped': 'owner saw PASS None None: AUTOGRAD: not checked: forward pass or '
                                               'loss_fn raised UserCodeError: the model raised ValueError: dictionary '
                                               'update sequence; diagnose FAIL at step_probe prep_norm.bias '
@@ -48,6 +56,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          '32, 32];; diagnose WARN at None',
  'cifarzoo_mixup_cutout.mixup_loss_unweighted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cifarzoo_mixup_cutout.targets_b_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'colbert_late_interaction.doc_mask_dropped': 'owner saw WARN None None: DEPENDENCY: 2 of 40 trainable parameters '
+                                              "are not on the loss's autograd graph: 2 trainable parameters get no "
+                                              'gradient and th; diagnose WARN at None',
+ 'colbert_late_interaction.scores_viewed_not_permuted': 'owner saw WARN None None: DEPENDENCY: 2 of 40 trainable '
+                                                        "parameters are not on the loss's autograd graph: 2 "
+                                                        'trainable parameters get no gradient and th; diagnose WARN '
+                                                        'at None',
  'conformer_ctc.attention_scaled_by_d_model': 'owner saw PASS None None: '
                                               'encoder.layers.0.sequential.1.module.attention: merge(split(x)) probe '
                                               'not run: q/k/v projections not identified: no module c; diagnose WARN '
@@ -55,6 +70,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'conformer_ctc.labels_collide_with_blank': 'owner saw PASS None None: ; diagnose WARN at None',
  'conformer_ctc.target_lengths_padded': 'owner saw PASS None None: ; diagnose WARN at None',
  'convnext_classifier.mixup_targets_not_mixed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'convtasnet_separation.pit_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'convtasnet_separation.sources_viewed_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'corl_any_percent_bc.discount_is_frac': 'owner saw PASS None None: ; diagnose PASS at None',
  'corl_any_percent_bc.state_from_next_observations': 'owner saw PASS None None: ; diagnose PASS at None',
  'csailsemseg_ppm.decoder_left_out_of_optimizer': 'owner saw FAIL decoder.ppm.0.1.weight step.not_updated: '
@@ -117,7 +134,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'edgeml_fastgrnn_kws.first_frame_classified': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
-                                               'copy leaves it u; diagnose PASS at None',
+                                               'copy leaves it u; diagnose WARN at None',
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
                                                  "are not on the loss's autograd graph: 4 trainable parameters get "
@@ -138,6 +155,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'graphwavenet_traffic.target_time_in_day_channel': 'owner saw WARN None None: DEPENDENCY: 20 of 104 trainable '
                                                     "parameters are not on the loss's autograd graph: 20 trainable "
                                                     'parameters get no gradient and; diagnose WARN at None',
+ 'gru4rec_session.hidden_not_carried': 'owner saw WARN None None: GRADIENT: backward raised RuntimeError: one of the '
+                                       'variables needed for gradient computation has been modified by an inplace; '
+                                       'diagnose WARN at None',
+ 'gru4rec_session.target_is_current_click': 'owner saw WARN None None: GRADIENT: backward raised RuntimeError: one '
+                                            'of the variables needed for gradient computation has been modified by '
+                                            'an inplace; diagnose WARN at None',
  'hackersvoice_wakeword.lstm_left_out_of_optimizer': 'owner saw FAIL layernorm.weight optimizer.missing_parameter: '
                                                      'layernorm.weight optimizer.missing_parameter: optimizer does '
                                                      'not own 6 trainable tensors ; diagnose FAIL at four_structures '
@@ -219,6 +242,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lynnhogan_wgangp.gp_without_create_graph': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                              'gradient and the loss does not depend on them (perturbing them on a '
                                              'copy leaves it u; diagnose WARN at None',
+ 'maddpg_spread.target_from_current_obs': 'owner saw PASS None None: ; diagnose PASS at None',
  'mamlpytorch_omniglot.meta_zero_grad_after_backward': 'owner saw FAIL vars.0 step.zero_grad_before_step: vars.0 '
                                                        'step.zero_grad_before_step: .grad none at optimizer.step',
  'mamlpytorch_omniglot.query_labels_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -301,12 +325,18 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'None after backward, and the loss does not depend on it (perturbing it '
                                            'on a co; diagnose WARN at None',
  'ppopytorch_ppo.reward_leak': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'protonetorobix_omniglot.distances_not_negated': 'owner saw WARN None None: TASK: 40 of 50 supervised targets are '
+                                                  'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, '
+                                                  '28, 30]), and loss_f; diagnose WARN at None',
+ 'protonetorobix_omniglot.queries_are_support': 'owner saw WARN None None: TASK: 40 of 50 supervised targets are '
+                                                'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, '
+                                                '28, 30]), and loss_f; diagnose WARN at None',
  'ptsemseg_fcn8s.label_map_transposed': 'owner saw WARN None None: OBJECTIVE: the loss on 2 examples (2458) is 2 x '
                                         'their mean per-example loss (1229): it is summed (mean cross-entropy), so '
                                         'it; diagnose WARN at None',
  'ptsemseg_fcn8s.logits_viewed_not_transposed': 'owner saw WARN None None: OBJECTIVE: loss 2250 is not the '
                                                 'cross-entropy of these outputs (1.2; ln K = 1.099 for an untrained '
-                                                '3-class model; example 0:',
+                                                '3-class model; example 0:; diagnose WARN at None',
  'pyg_gcn.conv2_group_dropped': 'owner saw FAIL conv2.bias optimizer.missing_parameter: conv2.bias '
                                 'optimizer.missing_parameter: optimizer does not own 2 trainable tensors in 2 '
                                 'modules; diagnose FAIL at four_structures conv2.bias four_structures:conv2.bias',
@@ -353,6 +383,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'recvae_cf.log_softmax_over_users': 'owner saw PASS None None: ; diagnose WARN at None',
  'repdistiller_kd.kl_div_mean_reduction': 'owner saw PASS None None: ; diagnose PASS at None',
  'repdistiller_kd.teacher_temperature_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'retinanet_csv.alpha_factor_inverted': 'owner saw WARN None None: GRADIENT: 24 trainable parameters get no gradient '
+                                        'and the loss does not depend on them (perturbing them on a copy leaves it ; '
+                                        'diagnose WARN at None',
+ 'retinanet_csv.annotations_as_xywh': 'owner saw FAIL DEPENDENCY dependency.input_without_gradient: DEPENDENCY '
+                                      "dependency.input_without_gradient: 'inputs[1]' reaches the loss only through "
+                                      'o; diagnose FAIL at learning_ledger DEPENDENCY learning_ledger:DEPENDENCY',
  'rtdlnumemb_mlp_ple.val_labels_not_standardized': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs '
                                                    'are not a single tensor, nor a tuple holding exactly one dense '
                                                    'floating-point tensor; th; diagnose PASS at None',
@@ -362,6 +398,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'saint_binary.train_mode_not_restored': 'owner saw WARN None None: norm.weight: norm.weight: gradient is None after '
                                          'backward, and the loss does not depend on it (perturbing it on a copy '
                                          'leave; diagnose WARN at None',
+ 'sam_wrn_cifar.first_step_keeps_gradient': 'owner saw WARN None None: f.0_convolution.weight: '
+                                            'f.0_convolution.weight: gradient is exactly zero after backward, and '
+                                            'the loss does not depend on it ; diagnose WARN at None',
+ 'sam_wrn_cifar.kl_div_on_probabilities': 'owner saw WARN None None: OBJECTIVE: loss -0.6448 is not the '
+                                          'cross-entropy of these outputs (2.303; ln K = 2.303 for an untrained '
+                                          '10-class model; exam; diagnose WARN at None',
  'scarf_tabular.corrupted_view_not_used': 'owner saw PASS None None: ; diagnose PASS at None',
  'scarf_tabular.positives_on_main_diagonal': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.perturbation_std_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -444,12 +486,15 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                   'and the loss does not depend on it (perturbing it on a copy leaves th; diagnose '
                                   'WARN at None',
  'td3_pendulum.timeout_as_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'td3bc_offline.next_state_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
  'teapearce_cfg_diffusion.context_mask_not_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'teapearce_cfg_diffusion.last_timestep_never_drawn': 'owner saw PASS None None: ; diagnose PASS at None',
  'teapearce_cfg_diffusion.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                     'Adam is not plain SGD (stateful update rule); diagnose PASS at '
                                                     'None',
  'tiramisu_camvid.flip_image_only': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'tonyduanflows_nsf2d.log_det_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'tonyduanflows_nsf2d.second_coupling_reads_its_own_half': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchcfm_icfm_moons.interpolation_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchdiffeq_odenet.returns_initial_state': 'owner saw WARN None None: 7.odefunc.norm1.weight: '
                                              '7.odefunc.norm1.weight: in the loss graph but its gradient is exactly '
@@ -475,6 +520,16 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'trl_sft.formatting_func_trains_prompt': 'owner saw PASS None None: ; diagnose PASS at None',
  'tvrefs_classification.mixed_images_hard_labels': 'owner saw PASS None None: ; diagnose PASS at None',
  'udacitydrl_dqn.next_states_from_states': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'vdsr_sr.input_and_label_swapped': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (339.3) is 8 x '
+                                    'their mean per-example loss (42.41): it is summed (mean squared error), so ; '
+                                    'diagnose WARN at None',
+ 'vgaepytorch_linkpred.adj_label_from_full_graph': 'owner saw SKIPPED None None: loss_fn raised AttributeError: '
+                                                   "'VGAE' object has no attribute 'logstd' (at "
+                                                   'vgaepytorch_linkpred.py:329 in compute_loss) o; diagnose WARN at '
+                                                   'None',
+ 'vgaepytorch_linkpred.kl_std_not_squared': "owner saw SKIPPED None None: loss_fn raised AttributeError: 'VGAE' "
+                                            "object has no attribute 'logstd' (at vgaepytorch_linkpred.py:327 in "
+                                            'compute_loss) o; diagnose WARN at None',
  'vicreg_resnet.one_view_twice': 'owner saw WARN None None: GRADIENT: 16 trainable parameters get no gradient and '
                                  'the loss does not depend on them (perturbing them on a copy leaves it ; diagnose '
                                  'WARN at None',
