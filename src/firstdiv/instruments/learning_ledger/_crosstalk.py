@@ -31,6 +31,7 @@ from .._core.examples import logits_of, num_examples
 from .._core.task import Ctx
 from ._common import failed, g4
 from ._dependency import seeded_loss
+from ._perturbed import eval_mode
 
 _REDUCERS = {"softmax", "log_softmax", "mean", "sum", "std", "var", "amax", "amin", "max", "min", "logsumexp", "norm",
              "normalize", "std_mean", "var_mean"}
@@ -137,23 +138,12 @@ def _others_move(base: torch.Tensor, out: torch.Tensor | None, j: int) -> float:
     return float((out[keep] - base[keep]).abs().max()) / scale
 
 
-@contextlib.contextmanager
-def _eval(model: torch.nn.Module) -> Iterator[None]:
-    flags = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
-
-
 def examples_mixed(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     """The module docstring's finding, or None."""
     b = num_examples(ctx.batch, 0) if ctx.batch_axis == 0 else None
     if b is None or b < 4:
         return None
-    with _eval(ctx.work):
+    with eval_mode(ctx.work):
         _run(ctx, ctx.batch, b)  # warm-up: a data-dependent initialization runs here
         base, seen = _run(ctx, ctx.batch, b)
         again, _ = _run(ctx, ctx.batch, b)
