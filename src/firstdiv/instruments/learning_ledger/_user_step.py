@@ -88,6 +88,21 @@ def _run(ctx: Ctx) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torc
     return losses, first, total, None
 
 
+def _along(update: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], names: list[str]) -> tuple[float, float]:
+    """(<update, gradient>, their cosine) over ``names``."""
+    same = [n for n in names if update[n].shape == grads[n].shape]
+    dot = sum(float((update[n].double() * grads[n].double()).sum()) for n in same)
+    norms = [sum(float(t[n].double().pow(2).sum()) for n in same) ** 0.5 for t in (update, grads)]
+    return dot, dot / (norms[0] * norms[1]) if norms[0] * norms[1] > 0 else 0.0
+
+
+def _climbing(losses: list[float]) -> bool:
+    """The loss on the batch rose at every call, or became non-finite."""
+    finite = [v for v in losses if math.isfinite(v)]
+    return bool(losses) and (not math.isfinite(losses[-1]) or
+                             (all(b > a for a, b in itertools.pairwise(finite)) and len(finite) == len(losses)))
+
+
 def _climbs_again(ctx: Ctx, ev: dict[str, Any], healthy: list[str], grads: dict[str, torch.Tensor]) -> bool:
     """The same start run again through train_step's next calls (a data stream draws other batches) climbs again: the
     update along the batch's gradient and the loss rising at every call. One climb can be chance where each call steps
@@ -98,14 +113,9 @@ def _climbs_again(ctx: Ctx, ev: dict[str, Any], healthy: list[str], grads: dict[
     ctx.notes["ran_train_step"] = done + ctx.notes.get("ran_train_step", 0)
     if error is not None or not first:
         return True  # nothing to contradict the first climb
-    dot = sum(float((first[n].double() * grads[n].double()).sum()) for n in healthy if first[n].shape == grads[n].shape)
-    norms = [sum(float(t[n].double().pow(2).sum()) for n in healthy if first[n].shape == grads[n].shape) ** 0.5
-             for t in (first, grads)]
-    cosine = dot / (norms[0] * norms[1]) if norms[0] * norms[1] > 0 else 0.0
-    finite = [v for v in losses if math.isfinite(v)]
-    rising = all(b > a for a, b in itertools.pairwise(finite)) and len(finite) == len(losses)
+    cosine = _along(first, grads, healthy)[1]
     ev.update(update_gradient_cosine_again=cosine, losses_on_batch_again=losses)
-    if cosine > ASCENT_COSINE and (rising or (bool(losses) and not math.isfinite(losses[-1]))):
+    if cosine > ASCENT_COSINE and _climbing(losses):
         return True
     ctx.report_notes.append(f"note: train_step's first calls moved up this batch's gradient (cosine "
                             f"{g4(ev['update_gradient_cosine'])}), but the same start run again did not (cosine "
@@ -133,20 +143,15 @@ def check_user_step(ctx: Ctx) -> Check:
     healthy = [n for n, p in trainable(ctx.model) if n in grads and bool(torch.isfinite(grads[n]).all()) and bool(grads[n].any())]
     moved = [n for n in healthy if bool(total[n].any())]
     not_moved = [n for n in healthy if n not in moved]
-    descent = sum(float((first[n].double() * grads[n].double()).sum()) for n in healthy if first[n].shape == grads[n].shape)
+    descent, cosine = _along(first, grads, healthy)
     ev: dict[str, Any] = {"source": "train_step", "calls": len(losses) - 1, "losses_on_batch": losses,
                           "update_dot_gradient": descent, "intended": len(healthy), "moved": len(moved),
-                          "not_moved": _names(not_moved)}
-    norms = [sum(float(t[n].double().pow(2).sum()) for n in healthy if first[n].shape == grads[n].shape) ** 0.5
-             for t in (first, grads)]
-    ev["update_gradient_cosine"] = cosine = descent / (norms[0] * norms[1]) if norms[0] * norms[1] > 0 else 0.0
+                          "not_moved": _names(not_moved), "update_gradient_cosine": cosine}
     l0, last = losses[0], losses[-1]
     finite = [v for v in losses if math.isfinite(v)]
     # clearly up the gradient, and the loss rose at every call: a train_step drawing other batches (a data stream)
     # moves this batch's loss up and down by chance, and its cosine with this batch's gradient reaches +-0.35
-    rising = all(b > a for a, b in itertools.pairwise(finite)) and len(finite) == len(losses)
-    if cosine > ASCENT_COSINE and math.isfinite(l0) and (not math.isfinite(last) or rising) and \
-            _climbs_again(ctx, ev, healthy, grads):
+    if cosine > ASCENT_COSINE and math.isfinite(l0) and _climbing(losses) and _climbs_again(ctx, ev, healthy, grads):
         return _ascends(ev, healthy, first, grads, l0, last)
     if _blew_up(losses):
         return _blow_up(ctx, ev, total, l0, last, max(finite))
