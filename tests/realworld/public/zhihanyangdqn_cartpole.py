@@ -27,6 +27,9 @@ Deviations from the original:
   decay, ``env.reset()``) runs inside it when the episode ends.
 - ``update_q_prediction_net`` returns its loss (the original returns None; it prints it when ``debug``) so the step
   has a loss to report; printing is dropped.
+- ``sample`` wraps the lists of numpy states in ``np.array`` before ``torch.tensor`` (building a tensor from a list
+  of arrays is very slow in current torch); ``env.step`` returns the five values of the helper's gym >= 0.26
+  signature.
 - the target line of ``update_q_prediction_net`` is moved, unchanged, into a ``targets`` method so that the
   declared ``loss_fn`` computes the same target.
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
