@@ -25,6 +25,18 @@ def ok_seeds(path):
         conn.close()
 
 
+# The suite runs three CPU-bound processes on the 2-core CI machine (this one and the public gate's two workers,
+# tests/realworld/_gate_pool.py): each computes on one intra-op thread, so none spin-waits against the others as
+# torch's default of one thread per core does. The processes the tests start inherit it through the environment.
+os.environ["OMP_NUM_THREADS"] = "1"
+
+
+def pytest_configure(config):
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture
 def store_path(tmp_path):
     return tmp_path / "store" / "runs.db"

@@ -443,6 +443,16 @@ PREMISES: dict[str, Premise] = {
         "rolling another target component across the batch moves it",
         _ALWAYS + "the loss reads its targets but provably not this mask; a mask that is read, a component not 0/1 "
         "valued (or of one value, unless one per example: [B] or [B, 1]), or a loss that reads no target: no finding"),
+    "task.target_misaligned": Premise(
+        "learning_ledger", "dense targets (a label map, heatmaps, a target image) sit at the positions of the input "
+        "pixels they describe",
+        "on the program's own batch, each example's targets predicted from the other examples' (the mean target of the "
+        "pixels whose 3 x 3 neighbourhood of input values is nearest): one other alignment (flipped left-right, flipped "
+        "upside down, transposed) explains at least two examples and a fifth of the batch with R^2 >= 0.1, at least "
+        "0.2 better than the targets as given, which the input does not explain (R^2 <= 0.1)",
+        "targets the input's local values do not explain (no alignment reaches R^2 0.1 and the margin), symmetric "
+        "images, a batch without a 4-D image input of <= 8 channels or a target grid under 12 x 12 or at another scale "
+        "per axis: no finding"),
     "task.mlm_labels_not_masked": Premise(
         "learning_ledger", "a masked language model predicts only the positions chosen for masking",
         "data pattern: one input id (the mask token, never a target) stands at >= 50% of the supervised positions whose "

@@ -117,15 +117,19 @@ def test_run_restores_caller_rng_and_threads(tiny, store_path):
     torch.manual_seed(7)
     np.random.seed(7)
     random.seed(7)
-    threads = torch.get_num_threads()
-    expect = (torch.rand(3), np.random.rand(3), random.random())
-    torch.manual_seed(7)
-    np.random.seed(7)
-    random.seed(7)
-    firstdiv.sweep(f"{tiny}:free", "0-1", store=store_path, sets=["threads=1"])
-    got = (torch.rand(3), np.random.rand(3), random.random())
-    assert torch.equal(expect[0], got[0]) and np.array_equal(expect[1], got[1]) and expect[2] == got[2]
-    assert torch.get_num_threads() == threads
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)  # the caller's count differs from the run's (threads=1)
+    try:
+        expect = (torch.rand(3), np.random.rand(3), random.random())
+        torch.manual_seed(7)
+        np.random.seed(7)
+        random.seed(7)
+        firstdiv.sweep(f"{tiny}:free", "0-1", store=store_path, sets=["threads=1"])
+        got = (torch.rand(3), np.random.rand(3), random.random())
+        assert torch.equal(expect[0], got[0]) and np.array_equal(expect[1], got[1]) and expect[2] == got[2]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(saved)
 
 
 def test_threads_go_to_the_environment_not_the_config_hash(tiny, store_path):

@@ -42,7 +42,7 @@ class Misfed:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def _nodes(loss: torch.Tensor) -> Iterator[Any]:
+def graph_nodes(loss: torch.Tensor) -> Iterator[Any]:
     seen, stack = set(), [loss.grad_fn]
     while stack and len(seen) < _MAX_NODES:
         node = stack.pop()
@@ -142,7 +142,7 @@ def broadcast_into_loss(loss: Any) -> tuple[list[int], list[int]] | None:
     node's input is an expand of a smaller tensor."""
     if not torch.is_tensor(loss) or loss.grad_fn is None:
         return None
-    for node in _nodes(loss):
+    for node in graph_nodes(loss):
         if type(node).__name__ not in _ELEMENTWISE or not node.next_functions:
             continue
         producer = node.next_functions[0][0]
@@ -162,7 +162,7 @@ def misfed(loss: Any) -> Misfed | None:
     """The first loss node of ``loss``'s graph fed what it cannot use (module docstring), or None."""
     if not torch.is_tensor(loss) or loss.grad_fn is None:
         return None
-    for node in _nodes(loss):
+    for node in graph_nodes(loss):
         name = type(node).__name__
         found = _with_logits(node) if name == "BinaryCrossEntropyWithLogitsBackward0" else \
             _nll(node) if name in _NLL else _ctc(node) if name == "CtcLossBackward0" else None
@@ -193,7 +193,7 @@ def misfed_backwards(found: list[Misfed]) -> Iterator[None]:
 
 def _leaves(t: torch.Tensor) -> set[int]:
     out: set[int] = set()
-    for node in _nodes(t):
+    for node in graph_nodes(t):
         var = getattr(node, "variable", None)
         if var is not None:
             out.add(id(var))
@@ -214,6 +214,6 @@ def head_inside_loss(loss: Any, outputs: Any, model: Any) -> list[str]:
     extra = _leaves(loss) - out_leaves
     names = {id(p): n for n, p in model.named_parameters() if p.requires_grad} if model is not None else {}
     found = [names[i] for i in extra if i in names]
-    outside = sum(1 for node in _nodes(loss) if id(getattr(node, "variable", None)) in extra - set(names)
+    outside = sum(1 for node in graph_nodes(loss) if id(getattr(node, "variable", None)) in extra - set(names)
                   and getattr(node.variable, "requires_grad", False))
     return sorted(found) + [f"{outside} trainable tensors outside the model"] * bool(outside)

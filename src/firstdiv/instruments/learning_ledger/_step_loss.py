@@ -1,34 +1,102 @@
-"""OBJECTIVE's reading of the loss the user's own ``train_step`` backpropagates. ``loss_fn`` is how the user says the
-loss is applied, but a loop often computes its loss itself (``criterion(F.softmax(out), y)`` written in the step), and
-a loss misfed there (probabilities into a loss that applies its own softmax or sigmoid, raw scores into an NLL) never
-reaches ``loss_fn``. One call of ``train_step`` on the user's objects, under :func:`guarded` (everything put back),
-reads the graph of every tensor the call backpropagates, before the backward frees it, with the same two-fold
-confirmation as ``loss_fn``'s graph (:mod:`.._core.loss_graph`: the graph's nodes and the values the loss node saved).
+"""What the user's own ``train_step`` computes, read in one call of it on the user's objects, under :func:`guarded`
+(everything put back). ``loss_fn`` is how the user says the loss is applied, but a loop often computes its loss itself,
+and draws its batch itself (a loader with its augmentation), so what the step feeds never reaches ``loss_fn`` or the
+declared batch:
+
+- OBJECTIVE reads the graph of every tensor the call backpropagates, before the backward frees it, with the same
+  two-fold confirmation as ``loss_fn``'s graph (:mod:`.._core.loss_graph`: the graph's nodes and the values the loss
+  node saved): a loss misfed in the step (probabilities into a loss that applies its own softmax or sigmoid, raw scores
+  into an NLL);
+- TASK reads what the step feeds: the model's first forward arguments and the targets the first backward's loss nodes
+  saved (``_step_fed``: a cross-entropy's class map, a regression's target maps).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import torch
 
 from .._core.closure import closure_state
-from .._core.loss_graph import Misfed, misfed_backwards
+from .._core.loss_graph import Misfed, graph_nodes, misfed_backwards
 from .._core.state import guarded
 from .._core.task import Ctx
+
+#: the loss nodes whose saved ``_saved_target`` is the target the loss compares with
+_TARGET_NODES = ("NllLoss2DBackward0", "NllLossBackward0", "MseLossBackward0", "L1LossBackward0", "SmoothL1LossBackward0",
+                 "BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0", "HuberLossBackward0")
 
 
 def step_misfed(ctx: Ctx) -> Misfed | None:
     """What the first misfed loss node of ``train_step``'s own backward is, or None (no train_step, nothing misfed, or
     the step raised: other links report a step that raises)."""
-    if ctx.train_step is None:
+    _run_once(ctx)
+    return ctx.notes.get("step_misfed")
+
+
+def step_fed(ctx: Ctx) -> tuple[tuple[Any, dict[str, Any]], list[torch.Tensor]] | None:
+    """The model's first forward arguments in ``train_step`` (args, kwargs) and the targets its first backward's loss
+    nodes saved, or None (no train_step, no forward, or the step raised)."""
+    _run_once(ctx)
+    return ctx.notes.get("step_fed")
+
+
+def _run_once(ctx: Ctx) -> None:
+    if ctx.train_step is None or "step_misfed" in ctx.notes:
+        return
+    found: list[Misfed] = []
+    fed: dict[str, Any] = {}
+    try:
+        with guarded(ctx.model, ctx.optimizer, ctx.train_step, closure_state(ctx.train_step)), \
+                torch.enable_grad(), misfed_backwards(found), _reading_fed(ctx.model, fed):
+            ctx.train_step()
+    except Exception:  # noqa: BLE001 - the user's step: PARAMETER_UPDATE reports a step that raises
+        found, fed = [], {}
+    ctx.notes["objective_ran_train_step"] = 1
+    ctx.notes["step_misfed"] = found[0] if found else None
+    ctx.notes["step_fed"] = (fed["args"], fed.get("targets", [])) if "args" in fed else None
+
+
+def _clone(x: Any) -> Any:
+    if torch.is_tensor(x):
+        return x.detach().clone()
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone(v) for v in x) if isinstance(x, list) else tuple(_clone(v) for v in x)
+    return x
+
+
+@contextlib.contextmanager
+def _reading_fed(model: torch.nn.Module, fed: dict[str, Any]) -> Iterator[None]:
+    """While open: the model's first forward arguments (copies) and the saved targets of the loss nodes of the first
+    backward (wrapping ``torch.autograd.backward`` inside :func:`misfed_backwards`'s wrapper; both put back on exit)."""
+    def pre(_m: Any, args: Any, kwargs: Any) -> None:
+        fed.setdefault("args", (_clone(args), _clone(kwargs)))
+
+    original = torch.autograd.backward
+
+    def reading(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if "targets" not in fed:
+            roots = [t for t in (tensors if isinstance(tensors, (tuple, list)) else (tensors,)) if torch.is_tensor(t)]
+            fed["targets"] = [_saved_target(n) for r in roots if r.grad_fn is not None for n in graph_nodes(r)
+                              if type(n).__name__ in _TARGET_NODES and _saved_target(n) is not None]
+        return original(tensors, *args, **kwargs)
+
+    handle = model.register_forward_pre_hook(pre, with_kwargs=True)
+    torch.autograd.backward = reading
+    try:
+        yield
+    finally:
+        torch.autograd.backward = original
+        handle.remove()
+
+
+def _saved_target(node: Any) -> torch.Tensor | None:
+    try:
+        value = node._saved_target
+    except (AttributeError, RuntimeError):  # freed, or not saved
         return None
-    if "step_misfed" not in ctx.notes:
-        found: list[Misfed] = []
-        try:
-            with guarded(ctx.model, ctx.optimizer, ctx.train_step, closure_state(ctx.train_step)), \
-                    torch.enable_grad(), misfed_backwards(found):
-                ctx.train_step()
-        except Exception:  # noqa: BLE001 - the user's step: PARAMETER_UPDATE reports a step that raises
-            found = []
-        ctx.notes["objective_ran_train_step"] = 1
-        ctx.notes["step_misfed"] = found[0] if found else None
-    return ctx.notes["step_misfed"]
+    return value.detach().clone() if torch.is_tensor(value) else None
