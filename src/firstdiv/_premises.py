@@ -446,7 +446,8 @@ PREMISES: dict[str, Premise] = {
     "task.target_misaligned": Premise(
         "learning_ledger", "dense targets (a label map, heatmaps, a target image) sit at the positions of the input "
         "pixels they describe",
-        "on the program's own batch, each example's targets predicted from the other examples' (the mean target of the "
+        "on the program's own batch (targets on the grid of a 4-D output) and on what train_step feeds (the target a "
+        "loss node saved), each example's targets predicted from the other examples' (the mean target of the "
         "pixels whose 3 x 3 neighbourhood of input values is nearest): one other alignment (flipped left-right, flipped "
         "upside down, transposed) explains at least two examples and a fifth of the batch with R^2 >= 0.1, at least "
         "0.2 better than the targets as given, which the input does not explain (R^2 <= 0.1)",
@@ -495,16 +496,16 @@ PREMISES: dict[str, Premise] = {
         "softmax (through views) with values in [0, 1] (wherever the activation sits: the model, loss_fn, a "
         "discriminator loss_fn applies, or a loss train_step computes and backpropagates itself, read on one guarded "
         "call of it); or outputs non-negative with "
-        "rows summing to 1 and the loss is not NLL of their log; or sigmoid outputs whose loss equals BCE-with-logits of "
-        "them and not BCE; or, at the logits spread to std 3, the loss equals cross-entropy of their softmax",
-        "not confirmed on the rows-sum-to-1 path: probability outputs with any class loss other than NLL of their log (a "
-        "Brier or MSE score on probabilities, a custom loss) FAIL although the loss was not shown to read them as "
-        "logits; a loss_fn that ignores the outputs it is handed is never read (a note)", confirmed=False),
+        "rows summing to 1 and the loss equals cross-entropy of them read as logits, not NLL of their log; or sigmoid "
+        "outputs whose loss equals BCE-with-logits of them and not BCE; or, at the logits spread to std 3, the loss "
+        "equals cross-entropy of their softmax",
+        "probability outputs with a loss of another form (masked or weighted NLL, a Brier or MSE score): no finding; a "
+        "loss_fn that ignores the outputs it is handed is never read (a note)"),
     "objective.padding_in_loss": Premise(
         "learning_ledger", "padding positions do not count in the loss",
         "padding read from the program's batch (a decoder_attention_mask, or an attention_mask shaped like token "
-        "targets, at 0; else a run of one token id at the edge of most rows (read along the sequence axis) at "
-        "different lengths and rare elsewhere, a trailing run's first token left out; or, in structured targets, "
+        "targets, at 0; else a run of one token id at the end of at least half the rows, or at the edge of most rows "
+        "(read along the sequence axis), at different lengths and rare elsewhere, a trailing run's first token left out; or, in structured targets, "
         "the positions a 0/1 weight beside same-shaped token ids switches off, where flipping the weights moves the "
         "loss), then the user's loss_fn on the same outputs with only the padding positions' predictions perturbed: "
         "the loss moves",

@@ -34,6 +34,10 @@ Deviations from the original:
   declare; its ``forward`` runs the same encoder/decoder calls as ``train_one_batch`` and returns the per-step
   final distributions, which ``loss_fn`` turns into the same loss. ``Variable`` wrappers and CUDA moves are
   dropped; tensorflow's summary writer, saving and logging are dropped; ``train_step`` is ``trainIters``'s loop body.
+- the optimizer's parameter list holds the tied embedding once: the original's list holds it twice (once through the
+  encoder, once through the decoder), so Adagrad updates it twice per step (issue #61 of the repository reports torch's
+  duplicate-parameter warning). The original list is the bug variant ``tied_embedding_owned_twice``; this deviation
+  was made after firstdiv's first contact with the port (batch public-13) showed the double update.
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
@@ -567,6 +571,10 @@ def _build(seed, bug=None):
     else:
         params = list(model.encoder.parameters()) + list(model.decoder.parameters()) + \
             list(model.reduce_state.parameters())
+    if bug != "tied_embedding_owned_twice":
+        # deviation: the tied embedding (decoder.embedding.weight = encoder.embedding.weight) listed once; the
+        # original lists it twice (see the bug variant)
+        params = list(dict.fromkeys(params))
     initial_lr = config.lr_coverage if config.is_coverage else config.lr
     optimizer = Adagrad(params, lr=initial_lr, initial_accumulator_value=config.adagrad_init_acc)
 
@@ -659,4 +667,10 @@ BUGS = [
     # layers turning the encoder's final state into the decoder's initial state keep their initial weights.
     Bug("reduce_state_left_out", functools.partial(_build, bug="reduce_state_left_out"), "four_structures",
         ("reduce_state",)),
+    # the original's parameter list as written: the embedding the decoder shares with the encoder is in it twice, so
+    # Adagrad updates it twice per step (torch warns "optimizer contains a parameter group with duplicate parameters",
+    # https://github.com/atulkum/pointer_summarizer/issues/61). Found by firstdiv's first contact with this port
+    # (four_structures structure.duplicate_in_optimizer, every seed); the correct program lists it once.
+    Bug("tied_embedding_owned_twice", functools.partial(_build, bug="tied_embedding_owned_twice"), "four_structures",
+        ("encoder.embedding.weight",)),
 ]

@@ -17,6 +17,8 @@ API (stable; other instruments import it):
 Accepted batches:
 
 - a tuple/list ``(inputs, targets)``, or ``(inputs,)`` (targets None);
+- a tuple/list of three or more items that ``forward`` takes as its positional arguments (a ``TensorDataset`` batch
+  of ``input_ids, attention_mask, ..., labels`` into a model that computes its own loss): all inputs, targets None;
 - a dict with an inputs key (``inputs``, ``input``, ``x``) and optionally a targets key
   (``targets``, ``target``, ``labels``, ``y``, ``label``): the model gets ``model(batch[inputs_key])``;
 - any other dict: the model gets ``model(**batch)`` (targets keys are left out unless ``forward``
@@ -186,9 +188,11 @@ def split_batch(batch: Any, model: nn.Module | None = None) -> Batch:
         targets = plain(batch[1]) if len(batch) == 2 else None
         whole = isinstance(inputs, dict) and model is not None and _one_dict_argument(model, inputs)
         return Batch(inputs, targets, isinstance(inputs, dict) and not whole)  # whole: forward(self, batch_dict)
+    if isinstance(batch, (tuple, list)) and model is not None and positional(model, tuple(batch)):
+        return Batch(tuple(plain(v) for v in batch), None, False)  # forward's arguments; the model computes its loss
     if isinstance(batch, (tuple, list)):
-        raise InvalidArgument(f"Expected `batch` to be a tuple (inputs, targets) or a dict but got a {type(batch).__name__} "
-                              f"of length {len(batch)}")
+        raise InvalidArgument(f"Expected `batch` to be a tuple (inputs, targets), the model's positional arguments or a "
+                              f"dict but got a {type(batch).__name__} of length {len(batch)}: pass (inputs, targets)")
     raise InvalidArgument(f"Expected `batch` to be a tuple (inputs, targets) or a dict but got {_type_name(batch)}")
 
 

@@ -7,16 +7,18 @@ the loss still falls, slowly, towards a blurred answer. The premise is confirmed
 counterfactual: how well do the input's pixels explain the targets as given, and how well the same targets flipped
 left-right, flipped upside down or transposed?
 
-1. A 4-D floating input [B, C, H, W] (C <= 8: an image, not feature maps) and a target with the same examples on a grid
-   of at least 12 x 12 whose size divides the input's or is divided by it, by the same factor on both axes: a class map
-   [B, h, w] (one channel per class of the outputs; ids outside them are unsupervised) or floating maps [B, K, h, w]
-   or [B, h, w]. Both are brought to the smaller grid by average pooling.
+1. A 4-D floating input [B, C, H, W] (C <= 8: an image, not feature maps) and a target that a dense prediction is
+   compared with (declared targets on the grid of a 4-D output, or the target a loss node of ``train_step`` saved: a
+   second view of the images, fed to an encoder, is none) with the same examples on a grid of at least 12 x 12 whose
+   size divides the input's or is divided by it, by the same factor on both axes: a class map [B, h, w] (one channel
+   per class of the outputs; ids outside them are unsupervised) or floating maps [B, K, h, w] or [B, h, w]. Both are
+   brought to the smaller grid by average pooling.
 2. For each alignment (as given, and each of the others), each example's target pixels predicted from the other
    examples: the mean target of the pixels whose 3 x 3 neighbourhood of (standardized) input values is nearest (R^2).
 3. Examples whose targets one other alignment explains with R^2 >= 0.1, at least 0.2 better than as given, where the
-   targets as given are not explained (R^2 <= 0.1), at least two of them and a fifth of the batch: ``task.target_misaligned``. Symmetric images explain both alignments alike
-   and count for neither; targets the input's local values do not explain (real photographs of objects) give no
-   finding.
+   targets as given are not explained (R^2 <= 0.1), at least two of them and a fifth of the batch:
+   ``task.target_misaligned``. Symmetric images explain both alignments alike and count for neither; targets the
+   input's local values do not explain (real photographs of objects) give no finding.
 """
 
 from __future__ import annotations
@@ -133,8 +135,8 @@ def target_misaligned(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     saved: an augmentation inside the step's loader never shows in the declared batch)."""
     if ctx.batch_axis != 0:
         return None
-    image = _image(ctx.batch.inputs)
-    found = _pair(ctx, ev, image, first_tensor(ctx.batch.targets), "")
+    image, t = _image(ctx.batch.inputs), first_tensor(ctx.batch.targets)
+    found = _pair(ctx, ev, image, t, "") if _predicted_densely(ctx, t) else None
     if found is not None or image is None:
         return found
     fed = step_fed(ctx)
@@ -142,6 +144,15 @@ def target_misaligned(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
         return None
     step_image = _image(fed[0])
     return next((c for t in fed[1] if (c := _pair(ctx, ev, step_image, t, " in the batches train_step feeds"))), None)
+
+
+def _predicted_densely(ctx: Ctx, t: Any) -> bool:
+    """The declared targets are what a dense output is compared with: the outputs hold a 4-D tensor on the targets'
+    grid (a second view of the images, handed to an encoder, is no target map)."""
+    if not torch.is_tensor(t) or t.dim() < 3:
+        return False
+    outs = _tensors(ctx.outputs, "outputs")
+    return any(o.dim() == 4 and o.shape[0] == t.shape[0] and tuple(o.shape[-2:]) == tuple(t.shape[-2:]) for _, o in outs)
 
 
 def _pair(ctx: Ctx, ev: dict[str, Any], image: tuple[str, torch.Tensor] | None, t: Any, where: str) -> Check | None:

@@ -251,8 +251,8 @@ def _probabilities(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
     with torch.no_grad():
         as_probs = float(F.nll_loss(z.clamp_min(1e-12).log(), t.reshape(-1).long(), ignore_index=ctx.ignore_index))
     ev.update(ce_reading_outputs_as_logits=as_logits, nll_of_log_outputs=as_probs)
-    if isclose(value, as_probs):
-        ev["verdict"] = f"outputs are probabilities and the loss ({g4(value)}) is NLL of their log, as it should be"
+    if isclose(value, as_probs) or not isclose(value, as_logits):  # NLL of their log, or a form of its own (masked)
+        ev["verdict"] = f"outputs are probabilities and the loss ({g4(value)}) does not read them as logits"
         return None
     return failed("OBJECTIVE", "objective.probabilities_as_logits",
                   f"outputs are already probabilities (min {g4(z.min())}, rows sum to 1 within "

@@ -3,7 +3,7 @@ move. Which positions are padding is read from the program's own batch, never as
 
 - a ``decoder_attention_mask`` shaped like the targets, or an ``attention_mask`` shaped like them when the token
   inputs are (a language model), marks them with 0;
-- else a trailing run of one token id that ends most rows with runs of different lengths and is rare before them
+- else a trailing run of one token id that ends at least half the rows with runs of different lengths and is rare before them
   (a pad id); the first token of each run is left out (it may be a real end-of-sequence target);
 - else such a run at either edge (left padding: a recommender's item history), read as ``_sequence.pad_runs`` does,
   along the sequence axis (``batch_axis=1``: time first);
@@ -14,7 +14,9 @@ The predictions may be ``[B, T, V]`` scores or one score per position (``[B, T]`
 logits), and the targets a tensor or an integer numpy array.
 
 Confirmed by a counterfactual: the user's loss_fn on the same outputs with only the padding positions' predictions
-perturbed. A loss that does not move ignores the padding (PASS); one that moves trains the model to predict padding.
+replaced by the predictions at other, real positions (so they stay values the loss accepts: a pointer-generator's
+probabilities stay probabilities). A loss that does not move ignores the padding (PASS); one that moves trains the model
+to predict padding; one that turns NaN or infinite shows nothing either way.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def _from_mask(ctx: Ctx, t: torch.Tensor) -> torch.Tensor | None:
 def _from_runs(ctx: Ctx, t: torch.Tensor) -> torch.Tensor | None:
     last = t[:, -1]
     v = int(last.mode().values)
-    if v == ctx.ignore_index or float((last == v).float().mean()) < 0.75:
+    if v == ctx.ignore_index or float((last == v).float().mean()) < 0.5:
         return None
     tail = torch.zeros_like(t, dtype=torch.bool)
     lengths = []
@@ -105,6 +107,20 @@ def _from_weights(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) 
     return None, ""
 
 
+def _perturbed(od: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+    """The predictions with those at padding positions replaced by the predictions at other, real positions (values
+    the loss accepts: probabilities stay probabilities), or shifted by noise when every position is padding."""
+    g = torch.Generator().manual_seed(0)
+    other = od.detach().clone()
+    real = other[~pad]
+    n = int(pad.sum())
+    if len(real):
+        other[pad] = real[torch.randint(0, len(real), (n,), generator=g)]
+    else:
+        other[pad] += torch.randn(other[pad].shape, generator=g, dtype=torch.float32).to(od.dtype) * 3.0
+    return other
+
+
 def padding_in_loss(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
     """The loss moving with the predictions at padding positions (module docstring)."""
     given = ctx.batch.targets
@@ -121,11 +137,11 @@ def padding_in_loss(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]
         pad = pad & (t != ctx.ignore_index)
     if not bool(pad.any()):
         return None
-    g = torch.Generator().manual_seed(0)
-    other = od.clone()
-    other[pad] += torch.randn(other[pad].shape, generator=g, dtype=torch.float32).to(od.dtype) * 3.0
-    moved = call(ctx, other, given, ev, "padding reaches the loss")
+    moved = call(ctx, _perturbed(od, pad), given, ev, "padding reaches the loss")
     if moved is None:
+        return None
+    if not np.isfinite(moved):  # the perturbed predictions left the loss's domain: nothing shown either way
+        ev["loss_with_padding_perturbed"] = moved
         return None
     ev.update(padding_positions=int(pad.sum()), padding_from=how, loss_with_padding_perturbed=moved)
     if abs(moved - value) <= 1e-6 * max(1.0, abs(value)):
