@@ -369,7 +369,8 @@ PREMISES: dict[str, Premise] = {
         "optimizer.step) erased gradients computed after the window opened, with no parameter changed in place since, "
         "outside optimizer.step, and that call's optimizer.step then used gradients of those parameters",
         "a zero_grad that opens a window, one after the weights moved in place (SAM), or one inside optimizer.step "
-        "(an LBFGS closure) is no evidence: no finding"),
+        "(an LBFGS closure) is no evidence: no finding; a zero_grad that leaves the gradients in place (Accelerate's "
+        "wrapper while it accumulates) erases nothing and closes nothing"),
     "step.grad_accumulation": Premise(
         "step_probe", "each train_step call is one full update (the train_step= contract) that starts from cleared "
         "gradients",

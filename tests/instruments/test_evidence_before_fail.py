@@ -179,6 +179,52 @@ def test_zero_grad_every_micro_batch_is_caught_and_once_per_update_passes(wrap):
     assert "step.gradient_discarded" not in [k for _, k in _fails(good)], str(good)
 
 
+class SkipsWhileAccumulating(Wrapped):
+    """Accelerate's AcceleratedOptimizer under ``accumulate``: step and zero_grad do nothing until the last of
+    ``micro`` micro-batches (its gradient sync)."""
+
+    def __init__(self, optimizer, micro):
+        super().__init__(optimizer)
+        self.micro, self.calls = micro, 0
+
+    def syncing(self):
+        return self.calls % self.micro == self.micro - 1
+
+    def zero_grad(self, set_to_none=True):
+        if self.syncing():
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+        self.calls += 1
+
+    def step(self, closure=None):
+        if self.syncing():
+            self.optimizer.step(closure)
+
+
+def _accelerate_style(model, opt, x, y, model_zero_grad, micro=2):
+    chunks = list(zip(x.chunk(micro), y.chunk(micro), strict=True))
+
+    def train_step():
+        for xb, yb in chunks:  # the loop body under accelerator.accumulate: every call steps and clears
+            if model_zero_grad:
+                model.zero_grad()
+            (F.cross_entropy(model(xb), yb) / micro).backward()
+            opt.step()
+            opt.zero_grad()
+        return torch.tensor(0.0)
+    return train_step
+
+
+def test_a_model_zero_grad_per_micro_batch_under_a_wrapper_that_skips_while_accumulating_is_caught():
+    """The wrapper's zero_grad that leaves the gradient in place while accumulating erased nothing: the model's own
+    zero_grad at the next micro-batch is the one that throws the first micro-batch away."""
+    model, (x, y) = _mlp(), _data()
+    opt = SkipsWhileAccumulating(torch.optim.AdamW(model.parameters(), lr=1e-2), micro=2)
+    bad = firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=_accelerate_style(model, opt, x, y, True))
+    assert (bad.first_divergence.where, bad.first_divergence.kind) == ("0.weight", "step.gradient_discarded"), str(bad)
+    good = firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=_accelerate_style(model, opt, x, y, False))
+    assert "step.gradient_discarded" not in [k for _, k in _fails(good)], str(good)
+
+
 def test_gradients_erased_by_design_are_not_discarded_micro_batches():
     """A GAN that steps the generator first (its loss reaches the discriminator, whose zero_grad then opens its own
     update) and a sharpness-aware step (the weights move between its two backward passes)."""

@@ -9,6 +9,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                             "parameters are not on the loss's autograd graph: 2 "
                                                             'trainable parameters get no gradient and th; diagnose '
                                                             'WARN at None',
+ 'anomalytransformer_psm.minimax_signs_swapped': 'owner saw WARN None None: DEPENDENCY: 6 of 65 trainable parameters '
+                                                 "are not on the loss's autograd graph: 6 trainable parameters get "
+                                                 'no gradient and th; diagnose WARN at None',
+ 'anomalytransformer_psm.token_embedding_viewed_not_permuted': 'owner saw WARN None None: embedding.value_embedding: '
+                                                               'op:reshape@embedding.value_embedding: [16, 16, 5] -> '
+                                                               '[16, 5, 16] puts input axis 2 (size 5) acros; '
+                                                               'diagnose WARN at None',
  'autoformer_etth.delays_reshaped_not_permuted': 'owner saw WARN None None: '
                                                  'encoder.attn_layers.0.attention.inner_correlation: '
                                                  'op:reshape@encoder.attn_layers.0.attention.inner_correlation: [16, '
@@ -34,6 +41,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'bilstmcrf_tagger.lstm_out_left_sorted': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.padding_in_mask': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.stop_transition_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'brainseg_unet.dsc_returned_not_loss': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'brainseg_unet.mask_not_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'centerloss_lenetpp.centers_not_stepped': 'owner saw PASS None None: ; diagnose WARN at None',
  'centerloss_lenetpp.class_mask_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -56,6 +65,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          '32, 32];; diagnose WARN at None',
  'cifarzoo_mixup_cutout.mixup_loss_unweighted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cifarzoo_mixup_cutout.targets_b_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'cmc_moco_ins.keys_not_unshuffled': 'owner saw PASS None None: ; diagnose PASS at None',
  'colbert_late_interaction.doc_mask_dropped': 'owner saw WARN None None: DEPENDENCY: 2 of 40 trainable parameters '
                                               "are not on the loss's autograd graph: 2 trainable parameters get no "
                                               'gradient and th; diagnose WARN at None',
@@ -74,6 +84,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'convtasnet_separation.sources_viewed_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'corl_any_percent_bc.discount_is_frac': 'owner saw PASS None None: ; diagnose PASS at None',
  'corl_any_percent_bc.state_from_next_observations': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'crnnaudio_urbansound.last_padded_frame': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                           'gradient and the loss does not depend on them (perturbing them on a copy '
+                                           'leaves it u; diagnose WARN at None',
  'csailsemseg_ppm.decoder_left_out_of_optimizer': 'owner saw FAIL decoder.ppm.0.1.weight step.not_updated: '
                                                   'decoder.ppm.0.1.weight step.not_updated: unchanged; diagnose FAIL '
                                                   'at step_probe decoder.ppm.0.1.weight '
@@ -148,6 +161,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'fno_burgers1d.targets_from_test_rows': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'gcnclustering_linkage.center_label_from_first_node': 'owner saw PASS None None: ; diagnose PASS at None',
  'glowpytorch_glow.logdet_left_out': 'owner saw WARN None None: GRADIENT: 22 trainable parameters get no gradient '
                                      'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                      'diagnose WARN at None',
@@ -171,7 +185,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                "16 moves with 'input_i; diagnose FAIL at learning_ledger DEPENDENCY "
                                                'learning_ledger:DEPENDENCY',
  'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'hyunwoongko_transformer.pad_not_ignored': 'owner saw PASS None None: ; diagnose PASS at None',
  'hyunwoongko_transformer.targets_not_shifted': 'owner saw FAIL DEPENDENCY dependency.target_leak: DEPENDENCY '
                                                 "dependency.target_leak: 'trg' == targets; output at position 4 "
                                                 "moves with 'trg'[:, 4]; diagnose FAIL at learning_ledger DEPENDENCY "
@@ -206,6 +219,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    '32] puts input axis 1 (size 32) across; diagnose WARN at None',
  'joeynmt_transformer.padding_rows_not_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'joeynmt_transformer.trg_not_sorted_with_src': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'josiahtabular_bank.duration_leaks_target': 'owner saw PASS None None: ; diagnose WARN at None',
  'kdpytorch_cnn_distill.kl_on_probabilities': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 8 '
                                               'fixed examples, Adam lr 0.001 at any lr up to 1 (loss -73.63 -> best '
                                               '-80.82, 10% d; diagnose WARN at None',
@@ -280,7 +294,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'nerfpytorch_blender.meshgrid_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
  'nestedunet_dsb2018.dice_on_logits': 'owner saw PASS None None: ; diagnose PASS at None',
- 'nestedunet_dsb2018.mask_axes_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'nflows_maf_moons.logabsdet_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
                                        'capability.cannot_overfit: loss 1.875 -> best 1.838 (1.96% down) at every '
                                        'lr; diagnose FAIL at learning_ledger CAPABILITY learning_ledger:CAPABILITY',
@@ -293,6 +306,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                         'performance_ledger:step',
  'openaiclip_flickr.image_names_from_unsplit_dataframe': 'owner saw PASS None None: ; diagnose PASS at None',
  'openaiclip_flickr.log_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'openinstruct_finetune.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'panns_cnn6.mixup_target_not_mixed': 'owner saw PASS None None: ; diagnose WARN at None',
  'patchtst_supervised.patches_reshaped_not_permuted': 'owner saw WARN None None: model.backbone: '
                                                       'op:reshape@model.backbone: [32, 7, 16, 12] -> [32, 7, 12, 16] '
@@ -307,12 +321,17 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pgiaayn_ddpg.reward_not_reshaped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pgtravel_vanilla_pg.masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pgtravel_vanilla_pg.objective_not_negated': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'playground_cifar10.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
+                                               'is not plain SGD (stateful update rule); diagnose PASS at None',
  'pml_triplet_miner.normalize_over_batch': 'owner saw WARN None None: OBJECTIVE: loss 0.09164 is not the '
                                            'cross-entropy of these outputs (2.824; ln K = 2.773 for an untrained '
                                            '16-class model; exam; diagnose WARN at None',
  'pml_triplet_miner.pairs_zipped_into_triplets': 'owner saw WARN None None: OBJECTIVE: loss 0.07877 is not the '
                                                  'cross-entropy of these outputs (2.824; ln K = 2.773 for an '
                                                  'untrained 16-class model; exam; diagnose WARN at None',
+ 'pointersummarizer_ptrgen.step_mask_dropped': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss '
+                                               'unchanged when targets[1] is flipped; diagnose FAIL at '
+                                               'learning_ledger TASK learning_ledger:TASK',
  'powerfulgnns_gin.edge_offsets_missing': 'owner saw WARN None None: DEPENDENCY: 1 of 23 trainable parameters are '
                                           "not on the loss's autograd graph: 1 trainable parameters get no gradient "
                                           'and th; diagnose WARN at None',
@@ -331,9 +350,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'protonetorobix_omniglot.queries_are_support': 'owner saw WARN None None: TASK: 40 of 50 supervised targets are '
                                                 'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, '
                                                 '28, 30]), and loss_f; diagnose WARN at None',
- 'ptsemseg_fcn8s.label_map_transposed': 'owner saw WARN None None: OBJECTIVE: the loss on 2 examples (2458) is 2 x '
-                                        'their mean per-example loss (1229): it is summed (mean cross-entropy), so '
-                                        'it; diagnose WARN at None',
  'ptsemseg_fcn8s.logits_viewed_not_transposed': 'owner saw WARN None None: OBJECTIVE: loss 2250 is not the '
                                                 'cross-entropy of these outputs (1.2; ln K = 1.099 for an untrained '
                                                 '3-class model; example 0:; diagnose WARN at None',
@@ -358,7 +374,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchgat_cora.train_labels_from_val_indices': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
                                                   '60 fixed examples, Adam lr 0.005 at any lr up to 0.5 (loss 1.099 '
                                                   '-> best 1.007, 8% d; diagnose WARN at None',
- 'pytorchunet_segmentation.mask_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchvae_vanilla.latent_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchwavenet_wavenet.dilate_view_without_permute': 'owner saw FAIL  layout.values_moved:  layout.values_moved: '
                                                        'output[1, 0, 0] holds input[0, 16, 0] (values from input '
@@ -439,7 +454,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               'stochastic objective plateaued on 8 fixed examples, AdamW lr 3e-05, '
                                               '3e-05 at ever; diagnose WARN at None',
  'simplebaseline_pose.flip_pairs_not_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'simplebaseline_pose.heatmap_xy_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'smp_fpn_binary.model_activation_with_from_logits': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted '
                                                      'on 8 fixed examples, Adam lr 0.0001 at any lr up to 0.1 (loss '
                                                      '0.8114 -> best 0.7481, 8%; diagnose WARN at None',
@@ -548,6 +562,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'wgan_dcgan.critic_signs_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.regression_objective': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.target_from_unshuffled_frame': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'wiseoddgen_vanilla_vae.recon_mean_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'xternalzwrn_cifar.preactivation_not_reassigned': 'owner saw WARN None None: block1.layer.0.bn1.weight: '
                                                    'block1.layer.0.bn1.weight: not reached from the loss; module '
                                                    'block1.layer.0.bn1 ran 1 time(s) but; diagnose WARN at None',
@@ -555,9 +570,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'yaratssac_sac.q2_loss_on_q1': 'owner saw WARN None None: Q2.0.weight: Q2.0.weight: not reached from the loss; '
                                 'module Q2.0 ran 1 time(s) but nothing computed from this parameter reac; diagnose '
                                 'WARN at None',
+ 'ycactorcritic_cartpole.actor_loss_not_negated': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ycactorcritic_cartpole.masks_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'zalandovqvae_cifar.bchw_viewed_not_permuted': 'owner saw WARN None None: _vq_vae: op:view@_vq_vae: [32, 8, 4, 4] '
                                                 '-> [32, 4, 4, 8] puts input axis 2 (size 4) across output axes [2, '
                                                 '3], while output ; diagnose WARN at None',
  'zalandovqvae_cifar.straight_through_reversed': 'owner saw WARN None None: DEPENDENCY: 2 of 24 trainable parameters '
                                                  "are not on the loss's autograd graph: 2 trainable parameters get "
-                                                 'no gradient and th; diagnose WARN at None'}
+                                                 'no gradient and th; diagnose WARN at None',
+ 'zoubohaoddpm_unet.coefficients_swapped': 'owner saw PASS None None: ; diagnose WARN at None'}

@@ -8,7 +8,9 @@ needs a second zero_grad inside one window that was seen to erase gradients (``.
 after) computed after the window opened, with no parameter changed in place since it opened (a sharpness-aware step
 moves the weights between its two backward passes on purpose), outside any ``optimizer.step`` (an LBFGS closure
 clears inside it), and then an optimizer.step in the same call using gradients of those parameters. A zero_grad that
-opens a window may erase anything (a GAN's discriminator loss reaching the generator, the previous step's leftovers).
+opens a window may erase anything (a GAN's discriminator loss reaching the generator, the previous step's leftovers);
+one that leaves the gradients in place (Accelerate's wrapper while it accumulates) erased nothing, and the gradients it
+left still count as computed in the window.
 """
 
 from __future__ import annotations
@@ -51,11 +53,10 @@ class DiscardTracker:
         if self.in_step:
             return
         versions = sum(p._version for p in params.values())
-        if self.opened_at is not None and self.opened_at == versions and self.segment:
-            gone = frozenset(pid for pid in self.segment if pid in params and _empty(params[pid].grad))
-            if gone:
-                self.erased.append((call, gone))
-        self.segment.clear()
+        gone = frozenset(pid for pid in self.segment if pid in params and _empty(params[pid].grad))
+        if self.opened_at is not None and self.opened_at == versions and gone:
+            self.erased.append((call, gone))
+        self.segment -= gone  # a zero_grad that left a gradient (Accelerate's while it accumulates) erased nothing
         self.opened_at = versions
 
     def finding(self, names: dict[int, list[str]], events: list[str]) -> Check | None:
