@@ -29,7 +29,8 @@ Deviations from the original:
   training are left out (all off or side effects of the defaults);
 - one ``train_step`` is one iteration of ``train``'s inner loop (gradient_accumulation_steps 1: mask, forward,
   backward, clip, ``optimizer.step()``, ``scheduler.step()``, ``model.zero_grad()``), a new epoch iterator when
-  one ends; ``eval_fn`` is ``evaluate``'s loss on a given batch (``mask_tokens``, ``model.eval()``, ``no_grad``);
+  one ends; ``eval_fn`` is ``evaluate``'s loss on a given batch (``model.eval()``, ``no_grad``; then ``model.train()``
+  as ``train`` does after evaluating during training), the batch masked once by ``mask_tokens`` at build;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 # ruff: noqa: RUF034
@@ -354,6 +355,7 @@ def _build(seed, bug=None):
         model.eval()
         with torch.no_grad():
             outputs = model(batch["input_ids"], labels=batch["labels"])
+        model.train()  # as train() does after its evaluation during training
         return float(outputs[0])
 
     first_inputs, first_labels = mask_tokens(collate([train_dataset[i] for i in range(args.train_batch_size)]),

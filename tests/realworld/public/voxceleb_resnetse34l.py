@@ -26,7 +26,8 @@ Deviations from the original:
 - CPU only: ``.cuda()``, ``WrappedModel``/DDP, mixed precision (``--mixedprec`` off) and the ``autocast("cuda")``
   context are left out; the ``print`` calls in constructors are dropped; logging and tqdm dropped;
 - one ``train_step`` is one iteration of ``ModelTrainer.train_network``'s loop (the StepLR steps once per epoch of
-  the loader, as ``lr_step == "epoch"``); ``eval_fn`` is the loss/accuracy on a given batch in eval mode (the
+  the loader, as ``lr_step == "epoch"``; ``train_network``'s ``model.train()``, run once per epoch after the
+  between-epoch evaluation, runs at the top of each step); ``eval_fn`` is the loss/accuracy on a given batch in eval mode (the
   verification EER over trial lists is left out);
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
