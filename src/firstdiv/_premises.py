@@ -525,6 +525,14 @@ PREMISES: dict[str, Premise] = {
         "outputs toward the targets) is positive; signed per-example weights (a policy gradient's advantages) give no "
         "finding; or scaling a side output (a VAE's mu) 10x and 100x drives the loss lower each time and far below zero",
         "otherwise no finding"),
+    "objective.unbounded_in_scores": Premise(
+        "learning_ledger", "a loss on class scores has a minimum (cross-entropy flattens towards 0 as the target score "
+        "grows)",
+        "multiclass targets and class scores: the user's loss_fn with every supervised row's target score raised by 10 "
+        "and by 100 falls each time and ends below -10 x max(1, |loss|): linear in the scores",
+        "a loss that flattens, rises or stays above that bound, outputs the model normalized (log-probabilities, "
+        "probabilities: one raised entry leaves their domain), or targets that are not class ids of the outputs: no "
+        "finding"),
     "objective.shape_broadcast": Premise(
         "learning_ledger", "a regression loss compares each output with its own target (loss 0 at a perfect prediction)",
         "outputs and targets differ in shape with the same number of elements and broadcast to a larger shape, and "

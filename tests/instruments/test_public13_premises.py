@@ -97,3 +97,20 @@ def test_a_second_view_of_the_images_is_no_target_map() -> None:
     r = firstdiv.learning_ledger(enc, (x1, x2), loss_fn, torch.optim.SGD(enc.parameters(), 0.1), overfit_steps=0)
     task = next(f for f in r.findings if f.where == "TASK")
     assert task.check != "task.target_misaligned", task.message
+
+
+def _smoothing(with_log_softmax: bool):
+    def loss_fn(scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        soft = torch.full_like(scores, 0.1 / (scores.shape[1] - 1)).scatter(1, y[:, None], 0.9)
+        z = scores.log_softmax(-1) if with_log_softmax else scores
+        return -(soft * z).sum(-1).mean()
+    return loss_fn
+
+
+def test_label_smoothing_written_on_raw_scores_has_no_minimum_and_on_log_softmax_passes() -> None:
+    torch.manual_seed(0)
+    model, x, y = nn.Linear(6, 5), torch.randn(32, 6), torch.randint(0, 5, (32,))
+    raw = _objective(model, (x, y), _smoothing(with_log_softmax=False))
+    assert (raw.status.value, raw.check) == ("FAIL", "objective.unbounded_in_scores"), raw.message
+    proper = _objective(model, (x, y), _smoothing(with_log_softmax=True))
+    assert proper.status.value == "PASS", proper.message

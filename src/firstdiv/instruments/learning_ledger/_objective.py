@@ -49,7 +49,7 @@ from .._core.loss_graph import broadcast_into_loss, head_inside_loss, misfed
 from .._core.task import Ctx, is_int, shape
 from ._common import failed, g4, isclose, manual_ce, passed, skipped_link, supervised, to_logits_2d
 from ._objective_calls import call, example_axis, output_grad, packer, per_example
-from ._objective_forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded_below, unreachable
+from ._objective_forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded, unreachable
 from ._objective_ids import identify, row_weights, standard
 from ._padding import padding_in_loss
 from ._sequence import padding_pulled
@@ -92,7 +92,7 @@ def check_objective(ctx: Ctx) -> Check:
     # _misfed reads the loss's own graph (a with-logits loss fed by a sigmoid wherever it sits: in the model, in
     # loss_fn, in a discriminator loss_fn applies), so it runs before _blind sets the output-reading checks aside
     for probe in (constant_outputs, _empty_mask, _misfed, _blind, normalized_over_examples, _probabilities,
-                  padding_in_loss, _wrong_sign, unbounded_below, _broadcast, unreachable, labels_compete, _sum_reduction,
+                  padding_in_loss, _wrong_sign, unbounded, _broadcast, unreachable, labels_compete, _sum_reduction,
                   identify):
         result = probe(ctx, od, value, ev)
         if result is not None:

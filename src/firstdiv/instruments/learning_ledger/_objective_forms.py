@@ -241,3 +241,50 @@ def unbounded_below(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]
                       observed=f"loss {g4(value)} -> {g4(losses[1])} at 100 x outputs[{i}]",
                       hint="check the sign of each term that reads outputs[" + str(i) + "]: KLD = -0.5 * sum(1 + logvar - mu^2 - exp(logvar))")
     return None
+
+
+def unbounded_in_scores(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
+    """Class scores whose target entry, raised by 10 and by 100 in every supervised row, take the loss down in
+    proportion and far below zero: a class loss linear in its scores (label smoothing, or a soft-target loss, written
+    without log_softmax) has no minimum, and the model can lower it forever by inflating one score. A cross-entropy
+    of any form flattens towards 0 instead. Outputs the model normalized itself (log-probabilities, probabilities)
+    cannot be raised one entry at a time: no finding."""
+    t = ctx.batch.targets
+    if ctx.label_kind != "multiclass" or ctx.class_dim is None or not torch.is_tensor(t) or t.is_floating_point():
+        return None
+    moved = od.movedim(ctx.class_dim, -1)
+    k = moved.shape[-1]
+    if t.numel() != moved[..., 0].numel():
+        return None
+    labels = t.reshape(moved.shape[:-1])
+    keep = (labels >= 0) & (labels < k)
+    if not bool(keep.any()) or _normalized(moved[keep]):  # the model's log_softmax / softmax: one raised entry leaves
+        return None                                         # the outputs' domain
+    onehot = torch.nn.functional.one_hot(labels.clamp(0, k - 1).long(), k).to(od.dtype) * keep[..., None]
+    losses = [call(ctx, (moved + s * onehot).movedim(-1, ctx.class_dim), t, ev, f"the target scores raised by {s:g}")
+              for s in (10.0, 100.0)]
+    if None in losses or not (value > losses[0] > losses[1]) or losses[1] > -10 * max(abs(value), 1.0):
+        return None
+    ev.update(loss_target_scores_plus_10=losses[0], loss_target_scores_plus_100=losses[1])
+    return failed("OBJECTIVE", "objective.unbounded_in_scores",
+                  f"the loss has no minimum in the class scores: raising every row's target score by 10 and by 100 takes "
+                  f"it from {g4(value)} to {g4(losses[0])} and {g4(losses[1])}: it is linear in the scores (a soft-target "
+                  "or label-smoothing loss without log_softmax), so inflating one score lowers it forever", ev,
+                  expected="a class loss bounded below (cross-entropy flattens towards 0 as the target score grows)",
+                  observed=f"loss {g4(value)} -> {g4(losses[1])} with the target scores raised by 100",
+                  hint="take log_softmax of the scores before weighting them by the (smoothed) targets: "
+                       "loss = -(soft_targets * scores.log_softmax(-1)).sum(-1).mean()")
+
+
+def _normalized(rows: torch.Tensor) -> bool:
+    """Most rows are log-probabilities (logsumexp 0) or probabilities (non-negative, summing to 1): a model that
+    normalizes its outputs (a sequence model's unused first step may hold zeros)."""
+    z = rows.detach().float()
+    log_probs = torch.logsumexp(z, -1).abs() < 1e-3
+    probs = (z >= 0).all(-1) & ((z.sum(-1) - 1).abs() < 1e-3)
+    return float((log_probs | probs).float().mean()) >= 0.5
+
+
+def unbounded(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
+    """The loss without a minimum: in a side output (:func:`unbounded_below`) or in the class scores."""
+    return unbounded_below(ctx, od, value, ev) or unbounded_in_scores(ctx, od, value, ev)
