@@ -645,7 +645,8 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "every owned parameter with a nonzero gradient moves in one step",
         "controlled: one optimizer step on the copy left it unchanged although the step should change it at float "
         "resolution (SGD: lr*|grad|, adaptive: lr) at an lr above 0, and up to 2 more steps of the copy on the same "
-        "gradients leave it unchanged too (an optimizer whose own step holds the first update is a note); with train_step: its gradient is healthy, it never "
+        "gradients leave it unchanged too (an optimizer whose own step holds the first update is a note); with train_step: its gradient is healthy (finite, above 1e-6 of the largest: a bias a batch norm cancels "
+        "gets float rounding), it never "
         "changed over up to 4 calls, no other optimizer train_step reaches owns it (an alternating schedule), its "
         "group's lr was above 0 at some optimizer.step of those calls (a warmup from 0 "
         "is a note), and a counterfactual on a copy shows the loss depends on it",
@@ -663,8 +664,10 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "a few steps of train_step keep the loss finite and below 10x",
         "the loss on the batch, re-evaluated after each of up to 4 train_step calls on the user's objects (restored), "
         "became non-finite or grew more than 10-fold, and again when the same start (restored) runs train_step's next "
-        "calls (other batches of its stream)",
-        "a blow-up on one sequence of calls and not on the next: WARN (some batches, not shown to be the step size)"),
+        "8 calls (other batches of its stream), where it does not come back (non-finite at the end, or above 10x from "
+        "the peak on)",
+        "a blow-up on one sequence of calls and not on the next, or a spike the next calls recover from (a large first "
+        "step): WARN"),
     "capability.cannot_overfit": Premise(
         "learning_ledger", "the controlled system can fit a tiny fixed batch",
         "copies of the model and optimizer train on the first 8 examples at the program's lr x1, x10, x100, x1000 (down "

@@ -35,6 +35,7 @@ from ._links import LIST_CAP, dense, lr_of, trainable
 ASCENT_COSINE = 0.3  # measured: correct corpus programs -1.0 .. -0.23 (near 0 with dropout noise); (-loss).backward() with AdamW 0.49, manual +lr 1.0
 STEPS = 4
 DIVERGE = 10.0
+ROUNDING = 1e-6  # a gradient below this fraction of the largest one is float rounding (a cancelled bias)
 
 
 def _names(names: list[str]) -> list[str]:
@@ -53,8 +54,8 @@ def _grads(ctx: Ctx) -> dict[str, torch.Tensor]:
     return {n: dense(p.grad).detach() for n, p in ctx.work.named_parameters() if p.grad is not None}
 
 
-def _run(ctx: Ctx) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torch.Tensor], str | None]:
-    """Call train_step up to STEPS times on the user's objects (restored afterwards): the losses on the batch
+def _run(ctx: Ctx, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torch.Tensor], str | None]:
+    """Call train_step up to ``steps`` times on the user's objects (restored afterwards): the losses on the batch
     (before, then after each call), each parameter's change after the first call and after the last."""
     params = trainable(ctx.model)
     start = {n: p.detach().clone() for n, p in params}
@@ -69,7 +70,7 @@ def _run(ctx: Ctx) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torc
     with guarded(ctx.model, ctx.optimizer, ctx.train_step, closure_state(ctx.train_step)), torch.enable_grad():
         try:
             losses.append(_loss_on_batch(ctx))
-            for i in range(STEPS):
+            for i in range(steps):
                 calls += 1
                 ctx.train_step()
                 if i == 0:
@@ -129,6 +130,24 @@ def _blew_up(losses: list[float]) -> bool:
     return math.isfinite(l0) and (not math.isfinite(losses[-1]) or (l0 > 0 and max(finite) > DIVERGE * l0))
 
 
+def _healthy(ctx: Ctx, grads: dict[str, torch.Tensor]) -> list[str]:
+    """The trainable parameters with a finite gradient above float rounding: a bias a batch norm cancels gets ~1e-8
+    where the weights get ~0.1, which no update can act on."""
+    finite = {n: g for n, g in grads.items() if bool(torch.isfinite(g).all())}
+    scale = max((float(g.abs().max()) for g in finite.values() if g.numel()), default=0.0)
+    return [n for n, _ in trainable(ctx.model) if n in finite and finite[n].numel()
+            and float(finite[n].abs().max()) > ROUNDING * scale]
+
+
+def _stays_up(losses: list[float]) -> bool:
+    """Blown up and not come back: non-finite at the end, or every loss from the peak on above DIVERGE x the start."""
+    finite = [v for v in losses if math.isfinite(v)]
+    if not math.isfinite(losses[-1]):
+        return True
+    peak = losses.index(max(finite))
+    return min(losses[peak:]) > DIVERGE * losses[0]
+
+
 def _groups(ctx: Ctx) -> dict[int, tuple[int, float]]:
     if ctx.optimizer is None:
         return {}
@@ -140,7 +159,7 @@ def check_user_step(ctx: Ctx) -> Check:
     if error is not None:
         return skipped_link("PARAMETER_UPDATE", f"could not judge the update: {error}", {"error": error})
     grads = _grads(ctx)
-    healthy = [n for n, p in trainable(ctx.model) if n in grads and bool(torch.isfinite(grads[n]).all()) and bool(grads[n].any())]
+    healthy = _healthy(ctx, grads)
     moved = [n for n in healthy if bool(total[n].any())]
     not_moved = [n for n in healthy if n not in moved]
     descent, cosine = _along(first, grads, healthy)
@@ -194,13 +213,17 @@ def check_user_step(ctx: Ctx) -> Check:
 
 def _blow_up(ctx: Ctx, ev: dict[str, Any], total: dict[str, torch.Tensor], l0: float, last: float, peak: float) -> Check:
     """``update.diverges`` once the same start blows up again on train_step's next calls (other batches); else WARN."""
-    again = _run(ctx)[0]
+    again = _run(ctx, 2 * STEPS)[0]
     ev["losses_on_batch_again"] = again
     if not _blew_up(again):
         return warned("PARAMETER_UPDATE", f"the loss on the batch went {g4(l0)} -> {g4(last)} within {ev['calls']} calls "
                       f"of train_step, but not when the same start ran train_step's next calls "
                       f"({' -> '.join(g4(v) for v in again)}): a blow-up on some batches, not shown to be the step size",
                       ev, kind="update.diverges")
+    if not _stays_up(again):
+        return warned("PARAMETER_UPDATE", f"the loss on the batch jumped {g4(l0)} -> {g4(peak)} in train_step's first calls "
+                      f"and came back ({' -> '.join(g4(v) for v in again)} over {len(again) - 1} calls): a spike the "
+                      "training recovers from (a large first step), not a divergence", ev, kind="update.diverges")
     return _diverges(ctx, ev, total, l0, last, peak)
 
 
