@@ -47,3 +47,32 @@ def test_a_first_step_spike_the_next_calls_recover_from_is_a_warning_and_a_lasti
     assert "came back" in spike.message
     lasting = _update(3.0, 3.0)
     assert (lasting.status.value, lasting.check) == ("FAIL", "update.diverges"), lasting.message
+
+
+class SpeakerNet(nn.Module):
+    """A model that returns embeddings, or (loss, accuracy) when given the labels: its forward takes them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor, label: torch.Tensor | None = None):
+        emb = self.body(x)
+        if label is None:
+            return emb
+        logits = self.head(emb)
+        return F.cross_entropy(logits, label), (logits.argmax(1) == label).float().mean()
+
+
+def test_a_loss_fn_given_the_wrong_call_is_not_blamed_when_forward_takes_the_labels() -> None:
+    """Called as model(inputs) the model returns embeddings and loss_fn's outputs[0] is a row of them: firstdiv's
+    call, not the user's loss_fn, so no FAIL, and the reason names the parameter and the fix."""
+    torch.manual_seed(0)
+    model, x, y = SpeakerNet(), torch.randn(16, 6), torch.randint(0, 3, (16,))
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+    r = firstdiv.learning_ledger(model, (x, y), lambda out, _t: out[0], opt, overfit_steps=0)
+    assert r.status.value != "FAIL", str(r)
+    assert "`label`" in r.reason and "((inputs, targets), targets)" in r.reason, r.reason
+    fed = firstdiv.learning_ledger(model, ((x, y), y), lambda out, _t: out[0], opt, overfit_steps=0)
+    objective = next(f for f in fed.findings if f.where == "OBJECTIVE")
+    assert objective.check != "objective.unusable_loss", objective.message

@@ -289,13 +289,36 @@ def _compute_loss(model: nn.Module, batch: Any, loss_fn: Callable[..., Any]) -> 
     except Exception as exc:
         raise UserCodeError(f"the model raised {describe_error(exc)} on inputs {describe(b.inputs)}") from exc
     try:
-        return outputs, loss_fn(outputs, b.targets)
+        loss = loss_fn(outputs, b.targets)
     except Exception as exc:
         adapted = on_first_output(loss_fn, outputs, b.targets)
         if adapted is not None:  # (logits, attention): a loss_fn that takes the prediction, as the user's loop does
             return outputs, adapted[1]
         raise UserCodeError(f"loss_fn raised {describe_error(exc)} on outputs {describe(outputs)} and targets "
                             f"{describe(b.targets)}") from exc
+    unfed = unfed_target(model, b) if loss_problem(loss) is not None else None
+    if unfed is not None:  # firstdiv's call, not the user's loss_fn: the forward that makes the loss was not run
+        raise UserCodeError(unfed_message(loss, unfed))
+    return outputs, loss
+
+
+def unfed_message(loss: Any, name: str) -> str:
+    return (f"{str(loss_problem(loss)).split(';')[0]} on model(inputs), whose forward left `{name}` at its default: if the "
+            f"batch's targets go to forward too, pass batch=((inputs, targets), targets) or a dict naming `{name}`")
+
+
+def unfed_target(model: nn.Module, b: Batch) -> str | None:
+    """A parameter of ``forward`` named like the targets (``label``, ``y``, ...) that this call left at its default:
+    a loss_fn that gets no scalar from such a call is not shown to be wrong (the model may compute its loss from it)."""
+    try:
+        params = list(inspect.signature(getattr(model, "forward", model)).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    fed = len(b.inputs) if not b.as_kwargs and positional(model, b.inputs) else 0 if b.as_kwargs else 1
+    names = set(b.inputs) if b.as_kwargs else set()
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    free = [p for i, p in enumerate(q for q in params if q.kind in kinds) if i >= fed and p.name not in names]
+    return next((p.name for p in free if p.name in TARGET_KEYS and p.default is not inspect.Parameter.empty), None)
 
 
 class FirstOutput:

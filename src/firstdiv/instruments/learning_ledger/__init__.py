@@ -30,8 +30,11 @@ from .._core.batch import (
     describe,
     describe_error,
     forward,
+    loss_problem,
     on_first_output,
     split_batch,
+    unfed_message,
+    unfed_target,
 )
 from .._core.checks import Check, compose, not_reached, reached, walk
 from .._core.closure import closure_state
@@ -198,3 +201,5 @@ def _compute_loss(ctx: Ctx) -> str | None:
             return None
         return (f"loss_fn raised {describe_error(exc)} on outputs {describe(ctx.outputs)} and targets "
                 f"{describe(ctx.batch.targets)}; the ledger needs loss_fn(outputs, targets) to return the training loss")
+    unfed = unfed_target(ctx.model, ctx.batch) if loss_problem(ctx.loss) is not None else None
+    return unfed_message(ctx.loss, unfed) if unfed is not None else None
