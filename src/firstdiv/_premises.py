@@ -664,8 +664,8 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "a few steps of train_step keep the loss finite and below 10x",
         "the loss on the batch, re-evaluated after each of up to 4 train_step calls on the user's objects (restored), "
         "became non-finite or grew more than 10-fold, and again when the same start (restored) runs train_step's next "
-        "8 calls (other batches of its stream), where it does not come back (non-finite at the end, or above 10x from "
-        "the peak on)",
+        "8 calls (other batches of its stream), where it does not come back (non-finite or still above 10x at the last "
+        "call)",
         "a blow-up on one sequence of calls and not on the next, or a spike the next calls recover from (a large first "
         "step): WARN"),
     "capability.cannot_overfit": Premise(

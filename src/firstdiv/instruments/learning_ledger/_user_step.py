@@ -140,12 +140,9 @@ def _healthy(ctx: Ctx, grads: dict[str, torch.Tensor]) -> list[str]:
 
 
 def _stays_up(losses: list[float]) -> bool:
-    """Blown up and not come back: non-finite at the end, or every loss from the peak on above DIVERGE x the start."""
-    finite = [v for v in losses if math.isfinite(v)]
-    if not math.isfinite(losses[-1]):
-        return True
-    peak = losses.index(max(finite))
-    return min(losses[peak:]) > DIVERGE * losses[0]
+    """Blown up and not come back: the last loss non-finite or still above DIVERGE x the start (one dip on the way
+    is no recovery)."""
+    return not math.isfinite(losses[-1]) or losses[-1] > DIVERGE * losses[0]
 
 
 def _groups(ctx: Ctx) -> dict[int, tuple[int, float]]:
