@@ -128,7 +128,8 @@ def pytest_collection_finish(session):
     keys = []
     for item in session.items:
         kind = _GATE_TESTS.get(getattr(item, "originalname", ""))
-        if kind and item.module.__name__ == "test_public_gate":
+        not_run = any(m.kwargs.get("run") is False for m in item.iter_markers("xfail"))  # a listed miss
+        if kind and item.module.__name__ == "test_public_gate" and not not_run:
             keys.append((kind[0], item.callspec.params["name"], item.callspec.params[kind[1]]))
     if keys and not session.config.option.collectonly:
         sys.modules["_gate_pool"].start(keys)  # imported by test_public_gate.py

@@ -1,5 +1,5 @@
 """The public bugs firstdiv does not localize yet (by its owning instrument and by plain ``diagnose``), each with
-what was seen: the strict expected failures of ``test_public_gate.py``. Written by ``public_misses.py``."""
+what was seen: the expected failures ``test_public_gate.py`` does not run. Written by ``public_misses.py``."""
 
 MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'a2cppoacktr_a2c.masks_dropped_from_returns': 'owner saw PASS None None: ; diagnose PASS at None',

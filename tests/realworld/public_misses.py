@@ -1,6 +1,6 @@
 """Rewrite ``_public_missed.py``: run every public bug through its owning instrument and plain ``diagnose`` (the
 gate's own jobs, two worker processes) and list those not localized by both, each with what was seen. Run it when
-a change localizes more bugs (the gate's strict expected failures then say which to take off), never to hide a
+a change may localize more bugs (the gate does not run the listed ones: this script says which to take off), never to hide a
 regression: the list only shrinks in review.
 
     python tests/realworld/public_misses.py
@@ -21,7 +21,7 @@ import _public_jobs as jobs
 from _api import load_dir
 
 HEADER = '''"""The public bugs firstdiv does not localize yet (by its owning instrument and by plain ``diagnose``), each with
-what was seen: the strict expected failures of ``test_public_gate.py``. Written by ``public_misses.py``."""
+what was seen: the expected failures ``test_public_gate.py`` does not run. Written by ``public_misses.py``."""
 
 MISSED = '''
 

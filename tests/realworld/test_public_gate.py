@@ -4,9 +4,10 @@ wrote; their first-contact results are in ``first_contact.json``). These run aft
 - every correct port, at seeds 0, 1, 2: ``diagnose(stop_at_first=False)`` raises nothing, no instrument FAILs, and
   the run leaves no trace on the program's objects (the no-trace harness, over every instrument diagnose ran);
 - every bug variant: its owning instrument localizes it (its first divergence names the bug's place) and so does
-  plain ``diagnose``. The bugs firstdiv does not localize yet are listed in ``_public_missed.py`` with the reason,
-  as strict expected failures: one that starts being localized fails the run until it is taken off the list, and a
-  localized bug that regresses fails it too.
+  plain ``diagnose``; a localized bug that regresses fails the run. The bugs firstdiv does not localize yet are
+  listed in ``_public_missed.py`` with what was seen: expected failures the suite does not run (running them can only
+  show one became localized, and ``public_misses.py`` runs every bug and rewrites the list; the list only shrinks in
+  review).
 
 WARNs on correct ports are not gated here (a port may not declare them: ``public/README.md``); they are counted in
 ``first_contact.json`` and the README of this directory.
@@ -39,6 +40,11 @@ KNOWN_TRUE_FINDINGS = {
     "net.eval(); after 30 steps, one evaluation as written moved the BatchNorm running statistics (it writes into the "
     "model) and gave a metric of 0.94/0.97/1.0 against 0.97/0.94/0.94 in eval mode (seeds 0/1/2)"
     for seed in SEEDS
+} | {
+    ("awesomerecsys_xdeepfm", seed): "six_claims claim.evaluation.train_mode: the repository's test() runs the model "
+    "without model.eval() (its dropout and batch norms in training mode while it evaluates), found at first contact "
+    "(public-14)"
+    for seed in SEEDS
 }
 
 
@@ -46,12 +52,13 @@ KNOWN_TRUE_FINDINGS = {
 def pool():
     """The jobs' futures: ``conftest.py`` submitted every selected job to two spawned workers when collection ended
     (so the gate runs beside the rest of the suite); each test waits for its own result."""
-    return _gate_pool.start([("correct", n, s) for n, s in CORRECT] + [("bug", n, i) for n, i, _ in BUGS])
+    return _gate_pool.start([("correct", n, s) for n, s in CORRECT]
+                            + [("bug", n, i) for n, i, b in BUGS if f"{n}.{b.name}" not in MISSED])
 
 
 def _case(name: str, index: int, bug):
     reason = MISSED.get(f"{name}.{bug.name}")
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    marks = [pytest.mark.xfail(run=False, reason=reason)] if reason else []
     return pytest.param(name, index, marks=marks, id=f"{name}-{bug.name}")
 
 

@@ -31,10 +31,8 @@ Deviations from the original:
 - ``train`` is not run an epoch at a time: ``train_step`` is one batch of its loop (the next epoch starts,
   re-reading and re-shuffling the file, when it runs out), returning the batch's loss; the progress print is
   dropped.
-- ``test`` returns its average loss (sklearn's ``roc_auc_score`` and the prints are dropped), and runs the model in
-  eval mode (restoring the mode after): the original calls ``model(idx, value)`` without ``model.eval()``, so its
-  dropout and batch norms run in training mode while it evaluates. That line as written is the bug variant
-  ``test_in_train_mode``; this deviation was made after firstdiv's first contact with the port (batch public-14).
+- ``test`` returns its average loss (sklearn's ``roc_auc_score`` and the prints are dropped); like the
+  original it calls ``model(idx, value)`` without ``model.eval()``.
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
@@ -366,9 +364,6 @@ def _build(seed, bug=None):
         features_idxs, features_values, labels = get_idx_value_label(
             test_filelist[0], featIndex, feat_cnt, shuffle=False)
         test_loss = 0
-        was_training = model.training
-        if bug != "test_in_train_mode":
-            model.eval()  # deviation: the original evaluates in train mode (see the bug variant)
         with torch.no_grad():
             for batch_idx in range(math.ceil(test_item_count / BATCH_SIZE)):
                 st_idx, ed_idx = batch_idx * BATCH_SIZE, (batch_idx + 1) * BATCH_SIZE
@@ -384,7 +379,6 @@ def _build(seed, bug=None):
 
                 test_loss += F.binary_cross_entropy_with_logits(output, target)
             test_loss /= math.ceil(test_item_count / BATCH_SIZE)
-        model.train(was_training)
         return float(test_loss)
 
     # the Program's batch: the first BATCH_SIZE rows of the training file, unshuffled
@@ -408,8 +402,4 @@ BUGS = [
     # clip_grad_norm_ after optimizer.step(): the clipping never reaches the update (classic).
     Bug("clip_after_step", functools.partial(_build, bug="clip_after_step"), "step_probe", (),
         kind="step.clip_after_step"),
-    # the original's test() as written: model(idx, value) without model.eval(), so its dropout and batch norms run in
-    # training mode during evaluation. Found by firstdiv's first contact with this port (six_claims
-    # claim.evaluation.train_mode, every seed); the correct port evaluates in eval mode.
-    Bug("test_in_train_mode", functools.partial(_build, bug="test_in_train_mode"), "six_claims", ("EVALUATION",)),
 ]
