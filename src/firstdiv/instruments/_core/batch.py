@@ -314,8 +314,10 @@ def unfed_target(model: nn.Module, b: Batch) -> str | None:
         params = list(inspect.signature(getattr(model, "forward", model)).parameters.values())
     except (TypeError, ValueError):
         return None
-    fed = len(b.inputs) if not b.as_kwargs and positional(model, b.inputs) else 0 if b.as_kwargs else 1
-    names = set(b.inputs) if b.as_kwargs else set()
+    if b.as_kwargs:
+        fed, names = 0, set(b.inputs)
+    else:
+        fed, names = (len(b.inputs) if positional(model, b.inputs) else 1), set()
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     free = [p for i, p in enumerate(q for q in params if q.kind in kinds) if i >= fed and p.name not in names]
     return next((p.name for p in free if p.name in TARGET_KEYS and p.default is not inspect.Parameter.empty), None)

@@ -75,18 +75,19 @@ def _has_log_behind(node: Any, depth: int = 6) -> bool:
     return False
 
 
-def _saved(node: Any, name: str) -> torch.Tensor | None:
+def saved_tensor(node: Any, name: str, floating: bool = True) -> torch.Tensor | None:
+    """The tensor a graph node saved under ``name`` (detached; a floating one unless ``floating=False``), or None."""
     try:
         value = getattr(node, name)
     except (AttributeError, RuntimeError):  # freed after a backward, or not saved
         return None
-    return value.detach() if torch.is_tensor(value) and value.is_floating_point() else None
+    return value.detach() if torch.is_tensor(value) and (value.is_floating_point() or not floating) else None
 
 
 def _with_logits(node: Any) -> Misfed | None:
     fed = _through_views(node.next_functions[0][0] if node.next_functions else None)
     op = _SQUASH.get(type(fed).__name__)
-    x = _saved(node, "_saved_self")
+    x = saved_tensor(node, "_saved_self")
     if op is None or x is None or x.numel() == 0 or float(x.min()) < 0 or float(x.max()) > 1:
         return None
     return Misfed("objective.probabilities_as_logits", "binary_cross_entropy_with_logits", op,
@@ -95,7 +96,7 @@ def _with_logits(node: Any) -> Misfed | None:
 
 def _nll(node: Any) -> Misfed | None:
     producer = node.next_functions[0][0] if node.next_functions else None
-    x = _saved(node, "_saved_self")
+    x = saved_tensor(node, "_saved_self")
     if x is None or x.dim() < 2 or x.numel() == 0:
         return None
     fed = _through_views(producer)
@@ -121,7 +122,7 @@ def _nll(node: Any) -> Misfed | None:
 
 
 def _ctc(node: Any) -> Misfed | None:
-    x = _saved(node, "_saved_log_probs")
+    x = saved_tensor(node, "_saved_log_probs")
     producer = node.next_functions[0][0] if node.next_functions else None
     if x is None or x.dim() < 2 or x.numel() == 0 or _has_log_behind(producer):
         return None
@@ -146,7 +147,7 @@ def broadcast_into_loss(loss: Any) -> tuple[list[int], list[int]] | None:
         if type(node).__name__ not in _ELEMENTWISE or not node.next_functions:
             continue
         producer = node.next_functions[0][0]
-        x = _saved(node, "_saved_self")
+        x = saved_tensor(node, "_saved_self")
         if type(producer).__name__ != "ExpandBackward0" or x is None:
             continue
         try:

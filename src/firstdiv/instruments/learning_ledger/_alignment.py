@@ -175,8 +175,8 @@ def _compare(ev: dict[str, Any], name: str, where: str, x: torch.Tensor, y: torc
         given = _scores(feats, flat(y), flat(keep))
         others = {k: _scores(feats, flat(f(y)), flat(f(keep))) for k, f in _OTHERS.items() if k != "transposed" or h == w}
     best_name, best, better = "", None, torch.zeros(b, dtype=torch.bool)
+    g = given.nan_to_num(0.0)
     for k, r2 in others.items():
-        g = given.nan_to_num(0.0)
         wins = (r2 >= R2_EXPLAINED) & (r2 - g >= R2_MARGIN) & (g <= R2_UNEXPLAINED)
         if int(wins.sum()) > int(better.sum()):
             best_name, best, better = k, r2, wins

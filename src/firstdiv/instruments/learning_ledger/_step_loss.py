@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
+from .._core.batch import rebuild
 from .._core.closure import closure_state
-from .._core.loss_graph import Misfed, graph_nodes, misfed_backwards
+from .._core.loss_graph import Misfed, graph_nodes, misfed_backwards, saved_tensor
 from .._core.state import guarded
 from .._core.task import Ctx
 
@@ -65,7 +66,7 @@ def _clone(x: Any) -> Any:
     if isinstance(x, dict):
         return {k: _clone(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_clone(v) for v in x) if isinstance(x, list) else tuple(_clone(v) for v in x)
+        return rebuild(x, [_clone(v) for v in x])
     return x
 
 
@@ -81,8 +82,9 @@ def _reading_fed(model: torch.nn.Module, fed: dict[str, Any]) -> Iterator[None]:
     def reading(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         if "targets" not in fed:
             roots = [t for t in (tensors if isinstance(tensors, (tuple, list)) else (tensors,)) if torch.is_tensor(t)]
-            fed["targets"] = [_saved_target(n) for r in roots if r.grad_fn is not None for n in graph_nodes(r)
-                              if type(n).__name__ in _TARGET_NODES and _saved_target(n) is not None]
+            saved = (saved_tensor(n, "_saved_target", floating=False) for r in roots if r.grad_fn is not None
+                     for n in graph_nodes(r) if type(n).__name__ in _TARGET_NODES)
+            fed["targets"] = [t.clone() for t in saved if t is not None]
         return original(tensors, *args, **kwargs)
 
     handle = model.register_forward_pre_hook(pre, with_kwargs=True)
@@ -93,10 +95,3 @@ def _reading_fed(model: torch.nn.Module, fed: dict[str, Any]) -> Iterator[None]:
         torch.autograd.backward = original
         handle.remove()
 
-
-def _saved_target(node: Any) -> torch.Tensor | None:
-    try:
-        value = node._saved_target
-    except (AttributeError, RuntimeError):  # freed, or not saved
-        return None
-    return value.detach().clone() if torch.is_tensor(value) else None
