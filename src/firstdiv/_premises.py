@@ -455,6 +455,18 @@ PREMISES: dict[str, Premise] = {
         "targets the input's local values do not explain (no alignment reaches R^2 0.1 and the margin), symmetric "
         "images, a batch without a 4-D image input of <= 8 channels or a target grid under 12 x 12 or at another scale "
         "per axis: no finding"),
+    "task.target_in_input": Premise(
+        "learning_ledger", "the model is not handed what it must predict (a horizon after the input window, a label "
+        "that is not among the features)",
+        "on the declared batch and on what train_step feeds: target values equal to one input's values at fixed "
+        "positions in every example and not when paired with another example's input (informative values only: "
+        "floats mostly distinct over the batch, else >= 32 bits), making up at least half of a floating target or an "
+        "example's one label; then, on the ledger's copy in eval mode with the RNGs reseeded, changing that input "
+        "position alone moves the aligned output by >= 1/20 of the largest move, for at least half of up to 8 probes",
+        "a target copying the input at its own positions or copying every varying input position (reconstruction, a "
+        "copy task), integer sequences copying some source tokens (a seq2seq rule; shifts are the sequence checks'), "
+        "a copy the model does not read (a causal model's next-token labels), no output aligned with the targets: no "
+        "finding"),
     "task.mlm_labels_not_masked": Premise(
         "learning_ledger", "a masked language model predicts only the positions chosen for masking",
         "data pattern: one input id (the mask token, never a target) stands at >= 50% of the supervised positions whose "

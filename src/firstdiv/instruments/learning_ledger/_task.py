@@ -23,6 +23,7 @@ from .._core.examples import logits_of
 from .._core.task import Ctx, err, input_ids, is_int, shape
 from ._alignment import target_misaligned
 from ._common import failed, g4, isclose, passed, supervised, warned
+from ._leak import target_in_input
 from ._masks import mask_unread
 from ._sequence import copies_own_token, future_or_copy
 from ._supervision import target_copy
@@ -38,7 +39,7 @@ def check_task(ctx: Ctx) -> Check:
                           "outputs_shape": shape(ctx.outputs), "model_mode": "train" if ctx.model.training else "eval"}
     held = None  # a WARN (a named, unconfirmed premise) never hides what task_probe confirms
     for check in (_finite_targets, _label_range, _lm_shift, _copies_own_token, target_copy, mask_unread,
-                  target_misaligned):
+                  target_misaligned, target_in_input):
         result = check(ctx, ev)
         if result is not None and result.finding.status is Status.FAIL:
             return result

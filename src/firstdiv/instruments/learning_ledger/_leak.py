@@ -1,0 +1,251 @@
+"""``task.target_in_input``: the targets sit, value for value, in an input the model reads for them.
+
+A forecaster whose target window overlaps its input window (the horizon sliced from the window's start, a window one
+step too long), a tabular row that still holds the label among its fields, a decoder fed the future it must predict:
+the loss falls fast, towards nothing learned. The premise is read from the program's own batch, then confirmed by a
+counterfactual on the ledger's copy:
+
+1. A copy: target element ``j`` equals input element ``i`` (the same fixed position of one input tensor) in every
+   example of the batch, and not when the targets are paired with another example's input (rolled by one example):
+   a value constant across the batch (a start token, a padding value) copies nothing. Every element is compared
+   exactly (a signature of each position's values over the examples, then the candidates checked one by one). Only
+   values no position matches by chance count (floating values mostly distinct across the examples, integers carrying
+   >= 32 bits over the batch), and only where they make up the target: at least half of a floating target, or the one
+   integer label of each example. Integer sequences that copy some source tokens are what a seq2seq rule does.
+2. Not a reconstruction: a target that copies the input at its own positions (an autoencoder, an imputer, labels
+   handed to a model that computes its own loss) or that copies every non-constant position of an input (a copy or
+   reversal task) is what the program asks for; no finding.
+3. The model reads it (the counterfactual): on the ledger's copy in eval mode, with every RNG reseeded alike,
+   changing input ``i`` alone (to another example's value) moves the output the loss compares with target ``j`` (an
+   output with the targets' elements, or one score vector per target element), by at least a twentieth of the largest
+   move any output makes. A causal model whose labels are its inputs shifted by one does not: position ``j`` never
+   reads the token it is asked for. At least half of up to eight probed elements must move.
+
+Read on the declared batch, then on what ``train_step`` feeds (its model's first input and the target its loss saved).
+Nothing is concluded when no output is aligned with the targets or the model raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..._globals import preserved_globals
+from .._core.batch import positional, rebuild
+from .._core.checks import Check
+from .._core.task import Ctx
+from ._common import failed
+from ._perturbed import eval_mode
+from ._step_loss import step_fed
+
+MAX_EXAMPLES = 256
+MAX_CELLS = 1 << 24  # examples x elements of one input compared
+MAX_TARGET = 4096  # target elements per example compared
+PROBES = 8
+MIN_BITS = 32.0
+READS = 0.05  # a probed output moves by this fraction of the largest move: the model reads the copied input
+_PRIME = 2_147_483_629
+
+
+def _tensors(x: Any, path: str) -> list[tuple[str, torch.Tensor]]:
+    if torch.is_tensor(x):
+        return [(path, x)]
+    if isinstance(x, dict):
+        return [i for k, v in x.items() for i in _tensors(v, f"{path}[{k!r}]" if path else str(k))]
+    if isinstance(x, (list, tuple)):
+        return [i for k, v in enumerate(x) for i in _tensors(v, f"{path}[{k}]")]
+    return []
+
+
+def _replaced(x: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
+    """``x`` with the tensor ``old`` (by identity) replaced by ``new``, containers rebuilt."""
+    if x is old:
+        return new
+    if isinstance(x, dict):
+        return {k: _replaced(v, old, new) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return rebuild(x, [_replaced(v, old, new) for v in x])
+    return x
+
+
+def _signatures(v: torch.Tensor) -> torch.Tensor:
+    """[B, N] values -> [2, N] int64: each column's values over the examples hashed (equal columns, equal signatures)."""
+    bits = (v.double() + 0.0).nan_to_num(nan=1.5e300).view(torch.int64).remainder(_PRIME)
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(2):
+        r = torch.randint(1, _PRIME, (v.shape[0], 1), generator=gen, dtype=torch.int64)
+        out.append((bits * r).remainder(_PRIME).sum(0))
+    return torch.stack(out)
+
+
+def _copies(x: torch.Tensor, y: torch.Tensor) -> dict[int, list[int]]:
+    """Target column j -> the input columns i with x[:, i] == y[:, j] in every example, for the columns that no
+    rolled pairing also matches (step 1)."""
+    sx, sy, sr = _signatures(x), _signatures(y), _signatures(y.roll(1, 0))
+    index: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(zip(*sx.tolist())):
+        index.setdefault(key, []).append(i)
+    rolled = {k for k in zip(*sr.tolist()) if k in index}
+    found = {}
+    for j, key in enumerate(zip(*sy.tolist())):
+        if key in index and key not in rolled:
+            src = [i for i in index[key] if torch.equal(x[:, i], y[:, j])]
+            if src:
+                found[j] = src
+    return found
+
+
+def _informative(column: torch.Tensor) -> bool:
+    """A column no input position matches by chance: floating values mostly distinct across the examples, or values
+    whose empirical distribution over the examples carries >= 32 bits (a binary label over 32 examples)."""
+    _, counts = torch.unique(column, return_counts=True)
+    if column.is_floating_point() and len(counts) >= 0.75 * len(column):
+        return True
+    p = counts.double() / len(column)
+    return float((counts * -torch.log2(p)).sum()) >= MIN_BITS
+
+
+def _enough(copies: dict[int, list[int]], t: torch.Tensor) -> bool:
+    """Floating targets: at least half of each example's values copied (a horizon inside the window). Integer targets:
+    the one label per example (a label among the fields); integer sequences that copy some source tokens are what a
+    seq2seq rule does (copying, summarizing), and their shifts are the sequence checks' to read."""
+    per = t[0].numel()
+    return bool(copies) and (2 * len(copies) >= per if t.is_floating_point() else per == 1)
+
+
+def _reconstruction(found: dict[int, list[int]], x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Step 2: the target copies the input at its own positions, or copies all of it."""
+    if x.shape[1] == y.shape[1] and all(j in src for j, src in found.items()):
+        return True
+    varying = set(torch.nonzero((x != x[:1]).any(0)).flatten().tolist())
+    return varying <= {i for src in found.values() for i in src}
+
+
+def _aligned(outputs: Any, b: int, per: int) -> list[tuple[str, Callable[[torch.Tensor], torch.Tensor]]]:
+    """The outputs the loss can compare with targets of ``per`` elements per example: each as a view [B, per, k]."""
+    found = []
+    for path, o in _tensors(outputs, "outputs"):
+        if not o.is_floating_point() or o.dim() == 0 or o.shape[0] != b:
+            continue
+        n = o[0].numel()
+        if n == per:
+            found.append((path, lambda o, b=b, per=per: o.reshape(b, per, 1)))
+        elif o.dim() >= 2 and n == per * o.shape[-1] and o.shape[-1] > 1:
+            found.append((path, lambda o, b=b, per=per: o.reshape(b, per, -1)))
+    return found
+
+
+class _Call:
+    """The model's forward on the ledger's copy: ``args``/``kwargs`` with one tensor replaced, outputs or None."""
+
+    def __init__(self, ctx: Ctx, args: tuple, kwargs: dict) -> None:
+        self.ctx, self.args, self.kwargs = ctx, args, kwargs
+
+    def __call__(self, old: torch.Tensor | None = None, new: torch.Tensor | None = None) -> Any:
+        args, kwargs = (self.args, self.kwargs) if old is None else \
+            (_replaced(self.args, old, new), _replaced(self.kwargs, old, new))
+        try:
+            with preserved_globals(seed=0), torch.no_grad(), eval_mode(self.ctx.work):
+                return self.ctx.work(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - user code on a changed input: no finding
+            return None
+
+
+def _declared_call(ctx: Ctx) -> _Call:
+    inputs = ctx.batch.inputs
+    if ctx.batch.as_kwargs:
+        return _Call(ctx, (), dict(inputs))
+    return _Call(ctx, tuple(inputs), {}) if positional(ctx.work, inputs) else _Call(ctx, (inputs,), {})
+
+
+def target_in_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
+    """On the declared batch, then on what ``train_step`` feeds."""
+    if ctx.batch_axis != 0:
+        return None
+    call = _declared_call(ctx)
+    found = _search(ctx, ev, call, [t for _, t in _tensors(ctx.batch.targets, "")], "")
+    if found is not None:
+        return found
+    fed = step_fed(ctx)
+    if fed is None:
+        return None
+    (args, kwargs), targets = fed
+    return _search(ctx, ev, _Call(ctx, tuple(args), dict(kwargs)), targets, " in the batches train_step feeds")
+
+
+def _search(ctx: Ctx, ev: dict[str, Any], call: _Call, targets: list[torch.Tensor], where: str) -> Check | None:
+    inputs = _tensors((call.args, call.kwargs), "")
+    for t in targets:
+        b = min(t.shape[0], MAX_EXAMPLES) if t.dim() else 0
+        if b < 4 or t.is_complex() or t[0].numel() > MAX_TARGET:
+            continue
+        y = t[:b].reshape(b, -1)
+        for path, x in inputs:
+            if x is t or x.dim() == 0 or x.shape[0] != t.shape[0] or x.is_complex() or b * x[0].numel() > MAX_CELLS:
+                continue
+            xf = x[:b].reshape(b, -1)
+            copies = {j: src for j, src in _copies(xf, y).items() if _informative(y[:, j])}
+            if not _enough(copies, t) or _reconstruction(copies, xf, y):
+                continue
+            result = _confirm(call, x, t, copies)
+            if result is not None:
+                return _finding(ev, _name(path), t, copies, result, where)
+    return None
+
+
+def _name(path: str) -> str:
+    """The input's name as the user passed it: ``[0][1]`` -> ``inputs[1]``, ``[1]['x'][0]`` -> ``x[0]``."""
+    if path.startswith("[1]"):
+        key, _, rest = path[5:].partition("']")
+        return key + rest
+    return "inputs" + path[3:]
+
+
+def _confirm(call: _Call, x: torch.Tensor, t: torch.Tensor, copies: dict[int, list[int]]) -> dict[str, Any] | None:
+    """Step 3: which probed target elements' outputs move with their source input alone."""
+    base = call()
+    b, per = t.shape[0], t[0].numel()
+    views = _aligned(base, b, per) if base is not None else []
+    if not views:
+        return None
+    path, view = views[0]
+    js = sorted(copies)
+    probes = [js[k * len(js) // min(PROBES, len(js))] for k in range(min(PROBES, len(js)))]
+    flat = x.reshape(x.shape[0], -1)
+    moved = []
+    for j in probes:
+        i = copies[j][0]
+        changed = flat.clone()
+        changed[:, i] = flat[:, i].roll(1, 0)
+        rows = changed[:, i] != flat[:, i]
+        out = call(x, changed.reshape(x.shape))
+        other = dict(_tensors(out, "outputs")).get(path) if out is not None else None
+        if other is None or other.shape != dict(_tensors(base, "outputs"))[path].shape or not bool(rows.any()):
+            continue
+        delta = (view(other) - view(dict(_tensors(base, "outputs"))[path])).abs()[rows].nan_to_num(0.0)
+        at_j, largest = float(delta[:, j].max()), float(delta.max())
+        moved.append((j, i, at_j > 0.0 and at_j >= READS * largest))
+    if not moved or sum(m for *_, m in moved) * 2 < len(moved):
+        return None
+    return {"output": path, "probes": [[j, i, bool(m)] for j, i, m in moved]}
+
+
+def _finding(ev: dict[str, Any], name: str, t: torch.Tensor, copies: dict[int, list[int]], result: dict[str, Any],
+             where: str) -> Check:
+    per = t[0].numel()
+    j = next(j for j, _, m in result["probes"] if m)
+    i = copies[j][0]
+    ev["target_in_input"] = {"input": name + where, "copied": len(copies), "of": per, **result}
+    return failed("TASK", "task.target_in_input",
+                  f"{len(copies)} of the {per} target values per example{where} are copies of input {name!r} at fixed "
+                  f"positions (target element {j} == {name}[{i}] in every example, not when paired with another "
+                  f"example's input), and the model's prediction of them changes when that input alone changes: the "
+                  "model is given what it must predict", ev,
+                  expected="targets the model does not see (a horizon after the input window, labels not among the "
+                           "features)",
+                  observed=f"{len(copies)}/{per} target values found in {name!r} and read by {result['output']}",
+                  hint="slice the target after the input window (x = s[t:t+L], y = s[t+L:t+L+H]), drop the label "
+                       "column from the features, and feed a decoder only the known part of the sequence")
