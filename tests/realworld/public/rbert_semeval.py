@@ -19,7 +19,8 @@ schedule step, ``model.zero_grad()``); ``Trainer.evaluate``'s loss and accuracy.
 
 Deviations from the original:
 - no pretrained weights, no downloads: ``RBERT(config, args)`` on a ``BertConfig`` built here (hidden 48, 2 layers,
-  2 heads, intermediate 96) instead of ``from_pretrained("bert-base-uncased")``; the ``BertTokenizer`` is replaced
+  2 heads, intermediate 96) instead of ``from_pretrained("bert-base-uncased")`` (so the three ``FCLayer``s keep
+  PyTorch's default initialization, where ``from_pretrained`` would give these new layers BERT's normal(0, 0.02)); the ``BertTokenizer`` is replaced
   by a word-level tokenizer over the synthetic vocabulary (the four marker tokens kept as single tokens, as
   ``add_special_tokens`` makes them);
 - data: SemEval's ``train.tsv`` / ``label.txt`` are replaced by synthetic sentences from ``seed``: filler words with
