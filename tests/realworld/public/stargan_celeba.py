@@ -12,7 +12,7 @@ Source: https://github.com/yunjey/stargan
 Commit: 94dd002e93a2863d9b987a937b85925b80f7a19f
 Files: solver.py (``Solver.build_model``, ``reset_grad``, ``gradient_penalty``, ``classification_loss``, ``train``),
 model.py, data_loader.py, main.py
-License: MIT (Copyright (c) 2017 Yunjey Choi; full text in LICENSES/yunjey-stargan.txt)
+License: MIT (Copyright (c) 2017, holder left blank in the file; full text in LICENSES/yunjey-stargan.txt)
 Domain: vision, GAN (multi-domain image-to-image translation, WGAN-GP with an auxiliary attribute classifier)
 
 Deviations from the original:

@@ -361,9 +361,9 @@ class Loss(nn.Module):
             # Because (center_x,center_y)=pred[:, 2] and (w,h)=pred[:,2:4] are normalized for cell-size and image-size respectively,
             # rescale (center_x,center_y) for the image-size to compute IoU correctly.
             if self.bug == "iou_centre_column_slip":
-                # the repository's code before PR #2 (issue #1): ``pred[:, 2]`` (the width) for ``pred[:, :2]``
-                pred_xyxy[:,  :2] = (pred[:, 2]/float(S)).unsqueeze(1) - 0.5 * pred[:, 2:4]
-                pred_xyxy[:, 2:4] = (pred[:, 2]/float(S)).unsqueeze(1) + 0.5 * pred[:, 2:4]
+                # the repository's lines before 2b4fe93 "Fix #1" (issue #1, PR #2): ``pred[:, 2]`` for ``pred[:, :2]``
+                pred_xyxy[:,  :2] = pred[:, 2]/float(S) - 0.5 * pred[:, 2:4]
+                pred_xyxy[:, 2:4] = pred[:, 2]/float(S) + 0.5 * pred[:, 2:4]
             else:
                 pred_xyxy[:,  :2] = pred[:, :2]/float(S) - 0.5 * pred[:, 2:4]
                 pred_xyxy[:, 2:4] = pred[:, :2]/float(S) + 0.5 * pred[:, 2:4]
@@ -374,8 +374,8 @@ class Loss(nn.Module):
             # Because (center_x,center_y)=target[:, 2] and (w,h)=target[:,2:4] are normalized for cell-size and image-size respectively,
             # rescale (center_x,center_y) for the image-size to compute IoU correctly.
             if self.bug == "iou_centre_column_slip":
-                target_xyxy[:,  :2] = (target[:, 2]/float(S)).unsqueeze(1) - 0.5 * target[:, 2:4]
-                target_xyxy[:, 2:4] = (target[:, 2]/float(S)).unsqueeze(1) + 0.5 * target[:, 2:4]
+                target_xyxy[:,  :2] = target[:, 2]/float(S) - 0.5 * target[:, 2:4]
+                target_xyxy[:, 2:4] = target[:, 2]/float(S) + 0.5 * target[:, 2:4]
             else:
                 target_xyxy[:,  :2] = target[:, :2]/float(S) - 0.5 * target[:, 2:4]
                 target_xyxy[:, 2:4] = target[:, :2]/float(S) + 0.5 * target[:, 2:4]
@@ -625,9 +625,9 @@ def _build(seed, bug=None):
 build = functools.partial(_build, bug=None)
 
 BUGS = [
-    # the repository's own IoU slip before PR #2 (https://github.com/motokimura/yolo_v1_pytorch/issues/1,
+    # the repository's own IoU slip before commit 2b4fe93 "Fix #1" (https://github.com/motokimura/yolo_v1_pytorch/issues/1,
     # https://github.com/motokimura/yolo_v1_pytorch/pull/2): the box corners are built from the width column
-    # ``pred[:, 2]`` instead of the centre ``pred[:, :2]``, so the responsible box and its confidence target (the
+    # ``pred[:, 2]`` (broadcast over the B boxes) instead of the centres ``pred[:, :2]``, so the responsible box and its confidence target (the
     # IoU) are chosen from wrong boxes.
     Bug("iou_centre_column_slip", functools.partial(_build, bug="iou_centre_column_slip"), "learning_ledger",
         ("OBJECTIVE",)),
