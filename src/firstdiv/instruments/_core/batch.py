@@ -17,6 +17,7 @@ API (stable; other instruments import it):
 Accepted batches:
 
 - a tuple/list ``(inputs, targets)``, or ``(inputs,)`` (targets None);
+- a tensor: unlabelled inputs, ``model(batch)``, targets None (a self-supervised batch whose loss reads the outputs);
 - a tuple/list of three or more items that ``forward`` takes as its positional arguments (a ``TensorDataset`` batch
   of ``input_ids, attention_mask, ..., labels`` into a model that computes its own loss): all inputs, targets None;
 - a dict with an inputs key (``inputs``, ``input``, ``x``) and optionally a targets key
@@ -183,6 +184,8 @@ def split_batch(batch: Any, model: nn.Module | None = None) -> Batch:
         return batch
     if isinstance(batch, Mapping):
         return _split_dict(plain(batch), model)
+    if torch.is_tensor(batch) and batch.dim() > 0:
+        return Batch(batch, None, False)  # unlabelled inputs: the loss reads the outputs alone (targets None)
     if isinstance(batch, (tuple, list)) and len(batch) in (1, 2):
         inputs = plain(batch[0])
         targets = plain(batch[1]) if len(batch) == 2 else None

@@ -154,3 +154,22 @@ def _restore_lost_attributes(original: torch.optim.Optimizer, copied: torch.opti
             setattr(copied, key, [twin[id(v)] for v in value])
         elif value is None or isinstance(value, (bool, int, float, str)):
             setattr(copied, key, value)
+
+
+def restarting(work: nn.Module) -> nn.Module:
+    """``work`` (an instrument's own copy of the user's model) with a forward pre-hook that puts back, before each of
+    its forwards, every tensor (or tuple of tensors) its modules held as a plain attribute when this was called: a
+    recurrent state the forward
+    stores on the module (``self.hidden = ...``), which the user's loop re-initializes per batch, starts every forward
+    of the copy from where the user's model stood instead of from the last forward's (by then freed) graph."""
+    def state(v: Any) -> bool:  # a tensor, or a tuple/list of them (an LSTM's (h, c))
+        return torch.is_tensor(v) or isinstance(v, (tuple, list)) and bool(v) and all(map(torch.is_tensor, v))
+    saved = [(m, key, value) for m in work.modules() for key, value in vars(m).items()
+             if state(value) and key not in m._parameters and key not in m._buffers]
+
+    def restart(*_: Any) -> None:
+        for m, key, value in saved:
+            m.__dict__[key] = value
+    if saved:
+        work.register_forward_pre_hook(restart)
+    return work

@@ -61,6 +61,8 @@ class Audit:
 
     def stale(self) -> list[tuple[int, int, torch.Tensor]]:
         known = set(self.reg.params) | set(self.reg.buffers) | self.hidden_ids()
+        if isinstance(self.loss_fn, torch.nn.Module):  # a loss module's own parameters (proxies, class centres)
+            known |= {id(p) for p in self.loss_fn.parameters()}
         out, seen = [], set()
         for g, i, t in self.owned:
             if id(t) not in known and id(t) not in seen:

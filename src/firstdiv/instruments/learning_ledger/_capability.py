@@ -37,6 +37,7 @@ import torch
 from ...report import Status
 from .._core.batch import Batch, compute_loss, loss_problem
 from .._core.checks import Check
+from .._core.copying import restarting
 from .._core.examples import logits_of, num_examples, take_examples
 from .._core.lr import step_at_base_lr
 from .._core.state import detached_copy
@@ -45,17 +46,12 @@ from ._common import failed, g4, passed, skipped_link, to_logits_2d, warned
 from ._floor import floor, relative_change, untestable
 from ._links import lr_of, step, trainable
 
-TINY = 8
-FIT = 0.9
-LEARN = 0.10
-PROGRESS = 0.25
+TINY, FIT, LEARN, PROGRESS = 8, 0.9, 0.10, 0.25
 STEADY = 0.5  # a round that fell this much and was still falling when it ended is learning (PASS with a note) ...
 STILL = 0.02  # ... still falling: by this fraction of the initial loss over its last WINDOW steps
 MIN_BUDGET = 20  # below this many steps a loss that has not fallen is a verdict only when the weights did not move
-SCALES = (1.0, 10.0, 100.0, 1000.0)
-DOWN = (0.1, 0.01)
-WINDOW = 20
-PROBE = 2 * WINDOW  # steps a round before the last gets before the next lr is tried
+SCALES, DOWN = (1.0, 10.0, 100.0, 1000.0), (0.1, 0.01)
+WINDOW, PROBE = 20, 40  # PROBE: steps a round before the last gets before the next lr is tried
 #: wall-clock seconds the escalation may take (a large copy's rounds stop there: inconclusive, never a FAIL)
 TIME_BUDGET = 15.0
 DIVERGE = 10.0
@@ -118,6 +114,7 @@ def _tiny(ctx: Ctx) -> Batch:
 
 def _copy(ctx: Ctx, scale: float) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     model, opt = detached_copy(ctx.model, ctx.optimizer)
+    restarting(model)
     if opt is None:
         opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=PLAIN_SGD_LR)
     opt.state.clear()
@@ -185,6 +182,9 @@ def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool) -> tupl
             break
         try:
             loss.backward()
+            if i == 0 and all(p.grad is None for _, p in trainable(model)):
+                return r, ("no gradient reaches the trained copy's parameters from the loss (a loss_fn that computes it "
+                           "from the program's own model, not from the outputs it is given)")
             step(opt, closure)
         except Exception as exc:  # noqa: BLE001 - user code
             return r, f"backward/step {i} raised {err(exc)}"

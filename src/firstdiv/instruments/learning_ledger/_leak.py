@@ -141,8 +141,9 @@ def _aligned(outputs: Any, b: int, per: int) -> list[tuple[str, Callable[[torch.
 class _Call:
     """The model's forward on the ledger's copy: ``args``/``kwargs`` with one tensor replaced, outputs or None."""
 
-    def __init__(self, ctx: Ctx, args: tuple, kwargs: dict) -> None:
+    def __init__(self, ctx: Ctx, args: tuple, kwargs: dict, whole: bool = False) -> None:
         self.ctx, self.args, self.kwargs = ctx, args, kwargs
+        self.whole = whole  # args is (inputs,): the batch's inputs handed over whole
 
     def __call__(self, old: torch.Tensor | None = None, new: torch.Tensor | None = None) -> Any:
         args, kwargs = (self.args, self.kwargs) if old is None else \
@@ -158,7 +159,7 @@ def _declared_call(ctx: Ctx) -> _Call:
     inputs = ctx.batch.inputs
     if ctx.batch.as_kwargs:
         return _Call(ctx, (), dict(inputs))
-    return _Call(ctx, tuple(inputs), {}) if positional(ctx.work, inputs) else _Call(ctx, (inputs,), {})
+    return _Call(ctx, tuple(inputs), {}) if positional(ctx.work, inputs) else _Call(ctx, (inputs,), {}, whole=True)
 
 
 def target_in_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
@@ -179,12 +180,13 @@ def target_in_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
 def _search(ctx: Ctx, ev: dict[str, Any], call: _Call, targets: list[torch.Tensor], where: str) -> Check | None:
     inputs = _tensors((call.args, call.kwargs), "")
     for t in targets:
-        b = min(t.shape[0], MAX_EXAMPLES) if t.dim() else 0
+        b = min(t.shape[0], MAX_EXAMPLES) if t.dim() and t.layout is torch.strided else 0
         if b < 4 or t.is_complex() or t[0].numel() > MAX_TARGET:
             continue
         y = t[:b].reshape(b, -1)
         for path, x in inputs:
-            if x is t or x.dim() == 0 or x.shape[0] != t.shape[0] or x.is_complex() or b * x[0].numel() > MAX_CELLS:
+            if x is t or x.layout is not torch.strided or x.dim() == 0 or x.shape[0] != t.shape[0] or x.is_complex() \
+                    or b * x[0].numel() > MAX_CELLS:
                 continue
             xf = x[:b].reshape(b, -1)
             copies = {j: src for j, src in _copies(xf, y).items() if _informative(y[:, j])}
@@ -192,16 +194,17 @@ def _search(ctx: Ctx, ev: dict[str, Any], call: _Call, targets: list[torch.Tenso
                 continue
             result = _confirm(call, x, t, copies)
             if result is not None:
-                return _finding(ev, _name(path), t, copies, result, where)
+                return _finding(ev, _name(path, call.whole), x, t, copies, result, where)
     return None
 
 
-def _name(path: str) -> str:
-    """The input's name as the user passed it: ``[0][1]`` -> ``inputs[1]``, ``[1]['x'][0]`` -> ``x[0]``."""
+def _name(path: str, whole: bool) -> str:
+    """The input's name as the user passed it: ``[0][1]`` -> ``inputs[1]`` (``inputs`` when handed over whole),
+    ``[1]['x'][0]`` -> ``x[0]``."""
     if path.startswith("[1]"):
         key, _, rest = path[5:].partition("']")
         return key + rest
-    return "inputs" + path[3:]
+    return "inputs" + path[6 if whole else 3:]
 
 
 def _confirm(call: _Call, x: torch.Tensor, t: torch.Tensor, copies: dict[int, list[int]]) -> dict[str, Any] | None:
@@ -233,17 +236,24 @@ def _confirm(call: _Call, x: torch.Tensor, t: torch.Tensor, copies: dict[int, li
     return {"output": path, "probes": [[j, i, bool(m)] for j, i, m in moved]}
 
 
-def _finding(ev: dict[str, Any], name: str, t: torch.Tensor, copies: dict[int, list[int]], result: dict[str, Any],
-             where: str) -> Check:
+def _at(name: str, shape: tuple[int, ...], flat: int) -> str:
+    """``name[:, i, j]``: a flat per-example index as the user indexes the batch."""
+    index = [str(int(k)) for k in torch.unravel_index(torch.tensor(flat), shape)] if shape else []
+    return f"{name}[{', '.join([':', *index])}]"
+
+
+def _finding(ev: dict[str, Any], name: str, x: torch.Tensor, t: torch.Tensor, copies: dict[int, list[int]],
+             result: dict[str, Any], where: str) -> Check:
     per = t[0].numel()
     j = next(j for j, _, m in result["probes"] if m)
-    i = copies[j][0]
-    ev["target_in_input"] = {"input": name + where, "copied": len(copies), "of": per, **result}
+    source, target = _at(name, tuple(x.shape[1:]), copies[j][0]), _at("targets", tuple(t.shape[1:]), j)
+    ev["target_in_input"] = {"input": name + where, "copied": len(copies), "of": per, "example": [target, source],
+                             **result}
     return failed("TASK", "task.target_in_input",
                   f"{len(copies)} of the {per} target values per example{where} are copies of input {name!r} at fixed "
-                  f"positions (target element {j} == {name}[{i}] in every example, not when paired with another "
-                  f"example's input), and the model's prediction of them changes when that input alone changes: the "
-                  "model is given what it must predict", ev,
+                  f"positions ({target} == {source} in every example, not when paired with another example's input), "
+                  "and the model's prediction of them changes when that input alone changes: the model is given what "
+                  "it must predict", ev,
                   expected="targets the model does not see (a horizon after the input window, labels not among the "
                            "features)",
                   observed=f"{len(copies)}/{per} target values found in {name!r} and read by {result['output']}",

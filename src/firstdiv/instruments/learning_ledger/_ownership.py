@@ -71,7 +71,9 @@ def check_ownership(ctx: Ctx) -> Check:
     others = [p for o in step_optimizers(ctx.train_step, opt, model)[1:] for g in o.param_groups for p in g["params"]]
     owned_ids = {id(p) for _, p in owned} | {id(p) for p in others}
     missing = [n for n, p in params if p.requires_grad and id(p) not in owned_ids]
-    stale = [(k, gi, p) for k, (gi, p) in enumerate(owned) if id(p) not in model_ids]
+    # a loss module's own parameters (proxies, class centres, a learnable temperature) train beside the model's
+    loss_ids = {id(p) for p in ctx.loss_fn.parameters()} if isinstance(ctx.loss_fn, torch.nn.Module) else set()
+    stale = [(k, gi, p) for k, (gi, p) in enumerate(owned) if id(p) not in model_ids | loss_ids]
     ev: dict[str, Any] = {"owned": len(owned), "owned_by_other_optimizers": len(others),
                           "param_groups": len(opt.param_groups), "missing": _names(missing),
                           "missing_count": len(missing), "stale_count": len(stale),

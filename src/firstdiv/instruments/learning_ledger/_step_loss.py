@@ -51,13 +51,14 @@ def _run_once(ctx: Ctx) -> None:
     fed: dict[str, Any] = {}
     try:
         with guarded(ctx.model, ctx.optimizer, ctx.train_step, closure_state(ctx.train_step)), \
-                torch.enable_grad(), misfed_backwards(found), _reading_fed(ctx.model, fed):
+                torch.enable_grad(), misfed_backwards(found), _reading_fed(ctx.model, ctx.loss_fn, fed):
             ctx.train_step()
     except Exception:  # noqa: BLE001 - the user's step: PARAMETER_UPDATE reports a step that raises
         found, fed = [], {}
     ctx.notes["objective_ran_train_step"] = 1
     ctx.notes["step_misfed"] = found[0] if found else None
-    ctx.notes["step_fed"] = (fed["args"], fed.get("targets", [])) if "args" in fed else None
+    given = [t for t in fed.get("given", []) if not any(t.shape == s.shape and torch.equal(t, s) for s in fed.get("targets", []))]
+    ctx.notes["step_fed"] = (fed["args"], fed.get("targets", []) + given) if "args" in fed else None
 
 
 def _clone(x: Any) -> Any:
@@ -71,11 +72,16 @@ def _clone(x: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _reading_fed(model: torch.nn.Module, fed: dict[str, Any]) -> Iterator[None]:
-    """While open: the model's first forward arguments (copies) and the saved targets of the loss nodes of the first
-    backward (wrapping ``torch.autograd.backward`` inside :func:`misfed_backwards`'s wrapper; both put back on exit)."""
+def _reading_fed(model: torch.nn.Module, loss_fn: Any, fed: dict[str, Any]) -> Iterator[None]:
+    """While open: the model's first forward arguments (copies), the saved targets of the loss nodes of the first
+    backward (wrapping ``torch.autograd.backward`` inside :func:`misfed_backwards`'s wrapper; both put back on exit)
+    and, where ``loss_fn`` is a module the step calls itself (an ``nn.L1Loss``, whose node saves no target), the
+    tensors after the first argument of its first call."""
     def pre(_m: Any, args: Any, kwargs: Any) -> None:
         fed.setdefault("args", (_clone(args), _clone(kwargs)))
+
+    def given(_m: Any, args: Any, kwargs: Any) -> None:
+        fed.setdefault("given", [_clone(t) for t in (*args[1:], *kwargs.values()) if torch.is_tensor(t)])
 
     original = torch.autograd.backward
 
@@ -87,11 +93,14 @@ def _reading_fed(model: torch.nn.Module, fed: dict[str, Any]) -> Iterator[None]:
             fed["targets"] = [t.clone() for t in saved if t is not None]
         return original(tensors, *args, **kwargs)
 
-    handle = model.register_forward_pre_hook(pre, with_kwargs=True)
+    handles = [model.register_forward_pre_hook(pre, with_kwargs=True)]
+    if isinstance(loss_fn, torch.nn.Module):
+        handles.append(loss_fn.register_forward_pre_hook(given, with_kwargs=True))
     torch.autograd.backward = reading
     try:
         yield
     finally:
         torch.autograd.backward = original
-        handle.remove()
+        for h in handles:
+            h.remove()
 

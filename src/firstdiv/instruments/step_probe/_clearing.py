@@ -167,6 +167,31 @@ def restep_check(self: Any, out: Collected) -> None:
             return
 
 
+def cleared_before_step(self: Any, out: Collected) -> None:
+    """``step.zero_grad_before_step``: a gradient a backward produced that .grad no longer held at the step."""
+    for rec in self.steps:
+        produced = [(p, n) for p, n in self.params if grad_state(rec.produced.get(id(p)))[0] == "nonzero"]
+        cleared = [(p, n) for p, n in produced if grad_state(rec.grads[id(p)])[0] in ("none", "zero")]
+        if not cleared:
+            continue
+        p, names = cleared[0]
+        status = Status.FAIL if len(cleared) == len(produced) else Status.WARN
+        ev = {"call": rec.call, "backward_grad_norm": grad_state(rec.produced[id(p)])[1],
+              "grad_at_step": grad_state(rec.grads[id(p)])[0], "cleared": len(cleared), "produced": len(produced),
+              "events": self.events}
+        out.checks.append(check(names[0], "step.zero_grad_before_step", status,
+                                f"{label(names)}: backward gave grad norm {ev['backward_grad_norm']:.4g} but at "
+                                f"optimizer.step (call {rec.call}) .grad was {ev['grad_at_step']}; {len(cleared)} of "
+                                f"{len(produced)} parameters cleared between backward and step", ev,
+                                expected="optimizer.step sees the gradient backward produced",
+                                observed=f".grad {ev['grad_at_step']} at optimizer.step",
+                                hint="call optimizer.zero_grad() before loss.backward() (or after step), never between"))
+        return
+    if self.steps:
+        out.checks.append(check("optimizer.step", "step.zero_grad_before_step", Status.PASS,
+                                f"at each of {len(self.steps)} optimizer.step calls .grad held what backward produced"))
+
+
 def step_before_backward(self: Any) -> Check | None:
     """In both calls every optimizer.step ran before the call's first backward, on a .grad that was None or zero
     for every parameter: each step applied nothing, and the gradient computed after it is cleared before the

@@ -1,7 +1,7 @@
-"""step_probe's observer of the user's own ``train_step``: called twice on the user's objects, watched
-through tensor gradient hooks, an optimizer step pre-hook and wrapped ``zero_grad`` methods, to see
-whether old gradients leak into the next step and whether gradients are cleared between backward and
-``optimizer.step``. Every hook and wrapper is removed in ``finally``; the caller restores values."""
+"""step_probe's observer of the user's own ``train_step``: called twice on the user's objects, watched through tensor
+gradient hooks, optimizer step pre- and post-hooks (a ``step(closure)`` is recorded after its closure's backward) and
+wrapped ``zero_grad`` methods, to see whether old gradients leak into the next step and whether gradients are cleared
+between backward and ``optimizer.step``. Every hook and wrapper is removed in ``finally``; the caller restores values."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import torch
 from torch import nn
 
 from ...report import Status
-from .._core.checks import Check, Collected, check, grad_state, label, unique_params
+from .._core.checks import Check, Collected, check, grad_state, unique_params
 from .._core.closure import innermost, step_optimizers, trained_elsewhere
 from .._core.stateful import reachable
 from .._core.trace import tensors
 from . import _descent
-from ._clearing import DiscardTracker, carried_check, restep_check, step_before_backward, watch_others
+from ._clearing import DiscardTracker, carried_check, cleared_before_step, restep_check, step_before_backward, watch_others
 from ._clipping import ClipWatch
 from ._stuck import first_stuck
 
@@ -52,6 +52,7 @@ class StepWatch:
         self.events: list[str] = []
         self.prior: dict[tuple[int, int], torch.Tensor | None] = {}
         self.pending: dict[int, torch.Tensor] = {}
+        self.closure_step = False  # inside optimizer.step(closure)
         self.staged: dict[int, tuple[torch.Tensor | None, torch.Tensor]] = {}  # (.grad before, incoming) per tensor hook
         self.steps: list[_StepRecord] = []
         self.values: list[dict[int, torch.Tensor]] = []
@@ -93,7 +94,19 @@ class StepWatch:
         self._event("backward")
         self.clips.event("backward")
 
-    def _pre_step(self, *_: Any) -> None:
+    def _pre_step(self, _opt: Any, args: Any, kwargs: Any) -> None:
+        self.closure_step = (args[0] if args else kwargs.get("closure")) is not None  # its backward runs inside
+        if not self.closure_step:
+            self._record_step()
+
+    def _post_step(self, *_: Any) -> None:
+        if self.closure_step:  # step(closure): what the closure's backward produced, recorded as the step's
+            self.closure_step = False
+            self._record_step()
+        self.discard.post_step()
+        self.clips.event("stepped")
+
+    def _record_step(self) -> None:
         grads = {id(p): (None if p.grad is None else p.grad.detach().clone()) for p, _ in self.params}
         lrs = {id(p): float(g["lr"]) for g in self.opt.param_groups for p in g["params"]}  # a scheduler moves them
         self.steps.append(_StepRecord(self.call, grads, dict(self.pending), lrs))
@@ -125,7 +138,7 @@ class StepWatch:
             if self.opt is not None:
                 inner = innermost(self.opt)
                 handles += [inner.register_step_pre_hook(self._pre_step),
-                            inner.register_step_post_hook(lambda *_: (self.discard.post_step(), self.clips.event("stepped")))]
+                            inner.register_step_post_hook(self._post_step)]
                 self.clips.patch(undo)
                 self._wrap(self.opt, "zero_grad", "optimizer.zero_grad", undo)
             self._wrap(self.model, "zero_grad", "model.zero_grad", undo)
@@ -165,7 +178,7 @@ class StepWatch:
             out.details["optimizer_steps"] = [sum(r.call == c for r in self.steps) for c in (1, 2)]
         if not self.params:
             return out
-        self._check_cleared_before_step(out)
+        cleared_before_step(self, out)
         carried_check(self, out)
         restep_check(self, out)
         discarded = self.discard.finding({id(p): names for p, names in self.params}, self.events)
@@ -304,29 +317,6 @@ class StepWatch:
             if found is not None:
                 return found
         return None
-
-    def _check_cleared_before_step(self, out: Collected) -> None:
-        for rec in self.steps:
-            produced = [(p, n) for p, n in self.params if grad_state(rec.produced.get(id(p)))[0] == "nonzero"]
-            cleared = [(p, n) for p, n in produced if grad_state(rec.grads[id(p)])[0] in ("none", "zero")]
-            if not cleared:
-                continue
-            p, names = cleared[0]
-            status = Status.FAIL if len(cleared) == len(produced) else Status.WARN
-            ev = {"call": rec.call, "backward_grad_norm": grad_state(rec.produced[id(p)])[1],
-                  "grad_at_step": grad_state(rec.grads[id(p)])[0], "cleared": len(cleared), "produced": len(produced),
-                  "events": self.events}
-            out.checks.append(check(names[0], "step.zero_grad_before_step", status,
-                                    f"{label(names)}: backward gave grad norm {ev['backward_grad_norm']:.4g} but at "
-                                    f"optimizer.step (call {rec.call}) .grad was {ev['grad_at_step']}; {len(cleared)} of "
-                                    f"{len(produced)} parameters cleared between backward and step", ev,
-                                    expected="optimizer.step sees the gradient backward produced",
-                                    observed=f".grad {ev['grad_at_step']} at optimizer.step",
-                                    hint="call optimizer.zero_grad() before loss.backward() (or after step), never between"))
-            return
-        if self.steps:
-            out.checks.append(check("optimizer.step", "step.zero_grad_before_step", Status.PASS,
-                                    f"at each of {len(self.steps)} optimizer.step calls .grad held what backward produced"))
 
     def scaler_skipped(self) -> list[int]:
         """The calls without an optimizer.step in which a GradScaler lowered its scale: inf/NaN gradients, the step

@@ -40,6 +40,7 @@ the arange probe runs on a deep copy.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +54,7 @@ from .._core.trace import Recorder, call_args, refused_inputs, refused_message, 
 from .._core.user_hooks import reports_user_hooks
 from ._contracts import Spec, contract_checks, parse_contracts
 from ._layout import ReshapeWatch as _ReshapeWatch  # the name benchmarks/trace_overhead.py imports
-from ._layout import arange_probe, examples_mixed, moved_by_reshape
+from ._layout import arange_probe, examples_mixed, moved_by_reshape, output_crosstalk
 
 __all__ = ["moved_by_reshape", "tensor_trace"]  # moved_by_reshape: re-exported from _layout (the reshape rule alone)
 
@@ -97,8 +98,9 @@ def tensor_trace(model: nn.Module | Callable[..., Any], inputs: Any, *, contract
         probe_found, probe = arange_probe(root, args, kwargs, order) if layout_probe and root is not None else ([], {})
     first = next(tensors(args), None)
     examples = first.shape[batch_axis] if first is not None and -first.dim() <= batch_axis < first.dim() else None
-    return _report(rec, exc, specs, reshapes, [(i, examples_mixed(c, examples)) for i, c in probe_found], probe,
-                   layout_probe, examples)
+    crosses = functools.cache(lambda: output_crosstalk(root, fn, args, kwargs, batch_axis, examples))
+    return _report(rec, exc, specs, reshapes, [(i, examples_mixed(c, examples, crosses)) for i, c in probe_found], probe,
+                   layout_probe, examples, crosses)
 
 
 def _model(model: Any) -> tuple[Callable[..., Any], nn.Module | None]:
@@ -161,12 +163,13 @@ def _probe_check(probe: dict, found: int) -> Check:
 
 
 def _report(rec: Recorder, exc: Exception | None, specs: dict[str, list[Spec]], reshapes: _ReshapeWatch,
-            probe_found: list[tuple[int, Check]], probe: dict, layout_probe: bool, examples: int | None) -> Report:
+            probe_found: list[tuple[int, Check]], probe: dict, layout_probe: bool, examples: int | None,
+            crosses: Callable[[], bool | None]) -> Report:
     """Every finding placed at its row in execution order; the first FAIL is the first divergence."""
     rows = rec.rows
     ordered, bindings = contract_checks(rows, specs)
     flagged_paths = {c.finding.where for _, c in reshapes.flagged}
-    ordered += [(i, examples_mixed(c, examples)) for i, c in reshapes.flagged] + [(i, c) for i, c in probe_found if c.finding.where not in flagged_paths]
+    ordered += [(i, examples_mixed(c, examples, crosses)) for i, c in reshapes.flagged] + [(i, c) for i, c in probe_found if c.finding.where not in flagged_paths]
     ordered += _summary(rows, exc, reshapes)
     if layout_probe and probe:
         ordered.append((len(rows), _probe_check(probe, len(probe_found))))

@@ -21,7 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..._globals import preserved_globals
 from ...report import Status
+from .._core.batch import rebuild
 from .._core.checks import Check, check
 from .._core.copying import model_copy
 from .._core.trace import Row, exception_line, is_builtin, op_name, tensors
@@ -221,11 +223,14 @@ def arange_probe(root: nn.Module, args: tuple, kwargs: dict, order: dict[str, in
     return probe.found, probe.stats
 
 
-def examples_mixed(c: Check, examples: int | None) -> Check:
+def examples_mixed(c: Check, examples: int | None, crosses: Callable[[], bool | None]) -> Check:
     """Evidence before FAIL for ``layout.values_moved``: a rearrangement is a defect when it moves values between
     examples (the input's one axis of the examples' size is spread over output axes, or shares an output axis with
-    others). Moved only among the other axes (patches to an image, a relative-position shift) it may be the design:
-    the same finding as a WARN saying so; an examples axis that cannot be told apart leaves it unconfirmed (WARN)."""
+    others) and the model's output for another example then moves when one example's input changes (``crosses``, on a
+    copy). Moved only among the other axes (patches to an image, a relative-position shift) it may be the design: the
+    same finding as a WARN saying so; an examples axis that cannot be told apart, a regrouping after which every
+    example's output still depends on its own input alone (a batch of vectors split from each example's features), or
+    a counterfactual that could not run leaves it unconfirmed (WARN)."""
     f = c.finding
     if f.check != "layout.values_moved" or f.status is not Status.FAIL:
         return c
@@ -233,10 +238,62 @@ def examples_mixed(c: Check, examples: int | None) -> Check:
     axes = [k for k, size in enumerate(shape) if size == examples]
     held = f.evidence.get("output_axis_holds_input_axes") or []
     mixed = len(axes) == 1 and (f.evidence.get("input_axis") == axes[0] or (axes[0] in held and len(held) > 1))
-    if mixed:
-        return c
-    why = (f"the examples axis (size {examples}) of input {shape} keeps its values" if len(axes) == 1 else
-           f"which axis of input {shape} holds the {examples} examples is not clear, so mixing them is not shown")
+    crossed = crosses() if mixed else None
+    if mixed and crossed:
+        return check(f.where, f.check, Status.FAIL, f"{f.message}; the model's output for other examples moves when one "
+                     "example's input alone changes", {**f.evidence, "examples": examples, "output_crosstalk": True},
+                     expected=c.expected, observed=c.observed, hint=c.hint)
+    why = (f"the examples axis (size {examples}) of input {shape} keeps its values" if len(axes) == 1 and not mixed else
+           f"which axis of input {shape} holds the {examples} examples is not clear, so mixing them is not shown"
+           if not mixed else "yet each example's output depends on its own input alone (changing one example's input "
+           "moves no other example's output)" if crossed is False else
+           "and whether other examples' outputs move with one example's input could not be checked")
     return check(f.where, f.check, Status.WARN, f"{f.message}; {why}: a rearrangement that may be the design "
-                 "(patches to an image, a relative-position shift), or a reshape where a permute was meant",
-                 {**f.evidence, "examples": examples, "examples_mixed": False})
+                 "(patches to an image, a relative-position shift, examples regrouped with their features), or a reshape "
+                 "where a permute was meant",
+                 {**f.evidence, "examples": examples, "examples_mixed": bool(mixed), "output_crosstalk": crossed})
+
+
+def output_crosstalk(root: nn.Module | None, fn: Any, args: tuple, kwargs: dict, batch_axis: int,
+                     examples: int | None) -> bool | None:
+    """Whether another example's output moves when example 0's inputs alone are replaced by example 1's: on a deep copy
+    in eval mode (no batch statistics, no dropout) with the RNGs reseeded per forward. Outputs with exactly one axis of
+    the examples' size are compared (that axis, all but example 0), beyond 1e-4 of their scale; None where the copy
+    or its forward cannot run, or no output shows the examples."""
+    if root is None or not examples or examples < 2:
+        return None
+    try:
+        work = copy.deepcopy(root).eval()
+        call = work if fn is root else getattr(work, getattr(fn, "__name__", ""))
+        with preserved_globals(seed=0), torch.no_grad():
+            base = call(*args, **kwargs)
+        with preserved_globals(seed=0), torch.no_grad():
+            new = call(*_first_replaced(args, batch_axis, examples), **_first_replaced(kwargs, batch_axis, examples))
+    except Exception:  # noqa: BLE001 - the user's forward on a copy: unconfirmed
+        return None
+    moves = [_others_moved(a, b, examples) for a, b in zip(tensors(base), tensors(new))]
+    seen = [m for m in moves if m is not None]
+    return any(seen) if seen else None
+
+
+def _first_replaced(x: Any, axis: int, n: int) -> Any:
+    if torch.is_tensor(x):
+        if x.dim() <= axis or x.shape[axis] != n:
+            return x
+        y = x.clone()
+        y.select(axis, 0).copy_(x.select(axis, 1))
+        return y
+    if isinstance(x, dict):
+        return {k: _first_replaced(v, axis, n) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return rebuild(x, [_first_replaced(v, axis, n) for v in x])
+    return x
+
+
+def _others_moved(a: torch.Tensor, b: torch.Tensor, n: int) -> bool | None:
+    axes = [k for k in range(a.dim()) if a.shape[k] == n]
+    if len(axes) != 1 or a.shape != b.shape or not a.is_floating_point():
+        return None
+    a, b = a.movedim(axes[0], 0)[1:].double(), b.movedim(axes[0], 0)[1:].double()
+    scale = max(float(a.abs().max()), 1e-12) if a.numel() else 1.0
+    return bool(((a - b).abs().nan_to_num(0.0) > 1e-4 * scale).any())
