@@ -689,7 +689,8 @@ PREMISES: dict[str, Premise] = {
         "moving",
         "no cause shown: WARN inconclusive; so is a divergence at every lr where the program's own train_step kept "
         "the loss finite over its calls (its clipping or schedule, which the copy's plain step lacks); an objective "
-        "without a known floor or a stochastic one is judged on learning (a note)"),
+        "without a known floor or a stochastic one is judged on learning (a note); a loss whose backward gives the "
+        "trained copy no gradient at all (a loss_fn computing from the program's own model): SKIPPED"),
     # ---- six_claims ---------------------------------------------------------------------------------------------
     "claim.representation.affine": Premise(
         "six_claims", "a model stacking more than one linear layer is meant to compute a nonlinear map",
@@ -934,10 +935,13 @@ PREMISES: dict[str, Premise] = {
         "tensor_trace", "a rearrangement keeps each example's values in that example",
         "a reshape chain composed as arange(input).reshape(output), or (layout_probe=True) a user module re-run on a "
         "copy with arange values, gives the exact map of where each value went; FAIL when the input's one axis of the "
-        "examples' size (batch_axis=) is cut across output axes or shares an output axis with others",
+        "examples' size (batch_axis=) is cut across output axes or shares an output axis with others, and on a deep "
+        "copy in eval mode (RNGs reseeded) replacing one example's inputs by another's moves the other examples' "
+        "outputs",
         "values moved only among other axes (patches to an image, a relative-position shift, heads merged without a "
         "transpose) are a permutation that may be the design: WARN with the axes; an examples axis that cannot be told "
-        "apart by size: WARN; contracts= declares the intended axes"),
+        "apart by size, examples regrouped with their features whose outputs stay their own (a batch of vectors), or a "
+        "copy that cannot run: WARN; contracts= declares the intended axes"),
     # ---- feature_space ------------------------------------------------------------------------------------------
     "features.nonfinite": Premise(
         "feature_space", "representation vectors are finite", "some values are NaN/inf",
