@@ -24,8 +24,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                  'encoder.attn_layers.0.attention.inner_correlation: '
                                                  'op:reshape@encoder.attn_layers.0.attention.inner_correlation: [16, '
                                                  '2, 8, ; diagnose WARN at None',
- 'autoformer_etth.targets_from_window_start': 'owner saw PASS None None: ; diagnose PASS at None',
- 'awesomerecsys_xdeepfm.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'awesomerecsys_xdeepfm.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose FAIL at six_claims EVALUATION '
+                                                'six_claims:EVALUATION',
  'barlowtwins_resnet.offdiag_pow_removed': 'owner saw WARN None None: GRADIENT: 21 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it ; diagnose WARN at None',
@@ -47,7 +47,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'bilstmcrf_tagger.padding_in_mask': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.stop_transition_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'brainseg_unet.dsc_returned_not_loss': 'owner saw PASS None None: ; diagnose PASS at None',
- 'brainseg_unet.mask_not_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'brainseg_unet.mask_not_flipped': 'owner saw PASS None None: ',
  'bubbliiiingcenternet_resnet.heatmap_sigmoid_twice': 'owner saw WARN None None: GRADIENT: 3 trainable parameters '
                                                       'get no gradient and the loss does not depend on them '
                                                       '(perturbing them on a copy leaves it u; diagnose WARN at None',
@@ -113,7 +113,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'darts_nbeats.first_stack_backcast_frozen': "owner saw WARN None None: AUTOGRAD: the loss's graph reaches 40 of 44 "
                                              'trainable registered parameters and 0 tensors held outside the '
                                              'registry; stacks.; diagnose WARN at None',
- 'darts_nbeats.future_target_overlaps_input': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddim_diffusion.alphas_not_cumulative': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddpmexplainingai_unet.target_noise_redrawn': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddpmexplainingai_unet.timestep_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -174,9 +173,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'puts input axis 1 (size 64) across output axes [1, 2], while output axis '
                                            '2 (si; diagnose WARN at None',
  'fno_burgers1d.targets_from_test_rows': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'fregudeeplabv3_cityscapes.label_not_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
  'gcnclustering_linkage.center_label_from_first_node': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'gcntsp_residual_gated.coords_permuted_apart': 'owner saw WARN None None: DEPENDENCY: 6 of 43 trainable parameters '
+                                                "are not on the loss's autograd graph: 6 trainable parameters get no "
+                                                'gradient and th; diagnose WARN at None',
+ 'ghwnncf_neumf.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'glowpytorch_glow.logdet_left_out': 'owner saw WARN None None: GRADIENT: 22 trainable parameters get no gradient '
                                      'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                      'diagnose WARN at None',
@@ -219,7 +223,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'improveddiffusion_hybrid.vb_term_trains_mean': 'owner saw WARN None None: GRADIENT: 32 trainable parameters get no '
                                                  'gradient and the loss does not depend on them (perturbing them on '
                                                  'a copy leaves it ; diagnose WARN at None',
- 'informer_etth.dec_inp_future_not_zeroed': 'owner saw PASS None None: ; diagnose WARN at None',
  'informer_etth.prob_context_not_transposed': 'owner saw WARN None None: encoder.attn_layers.0.attention: '
                                               'op:view@encoder.attn_layers.0.attention: [32, 4, 48, 8] -> [32, 48, '
                                               '32] puts input axis 2 (; diagnose WARN at None',
@@ -228,16 +231,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                           'op:reshape@enc_embedding: [32, 48, 7] -> [32, 7, 48] puts '
                                                           'input axis 2 (size 7) across output axes [2], while; '
                                                           'diagnose WARN at None',
- 'itransformer_forecast.target_from_label_window': 'owner saw PASS None None: ; diagnose PASS at None',
  'jeonsworld_vit.patches_reshaped_not_transposed': 'owner saw WARN None None: transformer.embeddings: '
                                                    'op:reshape@transformer.embeddings: [16, 32, 4, 4] -> [16, 16, '
                                                    '32] puts input axis 1 (size 32) across; diagnose WARN at None',
  'joeynmt_transformer.padding_rows_not_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'joeynmt_transformer.trg_not_sorted_with_src': 'owner saw PASS None None: ; diagnose PASS at None',
  'josiahtabular_bank.duration_leaks_target': 'owner saw PASS None None: ; diagnose WARN at None',
- 'kdpytorch_cnn_distill.kl_on_probabilities': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 8 '
-                                              'fixed examples, Adam lr 0.001 at any lr up to 1 (loss -73.63 -> best '
-                                              '-80.82, 10% d; diagnose WARN at None',
+ 'kdpytorch_cnn_distill.kl_on_probabilities': 'owner saw PASS None None: ; diagnose PASS at None',
  'kdpytorch_cnn_distill.teacher_outputs_from_shuffled_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
  'keonseq2seq_attention.attention_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'keonseq2seq_attention.teacher_forces_current_token': 'owner saw FAIL TASK task.target_not_shifted: TASK '
@@ -268,8 +268,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lstnet_electricity.highway_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [32, 6, 4] -> [128, 6] '
                                                    'puts input axis 1 (size 6) across output axes [0, 1], while '
                                                    'output axis 1 (size 6) hold; diagnose WARN at None',
- 'lstnet_electricity.target_inside_window': 'owner saw PASS None None: ; diagnose PASS at None',
- 'ltsflinear_dlinear.target_window_from_start': 'owner saw PASS None None: ; diagnose PASS at None',
  'lynnhogan_wgangp.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it u; diagnose WARN at None',
@@ -307,10 +305,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'mnistdiffusion_ddpm.timestep_not_passed': 'owner saw WARN None None: DEPENDENCY: 17 of 483 trainable parameters '
                                             "are not on the loss's autograd graph: 17 trainable parameters get no "
                                             'gradient and; diagnose WARN at None',
+ 'morvana3c_discrete.advantage_not_detached': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'morvana3c_discrete.targets_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'morvana3c_discrete.terminal_bootstrapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvanzhou_dqn.next_state_from_state_columns': 'owner saw PASS None None: ; diagnose PASS at None',
- 'nbeats_dummy.target_inside_backcast': 'owner saw WARN None None: DEPENDENCY: 3 of 96 trainable parameters are not '
-                                        "on the loss's autograd graph: 3 trainable parameters get no gradient and "
-                                        'th; diagnose WARN at None',
  'nerfpytorch_blender.meshgrid_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
  'nestedunet_dsb2018.dice_on_logits': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -371,6 +369,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'protonetorobix_omniglot.queries_are_support': 'owner saw WARN None None: TASK: 40 of 50 supervised targets are '
                                                 'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, '
                                                 '28, 30]), and loss_f; diagnose WARN at None',
+ 'proxyanchor_resnet.embedding_group_dropped': 'owner saw FAIL model.layer2.1.conv1.weight '
+                                               'optimizer.owns_only_frozen: model.layer2.1.conv1.weight '
+                                               'optimizer.owns_only_frozen: everything the optimize; diagnose FAIL '
+                                               'at four_structures model.bn1.bias four_structures:model.bn1.bias',
+ 'proxyanchor_resnet.l2_norm_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'proxyanchor_resnet.one_hot_masks_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ptsemseg_fcn8s.logits_viewed_not_transposed': 'owner saw WARN None None: OBJECTIVE: loss 2250 is not the '
                                                 'cross-entropy of these outputs (1.2; ln K = 1.099 for an untrained '
                                                 '3-class model; example 0:; diagnose WARN at None',
@@ -388,17 +392,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchflows_realnvp.coupling_logdet_sign_flipped': 'owner saw WARN None None: OBJECTIVE: the loss falls in '
                                                       'proportion as outputs[1] grows (2.019 -> -5.351 -> -79.05 at '
                                                       '10 and 100 times): a term linear i; diagnose WARN at None',
- 'pytorchflows_realnvp.validate_in_train_mode': 'owner saw WARN None None: DIFFERENTIATION: 1 parameters get an '
-                                                'all-zero gradient (first: 2.translate_net.4.bias); the others: '
-                                                'finite, nonzero; diagnose WARN at None',
- 'pytorchfm_afm.label_in_fields': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pytorchflows_realnvp.validate_in_train_mode': 'owner saw PASS None None: ; diagnose WARN at None',
  'pytorchgat_cora.train_labels_from_val_indices': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
                                                   '60 fixed examples, Adam lr 0.005 at any lr up to 0.5 (loss 1.099 '
                                                   '-> best 1.007, 8% d; diagnose WARN at None',
  'pytorchvae_vanilla.latent_detached': 'owner saw PASS None None: ; diagnose PASS at None',
- 'pytorchwavenet_wavenet.dilate_view_without_permute': 'owner saw FAIL  layout.values_moved:  layout.values_moved: '
-                                                       'output[1, 0, 0] holds input[0, 16, 0] (values from input '
-                                                       'axes [0, 1]); diagnose FAIL at tensor_trace tensor_trace:',
+ 'pytorchwavenet_wavenet.dilate_view_without_permute': 'owner saw WARN None None: : op:view@: [16, 32, 78] -> [32, '
+                                                       '32, 39] puts input axis 1 (size 32) across output axes [0, '
+                                                       '1], while output axis 0 (size ; ; diagnose WARN at None',
  'pytorchwavenet_wavenet.target_not_shifted': 'owner saw WARN None None: OBJECTIVE: could not check: the OBJECTIVE '
                                               'check raised ValueError: Expected input batch_size (256) to match '
                                               'target batch_siz; diagnose WARN at None',
@@ -408,6 +409,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                              'copy leaves it u; diagnose WARN at None',
  'rainbow_c51.log_softmax_over_actions': 'owner saw PASS None None: ; diagnose WARN at None',
  'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'rbert_semeval.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'recbole_lightgcn.bpr_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'recbole_lightgcn.item_ids_not_offset': 'owner saw PASS None None: ; diagnose PASS at None',
  'recbole_lightgcn.prediction_cache_not_cleared': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs are '
@@ -428,6 +430,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rtdlnumemb_mlp_ple.val_labels_not_standardized': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs '
                                                    'are not a single tensor, nor a tuple holding exactly one dense '
                                                    'floating-point tensor; th; diagnose PASS at None',
+ 'rtvc_ge2e_encoder.ground_truth_tiled': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters are not '
+                                         "on the loss's autograd graph: 2 trainable parameters get no gradient and "
+                                         'th; diagnose WARN at None',
+ 'rtvc_ge2e_encoder.own_speaker_inclusive_centroid': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable '
+                                                     "parameters are not on the loss's autograd graph: 2 trainable "
+                                                     'parameters get no gradient and th; diagnose WARN at None',
  'saint_binary.cat_mask_inverted': 'owner saw WARN None None: DEPENDENCY: 52 of 97 trainable parameters are not on '
                                    "the loss's autograd graph: 28 trainable parameters get no gradient and ; "
                                    'diagnose WARN at None',
@@ -454,7 +462,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sentimentanalysis_lstm.padded_length_packed': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgc_citation.val_features_not_propagated': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
- 'showattendtell_caption.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'showattendtell_caption.padding_in_loss': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                           'gradient and the loss does not depend on them (perturbing them on a copy '
+                                           'leaves it u; diagnose WARN at None',
  'showattendtell_caption.targets_from_unsorted_captions': 'owner saw PASS None None: ; diagnose PASS at None',
  'siamesefaces_contrastive.distance_without_keepdim': 'owner saw WARN None None: GRADIENT: 1 trainable parameters '
                                                       'get no gradient and the loss does not depend on them '
@@ -481,6 +491,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               'stochastic objective plateaued on 8 fixed examples, AdamW lr 3e-05, '
                                               '3e-05 at ever; diagnose WARN at None',
  'simplebaseline_pose.flip_pairs_not_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'simplet5_seq2seq.labels_from_source_text': 'owner saw PASS None None: ; diagnose PASS at None',
  'simpletransformers_mlm.labels_not_restricted_to_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'simpletransformers_mlm.model_fed_unmasked_ids': 'owner saw PASS None None: ; diagnose PASS at None',
  'smp_fpn_binary.model_activation_with_from_logits': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted '
@@ -490,6 +501,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'spijkervetsimclr_ntxent.rank_interleaved_views': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.bootstrap_at_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
  'spotlight_bpr.negatives_detached': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'srresnet_x4.target_off_by_one': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (8119) is 8 x their '
+                                  'mean per-example loss (1015): it is summed (mean squared error), so it; diagnose '
+                                  'WARN at None',
  'ssdpytorch_multibox.labels_not_offset_for_background': 'owner saw PASS None None: ; diagnose PASS at None',
  'ssdpytorch_multibox.negatives_mined_ascending': 'owner saw PASS None None: ; diagnose PASS at None',
  'stackedhourglass_pose.keypoints_xy_swapped': 'owner saw WARN None None: DEPENDENCY: 46 of 370 trainable parameters '
@@ -499,6 +513,15 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    'model.module.pre.3.skip_layer.conv.weight: '
                                                    'model.module.pre.3.skip_layer.conv.weight: not reached from the '
                                                    'loss; module mode; diagnose WARN at None',
+ 'stargan_celeba.d_cls_on_target_labels': 'owner saw WARN None None: DEPENDENCY: 8 of 8 trainable parameters are not '
+                                          "on the loss's autograd graph: 8 trainable parameters get no gradient and "
+                                          'the; diagnose WARN at None',
+ 'stargan_celeba.gp_without_create_graph': 'owner saw WARN None None: DEPENDENCY: 8 of 8 trainable parameters are '
+                                           "not on the loss's autograd graph: 8 trainable parameters get no gradient "
+                                           'and the; diagnose WARN at None',
+ 'stargan_celeba.reconstruct_with_target_labels': 'owner saw WARN None None: DEPENDENCY: 8 of 8 trainable parameters '
+                                                  "are not on the loss's autograd graph: 8 trainable parameters get "
+                                                  'no gradient and the; diagnose WARN at None',
  'stgcn_skeleton.data_bn_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [16, 3, 16, 25, 2] -> [32, 75, '
                                                '16] puts input axis 2 (size 16) across output axes [1], while output '
                                                'axis 2 (si; diagnose WARN at None',
@@ -506,7 +529,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                     'op:reshape@block1.temporal1: [50, 12, 12, 2] -> [50, 2, 12, 12] '
                                                     'puts input axis 1 (size 12) across output ; diagnose WARN at '
                                                     'None',
- 'stgcnpytorch_traffic.target_window_not_offset': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'structselfattn_imdb.bce_with_logits_on_sigmoid': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'structselfattn_imdb.labels_from_other_rows': 'owner saw PASS None None: ; diagnose PASS at None',
  'stylegan2_r1.d_loss_signs_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
                                       'examples, Adam lr 0.001882, up to lr 0.1882, loss 1.363 -> best 0.741 (46% d; '
                                       'diagnose WARN at None',
@@ -520,6 +544,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'swin_classifier.reverse_shift_same_direction': 'owner saw PASS None None: ; diagnose PASS at None',
  'swin_classifier.scheduler_stepped_per_micro_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'swin_classifier.shifted_window_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sylvesterflows_householder_vae.decoded_from_z0': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'sylvesterflows_householder_vae.ldj_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'sylvesterflows_householder_vae.var_passed_as_log_var': 'owner saw PASS None None: ; diagnose WARN at None',
  'tabm_regression.labels_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
  'tabnet_classifier.sparsity_loss_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 2 of 58 trainable parameters '
                                                  "are not on the loss's autograd graph: 2 trainable parameters get "
@@ -564,10 +591,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'tranad_mba.window_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
  'transamts_singlestep.batch_viewed_not_transposed': 'owner saw WARN None None: DEPENDENCY: 12 of 28 trainable '
                                                      "parameters are not on the loss's autograd graph: 12 trainable "
-                                                     'parameters get no gradient and ; diagnose WARN at None',
- 'transamts_singlestep.src_mask_dropped': 'owner saw WARN None None: DEPENDENCY: 12 of 28 trainable parameters are '
-                                          "not on the loss's autograd graph: 12 trainable parameters get no gradient "
-                                          'and ; diagnose WARN at None',
+                                                     'parameters get no gradient and ; diagnose FAIL at '
+                                                     'learning_ledger PARAMETER_UPDATE '
+                                                     'learning_ledger:PARAMETER_UPDATE',
+ 'transamts_singlestep.src_mask_dropped': 'owner saw FAIL PARAMETER_UPDATE update.diverges: PARAMETER_UPDATE '
+                                          'update.diverges: loss 0.1693 -> 157.2 (929x) at lr 0.005 in param group '
+                                          '0; diagnose WARN at None',
  'transformers_run_glue.id_column_first': 'owner saw PASS None None: ; diagnose PASS at None',
  'transformers_run_glue.labels_written_as_floats': 'owner saw PASS None None: ; diagnose PASS at None',
  'transformers_translation_no_trainer.targets_from_source_lang': 'owner saw WARN None None: TASK: targets equal the '
@@ -600,13 +629,19 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                       'op:reshape@model.enc.0.msa: [16, 4, 65, 8] -> [16, 65, 4, 8] '
                                                       'puts input axis 2 (size 65) across output axes; diagnose WARN '
                                                       'at None',
- 'voxceleb_resnetse34l.margin_added_to_target': 'diagnose FAIL at tensor_facts loss tensor_facts:loss',
+ 'voxceleb_resnetse34l.margin_added_to_target': 'owner saw SKIPPED None None: loss_fn returned a tensor of shape '
+                                                '(32,), not a scalar on model(inputs), whose forward left `label` at '
+                                                'its default: if th; diagnose WARN at None',
  'vqvae2_hierarchical.straight_through_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'vqvae2_hierarchical.target_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
  'wgan_dcgan.critic_signs_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.regression_objective': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.target_from_unshuffled_frame': 'owner saw PASS None None: ; diagnose PASS at None',
  'wiseoddgen_vanilla_vae.recon_mean_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'wrnszagoruyko_cifar.bn_affine_frozen': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'wrnszagoruyko_cifar.test_in_train_mode': 'owner saw PASS None None: COMPUTATION: no evidence: no Linear/Conv layer '
+                                           'with at least 2 units to compare; EVALUATION: no evidence: eval_fn did '
+                                           'not ru; diagnose PASS at None',
  'xternalzwrn_cifar.preactivation_not_reassigned': 'owner saw WARN None None: block1.layer.0.bn1.weight: '
                                                    'block1.layer.0.bn1.weight: not reached from the loss; module '
                                                    'block1.layer.0.bn1 ran 1 time(s) but; diagnose WARN at None',
@@ -619,6 +654,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                 'WARN at None',
  'ycactorcritic_cartpole.actor_loss_not_negated': 'owner saw PASS None None: ; diagnose PASS at None',
  'ycactorcritic_cartpole.masks_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'yolov1mk_voc.grid_indices_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'yolov1mk_voc.iou_centre_column_slip': 'owner saw PASS None None: ; diagnose PASS at None',
  'zalandovqvae_cifar.bchw_viewed_not_permuted': 'owner saw WARN None None: _vq_vae: op:view@_vq_vae: [32, 8, 4, 4] '
                                                 '-> [32, 4, 4, 8] puts input axis 2 (size 4) across output axes [2, '
                                                 '3], while output ; diagnose WARN at None',
