@@ -55,8 +55,6 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 from _api import Bug, Program
 
-BUG = [None]
-
 
 # disvae/utils/initialization.py
 def get_activation_name(activation):
@@ -287,7 +285,7 @@ class VAE(nn.Module):
         """
         latent_dist = self.encoder(x)
         latent_sample = self.reparameterize(*latent_dist)
-        if BUG[0] == "latent_detached":
+        if getattr(self, "bug", None) == "latent_detached":  # (port) bug switch
             latent_sample = latent_sample.detach()
         reconstruct = self.decoder(latent_sample)
         return reconstruct, latent_dist, latent_sample
@@ -349,7 +347,7 @@ class BetaHLoss(BaseLoss):
 
         rec_loss = _reconstruction_loss(data, recon_data,
                                         storer=storer,
-                                        distribution=self.rec_dist)
+                                        distribution=self.rec_dist, bug=getattr(self, "bug", None))
         kl_loss = _kl_normal_loss(*latent_dist, storer)
         anneal_reg = (linear_annealing(0, 1, self.n_train_steps, self.steps_anneal)
                       if is_train else 1)
@@ -361,7 +359,7 @@ class BetaHLoss(BaseLoss):
         return loss
 
 
-def _reconstruction_loss(data, recon_data, distribution="bernoulli", storer=None):
+def _reconstruction_loss(data, recon_data, distribution="bernoulli", storer=None, bug=None):
     """
     Calculates the per image reconstruction loss for a batch of data. I.e. negative
     log likelihood.
@@ -370,7 +368,7 @@ def _reconstruction_loss(data, recon_data, distribution="bernoulli", storer=None
     is_colored = n_chan == 3
 
     if distribution == "bernoulli":
-        if BUG[0] == "bce_mean_not_sum":
+        if bug == "bce_mean_not_sum":
             loss = F.binary_cross_entropy(recon_data, data, reduction="mean")
         else:
             loss = F.binary_cross_entropy(recon_data, data, reduction="sum")
@@ -452,7 +450,6 @@ class StrokeDigits(torch.utils.data.Dataset):
 
 
 def _build(seed, bug=None):
-    BUG[0] = bug
     torch.manual_seed(seed)
     img_size = (1, 32, 32)
     batch_size, lr, latent_dim = 16, 5e-4, 10
@@ -460,8 +457,10 @@ def _build(seed, bug=None):
                                                generator=torch.Generator().manual_seed(seed))
 
     model = init_specific_model("Burgess", img_size, latent_dim)
+    model.bug = bug  # (port) the bug switch, per instance
     optimizer = optim.Adam(model.parameters(), lr=lr)
     loss_f = BetaHLoss(beta=4, rec_dist="bernoulli", steps_anneal=200)  # (port) reg_anneal 10000
+    loss_f.bug = bug
 
     model.train()
     state = {"it": iter(train_loader), "storer": defaultdict(list)}
@@ -490,7 +489,7 @@ def _build(seed, bug=None):
 
     def loss_fn(output, data):
         recon_batch, latent_dist, _ = output
-        rec_loss = _reconstruction_loss(data, recon_batch, distribution=loss_f.rec_dist)
+        rec_loss = _reconstruction_loss(data, recon_batch, distribution=loss_f.rec_dist, bug=bug)
         kl_loss = _kl_normal_loss(*latent_dist)
         anneal_reg = linear_annealing(0, 1, loss_f.n_train_steps, loss_f.steps_anneal)
         return rec_loss + anneal_reg * (loss_f.beta * kl_loss)

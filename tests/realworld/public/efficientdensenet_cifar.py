@@ -27,8 +27,8 @@ Deviations from the original:
   milestones are set for ``n_epochs`` 300 as in the original and stepped once per epoch of the synthetic set;
 - ``cp.checkpoint`` is given ``use_reentrant=True`` (the default of the torch the repository was written for;
   this torch refuses the call without the argument);
-- one ``train_step`` is one iteration of ``train_epoch``'s loop (the scheduler steps when an epoch of the loader
-  ends); ``eval_fn`` is ``test_epoch`` on the test loader (returns the error);
+- one ``train_step`` is one iteration of ``train_epoch``'s loop (``model.train()`` set as ``train_epoch`` does at its
+  start; the scheduler steps when an epoch of the loader ends); ``eval_fn`` is ``test_epoch`` on the test loader (returns the error);
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 # ruff: noqa: UP008, UP031, PLR0402, SIM114, TRY002
@@ -222,11 +222,12 @@ def _random_crop_flip(x, gen, padding=2):
 class StripeColours(torch.utils.data.Dataset):
     """10 classes: 5 colours x 2 stripe orientations, stripes of random phase, pixel noise; values in [0, 1]."""
 
-    def __init__(self, seed, n, train):
+    def __init__(self, seed, n, train, bug=None):
         gen = torch.Generator().manual_seed(seed)
         self.train = train
+        self.bug = bug
         self.gen = torch.Generator().manual_seed(seed + 7)
-        colours = torch.rand(5, 3, generator=gen) * 0.8 + 0.1
+        colours = torch.rand(5, 3, generator=torch.Generator().manual_seed(1234)) * 0.8 + 0.1  # the class rule
         self.targets = torch.randint(0, 10, (n,), generator=gen)
         phase = torch.randint(0, 4, (n,), generator=gen)
         grid = torch.arange(IMG)
@@ -242,15 +243,14 @@ class StripeColours(torch.utils.data.Dataset):
         x = self.data[i]
         if self.train:
             x = _random_crop_flip(x, self.gen)
-        if not (self.train is False and _NO_TEST_NORMALIZE[0]):
-            x = _normalize(x)
+        x = _normalize(x)
+        if self.bug == "labels_misaligned":
+            return x, self.targets[(i + 1) % len(self.targets)]
         return x, self.targets[i]
 
     def __len__(self):
         return len(self.targets)
 
-
-_NO_TEST_NORMALIZE = [False]
 
 
 def _build(seed, bug=None):
@@ -263,7 +263,7 @@ def _build(seed, bug=None):
         raise Exception('Invalid depth')
     block_config = [(depth - 4) // 6 for _ in range(3)]
 
-    train_set = StripeColours(seed, 320, train=True)
+    train_set = StripeColours(seed, 320, train=True, bug=bug)
     test_set = StripeColours(seed + 1000, 64, train=False)
 
     model = DenseNet(
@@ -318,8 +318,7 @@ def _build(seed, bug=None):
 
     def test_epoch(model, loader):
         # Model on eval mode
-        if bug != "test_in_train_mode":
-            model.eval()
+        model.eval()
         errors, count = 0.0, 0
         with torch.no_grad():
             for batch_idx, (input, target) in enumerate(loader):
@@ -337,7 +336,7 @@ def _build(seed, bug=None):
     gen = torch.Generator().manual_seed(seed + 2)
     idx = torch.randperm(len(train_set), generator=gen)[:batch_size]
     xb = torch.stack([train_set[int(i)][0] for i in idx])
-    yb = train_set.targets[idx]
+    yb = torch.stack([train_set[int(i)][1] for i in idx])
 
     return Program(name="efficientdensenet_cifar", model=model, batch=(xb, yb),
                    loss_fn=lambda out, y: torch.nn.functional.cross_entropy(out, y), optimizer=optimizer,
@@ -350,8 +349,9 @@ BUGS = [
     # the optimizer built over the feature extractor only: the linear classifier stays at its init (classic)
     Bug("classifier_left_out_of_optimizer", functools.partial(_build, bug="classifier_left_out_of_optimizer"),
         "four_structures", ("classifier",)),
-    # test_epoch without model.eval(): BatchNorm normalizes the test batches with their own statistics (classic)
-    Bug("test_in_train_mode", functools.partial(_build, bug="test_in_train_mode"), "six_claims", ("EVALUATION",)),
+    # the dataset's __getitem__ pairs image i with the label of image i + 1 (classic off-by-one): the labels carry
+    # nothing about the images
+    Bug("labels_misaligned", functools.partial(_build, bug="labels_misaligned"), "learning_ledger", ("TASK",)),
     # optimizer.zero_grad() left out of train_epoch: gradients pile up over the steps (classic, README rule 6)
     Bug("no_zero_grad", functools.partial(_build, bug="no_zero_grad"), "step_probe", (),
         kind="step.grad_accumulation"),

@@ -47,8 +47,6 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 from _api import Bug, Program
 
-BUG = [None]
-
 # vit.py
 
 
@@ -84,7 +82,7 @@ class PatchEmbeddings(nn.Module):
     def forward(self, x):
         # (batch_size, num_channels, image_size, image_size) -> (batch_size, num_patches, hidden_size)
         x = self.projection(x)
-        if BUG[0] == "patches_viewed_not_transposed":
+        if getattr(self, "bug", None) == "patches_viewed_not_transposed":  # (port) bug switch
             return x.flatten(2).reshape(x.size(0), -1, self.hidden_size)
         x = x.flatten(2).transpose(1, 2)
         return x
@@ -244,7 +242,7 @@ class FasterMultiHeadAttention(nn.Module):
         # softmax(Q*K.T/sqrt(head_size))*V
         attention_scores = torch.matmul(query, key.transpose(-1, -2))
         attention_scores = attention_scores / math.sqrt(self.attention_head_size)
-        attention_probs = nn.functional.softmax(attention_scores, dim=-2 if BUG[0] == "softmax_over_queries" else -1)
+        attention_probs = nn.functional.softmax(attention_scores, dim=-2 if getattr(self, "bug", None) == "softmax_over_queries" else -1)
         attention_probs = self.attn_dropout(attention_probs)
         # Calculate the attention output
         attention_output = torch.matmul(attention_probs, value)
@@ -446,9 +444,10 @@ class StripeImages(torch.utils.data.Dataset):
     """10 classes: a colour pair and a stripe orientation/frequency per class, random phase, pixel noise; in [0, 1]
     (what ToTensor gives)."""
 
-    def __init__(self, seed, n, train):
+    def __init__(self, seed, n, train, bug=None):
         gen = torch.Generator().manual_seed(seed)
         self.train = train
+        self.bug = bug
         self.gen = torch.Generator().manual_seed(seed + 11)
         fg = torch.rand(10, 3, generator=torch.Generator().manual_seed(123)) * 0.7 + 0.3
         bg = torch.rand(10, 3, generator=torch.Generator().manual_seed(321)) * 0.3
@@ -467,7 +466,7 @@ class StripeImages(torch.utils.data.Dataset):
         img = self.data[i]
         if self.train:
             img = _random_resized_crop_flip(img, self.gen)
-        if not (not self.train and BUG[0] == "test_not_normalized"):
+        if not (not self.train and self.bug == "test_not_normalized"):
             img = _normalize(img)
         return img, self.targets[i]
 
@@ -476,17 +475,18 @@ class StripeImages(torch.utils.data.Dataset):
 
 
 def _build(seed, bug=None):
-    BUG[0] = bug
     torch.manual_seed(seed)
     batch_size, lr = 32, 1e-2  # (port) batch_size 256
     trainset = StripeImages(seed, 640, train=True)
-    testset = StripeImages(seed + 1000, 64, train=False)
+    testset = StripeImages(seed + 1000, 64, train=False, bug=bug)
     trainloader = torch.utils.data.DataLoader(trainset, batch_size=batch_size, shuffle=True, num_workers=0,
                                               generator=torch.Generator().manual_seed(seed))
     testloader = torch.utils.data.DataLoader(testset, batch_size=batch_size, shuffle=False, num_workers=0)
 
     # Create the model, optimizer, loss function and trainer
     model = ViTForClassfication(config)
+    for module in model.modules():  # (port) the bug switch, per instance
+        module.bug = bug
     optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-2)
     loss_fn = nn.CrossEntropyLoss()
 
