@@ -689,8 +689,9 @@ PREMISES: dict[str, Premise] = {
         "moving",
         "no cause shown: WARN inconclusive; so is a divergence at every lr where the program's own train_step kept "
         "the loss finite over its calls (its clipping or schedule, which the copy's plain step lacks); an objective "
-        "without a known floor or a stochastic one is judged on learning (a note); a loss whose backward gives the "
-        "trained copy no gradient at all (a loss_fn computing from the program's own model): SKIPPED"),
+        "without a known floor or a stochastic one is judged on learning (a note); a loss whose graph reaches the "
+        "program's own model's parameters (a loss_fn computing part of it from the model it closes over: a physics "
+        "residual, a discriminator) or gives the trained copy no gradient at all: SKIPPED"),
     # ---- six_claims ---------------------------------------------------------------------------------------------
     "claim.representation.affine": Premise(
         "six_claims", "a model stacking more than one linear layer is meant to compute a nonlinear map",

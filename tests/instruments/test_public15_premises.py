@@ -2,6 +2,8 @@
 
 - a batch that is one tensor (unlabelled inputs; the loss reads the outputs alone) was refused (RAISED);
 - ``optimizer.step(closure)`` runs the backward inside the step: it was read as a step before the backward (FAIL);
+- (public-16) a physics-informed loss whose residual term is computed from the program's own model, which no training
+  of the ledger's copy can lower, plateaued the copy's loss: read as a model that cannot fit (FAIL);
 - a ``loss_fn`` that computes its loss from the program's own model (not from the outputs it is given) leaves the
   ledger's trained copy without a gradient: that was read as weights too slow to move (``capability.cannot_overfit``);
 - a view that regroups each example's features into rows of a batch of vectors, whose sizes happen to swap ([16, 512]
@@ -75,11 +77,31 @@ def test_a_loss_from_the_programs_own_model_is_not_a_model_that_cannot_fit():
     x, y = torch.randn(16, 6), torch.randint(0, 3, (16,))
 
     def loss_fn(_outputs, targets):  # recomputes the outputs with the user's model, ignoring the ones it is given
-        return F.cross_entropy(model(x), targets)
+        return F.cross_entropy(model(x[:len(targets)]), targets)
 
     r = firstdiv.learning_ledger(model, (x, y), loss_fn, torch.optim.Adam(model.parameters(), 1e-2), overfit_steps=40)
     capability = _finding(r, "CAPABILITY")
-    assert capability.status.name == "SKIPPED" and "no gradient reaches" in capability.message, capability.message
+    assert capability.status.name == "SKIPPED" and "program's own model" in capability.message, capability.message
+
+
+def test_a_loss_term_from_the_programs_own_model_skips_capability():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    x = torch.linspace(0, 1, 10)[:, None]
+    y, grid = torch.exp(-2 * x) * torch.cos(6 * x), torch.linspace(0, 1, 30)[:, None].requires_grad_(True)
+
+    def physics(net: nn.Module) -> torch.Tensor:  # the residual of y'' + 4y' + 40y = 0 on a grid, from net itself
+        u = net(grid)
+        du = torch.autograd.grad(u, grid, torch.ones_like(u), create_graph=True)[0]
+        ddu = torch.autograd.grad(du, grid, torch.ones_like(du), create_graph=True)[0]
+        return 1e-4 * (ddu + 4 * du + 40 * u).pow(2).mean()
+
+    def loss_fn(out, target):
+        return (out - target).pow(2).mean() + physics(model)
+
+    r = firstdiv.learning_ledger(model, (x, y), loss_fn, torch.optim.Adam(model.parameters(), 1e-3))
+    capability = _finding(r, "CAPABILITY")
+    assert capability.status.name == "SKIPPED" and "program's own model" in capability.message, capability.message
 
 
 class _Householder(nn.Module):

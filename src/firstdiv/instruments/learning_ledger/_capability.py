@@ -43,7 +43,7 @@ from .._core.lr import step_at_base_lr
 from .._core.state import detached_copy
 from .._core.task import Ctx, err, is_int, seed_copies
 from ._common import failed, g4, passed, skipped_link, to_logits_2d, warned
-from ._floor import floor, relative_change, untestable
+from ._floor import floor, reads_own_model, relative_change, untestable
 from ._links import lr_of, step, trainable
 
 TINY, FIT, LEARN, PROGRESS = 8, 0.9, 0.10, 0.25
@@ -52,8 +52,7 @@ STILL = 0.02  # ... still falling: by this fraction of the initial loss over its
 MIN_BUDGET = 20  # below this many steps a loss that has not fallen is a verdict only when the weights did not move
 SCALES, DOWN = (1.0, 10.0, 100.0, 1000.0), (0.1, 0.01)
 WINDOW, PROBE = 20, 40  # PROBE: steps a round before the last gets before the next lr is tried
-#: wall-clock seconds the escalation may take (a large copy's rounds stop there: inconclusive, never a FAIL)
-TIME_BUDGET = 15.0
+TIME_BUDGET = 15.0  # wall-clock seconds the escalation may take (a large copy's rounds stop there: never a FAIL)
 DIVERGE = 10.0
 PLAIN_SGD_LR = 1e-2  # no torch.optim optimizer (manual updates): plain SGD on a copy, escalated from here
 
@@ -183,8 +182,7 @@ def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool) -> tupl
         try:
             loss.backward()
             if i == 0 and all(p.grad is None for _, p in trainable(model)):
-                return r, ("no gradient reaches the trained copy's parameters from the loss (a loss_fn that computes it "
-                           "from the program's own model, not from the outputs it is given)")
+                return r, "no gradient reaches the trained copy's parameters from the loss"
             step(opt, closure)
         except Exception as exc:  # noqa: BLE001 - user code
             return r, f"backward/step {i} raised {err(exc)}"
@@ -232,7 +230,9 @@ def check_capability(ctx: Ctx) -> Check:
                           "mode": "train" if ctx.model.training else "eval", "floor_known": known,
                           "criterion": (f"loss falls by {FIT:.0%} of its initial value, or 100% accuracy" if known else
                                         f"the loss falls by {LEARN:.0%} (this objective has no known floor)")}
-    why = "" if plain else untestable(ctx.optimizer)
+    why = ("" if plain else untestable(ctx.optimizer)) or ("the loss reaches the parameters of the program's own model "
+           "(loss_fn computes part of it from the model it closes over), which training a copy cannot lower"
+           if reads_own_model(ctx, tiny) else "")
     if why:
         return _skipped(f"{why}, so whether the model can fit was not checked", ev)
     t0 = time.perf_counter()

@@ -65,3 +65,19 @@ def relative_change(before: list[torch.Tensor], after: list[torch.Tensor]) -> fl
     num = sum(float((a.float() - b.float()).pow(2).sum()) for a, b in zip(after, before))
     den = sum(float(b.float().pow(2).sum()) for b in before)
     return math.sqrt(num) / max(math.sqrt(den), 1e-12)
+
+
+def reads_own_model(ctx: Ctx, tiny: Batch) -> bool:
+    """Whether the loss of the ledger's copy reaches the parameters of the program's own model: a ``loss_fn`` that
+    computes part of its loss from the model it closes over (a physics residual, a discriminator's score), not from the
+    outputs it is given. No training of a copy can lower that part."""
+    from ._dependency import reached_leaves
+
+    try:
+        loss = compute_loss(ctx.work, tiny, ctx.loss_fn)[1]
+    except Exception:  # noqa: BLE001 - user code: the rounds report it
+        return False
+    if not torch.is_tensor(loss) or loss.grad_fn is None:
+        return False
+    own = {id(p) for p in ctx.model.parameters() if p.requires_grad}
+    return bool(reached_leaves(loss)[0] & own)
