@@ -12,7 +12,8 @@
   the ledger's second forward backward through a freed graph (GRADIENT SKIPPED);
 - the parameters of a loss module (Proxy-Anchor's proxies) that the optimizer trains beside the model were "tensors
   not in the model" (WARN);
-- a target sliced inside ``train_step`` for an ``nn.L1Loss`` (whose node saves no target) was never read by TASK."""
+- a target sliced inside ``train_step`` for an ``nn.L1Loss`` (whose node saves no target) was never read by TASK;
+- (public-16) a DenseNet with reentrant checkpointing refuses ``autograd.grad``: ``step_probe`` raised on it."""
 
 from __future__ import annotations
 
@@ -210,3 +211,29 @@ def test_a_target_sliced_inside_the_step_for_an_l1_loss_is_read():
     r = firstdiv.learning_ledger(model, (x, y), criterion, opt, train_step=train_step, overfit_steps=0)
     task = _finding(r, "TASK")
     assert task.check == "task.target_in_input" and "train_step feeds" in task.message, task.message
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.pre, self.block, self.head = nn.Linear(6, 8), nn.Sequential(nn.Linear(8, 8), nn.ReLU()), nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.utils.checkpoint.checkpoint(self.block, self.pre(x), use_reentrant=True)
+        return self.head(h)
+
+
+def test_reentrant_checkpointing_gets_its_gradients_by_a_full_backward():
+    model = _Checkpointed()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 6), torch.randint(0, 2, (16,))
+
+    def train_step():  # zero_grad left out: step 1's gradient is still there at step 2
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    r = firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=train_step)
+    assert r.first_divergence is not None and r.first_divergence.kind == "step.grad_accumulation", r

@@ -362,7 +362,13 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
     if loss.requires_grad and trainable:
         missing = [p for p in trainable if id(p) not in set(graph_leaves([loss.grad_fn]))] if loss.grad_fn else []
         nested = nested_grads(loss, missing)  # written by a custom autograd function's own backward
-        found = torch.autograd.grad(loss.reshape(()), trainable, allow_unused=True)
+        try:
+            found = torch.autograd.grad(loss.reshape(()), trainable, allow_unused=True)
+        except RuntimeError:  # reentrant checkpointing refuses .grad(): a full backward of a new forward instead
+            if (loss := _forward(cmodel, batch, loss_fn, out)) is None:
+                return out
+            loss.reshape(()).backward(retain_graph=True)
+            found = [p.grad for p in trainable]
         grads = {id(p): (None if g is None else g.detach()) for p, g in zip(trainable, found)}
         grads.update({k: v for k, v in nested.items() if grads.get(k) is None})
     empty = [names[0] for p, names in params if p.requires_grad and grad_state(grads.get(id(p)))[0] in ("none", "zero")]
