@@ -514,6 +514,14 @@ PREMISES: dict[str, Premise] = {
         "equals cross-entropy of their softmax",
         "probability outputs with a loss of another form (masked or weighted NLL, a Brier or MSE score): no finding; a "
         "loss_fn that ignores the outputs it is handed is never read (a note)"),
+    "objective.penalty_without_graph": Premise(
+        "learning_ledger", "a loss term built from a gradient (a gradient penalty) trains the weights",
+        "while loss_fn runs on the ledger's copy, a torch.autograd.grad with respect to tensors that are not parameters "
+        "is taken without create_graph=True; the same loss built with create_graph=True has a gradient with respect to "
+        "the trainable parameters (the copy's and the program's own model's, read without writing .grad) that differs "
+        "by more than 1e-3 of its norm",
+        "no such gradient taken, a gradient the loss does not use, a gradient with respect to the weights (first-order "
+        "MAML), a loss built inside train_step only: no finding"),
     "objective.padding_in_loss": Premise(
         "learning_ledger", "padding positions do not count in the loss",
         "padding read from the program's batch (a decoder_attention_mask, or an attention_mask shaped like token "
