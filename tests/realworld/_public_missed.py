@@ -13,6 +13,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                             "parameters are not on the loss's autograd graph: 2 "
                                                             'trainable parameters get no gradient and th; diagnose '
                                                             'WARN at None',
+ 'anode_spheres.targets_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'anomalytransformer_psm.minimax_signs_swapped': 'owner saw WARN None None: DEPENDENCY: 6 of 65 trainable parameters '
                                                  "are not on the loss's autograd graph: 6 trainable parameters get "
                                                  'no gradient and th; diagnose WARN at None',
@@ -109,6 +110,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'cutmix_resnet.lam_not_adjusted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_weights_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.mixed_input_hard_target': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'cyviusprotonet_miniimagenet.distance_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'cyviusprotonet_miniimagenet.labels_repeat_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
  'daisyrec_multvae.log_softmax_over_users': 'owner saw PASS None None: ; diagnose PASS at None',
  'darts_nbeats.first_stack_backcast_frozen': "owner saw WARN None None: AUTOGRAD: the loss's graph reaches 40 of 44 "
                                              'trainable registered parameters and 0 tensors held outside the '
@@ -149,6 +152,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'diffpool_softassign.padding_mask_off': 'owner saw SKIPPED None None: loss_fn raised AttributeError: '
                                          "'SoftPoolingGcnEncoder' object has no attribute 'assign_tensor' (at "
                                          'diffpool_softassign.py; diagnose WARN at None',
+ 'disentanglingvae_betah.bce_mean_not_sum': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'disentanglingvae_betah.latent_detached': 'owner saw PASS None None: ; diagnose FAIL at reachability '
+                                           'encoder.conv1.weight reachability:encoder.conv1.weight',
  'dlprojecttemplate_autoencoder.code_detached': 'owner saw SKIPPED None None: the model raised RuntimeError: mat1 '
                                                 'and mat2 shapes cannot be multiplied (896x28 and 784x64) (at '
                                                 'dlprojecttemplate_autoen; diagnose WARN at None',
@@ -158,9 +164,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'dupontwgangp_mnist.critic_signs_flipped': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 16 '
+                                            'fixed examples, Adam lr 0.001 at any lr up to 1 (loss 9.986 -> best '
+                                            '8.989, 10% do; diagnose WARN at None',
  'edgeml_fastgrnn_kws.first_frame_classified': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it u; diagnose WARN at None',
+ 'efficientdensenet_cifar.labels_misaligned': 'owner saw PASS None None: ; diagnose WARN at None',
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'fewshotknagg_protonet.labels_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
  'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
@@ -198,6 +208,17 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                      'layernorm.weight optimizer.missing_parameter: optimizer does '
                                                      'not own 6 trainable tensors ; diagnose FAIL at four_structures '
                                                      'layernorm.weight four_structures:layernorm.weight',
+ 'harmonicpinn_oscillator.residual_sign_flipped': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
+                                                  '8 fixed examples, Adam lr 0.001 at any lr up to 0.1 (loss 0.9205 '
+                                                  '-> best 0.8158, 11%; diagnose WARN at None',
+ 'harmonicpinn_oscillator.second_derivative_graph_dropped': 'owner saw WARN None None: CAPABILITY: inconclusive: not '
+                                                            'fitted on 8 fixed examples, Adam lr 0.001 at any lr up '
+                                                            'to 0.1 (loss 0.9231 -> best 0.8184, 11%; diagnose WARN '
+                                                            'at None',
+ 'harmonicpinn_oscillator.targets_flattened': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
+                                              'capability.cannot_overfit: loss 0.9249 -> best 0.8748 (5.42% down) at '
+                                              'every lr; diagnose FAIL at learning_ledger CAPABILITY '
+                                              'learning_ledger:CAPABILITY',
  'hfcourse_accelerate_mrpc.attention_mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
  'hfnotebooks_mlm_scratch.collator_mlm_false': 'owner saw FAIL DEPENDENCY dependency.target_leak: DEPENDENCY '
                                                "dependency.target_leak: 'input_ids' == targets; output at position "
@@ -265,6 +286,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                             'backward, and the los',
  'lornatangespcn_sr.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangespcn_sr.pixel_shuffle_as_view': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'lornatangsrcnn_x2.target_is_input': 'owner saw PASS None None: ; diagnose PASS at None',
  'lstnet_electricity.highway_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [32, 6, 4] -> [128, 6] '
                                                    'puts input axis 1 (size 6) across output axes [0, 1], while '
                                                    'output axis 1 (size 6) hold; diagnose WARN at None',
@@ -309,6 +331,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'morvana3c_discrete.targets_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvana3c_discrete.terminal_bootstrapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvanzhou_dqn.next_state_from_state_columns': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'mvtstransformer_classification.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.meshgrid_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
  'nestedunet_dsb2018.dice_on_logits': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -351,6 +374,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pointersummarizer_ptrgen.step_mask_dropped': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss '
                                                'unchanged when targets[1] is flipped; diagnose FAIL at '
                                                'learning_ledger TASK learning_ledger:TASK',
+ 'postagging_bilstm.tags_flattened_batch_first': 'owner saw PASS None None: ; diagnose PASS at None',
  'powerfulgnns_gin.edge_offsets_missing': 'owner saw WARN None None: DEPENDENCY: 1 of 23 trainable parameters are '
                                           "not on the loss's autograd graph: 1 trainable parameters get no gradient "
                                           'and th; diagnose WARN at None',
@@ -363,16 +387,19 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'None after backward, and the loss does not depend on it (perturbing it '
                                            'on a co; diagnose WARN at None',
  'ppopytorch_ppo.reward_leak': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'practicalpytorch_conditional_char_rnn.hidden_detached_every_letter': 'owner saw PASS None None: ; diagnose PASS at '
+                                                                       'None',
+ 'practicalpytorch_conditional_char_rnn.targets_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'protonetorobix_omniglot.distances_not_negated': 'owner saw WARN None None: TASK: 40 of 50 supervised targets are '
                                                   'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, '
                                                   '28, 30]), and loss_f; diagnose WARN at None',
  'protonetorobix_omniglot.queries_are_support': 'owner saw WARN None None: TASK: 40 of 50 supervised targets are '
                                                 'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, '
                                                 '28, 30]), and loss_f; diagnose WARN at None',
- 'proxyanchor_resnet.embedding_group_dropped': 'owner saw FAIL model.layer2.1.conv1.weight '
-                                               'optimizer.owns_only_frozen: model.layer2.1.conv1.weight '
-                                               'optimizer.owns_only_frozen: everything the optimize; diagnose FAIL '
-                                               'at four_structures model.bn1.bias four_structures:model.bn1.bias',
+ 'proxyanchor_resnet.embedding_group_dropped': 'owner saw FAIL model.layer2.1.bn2.weight optimizer.owns_only_frozen: '
+                                               'model.layer2.1.bn2.weight optimizer.owns_only_frozen: everything the '
+                                               'optimizer ow; diagnose FAIL at four_structures '
+                                               'model.layer1.0.bn1.bias four_structures:model.layer1.0.bn1.bias',
  'proxyanchor_resnet.l2_norm_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'proxyanchor_resnet.one_hot_masks_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ptsemseg_fcn8s.logits_viewed_not_transposed': 'owner saw WARN None None: OBJECTIVE: loss 2250 is not the '
@@ -419,6 +446,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rechorus_caser.history_includes_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.predictions_not_restored': 'owner saw PASS None None: ; diagnose PASS at None',
  'recvae_cf.log_softmax_over_users': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'relationnet_omniglot.labels_assumed_unshuffled': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
+                                                   'EVALUATION six_claims:EVALUATION',
+ 'relationnet_omniglot.support_summed_over_classes': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
+                                                     'EVALUATION six_claims:EVALUATION',
  'repdistiller_kd.kl_div_mean_reduction': 'owner saw PASS None None: ; diagnose PASS at None',
  'repdistiller_kd.teacher_temperature_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'retinanet_csv.alpha_factor_inverted': 'owner saw WARN None None: GRADIENT: 24 trainable parameters get no gradient '
@@ -436,6 +467,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rtvc_ge2e_encoder.own_speaker_inclusive_centroid': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable '
                                                      "parameters are not on the loss's autograd graph: 2 trainable "
                                                      'parameters get no gradient and th; diagnose WARN at None',
+ 'sacdiscrete_catch.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sacdiscrete_catch.target_copy_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
+                                           'not plain SGD (stateful update rule); diagnose PASS at None',
  'saint_binary.cat_mask_inverted': 'owner saw WARN None None: DEPENDENCY: 52 of 97 trainable parameters are not on '
                                    "the loss's autograd graph: 28 trainable parameters get no gradient and ; "
                                    'diagnose WARN at None',
@@ -516,9 +550,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'stargan_celeba.d_cls_on_target_labels': 'owner saw WARN None None: DEPENDENCY: 8 of 8 trainable parameters are not '
                                           "on the loss's autograd graph: 8 trainable parameters get no gradient and "
                                           'the; diagnose WARN at None',
- 'stargan_celeba.gp_without_create_graph': 'owner saw WARN None None: DEPENDENCY: 8 of 8 trainable parameters are '
-                                           "not on the loss's autograd graph: 8 trainable parameters get no gradient "
-                                           'and the; diagnose WARN at None',
  'stargan_celeba.reconstruct_with_target_labels': 'owner saw WARN None None: DEPENDENCY: 8 of 8 trainable parameters '
                                                   "are not on the loss's autograd graph: 8 trainable parameters get "
                                                   'no gradient and the; diagnose WARN at None',
@@ -571,6 +602,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'teapearce_cfg_diffusion.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                     'Adam is not plain SGD (stateful update rule); diagnose PASS at '
                                                     'None',
+ 'textclspandey_lstm_attn.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'tintnvit_cifar.patches_viewed_not_transposed': 'owner saw WARN None None: embedding.patch_embeddings: '
+                                                 'op:reshape@embedding.patch_embeddings: [32, 48, 8, 8] -> [32, 64, '
+                                                 '48] puts input axis 1 (size 48; diagnose WARN at None',
+ 'tintnvit_cifar.softmax_over_queries': 'diagnose PASS at None',
+ 'tintnvit_cifar.test_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
  'tiramisu_camvid.flip_image_only': 'owner saw PASS None None: ; diagnose PASS at None',
  'tonyduanflows_nsf2d.log_det_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'tonyduanflows_nsf2d.second_coupling_reads_its_own_half': 'owner saw PASS None None: ; diagnose PASS at None',
