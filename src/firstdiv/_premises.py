@@ -529,8 +529,12 @@ PREMISES: dict[str, Premise] = {
         "(read along the sequence axis), at different lengths and rare elsewhere, a trailing run's first token left out; or, in structured targets, "
         "the positions a 0/1 weight beside same-shaped token ids switches off, where flipping the weights moves the "
         "loss), then the user's loss_fn on the same outputs with only the padding positions' predictions perturbed: "
-        "the loss moves",
-        "no padding shown by the batch: not checked; a loss that stays put ignores it (PASS)"),
+        "the loss moves; a loss computed inside the model (outputs.loss from labels=), which cannot be handed other "
+        "predictions: its own gradient, on a seeded forward of the ledger's copy, pulls predictions toward the "
+        "padding target aligned with them (at their own position or the next one: a causal model shifts inside)",
+        "no padding shown by the batch: not checked; a loss that stays put, or no gradient toward a padding target, "
+        "ignores it (PASS); padding targets are never changed (a loss ignoring a pad id by value would stop "
+        "ignoring them)"),
     "objective.nll_of_raw_scores": Premise(
         "learning_ledger", "an NLL loss receives log-probabilities",
         "the user's loss graph has an nll_loss (or a ctc_loss) whose input has no log-normalization among its "

@@ -17,6 +17,12 @@ Confirmed by a counterfactual: the user's loss_fn on the same outputs with only 
 replaced by the predictions at other, real positions (so they stay values the loss accepts: a pointer-generator's
 probabilities stay probabilities). A loss that does not move ignores the padding (PASS); one that moves trains the model
 to predict padding; one that turns NaN or infinite shows nothing either way.
+
+A loss computed inside the model (``outputs.loss`` from ``labels=``) cannot be handed other predictions: there the
+loss's own gradient at the predictions is read instead, on a seeded forward of the ledger's copy. A prediction the loss
+pulls toward the padding target it is aligned with (at the same position, or at the next one: a causal model shifts
+its labels itself) is trained to predict padding. Changing the padding targets instead would prove nothing: a loss
+that ignores a pad id by its value stops ignoring the changed ones.
 """
 
 from __future__ import annotations
@@ -27,8 +33,10 @@ import numpy as np
 import torch
 
 from .._core.checks import Check
+from .._core.examples import logits_of
 from .._core.task import Ctx, input_ids, is_int
 from ._common import failed, g4
+from ._dependency import seeded_loss
 from ._masks import flip, replace_target, target_leaves
 from ._objective_calls import call
 from ._sequence import pad_runs
@@ -138,6 +146,8 @@ def padding_in_loss(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]
     if not bool(pad.any()):
         return None
     moved = call(ctx, _perturbed(od, pad), given, ev, "padding reaches the loss")
+    if moved is None and torch.is_tensor(t) and ctx.notes.get("pack") is None:
+        return _pulled_inside(ctx, t, pad, how, ev)
     if moved is None:
         return None
     if not np.isfinite(moved):  # the perturbed predictions left the loss's domain: nothing shown either way
@@ -147,10 +157,73 @@ def padding_in_loss(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]
     if abs(moved - value) <= 1e-6 * max(1.0, abs(value)):
         ev["padding_ignored"] = True
         return None
-    return failed("OBJECTIVE", "objective.padding_in_loss",
-                  f"the loss moves ({g4(value)} -> {g4(moved)}) when only the predictions at {int(pad.sum())} padding "
-                  f"positions (from {how}) change: the model is trained to predict padding", ev,
+    return _finding(f"the loss moves ({g4(value)} -> {g4(moved)}) when only the predictions at {int(pad.sum())} "
+                    f"padding positions (from {how}) change: the model is trained to predict padding", ev,
+                    f"loss {g4(value)} -> {g4(moved)} with only padding predictions changed")
+
+
+def _finding(message: str, ev: dict[str, Any], observed: str) -> Check:
+    return failed("OBJECTIVE", "objective.padding_in_loss", message, ev,
                   expected="a loss that ignores padding positions (ignore_index, or a mask applied to the loss)",
-                  observed=f"loss {g4(value)} -> {g4(moved)} with only padding predictions changed",
+                  observed=observed,
                   hint="set the targets at padding positions to the loss's ignore_index (-100), or multiply the "
                        "per-token loss by the mask before reducing")
+
+
+def loss_pull(ctx: Ctx, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Where the loss's gradient pulls a ``[B, T, V]`` prediction aligned with the ``[B, T]`` targets ``t``, and the
+    class it pulls up there (a cross-entropy's target), on a seeded forward of the ledger's copy (cached); None when
+    the loss does not reach such a prediction."""
+    if "loss_pull" not in ctx.notes:
+        ctx.notes["loss_pull"] = _pull(ctx, t)
+    return ctx.notes["loss_pull"]
+
+
+def _pull(ctx: Ctx, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    run = seeded_loss(ctx, ctx.batch, grad=True)
+    logits = logits_of(run[0]) if run is not None else None
+    loss = run[1] if run is not None else None
+    if logits is None or not torch.is_tensor(loss) or loss.numel() != 1 or not loss.requires_grad \
+            or logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(t.shape) or not logits.requires_grad:
+        return None
+    (g,) = torch.autograd.grad(loss.reshape(()), logits, allow_unused=True)
+    if g is None:
+        return None
+    g = g.detach()
+    return (g != 0).any(-1) & (g.min(-1).values < 0), g.argmin(-1)
+
+
+def pulls_next(ctx: Ctx, t: torch.Tensor, match: float) -> bool:
+    """The loss's own gradient asks the prediction at t for ``labels[:, t + 1]`` (at >= ``match`` of the positions
+    it pulls, and more than for ``labels[:, t]``): a loss that shifts inside and ignores padding by another value than
+    the ignore index the values above were compared with."""
+    pull = loss_pull(ctx, t)
+    if pull is None or not bool(pull[0].any()):
+        return False
+    pulled, toward = pull
+    n = int(pulled[:, :-1].sum())
+    nxt = float(((toward[:, :-1] == t[:, 1:]) & pulled[:, :-1]).sum()) / max(1, n)
+    same = float(((toward == t) & pulled).sum()) / int(pulled.sum())
+    return nxt >= match and nxt > same
+
+
+def _pulled_inside(ctx: Ctx, t: torch.Tensor, pad: torch.Tensor, how: str, ev: dict[str, Any]) -> Check | None:
+    """A loss computed inside the model: the padding targets its gradient pulls predictions toward (module
+    docstring), or None."""
+    pull = loss_pull(ctx, t)
+    if pull is None:
+        return None
+    pulled, toward = pull
+    same = pulled & pad & (toward == t)
+    nxt = pulled[:, :-1] & pad[:, 1:] & (toward[:, :-1] == t[:, 1:])
+    hit, shift = max((same, 0), (nxt, 1), key=lambda h: int(h[0].sum()))
+    if not bool(hit.any()):
+        ev["padding_ignored"] = True
+        return None
+    n = int(hit.sum())
+    ev.update(padding_positions=int(pad.sum()), padding_from=how, padding_targets_pulled=n, read_from="the loss's "
+              "gradient at the predictions (the loss is computed inside the model)", target_shift=shift)
+    at = "the next position's" if shift else "their own"
+    return _finding(f"the loss (computed inside the model) pulls {n} predictions toward {at} target at padding "
+                    f"positions (from {how}; {int(pad.sum())} padding targets not ignored): the model is trained "
+                    "to predict padding", ev, f"nonzero loss gradient toward the target at {n} padding positions")
