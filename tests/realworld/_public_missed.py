@@ -60,9 +60,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'centerloss_lenetpp.centers_not_stepped': 'owner saw PASS None None: ; diagnose WARN at None',
  'centerloss_lenetpp.class_mask_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'centernet_ctdet.reg_mask_dropped': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss unchanged when '
-                                     "targets['reg_mask'] is flipped; diagnose FAIL at learning_ledger TASK "
-                                     'learning_ledger:TASK',
  'charrnn_gru.targets_not_shifted': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient and '
                                     'the loss does not depend on them (perturbing them on a copy leaves it u; diagnose '
                                     'WARN at None',
@@ -100,10 +97,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'crnnaudio_urbansound.last_padded_frame': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no gradient '
                                            'and the loss does not depend on them (perturbing them on a copy leaves it '
                                            'u; diagnose WARN at None',
- 'csailsemseg_ppm.decoder_left_out_of_optimizer': 'owner saw FAIL decoder.ppm.0.1.weight step.not_updated: '
-                                                  'decoder.ppm.0.1.weight step.not_updated: unchanged; diagnose FAIL '
-                                                  'at step_probe decoder.ppm.0.1.weight '
-                                                  'step_probe:decoder.ppm.0.1.weight',
  'csailsemseg_ppm.flip_image_not_label': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_not_adjusted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_weights_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -202,10 +195,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'gru4rec_session.target_is_current_click': 'owner saw WARN None None: GRADIENT: backward raised RuntimeError: one of '
                                             'the variables needed for gradient computation has been modified by an '
                                             'inplace; diagnose WARN at None',
- 'hackersvoice_wakeword.lstm_left_out_of_optimizer': 'owner saw FAIL layernorm.weight optimizer.missing_parameter: '
-                                                     'layernorm.weight optimizer.missing_parameter: optimizer does not '
-                                                     'own 6 trainable tensors ; diagnose FAIL at four_structures '
-                                                     'layernorm.weight four_structures:layernorm.weight',
  'harmonicpinn_oscillator.residual_sign_flipped': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 8 '
                                                   'fixed examples, Adam lr 0.001 at any lr up to 0.1 (loss 0.9205 -> '
                                                   'best 0.8158, 11%; diagnose WARN at None',
@@ -218,15 +207,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               'every lr; diagnose FAIL at learning_ledger CAPABILITY '
                                               'learning_ledger:CAPABILITY',
  'hfcourse_accelerate_mrpc.attention_mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
- 'hfnotebooks_mlm_scratch.collator_mlm_false': 'owner saw FAIL DEPENDENCY dependency.target_leak: DEPENDENCY '
-                                               "dependency.target_leak: 'input_ids' == targets; output at position 16 "
-                                               "moves with 'input_i; diagnose FAIL at learning_ledger DEPENDENCY "
-                                               'learning_ledger:DEPENDENCY',
  'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'hyunwoongko_transformer.targets_not_shifted': 'owner saw FAIL DEPENDENCY dependency.target_leak: DEPENDENCY '
-                                                "dependency.target_leak: 'trg' == targets; output at position 4 moves "
-                                                "with 'trg'[:, 4]; diagnose FAIL at learning_ledger DEPENDENCY "
-                                                'learning_ledger:DEPENDENCY',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, 32] '
                                                      '-> [1, 32, 64] puts input axis 1 (size 32) across output axes '
                                                      '[1, 2], while output axi; diagnose WARN at None',
@@ -259,18 +240,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'kdpytorch_cnn_distill.kl_on_probabilities': 'owner saw PASS None None: ; diagnose PASS at None',
  'kdpytorch_cnn_distill.teacher_outputs_from_shuffled_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
  'keonseq2seq_attention.attention_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
- 'keonseq2seq_attention.teacher_forces_current_token': 'owner saw FAIL TASK task.target_not_shifted: TASK '
-                                                       "task.target_not_shifted: position t asked for 'trg'[:, t]; "
-                                                       'diagnose FAIL at learning_ledger TASK learning_ledger:TASK',
  'khrylxrl_ppo.gae_masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'khrylxrl_ppo.optimizer_value_over_policy': 'owner saw FAIL affine_layers.0.weight optimizer.stale_parameter: '
                                              'affine_layers.0.weight optimizer.stale_parameter: affine_layers.0: the '
                                              'optimizer owns; diagnose FAIL at four_structures affine_layers.0.weight '
                                              'four_structures:affine_layers.0.weight',
  'khrylxrl_ppo.returns_from_standardized_advantages': 'owner saw PASS None None: ; diagnose PASS at None',
- 'ktcollection_dkt.padding_not_masked': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss unchanged '
-                                        'when targets[2] is flipped; diagnose FAIL at learning_ledger TASK '
-                                        'learning_ledger:TASK',
  'lightly_simsiam.stop_gradient_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightningbolts_vae.kl_coeff_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'lightningbolts_vae.sample_instead_of_rsample': 'diagnose FAIL at step_probe encoder.conv1.weight '
@@ -294,8 +269,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                              'gradient and the loss does not depend on them (perturbing them on a copy '
                                              'leaves it u; diagnose WARN at None',
  'maddpg_spread.target_from_current_obs': 'owner saw PASS None None: ; diagnose PASS at None',
- 'mamlpytorch_omniglot.meta_zero_grad_after_backward': 'owner saw FAIL vars.0 step.zero_grad_before_step: vars.0 '
-                                                       'step.zero_grad_before_step: .grad none at optimizer.step',
  'mamlpytorch_omniglot.query_labels_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'melgan_vocoder.hinge_signs_swapped': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient and '
                                        'the loss does not depend on them (perturbing them on a copy leaves it u; '
@@ -367,9 +340,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pml_triplet_miner.pairs_zipped_into_triplets': 'owner saw WARN None None: OBJECTIVE: loss 0.07877 is not the '
                                                  'cross-entropy of these outputs (2.824; ln K = 2.773 for an untrained '
                                                  '16-class model; exam; diagnose WARN at None',
- 'pointersummarizer_ptrgen.step_mask_dropped': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss '
-                                               'unchanged when targets[1] is flipped; diagnose FAIL at learning_ledger '
-                                               'TASK learning_ledger:TASK',
  'postagging_bilstm.tags_flattened_batch_first': 'owner saw PASS None None: ; diagnose PASS at None',
  'powerfulgnns_gin.edge_offsets_missing': 'owner saw WARN None None: DEPENDENCY: 1 of 23 trainable parameters are not '
                                           "on the loss's autograd graph: 1 trainable parameters get no gradient and "
@@ -401,9 +371,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'ptsemseg_fcn8s.logits_viewed_not_transposed': 'owner saw WARN None None: OBJECTIVE: loss 2250 is not the '
                                                 'cross-entropy of these outputs (1.2; ln K = 1.099 for an untrained '
                                                 '3-class model; example 0:; diagnose WARN at None',
- 'pyg_gcn.conv2_group_dropped': 'owner saw FAIL conv2.bias optimizer.missing_parameter: conv2.bias '
-                                'optimizer.missing_parameter: optimizer does not own 2 trainable tensors in 2 modules; '
-                                'diagnose FAIL at four_structures conv2.bias four_structures:conv2.bias',
  'pytorchcifar10_module.scheduler_interval_epoch': 'owner saw SKIPPED None None: the model raised ValueError: too many '
                                                    'values to unpack (expected 2) on inputs [32, 3, 32, 32]; the '
                                                    'ledger needs one forwa; diagnose WARN at None',

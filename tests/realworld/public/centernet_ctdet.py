@@ -592,5 +592,8 @@ BUGS = [
     Bug("ind_x_y_swapped", functools.partial(_build, bug="ind_x_y_swapped"), "learning_ledger", ("TASK",)),
     # reg_mask not applied in RegL1Loss: the empty object slots (index 0, target 0) are regressed too and the
     # normalizer counts them (classic: the mask not reaching the loss).
-    Bug("reg_mask_dropped", functools.partial(_build, bug="reg_mask_dropped"), "learning_ledger", ("OBJECTIVE",)),
+    # first contact declared OBJECTIVE; the loss never reading the mask is TASK's task.mask_unread (reviewed after first
+    # contact: the finding names this bug's mechanism)
+    Bug("reg_mask_dropped", functools.partial(_build, bug="reg_mask_dropped"), "learning_ledger", ("TASK",),
+        kind="task.mask_unread"),
 ]

@@ -582,5 +582,8 @@ BUGS = [
     Bug("causal_mask_dropped", functools.partial(_build, bug="causal_mask_dropped"), "learning_ledger",
         ("DEPENDENCY",)),
     # classic off-by-one: targets taken as trg[:, :-1], the same tokens the decoder is fed.
-    Bug("targets_not_shifted", functools.partial(_build, bug="targets_not_shifted"), "learning_ledger", ("TASK",)),
+    # first contact declared TASK; the decoder fed the unshifted targets reads the token it must predict: DEPENDENCY's
+    # dependency.target_leak (reviewed after first contact: the finding names this bug's mechanism)
+    Bug("targets_not_shifted", functools.partial(_build, bug="targets_not_shifted"), "learning_ledger", ("DEPENDENCY",),
+        kind="dependency.target_leak"),
 ]

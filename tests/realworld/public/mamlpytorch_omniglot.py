@@ -452,6 +452,8 @@ BUGS = [
         ("TASK",)),
     # a second ``meta_optim.zero_grad()`` between the meta-loss's backward and the step (classic): the meta-gradient
     # is discarded and Adam steps on zeros. Every parameter alike: declared by its mechanism (README rule 6).
+    # first contact declared kind step.gradient_discarded; a zero_grad between the backward and the step is
+    # step.zero_grad_before_step (reviewed after first contact: the finding names this bug's mechanism)
     Bug("meta_zero_grad_after_backward", functools.partial(_build, bug="meta_zero_grad_after_backward"),
-        "step_probe", (), kind="step.gradient_discarded"),
+        "step_probe", (), kind="step.zero_grad_before_step"),
 ]

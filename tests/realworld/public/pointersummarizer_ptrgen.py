@@ -662,7 +662,10 @@ build = functools.partial(_build, bug=None)
 BUGS = [
     # the per-step loss is not multiplied by dec_padding_mask (classic: padding not ignored): the [PAD] positions
     # after [STOP] are trained as targets and the sum is still divided by the true summary length.
-    Bug("step_mask_dropped", functools.partial(_build, bug="step_mask_dropped"), "learning_ledger", ("OBJECTIVE",)),
+    # first contact declared OBJECTIVE; the loss never reading the step mask is TASK's task.mask_unread (reviewed after
+    # first contact: the finding names this bug's mechanism)
+    Bug("step_mask_dropped", functools.partial(_build, bug="step_mask_dropped"), "learning_ledger", ("TASK",),
+        kind="task.mask_unread"),
     # the optimizer's parameter list leaves out reduce_state (classic: parameters missing from the optimizer): the
     # layers turning the encoder's final state into the decoder's initial state keep their initial weights.
     Bug("reduce_state_left_out", functools.partial(_build, bug="reduce_state_left_out"), "four_structures",
