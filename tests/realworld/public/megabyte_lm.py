@@ -37,6 +37,7 @@ Deviations from the original:
   ``return_loss=True``, the model returning its loss;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
+# ruff: noqa: C417, F841
 
 from __future__ import annotations
 
