@@ -40,7 +40,8 @@ Deviations from the original:
 - CPU only; tqdm, git, torchaudio's backend, checkpoints, the JSON files and early stopping's bookkeeping are
   dropped;
 - one ``train_step`` is one batch of ``train`` (at the end of an epoch ``valid`` and ``scheduler.step(valid_loss)``
-  run and the next epoch starts with ``unmix.train()``); ``eval_fn`` is ``valid``; the Program's model is
+  run and the next epoch starts with ``unmix.train()``); ``eval_fn`` is ``valid``, after which the next batch opens a
+  new epoch as in the loop; the Program's model is
   ``unmix``, its batch the encoded mixture and target of the first training batch;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
@@ -561,13 +562,18 @@ def _build(seed, bug=None):
         state["losses"].update(loss.item(), Y.size(1))
         return loss.item()
 
+    def eval_fn(unmix, _batch=None):
+        valid_loss = valid(unmix)
+        state["it"] = None  # (port) as after valid() in the epoch loop: the next batch opens an epoch (unmix.train())
+        return valid_loss
+
     rs = random.getstate()
     x0, y0 = next(iter(torch.utils.data.DataLoader(train_dataset, batch_size=args.batch_size)))
     random.setstate(rs)
     with torch.no_grad():
         X0, Y0 = encoder(x0), encoder(x0 if bug == "target_is_mixture" else y0)
     return Program(name="openunmix_separation", model=unmix, batch=(X0, Y0), loss_fn=F.mse_loss,
-                   optimizer=optimizer, train_step=train_step, eval_fn=valid, loader=train_sampler)
+                   optimizer=optimizer, train_step=train_step, eval_fn=eval_fn, loader=train_sampler)
 
 
 build = functools.partial(_build, bug=None)

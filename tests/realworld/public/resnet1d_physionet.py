@@ -33,7 +33,8 @@ Deviations from the original:
 - tensorboardX, torchsummary, tqdm and the prints are dropped; CPU only; the training windows' shuffle uses a
   ``np.random.RandomState(seed)`` in place of the global ``np.random``;
 - one ``train_step`` is one batch of the epoch loop (at the end of an epoch ``scheduler.step(_)`` runs and the next
-  epoch starts); ``eval_fn`` is the test block, returning the macro F1;
+  epoch starts); ``eval_fn`` is the test block, returning the macro F1, and puts the model back in train mode as
+  the next epoch's ``model.train()`` does;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 # ruff: noqa: PLR0402, UP008, RUF059
