@@ -327,6 +327,7 @@ def _build(seed, bug=None):
                 )
         all_preds, all_label = all_preds[0], all_label[0]
         accuracy = simple_accuracy(all_preds, all_label)
+        model.train()  # train(): ``model.train()`` right after each ``valid``
         return float(accuracy)
 
     def train_step():
