@@ -59,6 +59,22 @@ def test_a_flip_applied_to_half_the_images_alone_fails() -> None:
     assert "flipped left-right" in task.message
 
 
+def test_two_of_four_images_flipped_alone_fail_once_the_references_are_realigned() -> None:
+    """Half of a small batch misaligned also blurs the references each example is predicted from: a second pass with
+    the winners' references realigned finds both (the first pass alone found fewer than two)."""
+    x, y = _scenes(4, seed=8)
+    x[[0, 2]] = x[[0, 2]].flip(-1)
+    task = _task(x, y)
+    assert (task.status.value, task.check) == ("FAIL", "task.target_misaligned"), task.message
+    assert "flipped left-right" in task.message
+
+
+def test_small_batches_in_place_give_no_finding() -> None:
+    for seed in range(12):
+        task = _task(*_scenes(4, seed=seed))
+        assert task.check != "task.target_misaligned", (seed, task.message)
+
+
 def test_targets_the_input_does_not_explain_give_no_finding() -> None:
     x, _ = _scenes(8)
     noise = torch.randint(0, 2, (8, 20, 20), generator=torch.Generator().manual_seed(1))

@@ -47,7 +47,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'bilstmcrf_tagger.padding_in_mask': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.stop_transition_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'brainseg_unet.dsc_returned_not_loss': 'owner saw PASS None None: ; diagnose PASS at None',
- 'brainseg_unet.mask_not_flipped': 'owner saw PASS None None: ',
  'bubbliiiingcenternet_resnet.heatmap_sigmoid_twice': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get '
                                                       'no gradient and the loss does not depend on them (perturbing '
                                                       'them on a copy leaves it u; diagnose WARN at None',
