@@ -302,7 +302,7 @@ PREMISES: dict[str, Premise] = {
         "at all; a parameter outside the optimizer that train_step moves, or that another optimizer train_step reaches "
         "owns (an alternating schedule trains it in other calls), is a PASS note; an owned parameter the "
         "optimizer's next steps on the same gradient move (its own step held the first update: a warmup computed "
-        "inside step) is a PASS note",
+        "inside step) is a PASS note; where the group's lr is at most 1e-6, one more step at a 10^4-fold lr moving it is a note too (the update was below float32's resolution next to the weights)",
         "not confirmed for parameters outside the optimizer: without train_step (or when train_step does not move it) a "
         "parameter left requires_grad=True but out of the optimizer on purpose (frozen by omission, trained by an "
         "optimizer not passed) FAILs; step_probe has no frozen=", confirmed=False),
@@ -571,12 +571,15 @@ PREMISES: dict[str, Premise] = {
     "objective.unreachable": Premise(
         "learning_ledger", "the output layer can produce the targets",
         "loss_fn at the best output the layer's range allows (a softmax's simplex, a sigmoid's [0, 1] ...) stays above "
-        "10% of the gap between the loss at outputs == targets and at a constant prediction; or, multilabel 0/1 targets "
+        "10% of the gap between the loss at outputs == targets and at a constant prediction (for a softmax the model "
+        "applies: unless the loss is a likelihood the targets weight, affine in them and blind to the outputs at zero "
+        "targets, or the program declares task='classification'); or, multilabel 0/1 targets "
         "with several labels on in a row, the loss is unchanged when a constant is added to a row's logits (a softmax "
         "over the labels), and either the loss is not linear in the targets (it asks the softmax to equal them) or the "
         "program declares task='classification'",
         "a loss linear in the targets (a multinomial likelihood over multi-hot targets, as a recommender's Mult-VAE, "
-        "is that by design) without task='classification' is a WARN of the same kind; otherwise no finding"),
+        "is that by design; beside a term that does not read the targets, a VAE's KL, it is affine in them) without "
+        "task='classification' is a WARN of the same kind; otherwise no finding"),
     "objective.sum_reduction": Premise(
         "learning_ledger", "the loss is a per-example mean",
         "the loss equals a standard objective of the task summed (its mean times the element or example count), and on "
@@ -671,7 +674,7 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "every owned parameter with a nonzero gradient moves in one step",
         "controlled: one optimizer step on the copy left it unchanged although the step should change it at float "
         "resolution (SGD: lr*|grad|, adaptive: lr) at an lr above 0, and up to 2 more steps of the copy on the same "
-        "gradients leave it unchanged too (an optimizer whose own step holds the first update is a note); with train_step: its gradient is healthy (finite, above 1e-6 of the largest: a bias a batch norm cancels "
+        "gradients leave it unchanged too (an optimizer whose own step holds the first update is a note; where the group's lr is at most 1e-6, one more step at a 10^4-fold lr moving it is a note too (the update was below float32's resolution next to the weights)); with train_step: its gradient is healthy (finite, above 1e-6 of the largest: a bias a batch norm cancels "
         "gets float rounding), it never "
         "changed over up to 4 calls, no other optimizer train_step reaches owns it (an alternating schedule), its "
         "group's lr was above 0 at some optimizer.step of those calls (a warmup from 0 "
@@ -787,7 +790,7 @@ PREMISES: dict[str, Premise] = {
         "step",
         "the program computes its gradient (healthy on the measured backward) and one optimizer step on a copy (a "
         "warmup's lr raised to the base lr) left it unchanged, and so did two more steps of the copy on the same "
-        "gradient (an optimizer whose own step holds its first update is a note), and when train_step is given beside "
+        "gradient (an optimizer whose own step holds its first update is a note; where the group's lr is at most 1e-6, one more step at a 10^4-fold lr moving it is a note too (the update was below float32's resolution next to the weights)), and when train_step is given beside "
         "the optimizer, one "
         "call of it on the user's objects (restored) does not move it by hand either; or one call of train_step on the "
         "user's objects (restored) when there is no optimizer or several left it unchanged, and no other optimizer "

@@ -4,7 +4,13 @@
 positive lr moves it when it steps. An optimizer that computes a schedule inside its own ``step`` (a warmup from 0
 applied to the update, as BERT's Adam does, while ``param_groups[i]['lr']`` keeps the base lr) holds every parameter
 on its first call only. The confirmation steps the same copy again on the same gradients: a parameter the next steps
-move is not stuck (a note); one they leave in place too confirms the finding."""
+move is not stuck (a note); one they leave in place too confirms the finding.
+
+A schedule that starts from a tiny lr (a linear warmup from 1e-8) gives an update below float32's resolution next to the
+weights: the step is real and leaves them bit-identical. Where the next steps leave a parameter in place and its group's
+lr is at most ``TINY_LR``, the copy steps once more with that lr raised ``RAISE``-fold: a parameter that moves then is
+updatable, held only by the size of the program's lr at this step (a note); one that still does not confirms the
+finding."""
 
 from __future__ import annotations
 
@@ -13,6 +19,8 @@ from collections.abc import Hashable, Mapping
 import torch
 
 LATER_STEPS = 2
+TINY_LR = 1e-6  # at or below it, an update may fall below float32's resolution next to the weights
+RAISE = 1e4
 
 
 def moved_later(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torch.Tensor],
@@ -29,4 +37,31 @@ def moved_later(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torc
         moved |= {k for k, p in params.items() if not torch.equal(start[k], p.detach())}
         if len(moved) == len(params):
             break
-    return moved
+    return moved | _moved_at_raised_lr(optimizer, {k: p for k, p in params.items() if k not in moved})
+
+
+def _lr(group: dict) -> float | None:
+    lr = group.get("lr")
+    return float(lr) if isinstance(lr, (int, float)) or (torch.is_tensor(lr) and lr.numel() == 1) else None
+
+
+def _moved_at_raised_lr(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torch.Tensor]) -> set[Hashable]:
+    """The keys of ``params`` that one more step moves with the lr of their groups raised ``RAISE``-fold, for groups
+    whose lr is positive and at most ``TINY_LR`` (module docstring); the lrs are put back after."""
+    ids = {id(p) for p in params.values()}
+    tiny = [g for g in optimizer.param_groups if any(id(p) in ids for p in g["params"])
+            and (lr := _lr(g)) is not None and 0 < lr <= TINY_LR]
+    if not params or not tiny:
+        return set()
+    start = {k: p.detach().clone() for k, p in params.items()}
+    saved = [g["lr"] for g in tiny]
+    try:
+        for g in tiny:
+            g["lr"] = g["lr"] * RAISE
+        optimizer.step()
+    except Exception:  # noqa: BLE001 - nothing confirmed either way
+        return set()
+    finally:
+        for g, lr in zip(tiny, saved):
+            g["lr"] = lr
+    return {k for k, p in params.items() if not torch.equal(start[k], p.detach())}

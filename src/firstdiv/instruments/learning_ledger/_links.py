@@ -255,7 +255,8 @@ def _stuck_later(ctx: Ctx, opt: torch.optim.Optimizer, intended: list, not_moved
     if later:
         ev["moved_on_later_steps"] = _names(sorted(later))
         ctx.report_notes.append(f"{len(later)} parameter(s) did not move on {type(opt).__name__}'s first step but its "
-                                "next steps on the same gradients move them (a warmup inside step?)")
+                                "next steps on the same gradients move them (a warmup inside step?), or a larger lr "
+                                "does where it is at most 1e-6 (an update below float32's resolution)")
     return [n for n in not_moved if n not in later]
 
 

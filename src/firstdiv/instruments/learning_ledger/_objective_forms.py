@@ -152,6 +152,13 @@ def unreachable(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
         return None
     if reached - floor <= UNREACHABLE * (blind - floor):
         return None
+    if op[0] == "softmax" and ctx.requested_task != "classification" and _likelihood_weighted(ctx, od, point, t, ev):
+        return warned("OBJECTIVE", f"the loss cannot reach its floor: {constraint} while {instead} (best reachable "
+                      f"{g4(reached)}, {g4(floor)} at outputs == targets). The loss is the targets' weighted "
+                      "log-likelihood of the softmax (affine in the targets, and at zero targets it does not read the "
+                      "outputs): a multinomial likelihood over multi-hot targets (a recommender's Mult-VAE, a listwise "
+                      "ranking loss) is this by design; independent labels behind a softmax are a bug. Declare "
+                      "task='classification' if each label is predicted on its own", ev, kind="objective.unreachable")
     return failed("OBJECTIVE", "objective.unreachable",
                   f"the loss cannot reach its floor: {constraint} while {instead}; at the best output the layer can give "
                   f"the loss is {g4(reached)}, far from its value {g4(floor)} at outputs == targets (a constant prediction "
@@ -160,6 +167,22 @@ def unreachable(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
                   observed=f"{constraint}; {instead}; best reachable loss {g4(reached)} vs floor {g4(floor)}",
                   hint="match the output layer to the targets: independent labels (multilabel 0/1) need one sigmoid per "
                        "label (raw logits + BCEWithLogitsLoss), not a softmax; unbounded targets need an unbounded output")
+
+
+def _likelihood_weighted(ctx: Ctx, od: torch.Tensor, other: torch.Tensor, t: torch.Tensor, ev: dict[str, Any]) -> bool:
+    """The loss is ``-sum(t * f(outputs)) + c`` (a likelihood the targets weight, beside terms that do not read the
+    targets, as a VAE's KL): affine in the targets (L(2t) - 2 L(t) + L(0) = 0), and at zero targets it stays put when
+    the outputs change. A binary cross-entropy on the same probabilities is affine too but reads the outputs at zero
+    targets (its ``(1 - t) log(1 - p)`` term): an independent-label loss, which stays a FAIL."""
+    t = t.to(od.dtype)
+    at = [call(ctx, od, k * t, ev, f"the loss at {k} x the targets") for k in (0.0, 1.0, 2.0)]
+    moved = call(ctx, other, 0.0 * t, ev, "the loss at zero targets, other outputs")
+    if any(v is None for v in at) or moved is None:
+        return False
+    scale = max(abs(at[1]), abs(at[2]), 1e-8)
+    weighted = abs(at[2] - 2 * at[1] + at[0]) <= 1e-4 * scale and abs(moved - at[0]) <= 1e-6 * scale
+    ev["loss_weighted_by_targets"] = weighted
+    return weighted
 
 
 def labels_compete(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:

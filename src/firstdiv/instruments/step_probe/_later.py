@@ -28,7 +28,8 @@ def confirm_not_updated(out: Any, params: list, copt: torch.optim.Optimizer) -> 
         out.checks[i] = check(f.where, "step.update", Status.PASS,
                               f"note: {f.where} did not move on the optimizer's first step (lr {f.evidence.get('lr')}), "
                               f"but its next steps on the same gradient move it: {type(copt).__name__}'s own step holds "
-                              "the first update (a warmup computed inside step?); the update was not checked",
+                              "the first update (a warmup computed inside step?), or at an lr of at most 1e-6 the "
+                              "update is below float32's resolution (a larger lr moves it); the update was not checked",
                               {**f.evidence, "moved_on_later_steps": True, "later_steps": LATER_STEPS})
     for i in set(stuck) - moved:
         out.checks[i].finding.evidence["moved_on_later_steps"] = False
