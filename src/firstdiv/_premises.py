@@ -648,8 +648,10 @@ PREMISES: dict[str, Premise] = {
         "j's inputs replaced by example k's moves the other examples' outputs beyond 1e-4 of their scale, and one "
         "reduction or normalization inside forward over an axis of the examples' size (softmax, mean, sum, norm, "
         "normalize, max...) carries the whole move: handing the other examples its result from the unchanged batch takes "
-        "the move away (to under 1e-4 and a hundredth of it); the module that ran it is named",
-        "examples that meet by design through no single reduction (a graph's adjacency, a mixup, batch statistics "
+        "the move away (to under 1e-4 and a hundredth of it); the module that ran it is named; or, where no one carries "
+        "it (one attention class over the batch run twice), up to 8 such reductions held together do, and each whose "
+        "release keeps the move away is dropped: the modules of the rest are named",
+        "examples that meet by design through no set of such reductions (a graph's adjacency, a mixup, batch statistics "
         "without running estimates), outputs with a second axis of the batch's size (in-batch similarities), fewer than "
         "4 examples, an eval forward that is not repeatable, or a batch whose examples are not on axis 0: no finding"),
     "gradient.missing": Premise(

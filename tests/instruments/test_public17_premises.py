@@ -7,7 +7,10 @@
   FAILs;
 - a schedule whose warmup starts at lr 1e-8: the first step's update is below float32's resolution next to the
   weights, which stay bit-identical (``claim.update.not_updated`` FAIL). One more step of the copy at a larger lr moves
-  them; a parameter that even that step leaves in place still FAILs."""
+  them; a parameter that even that step leaves in place still FAILs;
+- an aspect-sentiment model whose one attention class, softmaxed over the batch, runs twice (over the aspect and over
+  the context): holding either softmax alone leaves the other's share of the move, so no single reduction carried it
+  and ``dependency.examples_mixed`` gave no finding. Held together they take the move away, and both are named."""
 
 from __future__ import annotations
 
@@ -105,3 +108,43 @@ def test_a_parameter_no_lr_moves_still_fails():
     f = _update(skipping)
     assert (f.status.value, f.check) == ("FAIL", "claim.update.not_updated"), f.message
     assert f.evidence["not_moved"] == ["2.weight", "2.bias"]
+
+
+class _Attention(nn.Module):
+    """Pools a sequence by attention; ``dim=0`` normalizes the weights over the examples instead of the positions."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.score, self.dim = nn.Linear(6, 1), dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = F.softmax(self.score(x).squeeze(-1), dim=self.dim)
+        return (w.unsqueeze(-1) * x).sum(1)
+
+
+class _TwoAttentions(nn.Module):
+    """The same attention class over two sequences (an aspect and its context), as an aspect-sentiment model."""
+
+    def __init__(self, over_batch: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        dim = 0 if over_batch else 1
+        self.aspect, self.context, self.head = _Attention(dim), _Attention(dim), nn.Linear(12, 3)
+
+    def forward(self, a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.cat([self.aspect(a), self.context(c)], 1))
+
+
+@pytest.mark.parametrize("over_batch", [True, False])
+def test_two_attentions_over_the_batch_are_named_together(over_batch):
+    g = torch.Generator().manual_seed(0)
+    a, c, y = torch.randn(16, 5, 6, generator=g), torch.randn(16, 7, 6, generator=g), torch.randint(0, 3, (16,), generator=g)
+    model = _TwoAttentions(over_batch)
+    r = firstdiv.learning_ledger(model, ((a, c), y), F.cross_entropy, torch.optim.Adam(model.parameters(), 1e-3),
+                                 overfit_steps=0)
+    dep = next(f for f in r.findings if f.where == "DEPENDENCY")
+    if not over_batch:
+        assert dep.check != "dependency.examples_mixed", dep.message
+        return
+    assert (dep.status.value, dep.check) == ("FAIL", "dependency.examples_mixed"), dep.message
+    assert dep.evidence["mixing_module"] == "aspect, context", dep.evidence

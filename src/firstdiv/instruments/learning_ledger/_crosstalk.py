@@ -9,10 +9,12 @@ data-dependent initialization, as an ActNorm's, runs once):
    unchanged forward reproduces the first (an eval forward that draws random numbers is not judged);
 2. one operation of the forward reduces or normalizes over an axis of the examples' size, and handing the other
    examples that operation's result from the unchanged batch (the replaced example keeps its new one) takes the move
-   away: that operation is the channel, and the report names the module that ran it.
+   away: that operation is the channel, and the report names the module that ran it. Where no one operation carries
+   the whole move (one attention class, softmaxed over the batch, run twice), up to eight held together do, and each
+   whose release keeps the move away is dropped: the rest are the channel.
 
 Examples meant to meet (a graph's nodes through its adjacency, a mixup, batch statistics without running estimates)
-leave no single reduction that carries the whole move: no finding. Outputs with a second axis of the batch's size (a
+leave no set of reductions that carries the whole move: no finding. Outputs with a second axis of the batch's size (a
 similarity matrix of in-batch pairs) are not judged.
 """
 
@@ -159,7 +161,27 @@ def examples_mixed(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
             left = _others_move(base, _run(ctx, other, b, {i: (result, j)})[0], j)
             if left <= min(_MOVES, moved / 100):
                 return _finding(path, op, moved, left, ev)
+        return _together(ctx, other, b, base, seen[:_CANDIDATES], moved, ev)
     return None
+
+
+def _together(ctx: Ctx, other: Batch, b: int, base: torch.Tensor, seen: list, moved: float,
+              ev: dict[str, Any]) -> Check | None:
+    """Several reductions that each carry part of the move (the same attention, softmaxed over the batch, run twice):
+    held together they take it away; each one whose release keeps it away is dropped (the rest are the channel)."""
+    def left(keep: list[int]) -> float:
+        return _others_move(base, _run(ctx, other, b, {i: (seen[i][2], 0) for i in keep})[0], 0)
+
+    keep = list(range(len(seen)))
+    if len(keep) < 2 or left(keep) > min(_MOVES, moved / 100):
+        return None
+    for i in list(keep):
+        rest = [k for k in keep if k != i]
+        if rest and left(rest) <= min(_MOVES, moved / 100):
+            keep = rest
+    paths = list(dict.fromkeys(seen[i][0] or "(root module)" for i in keep))
+    ops = list(dict.fromkeys(seen[i][1] for i in keep))
+    return _finding(", ".join(paths), "/".join(ops), moved, left(keep), ev)
 
 
 def _finding(path: str, op: str, moved: float, left: float, ev: dict[str, Any]) -> Check:
