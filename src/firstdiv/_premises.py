@@ -269,6 +269,15 @@ PREMISES: dict[str, Premise] = {
         "as reachability.detached, the cut an op with an integer output (a cast, argmax, round) through which the loss's "
         "value flowed",
         "as reachability.detached"),
+    "reachability.cut": Premise(
+        "reachability", "a trainable parameter whose value reaches the loss is meant to receive its gradient along that "
+        "path",
+        "the traced forward shows no cut that consumed it and its module ran, the loss's autograd graph does not reach "
+        "it, and perturbing its module's parameters on a copy moves the loss (beyond ten times the loss's own "
+        "repeat noise): its value reaches the loss through a cut the trace did not see (a .item() or numpy round trip, "
+        "a detach in code the trace does not cover)",
+        "a loss the perturbation leaves unchanged, or a counterfactual that could not run: WARN reachability.unused "
+        "(saying which)"),
     # ---- step_probe ---------------------------------------------------------------------------------------------
     "step.nonfinite_loss": Premise(
         "step_probe", "one forward pass on the batch gives a finite loss",

@@ -18,7 +18,7 @@ class MLP(nn.Module):
         super().__init__()
         self.fault = fault
         self.fc1, self.fc2, self.fc3 = nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 3)
-        if fault in ("unused_branch", "aux_ignored"):
+        if fault in ("unused_branch", "aux_ignored", "gate_item"):
             self.aux = nn.Linear(8, 3)
 
     def forward(self, x):
@@ -29,6 +29,8 @@ class MLP(nn.Module):
             h = h * 0.0
         if self.fault == "aux_ignored":
             self.aux(h)  # runs, result thrown away
+        if self.fault == "gate_item":
+            h = h * torch.sigmoid(self.aux(h)).mean().item()  # the gate's value as a Python float: no tensor, no cut
         return self.fc3(F.relu(self.fc2(h)))
 
 
@@ -129,6 +131,16 @@ def test_parameters_the_loss_does_not_depend_on_are_named_as_warnings(model, bat
     program's intent: a WARN naming the parameter, where its path stops and why."""
     r = reach(model, batch, loss_fn)
     assert r.status is Status.WARN and first(r) == expected, str(r)
+
+
+def test_a_value_that_reaches_the_loss_past_a_cut_the_trace_cannot_see_fails():
+    """A gate read with .item() multiplies the activations by a Python float: the trace sees no cut (no tensor comes
+    out), but perturbing the gate on a copy moves the loss, so its value reaches the loss while no gradient does."""
+    r = reach(MLP("gate_item"), data(), F.cross_entropy)
+    assert r.status is Status.FAIL and first(r) == ("aux.weight", "reachability.cut", "aux", "cut"), str(r)
+    r = reach(MLP("aux_ignored"), data(), F.cross_entropy)
+    f = next(f for f in r.findings if f.where == "aux.weight")
+    assert f.evidence["loss_depends"] is False and "perturbing it on a copy leaves the loss unchanged" in f.message
 
 
 def test_fault_evidence_names_the_operation():

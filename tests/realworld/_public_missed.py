@@ -4,8 +4,8 @@ what was seen: the expected failures ``test_public_gate.py`` does not run. Writt
 MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'a2cppoacktr_a2c.masks_dropped_from_returns': 'owner saw PASS None None: ; diagnose PASS at None',
  'absapytorch_ian.outputs_not_unsorted': 'owner saw WARN None None: GRADIENT: 4 trainable parameters get no gradient '
-                                         'and the loss does not depend on them (perturbing them on a copy leaves it u; '
-                                         'diagnose WARN at None',
+                                         'and the loss does not depend on them (perturbing them on a copy leaves it '
+                                         'u; diagnose WARN at None',
  'agcrn_traffic.horizon_overlaps_window': 'owner saw PASS None None: ; diagnose WARN at None',
  'agcrn_traffic.supports_reshaped_not_permuted': 'owner saw WARN None None: encoder.dcrnn_cells.0.gate: '
                                                  'op:reshape@encoder.dcrnn_cells.0.gate: [32, 2, 20, 65] -> [32, 20, '
@@ -17,12 +17,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                             'WARN at None',
  'anode_spheres.targets_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'anomalytransformer_psm.minimax_signs_swapped': 'owner saw WARN None None: DEPENDENCY: 6 of 65 trainable parameters '
-                                                 "are not on the loss's autograd graph: 6 trainable parameters get no "
-                                                 'gradient and th; diagnose WARN at None',
+                                                 "are not on the loss's autograd graph: 6 trainable parameters get "
+                                                 'no gradient and th; diagnose WARN at None',
  'anomalytransformer_psm.token_embedding_viewed_not_permuted': 'owner saw WARN None None: embedding.value_embedding: '
                                                                'op:reshape@embedding.value_embedding: [16, 16, 5] -> '
-                                                               '[16, 5, 16] puts input axis 2 (size 5) acros; diagnose '
-                                                               'WARN at None',
+                                                               '[16, 5, 16] puts input axis 2 (size 5) acros; '
+                                                               'diagnose WARN at None',
  'autoformer_etth.delays_reshaped_not_permuted': 'owner saw WARN None None: '
                                                  'encoder.attn_layers.0.attention.inner_correlation: '
                                                  'op:reshape@encoder.attn_layers.0.attention.inner_correlation: [16, '
@@ -35,12 +35,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'bcq_continuous.next_state_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
  'bertpytorch_mlm.mask_never_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'bertpytorch_mlm.nsp_ignore_index_0': 'owner saw PASS None None: ; diagnose PASS at None',
- 'betatcvae_shapes.decoder_output_sigmoided': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters are '
-                                              "not on the loss's autograd graph: 2 trainable parameters get no "
+ 'betatcvae_shapes.decoder_output_sigmoided': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters '
+                                              "are not on the loss's autograd graph: 2 trainable parameters get no "
                                               'gradient and th; diagnose WARN at None',
  'betatcvae_shapes.joint_and_marginals_swapped': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters '
-                                                 "are not on the loss's autograd graph: 2 trainable parameters get no "
-                                                 'gradient and th; diagnose WARN at None',
+                                                 "are not on the loss's autograd graph: 2 trainable parameters get "
+                                                 'no gradient and th; diagnose WARN at None',
  'betatcvae_shapes.sample_not_reparameterized': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters '
                                                 "are not on the loss's autograd graph: 2 trainable parameters get no "
                                                 'gradient and th; diagnose WARN at None',
@@ -50,41 +50,42 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'bilstmcrf_tagger.padding_in_mask': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.stop_transition_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'brainseg_unet.dsc_returned_not_loss': 'owner saw PASS None None: ; diagnose PASS at None',
- 'bubbliiiingcenternet_resnet.heatmap_sigmoid_twice': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get '
-                                                      'no gradient and the loss does not depend on them (perturbing '
-                                                      'them on a copy leaves it u; diagnose WARN at None',
- 'bubbliiiingcenternet_resnet.offset_mask_dropped': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no '
-                                                    'gradient and the loss does not depend on them (perturbing them on '
-                                                    'a copy leaves it u; diagnose WARN at None',
+ 'bubbliiiingcenternet_resnet.heatmap_sigmoid_twice': 'owner saw WARN None None: GRADIENT: 3 trainable parameters '
+                                                      'get no gradient and the loss does not depend on them '
+                                                      '(perturbing them on a copy leaves it u; diagnose WARN at None',
+ 'bubbliiiingcenternet_resnet.offset_mask_dropped': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get '
+                                                    'no gradient and the loss does not depend on them (perturbing '
+                                                    'them on a copy leaves it u; diagnose WARN at None',
  'bubbliiiingcenternet_resnet.wh_written_as_hw': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no '
-                                                 'gradient and the loss does not depend on them (perturbing them on a '
-                                                 'copy leaves it u; diagnose WARN at None',
+                                                 'gradient and the loss does not depend on them (perturbing them on '
+                                                 'a copy leaves it u; diagnose WARN at None',
  'centerloss_lenetpp.centers_not_stepped': 'owner saw PASS None None: ; diagnose WARN at None',
  'centerloss_lenetpp.class_mask_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'charrnn_gru.targets_not_shifted': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient and '
-                                    'the loss does not depend on them (perturbing them on a copy leaves it u; diagnose '
-                                    'WARN at None',
+                                    'the loss does not depend on them (perturbing them on a copy leaves it u; '
+                                    'diagnose WARN at None',
  'chinesetextcls_textrnn.labels_misaligned': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
-                                             'gradient and the loss does not depend on them (perturbing them on a copy '
-                                             'leaves it u; diagnose WARN at None',
+                                             'gradient and the loss does not depend on them (perturbing them on a '
+                                             'copy leaves it u; diagnose WARN at None',
  'chrischutesquad_bidaf.start_end_targets_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cifar10fast_resnet.bias_optimiser_dropped': 'owner saw PASS None None: AUTOGRAD: not checked: forward pass or '
                                               'loss_fn raised UserCodeError: the model raised ValueError: dictionary '
                                               'update sequence; diagnose FAIL at step_probe prep_norm.bias '
                                               'step_probe:prep_norm.bias',
- 'cifar10fast_resnet.loss_mean_not_sum': 'owner saw SKIPPED None None: the model raised ValueError: dictionary update '
-                                         'sequence element #0 has length 3; 2 is required on inputs [64, 3, 32, 32];; '
-                                         'diagnose WARN at None',
+ 'cifar10fast_resnet.loss_mean_not_sum': 'owner saw SKIPPED None None: the model raised ValueError: dictionary '
+                                         'update sequence element #0 has length 3; 2 is required on inputs [64, 3, '
+                                         '32, 32];; diagnose WARN at None',
  'cifarzoo_mixup_cutout.mixup_loss_unweighted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cifarzoo_mixup_cutout.targets_b_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cmc_moco_ins.keys_not_unshuffled': 'owner saw PASS None None: ; diagnose PASS at None',
- 'colbert_late_interaction.doc_mask_dropped': 'owner saw WARN None None: DEPENDENCY: 2 of 40 trainable parameters are '
-                                              "not on the loss's autograd graph: 2 trainable parameters get no "
+ 'colbert_late_interaction.doc_mask_dropped': 'owner saw WARN None None: DEPENDENCY: 2 of 40 trainable parameters '
+                                              "are not on the loss's autograd graph: 2 trainable parameters get no "
                                               'gradient and th; diagnose WARN at None',
  'colbert_late_interaction.scores_viewed_not_permuted': 'owner saw WARN None None: DEPENDENCY: 2 of 40 trainable '
-                                                        "parameters are not on the loss's autograd graph: 2 trainable "
-                                                        'parameters get no gradient and th; diagnose WARN at None',
+                                                        "parameters are not on the loss's autograd graph: 2 "
+                                                        'trainable parameters get no gradient and th; diagnose WARN '
+                                                        'at None',
  'conformer_ctc.attention_scaled_by_d_model': 'owner saw PASS None None: '
                                               'encoder.layers.0.sequential.1.module.attention: merge(split(x)) probe '
                                               'not run: q/k/v projections not identified: no module c; diagnose WARN '
@@ -99,9 +100,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'corl_any_percent_bc.discount_is_frac': 'owner saw PASS None None: ; diagnose PASS at None',
  'corl_any_percent_bc.state_from_next_observations': 'owner saw PASS None None: ; diagnose PASS at None',
  'cornac_vaecf.loss_arguments_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'crnnaudio_urbansound.last_padded_frame': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no gradient '
-                                           'and the loss does not depend on them (perturbing them on a copy leaves it '
-                                           'u; diagnose WARN at None',
+ 'crnnaudio_urbansound.last_padded_frame': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                           'gradient and the loss does not depend on them (perturbing them on a copy '
+                                           'leaves it u; diagnose WARN at None',
  'csailsemseg_ppm.flip_image_not_label': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_not_adjusted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_weights_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -110,26 +111,26 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'cyviusprotonet_miniimagenet.labels_repeat_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
  'daisyrec_multvae.log_softmax_over_users': 'owner saw PASS None None: ; diagnose PASS at None',
  'darts_nbeats.first_stack_backcast_frozen': "owner saw WARN None None: AUTOGRAD: the loss's graph reaches 40 of 44 "
-                                             'trainable registered parameters and 0 tensors held outside the registry; '
-                                             'stacks.; diagnose WARN at None',
+                                             'trainable registered parameters and 0 tensors held outside the '
+                                             'registry; stacks.; diagnose WARN at None',
  'ddim_diffusion.alphas_not_cumulative': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddpmexplainingai_unet.target_noise_redrawn': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddpmexplainingai_unet.timestep_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'decisiontransformer_gym.action_from_action_token': 'owner saw WARN None None: DEPENDENCY: 5 of 42 trainable '
                                                      "parameters are not on the loss's autograd graph: 5 trainable "
                                                      'parameters get no gradient and th; diagnose WARN at None',
- 'decisiontransformer_gym.no_causal_mask': 'owner saw WARN None None: DEPENDENCY: 5 of 42 trainable parameters are not '
-                                           "on the loss's autograd graph: 5 trainable parameters get no gradient and "
-                                           'th; diagnose WARN at None',
+ 'decisiontransformer_gym.no_causal_mask': 'owner saw WARN None None: DEPENDENCY: 5 of 42 trainable parameters are '
+                                           "not on the loss's autograd graph: 5 trainable parameters get no gradient "
+                                           'and th; diagnose WARN at None',
  'decisiontransformer_gym.padding_in_loss': 'owner saw WARN None None: DEPENDENCY: 5 of 42 trainable parameters are '
-                                            "not on the loss's autograd graph: 5 trainable parameters get no gradient "
-                                            'and th; diagnose WARN at None',
- 'deepar_elect.input_not_lagged': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no gradient and the '
-                                  'loss does not depend on them (perturbing them on a copy leaves it u; diagnose WARN '
-                                  'at None',
+                                            "not on the loss's autograd graph: 5 trainable parameters get no "
+                                            'gradient and th; diagnose WARN at None',
+ 'deepar_elect.input_not_lagged': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no gradient and '
+                                  'the loss does not depend on them (perturbing them on a copy leaves it u; diagnose '
+                                  'WARN at None',
  'deepar_elect.missing_not_masked': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no gradient and '
-                                    'the loss does not depend on them (perturbing them on a copy leaves it u; diagnose '
-                                    'WARN at None',
+                                    'the loss does not depend on them (perturbing them on a copy leaves it u; '
+                                    'diagnose WARN at None',
  'deepctrtorch_deepfm.reg_loss_frozen': 'owner saw PASS None None: ; diagnose PASS at None',
  'deeplabv3plus_voc.mask_not_flipped_with_image': 'owner saw PASS None None: ; diagnose WARN at None',
  'deeplabv3plus_voc.void_pixels_as_background': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -139,30 +140,30 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'deepspeechpytorch_ds2.collate_sorts_spectrograms_only': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepspeechpytorch_ds2.output_sizes_all_padded': 'owner saw PASS None None: ; diagnose PASS at None',
  'deit_distillation.distill_on_class_head': 'owner saw WARN None None: DEPENDENCY: 2 of 35 trainable parameters are '
-                                            "not on the loss's autograd graph: 2 trainable parameters get no gradient "
-                                            'and th; diagnose WARN at None',
+                                            "not on the loss's autograd graph: 2 trainable parameters get no "
+                                            'gradient and th; diagnose WARN at None',
  'detr_detection.num_classes_is_max_id': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no gradient '
-                                         'and the loss does not depend on them (perturbing them on a copy leaves it u; '
-                                         'diagnose WARN at None',
+                                         'and the loss does not depend on them (perturbing them on a copy leaves it '
+                                         'u; diagnose WARN at None',
  'dgl_graphsage.messages_from_destination': 'owner saw PASS None None: ; diagnose PASS at None',
  'diffpool_softassign.padding_mask_off': 'owner saw SKIPPED None None: loss_fn raised AttributeError: '
                                          "'SoftPoolingGcnEncoder' object has no attribute 'assign_tensor' (at "
                                          'diffpool_softassign.py; diagnose WARN at None',
- 'diffwave_vocoder.audio_crop_not_scaled_to_samples': 'owner saw WARN None None: GRADIENT: 32 trainable parameters get '
-                                                      'no gradient and the loss does not depend on them (perturbing '
-                                                      'them on a copy leaves it ; diagnose WARN at None',
+ 'diffwave_vocoder.audio_crop_not_scaled_to_samples': 'owner saw WARN None None: GRADIENT: 32 trainable parameters '
+                                                      'get no gradient and the loss does not depend on them '
+                                                      '(perturbing them on a copy leaves it ; diagnose WARN at None',
  'diffwave_vocoder.noise_level_not_cumulative': 'owner saw WARN None None: GRADIENT: 32 trainable parameters get no '
                                                 'gradient and the loss does not depend on them (perturbing them on a '
                                                 'copy leaves it ; diagnose WARN at None',
  'disentanglingvae_betah.bce_mean_not_sum': 'owner saw PASS None None: ; diagnose PASS at None',
  'disentanglingvae_betah.latent_detached': 'owner saw PASS None None: ; diagnose FAIL at reachability '
                                            'encoder.conv1.weight reachability:encoder.conv1.weight',
- 'dlprojecttemplate_autoencoder.code_detached': 'owner saw SKIPPED None None: the model raised RuntimeError: mat1 and '
-                                                'mat2 shapes cannot be multiplied (896x28 and 784x64) (at '
+ 'dlprojecttemplate_autoencoder.code_detached': 'owner saw SKIPPED None None: the model raised RuntimeError: mat1 '
+                                                'and mat2 shapes cannot be multiplied (896x28 and 784x64) (at '
                                                 'dlprojecttemplate_autoen; diagnose WARN at None',
  'dlrm_ctr.optimizer_without_embeddings': 'owner saw WARN None None: OPTIMIZER: 8 of 11 trainable parameters owned; '
-                                          'optimizer owns 8 tensors, 0 of them no longer in the model; emb_l.0.weight: '
-                                          'o',
+                                          'optimizer owns 8 tensors, 0 of them no longer in the model; '
+                                          'emb_l.0.weight: o',
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -176,16 +177,16 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'fewshotknagg_protonet.labels_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
  'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
-                                                 "are not on the loss's autograd graph: 4 trainable parameters get no "
-                                                 'gradient and th; diagnose WARN at None',
- 'fixmatch_wideresnet.threshold_mask_dropped': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters are '
-                                               "not on the loss's autograd graph: 4 trainable parameters get no "
+                                                 "are not on the loss's autograd graph: 4 trainable parameters get "
+                                                 'no gradient and th; diagnose WARN at None',
+ 'fixmatch_wideresnet.threshold_mask_dropped': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
+                                               "are not on the loss's autograd graph: 4 trainable parameters get no "
                                                'gradient and th; diagnose WARN at None',
  'flownetpytorch_flownets.epe_norm_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'flownetpytorch_flownets.hflip_flow_sign_kept': 'owner saw PASS None None: ; diagnose PASS at None',
- 'fno_burgers1d.lift_viewed_not_permuted': 'owner saw WARN None None: : op:reshape@: [20, 64, 16] -> [20, 16, 64] puts '
-                                           'input axis 1 (size 64) across output axes [1, 2], while output axis 2 (si; '
-                                           'diagnose WARN at None',
+ 'fno_burgers1d.lift_viewed_not_permuted': 'owner saw WARN None None: : op:reshape@: [20, 64, 16] -> [20, 16, 64] '
+                                           'puts input axis 1 (size 64) across output axes [1, 2], while output axis '
+                                           '2 (si; diagnose WARN at None',
  'fno_burgers1d.targets_from_test_rows': 'owner saw PASS None None: ; diagnose PASS at None',
  'fregudeeplabv3_cityscapes.label_not_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -195,9 +196,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 "are not on the loss's autograd graph: 6 trainable parameters get no "
                                                 'gradient and th; diagnose WARN at None',
  'ghwnncf_neumf.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
- 'glowpytorch_glow.logdet_left_out': 'owner saw WARN None None: GRADIENT: 22 trainable parameters get no gradient and '
-                                     'the loss does not depend on them (perturbing them on a copy leaves it ; diagnose '
-                                     'WARN at None',
+ 'glowpytorch_glow.logdet_left_out': 'owner saw WARN None None: GRADIENT: 22 trainable parameters get no gradient '
+                                     'and the loss does not depend on them (perturbing them on a copy leaves it ; '
+                                     'diagnose WARN at None',
  'glowpytorch_glow.squeeze_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
  'graphwavenet_traffic.target_time_in_day_channel': 'owner saw WARN None None: DEPENDENCY: 20 of 104 trainable '
                                                     "parameters are not on the loss's autograd graph: 20 trainable "
@@ -205,50 +206,50 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'gru4rec_session.hidden_not_carried': 'owner saw WARN None None: GRADIENT: backward raised RuntimeError: one of the '
                                        'variables needed for gradient computation has been modified by an inplace; '
                                        'diagnose WARN at None',
- 'gru4rec_session.target_is_current_click': 'owner saw WARN None None: GRADIENT: backward raised RuntimeError: one of '
-                                            'the variables needed for gradient computation has been modified by an '
-                                            'inplace; diagnose WARN at None',
- 'harmonicpinn_oscillator.residual_sign_flipped': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 8 '
-                                                  'fixed examples, Adam lr 0.001 at any lr up to 0.1 (loss 0.9205 -> '
-                                                  'best 0.8158, 11%; diagnose WARN at None',
+ 'gru4rec_session.target_is_current_click': 'owner saw WARN None None: GRADIENT: backward raised RuntimeError: one '
+                                            'of the variables needed for gradient computation has been modified by '
+                                            'an inplace; diagnose WARN at None',
+ 'harmonicpinn_oscillator.residual_sign_flipped': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
+                                                  '8 fixed examples, Adam lr 0.001 at any lr up to 0.1 (loss 0.9205 '
+                                                  '-> best 0.8158, 11%; diagnose WARN at None',
  'harmonicpinn_oscillator.second_derivative_graph_dropped': 'owner saw WARN None None: CAPABILITY: inconclusive: not '
-                                                            'fitted on 8 fixed examples, Adam lr 0.001 at any lr up to '
-                                                            '0.1 (loss 0.9231 -> best 0.8184, 11%; diagnose WARN at '
-                                                            'None',
+                                                            'fitted on 8 fixed examples, Adam lr 0.001 at any lr up '
+                                                            'to 0.1 (loss 0.9231 -> best 0.8184, 11%; diagnose WARN '
+                                                            'at None',
  'harmonicpinn_oscillator.targets_flattened': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
                                               'capability.cannot_overfit: loss 0.9249 -> best 0.8748 (5.42% down) at '
                                               'every lr; diagnose FAIL at learning_ledger CAPABILITY '
                                               'learning_ledger:CAPABILITY',
  'hfcourse_accelerate_mrpc.attention_mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
  'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, 32] '
-                                                     '-> [1, 32, 64] puts input axis 1 (size 32) across output axes '
-                                                     '[1, 2], while output axi; diagnose WARN at None',
+ 'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
+                                                     '32] -> [1, 32, 64] puts input axis 1 (size 32) across output '
+                                                     'axes [1, 2], while output axi; diagnose WARN at None',
  'ibmseq2seq_attention.pad_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.teacher_forcing_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'icaruswizard_mae.loss_over_all_patches': 'owner saw PASS None None: ; diagnose WARN at None',
  'ignite_siamese.negative_class_not_excluded': 'owner saw WARN None None: OBJECTIVE: loss 2.914 is not the '
                                                'cross-entropy of these outputs (2.375; ln K = 2.303 for an untrained '
                                                '10-class model; exampl; diagnose WARN at None',
- 'ignite_siamese.positive_negative_swapped': 'owner saw WARN None None: OBJECTIVE: loss 2.949 is not the cross-entropy '
-                                             'of these outputs (2.375; ln K = 2.303 for an untrained 10-class model; '
-                                             'exampl; diagnose WARN at None',
+ 'ignite_siamese.positive_negative_swapped': 'owner saw WARN None None: OBJECTIVE: loss 2.949 is not the '
+                                             'cross-entropy of these outputs (2.375; ln K = 2.303 for an untrained '
+                                             '10-class model; exampl; diagnose WARN at None',
  'improveddiffusion_hybrid.vb_term_trains_mean': 'owner saw WARN None None: GRADIENT: 32 trainable parameters get no '
-                                                 'gradient and the loss does not depend on them (perturbing them on a '
-                                                 'copy leaves it ; diagnose WARN at None',
+                                                 'gradient and the loss does not depend on them (perturbing them on '
+                                                 'a copy leaves it ; diagnose WARN at None',
  'informer_etth.prob_context_not_transposed': 'owner saw WARN None None: encoder.attn_layers.0.attention: '
-                                              'op:view@encoder.attn_layers.0.attention: [32, 4, 48, 8] -> [32, 48, 32] '
-                                              'puts input axis 2 (; diagnose WARN at None',
- 'iqlpytorch_offline.ema_arguments_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
-                                             'not plain SGD (stateful update rule); diagnose PASS at None',
+                                              'op:view@encoder.attn_layers.0.attention: [32, 4, 48, 8] -> [32, 48, '
+                                              '32] puts input axis 2 (; diagnose WARN at None',
+ 'iqlpytorch_offline.ema_arguments_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
+                                             'is not plain SGD (stateful update rule); diagnose PASS at None',
  'iqnext_iqn.taus_on_target_axis': 'owner saw PASS None None: ; diagnose PASS at None',
  'itransformer_forecast.embedding_reshaped_not_permuted': 'owner saw WARN None None: enc_embedding: '
                                                           'op:reshape@enc_embedding: [32, 48, 7] -> [32, 7, 48] puts '
                                                           'input axis 2 (size 7) across output axes [2], while; '
                                                           'diagnose WARN at None',
  'jeonsworld_vit.patches_reshaped_not_transposed': 'owner saw WARN None None: transformer.embeddings: '
-                                                   'op:reshape@transformer.embeddings: [16, 32, 4, 4] -> [16, 16, 32] '
-                                                   'puts input axis 1 (size 32) across; diagnose WARN at None',
+                                                   'op:reshape@transformer.embeddings: [16, 32, 4, 4] -> [16, 16, '
+                                                   '32] puts input axis 1 (size 32) across; diagnose WARN at None',
  'joeynmt_transformer.padding_rows_not_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'joeynmt_transformer.trg_not_sorted_with_src': 'owner saw PASS None None: ; diagnose PASS at None',
  'josiahtabular_bank.duration_leaks_target': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -258,8 +259,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'khrylxrl_ppo.gae_masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'khrylxrl_ppo.optimizer_value_over_policy': 'owner saw FAIL affine_layers.0.weight optimizer.stale_parameter: '
                                              'affine_layers.0.weight optimizer.stale_parameter: affine_layers.0: the '
-                                             'optimizer owns; diagnose FAIL at four_structures affine_layers.0.weight '
-                                             'four_structures:affine_layers.0.weight',
+                                             'optimizer owns; diagnose FAIL at four_structures '
+                                             'affine_layers.0.weight four_structures:affine_layers.0.weight',
  'khrylxrl_ppo.returns_from_standardized_advantages': 'owner saw PASS None None: ; diagnose PASS at None',
  'kinyugocm_ict.noise_not_shared': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 8 fixed '
                                    'examples, Adam lr 1e-08 at any lr up to 1e-05 (loss 0.6558 -> best 0.6037, 8; '
@@ -278,24 +279,24 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lornatangespcn_sr.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangespcn_sr.pixel_shuffle_as_view': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangsrcnn_x2.target_is_input': 'owner saw PASS None None: ; diagnose PASS at None',
- 'lstnet_electricity.highway_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [32, 6, 4] -> [128, 6] puts '
-                                                   'input axis 1 (size 6) across output axes [0, 1], while output axis '
-                                                   '1 (size 6) hold; diagnose WARN at None',
- 'lynnhogan_wgangp.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no gradient '
-                                           'and the loss does not depend on them (perturbing them on a copy leaves it '
-                                           'u; diagnose WARN at None',
+ 'lstnet_electricity.highway_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [32, 6, 4] -> [128, 6] '
+                                                   'puts input axis 1 (size 6) across output axes [0, 1], while '
+                                                   'output axis 1 (size 6) hold; diagnose WARN at None',
+ 'lynnhogan_wgangp.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                           'gradient and the loss does not depend on them (perturbing them on a copy '
+                                           'leaves it u; diagnose WARN at None',
  'lynnhogan_wgangp.gp_without_create_graph': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
-                                             'gradient and the loss does not depend on them (perturbing them on a copy '
-                                             'leaves it u; diagnose WARN at None',
+                                             'gradient and the loss does not depend on them (perturbing them on a '
+                                             'copy leaves it u; diagnose WARN at None',
  'maddpg_spread.target_from_current_obs': 'owner saw PASS None None: ; diagnose PASS at None',
  'mamlpytorch_omniglot.query_labels_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'megabyte_lm.attention_not_causal': 'owner saw PASS None None: ; diagnose WARN at None',
  'megabyte_lm.global_output_not_shifted': 'owner saw PASS None None: ; diagnose WARN at None',
- 'melgan_vocoder.hinge_signs_swapped': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient and '
-                                       'the loss does not depend on them (perturbing them on a copy leaves it u; '
+ 'melgan_vocoder.hinge_signs_swapped': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient '
+                                       'and the loss does not depend on them (perturbing them on a copy leaves it u; '
                                        'diagnose WARN at None',
- 'melgan_vocoder.real_audio_as_fake': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient and '
-                                      'the loss does not depend on them (perturbing them on a copy leaves it u; '
+ 'melgan_vocoder.real_audio_as_fake': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient '
+                                      'and the loss does not depend on them (perturbing them on a copy leaves it u; '
                                       'diagnose FAIL at step_probe model.disc_0.model.layer_0.1.bias '
                                       'step_probe:model.disc_0.model.layer_0.1.bias',
  'minrf_rectified_flow.time_not_fed_to_model': 'owner saw WARN None None: GRADIENT: 25 trainable parameters get no '
@@ -304,22 +305,23 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'mixmatch_wideresnet.ema_over_parameters_only': 'owner saw WARN None None: DIFFERENTIATION: 4 trainable parameters '
                                                  'get no gradient and the loss does not depend on them (perturbing '
                                                  'them on a copy leav; diagnose WARN at None',
- 'mixmatch_wideresnet.mixup_targets_not_permuted': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
-                                                   "are not on the loss's autograd graph: 4 trainable parameters get "
-                                                   'no gradient and th; diagnose WARN at None',
+ 'mixmatch_wideresnet.mixup_targets_not_permuted': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable '
+                                                   "parameters are not on the loss's autograd graph: 4 trainable "
+                                                   'parameters get no gradient and th; diagnose WARN at None',
  'mlmpytorch_mlm.ignore_index_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'mlmpytorch_mlm.labels_not_masked': 'owner saw PASS None None: ; diagnose WARN at None',
  'mlmpytorch_mlm.mask_fill_not_assigned': 'owner saw PASS None None: ; diagnose WARN at None',
- 'mlpmixercifar_mixer.patches_viewed_not_transposed': 'owner saw WARN None None: patch_emb.1: op:reshape@patch_emb.1: '
-                                                      '[16, 32, 4, 4] -> [16, 16, 32] puts input axis 1 (size 32) '
-                                                      'across output axes [1, 2], w; diagnose WARN at None',
+ 'mlpmixercifar_mixer.patches_viewed_not_transposed': 'owner saw WARN None None: patch_emb.1: '
+                                                      'op:reshape@patch_emb.1: [16, 32, 4, 4] -> [16, 16, 32] puts '
+                                                      'input axis 1 (size 32) across output axes [1, 2], w; diagnose '
+                                                      'WARN at None',
  'mlpmixerjeon_cifar.labels_shuffled_apart': 'owner saw WARN None None: GRADIENT: 28 trainable parameters get no '
-                                             'gradient and the loss does not depend on them (perturbing them on a copy '
-                                             'leaves it ; diagnose WARN at None',
+                                             'gradient and the loss does not depend on them (perturbing them on a '
+                                             'copy leaves it ; diagnose WARN at None',
  'mnistdiffusion_ddpm.schedule_coefficients_swapped': 'owner saw PASS None None: ; diagnose WARN at None',
- 'mnistdiffusion_ddpm.timestep_not_passed': 'owner saw WARN None None: DEPENDENCY: 17 of 483 trainable parameters are '
-                                            "not on the loss's autograd graph: 17 trainable parameters get no gradient "
-                                            'and; diagnose WARN at None',
+ 'mnistdiffusion_ddpm.timestep_not_passed': 'owner saw WARN None None: DEPENDENCY: 17 of 483 trainable parameters '
+                                            "are not on the loss's autograd graph: 17 trainable parameters get no "
+                                            'gradient and; diagnose WARN at None',
  'morvana3c_discrete.advantage_not_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvana3c_discrete.targets_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvana3c_discrete.terminal_bootstrapped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -329,19 +331,16 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
  'nestedunet_dsb2018.dice_on_logits': 'owner saw PASS None None: ; diagnose PASS at None',
  'nflows_maf_moons.logabsdet_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
-                                       'capability.cannot_overfit: loss 1.875 -> best 1.838 (1.96% down) at every lr; '
-                                       'diagnose FAIL at learning_ledger CAPABILITY learning_ledger:CAPABILITY',
+                                       'capability.cannot_overfit: loss 1.875 -> best 1.838 (1.96% down) at every '
+                                       'lr; diagnose FAIL at learning_ledger CAPABILITY learning_ledger:CAPABILITY',
  'nflows_maf_moons.output_mask_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
- 'nlptutorial_seq2seq_attention.attn_weights_detached': 'owner saw WARN None None: attn.weight: attn.weight: not '
-                                                        'reached from the loss; module attn ran 25 time(s) but nothing '
-                                                        'computed from this parameter rea',
  'nlptutorial_seq2seq_attention.targets_are_decoder_inputs': 'owner saw PASS None None: ; diagnose PASS at None',
  'nlpwt_emotion_trainer.labels_shifted_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'node_year.labels_sliced_by_position': 'owner saw PASS None None: ; diagnose FAIL at performance_ledger step '
                                         'performance_ledger:step',
  'normflows_realnvp_moons.log_det_dropped': 'owner saw WARN None None: DEPENDENCY: 2 of 50 trainable parameters are '
-                                            "not on the loss's autograd graph: 2 trainable parameters get no gradient "
-                                            'and th; diagnose WARN at None',
+                                            "not on the loss's autograd graph: 2 trainable parameters get no "
+                                            'gradient and th; diagnose WARN at None',
  'openaiclip_flickr.image_names_from_unsplit_dataframe': 'owner saw PASS None None: ; diagnose PASS at None',
  'openaiclip_flickr.log_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'openinstruct_finetune.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -351,41 +350,41 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                       'op:reshape@model.backbone: [32, 7, 16, 12] -> [32, 7, 12, 16] '
                                                       'puts input axis 3 (size 12) across output axes; diagnose WARN '
                                                       'at None',
- 'patrickhuasimsiam_cifar.stop_gradient_dropped': 'owner saw WARN None None: DEPENDENCY: 4 of 78 trainable parameters '
-                                                  "are not on the loss's autograd graph: 4 trainable parameters get no "
-                                                  'gradient and th; diagnose WARN at None',
+ 'patrickhuasimsiam_cifar.stop_gradient_dropped': 'owner saw WARN None None: DEPENDENCY: 4 of 78 trainable '
+                                                  "parameters are not on the loss's autograd graph: 4 trainable "
+                                                  'parameters get no gradient and th; diagnose WARN at None',
  'performer_encdec_copy.labels_not_shifted': 'owner saw WARN None None: DEPENDENCY: 2 of 70 trainable parameters are '
-                                             "not on the loss's autograd graph: 2 trainable parameters get no gradient "
-                                             'and th; diagnose WARN at None',
+                                             "not on the loss's autograd graph: 2 trainable parameters get no "
+                                             'gradient and th; diagnose WARN at None',
  'pgiaayn_ddpg.reward_not_reshaped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pgtravel_vanilla_pg.masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pgtravel_vanilla_pg.objective_not_negated': 'owner saw PASS None None: ; diagnose PASS at None',
  'pinnsoctopus_burgers.derivative_columns_swapped': 'owner saw WARN None None: CAPABILITY: the loss reaches the '
                                                     "parameters of the program's own model (loss_fn computes part of "
                                                     'it from the model it closes; diagnose WARN at None',
- 'pinnsoctopus_burgers.targets_drawn_apart': 'owner saw WARN None None: CAPABILITY: the loss reaches the parameters of '
-                                             "the program's own model (loss_fn computes part of it from the model it "
-                                             'closes; diagnose WARN at None',
+ 'pinnsoctopus_burgers.targets_drawn_apart': 'owner saw WARN None None: CAPABILITY: the loss reaches the parameters '
+                                             "of the program's own model (loss_fn computes part of it from the model "
+                                             'it closes; diagnose WARN at None',
  'playground_cifar10.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
                                                'is not plain SGD (stateful update rule); diagnose PASS at None',
- 'pml_triplet_miner.normalize_over_batch': 'owner saw WARN None None: OBJECTIVE: loss 0.09164 is not the cross-entropy '
-                                           'of these outputs (2.824; ln K = 2.773 for an untrained 16-class model; '
-                                           'exam; diagnose WARN at None',
+ 'pml_triplet_miner.normalize_over_batch': 'owner saw WARN None None: OBJECTIVE: loss 0.09164 is not the '
+                                           'cross-entropy of these outputs (2.824; ln K = 2.773 for an untrained '
+                                           '16-class model; exam; diagnose WARN at None',
  'pml_triplet_miner.pairs_zipped_into_triplets': 'owner saw WARN None None: OBJECTIVE: loss 0.07877 is not the '
-                                                 'cross-entropy of these outputs (2.824; ln K = 2.773 for an untrained '
-                                                 '16-class model; exam; diagnose WARN at None',
+                                                 'cross-entropy of these outputs (2.824; ln K = 2.773 for an '
+                                                 'untrained 16-class model; exam; diagnose WARN at None',
  'postagging_bilstm.tags_flattened_batch_first': 'owner saw PASS None None: ; diagnose PASS at None',
- 'powerfulgnns_gin.edge_offsets_missing': 'owner saw WARN None None: DEPENDENCY: 1 of 23 trainable parameters are not '
-                                          "on the loss's autograd graph: 1 trainable parameters get no gradient and "
-                                          'th; diagnose WARN at None',
- 'powerfulgnns_gin.labels_from_unpermuted_graphs': 'owner saw WARN None None: DEPENDENCY: 1 of 23 trainable parameters '
-                                                   "are not on the loss's autograd graph: 1 trainable parameters get "
-                                                   'no gradient and th; diagnose WARN at None',
+ 'powerfulgnns_gin.edge_offsets_missing': 'owner saw WARN None None: DEPENDENCY: 1 of 23 trainable parameters are '
+                                          "not on the loss's autograd graph: 1 trainable parameters get no gradient "
+                                          'and th; diagnose WARN at None',
+ 'powerfulgnns_gin.labels_from_unpermuted_graphs': 'owner saw WARN None None: DEPENDENCY: 1 of 23 trainable '
+                                                   "parameters are not on the loss's autograd graph: 1 trainable "
+                                                   'parameters get no gradient and th; diagnose WARN at None',
  'ppnp_appnp.returns_local_preds': 'owner saw PASS None None: ; diagnose PASS at None',
  'ppobeginners_ppo.rtgs_appended_not_prepended': 'owner saw PASS None None: ; diagnose PASS at None',
  'ppopytorch_ppo.critic_on_buffer_values': 'owner saw WARN None None: critic.0.weight: critic.0.weight: gradient is '
-                                           'None after backward, and the loss does not depend on it (perturbing it on '
-                                           'a co; diagnose WARN at None',
+                                           'None after backward, and the loss does not depend on it (perturbing it '
+                                           'on a co; diagnose WARN at None',
  'ppopytorch_ppo.reward_leak': 'owner saw PASS None None: ; diagnose PASS at None',
  'practicalpytorch_conditional_char_rnn.hidden_detached_every_letter': 'owner saw PASS None None: ; diagnose PASS at '
                                                                        'None',
@@ -394,46 +393,46 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                   'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, '
                                                   '28, 30]), and loss_f; diagnose WARN at None',
  'protonetorobix_omniglot.queries_are_support': 'owner saw WARN None None: TASK: 40 of 50 supervised targets are '
-                                                'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, 28, '
-                                                '30]), and loss_f; diagnose WARN at None',
+                                                'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, '
+                                                '28, 30]), and loss_f; diagnose WARN at None',
  'proxyanchor_resnet.embedding_group_dropped': 'owner saw FAIL model.layer2.1.bn2.weight optimizer.owns_only_frozen: '
                                                'model.layer2.1.bn2.weight optimizer.owns_only_frozen: everything the '
-                                               'optimizer ow; diagnose FAIL at four_structures model.layer1.0.bn1.bias '
-                                               'four_structures:model.layer1.0.bn1.bias',
+                                               'optimizer ow; diagnose FAIL at four_structures '
+                                               'model.layer1.0.bn1.bias four_structures:model.layer1.0.bn1.bias',
  'proxyanchor_resnet.l2_norm_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'proxyanchor_resnet.one_hot_masks_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ptsemseg_fcn8s.logits_viewed_not_transposed': 'owner saw WARN None None: OBJECTIVE: loss 2250 is not the '
                                                 'cross-entropy of these outputs (1.2; ln K = 1.099 for an untrained '
                                                 '3-class model; example 0:; diagnose WARN at None',
- 'pytorchcifar10_module.scheduler_interval_epoch': 'owner saw SKIPPED None None: the model raised ValueError: too many '
-                                                   'values to unpack (expected 2) on inputs [32, 3, 32, 32]; the '
-                                                   'ledger needs one forwa; diagnose WARN at None',
+ 'pytorchcifar10_module.scheduler_interval_epoch': 'owner saw SKIPPED None None: the model raised ValueError: too '
+                                                   'many values to unpack (expected 2) on inputs [32, 3, 32, 32]; '
+                                                   'the ledger needs one forwa; diagnose WARN at None',
  'pytorchddpm_unet.noise_coefficients_swapped': 'owner saw PASS None None: ; diagnose WARN at None',
  'pytorchddpm_unet.timestep_not_passed': 'owner saw PASS None None: ; diagnose WARN at None',
- 'pytorchflows_realnvp.conditioner_input_unmasked': 'owner saw WARN None None: OBJECTIVE: the loss falls in proportion '
-                                                    'as outputs[1] grows (2.273 -> -2.809 -> -53.64 at 10 and 100 '
-                                                    'times): a term linear i; diagnose WARN at None',
+ 'pytorchflows_realnvp.conditioner_input_unmasked': 'owner saw WARN None None: OBJECTIVE: the loss falls in '
+                                                    'proportion as outputs[1] grows (2.273 -> -2.809 -> -53.64 at 10 '
+                                                    'and 100 times): a term linear i; diagnose WARN at None',
  'pytorchflows_realnvp.coupling_logdet_sign_flipped': 'owner saw WARN None None: OBJECTIVE: the loss falls in '
-                                                      'proportion as outputs[1] grows (2.019 -> -5.351 -> -79.05 at 10 '
-                                                      'and 100 times): a term linear i; diagnose WARN at None',
+                                                      'proportion as outputs[1] grows (2.019 -> -5.351 -> -79.05 at '
+                                                      '10 and 100 times): a term linear i; diagnose WARN at None',
  'pytorchflows_realnvp.validate_in_train_mode': 'owner saw PASS None None: ; diagnose WARN at None',
  'pytorchgat_cora.train_labels_from_val_indices': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
-                                                  '60 fixed examples, Adam lr 0.005 at any lr up to 0.5 (loss 1.099 -> '
-                                                  'best 1.007, 8% d; diagnose WARN at None',
+                                                  '60 fixed examples, Adam lr 0.005 at any lr up to 0.5 (loss 1.099 '
+                                                  '-> best 1.007, 8% d; diagnose WARN at None',
  'pytorchmaml_sinusoid.adapted_params_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchmaml_sinusoid.inner_update_ascends': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchmaml_sinusoid.test_targets_rolled': 'owner saw PASS None None: ; diagnose WARN at None',
  'pytorchvae_vanilla.latent_detached': 'owner saw PASS None None: ; diagnose PASS at None',
- 'pytorchwavenet_wavenet.dilate_view_without_permute': 'owner saw WARN None None: : op:view@: [16, 32, 78] -> [32, 32, '
-                                                       '39] puts input axis 1 (size 32) across output axes [0, 1], '
-                                                       'while output axis 0 (size ; ; diagnose WARN at None',
+ 'pytorchwavenet_wavenet.dilate_view_without_permute': 'owner saw WARN None None: : op:view@: [16, 32, 78] -> [32, '
+                                                       '32, 39] puts input axis 1 (size 32) across output axes [0, '
+                                                       '1], while output axis 0 (size ; ; diagnose WARN at None',
  'pytorchwavenet_wavenet.target_not_shifted': 'owner saw WARN None None: OBJECTIVE: could not check: the OBJECTIVE '
                                               'check raised ValueError: Expected input batch_size (256) to match '
                                               'target batch_siz; diagnose WARN at None',
  'pytorchwgan_wgangp.d_real_backward_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchwgan_wgangp.gp_norm_not_flattened': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
-                                             'gradient and the loss does not depend on them (perturbing them on a copy '
-                                             'leaves it u; diagnose WARN at None',
+                                             'gradient and the loss does not depend on them (perturbing them on a '
+                                             'copy leaves it u; diagnose WARN at None',
  'rainbow_c51.log_softmax_over_actions': 'owner saw PASS None None: ; diagnose WARN at None',
  'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
  'rbert_semeval.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -446,45 +445,45 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rechorus_caser.history_includes_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.predictions_not_restored': 'owner saw PASS None None: ; diagnose PASS at None',
  'recvae_cf.log_softmax_over_users': 'owner saw PASS None None: ; diagnose WARN at None',
- 'relationnet_omniglot.labels_assumed_unshuffled': 'owner saw PASS None None: ; diagnose FAIL at six_claims EVALUATION '
-                                                   'six_claims:EVALUATION',
+ 'relationnet_omniglot.labels_assumed_unshuffled': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
+                                                   'EVALUATION six_claims:EVALUATION',
  'relationnet_omniglot.support_summed_over_classes': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
                                                      'EVALUATION six_claims:EVALUATION',
  'repdistiller_kd.kl_div_mean_reduction': 'owner saw PASS None None: ; diagnose PASS at None',
  'repdistiller_kd.teacher_temperature_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'resnet1d_physionet.labels_shuffled_apart': 'owner saw WARN None None: DEPENDENCY: 2 of 40 trainable parameters are '
-                                             "not on the loss's autograd graph: 2 trainable parameters get no gradient "
-                                             'and th; diagnose WARN at None',
+                                             "not on the loss's autograd graph: 2 trainable parameters get no "
+                                             'gradient and th; diagnose WARN at None',
  'retinanet_csv.alpha_factor_inverted': 'owner saw WARN None None: GRADIENT: 24 trainable parameters get no gradient '
                                         'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                         'diagnose WARN at None',
  'retinanet_csv.annotations_as_xywh': 'owner saw FAIL DEPENDENCY dependency.input_without_gradient: DEPENDENCY '
-                                      "dependency.input_without_gradient: 'inputs[1]' reaches the loss only through o; "
-                                      'diagnose FAIL at learning_ledger DEPENDENCY learning_ledger:DEPENDENCY',
- 'rtdlnumemb_mlp_ple.val_labels_not_standardized': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs are '
-                                                   'not a single tensor, nor a tuple holding exactly one dense '
+                                      "dependency.input_without_gradient: 'inputs[1]' reaches the loss only through "
+                                      'o; diagnose FAIL at learning_ledger DEPENDENCY learning_ledger:DEPENDENCY',
+ 'rtdlnumemb_mlp_ple.val_labels_not_standardized': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs '
+                                                   'are not a single tensor, nor a tuple holding exactly one dense '
                                                    'floating-point tensor; th; diagnose PASS at None',
  'rtvc_ge2e_encoder.ground_truth_tiled': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters are not '
-                                         "on the loss's autograd graph: 2 trainable parameters get no gradient and th; "
-                                         'diagnose WARN at None',
+                                         "on the loss's autograd graph: 2 trainable parameters get no gradient and "
+                                         'th; diagnose WARN at None',
  'rtvc_ge2e_encoder.own_speaker_inclusive_centroid': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable '
                                                      "parameters are not on the loss's autograd graph: 2 trainable "
                                                      'parameters get no gradient and th; diagnose WARN at None',
  'sacdiscrete_catch.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'sacdiscrete_catch.target_copy_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                            'not plain SGD (stateful update rule); diagnose PASS at None',
- 'saint_binary.cat_mask_inverted': 'owner saw WARN None None: DEPENDENCY: 52 of 97 trainable parameters are not on the '
-                                   "loss's autograd graph: 28 trainable parameters get no gradient and ; diagnose WARN "
-                                   'at None',
+ 'saint_binary.cat_mask_inverted': 'owner saw WARN None None: DEPENDENCY: 52 of 97 trainable parameters are not on '
+                                   "the loss's autograd graph: 28 trainable parameters get no gradient and ; "
+                                   'diagnose WARN at None',
  'saint_binary.train_mode_not_restored': 'owner saw WARN None None: norm.weight: norm.weight: gradient is None after '
-                                         'backward, and the loss does not depend on it (perturbing it on a copy leave; '
-                                         'diagnose WARN at None',
- 'sam_wrn_cifar.first_step_keeps_gradient': 'owner saw WARN None None: f.0_convolution.weight: f.0_convolution.weight: '
-                                            'gradient is exactly zero after backward, and the loss does not depend on '
-                                            'it ; diagnose WARN at None',
- 'sam_wrn_cifar.kl_div_on_probabilities': 'owner saw WARN None None: OBJECTIVE: loss -0.6448 is not the cross-entropy '
-                                          'of these outputs (2.303; ln K = 2.303 for an untrained 10-class model; '
-                                          'exam; diagnose WARN at None',
+                                         'backward, and the loss does not depend on it (perturbing it on a copy '
+                                         'leave; diagnose WARN at None',
+ 'sam_wrn_cifar.first_step_keeps_gradient': 'owner saw WARN None None: f.0_convolution.weight: '
+                                            'f.0_convolution.weight: gradient is exactly zero after backward, and '
+                                            'the loss does not depend on it ; diagnose WARN at None',
+ 'sam_wrn_cifar.kl_div_on_probabilities': 'owner saw WARN None None: OBJECTIVE: loss -0.6448 is not the '
+                                          'cross-entropy of these outputs (2.303; ln K = 2.303 for an untrained '
+                                          '10-class model; exam; diagnose WARN at None',
  'scarf_tabular.corrupted_view_not_used': 'owner saw PASS None None: ; diagnose PASS at None',
  'scarf_tabular.positives_on_main_diagonal': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.perturbation_std_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -500,30 +499,30 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sgc_citation.val_features_not_propagated': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodsr_srresnet.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
- 'showattendtell_caption.padding_in_loss': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no gradient '
-                                           'and the loss does not depend on them (perturbing them on a copy leaves it '
-                                           'u; diagnose WARN at None',
+ 'showattendtell_caption.padding_in_loss': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                           'gradient and the loss does not depend on them (perturbing them on a copy '
+                                           'leaves it u; diagnose WARN at None',
  'showattendtell_caption.targets_from_unsorted_captions': 'owner saw PASS None None: ; diagnose PASS at None',
- 'siamesefaces_contrastive.distance_without_keepdim': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get '
-                                                      'no gradient and the loss does not depend on them (perturbing '
-                                                      'them on a copy leaves it u; diagnose FAIL at six_claims '
-                                                      'EVALUATION six_claims:EVALUATION',
+ 'siamesefaces_contrastive.distance_without_keepdim': 'owner saw WARN None None: GRADIENT: 1 trainable parameters '
+                                                      'get no gradient and the loss does not depend on them '
+                                                      '(perturbing them on a copy leaves it u; diagnose FAIL at '
+                                                      'six_claims EVALUATION six_claims:EVALUATION',
  'siamesefaces_contrastive.label_means_same': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                               'gradient and the loss does not depend on them (perturbing them on a '
                                               'copy leaves it u; diagnose FAIL at six_claims EVALUATION '
                                               'six_claims:EVALUATION',
- 'siamesefaces_contrastive.second_branch_on_input1': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
-                                                     'capability.cannot_overfit: loss 2 -> best 2 (0.00% down) at '
-                                                     'every lr; diagnose FAIL at step_probe cnn1.1.weight '
+ 'siamesefaces_contrastive.second_branch_on_input1': 'owner saw FAIL CAPABILITY capability.cannot_overfit: '
+                                                     'CAPABILITY capability.cannot_overfit: loss 2 -> best 2 (0.00% '
+                                                     'down) at every lr; diagnose FAIL at step_probe cnn1.1.weight '
                                                      'step_probe:cnn1.1.weight',
  'siamesetriplet_online_contrastive.easiest_negatives_mined': 'owner saw WARN None None: TASK: 24 of 24 supervised '
                                                               'targets are outside [0, 2) for outputs of size 2 (min '
-                                                              '3, max 8, e.g. [3, 5, 6]), and loss_fn ran o; diagnose '
-                                                              'WARN at None',
+                                                              '3, max 8, e.g. [3, 5, 6]), and loss_fn ran o; '
+                                                              'diagnose WARN at None',
  'siamesetriplet_online_contrastive.labels_of_previous_batch': 'owner saw WARN None None: TASK: 24 of 24 supervised '
-                                                               'targets are outside [0, 2) for outputs of size 2 (min '
-                                                               '3, max 8, e.g. [3, 5, 6]), and loss_fn ran o; diagnose '
-                                                               'WARN at None',
+                                                               'targets are outside [0, 2) for outputs of size 2 '
+                                                               '(min 3, max 8, e.g. [3, 5, 6]), and loss_fn ran o; '
+                                                               'diagnose WARN at None',
  'simclr_resnet.random_positive_index': 'owner saw PASS None None: ; diagnose PASS at None',
  'simcse_unsup.similarity_times_temperature': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
                                               'stochastic objective plateaued on 8 fixed examples, AdamW lr 3e-05, '
@@ -555,22 +554,23 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                           "on the loss's autograd graph: 8 trainable parameters get no gradient and "
                                           'the; diagnose WARN at None',
  'stargan_celeba.reconstruct_with_target_labels': 'owner saw WARN None None: DEPENDENCY: 8 of 8 trainable parameters '
-                                                  "are not on the loss's autograd graph: 8 trainable parameters get no "
-                                                  'gradient and the; diagnose WARN at None',
+                                                  "are not on the loss's autograd graph: 8 trainable parameters get "
+                                                  'no gradient and the; diagnose WARN at None',
  'stgcn_skeleton.data_bn_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [16, 3, 16, 25, 2] -> [32, 75, '
                                                '16] puts input axis 2 (size 16) across output axes [1], while output '
                                                'axis 2 (si; diagnose WARN at None',
  'stgcnpytorch_traffic.nhwc_reshaped_not_permuted': 'owner saw WARN None None: block1.temporal1: '
                                                     'op:reshape@block1.temporal1: [50, 12, 12, 2] -> [50, 2, 12, 12] '
-                                                    'puts input axis 1 (size 12) across output ; diagnose WARN at None',
+                                                    'puts input axis 1 (size 12) across output ; diagnose WARN at '
+                                                    'None',
  'structselfattn_imdb.bce_with_logits_on_sigmoid': 'owner saw PASS None None: ; diagnose PASS at None',
  'structselfattn_imdb.labels_from_other_rows': 'owner saw PASS None None: ; diagnose PASS at None',
  'stylegan2_r1.d_loss_signs_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
                                       'examples, Adam lr 0.001882, up to lr 0.1882, loss 1.363 -> best 0.741 (46% d; '
                                       'diagnose WARN at None',
- 'stylegan2_r1.r1_interval_scale_dropped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
-                                           'examples, Adam lr 0.001882, up to lr 1.882, loss 1.422 -> best 0.65 (54% '
-                                           'dow; diagnose WARN at None',
+ 'stylegan2_r1.r1_interval_scale_dropped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 '
+                                           'fixed examples, Adam lr 0.001882, up to lr 1.882, loss 1.422 -> best '
+                                           '0.65 (54% dow; diagnose WARN at None',
  'supcontrast_supcon.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.views_reshaped_not_split': 'owner saw PASS None None: ; diagnose PASS at None',
  'sweetice_ppo.ratio_of_probs_as_log_probs': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -583,14 +583,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sylvesterflows_householder_vae.var_passed_as_log_var': 'owner saw PASS None None: ; diagnose WARN at None',
  'tabm_regression.labels_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
  'tabnet_classifier.sparsity_loss_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 2 of 58 trainable parameters '
-                                                 "are not on the loss's autograd graph: 2 trainable parameters get no "
-                                                 'gradient and th; diagnose WARN at None',
+                                                 "are not on the loss's autograd graph: 2 trainable parameters get "
+                                                 'no gradient and th; diagnose WARN at None',
  'tacotron2_ljspeech.attention_mask_dropped': 'owner saw SKIPPED None None: the model raised ValueError: not enough '
-                                              'values to unpack (expected 5, got 1) on inputs [[[8, 12], [8], [8, 16, '
-                                              "31], 'int'; diagnose WARN at None",
- 'tacotron2_ljspeech.padding_not_masked': 'owner saw SKIPPED None None: the model raised ValueError: not enough values '
-                                          "to unpack (expected 5, got 1) on inputs [[[8, 12], [8], [8, 16, 31], 'int'; "
-                                          'diagnose WARN at None',
+                                              'values to unpack (expected 5, got 1) on inputs [[[8, 12], [8], [8, '
+                                              "16, 31], 'int'; diagnose WARN at None",
+ 'tacotron2_ljspeech.padding_not_masked': 'owner saw SKIPPED None None: the model raised ValueError: not enough '
+                                          'values to unpack (expected 5, got 1) on inputs [[[8, 12], [8], [8, 16, '
+                                          "31], 'int'; diagnose WARN at None",
  'tacotron2_ljspeech.teacher_forcing_not_shifted': 'owner saw SKIPPED None None: the model raised ValueError: not '
                                                    'enough values to unpack (expected 5, got 1) on inputs [[[8, 12], '
                                                    "[8], [8, 16, 31], 'int'; diagnose WARN at None",
@@ -622,10 +622,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                              'zero, and the loss does not de; diagnose WARN at None',
  'trainclip_wrapper.cached_embeddings_not_replaced': 'owner saw PASS None None: ; diagnose FAIL at learning_ledger '
                                                      'PARAMETER_UPDATE learning_ledger:PARAMETER_UPDATE',
- 'trainclip_wrapper.zero_grad_every_minibatch': 'owner saw PASS None None: optimizer: update rule check skipped: AdamW '
-                                                'is not plain SGD (stateful update rule); diagnose PASS at None',
- 'tranad_mba.elem_from_window_start': 'owner saw WARN None None: GRADIENT: 12 trainable parameters get no gradient and '
-                                      'the loss does not depend on them (perturbing them on a copy leaves it ; '
+ 'trainclip_wrapper.zero_grad_every_minibatch': 'owner saw PASS None None: optimizer: update rule check skipped: '
+                                                'AdamW is not plain SGD (stateful update rule); diagnose PASS at '
+                                                'None',
+ 'tranad_mba.elem_from_window_start': 'owner saw WARN None None: GRADIENT: 12 trainable parameters get no gradient '
+                                      'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                       'diagnose WARN at None',
  'tranad_mba.window_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
  'transamts_singlestep.batch_viewed_not_transposed': 'owner saw WARN None None: DEPENDENCY: 12 of 28 trainable '
@@ -634,8 +635,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                      'learning_ledger PARAMETER_UPDATE '
                                                      'learning_ledger:PARAMETER_UPDATE',
  'transamts_singlestep.src_mask_dropped': 'owner saw FAIL PARAMETER_UPDATE update.diverges: PARAMETER_UPDATE '
-                                          'update.diverges: loss 0.1693 -> 157.2 (929x) at lr 0.005 in param group 0; '
-                                          'diagnose WARN at None',
+                                          'update.diverges: loss 0.1693 -> 157.2 (929x) at lr 0.005 in param group '
+                                          '0; diagnose WARN at None',
  'transformers_run_glue.id_column_first': 'owner saw PASS None None: ; diagnose PASS at None',
  'transformers_run_glue.labels_written_as_floats': 'owner saw PASS None None: ; diagnose PASS at None',
  'transformers_translation_no_trainer.targets_from_source_lang': 'owner saw WARN None None: TASK: targets equal the '
@@ -648,21 +649,22 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'trl_sft.formatting_func_trains_prompt': 'owner saw PASS None None: ; diagnose PASS at None',
  'tvrefs_classification.mixed_images_hard_labels': 'owner saw PASS None None: ; diagnose PASS at None',
  'udacitydrl_dqn.next_states_from_states': 'owner saw PASS None None: ; diagnose PASS at None',
- 'vdsr_sr.input_and_label_swapped': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (339.3) is 8 x their '
-                                    'mean per-example loss (42.41): it is summed (mean squared error), so ; diagnose '
-                                    'WARN at None',
- 'vgaepytorch_linkpred.adj_label_from_full_graph': "owner saw SKIPPED None None: loss_fn raised AttributeError: 'VGAE' "
-                                                   "object has no attribute 'logstd' (at vgaepytorch_linkpred.py:329 "
-                                                   'in compute_loss) o; diagnose WARN at None',
- 'vgaepytorch_linkpred.kl_std_not_squared': "owner saw SKIPPED None None: loss_fn raised AttributeError: 'VGAE' object "
-                                            "has no attribute 'logstd' (at vgaepytorch_linkpred.py:327 in "
+ 'vdsr_sr.input_and_label_swapped': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (339.3) is 8 x '
+                                    'their mean per-example loss (42.41): it is summed (mean squared error), so ; '
+                                    'diagnose WARN at None',
+ 'vgaepytorch_linkpred.adj_label_from_full_graph': 'owner saw SKIPPED None None: loss_fn raised AttributeError: '
+                                                   "'VGAE' object has no attribute 'logstd' (at "
+                                                   'vgaepytorch_linkpred.py:329 in compute_loss) o; diagnose WARN at '
+                                                   'None',
+ 'vgaepytorch_linkpred.kl_std_not_squared': "owner saw SKIPPED None None: loss_fn raised AttributeError: 'VGAE' "
+                                            "object has no attribute 'logstd' (at vgaepytorch_linkpred.py:327 in "
                                             'compute_loss) o; diagnose WARN at None',
- 'vicreg_resnet.one_view_twice': 'owner saw WARN None None: GRADIENT: 16 trainable parameters get no gradient and the '
-                                 'loss does not depend on them (perturbing them on a copy leaves it ; diagnose WARN at '
-                                 'None',
+ 'vicreg_resnet.one_view_twice': 'owner saw WARN None None: GRADIENT: 16 trainable parameters get no gradient and '
+                                 'the loss does not depend on them (perturbing them on a copy leaves it ; diagnose '
+                                 'WARN at None',
  'vicreg_resnet.std_over_features': 'owner saw WARN None None: GRADIENT: 16 trainable parameters get no gradient and '
-                                    'the loss does not depend on them (perturbing them on a copy leaves it ; diagnose '
-                                    'WARN at None',
+                                    'the loss does not depend on them (perturbing them on a copy leaves it ; '
+                                    'diagnose WARN at None',
  'vitcifar_lightning.heads_merged_without_transpose': 'owner saw WARN None None: model.enc.0.msa: '
                                                       'op:reshape@model.enc.0.msa: [16, 4, 65, 8] -> [16, 65, 4, 8] '
                                                       'puts input axis 2 (size 65) across output axes; diagnose WARN '
@@ -678,8 +680,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'wiseoddgen_vanilla_vae.recon_mean_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'wrnszagoruyko_cifar.bn_affine_frozen': 'owner saw PASS None None: ; diagnose WARN at None',
  'wrnszagoruyko_cifar.test_in_train_mode': 'owner saw PASS None None: COMPUTATION: no evidence: no Linear/Conv layer '
-                                           'with at least 2 units to compare; EVALUATION: no evidence: eval_fn did not '
-                                           'ru; diagnose PASS at None',
+                                           'with at least 2 units to compare; EVALUATION: no evidence: eval_fn did '
+                                           'not ru; diagnose PASS at None',
  'xternalzwrn_cifar.preactivation_not_reassigned': 'owner saw WARN None None: block1.layer.0.bn1.weight: '
                                                    'block1.layer.0.bn1.weight: not reached from the loss; module '
                                                    'block1.layer.0.bn1 ran 1 time(s) but; diagnose WARN at None',
@@ -687,17 +689,17 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'yaox12byol_resnet.momentum_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: LARS '
                                                'is not plain SGD (stateful update rule); diagnose PASS at None',
  'yaox12byol_resnet.target_views_not_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'yaratssac_sac.q2_loss_on_q1': 'owner saw WARN None None: Q2.0.weight: Q2.0.weight: not reached from the loss; module '
-                                'Q2.0 ran 1 time(s) but nothing computed from this parameter reac; diagnose WARN at '
-                                'None',
+ 'yaratssac_sac.q2_loss_on_q1': 'owner saw WARN None None: Q2.0.weight: Q2.0.weight: not reached from the loss; '
+                                'module Q2.0 ran 1 time(s) but nothing computed from this parameter reac; diagnose '
+                                'WARN at None',
  'ycactorcritic_cartpole.actor_loss_not_negated': 'owner saw PASS None None: ; diagnose PASS at None',
  'ycactorcritic_cartpole.masks_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'yolov1mk_voc.grid_indices_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'yolov1mk_voc.iou_centre_column_slip': 'owner saw PASS None None: ; diagnose PASS at None',
- 'zalandovqvae_cifar.bchw_viewed_not_permuted': 'owner saw WARN None None: _vq_vae: op:view@_vq_vae: [32, 8, 4, 4] -> '
-                                                '[32, 4, 4, 8] puts input axis 2 (size 4) across output axes [2, 3], '
-                                                'while output ; diagnose WARN at None',
+ 'zalandovqvae_cifar.bchw_viewed_not_permuted': 'owner saw WARN None None: _vq_vae: op:view@_vq_vae: [32, 8, 4, 4] '
+                                                '-> [32, 4, 4, 8] puts input axis 2 (size 4) across output axes [2, '
+                                                '3], while output ; diagnose WARN at None',
  'zalandovqvae_cifar.straight_through_reversed': 'owner saw WARN None None: DEPENDENCY: 2 of 24 trainable parameters '
-                                                 "are not on the loss's autograd graph: 2 trainable parameters get no "
-                                                 'gradient and th; diagnose WARN at None',
+                                                 "are not on the loss's autograd graph: 2 trainable parameters get "
+                                                 'no gradient and th; diagnose WARN at None',
  'zoubohaoddpm_unet.coefficients_swapped': 'owner saw PASS None None: ; diagnose WARN at None'}

@@ -8,7 +8,7 @@ function: reached). With a batch and a loss function the forward pass is traced:
 ran, under which grad mode, and what they returned; a torch-function mode records every operation whose inputs
 required grad but whose outputs do not (the cuts). An unreachable parameter is explained by the first cut that
 consumed it (``detached``, ``no_grad``, ``integer_cast``), else by its module never running (``not_executed``), else
-``unused``.
+``unused``; an ``unused`` one whose perturbation on a copy moves the loss is ``cut`` (a FAIL: a cut the trace missed).
 """
 
 from __future__ import annotations
@@ -93,11 +93,8 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
 
 
 def _flat(obj: Any, depth: int = 0) -> Iterator[Any]:
-    if isinstance(obj, (list, tuple)) and depth < 3:
-        for item in obj:
-            yield from _flat(item, depth + 1)
-    elif isinstance(obj, dict) and depth < 3:
-        for item in obj.values():
+    if isinstance(obj, (list, tuple, dict)) and depth < 3:
+        for item in obj.values() if isinstance(obj, dict) else obj:
             yield from _flat(item, depth + 1)
     else:
         yield obj
@@ -217,9 +214,7 @@ def _traced_loss(model: nn.Module, batch: Any, loss_fn: Callable) -> tuple[_Trac
 
 
 def _cause_of(cut: _Cut) -> str:
-    if not cut.grad_enabled:
-        return "no_grad"
-    return "integer_cast" if cut.integer else "detached"
+    return "no_grad" if not cut.grad_enabled else "integer_cast" if cut.integer else "detached"
 
 
 def _rank(cut: _Cut) -> tuple[int, int]:
@@ -233,10 +228,7 @@ def _rank(cut: _Cut) -> tuple[int, int]:
 
 def _boundary_of(cut: _Cut) -> str:
     if not cut.grad_enabled:
-        region = next((path for path, enabled in cut.stack if not enabled), None)
-        if region is not None:
-            return region
-        return cut.stack[-1][0] if cut.stack else "loss_fn"
+        return next((path for path, enabled in cut.stack if not enabled), cut.stack[-1][0] if cut.stack else "loss_fn")
     if cut.origin is not None:
         return cut.origin
     return cut.stack[-1][0] if cut.stack else "loss_fn"
@@ -269,22 +261,21 @@ def _explain(p: nn.Parameter, names: list[str], tracer: _Tracer, loss_taint: fro
 #: depends on it and the gradient path is cut (a confirmed defect); the other causes are unused parameters
 _VALUE_REACHED = ("detached", "no_grad", "integer_cast")
 
-_WHY = {
-    "detached": "its value reached the loss only through {op} (detach/.data), which cuts the graph",
-    "no_grad": "it was used with grad mode disabled (torch.no_grad or inference_mode) in {inside}, op {op}",
-    "integer_cast": "its value reached the loss only through {op} with {op_output_dtype} output (integers carry no gradient)",
-    "not_executed": "module {boundary} never ran in this forward pass",
-    "unused": "module {boundary} ran {calls} time(s) but nothing computed from this parameter reached the loss",
-    "unreached": "not in the loss graph (only a loss tensor was given, so the cause cannot be localized)",
-}
-
-_HINT = {
-    "detached": "remove the .detach()/.data on the training path",
-    "no_grad": "move the torch.no_grad() block off the training path (or call the module outside it)",
-    "integer_cast": "keep the activation floating-point; round/cast only outside the training path",
-    "not_executed": "call the module in forward, or remove it (and its parameters) from the model",
-    "unused": "use the module's output in the loss, or remove the module",
-    "unreached": "pass batch and loss_fn instead of a loss tensor to localize the boundary",
+#: cause -> (why, hint)
+_CAUSES = {
+    "detached": ("its value reached the loss only through {op} (detach/.data), which cuts the graph",
+                 "remove the .detach()/.data on the training path"),
+    "no_grad": ("it was used with grad mode disabled (torch.no_grad or inference_mode) in {inside}, op {op}",
+                "move the torch.no_grad() block off the training path (or call the module outside it)"),
+    "integer_cast": (("its value reached the loss only through {op} with {op_output_dtype} output (integers carry no "
+                      "gradient)"), "keep the activation floating-point; round/cast only outside the training path"),
+    "not_executed": ("module {boundary} never ran in this forward pass",
+                     "call the module in forward, or remove it (and its parameters) from the model"),
+    "unused": ("module {boundary} ran {calls} time(s) but nothing computed from this parameter reached the loss",
+               "use the module's output in the loss, or remove the module"),
+    "unreached": ("not in the loss graph (only a loss tensor was given, so the cause cannot be localized)",
+                  "pass batch and loss_fn instead of a loss tensor to localize the boundary"),
+    "cut": ("", "find the .detach()/.data/.item() between this module's output and the loss; keep it off the training path"),
 }
 
 
@@ -350,17 +341,24 @@ def _param_check(p: nn.Parameter, names: list[str], reached: set[int], grads: di
                      "graph in backward (reversible layers, checkpointing)", dict(ev, grad=grad_state(grads[id(p)])[0]))
     cause, boundary, extra = explain(p, names) if explain else ("unreached", owner, {})
     ev.update(extra, boundary=boundary, cause=cause, grad="none")
-    why = _WHY[cause].format(boundary=boundary or _ROOT, **{"op": "", "inside": "", "op_output_dtype": "", "calls": 0,
+    why = _CAUSES[cause][0].format(boundary=boundary or _ROOT, **{"op": "", "inside": "", "op_output_dtype": "", "calls": 0,
                                                            **extra})
-    if cause not in _VALUE_REACHED:  # nothing computed from it reached the loss: unused, by design or by mistake
+    if cause not in _VALUE_REACHED and depends.get(where):  # the trace saw no cut, the counterfactual shows one
+        cause, why = "cut", (f"its value reaches the loss (perturbing it on a copy moves the loss) but no gradient path "
+                             f"does: {why}, so its output is cut from the graph on the way (a .detach(), .data, .item() "
+                             "or numpy round trip)")
+        ev.update(cause=cause, loss_depends=True)
+    if cause not in _VALUE_REACHED + ("cut",):  # nothing computed from it reached the loss: unused, by design or not
+        ev["loss_depends"] = depends.get(where)
         return check(where, f"reachability.{cause}", Status.WARN,
-                     f"{label(names)}: not reached from the loss; {why}. Its value never reaches the loss either, so "
-                     "whether it should is the program's intent: declare it with frozen=[...] if it is unused by design",
-                     ev, hint=_HINT[cause])
+                     f"{label(names)}: not reached from the loss; {why}. " + ("Its value never reaches the loss either "
+                     "(perturbing it on a copy leaves the loss unchanged), so " if depends.get(where) is False else
+                     "Whether its value reaches the loss was not checked; ") + "whether it should is the program's "
+                     "intent: declare it with frozen=[...] if it is unused by design", ev, hint=_CAUSES[cause][1])
     return check(where, f"reachability.{cause}", Status.FAIL,
                  f"{label(names)}: not reached from the loss; path stops at {boundary or _ROOT}: {why}", ev,
                  expected="loss depends on this parameter", observed=f"no path ({cause} at {boundary or _ROOT})",
-                 hint=_HINT[cause])
+                 hint=_CAUSES[cause][1])
 
 
 def _loss_check(loss: torch.Tensor, reached: set[int], params: list, traced: bool) -> list[Check]:
