@@ -554,6 +554,13 @@ PREMISES: dict[str, Premise] = {
         "of scores normalized over the positions is no class likelihood",
         "always confirmed: graph and values both show it; a log-normalization over the classes behind the input finds "
         "nothing"),
+    "objective.kl_input_not_log": Premise(
+        "learning_ledger", "F.kl_div receives log-probabilities as its input (and probabilities as its target unless "
+        "log_target=True)",
+        "while loss_fn runs once on the ledger's copy, a torch-function mode records each F.kl_div call (nn.KLDivLoss "
+        "included): an input with values above 0 (log-probabilities never are: probabilities or raw scores), or a "
+        "target with values below 0 and none above without log_target=True",
+        _ALWAYS + "the values show it; an input of log-probabilities finds nothing"),
     "objective.wrong_sign": Premise(
         "learning_ledger", "the loss is bounded below and falls as the answer improves",
         "the loss is negative and equals -cross-entropy, or its gradient along a better answer (correct logits up, "

@@ -11,10 +11,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                  'op:reshape@encoder.dcrnn_cells.0.gate: [32, 2, 20, 65] -> [32, 20, '
                                                  '2, 65] puts input axis 2 (siz; diagnose WARN at None',
  'alpaca_sft.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
- 'annotatedtransformer_copy.generator_without_log_softmax': 'owner saw WARN None None: DEPENDENCY: 2 of 92 trainable '
-                                                            "parameters are not on the loss's autograd graph: 2 "
-                                                            'trainable parameters get no gradient and th; diagnose '
-                                                            'WARN at None',
  'anode_spheres.targets_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'anomalytransformer_psm.minimax_signs_swapped': 'owner saw WARN None None: DEPENDENCY: 6 of 65 trainable parameters '
                                                  "are not on the loss's autograd graph: 6 trainable parameters get "
@@ -253,7 +249,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'joeynmt_transformer.padding_rows_not_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'joeynmt_transformer.trg_not_sorted_with_src': 'owner saw PASS None None: ; diagnose PASS at None',
  'josiahtabular_bank.duration_leaks_target': 'owner saw PASS None None: ; diagnose WARN at None',
- 'kdpytorch_cnn_distill.kl_on_probabilities': 'owner saw PASS None None: ; diagnose PASS at None',
  'kdpytorch_cnn_distill.teacher_outputs_from_shuffled_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
  'keonseq2seq_attention.attention_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'khrylxrl_ppo.gae_masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -481,9 +476,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sam_wrn_cifar.first_step_keeps_gradient': 'owner saw WARN None None: f.0_convolution.weight: '
                                             'f.0_convolution.weight: gradient is exactly zero after backward, and '
                                             'the loss does not depend on it ; diagnose WARN at None',
- 'sam_wrn_cifar.kl_div_on_probabilities': 'owner saw WARN None None: OBJECTIVE: loss -0.6448 is not the '
-                                          'cross-entropy of these outputs (2.303; ln K = 2.303 for an untrained '
-                                          '10-class model; exam; diagnose WARN at None',
  'scarf_tabular.corrupted_view_not_used': 'owner saw PASS None None: ; diagnose PASS at None',
  'scarf_tabular.positives_on_main_diagonal': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.perturbation_std_dropped': 'owner saw PASS None None: ; diagnose WARN at None',

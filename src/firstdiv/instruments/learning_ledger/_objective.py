@@ -52,7 +52,7 @@ from ._objective_calls import call, example_axis, output_grad, packer, per_examp
 from ._objective_forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded, unreachable
 from ._objective_ids import identify, row_weights, standard
 from ._padding import padding_in_loss
-from ._penalty import penalty_without_graph
+from ._penalty import loss_terms
 from ._sequence import padding_pulled
 from ._step_loss import step_misfed
 
@@ -91,7 +91,7 @@ def check_objective(ctx: Ctx) -> Check:
     ctx.notes["grad"] = output_grad(ctx, od, ev)
     # _misfed reads the loss's own graph (a with-logits loss fed by a sigmoid wherever it sits: in the model, in
     # loss_fn, in a discriminator loss_fn applies), so it runs before _blind sets the output-reading checks aside
-    for probe in (constant_outputs, _empty_mask, penalty_without_graph, _misfed, _blind, normalized_over_examples,
+    for probe in (constant_outputs, loss_terms, _empty_mask, _misfed, _blind, normalized_over_examples,
                   _probabilities, padding_in_loss, _wrong_sign, unbounded, _broadcast, unreachable, labels_compete,
                   _sum_reduction, identify):
         result = probe(ctx, od, value, ev)

@@ -1,4 +1,13 @@
-"""``objective.penalty_without_graph``: a loss term built from ``torch.autograd.grad`` without ``create_graph=True``.
+"""What ``loss_fn`` does while it runs on the copy's outputs (one watched call): ``objective.penalty_without_graph``, a
+loss term built from ``torch.autograd.grad`` without ``create_graph=True``, and ``objective.kl_input_not_log``, an
+``F.kl_div`` handed probabilities where it takes log-probabilities.
+
+``F.kl_div(input, target)`` computes ``target * (log(target) - input)``: its input is read as log-probabilities. A
+probability there (the classic: ``kl_div(softmax(s), softmax(t))``) makes the loss linear in the student's
+probabilities, no divergence at all. Log-probabilities are never above 0, so an input with values above 0 shows
+probabilities (or raw scores) by their values alone; the call is watched as ``loss_fn`` runs (a torch-function mode sees
+``F.kl_div`` itself, wherever ``loss_fn`` calls it). A target with values below 0 without ``log_target=True`` is the
+mirror slip (log-probabilities given as the target).
 
 A gradient penalty (WGAN-GP, R1, a Jacobian or input-gradient regularizer) is a function of a gradient. Taken without
 ``create_graph=True``, that gradient is a constant to autograd: the penalty adds its value to the loss and none of its
@@ -22,6 +31,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from ..._globals import preserved_globals
 from .._core.batch import compute_loss
@@ -54,13 +65,58 @@ def _watched(seen: list[bool], force: bool) -> Iterator[None]:
         torch.autograd._engine_run_backward = original
 
 
-def _loss(ctx: Ctx, force: bool) -> tuple[Any, list[bool]]:
+class _KlCalls(TorchFunctionMode):
+    """Records the (input, target, log_target) of each ``F.kl_div`` call, detached."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[torch.Tensor, torch.Tensor, bool]] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is F.kl_div and len(args) >= 2 and torch.is_tensor(args[0]) and torch.is_tensor(args[1]):
+            self.calls.append((args[0].detach(), args[1].detach(), bool(kwargs.get("log_target", False))))
+        return func(*args, **kwargs)
+
+
+def _loss(ctx: Ctx, force: bool, kl: _KlCalls | None = None) -> tuple[Any, list[bool]]:
     seen: list[bool] = []
     try:
-        with preserved_globals(seed=0), torch.enable_grad(), _watched(seen, force):
+        with preserved_globals(seed=0), torch.enable_grad(), _watched(seen, force), kl or contextlib.nullcontext():
             return compute_loss(ctx.work, ctx.batch, ctx.loss_fn)[1], seen
     except Exception:  # noqa: BLE001 - user code on the copy: no finding
         return None, seen
+
+
+def loss_terms(ctx: Ctx, od: Any, value: float, ev: dict[str, Any]) -> Check | None:
+    """One watched call of ``loss_fn``: its ``kl_div`` inputs, then its gradient penalties (module docstring)."""
+    kl = _KlCalls()
+    as_written, seen = _loss(ctx, force=False, kl=kl)
+    return _kl_input(kl.calls, value, ev) or _penalty(ctx, as_written, seen, value, ev)
+
+
+def _kl_input(calls: list[tuple[torch.Tensor, torch.Tensor, bool]], value: float, ev: dict[str, Any]) -> Check | None:
+    for x, t, log_target in calls:
+        if x.numel() and x.is_floating_point() and float(x.max()) > 1e-6:
+            what = "probabilities" if float(x.min()) >= 0 else "raw scores"
+            ev.update(kl_div_input_min=float(x.min()), kl_div_input_max=float(x.max()), kl_div_input_read_as=what)
+            return failed("OBJECTIVE", "objective.kl_input_not_log",
+                          f"F.kl_div is handed an input in [{g4(x.min())}, {g4(x.max())}]: it reads its input as "
+                          f"log-probabilities (never above 0), so these are {what}, and the loss ({g4(value)}) is "
+                          "linear in them, no divergence", ev,
+                          expected="log-probabilities as kl_div's input (log_softmax)",
+                          observed=f"input values in [{g4(x.min())}, {g4(x.max())}]",
+                          hint="pass F.log_softmax(student_logits / T, dim=1) as the input of F.kl_div (the target stays "
+                               "probabilities, or log-probabilities with log_target=True)")
+        if not log_target and t.numel() and t.is_floating_point() and float(t.max()) <= 0 and float(t.min()) < -1e-6:
+            ev.update(kl_div_target_min=float(t.min()), kl_div_target_max=float(t.max()))
+            return failed("OBJECTIVE", "objective.kl_input_not_log",
+                          f"F.kl_div is handed a target in [{g4(t.min())}, {g4(t.max())}] without log_target=True: "
+                          "log-probabilities where it reads probabilities", ev,
+                          expected="probabilities as kl_div's target, or log_target=True",
+                          observed=f"target values in [{g4(t.min())}, {g4(t.max())}], log_target=False",
+                          hint="pass log_target=True, or the target's probabilities (softmax, not log_softmax)")
+    return None
 
 
 def _grads(loss: Any, params: list[torch.Tensor]) -> torch.Tensor | None:
@@ -70,8 +126,7 @@ def _grads(loss: Any, params: list[torch.Tensor]) -> torch.Tensor | None:
     return torch.cat([(torch.zeros_like(p) if g is None else g).flatten().double() for p, g in zip(params, got)])
 
 
-def penalty_without_graph(ctx: Ctx, _od: Any, value: float, ev: dict[str, Any]) -> Check | None:
-    as_written, seen = _loss(ctx, force=False)
+def _penalty(ctx: Ctx, as_written: Any, seen: list[bool], value: float, ev: dict[str, Any]) -> Check | None:
     if not any(seen):
         return None
     forced, _ = _loss(ctx, force=True)
