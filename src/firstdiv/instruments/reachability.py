@@ -44,13 +44,12 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
                  loss: torch.Tensor | None = None, frozen: tuple[str, ...] = ()) -> Report:
     """For every parameter: is it on the loss's autograd graph, and what gradient does it get?
 
-    Give ``batch`` (``(inputs, targets)`` or a dict) and ``loss_fn`` to trace one forward pass and name,
-    for each unreachable parameter, the module boundary where its dependency path stops and why; or give
-    ``loss=`` a loss tensor from your own forward pass to walk its graph only (cause not localized).
-    The user's objects are left as found: gradients come from ``torch.autograd.grad`` (``.grad`` is not
-    written) under a guard that restores buffers, RNG states and grad mode. ``frozen``: fnmatch patterns of the
-    parameter names frozen on purpose (as four_structures takes them); a declared-frozen parameter with
-    requires_grad=False is a note, an undeclared one a WARN.
+    Give ``batch`` (``(inputs, targets)`` or a dict) and ``loss_fn`` to trace one forward pass and name, for each
+    unreachable parameter, the module boundary where its dependency path stops and why; or give ``loss=`` a loss tensor
+    from your own forward pass to walk its graph only (cause not localized). The user's objects are left as found:
+    gradients come from ``torch.autograd.grad`` (``.grad`` is not written) under a guard that restores buffers, RNG
+    states and grad mode. ``frozen``: fnmatch patterns of the parameter names frozen on purpose (as four_structures
+    takes them); a declared-frozen parameter with requires_grad=False is a note, an undeclared one a WARN.
     """
     mode = _validated(model, batch, loss_fn, loss)
     intent = declared(model, check_frozen(frozen))
@@ -299,13 +298,11 @@ def _grads(loss: torch.Tensor, params: list[nn.Parameter], retain: bool, checks:
 def _param_check(p: nn.Parameter, names: list[str], reached: set[int], grads: dict[int, Any],
                  explain: Callable[[nn.Parameter, list[str]], tuple[str, str, dict]] | None, declared_frozen: bool = False,
                  depends: dict[str, bool | None] | None = None) -> Check:
-    """One parameter's finding; ``depends``: whether the loss depends on it (a counterfactual), for those without a
-    gradient."""
+    """One parameter's finding; ``depends``: whether the loss depends on it (a counterfactual), per name."""
     depends = depends or {}
     where, owner = names[0], names[0].rpartition(".")[0]
     ev: dict[str, Any] = {"requires_grad": bool(p.requires_grad), "is_leaf": bool(p.is_leaf), "reached": id(p) in reached}
-    if len(names) > 1:
-        ev["names"] = names
+    ev.update({"names": names} if len(names) > 1 else {})
     if not p.requires_grad:
         ev.update(boundary=owner, cause="requires_grad_false", declared_frozen=declared_frozen)
         if declared_frozen:
@@ -339,23 +336,29 @@ def _param_check(p: nn.Parameter, names: list[str], reached: set[int], grads: di
         return check(where, "reachability.reached", Status.PASS, f"{label(names)}: not on the graph the walk sees, but "
                      "backward delivers its gradient: reached through a custom autograd function that rebuilds its "
                      "graph in backward (reversible layers, checkpointing)", dict(ev, grad=grad_state(grads[id(p)])[0]))
-    cause, boundary, extra = explain(p, names) if explain else ("unreached", owner, {})
+    return _unreached(p, names, explain, depends.get(where), ev)
+
+
+def _unreached(p: nn.Parameter, names: list[str], explain: Callable[[nn.Parameter, list[str]], tuple[str, str, dict]] | None,
+               depends: bool | None, ev: dict[str, Any]) -> Check:
+    """An unreached trainable parameter: why, and whether its value reaches the loss (``depends``, None: not run)."""
+    cause, boundary, extra = explain(p, names) if explain else ("unreached", names[0].rpartition(".")[0], {})
     ev.update(extra, boundary=boundary, cause=cause, grad="none")
     why = _CAUSES[cause][0].format(boundary=boundary or _ROOT, **{"op": "", "inside": "", "op_output_dtype": "", "calls": 0,
                                                            **extra})
-    if cause not in _VALUE_REACHED and depends.get(where):  # the trace saw no cut, the counterfactual shows one
+    if cause not in _VALUE_REACHED and depends:  # the trace saw no cut, the counterfactual shows one
         cause, why = "cut", (f"its value reaches the loss (perturbing it on a copy moves the loss) but no gradient path "
                              f"does: {why}, so its output is cut from the graph on the way (a .detach(), .data, .item() "
                              "or numpy round trip)")
         ev.update(cause=cause, loss_depends=True)
     if cause not in _VALUE_REACHED + ("cut",):  # nothing computed from it reached the loss: unused, by design or not
-        ev["loss_depends"] = depends.get(where)
-        return check(where, f"reachability.{cause}", Status.WARN,
+        ev["loss_depends"] = depends
+        return check(names[0], f"reachability.{cause}", Status.WARN,
                      f"{label(names)}: not reached from the loss; {why}. " + ("Its value never reaches the loss either "
-                     "(perturbing it on a copy leaves the loss unchanged), so " if depends.get(where) is False else
+                     "(perturbing it on a copy leaves the loss unchanged), so " if depends is False else
                      "Whether its value reaches the loss was not checked; ") + "whether it should is the program's "
                      "intent: declare it with frozen=[...] if it is unused by design", ev, hint=_CAUSES[cause][1])
-    return check(where, f"reachability.{cause}", Status.FAIL,
+    return check(names[0], f"reachability.{cause}", Status.FAIL,
                  f"{label(names)}: not reached from the loss; path stops at {boundary or _ROOT}: {why}", ev,
                  expected="loss depends on this parameter", observed=f"no path ({cause} at {boundary or _ROOT})",
                  hint=_CAUSES[cause][1])
@@ -366,9 +369,8 @@ def _loss_check(loss: torch.Tensor, reached: set[int], params: list, traced: boo
     ev = {"requires_grad": bool(loss.requires_grad), "grad_fn": type(loss.grad_fn).__name__ if loss.grad_fn else "None",
           "dtype": str(loss.dtype).replace("torch.", ""), "shape": list(loss.shape),
           "parameters_reached": sum(id(p) in reached for p, _ in params), "parameters": len(params), "trainable": trainable}
-    if loss.numel() == 1 and loss.is_floating_point():
-        value = float(loss.detach().reshape(()))
-        ev["loss"] = value if math.isfinite(value) else str(value)
+    value = float(loss.detach().reshape(())) if loss.numel() == 1 and loss.is_floating_point() else None
+    ev.update({"loss": value if math.isfinite(value) else str(value)} if value is not None else {})
     out = [check("loss", "reachability.loss_graph", Status.WARN, f"loss has no grad_fn (requires_grad="
                  f"{loss.requires_grad}): no parameter can receive a gradient", ev) if loss.grad_fn is None else
            check("loss", "reachability.loss_graph", Status.PASS,
