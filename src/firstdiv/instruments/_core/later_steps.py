@@ -18,6 +18,8 @@ from collections.abc import Hashable, Mapping
 
 import torch
 
+from .lr import lr_of
+
 LATER_STEPS = 2
 TINY_LR = 1e-6  # at or below it, an update may fall below float32's resolution next to the weights
 RAISE = 1e4
@@ -40,17 +42,12 @@ def moved_later(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torc
     return moved | _moved_at_raised_lr(optimizer, {k: p for k, p in params.items() if k not in moved})
 
 
-def _lr(group: dict) -> float | None:
-    lr = group.get("lr")
-    return float(lr) if isinstance(lr, (int, float)) or (torch.is_tensor(lr) and lr.numel() == 1) else None
-
-
 def _moved_at_raised_lr(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torch.Tensor]) -> set[Hashable]:
     """The keys of ``params`` that one more step moves with the lr of their groups raised ``RAISE``-fold, for groups
     whose lr is positive and at most ``TINY_LR`` (module docstring); the lrs are put back after."""
     ids = {id(p) for p in params.values()}
     tiny = [g for g in optimizer.param_groups if any(id(p) in ids for p in g["params"])
-            and (lr := _lr(g)) is not None and 0 < lr <= TINY_LR]
+            and 0 < lr_of(g) <= TINY_LR]
     if not params or not tiny:
         return set()
     start = {k: p.detach().clone() for k, p in params.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["step_at_base_lr"]
+__all__ = ["lr_of", "step_at_base_lr"]
 
 
 def step_at_base_lr(optimizer: torch.optim.Optimizer | None) -> list[str]:
@@ -23,3 +23,12 @@ def step_at_base_lr(optimizer: torch.optim.Optimizer | None) -> list[str]:
             notes.append(f"note: param_group {i}: the schedule's lr is 0 at this step (warmup); the probe stepped "
                          f"at the group's base lr {base:g}")
     return notes
+
+
+def lr_of(group: dict) -> float:
+    """A param group's lr as a float (a one-element tensor lr read out); nan where it has none or it is not a
+    scalar."""
+    lr = group.get("lr", float("nan"))
+    if torch.is_tensor(lr):
+        return float(lr.item()) if lr.numel() == 1 else float("nan")
+    return float(lr) if isinstance(lr, (int, float)) else float("nan")

@@ -39,12 +39,12 @@ from .._core.batch import Batch, compute_loss, loss_problem
 from .._core.checks import Check
 from .._core.copying import restarting
 from .._core.examples import logits_of, num_examples, take_examples
-from .._core.lr import step_at_base_lr
+from .._core.lr import lr_of, step_at_base_lr
 from .._core.state import detached_copy
 from .._core.task import Ctx, err, is_int, seed_copies
 from ._common import failed, g4, passed, skipped_link, to_logits_2d, warned
 from ._floor import floor, reads_own_model, relative_change, untestable
-from ._links import lr_of, step, trainable
+from ._links import step, trainable
 
 TINY, FIT, LEARN, PROGRESS = 8, 0.9, 0.10, 0.25
 STEADY = 0.5  # a round that fell this much and was still falling when it ended is learning (PASS with a note) ...

@@ -161,16 +161,16 @@ def examples_mixed(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
             left = _others_move(base, _run(ctx, other, b, {i: (result, j)})[0], j)
             if left <= min(_MOVES, moved / 100):
                 return _finding(path, op, moved, left, ev)
-        return _together(ctx, other, b, base, seen[:_CANDIDATES], moved, ev)
+        return _together(ctx, other, b, j, base, seen[:_CANDIDATES], moved, ev)
     return None
 
 
-def _together(ctx: Ctx, other: Batch, b: int, base: torch.Tensor, seen: list, moved: float,
+def _together(ctx: Ctx, other: Batch, b: int, j: int, base: torch.Tensor, seen: list, moved: float,
               ev: dict[str, Any]) -> Check | None:
     """Several reductions that each carry part of the move (the same attention, softmaxed over the batch, run twice):
     held together they take it away; each one whose release keeps it away is dropped (the rest are the channel)."""
     def left(keep: list[int]) -> float:
-        return _others_move(base, _run(ctx, other, b, {i: (seen[i][2], 0) for i in keep})[0], 0)
+        return _others_move(base, _run(ctx, other, b, {i: (seen[i][2], j) for i in keep})[0], j)
 
     keep = list(range(len(seen)))
     if len(keep) < 2 or left(keep) > min(_MOVES, moved / 100):

@@ -18,6 +18,7 @@ from .._core.checks import Check, nested_grads
 from .._core.examples import dense
 from .._core.invariance import loss_depends, sort_gradless, unused_message
 from .._core.later_steps import moved_later
+from .._core.lr import lr_of
 from .._core.task import Ctx, err
 from ._attention_mask import padding_read
 from ._common import failed, g4, passed, skipped_link, warned
@@ -259,7 +260,3 @@ def _stuck_later(ctx: Ctx, opt: torch.optim.Optimizer, intended: list, not_moved
                                 "does where it is at most 1e-6 (an update below float32's resolution)")
     return [n for n in not_moved if n not in later]
 
-
-def lr_of(group: dict[str, Any]) -> float:
-    lr = group.get("lr", float("nan"))
-    return float(lr.item() if torch.is_tensor(lr) else lr)

@@ -39,7 +39,7 @@ from ._common import failed, g4
 from ._dependency import seeded_loss
 from ._masks import flip, replace_target, target_leaves
 from ._objective_calls import call
-from ._sequence import pad_runs
+from ._sequence import pad_runs, pulled_toward
 
 _MASK_KEYS = ("decoder_attention_mask", "attention_mask")
 
@@ -189,8 +189,7 @@ def _pull(ctx: Ctx, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None
     (g,) = torch.autograd.grad(loss.reshape(()), logits, allow_unused=True)
     if g is None:
         return None
-    g = g.detach()
-    return (g != 0).any(-1) & (g.min(-1).values < 0), g.argmin(-1)
+    return pulled_toward(g.detach())
 
 
 def pulls_next(ctx: Ctx, t: torch.Tensor, match: float) -> bool:

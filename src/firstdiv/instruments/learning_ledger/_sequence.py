@@ -136,6 +136,12 @@ def _agree(pulled: torch.Tensor, rows: torch.Tensor, ids: torch.Tensor) -> tuple
     return (float(a_next) if a_next is not None else 0.0), (float(same) if same is not None else 0.0)
 
 
+def pulled_toward(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """From the loss's gradient ``g`` at ``[..., V]`` scores: the positions it pulls (some score's gradient is
+    negative: the loss wants it up) and the class pulled up most there (a cross-entropy's target)."""
+    return (g != 0).any(-1) & (g.min(-1).values < 0), g.argmin(-1)
+
+
 def _by_gradient(ctx: Ctx, seqs: list[tuple[str, torch.Tensor]]) -> list[Seq]:
     n = seqs[0][1].shape[0]
     lengths = {ids.shape[1] for _, ids in seqs} | {ids.shape[1] - 1 for _, ids in seqs}
@@ -148,10 +154,9 @@ def _by_gradient(ctx: Ctx, seqs: list[tuple[str, torch.Tensor]]) -> list[Seq]:
         if g is None or out.shape[-1] < 2 or out.dim() != 3:
             continue
         g, o = batch_first(g, ctx.batch_axis), batch_first(out, ctx.batch_axis)
-        rows = (g != 0).any(-1) & (g.min(-1).values < 0)
+        rows, pulled = pulled_toward(g)
         if not bool(rows.any()):
             continue
-        pulled = g.argmin(-1)
         for key, ids in seqs:
             if o.shape[1] not in (ids.shape[1], ids.shape[1] - 1) or int(ids.max()) >= o.shape[-1]:
                 continue

@@ -27,10 +27,11 @@ from .._core.batch import compute_loss
 from .._core.checks import Check
 from .._core.closure import closure_state, innermost, trained_elsewhere
 from .._core.invariance import loss_depends
+from .._core.lr import lr_of
 from .._core.state import guarded
 from .._core.task import Ctx, err, seed_copies
 from ._common import failed, g4, passed, skipped_link, warned
-from ._links import LIST_CAP, dense, lr_of, trainable
+from ._links import LIST_CAP, dense, trainable
 
 ASCENT_COSINE = 0.3  # measured: correct corpus programs -1.0 .. -0.23 (near 0 with dropout noise); (-loss).backward() with AdamW 0.49, manual +lr 1.0
 STEPS = 4
