@@ -794,8 +794,9 @@ PREMISES: dict[str, Premise] = {
         "returned different metrics; or a module built with a drop rate (a dropout layer, a drop path reading "
         "self.training) drew random numbers (rand, bernoulli, uniform) while in eval mode and two eval-mode forwards "
         "of a copy on the same batch under different seeds differ",
-        "WARN when masks were drawn but the two calls agreed; WARN not_repeatable when the calls differ with no mask "
-        "drawn (randomness of another kind)"),
+        "WARN when masks were drawn but the two calls agreed, or when every mask came from a dropout call written "
+        "with a literal training=True in the program (stochastic evaluation by design: an always-on prenet, Monte "
+        "Carlo dropout); WARN not_repeatable when the calls differ with no mask drawn (randomness of another kind)"),
     "claim.differentiation.detached": Premise(
         "six_claims", "every trainable parameter the loss depends on gets a gradient",
         "after backward on the measured copy its gradient is None and " + _DEPENDS,

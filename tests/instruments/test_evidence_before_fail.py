@@ -497,17 +497,27 @@ def test_next_token_prediction_that_sees_the_token_it_predicts_fails_dependency(
 # ---- random masks drawn during evaluation ------------------------------------------------------------------------
 
 class FunctionalDropout(nn.Module):
-    def __init__(self, honours_mode: bool):
+    def __init__(self, honours_mode: bool | str):
         super().__init__()
         self.fc1, self.fc2, self.honours_mode = nn.Linear(6, 32), nn.Linear(32, 2), honours_mode
 
     def forward(self, x):
         h = torch.relu(self.fc1(x))
-        h = F.dropout(h, 0.5, training=self.training) if self.honours_mode else F.dropout(h, 0.5)  # default: True
+        if self.honours_mode == "written":  # Tacotron 2's prenet: dropout on in evaluation too, as written
+            h = F.dropout(h, p=0.5, training=True)
+        elif self.honours_mode == "written_positional":
+            h = nn.functional.dropout(h,
+                                      0.5, True)
+        elif self.honours_mode == "variable":  # True from a variable: not read as written intent
+            on = not self.honours_mode
+            h = F.dropout(h, 0.5, training=not on)
+        else:
+            h = F.dropout(h, 0.5, training=self.training) if self.honours_mode else F.dropout(h, 0.5)  # default: True
         return self.fc2(h)
 
 
-@pytest.mark.parametrize("honours_mode", [True, False], ids=["training=self.training", "default_training"])
+@pytest.mark.parametrize("honours_mode", [True, False, "variable"],
+                         ids=["training=self.training", "default_training", "training_from_a_variable"])
 def test_a_functional_dropout_that_ignores_eval_mode_fails_evaluation(honours_mode):
     x, y = _data(64)
     torch.manual_seed(0)
@@ -520,10 +530,30 @@ def test_a_functional_dropout_that_ignores_eval_mode_fails_evaluation(honours_mo
 
     report = firstdiv.six_claims(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), 0.1), eval_fn=eval_fn)
     evaluation = next(f for f in report.findings if f.where == "EVALUATION")
-    if honours_mode:
+    if honours_mode is True:
         assert evaluation.status is Status.PASS and evaluation.evidence["random_masks_drawn"] == 0, str(report)
     else:
         assert (evaluation.status, evaluation.check) == (Status.FAIL, "claim.evaluation.random_masks"), str(report)
+
+
+@pytest.mark.parametrize("form", ["written", "written_positional"])
+def test_a_dropout_written_with_training_true_is_stochastic_evaluation_by_design_not_a_fail(form):
+    """The call's default is training=True, so a literal True the program wrote (Tacotron 2's always-on prenet, Monte
+    Carlo dropout) is its design: WARN, naming the line, never a FAIL; the default and a variable still FAIL above."""
+    x, y = _data(64)
+    torch.manual_seed(0)
+    model = FunctionalDropout(form)
+
+    def eval_fn(m, batch):
+        m.eval()
+        with torch.no_grad():
+            return float(F.cross_entropy(m(batch[0]), batch[1]))
+
+    report = firstdiv.six_claims(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), 0.1), eval_fn=eval_fn)
+    evaluation = next(f for f in report.findings if f.where == "EVALUATION")
+    assert (evaluation.status, evaluation.check) == (Status.WARN, "claim.evaluation.random_masks"), str(report)
+    (site,) = evaluation.evidence["dropout_written_on"]
+    assert site.startswith("test_evidence_before_fail.py:") and "training=True written" in evaluation.message
 
 
 # ---- padding that reaches the loss -------------------------------------------------------------------------------

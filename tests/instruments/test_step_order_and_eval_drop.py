@@ -194,13 +194,21 @@ class Pair(nn.Module):
         return self.head(inputs[0] + inputs[1])
 
 
+class Unpacks(TwoArgs):
+    def forward(self, inputs: tuple) -> torch.Tensor:  # Tacotron 2's ``text, lengths, ... = inputs``
+        tokens, lengths = inputs
+        return super().forward(tokens, lengths)
+
+
 def test_a_tuple_of_inputs_is_the_positional_arguments_its_forward_takes() -> None:
     g = torch.Generator().manual_seed(0)
     y = torch.randint(0, 3, (8,), generator=g)
     tokens, lengths = torch.randint(0, 10, (8, 5), generator=g), torch.randint(1, 6, (8,), generator=g)
     features = {"wide": torch.randn(8, 4, generator=g), "deep": torch.randn(8, 6, generator=g)}
     a, b = torch.randn(8, 6, generator=g), torch.randn(8, 6, generator=g)
-    for model, inputs in ((TwoArgs(), (tokens, lengths)), (DictInput(), (features,)), (Pair(), (a, b))):
+    cases = ((TwoArgs(), (tokens, lengths)), (DictInput(), (features,)), (Pair(), (a, b)),
+             (Pair(), ((a, b),)), (Unpacks(), ((tokens, lengths),)))  # ((x, lengths),): the tuple is the argument
+    for model, inputs in cases:
         r = firstdiv.learning_ledger(model, (inputs, y), F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-2))
         assert r.status.value != "SKIPPED", (type(model).__name__, r.reason)
         assert "raised" not in (r.reason or ""), r.reason

@@ -48,7 +48,7 @@ INPUT_KEYS = ("inputs", "input", "x")
 #: Where torch and firstdiv themselves live: a frame under either is not the user's code. By package
 #: folder, not by a "/firstdiv/" in the path, which a user's own checkout or project folder may contain
 #: (firstdiv's folder is the parent of instruments/, two levels above this file).
-_LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep
+LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep
                       for f in (torch.__file__, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TARGET_KEYS = ("targets", "target", "labels", "y", "label")
 
@@ -202,8 +202,9 @@ def split_batch(batch: Any, model: nn.Module | None = None) -> Batch:
 def positional(model: Any, inputs: Any) -> bool:
     """Whether a tuple of inputs is the model's positional arguments, read from its ``forward`` signature: as many
     items as it takes positional parameters (``((x, lengths), y)`` into ``forward(self, x, lengths)``, ``((), y)`` into
-    ``forward(self)``, ``((features,), y)`` into ``forward(self, X)``). A tuple that a one-parameter ``forward`` takes
-    whole (``((x, lengths), y)`` into ``forward(self, inputs)``) and a namedtuple stay one argument."""
+    ``forward(self)``, ``((features,), y)`` into ``forward(self, X)``, ``(((x, lengths),), y)`` into ``forward(self,
+    inputs)`` that unpacks ``x, lengths = inputs``). A tuple that a one-parameter ``forward`` takes whole
+    (``((x, lengths), y)`` into ``forward(self, inputs)``) and a namedtuple stay one argument."""
     if not isinstance(inputs, tuple) or hasattr(inputs, "_fields"):
         return False
     try:
@@ -215,9 +216,7 @@ def positional(model: Any, inputs: Any) -> bool:
     required = sum(p.default is inspect.Parameter.empty for p in pos)
     spread = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
     k = len(inputs)
-    if k < required or (k > len(pos) and not spread):
-        return False
-    return k != 1 or not isinstance(inputs[0], (tuple, list))
+    return not (k < required or (k > len(pos) and not spread))
 
 
 def forward(model: nn.Module, batch: Any) -> Any:
@@ -250,7 +249,7 @@ def _origin(exc: BaseException) -> str:
     tb, found = exc.__traceback__, ""
     while tb is not None:
         path = tb.tb_frame.f_code.co_filename
-        if not os.path.abspath(path).startswith(_LIBRARY_DIRS):
+        if not os.path.abspath(path).startswith(LIBRARY_DIRS):
             found = f" (at {path.rsplit('/', 1)[-1]}:{tb.tb_lineno} in {tb.tb_frame.f_code.co_name})"
         tb = tb.tb_next
     return found

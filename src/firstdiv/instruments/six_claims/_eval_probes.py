@@ -18,6 +18,7 @@ from .._core.closure import closure_state
 from .._core.copying import model_copy
 from .._core.modes import drop_rate, mode_dependent
 from ._model_probes import flat
+from ._written_dropout import user_site
 
 REPEAT_RTOL = 1e-5  # two evaluations of the same batch agree to this (float reductions, not sampling noise)
 
@@ -32,6 +33,7 @@ class EvalRun:
     masks: int = 0  # random masks drawn while eval_fn ran (dropout in training mode, bernoulli: a drop path)
     drop_draws: dict[str, int] = dataclasses.field(default_factory=dict)  # random draws inside an eval-mode module
     # built with a drop rate (a drop path called with training=True), by module name
+    mask_sites: dict = dataclasses.field(default_factory=dict)  # (file, line) of the user's code -> masks drawn there
 
 
 class _Masks(TorchDispatchMode):
@@ -43,6 +45,7 @@ class _Masks(TorchDispatchMode):
         self.count = 0
         self.inside: list[str] = []  # the eval-mode modules built with a drop rate now running, innermost last
         self.drop_draws: dict[str, int] = {}
+        self.sites: dict = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -50,6 +53,8 @@ class _Masks(TorchDispatchMode):
         if packet in (torch.ops.aten.bernoulli, torch.ops.aten.bernoulli_) or (
                 packet is torch.ops.aten.native_dropout and (args[2] if len(args) > 2 else kwargs.get("train"))):
             self.count += 1
+            site = user_site()
+            self.sites[site] = self.sites.get(site, 0) + 1
         if self.inside and packet in _DRAWS and not (packet is torch.ops.aten.native_dropout and not (
                 args[2] if len(args) > 2 else kwargs.get("train"))):
             self.drop_draws[self.inside[-1]] = self.drop_draws.get(self.inside[-1], 0) + 1
@@ -141,7 +146,7 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
     return EvalRun([n for n, t in seen.items() if t], [n for n, t in seen.items() if not t],
                    max(calls[0] // repeat, min(calls[0], 1)), results,
                    {n: o for n in seen for p, o in owners.items() if n.startswith(p)}, masks.count,
-                   {n: c for n, c in masks.drop_draws.items() if n})
+                   {n: c for n, c in masks.drop_draws.items() if n}, masks.sites)
 
 
 def _numbers(value: Any) -> np.ndarray | None:

@@ -24,6 +24,7 @@ from ._eval_probes import (
     run_eval,
 )
 from ._verdict import claim, skip
+from ._written_dropout import describe, intended
 
 NAME, CHECK = "EVALUATION", "claim.evaluation"
 NOT_CHECKED = "claim.evaluation.not_checked"  # eval_fn raised: the report WARNs
@@ -110,6 +111,10 @@ def evaluation(model: nn.Module, batch: Any, eval_fn: Any) -> Check:
     if failed is not None:
         return failed
     ev["random_masks_drawn"] = run.masks
+    written = intended(run.mask_sites)
+    if written:
+        ev["dropout_written_on"] = written
+        return claim(NAME, Status.WARN, "claim.evaluation.random_masks", describe(written, run.masks), ev)
     if differ and run.masks:  # the op and the outcome agree: random masks drawn inside evaluation change its result
         return claim(NAME, Status.FAIL, "claim.evaluation.random_masks",
                      f"eval_fn drew {run.masks} random masks (dropout in training mode or a bernoulli drop path) with "
