@@ -509,6 +509,7 @@ def _build(seed, bug=None):
                                                shuffle=True, num_workers=0,
                                                generator=torch.Generator().manual_seed(seed))
     state = {"it": iter(train_loader)}
+    model.train()  # training mode enables dropout
 
     def next_batch():
         try:
@@ -516,11 +517,11 @@ def _build(seed, bug=None):
         except StopIteration:
             # Decay learning rate every epoch
             adjust_learning_rate(optimizer, 0.1)
+            model.train()  # training mode enables dropout (train()'s first line, each epoch)
             state["it"] = iter(train_loader)
             return next(state["it"])
 
     def train_step():
-        model.train()  # training mode enables dropout
         documents, sentences_per_document, words_per_sentence, labels = next_batch()
 
         sentences_per_document = sentences_per_document.squeeze(1)  # (batch_size)

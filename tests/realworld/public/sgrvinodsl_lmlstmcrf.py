@@ -27,7 +27,8 @@ Deviations from the original:
   (the file's width); 200 training sentences of 4-13 words; batch_size 10, lr 0.015, momentum 0.9, lr_decay 0.05,
   grad_clip 5, dropout 0.5, one layer each, frozen word embeddings and min_word_freq 5 kept;
 - ``x, _ = pack_padded_sequence(...)`` (PyTorch 0.4's two-field ``PackedSequence``) unpacks four fields here
-  (``x, _, _, _ = ...``, the same ``data``);
+  (``x, _, _, _ = ...``, the same ``data``); ``create_maps`` numbers the tags in sorted order (the original
+  enumerates a ``set`` of strings, whose order changes from one Python process to the next);
 - CPU only; DataLoader without workers, shuffled by a ``torch.Generator`` seeded from ``seed``; ``print``
   statements, meters, checkpoints and validation dropped, as is the per-batch F1 bookkeeping after the step
   (``ViterbiDecoder`` and sklearn's ``f1_score`` only report, they never reach the loss);
@@ -85,7 +86,7 @@ def create_maps(words, tags, min_word_freq=5, min_char_freq=1):
 
     word_map = {k: v + 1 for v, k in enumerate([w for w in word_freq.keys() if word_freq[w] > min_word_freq])}
     char_map = {k: v + 1 for v, k in enumerate([c for c in char_freq.keys() if char_freq[c] > min_char_freq])}
-    tag_map = {k: v + 1 for v, k in enumerate(tag_map)}
+    tag_map = {k: v + 1 for v, k in enumerate(sorted(tag_map))}  # (port) sorted: a set's order varies by process
 
     word_map['<pad>'] = 0
     word_map['<end>'] = len(word_map)
