@@ -28,8 +28,8 @@ indices repeated ``multiplier`` times, each drawn through its own random augment
 step, ``scheduler.step()``).
 
 Deviations from the original:
-- sizes for 2 CPU cores: ``arch`` ResNet50 -> resnet18 (the config's other choice) with channel widths 64 -> 8
-  (encoder_dim 512 -> 64; torchvision's ResNet is written out in ``_tv_resnet.py``, ``self._norm_layer`` being
+- sizes for 2 CPU cores: ``arch`` ResNet50 -> resnet18 (the config's other choice) with channel widths 64 -> 16
+  (encoder_dim 512 -> 128; torchvision's ResNet is written out in ``_tv_resnet.py``, ``self._norm_layer`` being
   ``nn.BatchNorm2d`` as in torchvision); ``batch_size`` 1024 -> 16 (32 views); images 32x32 -> 16x16; ``iters``
   48000 -> 300 (so the 1% warm-up is 3 iterations and the cosine schedule is not flat over the 30 steps of the
   self-check);
@@ -72,7 +72,7 @@ import _tv_resnet
 from _api import Bug, Program
 
 IMG = 16  # (port) CIFAR's 32
-WIDTH = 8  # (port) torchvision's 64
+WIDTH = 16  # (port) torchvision's 64
 
 
 # models/resnet.py
