@@ -55,6 +55,7 @@ import functools
 import math
 import pathlib
 import sys
+import warnings
 from argparse import Namespace
 from collections import OrderedDict
 
@@ -335,6 +336,10 @@ class LinearWarmupAndCosineAnneal(torch.optim.lr_scheduler._LRScheduler):
         super().__init__(optimizer, last_epoch=last_epoch)
 
     def get_lr(self):
+        if not self._get_lr_called_within_step:
+            warnings.warn("To get the last learning rate computed by the scheduler, "
+                          "please use `get_last_lr()`.")
+
         if self.last_epoch == 0:
             return [lr / (self.warm_up + 1) for lr in self.base_lrs]
         elif self.last_epoch <= self.warm_up:
@@ -342,6 +347,11 @@ class LinearWarmupAndCosineAnneal(torch.optim.lr_scheduler._LRScheduler):
             return [group['lr'] * c for group in self.optimizer.param_groups]
         else:
             le = self.last_epoch - self.warm_up
+
+            if le > self.T_max:
+                warnings.warn(f"Epoch {self.last_epoch}: reached maximum number of iterations {self.T_max + self.warm_up}. "
+                              "This is unexpected behavior, and this SimCLR implementation was not tested in this regime!")
+
             return [(1 + np.cos(np.pi * le / self.T_max)) /
                     (1 + np.cos(np.pi * (le - 1) / self.T_max) + self.smooth) *
                     group['lr']
@@ -537,13 +547,14 @@ def _build(seed, bug=None):
     trainset = SyntheticCifar(seed, 320, args)
     testset = SyntheticCifar(seed + 1000, 64, args)
     MultiplyBatchSampler.MULTILPLIER = args.multiplier
-    MultiplyBatchSampler.bug = bug
     trainsampler = torch.utils.data.sampler.RandomSampler(trainset, generator=torch.Generator().manual_seed(seed))
     testsampler = torch.utils.data.sampler.RandomSampler(testset, generator=torch.Generator().manual_seed(seed + 1))
     model.batch_trainsampler = MultiplyBatchSampler(trainsampler, args.batch_size, drop_last=True)
+    model.batch_trainsampler.bug = bug
     train_loader = torch.utils.data.DataLoader(trainset, num_workers=0, batch_sampler=model.batch_trainsampler)
-    val_loader = torch.utils.data.DataLoader(
-        testset, num_workers=0, batch_sampler=MultiplyBatchSampler(testsampler, args.batch_size, drop_last=True))
+    test_batch_sampler = MultiplyBatchSampler(testsampler, args.batch_size, drop_last=True)
+    test_batch_sampler.bug = bug
+    val_loader = torch.utils.data.DataLoader(testset, num_workers=0, batch_sampler=test_batch_sampler)
 
     cur_iter = 0
     optimizer, scheduler = configure_optimizers(args, model, cur_iter - 1, bug=bug)
@@ -583,9 +594,10 @@ def _build(seed, bug=None):
         m.train()
         return float(logs['loss'])
 
-    x0, y0 = next(iter(torch.utils.data.DataLoader(
-        trainset, batch_sampler=MultiplyBatchSampler(
-            torch.utils.data.sampler.SequentialSampler(trainset), args.batch_size, drop_last=True))))
+    first_sampler = MultiplyBatchSampler(torch.utils.data.sampler.SequentialSampler(trainset), args.batch_size,
+                                         drop_last=True)
+    first_sampler.bug = bug
+    x0, y0 = next(iter(torch.utils.data.DataLoader(trainset, batch_sampler=first_sampler)))
     return Program(name="atanovsimclr_resnet18", model=model, batch=(x0, y0), loss_fn=loss_fn,
                    optimizer=optimizer.optim, train_step=train_step, eval_fn=eval_fn, loader=train_loader)
 
