@@ -27,6 +27,9 @@ Deviations from the original:
   happen (the 2000 warm-up steps, as written), and ``train_step`` is one iteration of its inner loop from there on
   (one environment step and one ``learn``), returning ``learn``'s loss; the episode prints, the log list and
   ``save_model`` are dropped.
+- ``learn``'s next-state lines (non-terminal selection, target network max, standardization, ``rewards + GAMMA *
+  Q_s_prime_a_prime``) are moved, unchanged, into a method ``target(sample)`` that ``learn`` calls, so that the
+  Program's ``loss_fn`` builds the same target.
 - the Program's batch is one ``BATCH_SIZE`` sample of the buffer, given as ``(states, sample)``; ``loss_fn`` is
   ``learn``'s loss on the Q-values of those states (the target from the sample, as ``learn`` builds it).
 - the self-check runs 60 steps (``SELF_CHECK_STEPS``): at the original lr 1e-4 the loss on freshly sampled
