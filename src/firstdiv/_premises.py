@@ -713,8 +713,9 @@ PREMISES: dict[str, Premise] = {
         "became non-finite or grew more than 10-fold, and again when the same start (restored) runs train_step's next "
         "8 calls (other batches of its stream), where it does not come back (non-finite or still above 10x at the last "
         "call)",
-        "a blow-up on one sequence of calls and not on the next, or a spike the next calls recover from (a large first "
-        "step): WARN"),
+        "a blow-up on one sequence of calls and not on the next, a spike the next calls recover from (a large first "
+        "step), or a batch that started below the loss train_step reports on its own batches and stays under 10x of "
+        "its first report (an easy batch, not the program's loss scale): WARN"),
     "capability.cannot_overfit": Premise(
         "learning_ledger", "the controlled system can fit a tiny fixed batch",
         "copies of the model and optimizer train on the first 8 examples at the program's lr x1, x10, x100, x1000 (down "

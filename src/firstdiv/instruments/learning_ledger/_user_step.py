@@ -68,12 +68,14 @@ def _run(ctx: Ctx, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Ten
         lambda o, *_: stepped.update({id(q): max(stepped.get(id(q), 0.0), lr_of(g)) for g in o.param_groups
                                       for q in g["params"]})) if ctx.optimizer is not None else None
     ctx.notes["lr_at_steps"] = stepped
+    reported: list[float] = []  # what each call returned, where it is a number (the loss on its own batch)
+    ctx.notes["step_reported"] = reported
     with guarded(ctx.model, ctx.optimizer, ctx.train_step, closure_state(ctx.train_step)), torch.enable_grad():
         try:
             losses.append(_loss_on_batch(ctx))
             for i in range(steps):
                 calls += 1
-                ctx.train_step()
+                reported.append(_number(ctx.train_step()))
                 if i == 0:
                     first = {n: (p.detach() - start[n]).clone() for n, p in params}
                 losses.append(_loss_on_batch(ctx))
@@ -125,6 +127,26 @@ def _climbs_again(ctx: Ctx, ev: dict[str, Any], healthy: list[str], grads: dict[
     return False
 
 
+def _number(value: Any) -> float:
+    if torch.is_tensor(value) and value.numel() == 1 and value.is_floating_point():
+        return float(value.detach())
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def _within_reported(ctx: Ctx, ev: dict[str, Any], l0: float, last: float, peak: float) -> Check | None:
+    """The premise of a 10-fold rise is that the batch's start is the program's loss scale. Where train_step reports
+    its loss on its own batches (returns a number at each call) and this batch started far below it (an easy batch, a
+    sine task of small amplitude), a rise that stays under 10x of the first reported value is not a blow-up: WARN."""
+    reported = [v for v in ctx.notes.get("step_reported", []) if math.isfinite(v)]
+    if not reported or not math.isfinite(last) or reported[0] <= l0 or peak > DIVERGE * reported[0]:
+        return None
+    ev["train_step_reported"] = reported
+    return warned("PARAMETER_UPDATE", f"the loss on the batch went {g4(l0)} -> {g4(peak)} within {ev['calls']} calls of "
+                  f"train_step, but it started below the loss train_step reports on its own batches ({g4(reported[0])} "
+                  "at its first call) and stays under 10x of that: an easy batch that got less easy, not shown to be a "
+                  "divergence", ev, kind="update.diverges")
+
+
 def _blew_up(losses: list[float]) -> bool:
     finite = [v for v in losses if math.isfinite(v)]
     l0 = losses[0] if losses else math.nan
@@ -171,7 +193,7 @@ def check_user_step(ctx: Ctx) -> Check:
     if cosine > ASCENT_COSINE and math.isfinite(l0) and _climbing(losses) and _climbs_again(ctx, ev, healthy, grads):
         return _ascends(ev, healthy, first, grads, l0, last)
     if _blew_up(losses):
-        return _blow_up(ctx, ev, total, l0, last, max(finite))
+        return _within_reported(ctx, ev, l0, last, max(finite)) or _blow_up(ctx, ev, total, l0, last, max(finite))
     ctx.notes["user_step_losses"] = losses if len(finite) == len(losses) else None
     at_zero = _at_lr_zero(ctx, not_moved)
     elsewhere = trained_elsewhere(ctx.train_step, ctx.optimizer, ctx.model) & set(not_moved)

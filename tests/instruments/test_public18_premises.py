@@ -1,0 +1,55 @@
+"""What public-18's first contact showed (tests/realworld/README.md, "What public-18 showed"), confirmed on the
+program's own behaviour: a batch that starts far below the loss train_step reports on its own batches (a meta-learner's
+easy task) can rise 10-fold without diverging."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import firstdiv
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _stream(lr: float):
+    """The declared batch is fitted almost exactly by the initial weights (loss ~1e-4); train_step steps on a stream
+    of batches from another rule (loss ~1 there) and returns that loss, as most loops do."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1, bias=False)
+    w_true = torch.tensor([[1.5, -2.0, 0.5, 1.0]])
+    x = torch.randn(64, 4)
+    with torch.no_grad():
+        y = model(x) + 0.01 * torch.randn(64, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(1)
+
+    def train_step() -> float:
+        xs = torch.randn(64, 4, generator=g)
+        opt.zero_grad()
+        loss = F.mse_loss(model(xs), xs @ w_true.T)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return model, (x, y), opt, train_step
+
+
+def _update(lr: float) -> firstdiv.Finding:
+    model, batch, opt, step = _stream(lr)
+    r = firstdiv.learning_ledger(model, batch, F.mse_loss, opt, train_step=step, overfit_steps=0)
+    return next(f for f in r.findings if f.where == "PARAMETER_UPDATE")
+
+
+def test_an_easy_batch_rising_within_the_loss_train_step_reports_is_no_divergence() -> None:
+    easy = _update(0.05)
+    assert (easy.status.value, easy.check) == ("WARN", "update.diverges"), easy.message
+    losses, reported = easy.evidence["losses_on_batch"], easy.evidence["train_step_reported"]
+    assert max(losses) > 10 * losses[0] and max(losses) < 10 * reported[0], (losses, reported)
+    assert "reports on its own batches" in easy.message
+
+
+def test_a_step_size_that_blows_past_the_reported_loss_still_fails() -> None:
+    blown = _update(3.0)
+    assert (blown.status.value, blown.check) == ("FAIL", "update.diverges"), blown.message
