@@ -477,7 +477,8 @@ PREMISES: dict[str, Premise] = {
         "a target copying the input at its own positions or copying every varying input position (reconstruction, a "
         "copy task), integer sequences copying some source tokens (a seq2seq rule; shifts are the sequence checks'), "
         "a copy the model does not read (a causal model's next-token labels), no output aligned with the targets: no "
-        "finding"),
+        "finding; targets that are the input shifted along one axis, copying >= 90% of its varying positions (a "
+        "sequence's next steps, which a latent-variable model encoding the whole sequence may read): a note"),
     "task.mlm_labels_not_masked": Premise(
         "learning_ledger", "a masked language model predicts only the positions chosen for masking",
         "data pattern: one input id (the mask token, never a target) stands at >= 50% of the supervised positions whose "

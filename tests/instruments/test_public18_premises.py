@@ -53,3 +53,28 @@ def test_an_easy_batch_rising_within_the_loss_train_step_reports_is_no_divergenc
 def test_a_step_size_that_blows_past_the_reported_loss_still_fails() -> None:
     blown = _update(3.0)
     assert (blown.status.value, blown.check) == ("FAIL", "update.diverges"), blown.message
+
+
+class SequenceLatent(nn.Module):
+    """NRI's shape: an encoder reads the whole trajectory into a latent, a decoder predicts each next state from the
+    current one and the latent; its targets are the trajectory shifted by one step (``data[:, 1:]``)."""
+
+    def __init__(self, steps: int = 12, dim: int = 3) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Flatten(), nn.Linear(steps * dim, 8))
+        self.decoder = nn.Linear(dim + 8, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.encoder(x)[:, None].expand(-1, x.shape[1] - 1, -1)
+        return self.decoder(torch.cat([x[:, :-1], 4 * z], -1))
+
+
+def test_targets_that_are_the_whole_sequence_shifted_are_the_designs_question_not_a_leak() -> None:
+    torch.manual_seed(0)
+    data = torch.cumsum(0.1 * torch.randn(32, 12, 3), 1)
+    model = SequenceLatent()
+    r = firstdiv.learning_ledger(model, (data, data[:, 1:]), F.mse_loss, torch.optim.Adam(model.parameters(), 1e-3),
+                                 overfit_steps=0)
+    task = next(f for f in r.findings if f.where == "TASK")
+    assert task.check != "task.target_in_input" and task.status.value != "FAIL", task.message  # FAILed before
+    assert any("shifted by 1 along its axis 1" in n for n in r.details["notes"]), r.details["notes"]

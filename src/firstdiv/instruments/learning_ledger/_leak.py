@@ -45,6 +45,7 @@ MAX_CELLS = 1 << 24  # examples x elements of one input compared
 MAX_TARGET = 4096  # target elements per example compared
 PROBES = 8
 MIN_BITS = 32.0
+WHOLE = 0.9  # a shifted target copying this share of the input's varying positions is the sequence's next steps
 READS = 0.05  # a probed output moves by this fraction of the largest move: the model reads the copied input
 _PRIME = 2_147_483_629
 
@@ -124,6 +125,27 @@ def _reconstruction(found: dict[int, list[int]], x: torch.Tensor, y: torch.Tenso
     return varying <= {i for src in found.values() for i in src}
 
 
+def _shifted_whole(found: dict[int, list[int]], x: torch.Tensor, xs: tuple[int, ...], ts: tuple[int, ...]
+                   ) -> tuple[int, int] | None:
+    """(axis, offset) where the target is the input shifted along one axis (every copy at the same offset) and copies
+    at least ``WHOLE`` of the input's varying positions: a sequence's next-step targets (NRI's ``data[:, :, 1:]``), not
+    a window overlapping its horizon by a few steps."""
+    if len(xs) != len(ts) or not found or not xs:
+        return None
+    js = torch.tensor(sorted(found))
+    at_t = torch.stack(torch.unravel_index(js, ts), 1)
+    src = torch.tensor([found[j][0] for j in js.tolist()])
+    offsets = torch.stack(torch.unravel_index(src, xs), 1) - at_t
+    if not bool((offsets == offsets[:1]).all()):
+        return None
+    d = offsets[0]
+    axes = torch.nonzero(d).flatten().tolist()
+    varying = int((x != x[:1]).any(0).sum())
+    if len(axes) != 1 or len(found) < WHOLE * varying:
+        return None
+    return axes[0], int(d[axes[0]])
+
+
 def _aligned(outputs: Any, b: int, per: int) -> list[tuple[str, Callable[[torch.Tensor], torch.Tensor]]]:
     """The outputs the loss can compare with targets of ``per`` elements per example: each as a view [B, per, k]."""
     found = []
@@ -191,6 +213,14 @@ def _search(ctx: Ctx, ev: dict[str, Any], call: _Call, targets: list[torch.Tenso
             xf = x[:b].reshape(b, -1)
             copies = {j: src for j, src in _copies(xf, y).items() if _informative(y[:, j])}
             if not _enough(copies, t) or _reconstruction(copies, xf, y):
+                continue
+            shift = _shifted_whole(copies, xf, tuple(x.shape[1:]), tuple(t.shape[1:]))
+            if shift is not None:
+                ctx.report_notes.append(
+                    f"note: the targets{where} are input {_name(path, call.whole)!r} shifted by {shift[1]} along its "
+                    f"axis {shift[0] + 1} (next-step prediction of the whole sequence); whether the model may read the "
+                    "step it predicts (a latent-variable model encoding the whole sequence) or must not (a forecaster) "
+                    "is the program's design: task.target_in_input not judged")
                 continue
             result = _confirm(call, x, t, copies)
             if result is not None:
