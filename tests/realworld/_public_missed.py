@@ -19,6 +19,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                                'op:reshape@embedding.value_embedding: [16, 16, 5] -> '
                                                                '[16, 5, 16] puts input axis 2 (size 5) acros; '
                                                                'diagnose WARN at None',
+ 'atanovsimclr_resnet18.views_interleaved': 'owner saw WARN None None: DEPENDENCY: 2 of 67 trainable parameters are '
+                                            "not on the loss's autograd graph: 2 trainable parameters get no "
+                                            'gradient and th; diagnose WARN at None',
  'autoformer_etth.delays_reshaped_not_permuted': 'owner saw WARN None None: '
                                                  'encoder.attn_layers.0.attention.inner_correlation: '
                                                  'op:reshape@encoder.attn_layers.0.attention.inner_correlation: [16, '
@@ -42,6 +45,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 'gradient and th; diagnose WARN at None',
  'betavae_dsprites.recon_mean_over_pixels': 'owner saw PASS None None: ; diagnose WARN at None',
  'bicyclegan_pix2pix.l1_against_input': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bigtransfer_bit.head_left_out_of_optimizer': 'owner saw FAIL module.head.gn.weight optimizer.missing_parameter: '
+                                               'module.head.gn.weight optimizer.missing_parameter: optimizer does '
+                                               'not own 4 trainabl; diagnose FAIL at four_structures '
+                                               'module.head.gn.weight four_structures:module.head.gn.weight',
+ 'bigtransfer_bit.labels_shuffled_apart': 'owner saw WARN None None: GRADIENT: 23 trainable parameters get no '
+                                          'gradient and the loss does not depend on them (perturbing them on a copy '
+                                          'leaves it ; diagnose WARN at None',
  'bilstmcrf_tagger.lstm_out_left_sorted': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.padding_in_mask': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.stop_transition_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -128,6 +138,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                     'the loss does not depend on them (perturbing them on a copy leaves it u; '
                                     'diagnose WARN at None',
  'deepctrtorch_deepfm.reg_loss_frozen': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deepimageprior_denoising.noise_buffer_aliases_input': 'owner saw PASS None None: ; diagnose WARN at None',
  'deeplabv3plus_voc.mask_not_flipped_with_image': 'owner saw PASS None None: ; diagnose WARN at None',
  'deeplabv3plus_voc.void_pixels_as_background': 'owner saw PASS None None: ; diagnose WARN at None',
  'deeprecommender_autoencoder.mask_not_applied': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -171,6 +182,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                'copy leaves it u; diagnose WARN at None',
  'efficientdensenet_cifar.labels_misaligned': 'owner saw PASS None None: ; diagnose WARN at None',
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'explainingaivae_cvae.logvar_used_as_std': 'owner saw PASS None None: ; diagnose WARN at None',
  'fewshotknagg_protonet.labels_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
  'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
                                                  "are not on the loss's autograd graph: 4 trainable parameters get "
@@ -217,6 +229,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               'every lr; diagnose FAIL at learning_ledger CAPABILITY '
                                               'learning_ledger:CAPABILITY',
  'hfcourse_accelerate_mrpc.attention_mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hnn_spring.dx_from_test_half': 'owner saw PASS None None: ; diagnose WARN at None',
  'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
                                                      '32] -> [1, 32, 64] puts input axis 1 (size 32) across output '
@@ -261,6 +274,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                    'examples, Adam lr 1e-08 at any lr up to 1e-05 (loss 0.6558 -> best 0.6037, 8; '
                                    'diagnose WARN at None',
  'kinyugocm_ict.target_not_detached': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'learn2learn_maml_sine.inner_update_ascends': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'learn2learn_maml_sine.query_targets_from_support': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightly_simsiam.stop_gradient_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightningbolts_vae.kl_coeff_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'lightningbolts_vae.sample_instead_of_rsample': 'diagnose FAIL at step_probe encoder.conv1.weight '
@@ -336,6 +351,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'normflows_realnvp_moons.log_det_dropped': 'owner saw WARN None None: DEPENDENCY: 2 of 50 trainable parameters are '
                                             "not on the loss's autograd graph: 2 trainable parameters get no "
                                             'gradient and th; diagnose WARN at None',
+ 'nri_springs.kl_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'openaiclip_flickr.image_names_from_unsplit_dataframe': 'owner saw PASS None None: ; diagnose PASS at None',
  'openaiclip_flickr.log_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'openinstruct_finetune.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -348,6 +364,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'patrickhuasimsiam_cifar.stop_gradient_dropped': 'owner saw WARN None None: DEPENDENCY: 4 of 78 trainable '
                                                   "parameters are not on the loss's autograd graph: 4 trainable "
                                                   'parameters get no gradient and th; diagnose WARN at None',
+ 'performancernn_events.teacher_forcing_not_shifted': 'owner saw WARN None None: DEPENDENCY: 2 of 19 trainable '
+                                                      "parameters are not on the loss's autograd graph: 2 trainable "
+                                                      'parameters get no gradient and th; diagnose WARN at None',
  'performer_encdec_copy.labels_not_shifted': 'owner saw WARN None None: DEPENDENCY: 2 of 70 trainable parameters are '
                                              "not on the loss's autograd graph: 2 trainable parameters get no "
                                              'gradient and th; diagnose WARN at None',
@@ -368,6 +387,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pml_triplet_miner.pairs_zipped_into_triplets': 'owner saw WARN None None: OBJECTIVE: loss 0.07877 is not the '
                                                  'cross-entropy of these outputs (2.824; ln K = 2.773 for an '
                                                  'untrained 16-class model; exam; diagnose WARN at None',
+ 'popularrl_dqn.target_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
+                                         'not plain SGD (stateful update rule); diagnose WARN at None',
+ 'popularrl_dqn.terminal_mask_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'postagging_bilstm.tags_flattened_batch_first': 'owner saw PASS None None: ; diagnose PASS at None',
  'powerfulgnns_gin.edge_offsets_missing': 'owner saw WARN None None: DEPENDENCY: 1 of 23 trainable parameters are '
                                           "not on the loss's autograd graph: 1 trainable parameters get no gradient "
@@ -428,6 +450,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchwgan_wgangp.gp_norm_not_flattened': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                              'gradient and the loss does not depend on them (perturbing them on a '
                                              'copy leaves it u; diagnose WARN at None',
+ 'pyy0715ncf_neumf.negatives_labelled_positive': 'owner saw PASS None None: ; diagnose PASS at None',
  'rainbow_c51.log_softmax_over_actions': 'owner saw PASS None None: ; diagnose WARN at None',
  'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
  'rbert_semeval.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -487,8 +510,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sdeflowlight_vpsde.weight_inverted': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer owns 1 tensors '
                                        'that are not in the model (shapes [[1]]), and no trainable parameter of th; '
                                        'diagnose WARN at None',
+ 'segrnn_etth.hidden_repeated_across_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'sentimentanalysis_lstm.padded_length_packed': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgc_citation.val_features_not_propagated': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sgrvinodhan_yahoo.packed_indices_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sgrvinodhan_yahoo.word_attention_over_padding': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sgrvinodsl_lmlstmcrf.gold_score_over_padding': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sgrvinodsl_lmlstmcrf.lm_targets_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sgrvinodsl_lmlstmcrf.tags_not_resorted': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodsr_srresnet.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.padding_in_loss': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
@@ -577,15 +606,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'tabnet_classifier.sparsity_loss_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 2 of 58 trainable parameters '
                                                  "are not on the loss's autograd graph: 2 trainable parameters get "
                                                  'no gradient and th; diagnose WARN at None',
- 'tacotron2_ljspeech.attention_mask_dropped': 'owner saw SKIPPED None None: the model raised ValueError: not enough '
-                                              'values to unpack (expected 5, got 1) on inputs [[[8, 12], [8], [8, '
-                                              "16, 31], 'int'; diagnose WARN at None",
- 'tacotron2_ljspeech.padding_not_masked': 'owner saw SKIPPED None None: the model raised ValueError: not enough '
-                                          'values to unpack (expected 5, got 1) on inputs [[[8, 12], [8], [8, 16, '
-                                          "31], 'int'; diagnose WARN at None",
- 'tacotron2_ljspeech.teacher_forcing_not_shifted': 'owner saw SKIPPED None None: the model raised ValueError: not '
-                                                   'enough values to unpack (expected 5, got 1) on inputs [[[8, 12], '
-                                                   "[8], [8, 16, 31], 'int'; diagnose WARN at None",
+ 'tacotron2_ljspeech.attention_mask_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'tacotron2_ljspeech.padding_not_masked': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'tacotron2_ljspeech.teacher_forcing_not_shifted': 'owner saw PASS None None: ; diagnose WARN at None',
  'tcn_adding.readout_at_first_step': 'owner saw PASS None None: ; diagnose PASS at None',
  'td3_pendulum.q2_trained_on_q1': 'owner saw WARN None None: l4.weight: l4.weight: gradient is None after backward, '
                                   'and the loss does not depend on it (perturbing it on a copy leaves th; diagnose '
@@ -644,6 +667,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'vdsr_sr.input_and_label_swapped': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (339.3) is 8 x '
                                     'their mean per-example loss (42.41): it is summed (mean squared error), so ; '
                                     'diagnose WARN at None',
+ 'vectorquantize_fsq_autoencoder.channels_viewed_not_moved': 'owner saw WARN None None: fns.6: op:reshape@fns.6: '
+                                                             '[32, 3, 4, 4] -> [32, 16, 3] puts input axis 1 (size '
+                                                             '3) across output axes [1], while output axis 2; '
+                                                             'diagnose WARN at None',
  'vgaepytorch_linkpred.adj_label_from_full_graph': 'owner saw SKIPPED None None: loss_fn raised AttributeError: '
                                                    "'VGAE' object has no attribute 'logstd' (at "
                                                    'vgaepytorch_linkpred.py:329 in compute_loss) o; diagnose WARN at '
@@ -666,6 +693,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 'its default: if th; diagnose WARN at None',
  'vqvae2_hierarchical.straight_through_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'vqvae2_hierarchical.target_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'waveglow_vocoder.coupling_sees_transformed_half': 'owner saw WARN None None: GRADIENT: 47 trainable parameters get '
+                                                    'no gradient and the loss does not depend on them (perturbing '
+                                                    'them on a copy leaves it ; diagnose WARN at None',
+ 'waveglow_vocoder.log_det_of_exp_s': 'owner saw WARN None None: GRADIENT: 47 trainable parameters get no gradient '
+                                      'and the loss does not depend on them (perturbing them on a copy leaves it ; '
+                                      'diagnose WARN at None',
  'wgan_dcgan.critic_signs_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.regression_objective': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.target_from_unshuffled_frame': 'owner saw PASS None None: ; diagnose PASS at None',
