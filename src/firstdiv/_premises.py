@@ -727,8 +727,9 @@ PREMISES: dict[str, Premise] = {
         "no cause shown: WARN inconclusive; so is a divergence at every lr where the program's own train_step kept "
         "the loss finite over its calls (its clipping or schedule, which the copy's plain step lacks); an objective "
         "without a known floor or a stochastic one is judged on learning (a note); a loss whose graph reaches the "
-        "program's own model's parameters (a loss_fn computing part of it from the model it closes over: a physics "
-        "residual, a discriminator) or gives the trained copy no gradient at all: SKIPPED"),
+        "program's own model's parameters (a loss_fn computing part of it from a model it reaches through a global "
+        "or another function; one held in its own closure is swapped for the copy it evaluates) or gives the trained "
+        "copy no gradient at all: SKIPPED"),
     # ---- six_claims ---------------------------------------------------------------------------------------------
     "claim.representation.affine": Premise(
         "six_claims", "a model stacking more than one linear layer is meant to compute a nonlinear map",

@@ -78,3 +78,45 @@ def test_targets_that_are_the_whole_sequence_shifted_are_the_designs_question_no
     task = next(f for f in r.findings if f.where == "TASK")
     assert task.check != "task.target_in_input" and task.status.value != "FAIL", task.message  # FAILed before
     assert any("shifted by 1 along its axis 1" in n for n in r.details["notes"]), r.details["notes"]
+
+
+class StoresPosterior(nn.Module):
+    """A VAE whose forward stores its posterior on itself (``self.mu``, ``self.logvar``) for the loss to read, as
+    VGAE and DiffPool do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.dec = nn.Linear(6, 4), nn.Linear(2, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.mu, self.logvar = self.enc(x).chunk(2, -1)
+        return self.dec(self.mu + torch.randn_like(self.mu) * (0.5 * self.logvar).exp())
+
+
+def test_a_loss_reading_its_model_through_the_closure_reads_the_copy_the_ledger_evaluates() -> None:
+    torch.manual_seed(0)
+    model, x = StoresPosterior(), torch.randn(32, 6)
+
+    def loss_fn(recon: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        kl = -0.5 * (1 + model.logvar - model.mu.pow(2) - model.logvar.exp()).sum(-1).mean()
+        return F.mse_loss(recon, target) + kl
+
+    r = firstdiv.learning_ledger(model, (x, x), loss_fn, torch.optim.Adam(model.parameters(), 1e-3), overfit_steps=0)
+    assert r.status.value != "SKIPPED", r.reason  # the user's model never ran: no model.mu to read
+    assert not hasattr(model, "mu")
+
+
+def test_only_the_module_a_copy_was_made_from_is_swapped_not_another_of_its_class() -> None:
+    from firstdiv.instruments._core.copy_origin import reading
+    from firstdiv.instruments._core.copying import model_copy
+
+    student, teacher = StoresPosterior(), StoresPosterior()
+
+    def loss_fn(out: torch.Tensor, target: torch.Tensor) -> tuple[nn.Module, nn.Module]:
+        return student, teacher
+
+    copy = model_copy(student)
+    assert reading(loss_fn, copy)(None, None) == (copy, teacher)
+    again = model_copy(copy)  # a copy of the copy: the loss already reading the first copy now reads this one
+    assert reading(reading(loss_fn, copy), again)(None, None) == (again, teacher)
+    assert reading(loss_fn, student) is loss_fn and reading(loss_fn, teacher) is loss_fn

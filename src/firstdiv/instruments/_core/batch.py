@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from ...errors import FirstdivError, InvalidArgument
+from .copy_origin import reading
 
 INPUT_KEYS = ("inputs", "input", "x")
 #: Where torch and firstdiv themselves live: a frame under either is not the user's code. By package
@@ -290,6 +291,7 @@ def _compute_loss(model: nn.Module, batch: Any, loss_fn: Callable[..., Any]) -> 
         outputs = forward(model, b)
     except Exception as exc:
         raise UserCodeError(f"the model raised {describe_error(exc)} on inputs {describe(b.inputs)}") from exc
+    loss_fn = reading(loss_fn, model)  # a loss reading its model through its closure reads this copy
     try:
         loss = loss_fn(outputs, b.targets)
     except Exception as exc:

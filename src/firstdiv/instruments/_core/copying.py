@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from .closure import innermost
+from .copy_origin import remember
 from .python_graph import held, hidden_objects
 
 _MAX_DEPTH = 3  # how deep evidence containers (lists, tuples, dicts) are searched for modules
@@ -68,7 +69,10 @@ def model_copy(obj: Any) -> Any:
     """``copy.deepcopy(obj)`` that also copies models whose attributes hold non-leaf tensors (legacy
     spectral_norm / weight_norm after a forward, cached activations); ``obj`` may be a module, a bound
     method of one, or a tuple/list/dict holding modules and optimizers."""
-    return copy.deepcopy(obj, copy_memo([obj]))
+    memo = copy_memo([obj])
+    copied = copy.deepcopy(obj, memo)
+    remember(modules_in([obj]), memo)
+    return copied
 
 
 def _attribute_tensors(modules: list[nn.Module]) -> list[tuple[nn.Module, str, torch.Tensor]]:

@@ -38,6 +38,7 @@ from .._core.batch import (
 )
 from .._core.checks import Check, compose, not_reached, reached, walk
 from .._core.closure import closure_state
+from .._core.copy_origin import reading
 from .._core.copying import restarting
 from .._core.examples import batch_axis as infer_batch_axis
 from .._core.lr import step_at_base_lr
@@ -111,6 +112,7 @@ def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], 
         seed_copies()  # dropout and friends on the copies: reproducible; the guard restores the RNG states
         try:
             ctx.work, ctx.work_opt = detached_copy(model, optimizer)
+            ctx.loss_fn = reading(ctx.loss_fn, ctx.work)  # a loss reading the model through its closure reads the copy
             restarting(ctx.work)
             ctx.report_notes += step_at_base_lr(ctx.work_opt)
         except Exception as exc:  # noqa: BLE001 - the copy is how the ledger leaves no trace
