@@ -26,8 +26,8 @@ Deviations from the original:
 - ``nn.DataParallel``, ``.cuda()`` moves and the ``--gpus`` list are dropped; ``torch.cuda.amp`` is not used on CPU:
   ``autocast`` is the file's own dummy (its PyTorch < 1.6 fallback) and the scaler ``torch.amp.GradScaler("cpu",
   enabled=False)`` (``--mixed_precision`` is off in train_standard.sh); ``AlternateCorrBlock`` (a CUDA extension,
-  off by default) is a stub that raises; the tensorboard ``Logger``, validation and checkpoints are left out; ``BasicEncoder`` / ``BasicUpdateBlock``
-  are copied with the rest of their files though only the small model runs;
+  off by default) is a stub that raises; the tensorboard ``Logger``, validation and checkpoints are left out;
+  ``BasicEncoder`` / ``BasicUpdateBlock`` are copied with the rest of their files though only the small model runs;
 - one ``train_step`` is one iteration of the ``for i_batch, data_blob`` loop and returns the loss; the Program's
   batch is ``((image1, image2), (flow, valid))`` and its ``loss_fn`` ``sequence_loss`` with gamma 0.8; ``eval_fn``
   is the end-point error of the last prediction on a held-out batch;

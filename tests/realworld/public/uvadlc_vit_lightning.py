@@ -1,5 +1,5 @@
-"""The Vision Transformer of the UvA Deep Learning tutorials (Phillip Lippe, tutorial 15 "Vision Transformers"): CIFAR-10
-images cut into 4x4 patches by ``img_to_patch``, a linear patch embedding, a learned [CLS] token and positional
+"""The Vision Transformer of the UvA Deep Learning tutorials (Phillip Lippe, tutorial 15 "Vision Transformers"):
+CIFAR-10 images cut into 4x4 patches by ``img_to_patch``, a linear patch embedding, a learned [CLS] token and positional
 embedding, pre-LayerNorm ``AttentionBlock``s around ``nn.MultiheadAttention`` (sequence-first), an MLP head on the
 [CLS] output; a Lightning module with ``F.cross_entropy``, AdamW (lr 3e-4) and MultiStepLR (milestones 100, 150,
 gamma 0.1, per epoch); training augmentation by horizontal flip and RandomResizedCrop (scale 0.8-1, ratio 0.9-1.1).
