@@ -147,8 +147,6 @@ def _loss_after_encoder(z, target_inds, n_class, n_support, n_query, bug=None):
 
     if bug == "log_softmax_over_queries":
         log_p_y = F.log_softmax(-dists, dim=0).view(n_class, n_query, -1)
-    elif bug == "distances_not_negated":
-        log_p_y = F.log_softmax(dists, dim=1).view(n_class, n_query, -1)
     else:
         log_p_y = F.log_softmax(-dists, dim=1).view(n_class, n_query, -1)
 
