@@ -18,7 +18,7 @@ gathered NLL, accuracy), ``load_protonet_conv`` (conv-BN-ReLU-maxpool blocks), t
 (``torch.randperm`` of a class's examples into support and query), ``EpisodicBatchSampler`` (``randperm`` of the
 classes per episode), ``load`` of the splits (test way 5, test query 15, test shot = shot), ``train.py``'s hooks
 (StepLR(decay_every, 0.5) stepped at each epoch's start, the meters, validation at each epoch's end with
-``model_utils.evaluate``, patience), ``torch.manual_seed(1234)`` replaced by ``seed``.
+``model_utils.evaluate``, patience).
 
 Deviations from the original:
 - Omniglot is not here (nor PIL, torchvision's ``ToTensor`` or torchnet): the classes are synthetic "characters"
@@ -27,6 +27,7 @@ Deviations from the original:
   ``torch.rot90`` (the original's PIL ``rotate``); 30 characters for training (120 classes), 8 for validation (32);
   ink is 1 and background 0 (the original's ``1.0 - image``); ``load_class_images`` keeps its cache (per build).
   torchnet's ``ListDataset``, ``TransformDataset``, ``compose`` and ``AverageValueMeter`` are written out.
+- ``torch.manual_seed(1234)`` -> ``torch.manual_seed(seed)``.
 - sizes for 2 CPU cores: images 28x28 -> 16x16 (four 2x poolings still end at 1x1), ``hid_dim`` / ``z_dim`` 64 -> 32,
   ``data.way`` 60 -> 10, ``train_episodes`` 100 -> 20, ``test_episodes`` 100 -> 4; shot 5, query 5, test way 5,
   test query 15 kept.
