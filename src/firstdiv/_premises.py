@@ -638,7 +638,9 @@ PREMISES: dict[str, Premise] = {
         "mode with the RNG fixed, changing only the middle token moves the outputs before it, for every input that "
         "carries the tokens asked for (a copy task's encoder input is read whole by design, its decoder input is not); "
         "a move above rounding but below a thousandth of the changed position's own is read again on a copy with "
-        "perturbed weights, where it must reach 2% of it (a spatial gating unit near the identity at initialization)",
+        "perturbed weights, where it must reach 2% of it (a spatial gating unit near the identity at initialization); "
+        "where the declared call is causal, the same on the arguments of the model call train_step makes (a mask=False "
+        "in the loop only), its loss's saved targets being those tokens shifted by one",
         "not next-token prediction by that evidence (a masked or bidirectional model, an autoencoder), one input "
         "carrying the tokens stays causal, batch statistics shared across positions in train mode, or rounding in a "
         "causal computation (0.4% at perturbed weights): no finding"),

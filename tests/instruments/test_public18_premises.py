@@ -1,6 +1,8 @@
-"""What public-18's first contact showed (tests/realworld/README.md, "What public-18 showed"), confirmed on the
-program's own behaviour: a batch that starts far below the loss train_step reports on its own batches (a meta-learner's
-easy task) can rise 10-fold without diverging."""
+"""What public-18's and public-19's first contacts showed (tests/realworld/README.md, "What public-18 showed" and
+"What public-19 showed"), confirmed on the program's own behaviour: a batch that starts far below the loss train_step
+reports on its own batches can rise 10-fold without diverging; targets that are the whole sequence shifted are the
+design's question; a loss reading its model through its closure reads the copy; a causal mask left off only in the
+training loop's call is found on that call."""
 
 from __future__ import annotations
 
@@ -120,3 +122,43 @@ def test_only_the_module_a_copy_was_made_from_is_swapped_not_another_of_its_clas
     again = model_copy(copy)  # a copy of the copy: the loss already reading the first copy now reads this one
     assert reading(reading(loss_fn, copy), again)(None, None) == (again, teacher)
     assert reading(loss_fn, student) is loss_fn and reading(loss_fn, teacher) is loss_fn
+
+
+class MaskedLM(nn.Module):
+    """A decoder-only LM whose forward applies the causal mask unless told not to (``model(x, mask=False)``)."""
+
+    def __init__(self, vocab: int = 12, dim: int = 16) -> None:
+        super().__init__()
+        self.emb, self.head = nn.Embedding(vocab, dim), nn.Linear(dim, vocab)
+        self.attn = nn.MultiheadAttention(dim, 2, batch_first=True)
+
+    def forward(self, x: torch.Tensor, mask: bool = True) -> torch.Tensor:
+        h = self.emb(x)
+        causal = nn.Transformer.generate_square_subsequent_mask(x.shape[1]) if mask else None
+        return self.head(h + self.attn(h, h, h, attn_mask=causal, need_weights=False)[0])
+
+
+@pytest.mark.parametrize("masked_in_training", [True, False])
+def test_a_causal_mask_left_off_only_in_the_training_loops_call_is_found_there(masked_in_training) -> None:
+    torch.manual_seed(0)
+    model = MaskedLM()
+    data = torch.randint(0, 12, (16, 17))
+    x, y = data[:, :-1], data[:, 1:]
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+
+    def train_step() -> float:
+        opt.zero_grad()
+        out = model(x) if masked_in_training else model(x, mask=False)
+        loss = F.cross_entropy(out.reshape(-1, 12), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    r = firstdiv.learning_ledger(model, (x, y), lambda o, t: F.cross_entropy(o.reshape(-1, 12), t.reshape(-1)), opt,
+                                 train_step=train_step, overfit_steps=0)
+    dep = next(f for f in r.findings if f.where == "DEPENDENCY")
+    if masked_in_training:
+        assert dep.status.value != "FAIL", dep.message
+    else:
+        assert (dep.status.value, dep.check) == ("FAIL", "dependency.future_visible"), dep.message
+        assert "mask=False" in dep.message and dep.evidence["earlier_predictions_change"] > 0

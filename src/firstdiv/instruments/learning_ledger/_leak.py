@@ -50,13 +50,13 @@ READS = 0.05  # a probed output moves by this fraction of the largest move: the 
 _PRIME = 2_147_483_629
 
 
-def _tensors(x: Any, path: str) -> list[tuple[str, torch.Tensor]]:
+def named_tensors(x: Any, path: str) -> list[tuple[str, torch.Tensor]]:
     if torch.is_tensor(x):
         return [(path, x)]
     if isinstance(x, dict):
-        return [i for k, v in x.items() for i in _tensors(v, f"{path}[{k!r}]" if path else str(k))]
+        return [i for k, v in x.items() for i in named_tensors(v, f"{path}[{k!r}]" if path else str(k))]
     if isinstance(x, (list, tuple)):
-        return [i for k, v in enumerate(x) for i in _tensors(v, f"{path}[{k}]")]
+        return [i for k, v in enumerate(x) for i in named_tensors(v, f"{path}[{k}]")]
     return []
 
 
@@ -149,7 +149,7 @@ def _shifted_whole(found: dict[int, list[int]], x: torch.Tensor, xs: tuple[int, 
 def _aligned(outputs: Any, b: int, per: int) -> list[tuple[str, Callable[[torch.Tensor], torch.Tensor]]]:
     """The outputs the loss can compare with targets of ``per`` elements per example: each as a view [B, per, k]."""
     found = []
-    for path, o in _tensors(outputs, "outputs"):
+    for path, o in named_tensors(outputs, "outputs"):
         if not o.is_floating_point() or o.dim() == 0 or o.shape[0] != b:
             continue
         n = o[0].numel()
@@ -160,7 +160,7 @@ def _aligned(outputs: Any, b: int, per: int) -> list[tuple[str, Callable[[torch.
     return found
 
 
-class _Call:
+class ModelCall:
     """The model's forward on the ledger's copy: ``args``/``kwargs`` with one tensor replaced, outputs or None."""
 
     def __init__(self, ctx: Ctx, args: tuple, kwargs: dict, whole: bool = False) -> None:
@@ -177,11 +177,11 @@ class _Call:
             return None
 
 
-def _declared_call(ctx: Ctx) -> _Call:
+def _declared_call(ctx: Ctx) -> ModelCall:
     inputs = ctx.batch.inputs
     if ctx.batch.as_kwargs:
-        return _Call(ctx, (), dict(inputs))
-    return _Call(ctx, tuple(inputs), {}) if positional(ctx.work, inputs) else _Call(ctx, (inputs,), {}, whole=True)
+        return ModelCall(ctx, (), dict(inputs))
+    return ModelCall(ctx, tuple(inputs), {}) if positional(ctx.work, inputs) else ModelCall(ctx, (inputs,), {}, whole=True)
 
 
 def target_in_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
@@ -189,18 +189,18 @@ def target_in_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     if ctx.batch_axis != 0:
         return None
     call = _declared_call(ctx)
-    found = _search(ctx, ev, call, [t for _, t in _tensors(ctx.batch.targets, "")], "")
+    found = _search(ctx, ev, call, [t for _, t in named_tensors(ctx.batch.targets, "")], "")
     if found is not None:
         return found
     fed = step_fed(ctx)
     if fed is None:
         return None
     (args, kwargs), targets = fed
-    return _search(ctx, ev, _Call(ctx, tuple(args), dict(kwargs)), targets, " in the batches train_step feeds")
+    return _search(ctx, ev, ModelCall(ctx, tuple(args), dict(kwargs)), targets, " in the batches train_step feeds")
 
 
-def _search(ctx: Ctx, ev: dict[str, Any], call: _Call, targets: list[torch.Tensor], where: str) -> Check | None:
-    inputs = _tensors((call.args, call.kwargs), "")
+def _search(ctx: Ctx, ev: dict[str, Any], call: ModelCall, targets: list[torch.Tensor], where: str) -> Check | None:
+    inputs = named_tensors((call.args, call.kwargs), "")
     for t in targets:
         b = min(t.shape[0], MAX_EXAMPLES) if t.dim() and t.layout is torch.strided else 0
         if b < 4 or t.is_complex() or t[0].numel() > MAX_TARGET:
@@ -237,7 +237,7 @@ def _name(path: str, whole: bool) -> str:
     return "inputs" + path[6 if whole else 3:]
 
 
-def _confirm(call: _Call, x: torch.Tensor, t: torch.Tensor, copies: dict[int, list[int]]) -> dict[str, Any] | None:
+def _confirm(call: ModelCall, x: torch.Tensor, t: torch.Tensor, copies: dict[int, list[int]]) -> dict[str, Any] | None:
     """Step 3: which probed target elements' outputs move with their source input alone."""
     base = call()
     b, per = t.shape[0], t[0].numel()
@@ -255,10 +255,10 @@ def _confirm(call: _Call, x: torch.Tensor, t: torch.Tensor, copies: dict[int, li
         changed[:, i] = flat[:, i].roll(1, 0)
         rows = changed[:, i] != flat[:, i]
         out = call(x, changed.reshape(x.shape))
-        other = dict(_tensors(out, "outputs")).get(path) if out is not None else None
-        if other is None or other.shape != dict(_tensors(base, "outputs"))[path].shape or not bool(rows.any()):
+        other = dict(named_tensors(out, "outputs")).get(path) if out is not None else None
+        if other is None or other.shape != dict(named_tensors(base, "outputs"))[path].shape or not bool(rows.any()):
             continue
-        delta = (view(other) - view(dict(_tensors(base, "outputs"))[path])).abs()[rows].nan_to_num(0.0)
+        delta = (view(other) - view(dict(named_tensors(base, "outputs"))[path])).abs()[rows].nan_to_num(0.0)
         at_j, largest = float(delta[:, j].max()), float(delta.max())
         moved.append((j, i, at_j > 0.0 and at_j >= READS * largest))
     if not moved or sum(m for *_, m in moved) * 2 < len(moved):
