@@ -32,6 +32,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it ; diagnose WARN at None',
  'bcq_continuous.next_state_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bertnerpytorch_crf.crf_loss_not_negated': 'owner saw WARN None None: DEPENDENCY: 2 of 44 trainable parameters are '
+                                            "not on the loss's autograd graph: 2 trainable parameters get no "
+                                            'gradient and th; diagnose WARN at None',
+ 'bertnerpytorch_crf.labels_from_token_type_ids': 'owner saw WARN None None: DEPENDENCY: 2 of 44 trainable '
+                                                  "parameters are not on the loss's autograd graph: 2 trainable "
+                                                  'parameters get no gradient and th; diagnose WARN at None',
  'bertpytorch_mlm.mask_never_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'bertpytorch_mlm.nsp_ignore_index_0': 'owner saw PASS None None: ; diagnose PASS at None',
  'betatcvae_shapes.decoder_output_sigmoided': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters '
@@ -45,10 +51,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 'gradient and th; diagnose WARN at None',
  'betavae_dsprites.recon_mean_over_pixels': 'owner saw PASS None None: ; diagnose WARN at None',
  'bicyclegan_pix2pix.l1_against_input': 'owner saw PASS None None: ; diagnose PASS at None',
- 'bigtransfer_bit.head_left_out_of_optimizer': 'owner saw FAIL module.head.gn.weight optimizer.missing_parameter: '
-                                               'module.head.gn.weight optimizer.missing_parameter: optimizer does '
-                                               'not own 4 trainabl; diagnose FAIL at four_structures '
-                                               'module.head.gn.weight four_structures:module.head.gn.weight',
  'bigtransfer_bit.labels_shuffled_apart': 'owner saw WARN None None: GRADIENT: 23 trainable parameters get no '
                                           'gradient and the loss does not depend on them (perturbing them on a copy '
                                           'leaves it ; diagnose WARN at None',
@@ -153,9 +155,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          'and the loss does not depend on them (perturbing them on a copy leaves it '
                                          'u; diagnose WARN at None',
  'dgl_graphsage.messages_from_destination': 'owner saw PASS None None: ; diagnose PASS at None',
- 'diffpool_softassign.padding_mask_off': 'owner saw SKIPPED None None: loss_fn raised AttributeError: '
-                                         "'SoftPoolingGcnEncoder' object has no attribute 'assign_tensor' (at "
-                                         'diffpool_softassign.py; diagnose WARN at None',
+ 'diffpool_softassign.padding_mask_off': 'owner saw PASS None None: ; diagnose PASS at None',
  'diffwave_vocoder.audio_crop_not_scaled_to_samples': 'owner saw WARN None None: GRADIENT: 32 trainable parameters '
                                                       'get no gradient and the loss does not depend on them '
                                                       '(perturbing them on a copy leaves it ; diagnose WARN at None',
@@ -177,12 +177,25 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'dupontwgangp_mnist.critic_signs_flipped': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 16 '
                                             'fixed examples, Adam lr 0.001 at any lr up to 1 (loss 9.986 -> best '
                                             '8.989, 10% do; diagnose WARN at None',
+ 'ecapatdnn_speaker.margin_on_non_targets': 'owner saw PASS None None: ; diagnose PASS at None',
  'edgeml_fastgrnn_kws.first_frame_classified': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it u; diagnose WARN at None',
  'efficientdensenet_cifar.labels_misaligned': 'owner saw PASS None None: ; diagnose WARN at None',
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'esim_snli.restoration_idx_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'explainingaiddpm_mnist.noise_target_redrawn': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'explainingaiddpm_mnist.timestep_not_fed': 'owner saw PASS None None: ; diagnose PASS at None',
  'explainingaivae_cvae.logvar_used_as_std': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'factorvae_dsprites.D_z_detached': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
+                                    'examples, Adam lr 0.001, up to lr 0.01, loss 2685 -> best 721.4 (73% down) i; '
+                                    'diagnose WARN at None',
+ 'factorvae_dsprites.permute_dims_one_perm': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 '
+                                             'fixed examples, Adam lr 0.001, up to lr 0.01, loss 2685 -> best 721.4 '
+                                             '(73% down) i; diagnose WARN at None',
+ 'factorvae_dsprites.tc_logits_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
+                                         'examples, Adam lr 0.001, up to lr 0.01, loss 2685 -> best 725.1 (73% down) '
+                                         'i; diagnose WARN at None',
  'fewshotknagg_protonet.labels_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
  'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
                                                  "are not on the loss's autograd graph: 4 trainable parameters get "
@@ -249,6 +262,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'informer_etth.prob_context_not_transposed': 'owner saw WARN None None: encoder.attn_layers.0.attention: '
                                               'op:view@encoder.attn_layers.0.attention: [32, 4, 48, 8] -> [32, 48, '
                                               '32] puts input axis 2 (; diagnose WARN at None',
+ 'introdgm_realnvp.log_det_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'iqlpytorch_offline.ema_arguments_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
                                              'is not plain SGD (stateful update rule); diagnose PASS at None',
  'iqnext_iqn.taus_on_target_axis': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -262,6 +276,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'joeynmt_transformer.padding_rows_not_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'joeynmt_transformer.trg_not_sorted_with_src': 'owner saw PASS None None: ; diagnose PASS at None',
  'josiahtabular_bank.duration_leaks_target': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'kaixhinacer_cartpole.returns_not_reversed': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                              'gradient and the loss does not depend on them (perturbing them on a '
+                                              'copy leaves it u; diagnose WARN at None',
+ 'kaixhinacer_cartpole.zero_grad_set_to_none': 'owner saw WARN None None: lstm.weight_hh: lstm.weight_hh: gradient '
+                                               'is exactly zero after backward, and the loss does not depend on it '
+                                               '(perturbing it o; diagnose WARN at None',
  'kdpytorch_cnn_distill.teacher_outputs_from_shuffled_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
  'keonseq2seq_attention.attention_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'khrylxrl_ppo.gae_masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -412,6 +432,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'protonetorobix_omniglot.queries_are_support': 'owner saw WARN None None: TASK: 40 of 50 supervised targets are '
                                                 'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, '
                                                 '28, 30]), and loss_f; diagnose WARN at None',
+ 'protonetsnell_omniglot.log_softmax_over_queries': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'protonetsnell_omniglot.support_viewed_shot_major': 'owner saw PASS None None: ; diagnose WARN at None',
  'proxyanchor_resnet.embedding_group_dropped': 'owner saw FAIL model.layer2.1.bn2.weight optimizer.owns_only_frozen: '
                                                'model.layer2.1.bn2.weight optimizer.owns_only_frozen: everything the '
                                                'optimizer ow; diagnose FAIL at four_structures '
@@ -451,6 +473,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                              'gradient and the loss does not depend on them (perturbing them on a '
                                              'copy leaves it u; diagnose WARN at None',
  'pyy0715ncf_neumf.negatives_labelled_positive': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'raft_chairs.frames_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'raft_chairs.gamma_weights_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'rainbow_c51.log_softmax_over_actions': 'owner saw PASS None None: ; diagnose WARN at None',
  'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
  'rbert_semeval.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -490,6 +514,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sacdiscrete_catch.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'sacdiscrete_catch.target_copy_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                            'not plain SGD (stateful update rule); diagnose PASS at None',
+ 'sacext_pendulum.next_action_from_states': 'owner saw PASS None None: ; diagnose WARN at None',
  'saint_binary.cat_mask_inverted': 'owner saw WARN None None: DEPENDENCY: 52 of 97 trainable parameters are not on '
                                    "the loss's autograd graph: 28 trainable parameters get no gradient and ; "
                                    'diagnose WARN at None',
@@ -559,6 +584,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'spijkervetsimclr_ntxent.rank_interleaved_views': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.bootstrap_at_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
  'spotlight_bpr.negatives_detached': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'srgan_leftthomas_x4.d_loss_signs_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'srgan_leftthomas_x4.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
  'srresnet_x4.target_off_by_one': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (8119) is 8 x their '
                                   'mean per-example loss (1015): it is summed (mean squared error), so it; diagnose '
                                   'WARN at None',
@@ -631,6 +658,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'tonyduanflows_nsf2d.second_coupling_reads_its_own_half': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchac_a2c.actions_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchac_a2c.next_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'torchcde_spirals.initial_value_read_out': 'owner saw WARN None None: func.linear1.weight: func.linear1.weight: in '
+                                            'the loss graph but its gradient is exactly zero, and the loss does not '
+                                            'depend o; diagnose WARN at None',
+ 'torchcde_spirals.labels_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchcfm_icfm_moons.interpolation_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchdiffeq_odenet.returns_initial_state': 'owner saw WARN None None: 7.odefunc.norm1.weight: '
                                              '7.odefunc.norm1.weight: in the loss graph but its gradient is exactly '
@@ -662,8 +693,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'transformerxl_lm.mems_reset_every_batch': 'owner saw PASS None None: ; diagnose WARN at None',
  'trl_sft.eos_masked_as_padding': 'owner saw PASS None None: ; diagnose PASS at None',
  'trl_sft.formatting_func_trains_prompt': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'tslib_timesnet_cls.labels_misaligned': 'owner saw WARN None None: DEPENDENCY: 1 of 54 trainable parameters are not '
+                                         "on the loss's autograd graph: 1 trainable parameters get no gradient and "
+                                         'th; diagnose WARN at None',
  'tvrefs_classification.mixed_images_hard_labels': 'owner saw PASS None None: ; diagnose PASS at None',
  'udacitydrl_dqn.next_states_from_states': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'uvadlc_vit_lightning.attention_over_batch': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
+                                              'REPRESENTATION six_claims:REPRESENTATION',
+ 'uvadlc_vit_lightning.patches_without_permute': 'owner saw PASS None None: ; diagnose PASS at None',
  'vdsr_sr.input_and_label_swapped': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (339.3) is 8 x '
                                     'their mean per-example loss (42.41): it is summed (mean squared error), so ; '
                                     'diagnose WARN at None',
@@ -671,13 +708,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                              '[32, 3, 4, 4] -> [32, 16, 3] puts input axis 1 (size '
                                                              '3) across output axes [1], while output axis 2; '
                                                              'diagnose WARN at None',
- 'vgaepytorch_linkpred.adj_label_from_full_graph': 'owner saw SKIPPED None None: loss_fn raised AttributeError: '
-                                                   "'VGAE' object has no attribute 'logstd' (at "
-                                                   'vgaepytorch_linkpred.py:329 in compute_loss) o; diagnose WARN at '
-                                                   'None',
- 'vgaepytorch_linkpred.kl_std_not_squared': "owner saw SKIPPED None None: loss_fn raised AttributeError: 'VGAE' "
-                                            "object has no attribute 'logstd' (at vgaepytorch_linkpred.py:327 in "
-                                            'compute_loss) o; diagnose WARN at None',
+ 'vgaepytorch_linkpred.adj_label_from_full_graph': 'owner saw WARN None None: TASK: could not check: the TASK check '
+                                                   "raised NotImplementedError: Could not run 'aten::ne.Scalar' with "
+                                                   "arguments from the 'S; diagnose WARN at None",
+ 'vgaepytorch_linkpred.kl_std_not_squared': 'owner saw WARN None None: TASK: could not check: the TASK check raised '
+                                            "NotImplementedError: Could not run 'aten::ne.Scalar' with arguments "
+                                            "from the 'S; diagnose WARN at None",
  'vicreg_resnet.one_view_twice': 'owner saw WARN None None: GRADIENT: 16 trainable parameters get no gradient and '
                                  'the loss does not depend on them (perturbing them on a copy leaves it ; diagnose '
                                  'WARN at None',
