@@ -162,3 +162,29 @@ def test_a_causal_mask_left_off_only_in_the_training_loops_call_is_found_there(m
     else:
         assert (dep.status.value, dep.check) == ("FAIL", "dependency.future_visible"), dep.message
         assert "mask=False" in dep.message and dep.evidence["earlier_predictions_change"] > 0
+
+
+class HamiltonianField(nn.Module):
+    """HNN's shape: the model differentiates its scalar output with respect to its input, so the input requires grad
+    (the original builds it with requires_grad=True)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dh = torch.autograd.grad(self.h(x).sum(), x, create_graph=True)[0]
+        return torch.stack([dh[:, 1], -dh[:, 0]], 1)
+
+
+def test_a_batch_input_that_requires_grad_keeps_its_grad_through_every_instrument() -> None:
+    torch.manual_seed(0)
+    model = HamiltonianField()
+    x = torch.randn(32, 2, requires_grad=True)
+    y = torch.stack([x[:, 1], -x[:, 0]], 1).detach()
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    for call in (lambda: firstdiv.learning_ledger(model, (x, y), F.mse_loss, opt, overfit_steps=5),
+                 lambda: firstdiv.step_probe(model, (x, y), F.mse_loss, opt),
+                 lambda: firstdiv.diagnose(model=model, batch=(x, y), loss_fn=F.mse_loss, optimizer=opt)):
+        call()
+        assert x.grad is None and x.is_leaf and x.requires_grad

@@ -366,6 +366,18 @@ def _restore_optimizer(opt: torch.optim.Optimizer, s: _OptimizerState) -> None:
             opt.state[by_id[pid]] = entry
 
 
+def grad_leaves(value: Any, depth: int = 0) -> list[torch.Tensor]:
+    """The leaf tensors requiring grad held directly in ``value`` (nested tuples, lists, dicts; not the parameters of
+    a module, which the module's own snapshot covers)."""
+    if torch.is_tensor(value):
+        return [value] if value.is_leaf and value.requires_grad and not isinstance(value, nn.Parameter) else []
+    if depth > 4 or not isinstance(value, (tuple, list, dict)):
+        return []
+    items = value.values() if isinstance(value, dict) else value
+    found = {id(t): t for v in items for t in grad_leaves(v, depth + 1)}
+    return list(found.values())
+
+
 @contextmanager
 def guarded(*objects: Any) -> Iterator[Snapshot]:
     """Snapshot ``objects`` (modules, optimizers, lists of them) and the global RNGs and grad mode;
