@@ -112,7 +112,7 @@ def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], 
         seed_copies()  # dropout and friends on the copies: reproducible; the guard restores the RNG states
         try:
             ctx.work, ctx.work_opt = detached_copy(model, optimizer)
-            ctx.loss_fn = reading(ctx.loss_fn, ctx.work)  # a loss reading the model through its closure reads the copy
+            _read_copy(ctx)
             restarting(ctx.work)
             ctx.report_notes += step_at_base_lr(ctx.work_opt)
         except Exception as exc:  # noqa: BLE001 - the copy is how the ledger leaves no trace
@@ -125,6 +125,12 @@ def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], 
                                   f"{shape(ctx.batch.inputs)}; the ledger needs one forward pass that runs")
         infer_task(ctx)
         return _walk(ctx)
+
+
+def _read_copy(ctx: Ctx) -> None:
+    """A loss reading the model through its closure reads the ledger's copy (``_core.copy_origin``), noted."""
+    rebound = reading(ctx.loss_fn, ctx.work)
+    ctx.notes["loss_reads_model"], ctx.loss_fn = rebound is not ctx.loss_fn, rebound
 
 
 def _validated(model: Any, batch: Any, loss_fn: Any, optimizer: Any, task_probe: Any, task: Any, overfit_steps: Any,
@@ -193,7 +199,12 @@ def _timed(link: str, ctx: Ctx, seconds: dict[str, float]) -> Check:
 
 
 def _compute_loss(ctx: Ctx) -> str | None:
-    """The loss of the ledger's forward pass (kept, with its graph, for OBJECTIVE..GRADIENT); a reason when it raises."""
+    """The loss of the ledger's forward pass (kept, with its graph, for OBJECTIVE..GRADIENT); a reason when it raises.
+    A loss that reads what the copy's forward stored (``model.last_loss``) gets that forward run again first: TASK's
+    forwards without grad stored theirs since."""
+    if ctx.notes.get("loss_reads_model"):
+        seed_copies()
+        ctx.outputs = forward(ctx.work, ctx.batch)
     try:
         ctx.loss = ctx.loss_fn(ctx.outputs, ctx.batch.targets)
     except Exception as exc:  # noqa: BLE001 - user code
