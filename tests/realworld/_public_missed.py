@@ -184,8 +184,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'efficientdensenet_cifar.labels_misaligned': 'owner saw PASS None None: ; diagnose WARN at None',
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'esim_snli.restoration_idx_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'explainingaiddpm_mnist.noise_target_redrawn': 'owner saw PASS None None: ; diagnose PASS at None',
- 'explainingaiddpm_mnist.timestep_not_fed': 'owner saw PASS None None: ; diagnose PASS at None',
  'explainingaivae_cvae.logvar_used_as_std': 'owner saw PASS None None: ; diagnose WARN at None',
  'factorvae_dsprites.D_z_detached': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
                                     'examples, Adam lr 0.001, up to lr 0.01, loss 2685 -> best 721.4 (73% down) i; '

@@ -40,7 +40,8 @@ def reading(loss_fn: Callable[..., Any], model: Any) -> Callable[..., Any]:
     """``loss_fn`` reading ``model`` (a copy) where its closure holds the user's module ``model`` was copied from, or
     the origin of one of its submodules (module docstring); ``loss_fn`` itself when there is none."""
     closure = getattr(loss_fn, "__closure__", None)
-    if not isinstance(loss_fn, types.FunctionType) or not closure or not isinstance(model, nn.Module):
+    if not isinstance(loss_fn, types.FunctionType) or not closure or not isinstance(model, nn.Module) \
+            or not any(isinstance(_held(c), nn.Module) for c in closure):  # the common case: no module held
         return loss_fn
     twins = {id(o): sub for sub in model.modules() if (o := origin(sub)) is not None}
     if not twins:
@@ -54,11 +55,15 @@ def reading(loss_fn: Callable[..., Any], model: Any) -> Callable[..., Any]:
     return fn
 
 
-def _swapped(cell: types.CellType, twins: dict[int, nn.Module]) -> types.CellType:
+def _held(cell: types.CellType) -> Any:
     try:
-        value = cell.cell_contents
+        return cell.cell_contents
     except ValueError:  # an empty cell
-        return cell
+        return None
+
+
+def _swapped(cell: types.CellType, twins: dict[int, nn.Module]) -> types.CellType:
+    value = _held(cell)
     if not isinstance(value, nn.Module):
         return cell
     key = id(origin(value) or value)  # the user's module, or another copy of it (a loss already reading a copy)

@@ -371,11 +371,20 @@ def grad_leaves(value: Any, depth: int = 0) -> list[torch.Tensor]:
     a module, which the module's own snapshot covers)."""
     if torch.is_tensor(value):
         return [value] if value.is_leaf and value.requires_grad and not isinstance(value, nn.Parameter) else []
-    if depth > 4 or not isinstance(value, (tuple, list, dict)):
-        return []
-    items = value.values() if isinstance(value, dict) else value
-    found = {id(t): t for v in items for t in grad_leaves(v, depth + 1)}
-    return list(found.values())
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
+    return list({id(t): t for v in (items if depth <= 4 else ()) for t in grad_leaves(v, depth + 1)}.values())
+
+
+@contextmanager
+def kept_leaves(value: Any) -> Iterator[None]:
+    """The :func:`grad_leaves` of ``value`` (values, ``.grad``, hooks) put back on exit, also when the body raises."""
+    saved = [(t, _TensorState.of(t)) for t in grad_leaves(value)]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for t, state in saved:
+                _restore_tensor(t, state)
 
 
 @contextmanager

@@ -53,18 +53,16 @@ def reports_user_hooks(instrument: Callable[..., R] | None = None, *, count: boo
         if _ACTIVE.get():
             return instrument(*args, **kwargs)
         from .hook_tally import counting, user_modules  # torch only once an instrument runs
-        from .state import Snapshot, grad_leaves
+        from .state import kept_leaves
 
         token = _ACTIVE.set(True)
-        # the batch's own tensors that require grad (inputs a Hamiltonian or a gradient penalty differentiates):
-        # every backward through them writes their .grad, which the instrument must leave as it found it
-        leaves = Snapshot.take(*grad_leaves((args, kwargs)))
         try:
-            with counting(user_modules(args, kwargs), wrapping=count) as tally:
+            # the batch's own tensors that require grad (inputs a Hamiltonian or a gradient penalty differentiates):
+            # every backward through them writes their .grad, which the instrument must leave as it found it
+            with kept_leaves((args, kwargs)), counting(user_modules(args, kwargs), wrapping=count) as tally:
                 report = instrument(*args, **kwargs)
         finally:
             _ACTIVE.reset(token)
-            leaves.restore()
         return _noted(report, describe(tally))
     return wrapper
 
