@@ -91,7 +91,12 @@ def test_every_port_was_measured_once_at_first_contact_and_the_rates_add_up():
     batches = json.loads(LEDGER.read_text())["batches"]
     measured = [name for b in batches for name in b["programs"]]
     assert len(measured) == len(set(measured)), "a port measured twice"
-    assert sorted(PUBLIC) == sorted(measured), f"ports without a first-contact result: {sorted(set(PUBLIC) - set(measured))}"
+    withdrawn = [name for b in batches for name in b.get("withdrawn", [])]
+    assert set(withdrawn) <= set(measured) - set(PUBLIC), f"withdrawn but still in the corpus: {withdrawn}"
+    readme = (pathlib.Path(__file__).parent / "public" / "README.md").read_text()
+    assert all(f"`{name}`" in readme for name in withdrawn), "a withdrawal the public README does not explain"
+    kept = sorted(set(measured) - set(withdrawn))
+    assert sorted(PUBLIC) == kept, f"ports without a first-contact result: {sorted(set(PUBLIC) - set(measured))}"
     for b in batches:
         assert b["rates"] == _rates(b["programs"]), b["batch"]
         assert re.fullmatch(r"[0-9a-f]{40}( \(with uncommitted changes\))?", b["firstdiv_commit"]), b["batch"]
