@@ -49,6 +49,7 @@ from ._modes import ModeTrail, NormWatch, drop_check, norm_check, switch_check
 from ._pulled import PullWatch, pulled_check
 from ._rule import rule_error
 from ._train_step_watch import StepWatch
+from ._untrained import never_trained
 
 __all__ = ["step_probe"]
 
@@ -162,6 +163,7 @@ def _watch(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any
               and c.finding.evidence.get("in_optimizer") is False else c for c in checks]
     seen = {(c.finding.check, c.finding.where) for c in checks if c.finding.status is Status.FAIL}
     checks += [c for c in watched.checks if (c.finding.check, c.finding.where) not in seen]
+    checks = never_trained(checks, watch, optimizer)
     notes = [c.finding.message for c in checks if c.finding.message.startswith("note: ")]
     if notes:
         details["notes"] = notes

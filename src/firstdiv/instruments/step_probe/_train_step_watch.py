@@ -67,6 +67,7 @@ class StepWatch:
         self.call_grads: dict[int, dict[int, torch.Tensor]] = {1: {}, 2: {}}
         self.discard = DiscardTracker()
         self.clips = ClipWatch({id(p): names for p, names in self.params}, lambda: self.call)
+        self.ran: set[str] = set()  # modules owning parameters that ran a forward with gradients on in the calls
 
     def _event(self, name: str) -> None:
         tag = f"call {self.call}: {name}"
@@ -135,6 +136,8 @@ class StepWatch:
             handles += [p.register_hook(self._grad_hook(p)) for p, _ in self.params]
             handles += [p.register_post_accumulate_grad_hook(self._accumulated) for p, _ in self.params]
             handles.append(self.model.register_forward_pre_hook(self._fed, with_kwargs=True))
+            handles += [m.register_forward_hook(self._ran(name)) for name, m in self.model.named_modules()
+                        if next(m.parameters(recurse=False), None) is not None]
             if self.opt is not None:
                 inner = innermost(self.opt)
                 handles += [inner.register_step_pre_hook(self._pre_step),
@@ -285,6 +288,12 @@ class StepWatch:
             if all(c is not None for c in checks):
                 return checks[0]
         return None
+
+    def _ran(self, name: str) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            if self.call and torch.is_grad_enabled():
+                self.ran.add(name)
+        return hook
 
     def _fed(self, _m: nn.Module, args: tuple, kwargs: dict) -> None:
         if self.call == 1 and len(self.fed) < _FED_MAX:
