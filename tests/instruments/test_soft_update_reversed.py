@@ -77,3 +77,42 @@ def test_a_correct_soft_update_a_copy_never_forwarded_or_a_copy_that_moves_is_no
     for how in ("correct", "toward_unused_copy", "both_move", "none"):
         r, _, _ = _probe(how)
         assert "step.soft_update_reversed" not in {f.check for f in r.findings}, how
+
+
+class _Agent(nn.Module):
+    """An agent module holding the online network and its target side by side (IQL's, TD3's): the step's closure
+    reaches the agent, not the target network alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.q = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 2))
+        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+        self.opt = torch.optim.Adam(self.q.parameters(), lr=1e-3)
+
+    def update(self, s: torch.Tensor, y: torch.Tensor, swapped: bool) -> torch.Tensor:
+        with torch.no_grad():
+            y = y + 0.9 * self.q_target(s).max(1).values
+        loss = F.mse_loss(self.q(s).max(1).values, y)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        if swapped:
+            soft_update(self.q, self.q_target, 0.005)
+        else:
+            soft_update(self.q_target, self.q, 0.005)
+        return loss.detach()
+
+
+def test_a_target_network_held_inside_the_agent_module_the_step_reaches_is_found() -> None:
+    for swapped in (True, False):
+        agent = _Agent()
+        s, y = torch.randn(32, 4), torch.randn(32)
+
+        def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.mse_loss(out.max(1).values, y)
+
+        r = firstdiv.step_probe(agent.q, (s, y), loss_fn, agent.opt,
+                                train_step=lambda agent=agent, s=s, y=y, swapped=swapped: agent.update(s, y, swapped))
+        kinds = {f.check for f in r.findings if f.status.value == "FAIL"}
+        assert ("step.soft_update_reversed" in kinds) is swapped, (swapped, kinds)

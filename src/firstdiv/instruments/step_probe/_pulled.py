@@ -32,9 +32,7 @@ class PullWatch:
         self.model, self.opt = model, optimizer
         self.params = [(n, p) for n, p in model.named_parameters() if id(p) in owned]
         shapes = {tuple(p.shape) for _, p in self.params}
-        self.targets = [m for m in reached if isinstance(m, nn.Module) and m is not model
-                        and not any(id(q) in mine or id(q) in owned for q in m.parameters())
-                        and any(tuple(q.shape) in shapes for q in m.parameters())]
+        self.targets = _candidates(reached, model, mine | owned, shapes)
         self.start = {id(q): q.detach().clone() for m in self.targets for q in m.parameters()}
         self.runs = {id(m): 0 for m in self.targets}
         self.after_step: dict[int, torch.Tensor] = {}
@@ -85,6 +83,25 @@ class PullWatch:
                     return {"parameter": name, "target": f"{type(m).__name__}.{qname}", "tau": round(tau, 6),
                             "residual": off / max(float(moved.norm()), 1e-30), "target_forwards": self.runs[id(m)]}
         return None
+
+
+def _candidates(reached: Iterable[Any], model: nn.Module, trained: set[int], shapes: set[tuple[int, ...]]) -> list[nn.Module]:
+    """The networks the step reaches that hold none of the trained parameters and some of their shapes: a reached
+    module itself, or its largest submodules that qualify (an agent module holding the online and the target network
+    side by side)."""
+    out: list[nn.Module] = []
+    seen: set[int] = set()
+    for top in (m for m in reached if isinstance(m, nn.Module) and m is not model):
+        inside: list[str] = []
+        for name, m in top.named_modules():
+            if id(m) in seen or m is model or any(name.startswith(f"{n}.") for n in inside):
+                continue
+            params = list(m.parameters())
+            if params and not any(id(q) in trained for q in params) and any(tuple(q.shape) in shapes for q in params):
+                out.append(m)
+                seen.add(id(m))
+                inside.append(name)
+    return out
 
 
 def pulled_check(found: dict[str, Any] | None) -> Check | None:
