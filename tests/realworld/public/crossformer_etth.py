@@ -11,7 +11,7 @@ Source: https://github.com/Thinklab-SJTU/Crossformer
 Commit: c10c8eadb153d1dd9798250967747ca3ebb81383
 Files: main_crossformer.py, cross_exp/exp_crossformer.py, cross_models/ (cross_former, cross_encoder,
 cross_decoder, attn, cross_embed), data/data_loader.py, utils/tools.py, scripts/ETTh1.sh
-License: Apache-2.0 (Copyright Thinklab-SJTU; full text in LICENSES/Thinklab-SJTU-Crossformer.txt)
+License: Apache-2.0 (Copyright 2023 Yunhao Zhang and Junchi Yan; full text in LICENSES/Thinklab-SJTU-Crossformer.txt)
 Domain: time series, multivariate long-term forecasting (ETTh1-shaped)
 
 Kept as written: ``Crossformer`` (front padding to a multiple of ``seg_len``, DSW embedding, position embedding,
