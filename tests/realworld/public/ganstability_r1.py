@@ -31,6 +31,8 @@ Deviations from the original:
   schedulers' ``step()``, the discriminator step, the generator step and the model average), returning the
   iteration's ``dloss`` as the original logs it; the loader restarts when exhausted (the next epoch); the
   ``Program`` declares the discriminator with its optimizer and its loss on a batch of real and generated images;
+  ``SELF_CHECK_STEPS`` is 20: the discriminator's loss falls over its first iterations, then oscillates as the
+  generator catches up;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 # ruff: noqa: UP004, F841, RUF059  (the original code style is kept as written)

@@ -32,7 +32,7 @@ Deviations from the original:
 - one ``train_step`` is one batch of ``train()``'s loop (forward of both networks, the three losses, ``zero_grad``,
   ``backward``, ``step``); the epoch's ``disp_net.train()`` / ``pose_exp_net.train()`` run before its first batch;
   ``eval_fn`` is ``validate_without_gt``'s mean total loss (no ground truth depth here, as in the original's
-  default); the ``Program``'s model is ``disp_net`` and its loss calls ``pose_exp_net`` inside, as the loop does;
+  default), which puts both networks back in training mode when it is done (the original's next ``train()`` does); the ``Program``'s model is ``disp_net`` and its loss calls ``pose_exp_net`` inside, as the loop does;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 # ruff: noqa: UP008, SIM101, PLR0402, F841, UP004, RUF059, PLW0602, PLR0124  (the original code style is kept as written)

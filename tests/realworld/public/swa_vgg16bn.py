@@ -16,6 +16,8 @@ Domain: vision, image classification (SGD with a piecewise-linear schedule, then
 BatchNorm statistics re-estimated for the averaged model)
 
 Deviations from the original:
+- model: ``VGG16BN``, the BatchNorm variant ``models/vgg.py`` defines, in place of the README command's ``VGG16``
+  (so that ``bn_update`` has statistics to re-estimate); the command's optimizer settings are kept;
 - sizes for 2 CPU cores: the VGG-16 configuration's widths divided by 8 (64..512 -> 8..64) and the classifier's
   512-wide layers -> 64 (the ``cfg`` layout, 13 convs and 5 max-pools, is kept); batch 128 -> 32; 50000 training
   images -> 256, 10000 test images -> 128; epochs 300 -> 12 and ``swa_start`` 161 -> 7 (the same proportion);
@@ -25,6 +27,7 @@ Deviations from the original:
   plain torch; DataLoader without workers or pinned memory;
 - ``.cuda()``, ``cudnn.benchmark``, ``Variable``, ``async=True``, checkpoint saving, ``tabulate`` printing and
   ``--resume`` are dropped (CPU); ``loss.data[0]`` (pre-0.4 PyTorch) is ``loss.item()``;
+  ``eval`` and ``bn_update`` run under ``torch.no_grad()`` (the original's Variables build graphs it never uses);
 - one ``train_step`` is one batch of ``utils.train_epoch``; the epoch's ``schedule`` / ``adjust_learning_rate`` run
   before its first batch, and after its last batch the rest of the epoch body of ``train.py`` runs (the periodic
   ``eval``, and the SWA collection with ``bn_update`` and the SWA model's ``eval``); ``eval_fn`` is ``utils.eval``'s
@@ -179,7 +182,7 @@ def eval(loader, model, criterion, bug=None):
         input_var = input
         target_var = target
 
-        with torch.no_grad():  # (port) the volatile-free original kept no graph either way
+        with torch.no_grad():  # (port) the original builds a graph it never uses
             output = model(input_var)
         loss = criterion(output, target_var)
 
