@@ -168,7 +168,8 @@ PREMISES: dict[str, Premise] = {
         "confirmed when the forward pass (one forward and loss on the user's model inside a guard) runs one of them, "
         "the loss's graph reaches one of their tensors, or an optimizer owns one",
         "WARN naming what would confirm it (a copy kept aside, e.g. a saved hyperparameter; or no batch/loss_fn given: "
-        "pass them); modules that hide no parameter, buffer or mode-dependent module are a PASS"),
+        "pass them); modules that hide no parameter, buffer or mode-dependent module are a PASS (a Dropout with p = 0 or a "
+        "norm without running statistics reads its flag but computes the same in both modes)"),
     "frozen.requires_grad": Premise(
         "four_structures", "parameters declared frozen (frozen=) are not trained",
         "the declaration against requires_grad=True on those parameters now, and a step of the program is seen to "

@@ -39,6 +39,10 @@ def origin(m: nn.Module) -> nn.Module | None:
 def reading(loss_fn: Callable[..., Any], model: Any) -> Callable[..., Any]:
     """``loss_fn`` reading ``model`` (a copy) where its closure holds the user's module ``model`` was copied from, or
     the origin of one of its submodules (module docstring); ``loss_fn`` itself when there is none."""
+    inner = getattr(loss_fn, "__wrapped__", None)
+    if inner is not None and callable(getattr(loss_fn, "rewrapped", None)):  # firstdiv's own wrapper of the user's loss
+        swapped = reading(inner, model)
+        return loss_fn if swapped is inner else loss_fn.rewrapped(swapped)
     closure = getattr(loss_fn, "__closure__", None)
     if not isinstance(loss_fn, types.FunctionType) or not closure or not isinstance(model, nn.Module) \
             or not any(isinstance(_held(c), nn.Module) for c in closure):  # the common case: no module held

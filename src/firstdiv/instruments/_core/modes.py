@@ -39,9 +39,16 @@ def functional_dropout(m: nn.Module) -> bool:
 
 def mode_dependent(model: nn.Module, own_code: bool = False) -> list[tuple[str, nn.Module]]:
     """Modules whose output depends on train/eval mode: Dropout with p > 0, norms tracking running stats, and modules
-    holding a positive dropout rate they apply functionally (HF attention); with ``own_code``, also any module whose
-    own forward reads ``self.training``."""
-    return [(n, m) for n, m in model.named_modules()
-            if (isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
-            or (isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats) or functional_dropout(m)
-            or (own_code and reads_mode(m))]
+    holding a positive dropout rate they apply functionally (HF attention); with ``own_code``, also any other module
+    whose own forward reads ``self.training``. A Dropout with p = 0, or a norm without running statistics (batch
+    statistics in both modes), reads the flag but computes the same either way: not mode-dependent."""
+    return [(n, m) for n, m in model.named_modules() if switches(m, own_code)]
+
+
+def switches(m: nn.Module, own_code: bool = True) -> bool:
+    """Whether ``m`` itself computes differently in train and eval mode (see :func:`mode_dependent`)."""
+    if isinstance(m, nn.modules.dropout._DropoutNd):
+        return m.p > 0
+    if isinstance(m, nn.modules.batchnorm._NormBase):
+        return m.track_running_stats
+    return functional_dropout(m) or (own_code and reads_mode(m))

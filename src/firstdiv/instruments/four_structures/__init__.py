@@ -32,8 +32,9 @@ Evidence before FAIL, for modules held outside the registry (``structure.unregis
 that the program uses what is hidden. It is confirmed when the forward pass runs one of those modules (a pre-hook
 inside the guard), the loss's graph reaches one of their tensors, or an optimizer owns one. Unconfirmed (a deep
 copy kept aside, e.g. a framework's saved hyperparameters; or no batch/loss_fn given), it is a WARN naming what
-would confirm it. Modules that hide nothing (no parameter, no buffer, no module whose forward reads
-``self.training``) are a PASS.
+would confirm it. Modules that hide nothing (no parameter, no buffer, no module that computes otherwise
+in eval mode: a Dropout with p > 0, a norm with running statistics, a forward reading ``self.training``) are a PASS:
+a norm without running statistics uses the batch's statistics in both modes.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check, graph_leaves
-from .._core.modes import reads_mode
+from .._core.modes import switches
 from .._core.python_graph import Hidden
 from ._common import LISTED, Audit, few, finding, shape
 
@@ -68,8 +68,7 @@ def _module_finding(h: Hidden, tensors: list[torch.Tensor], n_owned: int, n_reac
     n_params = sum(1 for t in tensors if isinstance(t, nn.Parameter))
     numel = sum(int(t.numel()) for t in tensors if isinstance(t, nn.Parameter))
     n_buffers = len(tensors) - n_params
-    switched = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
-    mode_dependent = sum(1 for m in h.modules for s in m.modules() if isinstance(s, switched) or reads_mode(s))
+    mode_dependent = sum(1 for m in h.modules for s in m.modules() if switches(s))  # eval would compute otherwise
     ev = {"modules": len(h.modules), "parameters": n_params, "parameter_elements": numel,
           "buffers": n_buffers, "tensors": len(tensors), "owned_by_optimizer": n_owned, "reached_by_autograd": n_reached,
           "mode_dependent_modules": mode_dependent, "ran_in_forward": ran, "registered_by_another_path": elsewhere,
@@ -81,7 +80,8 @@ def _module_finding(h: Hidden, tensors: list[torch.Tensor], n_owned: int, n_reac
                 else "")
         return finding(h.path, "structure.unregistered_module", Status.PASS,
                       f"{h.path}: {len(h.modules)} modules held outside the registry hide nothing: no parameter, "
-                      f"no buffer and no module whose forward reads its train/eval flag{also}", ev)
+                      f"no buffer and no module that computes otherwise in eval mode (a Dropout with p > 0, a norm with running "
+                      f"statistics, a forward reading self.training){also}", ev)
     if not n_owned and not n_reached and not ran:
         # The premise of a FAIL is that the program uses what is hidden: its forward runs it, the loss reaches it or
         # an optimizer trains it. None holds (or the forward was not run): a copy kept aside, e.g. a saved
@@ -95,8 +95,8 @@ def _module_finding(h: Hidden, tensors: list[torch.Tensor], n_owned: int, n_reac
                       f"({numel} elements) and {n_buffers} buffers, but {confirm}", ev)
     return finding(h.path, "structure.unregistered_module", Status.FAIL,
                   f"{h.path}: {len(h.modules)} modules held outside the registry, hiding {n_params} parameter "
-                  f"tensors ({numel} elements), {n_buffers} buffers and {mode_dependent} modules whose "
-                  f"forward reads the train/eval flag from parameters(), .to(), .train()/.eval() and state_dict(); "
+                  f"tensors ({numel} elements), {n_buffers} buffers and {mode_dependent} modules that compute "
+                  f"otherwise in eval mode from parameters(), .to(), .train()/.eval() and state_dict(); "
                   f"{n_owned} of {len(tensors)} tensors owned by the optimizer; {reach}", ev)
 
 

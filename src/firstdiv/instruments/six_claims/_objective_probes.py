@@ -18,8 +18,16 @@ from ._measured_step import SEED
 class Recording:
     """``loss_fn`` that remembers why it failed, so a probe that could not run says so in the evidence."""
 
-    def __init__(self, fn: Any) -> None:
-        self.fn, self.errors = fn, []
+    def __init__(self, fn: Any, errors: list[str] | None = None) -> None:
+        self.fn, self.errors = fn, [] if errors is None else errors
+
+    @property
+    def __wrapped__(self) -> Any:
+        return self.fn
+
+    def rewrapped(self, fn: Any) -> Recording:
+        """The same recording around ``fn`` (the user's loss reading a copy: ``copy_origin.reading``)."""
+        return Recording(fn, self.errors)
 
     def __call__(self, *args: Any) -> Any:
         try:

@@ -1,0 +1,68 @@
+"""The false FAILs public-20 showed at first contact, each fixed in general (tests/realworld/first_contact.json):
+
+- ``structure.unregistered_module`` on NOCD's GCN (every seed): it keeps ``nn.BatchNorm1d(affine=False,
+  track_running_stats=False)`` layers in a plain list. Such a norm has no parameter and no buffer and uses the batch's
+  statistics in eval mode too, so nothing the registry would carry is hidden; a norm with running statistics, or a
+  Dropout with p > 0, in the same list still FAILs.
+- ``claim.objective.not_descended`` on GAN_stability's discriminator step (seed 1): its loss evaluates the
+  discriminator it closes over on the generated images. six_claims wraps the user's loss to record why its probes
+  fail, and that wrapper hid the closure from ``copy_origin.reading``: the descent probe stepped a copy while the loss's
+  second term still read the user's discriminator, so the step along the copy's full gradient could raise the loss it
+  evaluated.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import firstdiv
+
+
+class ListNormGCN(nn.Module):
+    """Linear layers in a ModuleList, the norms between them in a plain list (NOCD's GCN keeps them so)."""
+
+    def __init__(self, norm: str) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 16), nn.Linear(16, 4)])
+        make = {"stateless_norm": lambda: nn.BatchNorm1d(16, affine=False, track_running_stats=False),
+                "running_norm": lambda: nn.BatchNorm1d(16, affine=False),
+                "dropout": lambda: nn.Dropout(0.5), "no_dropout": lambda: nn.Dropout(0.0)}[norm]
+        self.norms = [make()]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers[1](self.norms[0](torch.relu(self.layers[0](x))))
+
+
+@pytest.mark.parametrize(("norm", "fails"), [("stateless_norm", False), ("no_dropout", False), ("running_norm", True),
+                                             ("dropout", True)])
+def test_a_norm_without_running_statistics_in_a_plain_list_hides_nothing(norm: str, fails: bool) -> None:
+    torch.manual_seed(0)
+    model = ListNormGCN(norm)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+    r = firstdiv.four_structures(model, opt, batch=(x, y), loss_fn=F.cross_entropy)
+    hits = {f.status.name for f in r.findings if f.check == "structure.unregistered_module"}
+    assert ("FAIL" in hits) is fails, (norm, hits, r.summary)
+    if not fails:
+        assert hits == {"PASS"}, hits
+
+
+def test_the_loss_six_claims_probes_reads_the_copy_it_evaluates() -> None:
+    from firstdiv.instruments._core.copy_origin import reading
+    from firstdiv.instruments._core.copying import model_copy
+    from firstdiv.instruments.six_claims._objective_probes import Recording
+
+    disc = nn.Linear(3, 1)
+
+    def loss_fn(d_real: torch.Tensor, x_fake: torch.Tensor) -> nn.Module:
+        return disc
+
+    copy = model_copy(disc)
+    wrapped = Recording(loss_fn)
+    swapped = reading(wrapped, copy)
+    assert isinstance(swapped, Recording) and swapped(None, None) is copy
+    assert swapped.errors is wrapped.errors  # what a probe records reaches the report either way
+    assert reading(wrapped, disc) is wrapped
