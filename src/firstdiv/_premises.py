@@ -731,8 +731,9 @@ PREMISES: dict[str, Premise] = {
         "the loss finite over its calls (its clipping or schedule, which the copy's plain step lacks); an objective "
         "without a known floor or a stochastic one is judged on learning (a note); a loss whose graph reaches the "
         "program's own model's parameters (a loss_fn computing part of it from a model it reaches through a global "
-        "or another function; one held in its own closure is swapped for the copy it evaluates) or gives the trained "
-        "copy no gradient at all: SKIPPED"),
+        "or another function; one held in its own closure is swapped for the copy it evaluates), or tensors the "
+        "program's optimizer trains beside the model (a second network the loss reads), or gives the trained copy no "
+        "gradient at all: SKIPPED"),
     # ---- six_claims ---------------------------------------------------------------------------------------------
     "claim.representation.affine": Premise(
         "six_claims", "a model stacking more than one linear layer is meant to compute a nonlinear map",

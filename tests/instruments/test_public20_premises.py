@@ -66,3 +66,33 @@ def test_the_loss_six_claims_probes_reads_the_copy_it_evaluates() -> None:
     assert isinstance(swapped, Recording) and swapped(None, None) is copy
     assert swapped.errors is wrapped.errors  # what a probe records reaches the report either way
     assert reading(wrapped, disc) is wrapped
+
+
+class Depth(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+@pytest.mark.parametrize("pose_trained", [True, False])
+def test_a_loss_reading_a_second_network_the_optimizer_trains_is_not_judged_on_a_copy_of_the_model(pose_trained) -> None:
+    """SfMLearner (seed 2): the depth network is the model, its photometric loss reads the pose network the same
+    optimizer trains. A copy of the depth network cannot train the pose network the loss reads, so its plateau is no
+    evidence that the model cannot fit: CAPABILITY is SKIPPED saying why. A fixed network the loss reads (not trained
+    by the program) leaves the check as it was."""
+    torch.manual_seed(0)
+    depth, pose = Depth(), nn.Linear(6, 6)
+    params = [*depth.parameters(), *pose.parameters()] if pose_trained else list(depth.parameters())
+    opt = torch.optim.Adam(params, lr=1e-3)
+    x = torch.randn(16, 6)
+
+    def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(out * pose(target), target)
+
+    r = firstdiv.learning_ledger(depth, (x, x), loss_fn, opt)
+    cap = next(f for f in r.findings if f.where == "CAPABILITY")
+    outside = cap.status.name == "SKIPPED" and "trained outside the copy" in cap.message
+    assert outside is pose_trained, cap.message

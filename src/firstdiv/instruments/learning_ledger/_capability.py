@@ -230,8 +230,8 @@ def check_capability(ctx: Ctx) -> Check:
                           "mode": "train" if ctx.model.training else "eval", "floor_known": known,
                           "criterion": (f"loss falls by {FIT:.0%} of its initial value, or 100% accuracy" if known else
                                         f"the loss falls by {LEARN:.0%} (this objective has no known floor)")}
-    why = ("" if plain else untestable(ctx.optimizer)) or ("the loss reaches the parameters of the program's own model "
-           "(loss_fn computes part of it from a model it reaches through a global), which training a copy cannot lower"
+    why = ("" if plain else untestable(ctx.optimizer)) or ("the loss reaches parameters trained outside the copy (the "
+           "program's own model, reached through a global, or a second network its optimizer trains): it cannot lower them"
            if reads_own_model(ctx, tiny) else "")
     if why:
         return _skipped(f"{why}, so whether the model can fit was not checked", ev)

@@ -68,9 +68,11 @@ def relative_change(before: list[torch.Tensor], after: list[torch.Tensor]) -> fl
 
 
 def reads_own_model(ctx: Ctx, tiny: Batch) -> bool:
-    """Whether the loss of the ledger's copy reaches the parameters of the program's own model: a ``loss_fn`` that
-    computes part of its loss from the model it closes over (a physics residual, a discriminator's score), not from the
-    outputs it is given. No training of a copy can lower that part."""
+    """Whether the loss of the ledger's copy reaches the parameters of the program's own model, or other tensors the
+    program's optimizer trains: a ``loss_fn`` that computes part of its loss from the model it closes over (a physics
+    residual, a discriminator's score), not from the outputs it is given, or from a second network trained beside the
+    model (a pose network whose motion a depth network's photometric loss reads). No training of a copy of the model
+    can lower that part: the copy's optimizer steps copies of those tensors that the loss never reads."""
     from ._dependency import reached_leaves
 
     try:
@@ -80,4 +82,6 @@ def reads_own_model(ctx: Ctx, tiny: Batch) -> bool:
     if not torch.is_tensor(loss) or loss.grad_fn is None:
         return False
     own = {id(p) for p in ctx.model.parameters() if p.requires_grad}
+    if ctx.optimizer is not None:  # a second network the program trains beside the model (SfMLearner's pose net)
+        own |= {id(p) for g in ctx.optimizer.param_groups for p in g["params"] if p.requires_grad}
     return bool(reached_leaves(loss)[0] & own)
