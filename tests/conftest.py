@@ -121,7 +121,10 @@ def pytest_terminal_summary(terminalreporter):
 # jobs share the machine with the serial tests instead of waiting for them. Only the selected gate tests' jobs are
 # submitted, so a ``-k`` run starts what it needs alone, and a collect-only run starts nothing.
 _GATE_TESTS = {"test_correct_public_program_gets_no_fail": ("correct", "seed"),
-               "test_public_bug_is_localized_by_its_instrument_and_by_diagnose": ("bug", "index")}
+               "test_public_bug_is_localized_by_its_instrument_and_by_diagnose": ("bug", "index"),
+               "test_port_learns_under_its_own_loop": ("learns", None),
+               "test_bug_variant_builds_and_steps": ("steps", "index")}
+_GATE_MODULES = ("test_public_gate", "test_public_programs")
 
 
 def pytest_collection_finish(session):
@@ -129,10 +132,11 @@ def pytest_collection_finish(session):
     for item in session.items:
         kind = _GATE_TESTS.get(getattr(item, "originalname", ""))
         not_run = any(m.kwargs.get("run") is False for m in item.iter_markers("xfail"))  # a listed miss
-        if kind and item.module.__name__ == "test_public_gate" and not not_run:
-            keys.append((kind[0], item.callspec.params["name"], item.callspec.params[kind[1]]))
+        if kind and item.module.__name__ in _GATE_MODULES and not not_run:
+            name = item.callspec.params["name"]
+            keys.append((kind[0], name) if kind[1] is None else (kind[0], name, item.callspec.params[kind[1]]))
     if keys and not session.config.option.collectonly:
-        sys.modules["_gate_pool"].start(keys)  # imported by test_public_gate.py
+        sys.modules["_gate_pool"].start(keys)  # imported by test_public_gate.py and test_public_programs.py
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -13,13 +13,17 @@ _POOL: dict = {}
 
 
 def start(keys) -> dict:
-    """Submit the jobs of ``keys`` (in the order the tests will wait for them) to two spawned workers, once; the
-    futures by key."""
+    """Submit the jobs of ``keys`` (in the order the tests will wait for them) to two spawned workers, each key once;
+    the futures by key."""
     if "futures" not in _POOL:
         ex = concurrent.futures.ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn"))
-        run = {"correct": jobs.correct, "bug": jobs.bug}
-        _POOL.update(executor=ex, futures={k: ex.submit(run[k[0]], *k[1:]) for k in keys})
-    return _POOL["futures"]
+        _POOL.update(executor=ex, futures={})
+    run = {"correct": jobs.correct, "bug": jobs.bug, "learns": jobs.learns, "steps": jobs.steps}
+    futures = _POOL["futures"]
+    for k in keys:
+        if k not in futures:
+            futures[k] = _POOL["executor"].submit(run[k[0]], *k[1:])
+    return futures
 
 
 def stop() -> None:

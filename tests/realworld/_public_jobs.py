@@ -56,3 +56,33 @@ def bug(name: str, index: int, full: bool = False) -> dict[str, Any]:
                 "diagnose": diagnose_bug(b) if owner or full else skipped}
     except BaseException:  # noqa: BLE001
         return {"error": traceback.format_exc(limit=6)}
+
+
+def learns(name: str) -> dict[str, Any]:
+    """The correct port built at seed 0 and run under its own loop (``SELF_CHECK_STEPS``, else 30 steps): its first
+    and last loss, or what went wrong."""
+    try:
+        from _api import Program, self_check
+
+        module = _setup()[name]
+        program = module.build(0)
+        if not isinstance(program, Program):
+            return {"error": f"build(0) returned {type(program).__name__}, not a Program"}
+        first, last = self_check(program, steps=getattr(module, "SELF_CHECK_STEPS", 30))
+        return {"first": first, "last": last}
+    except BaseException:  # noqa: BLE001
+        return {"error": traceback.format_exc(limit=6)}
+
+
+def steps(name: str, index: int) -> dict[str, Any]:
+    """The bug variant built at seed 0 and one call of its ``train_step``: how many elements its loss has."""
+    try:
+        import torch
+        from _api import Program
+
+        program = _setup()[name].BUGS[index].build(0)
+        if not isinstance(program, Program):
+            return {"error": f"the bug's build returned {type(program).__name__}, not a Program"}
+        return {"numel": torch.as_tensor(program.train_step()).detach().numel()}
+    except BaseException:  # noqa: BLE001
+        return {"error": traceback.format_exc(limit=6)}
