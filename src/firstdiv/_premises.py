@@ -726,8 +726,8 @@ PREMISES: dict[str, Premise] = {
         "to x0.01 when it diverges): FAIL only with a cause: the weights barely moved at every lr, the program's lr and "
         "every lower one diverged with the weights moving less at the lowest (an equal move at 100x less lr is the "
         "program's own write, an EMA codebook, not the step), or every lr plateaued at the same loss with the weights "
-        "moving",
-        "no cause shown: WARN inconclusive; so is a divergence at every lr where the program's own train_step kept "
+        "moving while the same copy with a learnable offset and scale on its outputs fits (the missing piece shown)",
+        "no cause shown: WARN inconclusive (a plateau the output offset and scale do not lift: an objective's own floor); so is a divergence at every lr where the program's own train_step kept "
         "the loss finite over its calls (its clipping or schedule, which the copy's plain step lacks); an objective "
         "without a known floor or a stochastic one is judged on learning (a note); a loss whose graph reaches the "
         "program's own model's parameters (a loss_fn computing part of it from a model it reaches through a global "

@@ -179,10 +179,13 @@ def test_all_runs_everything_and_still_reports_the_first():
     first = _diagnosed(program)
     every = _diagnosed(program, stop_at_first=False)
     assert first.first_divergence == every.first_divergence
-    assert first.first_divergence.where == "learning_ledger:CAPABILITY"
-    assert "six_claims" not in _instruments(first) and "six_claims" in first.details["not_reached"]
+    # the capability plateau of identical hidden units is no FAIL of its own (a learnable output offset and scale do
+    # not lift it: nothing the model lacks at its output), so the ladder reaches the claim that names the cause
+    assert first.first_divergence.where == "six_claims:COMPUTATION"
+    assert "performance_ledger" not in _instruments(first) and "performance_ledger" in first.details["not_reached"]
     statuses = {o["instrument"]: o["status"] for o in every.details["observations"]}
-    assert statuses["six_claims"] == "FAIL" and statuses["performance_ledger"] == "PASS"
+    assert statuses["learning_ledger"] == "WARN" and statuses["six_claims"] == "FAIL"
+    assert statuses["performance_ledger"] == "PASS"
     assert every.details["not_reached"] == [] and len(every.findings) > len(first.findings)
 
 

@@ -96,3 +96,30 @@ def test_a_loss_reading_a_second_network_the_optimizer_trains_is_not_judged_on_a
     cap = next(f for f in r.findings if f.where == "CAPABILITY")
     outside = cap.status.name == "SKIPPED" and "trained outside the copy" in cap.message
     assert outside is pose_trained, cap.message
+
+
+class MemoryBank(nn.Module):
+    """A forward that first updates a buffer in place, then computes with it (TS2Vec, GRU4Rec keep state so): the
+    program's own loop runs one forward before each backward and never meets the in-place error."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.register_buffer("bank", torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.bank.mul_(0.9).add_(0.1)
+        return self.lin(x) * self.bank
+
+
+def test_gradient_is_judged_when_another_forward_of_the_copy_wrote_a_tensor_the_kept_loss_saved() -> None:
+    """TS2Vec and GRU4Rec: the ledger's later forwards on its copy updated the buffer the kept loss's graph saved, so
+    its backward raised and GRADIENT (and every link after it) went unjudged on a correct program."""
+    torch.manual_seed(0)
+    model = MemoryBank()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    r = firstdiv.learning_ledger(model, (x, y), F.cross_entropy, opt)
+    grad = next(f for f in r.findings if f.where == "GRADIENT")
+    assert grad.status.name == "PASS", grad.message

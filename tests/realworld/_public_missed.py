@@ -57,6 +57,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'bilstmcrf_tagger.lstm_out_left_sorted': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.padding_in_mask': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.stop_transition_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bnaf_toy2d.tanh_logdet_sign_flipped': 'owner saw WARN None None: OBJECTIVE: the loss falls in proportion as '
+                                        'outputs[1] grows (-28.78 -> -310.7 -> -3129 at 10 and 100 times): a term '
+                                        'linear i; diagnose WARN at None',
+ 'bnaf_toy2d.upper_blocks_unmasked': 'owner saw PASS None None: ; diagnose PASS at None',
  'brainseg_unet.dsc_returned_not_loss': 'owner saw PASS None None: ; diagnose PASS at None',
  'bubbliiiingcenternet_resnet.heatmap_sigmoid_twice': 'owner saw WARN None None: GRADIENT: 3 trainable parameters '
                                                       'get no gradient and the loss does not depend on them '
@@ -111,6 +115,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'crnnaudio_urbansound.last_padded_frame': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it u; diagnose WARN at None',
+ 'crossformer_etth.segments_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
  'csailsemseg_ppm.flip_image_not_label': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_not_adjusted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_weights_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -174,6 +179,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'drlhandson_crossentropy.elite_test_inverted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'drlhandson_crossentropy.next_obs_stored': 'owner saw PASS None None: ; diagnose PASS at None',
  'dupontwgangp_mnist.critic_signs_flipped': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 16 '
                                             'fixed examples, Adam lr 0.001 at any lr up to 1 (loss 9.986 -> best '
                                             '8.989, 10% do; diagnose WARN at None',
@@ -194,6 +201,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'factorvae_dsprites.tc_logits_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
                                          'examples, Adam lr 0.001, up to lr 0.01, loss 2685 -> best 725.1 (73% down) '
                                          'i; diagnose WARN at None',
+ 'fastspeech_tts.mel_targets_reversed': 'owner saw WARN None None: DEPENDENCY: 1 of 102 trainable parameters are not '
+                                        "on the loss's autograd graph: 1 trainable parameters get no gradient and t; "
+                                        'diagnose WARN at None',
+ 'fastspeech_tts.postnet_loss_against_mel_output': 'owner saw WARN None None: DEPENDENCY: 1 of 102 trainable '
+                                                   "parameters are not on the loss's autograd graph: 1 trainable "
+                                                   'parameters get no gradient and t; diagnose WARN at None',
  'fewshotknagg_protonet.labels_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
  'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
                                                  "are not on the loss's autograd graph: 4 trainable parameters get "
@@ -210,6 +223,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'fregudeeplabv3_cityscapes.label_not_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ganstability_r1.d_fake_target_one': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ganstability_r1.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'gcnclustering_linkage.center_label_from_first_node': 'owner saw PASS None None: ; diagnose PASS at None',
  'gcntsp_residual_gated.coords_permuted_apart': 'owner saw WARN None None: DEPENDENCY: 6 of 43 trainable parameters '
                                                 "are not on the loss's autograd graph: 6 trainable parameters get no "
@@ -261,8 +276,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               'op:view@encoder.attn_layers.0.attention: [32, 4, 48, 8] -> [32, 48, '
                                               '32] puts input axis 2 (; diagnose WARN at None',
  'introdgm_realnvp.log_det_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
- 'iqlpytorch_offline.ema_arguments_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
-                                             'is not plain SGD (stateful update rule); diagnose PASS at None',
  'iqnext_iqn.taus_on_target_axis': 'owner saw PASS None None: ; diagnose PASS at None',
  'itransformer_forecast.embedding_reshaped_not_permuted': 'owner saw WARN None None: enc_embedding: '
                                                           'op:reshape@enc_embedding: [32, 48, 7] -> [32, 7, 48] puts '
@@ -327,6 +340,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                       'and the loss does not depend on them (perturbing them on a copy leaves it u; '
                                       'diagnose FAIL at step_probe model.disc_0.model.layer_0.1.bias '
                                       'step_probe:model.disc_0.model.layer_0.1.bias',
+ 'metabaseline_fewshot.episodes_viewed_shot_major': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'metabaseline_fewshot.labels_way_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'midibert_cp.batch_masked_in_place': 'owner saw WARN None None: DEPENDENCY: 3 of 53 trainable parameters are not on '
+                                      "the loss's autograd graph: 3 trainable parameters get no gradient and th; "
+                                      'diagnose WARN at None',
+ 'midibert_cp.loss_mask_not_applied': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss unchanged '
+                                      'when targets[1] is flipped; diagnose FAIL at learning_ledger TASK '
+                                      'learning_ledger:TASK',
  'minrf_rectified_flow.time_not_fed_to_model': 'owner saw WARN None None: GRADIENT: 25 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it ; diagnose WARN at None',
@@ -364,8 +385,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'nflows_maf_moons.output_mask_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'nlptutorial_seq2seq_attention.targets_are_decoder_inputs': 'owner saw PASS None None: ; diagnose PASS at None',
  'nlpwt_emotion_trainer.labels_shifted_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nocd_communities.edge_loss_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nocd_communities.features_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'node_year.labels_sliced_by_position': 'owner saw PASS None None: ; diagnose FAIL at performance_ledger step '
                                         'performance_ledger:step',
+ 'noise2noise_gaussian.crops_drawn_apart': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'noise2noise_gaussian.target_is_source': 'owner saw PASS None None: ; diagnose WARN at None',
  'normflows_realnvp_moons.log_det_dropped': 'owner saw WARN None None: DEPENDENCY: 2 of 50 trainable parameters are '
                                             "not on the loss's autograd graph: 2 trainable parameters get no "
                                             'gradient and th; diagnose WARN at None',
@@ -374,6 +399,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'openaiclip_flickr.log_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'openinstruct_finetune.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'openunmix_separation.target_is_mixture': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'originaltransformer_nmt.decoder_attentions_shared': 'owner saw PASS None None: ; diagnose PASS at None',
  'panns_cnn6.mixup_target_not_mixed': 'owner saw PASS None None: ; diagnose WARN at None',
  'patchtst_supervised.patches_reshaped_not_permuted': 'owner saw WARN None None: model.backbone: '
                                                       'op:reshape@model.backbone: [32, 7, 16, 12] -> [32, 7, 12, 16] '
@@ -476,6 +502,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rainbow_c51.log_softmax_over_actions': 'owner saw PASS None None: ; diagnose WARN at None',
  'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
  'rbert_semeval.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'realmlp_tds.labels_not_split_with_features': 'owner saw WARN None None: GRADIENT: 7 trainable parameters get no '
+                                               'gradient and the loss does not depend on them (perturbing them on a '
+                                               'copy leaves it u; diagnose WARN at None',
  'recbole_lightgcn.bpr_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'recbole_lightgcn.item_ids_not_offset': 'owner saw PASS None None: ; diagnose PASS at None',
  'recbole_lightgcn.prediction_cache_not_cleared': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs are '
@@ -535,6 +564,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                        'diagnose WARN at None',
  'segrnn_etth.hidden_repeated_across_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'sentimentanalysis_lstm.padded_length_packed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sfmlearner_depth.crop_offset_not_in_intrinsics': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
+                                                   'owns 34 tensors that are not in the model (shapes [[8, 9, 7, 7], '
+                                                   '[8], [16, 8, 5, 5]]), an; diagnose WARN at None',
+ 'sfmlearner_depth.intrinsics_not_rescaled': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer owns 34 '
+                                             'tensors that are not in the model (shapes [[8, 9, 7, 7], [8], [16, 8, '
+                                             '5, 5]]), an; diagnose WARN at None',
  'sgc_citation.val_features_not_propagated': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodhan_yahoo.packed_indices_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodhan_yahoo.word_attention_over_padding': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -619,6 +654,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            '0.65 (54% dow; diagnose WARN at None',
  'supcontrast_supcon.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.views_reshaped_not_split': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'swa_vgg16bn.moving_average_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: SGD '
+                                            'with momentum=0.9 is not plain SGD; diagnose PASS at None',
  'sweetice_ppo.ratio_of_probs_as_log_probs': 'owner saw PASS None None: ; diagnose PASS at None',
  'sweetice_ppo.returns_appended_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'swin_classifier.reverse_shift_same_direction': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -691,11 +728,24 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'transformerxl_lm.mems_reset_every_batch': 'owner saw PASS None None: ; diagnose WARN at None',
  'trl_sft.eos_masked_as_padding': 'owner saw PASS None None: ; diagnose PASS at None',
  'trl_sft.formatting_func_trains_prompt': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ts2vec_ucr.log_softmax_over_anchors': 'owner saw WARN None None: GRADIENT: backward raised RuntimeError: one of '
+                                        'the variables needed for gradient computation has been modified by an '
+                                        'inplace; diagnose WARN at None',
+ 'ts2vec_ucr.second_view_from_wrong_end': 'owner saw WARN None None: GRADIENT: backward raised RuntimeError: one of '
+                                          'the variables needed for gradient computation has been modified by an '
+                                          'inplace; diagnose WARN at None',
+ 'ts2vec_ucr.swa_model_never_updated': 'owner saw PASS None None: OBJECTIVE: no evidence: no probe could run '
+                                       '(targets do not index or match the outputs and the loss has no gradient to '
+                                       'follow; diagnose WARN at None',
  'tslib_timesnet_cls.labels_misaligned': 'owner saw WARN None None: DEPENDENCY: 1 of 54 trainable parameters are not '
                                          "on the loss's autograd graph: 1 trainable parameters get no gradient and "
                                          'th; diagnose WARN at None',
  'tvrefs_classification.mixed_images_hard_labels': 'owner saw PASS None None: ; diagnose PASS at None',
  'udacitydrl_dqn.next_states_from_states': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'untitledaiss_moco_byol.ip_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'untitledaiss_moco_byol.momentum_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: '
+                                                    'SGD with momentum=0.9 is not plain SGD; diagnose WARN at None',
+ 'untitledaiss_moco_byol.queries_normalized_over_batch': 'owner saw PASS None None: ; diagnose WARN at None',
  'uvadlc_vit_lightning.attention_over_batch': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
                                               'REPRESENTATION six_claims:REPRESENTATION',
  'uvadlc_vit_lightning.patches_without_permute': 'owner saw PASS None None: ; diagnose PASS at None',

@@ -20,8 +20,8 @@ lr is PASS (a note names the lr when it is not the program's); learning by ``STE
 (``STILL``, 2% of the initial loss over ``WINDOW`` steps) with the weights moving is PASS "not fitted within the
 budget"; learning by ``PROGRESS`` (25%), or a budget under ``MIN_BUDGET`` steps, is WARN. FAIL only when the evidence
 says why: the weights barely moved at every lr (relative change < 1e-3 even at x1000), the program's lr and every
-lower one diverge, or every lr plateaued at the same loss with the weights moving (the model cannot represent the
-batch). Anything else, and anything cut by ``TIME_BUDGET`` before every lr was tried, is WARN "inconclusive"; so is a
+lower one diverge, or every lr plateaued at the same loss with the weights moving and a copy with a learnable offset
+and scale on its outputs fits (the model cannot express them: ``_capability_cause``). Anything else, and anything cut by ``TIME_BUDGET`` before every lr was tried, is WARN "inconclusive"; so is a
 divergence at every lr where the program's own ``train_step`` kept the loss finite (its own clipping or schedule).
 """
 
@@ -42,6 +42,7 @@ from .._core.examples import logits_of, num_examples, take_examples
 from .._core.lr import lr_of, step_at_base_lr
 from .._core.state import detached_copy
 from .._core.task import Ctx, err, is_int, seed_copies
+from ._capability_cause import cannot
 from ._common import failed, g4, passed, skipped_link, to_logits_2d, warned
 from ._floor import floor, reads_own_model, relative_change, untestable
 from ._links import step, trainable
@@ -147,10 +148,13 @@ def _judge(r: Round, known: bool, i: int, budget: int, last: bool) -> str | None
     return None if r.progress + gained * (horizon - i) / WINDOW >= target else "slow"
 
 
-def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool) -> tuple[Round, str | None]:
-    """Train one copy at ``scale`` x the program's lr: the round, or the reason it could not train."""
+def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool, prepare: Any = None) -> tuple[Round, str | None]:
+    """Train one copy at ``scale`` x the program's lr (changed first by ``prepare(model, opt)``, a counterfactual):
+    the round, or the reason it could not train."""
     seed_copies()
     model, opt = _copy(ctx, scale)
+    if prepare is not None:
+        prepare(model, opt)
     start = [p.detach().clone() for _, p in trainable(model)]
     r = Round(scale, [lr_of(g) for g in opt.param_groups])
 
@@ -252,7 +256,7 @@ def check_capability(ctx: Ctx) -> Check:
         return _skipped(f"could not train the copy: {error}", ev)
     if not rounds or not rounds[0].losses:
         return _skipped(f"no step fitted in the time budget ({TIME_BUDGET:g} s)", ev)
-    verdict = _verdict(ctx, rounds, known, ev)
+    verdict = _verdict(ctx, rounds, known, ev, lambda prepare: _retry(ctx, tiny, rounds, known, prepare))
     if ctx.notes.get("capability_timed_out") and verdict.finding.status is Status.FAIL:  # not every lr was tried
         ev["stopped_at_time_budget"] = TIME_BUDGET
         return warned("CAPABILITY", f"inconclusive within the time budget ({TIME_BUDGET:g} s): "
@@ -273,7 +277,22 @@ def _what(ctx: Ctx, ev: dict[str, Any], r: Round) -> str:
     return f"{ev['examples']} fixed examples, {name} lr {_lrs(r)}"
 
 
-def _verdict(ctx: Ctx, rounds: list[Round], known: bool, ev: dict[str, Any]) -> Check:
+def _retry(ctx: Ctx, tiny: Batch, rounds: list[Round], known: bool, prepare: Any) -> tuple[str, float, float, str] | None:
+    """A round on a copy ``prepare`` changed (``_capability_cause.Retry``), at the rounds' lrs from the largest down,
+    until one does not diverge (a new tensor at the largest lr can); at most three."""
+    ctx.notes.pop("capability_deadline", None)  # the counterfactual's rounds, whatever the escalation spent
+    out = None
+    for scale in sorted({r.scale for r in rounds if r.outcome != "diverged"} or {rounds[0].scale}, reverse=True)[:3]:
+        r, error = _round(ctx, tiny, scale, known, last=True, prepare=prepare)
+        if error is not None or not r.losses:
+            return out
+        out = (r.outcome, r.losses[0], min(r.losses), _lrs(r))
+        if r.outcome != "diverged":
+            return out
+    return out
+
+
+def _verdict(ctx: Ctx, rounds: list[Round], known: bool, ev: dict[str, Any], retry: Any = None) -> Check:
     base = rounds[0]
     usable = [r for r in rounds if r.outcome != "diverged"] or rounds
     good = next((r for r in rounds if r.outcome in ("fitted", "learning")), None)
@@ -313,7 +332,7 @@ def _verdict(ctx: Ctx, rounds: list[Round], known: bool, ev: dict[str, Any]) -> 
                       "moving; its noise (dropout, sampling) may be the floor, so the model was not shown unable to fit",
                       ev)
     if stuck or same:
-        return _cannot(ctx, ev, base, top, stuck)
+        return cannot(ctx, ev, _what(ctx, ev, base), base.losses[0], _lrs(top), stuck, FIT, retry)
     return warned("CAPABILITY", f"inconclusive: not fitted on {what} at any lr up to {_lrs(top)} (loss {g4(first)} -> best "
                   f"{g4(best)}, {ev['fell_by']:.0%} down, in {ev['steps']} steps) and no evidence of why; raise "
                   f"overfit_steps or pass overfit_batch", ev)
@@ -369,28 +388,6 @@ def _diverged(ctx: Ctx, ev: dict[str, Any], base: Round) -> Check:
                   observed=f"loss {base.losses[-1]:.4g} at step {i}",
                   hint="the updates diverge even at a 100x smaller lr: check for exploding gradients or a loss that is "
                        "unbounded below")
-
-
-def _cannot(ctx: Ctx, ev: dict[str, Any], base: Round, top: Round, stuck: bool) -> Check:
-    what = _what(ctx, ev, base)
-    cause = (f"the parameters barely moved at every lr up to {_lrs(top)} (relative change {ev['parameter_change']:.1e}): "
-             f"the step size is far too small for this model"
-             if stuck else
-             f"at every lr up to {_lrs(top)} the parameters moved (relative change {g4(ev['parameter_change'])}) and the "
-             f"loss plateaued at the same value: the model cannot represent this batch (missing bias/offset? output "
-             f"range? capacity?)")
-    hint = ("earlier links hold and the weights hardly change even at 1000x the lr: raise the learning rate by orders of "
-            "magnitude, or check for a gradient scaled down to nothing"
-            if stuck else
-            "earlier links hold and the weights move without fitting 8 examples at any lr: check whether the model can "
-            "express the targets at all (a bias for an offset, the output range, initialisation) before adding capacity")
-    return failed("CAPABILITY", "capability.cannot_overfit",
-                  f"on {what}, {ev['steps']} steps over {len(ev['rounds'])} lr rounds took the loss from {g4(base.losses[0])} "
-                  f"to best {g4(ev['best_loss'])} ({ev['fell_by']:.2%} down); {cause}", ev,
-                  expected=f"a tiny fixed batch fitted within {ctx.overfit_steps} steps at some lr (loss down {FIT:.0%} or "
-                           f"100% accuracy)",
-                  observed=f"loss {g4(base.losses[0])} -> best {g4(ev['best_loss'])} ({ev['fell_by']:.2%} down) at every lr",
-                  hint=hint)
 
 
 def _fit(first: float, last: float, acc: float | None) -> bool:

@@ -19,7 +19,7 @@ from .._core.examples import dense
 from .._core.invariance import loss_depends, sort_gradless, unused_message
 from .._core.later_steps import moved_later
 from .._core.lr import lr_of
-from .._core.task import Ctx, err
+from .._core.task import Ctx, err, seed_copies
 from ._attention_mask import padding_read
 from ._common import failed, g4, passed, skipped_link, warned
 from ._crosstalk import examples_mixed
@@ -97,12 +97,26 @@ def _gradient_arrives(ctx: Ctx, names: list[str]) -> set[str]:
     return {n for n in names if n in params and id(params[n]) in got}
 
 
+def _backward(ctx: Ctx) -> None:
+    """``ctx.loss.backward()``; when the earlier links' forwards on the copy wrote a tensor its graph saved (a buffer a
+    forward updates in place: the program's own loop never runs a second forward before its backward), the loss is
+    computed again from the copy as it is now (same seed) and differentiated once more."""
+    try:
+        ctx.loss.backward()
+    except RuntimeError as exc:
+        if "inplace operation" not in str(exc):
+            raise
+        seed_copies()
+        ctx.loss = compute_loss(ctx.work, ctx.batch, ctx.loss_fn)[1]
+        ctx.loss.backward()
+
+
 def check_gradient(ctx: Ctx) -> Check:
     train = trainable(ctx.work)
     for p in ctx.work.parameters():
         p.grad = None
     try:
-        ctx.loss.backward()
+        _backward(ctx)
     except Exception as exc:  # noqa: BLE001 - user graph; the failure is the finding
         return skipped_link("GRADIENT", f"backward raised {err(exc)}", {"error": err(exc)})
     norms: dict[str, float | None] = {}
