@@ -123,3 +123,44 @@ def test_gradient_is_judged_when_another_forward_of_the_copy_wrote_a_tensor_the_
     r = firstdiv.learning_ledger(model, (x, y), F.cross_entropy, opt)
     grad = next(f for f in r.findings if f.where == "GRADIENT")
     assert grad.status.name == "PASS", grad.message
+
+
+class ZeroesMissing(nn.Module):
+    """TS2Vec's encoder: ``x[~nan_mask] = 0`` on its own input before anything else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x[torch.isnan(x)] = 0.0
+        return self.lin(x)
+
+
+def test_a_model_writing_its_input_in_place_leaves_the_users_batch_untouched_by_diagnose() -> None:
+    """The program's own loop writes into its batch on every forward; the forwards firstdiv runs (every instrument,
+    the ledger's calls with the loop's own arguments) get copies, so not even the version counter of the user's batch
+    moves."""
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from harness import assert_no_trace, watched
+
+    torch.manual_seed(0)
+    model = ZeroesMissing()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+
+    def train_step() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x.clone()), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    program = SimpleNamespace(model=model, optimizer=opt, batch=(x, y))
+    out = assert_no_trace(lambda: firstdiv.diagnose(model=model, batch=(x, y), loss_fn=F.cross_entropy, optimizer=opt,
+                                                    train_step=train_step, stop_at_first=False), watched(program))
+    assert not isinstance(out, Exception), out

@@ -91,3 +91,34 @@ def test_a_module_trained_by_another_call_of_the_step_or_run_without_grad_is_not
 
     report = firstdiv.step_probe(model, (x, y), loss_fn, opt, train_step=step)
     assert not any(f.check == "step.never_trained" for f in report.findings), _kinds(report)
+
+
+class Learner(nn.Module):
+    """MAML's learner (dragen1860/MAML-Pytorch): ``parameters()`` overridden without ``recurse``."""
+
+    def __init__(self):
+        super().__init__()
+        self.vars = nn.ParameterList([nn.Parameter(torch.randn(2, 4) * 0.1), nn.Parameter(torch.zeros(2))])
+
+    def forward(self, x):
+        return F.linear(x, self.vars[0], self.vars[1])
+
+    def parameters(self):  # as written upstream
+        return self.vars
+
+
+def test_a_module_overriding_parameters_without_recurse_is_watched_not_blamed():
+    torch.manual_seed(0)
+    model = Learner()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+
+    def step():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    report = firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=step)
+    assert not any(f.check == "step.train_step_raised" for f in report.findings), _kinds(report)

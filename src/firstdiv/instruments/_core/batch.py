@@ -221,12 +221,26 @@ def positional(model: Any, inputs: Any) -> bool:
 
 
 def forward(model: nn.Module, batch: Any) -> Any:
-    """Run the model on the batch's inputs: ``model(**inputs)`` for dict inputs, ``model(*inputs)`` for a tuple that
-    is its positional arguments (:func:`positional`), else ``model(inputs)``."""
-    b = split_batch(batch, model)
+    """Run the model on copies (:func:`fresh`) of the batch's inputs: ``model(**inputs)`` for dict inputs,
+    ``model(*inputs)`` for a tuple that is its positional arguments (:func:`positional`), else ``model(inputs)``."""
+    inputs = fresh((b := split_batch(batch, model)).inputs)
     if b.as_kwargs:
-        return model(**b.inputs)
-    return model(*b.inputs) if positional(model, b.inputs) else model(b.inputs)
+        return model(**inputs)
+    return model(*inputs) if positional(model, inputs) else model(inputs)
+
+
+def fresh(x: Any) -> Any:
+    """Copies of the tensors in ``x`` (tuples, lists, plain dicts) that a forward may write into (TS2Vec's ``x[nan] =
+    0`` on its input would move the version counter of the user's tensor); tensors requiring grad stay as they are."""
+    if torch.is_tensor(x):
+        return x.clone() if not x.requires_grad and x.layout == torch.strided else x
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(fresh(v) for v in x))
+    if type(x) in (tuple, list):
+        return type(x)(fresh(v) for v in x)
+    if type(x) is dict:
+        return {k: fresh(v) for k, v in x.items()}
+    return x
 
 
 class UserCodeError(FirstdivError):

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from ..._globals import preserved_globals
-from .._core.batch import positional, rebuild
+from .._core.batch import fresh, positional, rebuild
 from .._core.checks import Check
 from .._core.task import Ctx
 from ._common import failed
@@ -172,7 +172,7 @@ class ModelCall:
             (_replaced(self.args, old, new), _replaced(self.kwargs, old, new))
         try:
             with preserved_globals(seed=0), torch.no_grad(), eval_mode(self.ctx.work):
-                return self.ctx.work(*args, **kwargs)
+                return self.ctx.work(*fresh(args), **fresh(kwargs))  # it may write its inputs in place
         except Exception:  # noqa: BLE001 - user code on a changed input: no finding
             return None
 

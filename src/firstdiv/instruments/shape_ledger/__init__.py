@@ -42,7 +42,7 @@ from torch import nn
 
 from ...errors import InvalidArgument
 from ...report import Report, Status, skipped
-from .._core.batch import check_model
+from .._core.batch import check_model, fresh
 from .._core.checks import Check, check, compose
 from .._core.state import guarded
 from .._core.trace import Recorder, call_args, exception_line, refused_inputs, refused_message
@@ -91,7 +91,7 @@ def shape_ledger(model: nn.Module, inputs: Any, *, designed: dict[str, Any] | No
     check_model(model)
     if unread not in VERDICTS:
         raise InvalidArgument(f"Expected `unread` to be one of {sorted(VERDICTS)} but got {unread!r}")
-    args, kwargs = call_args(inputs)
+    args, kwargs = call_args(fresh(inputs))  # the model may write its inputs in place: never the user's
     design = parse_designed(model, designed)
     ledger = Ledger(frozenset(design))
     rec = Recorder(model, watch={f: ledger.op for f in OP_FUNCS}, on_pre=ledger.pre, on_post=ledger.post)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .._core.batch import forward
+from .._core.batch import forward, fresh
 from .._core.closure import closure_state
 from .._core.copying import model_copy
 from .._core.modes import drop_rate, mode_dependent
@@ -138,7 +138,7 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
                 for h in masks.hooks(f"{label}.{n}".strip("."), m)]
     try:
         with masks:
-            results = [eval_fn(probe, batch) for _ in range(repeat)]
+            results = [eval_fn(probe, fresh(batch)) for _ in range(repeat)]  # eval_fn may write the batch
     finally:
         for h in handles:
             h.remove()

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._core.batch import fresh
+
 
 def flat(value: Any) -> torch.Tensor | None:
     parts: list[torch.Tensor] = []
@@ -31,7 +33,7 @@ def affine_error(probe: nn.Module, x: torch.Tensor, axis: int = 0, rebuild: Any 
     """Largest ||f(mix) - mix(f)|| / ||f(x1) - f(x2)|| over input pairs (batch vs rolled batch, x vs -x, 3x vs -3x),
     the largest output spread, the number of pairs and the output's dtype. ``rebuild(t)``: the model's inputs holding the
     mixed tensor ``t`` (a tuple input whose other members stay fixed); None: ``t`` itself."""
-    run = probe if rebuild is None else (lambda t: probe(rebuild(t)))
+    run = (lambda t: probe(fresh(t if rebuild is None else rebuild(t))))  # the model may write its inputs in place
     others = [x.roll(1, axis)] if x.dim() > axis and x.shape[axis] > 1 else []
     pairs = [(x, o) for o in others if not torch.equal(o, x)] + [(x, -x), (3 * x, -3 * x)]
     a, worst, spread, dtype = ALPHA, 0.0, 0.0, None

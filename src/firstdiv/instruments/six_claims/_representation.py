@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ...report import Status
-from .._core.batch import Batch, rebuild
+from .._core.batch import Batch, fresh, rebuild
 from .._core.checks import Check
 from .._core.copying import model_copy
 from ._linear_fit import linear_fit
@@ -156,7 +156,7 @@ def _last_modules(probe: nn.Module, x: Any) -> list[tuple[str, str, list[int]]]:
              for n, m in probe.named_modules() if n and not list(m.children())]
     try:
         with torch.no_grad():
-            probe(x)
+            probe(fresh(x))
     finally:
         for h in hooks:
             h.remove()

@@ -137,7 +137,7 @@ class StepWatch:
             handles += [p.register_post_accumulate_grad_hook(self._accumulated) for p, _ in self.params]
             handles.append(self.model.register_forward_pre_hook(self._fed, with_kwargs=True))
             handles += [m.register_forward_hook(self._ran(name)) for name, m in self.model.named_modules()
-                        if next(m.parameters(recurse=False), None) is not None]
+                        if any(p is not None for p in vars(m).get("_parameters", {}).values())]  # parameters() may be overridden
             if self.opt is not None:
                 inner = innermost(self.opt)
                 handles += [inner.register_step_pre_hook(self._pre_step),

@@ -48,6 +48,7 @@ from torch import nn
 
 from ...errors import InvalidArgument
 from ...report import Report, Status
+from .._core.batch import fresh
 from .._core.checks import Check, check, compose
 from .._core.state import guarded
 from .._core.trace import Recorder, call_args, refused_inputs, refused_message, tensors
@@ -83,7 +84,7 @@ def tensor_trace(model: nn.Module | Callable[..., Any], inputs: Any, *, contract
     ``shape``, ``dtype``, ``device``, ``stride``, ``contiguous``), ``details["bindings"]`` the axis sizes bound.
     """
     fn, root = _model(model)
-    args, kwargs = call_args(inputs)
+    args, kwargs = call_args(fresh(inputs))  # the model may write its inputs in place: never the user's
     specs = parse_contracts(contracts, root)
     if not isinstance(layout_probe, bool):
         raise InvalidArgument(f"Expected `layout_probe` to be a bool but got {type(layout_probe).__name__}")
