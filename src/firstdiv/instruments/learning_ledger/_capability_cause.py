@@ -5,7 +5,8 @@ represent the batch: real objectives have floors of their own (a GAN's, a photom
 needs more steps than the budget), and at first contact on public code such plateaus were false FAILs far more often
 than faults. The premise, that the model cannot express these targets, is confirmed on a copy of the user's own model
 and optimizer: the same copy with a learnable offset and scale on its output (per feature of the last axis, added to
-the optimizer as a group of its own at the round's lr) trains at the best lr of the rounds for the same steps. When
+the optimizer as a group of its own at the round's lr) trains for the same steps at the rounds' lrs, from the largest
+down until one does not diverge (at most three). When
 that copy fits (reaches the criterion the rounds missed), the missing piece is shown: an offset or scale the model
 cannot produce (a bias removed, an output squashed into the wrong range) -- a FAIL. When it does not, or the outputs
 are not one floating tensor, nothing was shown: a WARN. Weights that barely moved at any lr need no counterfactual:
@@ -24,8 +25,9 @@ from .._core.checks import Check
 from .._core.task import Ctx
 from ._common import failed, g4, warned
 
-#: ``retry(prepare)`` trains one more round of the rounds' best lr on a copy that ``prepare(model, optimizer)`` changed
-#: first; it returns (outcome, first loss, best loss, lr text), or None when that round could not run
+#: ``retry(prepare)`` trains a copy that ``prepare(model, optimizer)`` changed first, at the rounds' lrs from the largest
+#: down until a round does not diverge; it returns (outcome, first loss, best loss, lr text) of the last round run, or
+#: None when none could run
 Retry = Callable[[Callable[[nn.Module, torch.optim.Optimizer], None]], "tuple[str, float, float, str] | None"]
 
 

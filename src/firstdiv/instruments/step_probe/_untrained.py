@@ -39,17 +39,17 @@ def never_trained(checks: list[Check], watch: Any, optimizer: torch.optim.Optimi
             p, names = hit
             module = names[0].rpartition(".")[0]
             if id(p) in owned and id(p) not in reached and module in watch.ran:
-                c = _failed(names, module or "(root module)", f.evidence)
+                c = _named(names, module or "(root module)", f.evidence)
         out.append(c)
     return out
 
 
-def _failed(names: list[str], module: str, evidence: dict) -> Check:
+def _named(names: list[str], module: str, evidence: dict) -> Check:
     return check(names[0], "step.never_trained", Status.WARN,
-                 f"{label(names)}: module {module} runs in every train_step with gradients on and the optimizer owns "
+                 f"{label(names)}: module {module} runs with gradients on in train_step's calls and the optimizer owns "
                  "this parameter, but no backward of train_step reaches it and nothing moves it (its gradient is None; "
                  "perturbing it on a copy leaves the loss unchanged): the module's output is computed and dropped (by design for a head kept for inference, else a slip)",
                  {**evidence, "module": module, "in_optimizer": True, "train_step_gradient": None},
                  hint="find where its output should enter the loss (a term that repeats another module's output, a "
                       "value replaced by a stored or detached copy, a result never assigned); if that is by design, "
-                      "declare it frozen or leave it out of the optimizer")
+                      "set requires_grad_(False) on it or leave it out of the optimizer")
