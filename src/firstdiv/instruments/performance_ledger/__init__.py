@@ -280,7 +280,7 @@ def _growth_check(run: pt.StepRun, device: torch.device, details: dict) -> Check
     if not (rose or cuda_rose):
         return check("step", "memory.growth", Status.PASS,
                      f"live tensor bytes created by the step stay at {fmt_bytes(run.live[-1])} over {len(run.live)} "
-                     f"identical iterations (increments {steps})", ev)
+                     f"identical iterations (increments {steps}; the watch stops once they do not rise)", ev)
     rate, series = (slope, run.live) if rose else (cuda_slope, details["memory"]["allocated_series"][1:])
     what = "live tensor bytes" if rose else "CUDA allocated bytes"
     if not graphs:  # detached tensors kept: an epoch's statistics buffer is a design, a kept graph is not

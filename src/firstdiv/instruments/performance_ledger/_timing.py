@@ -146,8 +146,11 @@ def _timed_call(step: Callable[[Any], Any], fetch: Callable[[], Any], sync: Call
 
 def watch_growth(step: Callable[[Any], Any], fetch: Callable[[], Any], run: StepRun,
                  tick: Callable[..., None] = _no_tick) -> tuple[list[int], list[dict]]:
-    """Live bytes of tensors the step created, after each of ``GROWTH_ITERATIONS`` identical iterations (the
-    batch is produced outside the tracker; the step's return value is dropped; cycles collected first)."""
+    """Live bytes of tensors the step created, after each of up to ``GROWTH_ITERATIONS`` identical iterations (the
+    batch is produced outside the tracker; the step's return value is dropped; cycles collected first).
+
+    Growth is judged as live bytes that rise at every iteration, so the watch stops at the first iteration after
+    which they did not rise: more iterations cannot change that verdict (the series is as long as it ran)."""
     tracker = LiveTensors(keep_tensors=True)
     series = []
     # Objects that exist now cannot be garbage the step makes: freeze them so each collection scans only what the
@@ -166,7 +169,10 @@ def watch_growth(step: Callable[[Any], Any], fetch: Callable[[], Any], run: Step
             gc.collect()
             series.append(tracker.live_bytes())
             tick()
-        survivors = tracker.survivors(range(1, GROWTH_ITERATIONS - 1))
+            if i and series[-1] <= series[-2]:
+                tick(GROWTH_ITERATIONS - 1 - i)
+                break
+        survivors = tracker.survivors(range(1, len(series) - 1))
     finally:
         tracker.clear()
         if freeze:
