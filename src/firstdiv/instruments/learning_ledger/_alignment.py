@@ -102,32 +102,40 @@ def _same_grid(x: torch.Tensor, y: torch.Tensor, keep: torch.Tensor) -> tuple[to
 
 
 def _scores(feats: torch.Tensor, y: torch.Tensor, keep: torch.Tensor,
-            ref: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+            ref: tuple[torch.Tensor, torch.Tensor] | None = None, cache: dict | None = None) -> torch.Tensor:
     """Each example's R^2 for targets ``y`` [B, K, P]: each supervised pixel predicted by the mean target of the
     ``NEIGHBOURS`` pixels of the other examples that look most alike (3 x 3 neighbourhoods, ``feats`` [B, F, P]), against
     the other examples' mean target (an example of one class is not explained by its own mean). ``ref``: the other
-    examples' targets and supervised pixels to predict from, when not ``y`` and ``keep`` themselves."""
+    examples' targets and supervised pixels to predict from, when not ``y`` and ``keep`` themselves. ``cache``: where
+    every pixel is supervised, the neighbours depend on ``feats`` alone, so each alignment reuses the first one's."""
     b = feats.shape[0]
     ref_all, ref_all_keep = ref if ref is not None else (y, keep)
+    full = cache is not None and bool((ref_all_keep > 0).all()) and bool((keep > 0).all())
     gen = torch.Generator().manual_seed(0)
     out = torch.full((b,), float("nan"), dtype=torch.float64)
     for i in range(b):
         others = [j for j in range(b) if j != i]
-        ref_x = feats[others].permute(0, 2, 1).reshape(-1, feats.shape[1])
         ref_y = ref_all[others].permute(0, 2, 1).reshape(-1, y.shape[1])
-        ref_keep = ref_all_keep[others].reshape(-1) > 0
-        ref_x, ref_y = ref_x[ref_keep], ref_y[ref_keep]
-        if len(ref_x) > MAX_REFERENCE:
-            pick = torch.randperm(len(ref_x), generator=gen)[:MAX_REFERENCE]
-            ref_x, ref_y = ref_x[pick], ref_y[pick]
         own = keep[i, 0] > 0
-        q_x, q_y = feats[i].T[own], y[i].T[own]
-        if len(q_x) > MAX_QUERY:
-            pick = torch.randperm(len(q_x), generator=gen)[:MAX_QUERY]
-            q_x, q_y = q_x[pick], q_y[pick]
-        if len(ref_x) < NEIGHBOURS or len(q_x) < 2:
+        q_y = y[i].T[own]
+        if full and i in cache:
+            ref_pick, q_pick, near = cache[i]
+        else:
+            ref_x = feats[others].permute(0, 2, 1).reshape(-1, feats.shape[1])
+            ref_pick = torch.nonzero(ref_all_keep[others].reshape(-1) > 0).reshape(-1)
+            if len(ref_pick) > MAX_REFERENCE:
+                ref_pick = ref_pick[torch.randperm(len(ref_pick), generator=gen)[:MAX_REFERENCE]]
+            q_x = feats[i].T[own]
+            q_pick = torch.randperm(len(q_x), generator=gen)[:MAX_QUERY] if len(q_x) > MAX_QUERY else None
+            q_x = q_x if q_pick is None else q_x[q_pick]
+            near = None
+            if len(ref_pick) >= NEIGHBOURS and len(q_x) >= 2:
+                near = torch.cdist(q_x, ref_x[ref_pick]).topk(NEIGHBOURS, largest=False).indices
+            if full:
+                cache[i] = (ref_pick, q_pick, near)
+        if near is None:
             continue
-        near = torch.cdist(q_x, ref_x).topk(NEIGHBOURS, largest=False).indices
+        ref_y, q_y = ref_y[ref_pick], (q_y if q_pick is None else q_y[q_pick])
         pred = ref_y[near].mean(dim=1)
         sst = ((q_y - ref_y.mean(dim=0)) ** 2).sum()  # skill over the batch's mean target
         if sst > 1e-9:
@@ -177,7 +185,7 @@ def _wins(given: torch.Tensor, r2: torch.Tensor) -> torch.Tensor:
 
 
 def _best(feats: torch.Tensor, flat: Callable[[torch.Tensor], torch.Tensor], y: torch.Tensor, keep: torch.Tensor,
-          given: torch.Tensor, others: dict[str, torch.Tensor]) -> tuple[str, Any, torch.Tensor, torch.Tensor]:
+          given: torch.Tensor, others: dict[str, torch.Tensor], cache: dict) -> tuple[str, Any, torch.Tensor, torch.Tensor]:
     """The alignment that explains the most examples better than as given. Where some examples are misaligned, they
     also blur the references the others are predicted from: each alignment that wins somewhere is scored again with
     the winners' references put in that alignment (a second pass), and the pass that explains more examples counts."""
@@ -188,7 +196,7 @@ def _best(feats: torch.Tensor, flat: Callable[[torch.Tensor], torch.Tensor], y: 
             continue
         f, m = wins[:, None, None, None], _OTHERS[k]
         ref = (flat(torch.where(f, m(y), y)), flat(torch.where(f, m(keep), keep)))
-        given2, r2b = _scores(feats, flat(y), flat(keep), ref), _scores(feats, flat(m(y)), flat(m(keep)), ref)
+        given2, r2b = _scores(feats, flat(y), flat(keep), ref, cache), _scores(feats, flat(m(y)), flat(m(keep)), ref, cache)
         wins2 = _wins(given2, r2b)
         for g, r, w in ((given, r2, wins), (given2, r2b, wins2)):
             if int(w.sum()) > int(better.sum()):
@@ -201,10 +209,12 @@ def _compare(ev: dict[str, Any], name: str, where: str, x: torch.Tensor, y: torc
     x = (x - x.mean(dim=(0, 2, 3), keepdim=True)) / x.std(dim=(0, 2, 3), keepdim=True).clamp(min=1e-6)
     feats = F.unfold(x.double(), 3, padding=1)  # [B, 9C, h*w]
     flat = lambda v: v.double().reshape(b, v.shape[1], h * w)
+    cache: dict = {}
     with torch.no_grad():
-        given = _scores(feats, flat(y), flat(keep))
-        others = {k: _scores(feats, flat(f(y)), flat(f(keep))) for k, f in _OTHERS.items() if k != "transposed" or h == w}
-    best_name, best, better, given = _best(feats, flat, y, keep, given, others)
+        given = _scores(feats, flat(y), flat(keep), cache=cache)
+        others = {k: _scores(feats, flat(f(y)), flat(f(keep)), cache=cache) for k, f in _OTHERS.items()
+                  if k != "transposed" or h == w}
+        best_name, best, better, given = _best(feats, flat, y, keep, given, others, cache)
     n = int(better.sum())
     ev["target_alignment"] = {"input": name + where, "grid": [h, w], "r2_as_given": [round(float(v), 3) for v in given],
                               **({best_name: [round(float(v), 3) for v in best]} if best is not None else {})}
