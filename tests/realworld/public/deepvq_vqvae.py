@@ -470,7 +470,8 @@ BUGS = [
     Bug("straight_through_dropped", functools.partial(_build, bug="straight_through_dropped"), "learning_ledger",
         ("DEPENDENCY",)),
     # the stop-gradients of the two VQ terms exchanged: the codebook gets the 0.25 commitment weight and the encoder
-    # the full codebook pull (classic).
+    # the full codebook pull -- the repository's own model.py before the fix of
+    # https://github.com/karpathy/deep-vector-quantization/issues/2 (commit b39653a).
     Bug("commitment_terms_swapped", functools.partial(_build, bug="commitment_terms_swapped"), "learning_ledger",
         ("OBJECTIVE",)),
 ]
