@@ -24,8 +24,8 @@ episode of random actions into the environment pool) and ``PETS.train_model`` (i
 Deviations from the original:
 - gym's Pendulum-v0 is replaced by the numpy ``Pendulum`` of ``_continuous_control.py`` (seeded); the random
   exploration uses its ``action_space.sample()``.
-- the data is what ``PETS.train`` has at its first ``train_model``: two exploration episodes (400 transitions; the
-  original trains first on one episode of 200, then on the pool grown by each MPC episode). The CEM planner
+- the data is two random-action ``explore`` episodes (400 transitions) in the environment pool; the original's first
+  ``train_model`` sees one (200), the later ones the pool grown by each MPC episode. The CEM planner
   (``CEM``, ``FakeEnv``, ``PETS.mpc``) acts only after model training and is not ported: the port is the model's
   training.
 - ``EnsembleDynamicsModel.train`` is ``train_batches`` here: its split made at once, its epoch loop a generator;
