@@ -6,11 +6,19 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'absapytorch_ian.outputs_not_unsorted': 'owner saw WARN None None: GRADIENT: 4 trainable parameters get no gradient '
                                          'and the loss does not depend on them (perturbing them on a copy leaves it '
                                          'u; diagnose WARN at None',
+ 'aefostersimclr_lars.self_similarity_not_masked': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
+                                                   'owns 4 tensors that are not in the model (shapes [[64, 64], '
+                                                   '[64], [64]]), and no trainabl; diagnose WARN at None',
+ 'aefostersimclr_lars.views_identical': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer owns 4 tensors '
+                                        'that are not in the model (shapes [[64, 64], [64], [64]]), and no trainabl; '
+                                        'diagnose WARN at None',
  'agcrn_traffic.horizon_overlaps_window': 'owner saw PASS None None: ; diagnose WARN at None',
  'agcrn_traffic.supports_reshaped_not_permuted': 'owner saw WARN None None: encoder.dcrnn_cells.0.gate: '
                                                  'op:reshape@encoder.dcrnn_cells.0.gate: [32, 2, 20, 65] -> [32, 20, '
                                                  '2, 65] puts input axis 2 (siz; diagnose WARN at None',
  'alpaca_sft.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'angularpenalty_cosface.excl_keeps_target': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'angularpenalty_cosface.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'anode_spheres.targets_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'anomalytransformer_psm.minimax_signs_swapped': 'owner saw WARN None None: DEPENDENCY: 6 of 65 trainable parameters '
                                                  "are not on the loss's autograd graph: 6 trainable parameters get "
@@ -80,6 +88,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'chinesetextcls_textrnn.labels_misaligned': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                              'gradient and the loss does not depend on them (perturbing them on a '
                                              'copy leaves it u; diagnose WARN at None',
+ 'chrischutenvp_realnvp.sldj_not_accumulated': 'owner saw WARN None None: OBJECTIVE: the loss falls in proportion as '
+                                               'outputs[1] grows (1227 -> -1370 -> -2.734e+04 at 10 and 100 times): '
+                                               'a term linear; diagnose WARN at None',
+ 'chrischutenvp_realnvp.st_not_masked': 'owner saw WARN None None: OBJECTIVE: the loss falls in proportion as '
+                                        'outputs[1] grows (1496 -> -909.1 -> -2.496e+04 at 10 and 100 times): a term '
+                                        'linea; diagnose WARN at None',
  'chrischutesquad_bidaf.start_end_targets_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cifar10fast_resnet.bias_optimiser_dropped': 'owner saw PASS None None: AUTOGRAD: not checked: forward pass or '
                                               'loss_fn raised UserCodeError: the model raised ValueError: dictionary '
@@ -153,6 +167,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'deeprlpytorch_dueling_ddqn.advantage_mean_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepspeechpytorch_ds2.collate_sorts_spectrograms_only': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepspeechpytorch_ds2.output_sizes_all_padded': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deepvq_vqvae.commitment_terms_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deepvq_vqvae.straight_through_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'deit_distillation.distill_on_class_head': 'owner saw WARN None None: DEPENDENCY: 2 of 35 trainable parameters are '
                                             "not on the loss's autograd graph: 2 trainable parameters get no "
                                             'gradient and th; diagnose WARN at None',
@@ -208,6 +224,17 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    "parameters are not on the loss's autograd graph: 1 trainable "
                                                    'parameters get no gradient and t; diagnose WARN at None',
  'fewshotknagg_protonet.labels_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'ffjord_toy_cnf.divergence_sign_flipped': 'owner saw FAIL DEPENDENCY dependency.unreachable: DEPENDENCY '
+                                           'dependency.unreachable: unreachable: chain.0.sqrt_end_time; diagnose '
+                                           'FAIL at reachability chain.0.sqrt_end_time '
+                                           'reachability:chain.0.sqrt_end_time',
+ 'ffjord_toy_cnf.divergence_without_create_graph': 'owner saw FAIL OBJECTIVE objective.penalty_without_graph: '
+                                                   "OBJECTIVE objective.penalty_without_graph: the parameters' "
+                                                   'gradient moves by 58% of its norm; diagnose FAIL at reachability '
+                                                   'chain.0.sqrt_end_time reachability:chain.0.sqrt_end_time',
+ 'ffjord_toy_cnf.zero_grad_after_backward': 'owner saw FAIL chain.0.sqrt_end_time step.no_gradient: '
+                                            'chain.0.sqrt_end_time step.no_gradient: None',
+ 'fits_etth.target_window_from_start': 'owner saw PASS None None: ; diagnose PASS at None',
  'fixmatch_wideresnet.logits_not_deinterleaved': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable parameters '
                                                  "are not on the loss's autograd graph: 4 trainable parameters get "
                                                  'no gradient and th; diagnose WARN at None',
@@ -229,11 +256,21 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'gcntsp_residual_gated.coords_permuted_apart': 'owner saw WARN None None: DEPENDENCY: 6 of 43 trainable parameters '
                                                 "are not on the loss's autograd graph: 6 trainable parameters get no "
                                                 'gradient and th; diagnose WARN at None',
+ 'ge2e_speaker_verification.embeddings_not_unpermuted': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the '
+                                                        'optimizer owns 2 tensors that are not in the model (shapes '
+                                                        '[[], []]), and no trainable parameter of; diagnose WARN at '
+                                                        'None',
  'ghwnncf_neumf.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'glowpytorch_glow.logdet_left_out': 'owner saw WARN None None: GRADIENT: 22 trainable parameters get no gradient '
                                      'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                      'diagnose WARN at None',
  'glowpytorch_glow.squeeze_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'grand_cora.eval_without_model_eval': 'owner saw WARN None None: COMPUTATION: no evidence: no Linear/Conv layer '
+                                       'with at least 2 units to compare; DIFFERENTIATION: 4 trainable parameters '
+                                       'get; diagnose WARN at None',
+ 'grand_cora.sharpened_target_not_detached': 'owner saw WARN None None: DEPENDENCY: 4 of 8 trainable parameters are '
+                                             "not on the loss's autograd graph: 4 trainable parameters get no "
+                                             'gradient and the; diagnose WARN at None',
  'graphwavenet_traffic.target_time_in_day_channel': 'owner saw WARN None None: DEPENDENCY: 20 of 104 trainable '
                                                     "parameters are not on the loss's autograd graph: 20 trainable "
                                                     'parameters get no gradient and; diagnose WARN at None',
@@ -243,6 +280,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'gru4rec_session.target_is_current_click': 'owner saw WARN None None: GRADIENT: backward raised RuntimeError: one '
                                             'of the variables needed for gradient computation has been modified by '
                                             'an inplace; diagnose WARN at None',
+ 'handsonrl_pets.inverse_var_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'handsonrl_pets.labels_permuted_apart': 'owner saw PASS None None: ; diagnose WARN at None',
  'harmonicpinn_oscillator.residual_sign_flipped': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
                                                   '8 fixed examples, Adam lr 0.001 at any lr up to 0.1 (loss 0.9205 '
                                                   '-> best 0.8158, 11%; diagnose WARN at None',
@@ -287,6 +326,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'joeynmt_transformer.padding_rows_not_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'joeynmt_transformer.trg_not_sorted_with_src': 'owner saw PASS None None: ; diagnose PASS at None',
  'josiahtabular_bank.duration_leaks_target': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'kair_dncnn.clone_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'kaixhinacer_cartpole.returns_not_reversed': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                               'gradient and the loss does not depend on them (perturbing them on a '
                                               'copy leaves it u; diagnose WARN at None',
@@ -397,6 +437,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'nri_springs.kl_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'openaiclip_flickr.image_names_from_unsplit_dataframe': 'owner saw PASS None None: ; diagnose PASS at None',
  'openaiclip_flickr.log_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'openaigptlm_rocstories.attention_mask_dropped': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                                  'gradient and the loss does not depend on them (perturbing them on '
+                                                  'a copy leaves it u; diagnose WARN at None',
+ 'openaigptlm_rocstories.lm_labels_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'openinstruct_finetune.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'openunmix_separation.target_is_mixture': 'owner saw PASS None None: ; diagnose PASS at None',
  'originaltransformer_nmt.decoder_attentions_shared': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -464,6 +508,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                'model.layer1.0.bn1.bias four_structures:model.layer1.0.bn1.bias',
  'proxyanchor_resnet.l2_norm_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'proxyanchor_resnet.one_hot_masks_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'psmnet_stereo.cost_volume_shift_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'psmnet_stereo.images_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ptsemseg_fcn8s.logits_viewed_not_transposed': 'owner saw WARN None None: OBJECTIVE: loss 2250 is not the '
                                                 'cross-entropy of these outputs (1.2; ln K = 1.099 for an untrained '
                                                 '3-class model; example 0:; diagnose WARN at None',
@@ -502,6 +548,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rainbow_c51.log_softmax_over_actions': 'owner saw PASS None None: ; diagnose WARN at None',
  'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
  'rbert_semeval.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'rdnpytorch_x4.hflip_lr_only': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed examples, '
+                                'Adam lr 0.001, up to lr 0.001, loss 0.4781 -> best 0.09649 (80% do; diagnose WARN '
+                                'at None',
  'realmlp_tds.labels_not_split_with_features': 'owner saw WARN None None: GRADIENT: 7 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it u; diagnose WARN at None',

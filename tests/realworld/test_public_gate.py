@@ -49,6 +49,12 @@ KNOWN_TRUE_FINDINGS = {
     ("relationnet_omniglot", seed): "six_claims claim.evaluation.train_mode: omniglot_train_few_shot.py never calls "
     ".eval() (its test episodes run the encoders' BatchNorm on batch statistics), found at first contact (public-16)"
     for seed in SEEDS
+} | {
+    ("ffjord_toy_cnf", seed): "reachability/step_probe/six_claims/learning_ledger: the CNF's trainable end time "
+    "sqrt_end_time (train_T=True) never gets a gradient: lib/layers/cnf.py builds the integration times with "
+    "torch.tensor([0.0, self.sqrt_end_time * self.sqrt_end_time]), a new leaf without its graph (torch warns), while "
+    "changing sqrt_end_time on a copy moves the loss; found at first contact (public-21)"
+    for seed in SEEDS
 }
 
 

@@ -1,8 +1,12 @@
 """Facts about a module's train/eval switch that several instruments read: the drop probability a module was built
 with (torch's dropout layers, or a custom module whose forward reads ``self.training`` and holds a drop rate, such as
-stochastic depth), which modules' outputs depend on the mode, and whether a module's own forward reads the flag."""
+stochastic depth), which modules' outputs depend on the mode, and whether a module's own forward reads the flag; and
+how to set the mode of a module whose ``train`` is not the switch (:func:`set_mode`)."""
 
 from __future__ import annotations
+
+import functools
+import inspect
 
 from torch import nn
 
@@ -52,3 +56,33 @@ def switches(m: nn.Module, own_code: bool = True) -> bool:
     if isinstance(m, nn.modules.batchnorm._NormBase):
         return m.track_running_stats
     return functional_dropout(m) or (own_code and reads_mode(m))
+
+
+@functools.lru_cache(maxsize=512)
+def _switch(train: object) -> bool:
+    if train is nn.Module.train:
+        return True
+    try:
+        params = list(inspect.signature(train).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return True
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in params if p.default is p.empty and p.kind in (*plain, inspect.Parameter.KEYWORD_ONLY)]
+    return not required and any(p.kind in (*plain, inspect.Parameter.VAR_POSITIONAL) for p in params)
+
+
+def mode_switch(m: nn.Module) -> bool:
+    """Whether ``type(m).train`` is the train/eval switch (``nn.Module.train``, or an override taking ``mode``), not a
+    method of that name that does something else: Hands-on-RL's ensemble model defines ``train(self, loss)``, which
+    steps its optimizer, so ``model.eval()`` (``train(False)``) would run a training step on ``False``."""
+    return _switch(type(m).train)
+
+
+def set_mode(model: nn.Module, training: bool) -> nn.Module:
+    """``model.train(training)``; where some module's ``train`` is not the switch (:func:`mode_switch`), every module's
+    ``training`` flag is set instead. Returns ``model``."""
+    if all(mode_switch(m) for m in model.modules()):
+        return model.train(training)
+    for m in model.modules():
+        m.training = training
+    return model

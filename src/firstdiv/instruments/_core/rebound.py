@@ -15,6 +15,7 @@ from torch import nn
 from ...report import Status
 from .batch import forward
 from .checks import Check, check
+from .modes import set_mode
 
 
 def rebound(model: nn.Module, params: Iterable[tuple[nn.Parameter, list[str]]]) -> set[str]:
@@ -26,7 +27,7 @@ def rebound(model: nn.Module, params: Iterable[tuple[nn.Parameter, list[str]]]) 
 def rebound_in_forward(model: nn.Module, batch: Any) -> set[str]:
     """Names of the parameters one training forward of a deep copy replaces by new objects; empty when it cannot run."""
     try:
-        twin = copy.deepcopy(model).train()
+        twin = set_mode(copy.deepcopy(model), True)
         before = [(p, [n]) for n, p in twin.named_parameters()]
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             forward(twin, batch)

@@ -1,18 +1,18 @@
-"""What "leave no trace" means, as code: a snapshot of everything an instrument may touch on the
-user's objects, a diff between two snapshots, and a guard that restores the snapshot on exit.
+"""What "leave no trace" means, as code: a snapshot of everything an instrument may touch on the user's objects, a
+diff between two snapshots, and a guard that restores the snapshot on exit.
 
-Instruments observe through :func:`guarded` (restores even when they raise half-way); the test
-harness compares :class:`Snapshot` objects taken before and after every instrument call.
+Instruments observe through :func:`guarded` (restores even when they raise half-way); the test harness compares
+:class:`Snapshot` objects taken before and after every instrument call.
 
-Covered, per DESIGN.md: parameter and buffer values, identities and version counters, ``.grad`` (None vs
-tensor, its identity and values), ``requires_grad``, module train/eval flags, registered hooks (module, tensor, optimizer and
-global), instance attributes added to modules or optimizers (monkey-patched methods), optimizer
-state (its tensors by identity) and param groups (membership by identity and hyperparameters), devices,
-LR schedulers and GradScalers passed in or reachable from a passed callable (:mod:`._stateful`), the
-global RNG states of torch (CPU and CUDA), numpy and ``random``, and torch's grad mode.
+Covered, per DESIGN.md: parameter and buffer values, identities and version counters, ``.grad`` (None vs tensor, its
+identity and values), ``requires_grad``, module train/eval flags, registered hooks (module, tensor, optimizer and global),
+instance attributes added to modules or optimizers (monkey-patched methods), optimizer state (its tensors by identity;
+a wrapper's in the optimizer it wraps) and param groups (membership by identity and hyperparameters), devices, LR
+schedulers and GradScalers passed in or reachable from a passed callable (:mod:`._stateful`), the global RNG states of
+torch (CPU and CUDA), numpy and ``random``, and torch's grad mode.
 
-Restoring writes only what changed, into the original objects, and winds version counters back
-(:mod:`._state_values`), so code holding ``p.grad`` keeps its link and a pending ``backward()`` still runs.
+Restoring writes only what changed, into the original objects, and winds version counters back (:mod:`._state_values`),
+so code holding ``p.grad`` keeps its link and a pending ``backward()`` still runs.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..._globals import restore_rng, rng_state
+from .closure import innermost
 from .copying import detached_copy, kept_derived  # noqa: F401 - detached_copy: imported from here by the instruments
 from .python_graph import hidden_objects
 from .state_diff import _diff_globals, _diff_module, _diff_optimizer, _diff_tensor
@@ -84,8 +85,7 @@ class _ModuleState:
     slots: dict[str, tuple[dict[str, Any], frozenset[str]]] = field(default_factory=dict)
     #: each module's plain attributes by identity (a forward that stores its last loss, rebinds a cached list)
     values: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: each module's parameter slots by identity: a forward that rebinds its own parameter (an EMA codebook,
-    #: ``self.w = nn.Parameter(...)``) is undone
+    #: each module's parameter slots by identity: a forward rebinding its own parameter (``self.w = Parameter(...)``) is undone
     pslots: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the items of each plain list or dict attribute: a forward that writes into its own list (a recurrent state
     #: carried between calls, ``self.hidden_states[l] = ...``) is undone item by item
@@ -97,13 +97,11 @@ class _ModuleState:
         return cls(
             training={n: m.training for n, m in mods.items()},
             params={n: _TensorState.of(p) for n, p in model.named_parameters(remove_duplicate=False)},
-            buffers={n: (None if b is None else _TensorState.of(b))
-                     for n, b in model.named_buffers(remove_duplicate=False)},
+            buffers={n: (None if b is None else _TensorState.of(b)) for n, b in model.named_buffers(remove_duplicate=False)},
             hooks={n: tuple(len(getattr(m, h, {}) or {}) for h in _MODULE_HOOK_DICTS) for n, m in mods.items()},
             attrs={n: frozenset(vars(m)) for n, m in mods.items()},
             hook_keys={n: tuple(frozenset(getattr(m, h, {}) or {}) for h in _MODULE_HOOK_DICTS) for n, m in mods.items()},
-            children={n: id(m) for n, m in mods.items()},
-            objects=mods,
+            children={n: id(m) for n, m in mods.items()}, objects=mods,
             slots={n: (dict(m._buffers), frozenset(getattr(m, "_non_persistent_buffers_set", ())))
                    for n, m in mods.items()},
             pslots={n: dict(m._parameters) for n, m in mods.items()},
@@ -128,13 +126,13 @@ class _OptimizerState:
         groups = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in opt.param_groups]
         members = [[id(p) for p in g["params"]] for g in opt.param_groups]
         state = {id(p): {k: (_clone(v) if torch.is_tensor(v) else copy.deepcopy(v)) for k, v in s.items()}
-                 for p, s in opt.state.items()}
+                 for p, s in getattr(opt, "state", {}).items()}
         hooks = (len(getattr(opt, "_optimizer_step_pre_hooks", {}) or {}),
                  len(getattr(opt, "_optimizer_step_post_hooks", {}) or {}))
         params = {id(p): _TensorState.of(p) for g in opt.param_groups for p in g["params"]}
         # the per-parameter dicts and their tensors themselves, so restoring keeps every identity
         originals = {id(p): (s, {k: (v, version_of(v)) for k, v in s.items() if torch.is_tensor(v)})
-                     for p, s in opt.state.items()}
+                     for p, s in getattr(opt, "state", {}).items()}
         return cls(params, groups, members, state, hooks, frozenset(vars(opt)), originals)
 
 
@@ -262,6 +260,8 @@ def _flatten(objects: Iterable[Any]) -> Iterator[Any]:
             yield from _flatten(obj)
         elif obj is not None:
             yield obj
+            if isinstance(obj, torch.optim.Optimizer) and (inner := innermost(obj)) is not obj:
+                yield inner  # a wrapper (torchlars' LARS, Accelerate's) keeps the state in the optimizer it wraps
 
 
 def _restore_tensor(t: torch.Tensor, s: _TensorState) -> None:
@@ -354,7 +354,7 @@ def _restore_optimizer(opt: torch.optim.Optimizer, s: _OptimizerState) -> None:
         g.update(copy.deepcopy(saved))
     for key in set(vars(opt)) - s.attrs:
         delattr(opt, key)
-    opt.state.clear()
+    getattr(opt, "state", {}).clear()
     for pid, st in s.state.items():
         if pid in by_id:  # the original per-parameter dict and tensors, values copied in where they differ
             entry, tensors = s.originals[pid]

@@ -84,6 +84,7 @@ from torch import nn
 from ...errors import InvalidArgument
 from ...report import Report, Status
 from .._core.checks import Check, compose
+from .._core.modes import set_mode
 from .._core.state import detached_copy, guarded
 from .._core.user_hooks import reports_user_hooks
 from ._capture import Site
@@ -254,7 +255,7 @@ def _prepare(ctx: Ctx, attn: Any) -> str:
             ctx.notes.append(f"could not deep-copy the module ({type(exc).__name__}: {exc}); ran it under guarded()")
         if attn.training:
             ctx.notes.append("the module was in training mode; the probes ran in eval mode so dropout does not blur comparisons")
-        ctx.fn = ctx.module = work.eval()
+        ctx.fn = ctx.module = set_mode(work, False)
     else:
         effects = "none: the function ran under no_grad (it is called as-is: not copied, not put in eval mode)"
     build_masks(ctx)

@@ -16,6 +16,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ...errors import InvalidArgument
+from .._core.modes import set_mode
 from .._core.state import detached_copy
 from ._capture import describe
 from ._setup import check_hidden, split_inputs, type_name
@@ -130,7 +131,7 @@ def module_inputs(model: nn.Module, inputs: Any, path: str) -> ModuleInputs:
     """Run a copy of ``model`` on ``inputs`` until the module at ``path`` is called; its module and inputs."""
     notes: list[str] = []
     try:
-        work = detached_copy(model)[0].eval()
+        work = set_mode(detached_copy(model)[0], False)
     except Exception as exc:  # noqa: BLE001 - an uncopyable model is reported, not run on the user's object
         return ModuleInputs(None, reason=f"the model could not be deep-copied ({describe(exc)})")
     _uncompile(work, notes)

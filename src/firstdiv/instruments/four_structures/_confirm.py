@@ -21,6 +21,7 @@ from torch import nn
 from .._core.batch import compute_loss
 from .._core.checks import graph_leaves
 from .._core.closure import closure_state, innermost
+from .._core.modes import set_mode
 from .._core.state import guarded
 
 
@@ -67,7 +68,7 @@ def graph_after_train(model: nn.Module, optimizer: Any, batch: Any, loss_fn: Any
     user's model inside ``guarded``; no backward."""
     try:
         with guarded(model, optimizer), torch.enable_grad():
-            model.train()
+            set_mode(model, True)
             _, loss = compute_loss(model, batch, loss_fn)
             if not torch.is_tensor(loss) or loss.grad_fn is None:
                 return None if not torch.is_tensor(loss) else {}

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import torch
 
+from .._core.modes import set_mode
 from .._core.task import Ctx
 
 T = TypeVar("T")
@@ -45,7 +46,7 @@ def at_perturbed_weights(ctx: Ctx, run: Callable[[], T]) -> T | None:
 def eval_mode(model: torch.nn.Module) -> Iterator[None]:
     """``model`` (the ledger's copy) in eval mode, every module's own mode put back on exit."""
     was = [(m, m.training) for m in model.modules()]
-    model.eval()
+    set_mode(model, False)
     try:
         yield
     finally:

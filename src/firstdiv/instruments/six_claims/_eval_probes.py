@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .._core.batch import forward, fresh
 from .._core.closure import closure_state
 from .._core.copying import model_copy
-from .._core.modes import drop_rate, mode_dependent
+from .._core.modes import drop_rate, mode_dependent, set_mode
 from ._model_probes import flat
 from ._written_dropout import user_site
 
@@ -129,7 +129,7 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
     others = closure_modules(eval_fn, model)
     if train_first:
         for m in (probe, *(m for _, m in others)):
-            m.train()
+            set_mode(m, True)
     seen: dict[str, bool] = {}
     calls = [0]
     handles = _hook([("", probe), *others], seen, calls)
@@ -191,13 +191,13 @@ def eval_mode_non_finite(model: nn.Module, batch: Any) -> dict[str, Any] | None:
     values and training-mode output does not, the count and the first module whose output went non-finite."""
     probe = model_copy(model)
     with torch.no_grad():
-        out_eval = flat(forward(probe.eval(), batch))
+        out_eval = flat(forward(set_mode(probe, False), batch))
         if out_eval is None or bool(torch.isfinite(out_eval).all()):
             return None
-        out_train = flat(forward(probe.train(), batch))
+        out_train = flat(forward(set_mode(probe, True), batch))
         if out_train is None or not bool(torch.isfinite(out_train).all()):
             return None
-        first = _first_non_finite(probe.eval(), batch)
+        first = _first_non_finite(set_mode(probe, False), batch)
     bad = int((~torch.isfinite(out_eval)).sum())
     return {"non_finite_outputs": bad, "outputs": int(out_eval.numel()), "first_module": first}
 
@@ -236,7 +236,7 @@ def eval_forwards_differ(model: nn.Module, batch: Any) -> bool:
     """Whether two eval-mode forwards of a copy on the same batch, under two different seeds, give different outputs
     (the random generators' states are restored afterwards)."""
     probe = model_copy(model)
-    probe.eval()
+    set_mode(probe, False)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(1)
         first = flat(forward(probe, batch))

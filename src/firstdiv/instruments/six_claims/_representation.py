@@ -16,6 +16,7 @@ from ...report import Status
 from .._core.batch import Batch, fresh, rebuild
 from .._core.checks import Check
 from .._core.copying import model_copy
+from .._core.modes import set_mode
 from ._linear_fit import linear_fit
 from ._measured_step import weighted_layers
 from ._model_probes import ALPHA, activations, affine_error
@@ -48,7 +49,7 @@ def representation(model: nn.Module, batch: Batch, axis: int) -> Check:
         return skip(NAME, CHECK, f"inputs are {x.dtype} (e.g. token ids): a mixture of two inputs is not an input",
                     dtype=str(x.dtype))
     try:
-        worst, spread, pairs, dtype = affine_error(model_copy(model).eval(), x, axis, rebuild)
+        worst, spread, pairs, dtype = affine_error(set_mode(model_copy(model), False), x, axis, rebuild)
     except Exception as exc:  # noqa: BLE001 - the model refused a mixed input: no evidence, not a crash
         return skip(NAME, CHECK, f"the model raised {type(exc).__name__} on a mixture of inputs: {exc}")
     if worst is None:
@@ -138,7 +139,7 @@ def _identity_activations(model: nn.Module) -> list[str]:
 
 
 def _perturbed(model: nn.Module) -> nn.Module:
-    probe = model_copy(model).eval()
+    probe = set_mode(model_copy(model), False)
     g = torch.Generator().manual_seed(SEED)
     with torch.no_grad():
         for p in probe.parameters():

@@ -23,7 +23,7 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check, check
-from .._core.modes import drop_rate, mode_dependent
+from .._core.modes import drop_rate, mode_dependent, set_mode
 from .._core.trace import tensors
 
 
@@ -193,7 +193,7 @@ def _mode_matters(m: nn.Module, inputs: tuple) -> bool:
     different outputs or leaves different buffers."""
     runs = []
     for training in (True, False):
-        twin = copy.deepcopy(m).train(training)
+        twin = set_mode(copy.deepcopy(m), training)
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             torch.manual_seed(0)
             try:

@@ -26,6 +26,7 @@ from ...report import Status
 from .._core.batch import rebuild
 from .._core.checks import Check, check
 from .._core.copying import model_copy
+from .._core.modes import set_mode
 from .._core.trace import Row, exception_line, is_builtin, op_name, tensors
 
 _RESHAPES = (torch.Tensor.view, torch.Tensor.reshape, torch.reshape, torch.Tensor.flatten, torch.flatten,
@@ -263,7 +264,7 @@ def output_crosstalk(root: nn.Module | None, fn: Any, args: tuple, kwargs: dict,
     if root is None or not examples or examples < 2:
         return None
     try:
-        work = copy.deepcopy(root).eval()
+        work = set_mode(copy.deepcopy(root), False)
         call = work if fn is root else getattr(work, getattr(fn, "__name__", ""))
         with preserved_globals(seed=0), torch.no_grad():
             base = call(*args, **kwargs)

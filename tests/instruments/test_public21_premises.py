@@ -1,0 +1,94 @@
+"""What public-21's first contact showed in firstdiv's own calls, each fixed in general (tests/realworld/README.md):
+
+- an optimizer that wraps another and never calls ``Optimizer.__init__`` (torchlars' LARS around SGD: no ``.state``, no
+  hook tables) made the no-trace snapshot raise, so learning_ledger and step_probe raised on a correct program;
+- a model whose ``train`` method is not the train/eval switch (Hands-on-RL's ensemble model defines ``train(self,
+  loss)``, which steps its optimizer) was put in eval mode through ``model.eval()``, which called that method: the
+  DEPENDENCY link raised, and on a program where the call had not raised it would have run a training step.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import firstdiv
+from firstdiv.instruments._core.modes import mode_switch, set_mode
+
+
+class _Wrapping(torch.optim.Optimizer):
+    """An optimizer over another's groups that skips ``Optimizer.__init__`` (as torchlars' LARS does)."""
+
+    def __init__(self, inner: torch.optim.Optimizer) -> None:
+        self.optim = inner
+
+    @property
+    def param_groups(self):
+        return self.optim.param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optim.zero_grad(set_to_none)
+
+    def step(self, closure=None):
+        return self.optim.step(closure)
+
+
+def _program(seed: int = 0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    x = torch.randn(24, 6)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+    return model, (x, y)
+
+
+def test_a_wrapping_optimizer_without_state_is_snapshotted_through_the_one_it_wraps():
+    model, batch = _program()
+    inner = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt = _Wrapping(inner)
+    assert not hasattr(opt, "state")
+    F.cross_entropy(model(batch[0]), batch[1]).backward()
+    opt.step()
+    opt.zero_grad()
+    buffers = {id(p): (s["momentum_buffer"], s["momentum_buffer"].clone()) for p, s in inner.state.items()}
+    weights = [p.detach().clone() for p in model.parameters()]
+    for report in (firstdiv.learning_ledger(model, batch, F.cross_entropy, opt),
+                   firstdiv.step_probe(model, batch, F.cross_entropy, opt)):
+        assert report.status.name in ("PASS", "WARN"), report
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
+    assert {id(p) for p in inner.state} == set(buffers)
+    for p, s in inner.state.items():  # the inner optimizer's state: the same tensors, the same values
+        kept, value = buffers[id(p)]
+        assert s["momentum_buffer"] is kept and torch.equal(kept, value)
+
+
+class _Ensemble(nn.Module):
+    """A model whose ``train`` steps its own optimizer (not the train/eval switch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, 16), nn.Dropout(0.1), nn.Linear(16, 3))
+        self.calls = 0
+
+    def forward(self, x):
+        return self.net(x)
+
+    def train(self, loss):  # the program's own method of this name
+        self.calls += 1
+        loss.backward()
+
+
+def test_a_train_method_that_is_not_the_mode_switch_is_never_called():
+    torch.manual_seed(0)
+    model = _Ensemble()
+    x = torch.randn(24, 6)
+    y = (x[:, 0] > 0).long()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ws = firstdiv.diagnose(model=model, batch=(x, y), loss_fn=F.cross_entropy, optimizer=opt, stop_at_first=False)
+    assert model.calls == 0
+    ledger = ws.report_of("learning_ledger")
+    dependency = next(f for f in ledger.findings if f.where == "DEPENDENCY")
+    assert "could not check" not in dependency.message, dependency.message
+    assert ws.status.name != "FAIL", ws
+    assert not mode_switch(model) and mode_switch(model.net) and mode_switch(nn.Linear(1, 1))
+    assert set_mode(model, False) is model and not any(m.training for m in model.modules()) and model.calls == 0
