@@ -827,8 +827,9 @@ PREMISES: dict[str, Premise] = {
     "claim.evaluation.train_mode": Premise(
         "six_claims", "eval_fn (declared as the evaluation) runs Dropout/BatchNorm in eval mode",
         "pre-hooks on every Dropout/BatchNorm of the model's copy and of the modules eval_fn reaches through its closure "
-        "(an EMA copy) saw training mode while eval_fn ran (a one-layer RNN's dropout= applies between layers only: "
-        "not a mode-dependent module)",
+        "(an EMA copy), and on every module holding a drop rate its own forward applies while self.training (a drop "
+        "path, F.dropout(x, self.input_droprate, self.training)), saw training mode while eval_fn ran (a one-layer "
+        "RNN's dropout= applies between layers only: not a mode-dependent module)",
         "no eval_fn: SKIPPED; eval_fn raising: SKIPPED claim.evaluation.not_checked and the report WARNs"),
     "claim.evaluation.non_finite": Premise(
         "six_claims", "evaluation computes finite values",

@@ -92,3 +92,38 @@ def test_a_train_method_that_is_not_the_mode_switch_is_never_called():
     assert ws.status.name != "FAIL", ws
     assert not mode_switch(model) and mode_switch(model.net) and mode_switch(nn.Linear(1, 1))
     assert set_mode(model, False) is model and not any(m.training for m in model.modules()) and model.calls == 0
+
+
+class _RateMLP(nn.Module):
+    """Dropout written as F.dropout with the module's own rates (GRAND's MLP): no Dropout module to hook."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_droprate, self.hidden_droprate = 0.5, 0.5
+        self.layer1, self.layer2 = nn.Linear(6, 32), nn.Linear(32, 3)
+
+    def forward(self, x):
+        x = F.dropout(x, self.input_droprate, training=self.training)
+        x = F.dropout(torch.relu(self.layer1(x)), self.hidden_droprate, training=self.training)
+        return self.layer2(x)
+
+
+def test_an_evaluation_left_in_training_mode_is_found_where_the_model_applies_its_own_drop_rates():
+    torch.manual_seed(0)
+    model = _RateMLP()
+    x = torch.randn(64, 6)
+    y = (x[:, 0] > 0).long()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def evaluate(m, batch, call_eval):
+        if call_eval:
+            m.eval()
+        with torch.no_grad():
+            acc = float((m(batch[0]).argmax(1) == batch[1]).float().mean())
+        m.train()
+        return acc
+
+    bad = firstdiv.six_claims(model, (x, y), F.cross_entropy, opt, eval_fn=lambda m, b: evaluate(m, b, False))
+    assert bad.first_divergence is not None and bad.first_divergence.kind == "claim.evaluation.train_mode", bad
+    good = firstdiv.six_claims(model, (x, y), F.cross_entropy, opt, eval_fn=lambda m, b: evaluate(m, b, True))
+    assert next(f for f in good.findings if f.where == "EVALUATION").status.name == "PASS", good

@@ -265,21 +265,18 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                      'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                      'diagnose WARN at None',
  'glowpytorch_glow.squeeze_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
- 'grand_cora.eval_without_model_eval': 'owner saw WARN None None: COMPUTATION: no evidence: no Linear/Conv layer '
-                                       'with at least 2 units to compare; DIFFERENTIATION: 4 trainable parameters '
-                                       'get; diagnose WARN at None',
  'grand_cora.sharpened_target_not_detached': 'owner saw WARN None None: DEPENDENCY: 4 of 8 trainable parameters are '
                                              "not on the loss's autograd graph: 4 trainable parameters get no "
                                              'gradient and the; diagnose WARN at None',
  'graphwavenet_traffic.target_time_in_day_channel': 'owner saw WARN None None: DEPENDENCY: 20 of 104 trainable '
                                                     "parameters are not on the loss's autograd graph: 20 trainable "
                                                     'parameters get no gradient and; diagnose WARN at None',
- 'gru4rec_session.hidden_not_carried': 'owner saw WARN None None: GRADIENT: backward raised RuntimeError: one of the '
-                                       'variables needed for gradient computation has been modified by an inplace; '
+ 'gru4rec_session.hidden_not_carried': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no gradient '
+                                       'and the loss does not depend on them (perturbing them on a copy leaves it u; '
                                        'diagnose WARN at None',
- 'gru4rec_session.target_is_current_click': 'owner saw WARN None None: GRADIENT: backward raised RuntimeError: one '
-                                            'of the variables needed for gradient computation has been modified by '
-                                            'an inplace; diagnose WARN at None',
+ 'gru4rec_session.target_is_current_click': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no '
+                                            'gradient and the loss does not depend on them (perturbing them on a '
+                                            'copy leaves it u; diagnose WARN at None',
  'handsonrl_pets.inverse_var_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'handsonrl_pets.labels_permuted_apart': 'owner saw PASS None None: ; diagnose WARN at None',
  'harmonicpinn_oscillator.residual_sign_flipped': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '

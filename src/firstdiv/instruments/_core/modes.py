@@ -43,7 +43,8 @@ def functional_dropout(m: nn.Module) -> bool:
 
 def mode_dependent(model: nn.Module, own_code: bool = False) -> list[tuple[str, nn.Module]]:
     """Modules whose output depends on train/eval mode: Dropout with p > 0, norms tracking running stats, and modules
-    holding a positive dropout rate they apply functionally (HF attention); with ``own_code``, also any other module
+    holding a positive dropout rate they apply functionally (HF attention, a drop path, a ``*drop*`` rate their own
+    forward applies while ``self.training``); with ``own_code``, also any other module
     whose own forward reads ``self.training``. A Dropout with p = 0, or a norm without running statistics (batch
     statistics in both modes), reads the flag but computes the same either way: not mode-dependent."""
     return [(n, m) for n, m in model.named_modules() if switches(m, own_code)]
@@ -55,7 +56,8 @@ def switches(m: nn.Module, own_code: bool = True) -> bool:
         return m.p > 0
     if isinstance(m, nn.modules.batchnorm._NormBase):
         return m.track_running_stats
-    return functional_dropout(m) or (own_code and reads_mode(m))
+    own_rate = not isinstance(m, nn.RNNBase) and drop_rate(m) > 0  # GRAND's MLP: F.dropout(x, self.input_droprate, ...)
+    return functional_dropout(m) or own_rate or (own_code and reads_mode(m))
 
 
 @functools.lru_cache(maxsize=512)

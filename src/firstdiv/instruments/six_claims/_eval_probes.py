@@ -110,10 +110,9 @@ def is_ema(m: nn.Module) -> bool:
 def _hook(roots: list[tuple[str, nn.Module]], seen: dict[str, bool], calls: list[int]) -> list[Any]:
     handles = []
     for label, root in roots:
-        prefix = f"{label}." if label else ""
-        handles += [m.register_forward_pre_hook(lambda mod, _i, n=prefix + n: seen.__setitem__(n, seen.get(n, False)
-                                                                                               or mod.training))
-                    for n, m in mode_dependent(root)]
+        names = [(".".join(x for x in (label, n) if x), m) for n, m in mode_dependent(root)]
+        handles += [m.register_forward_pre_hook(lambda mod, _i, n=n: seen.__setitem__(n, seen.get(n, False) or mod.training))
+                    for n, m in names]
 
         def count(top: bool) -> None:
             calls[0] = calls[0] + 1 if top else max(calls[0], 1)
@@ -145,7 +144,7 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
     owners = {f"{label}.": f"{'the EMA copy ' if is_ema(m) else ''}{label} ({type(m).__name__})" for label, m in others}
     return EvalRun([n for n, t in seen.items() if t], [n for n, t in seen.items() if not t],
                    max(calls[0] // repeat, min(calls[0], 1)), results,
-                   {n: o for n in seen for p, o in owners.items() if n.startswith(p)}, masks.count,
+                   {n: o for n in seen for p, o in owners.items() if f"{n}.".startswith(p)}, masks.count,
                    {n: c for n, c in masks.drop_draws.items() if n}, masks.sites)
 
 
