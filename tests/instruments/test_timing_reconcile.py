@@ -162,8 +162,8 @@ def test_a_loaded_machine_stretching_the_wall_clock_is_said_not_warned():
     # the step read at 20 ms of wall-clock while other processes held the cores; its CPU time is the phases'
     m = measured([0.020] * 5, {"forward": [0.002] * 5, "backward": [0.002] * 5}, [0.004] * 5,
                  {"forward": [0.002] * 5, "backward": [0.002] * 5})
-    _, rounds = prc.reconcile(m, lambda: m, use_cpu=True)
-    assert len(rounds) == prc.ROUNDS and rounds[-1]["cpu"]["agree"] and not rounds[-1]["agree"]
+    _, rounds = prc.reconcile(m, lambda: m, use_cpu=True)  # no second measurement: the load would stretch it again
+    assert len(rounds) == 1 and rounds[-1]["cpu"]["agree"] and not rounds[-1]["agree"]
     c = prc.reconcile_check(rounds)
     assert c.finding.status is Status.PASS and "CPU time agrees" in c.finding.message
     both = measured([0.020] * 5, {"forward": [0.002] * 5}, [0.020] * 5, {"forward": [0.002] * 5})
