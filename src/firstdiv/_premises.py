@@ -474,7 +474,9 @@ PREMISES: dict[str, Premise] = {
         "positions in every example and not when paired with another example's input (informative values only: "
         "floats mostly distinct over the batch, else >= 32 bits), making up at least half of a floating target or an "
         "example's one label; then, on the ledger's copy in eval mode with the RNGs reseeded, changing that input "
-        "position alone moves the aligned output by >= 1/20 of the largest move, for at least half of up to 8 probes",
+        "position alone moves the aligned output (an output longer than the targets along one axis alone, a "
+        "forecaster reconstructing its window too, read at its last positions) by >= 1/20 of the largest move, for at "
+        "least half of up to 8 probes",
         "a target copying the input at its own positions or copying every varying input position (reconstruction, a "
         "copy task), integer sequences copying some source tokens (a seq2seq rule; shifts are the sequence checks'), "
         "a copy the model does not read (a causal model's next-token labels), no output aligned with the targets: no "

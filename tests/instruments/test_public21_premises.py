@@ -127,3 +127,35 @@ def test_an_evaluation_left_in_training_mode_is_found_where_the_model_applies_it
     assert bad.first_divergence is not None and bad.first_divergence.kind == "claim.evaluation.train_mode", bad
     good = firstdiv.six_claims(model, (x, y), F.cross_entropy, opt, eval_fn=lambda m, b: evaluate(m, b, True))
     assert next(f for f in good.findings if f.where == "EVALUATION").status.name == "PASS", good
+
+
+class _Upsampler(nn.Module):
+    """A forecaster that also reconstructs its input window (FITS-like): outputs [B, L + H, C] for an input [B, L, C]."""
+
+    def __init__(self, length: int = 32, horizon: int = 8) -> None:
+        super().__init__()
+        self.proj = nn.Linear(length, length + horizon)
+
+    def forward(self, x):
+        return self.proj(x.transpose(1, 2)).transpose(1, 2)
+
+
+def _forecast_batch(inside: bool):
+    torch.manual_seed(0)
+    series = torch.randn(32, 40, 3).cumsum(1)
+    x = series[:, :32]
+    y = x[:, 8:16] if inside else series[:, 32:40]  # the horizon taken from inside the window, or after it
+    return x, y
+
+
+def test_a_target_copied_from_the_input_window_is_found_where_the_output_also_reconstructs_the_window():
+    model = _Upsampler()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def loss_fn(out, y):
+        return F.mse_loss(out[:, -y.shape[1]:], y)
+
+    bad = firstdiv.learning_ledger(model, _forecast_batch(True), loss_fn, opt)
+    assert bad.first_divergence is not None and bad.first_divergence.kind == "task.target_in_input", bad
+    good = firstdiv.learning_ledger(model, _forecast_batch(False), loss_fn, opt)
+    assert next(f for f in good.findings if f.where == "TASK").status.name == "PASS", good

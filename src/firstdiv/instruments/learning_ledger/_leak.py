@@ -146,17 +146,23 @@ def _shifted_whole(found: dict[int, list[int]], x: torch.Tensor, xs: tuple[int, 
     return axes[0], int(d[axes[0]])
 
 
-def _aligned(outputs: Any, b: int, per: int) -> list[tuple[str, Callable[[torch.Tensor], torch.Tensor]]]:
-    """The outputs the loss can compare with targets of ``per`` elements per example: each as a view [B, per, k]."""
-    found = []
+def _aligned(outputs: Any, t: torch.Tensor) -> list[tuple[str, Callable[[torch.Tensor], torch.Tensor]]]:
+    """The outputs the loss can compare with the targets ``t``: each as a view [B, per, k] (per: the target elements of
+    an example). An output longer than the targets along one axis alone (a forecaster that also reconstructs its
+    input window: [B, L + H, C] for targets [B, H, C]) is read at its last positions, where a forecast sits."""
+    b, per, found = t.shape[0], t[0].numel(), []
     for path, o in named_tensors(outputs, "outputs"):
         if not o.is_floating_point() or o.dim() == 0 or o.shape[0] != b:
             continue
         n = o[0].numel()
+        longer = [i for i in range(1, o.dim()) if o.dim() == t.dim() and o.shape[i] != t.shape[i]]
         if n == per:
             found.append((path, lambda o, b=b, per=per: o.reshape(b, per, 1)))
         elif o.dim() >= 2 and n == per * o.shape[-1] and o.shape[-1] > 1:
             found.append((path, lambda o, b=b, per=per: o.reshape(b, per, -1)))
+        elif len(longer) == 1 and o.shape[longer[0]] > t.shape[longer[0]]:
+            a, k = longer[0], t.shape[longer[0]]
+            found.append((path, lambda o, b=b, per=per, a=a, k=k: o.narrow(a, o.shape[a] - k, k).reshape(b, per, 1)))
     return found
 
 
@@ -240,8 +246,7 @@ def _name(path: str, whole: bool) -> str:
 def _confirm(call: ModelCall, x: torch.Tensor, t: torch.Tensor, copies: dict[int, list[int]]) -> dict[str, Any] | None:
     """Step 3: which probed target elements' outputs move with their source input alone."""
     base = call()
-    b, per = t.shape[0], t[0].numel()
-    views = _aligned(base, b, per) if base is not None else []
+    views = _aligned(base, t) if base is not None else []
     if not views:
         return None
     path, view = views[0]
