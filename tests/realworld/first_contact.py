@@ -4,7 +4,8 @@ measure). Run it once per batch of new ports, before touching firstdiv for them,
 For every program of the batch: ``diagnose(stop_at_first=False)`` on the correct program at each seed (its status,
 and each instrument's FAIL and WARN with what it said); for every bug variant, the owning instrument (localized: its
 first divergence names the bug's place) and plain ``diagnose`` (localized: its first divergence, whichever instrument
-found it, names the bug's place). An instrument or diagnose that raises is recorded as RAISED, never dropped.
+found it, names the bug's place and, where the bug declares one, its kind; batches up to public-21 were scored on the
+place alone). An instrument or diagnose that raises is recorded as RAISED, never dropped.
 
 The results are appended, as one batch, to ``first_contact.json`` beside this file, with the firstdiv commit they
 were measured on; a batch already in the ledger is refused (first contact happens once). Rates printed at the end.
@@ -62,7 +63,8 @@ def diagnose_bug(bug) -> dict:
     first = ws.details.get("first_divergence") or {}
     where = f"{first.get('instrument_where') or ''} {first.get('where') or ''}"
     return {"status": ws.status.value, "instrument": first.get("instrument"), "where": where.strip() or None,
-            "kind": first.get("kind"), "localized": bool(first) and all(w in where for w in bug.where)}
+            "kind": first.get("kind"), "localized": bool(first) and all(w in where for w in bug.where)
+            and (not bug.kind or bug.kind in (first.get("kind") or ""))}
 
 
 def _bug(bug) -> dict:
