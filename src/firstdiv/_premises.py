@@ -458,7 +458,8 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "dense targets (a label map, heatmaps, a target image) sit at the positions of the input "
         "pixels they describe",
         "on the program's own batch (targets on the grid of a 4-D output) and on what train_step feeds (the target a "
-        "loss node saved), each example's targets predicted from the other examples' (the mean target of the "
+        "loss node saved), on one grid (the larger pooled to the smaller, or a low-resolution input under 12 x 12 "
+        "upsampled to the targets'), each example's targets predicted from the other examples' (the mean target of the "
         "pixels whose 3 x 3 neighbourhood of input values is nearest): one other alignment (flipped left-right, flipped "
         "upside down, transposed) explains at least two examples and a fifth of the batch with R^2 >= 0.1, at least "
         "0.2 better than the targets as given, which the input does not explain (R^2 <= 0.1); scored again with the "

@@ -159,3 +159,25 @@ def test_a_target_copied_from_the_input_window_is_found_where_the_output_also_re
     assert bad.first_divergence is not None and bad.first_divergence.kind == "task.target_in_input", bad
     good = firstdiv.learning_ledger(model, _forecast_batch(False), loss_fn, opt)
     assert next(f for f in good.findings if f.where == "TASK").status.name == "PASS", good
+
+
+def _sr_batch(flip_low_only: bool):
+    """A x4 super-resolution batch: smooth 32 x 32 targets and their 8 x 8 averages, half of the pairs flipped
+    left-right on the low-resolution side alone when ``flip_low_only``."""
+    torch.manual_seed(0)
+    hr = F.interpolate(torch.randn(16, 1, 8, 8), size=(32, 32), mode="bicubic", align_corners=False)
+    hr = hr + 0.5 * torch.linspace(-1, 1, 32).view(1, 1, 1, 32) * torch.randn(16, 1, 1, 1)
+    lr = F.avg_pool2d(hr, 4)
+    if flip_low_only:
+        lr[::2] = lr[::2].flip(-1)
+    return lr, hr
+
+
+def test_a_flip_applied_to_a_small_low_resolution_input_alone_is_found_on_the_targets_grid():
+    model = nn.Sequential(nn.Upsample(scale_factor=4, mode="bilinear"), nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(8, 1, 3, padding=1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    bad = firstdiv.learning_ledger(model, _sr_batch(True), F.mse_loss, opt)
+    assert bad.first_divergence is not None and bad.first_divergence.kind == "task.target_misaligned", bad
+    good = firstdiv.learning_ledger(model, _sr_batch(False), F.mse_loss, opt)
+    assert next(f for f in good.findings if f.where == "TASK").status.name == "PASS", good

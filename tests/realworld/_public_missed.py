@@ -547,9 +547,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rainbow_c51.log_softmax_over_actions': 'owner saw PASS None None: ; diagnose WARN at None',
  'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
  'rbert_semeval.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
- 'rdnpytorch_x4.hflip_lr_only': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed examples, '
-                                'Adam lr 0.001, up to lr 0.001, loss 0.4781 -> best 0.09649 (80% do; diagnose WARN '
-                                'at None',
  'realmlp_tds.labels_not_split_with_features': 'owner saw WARN None None: GRADIENT: 7 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it u; diagnose WARN at None',

@@ -12,7 +12,8 @@ left-right, flipped upside down or transposed?
    second view of the images, fed to an encoder, is none) with the same examples on a grid of at least 12 x 12 whose
    size divides the input's or is divided by it, by the same factor on both axes: a class map [B, h, w] (one channel
    per class of the outputs; ids outside them are unsupervised) or floating maps [B, K, h, w] or [B, h, w]. Both are
-   brought to the smaller grid by average pooling.
+   brought to the smaller grid by average pooling, unless the input is the smaller one and under 12 x 12 (a
+   super-resolution's low-resolution crop): then it is upsampled (bilinear) to the targets' grid.
 2. For each alignment (as given, and each of the others), each example's target pixels predicted from the other
    examples: the mean target of the pixels whose 3 x 3 neighbourhood of (standardized) input values is nearest (R^2).
 3. Examples whose targets one other alignment explains with R^2 >= 0.1, at least 0.2 better than as given, where the
@@ -90,12 +91,16 @@ def _dense_target(ctx: Ctx, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 
 def _same_grid(x: torch.Tensor, y: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+    """Input and targets on one grid: the larger pooled to the smaller, or (a super-resolution's low-resolution input
+    under ``MIN_SIDE``) the input upsampled to the targets' grid."""
     (hx, wx), (hy, wy) = x.shape[-2:], y.shape[-2:]
-    if min(hx, wx, hy, wy) < MIN_SIDE:
+    if min(hy, wy) < MIN_SIDE:
         return None
     if hx % hy == 0 and wx % wy == 0 and hx // hy == wx // wy:
         return F.avg_pool2d(x, hx // hy) if hx != hy else x, y, keep
     if hy % hx == 0 and wy % wx == 0 and hy // hx == wy // wx:
+        if min(hx, wx) < MIN_SIDE:
+            return F.interpolate(x, size=(hy, wy), mode="bilinear", align_corners=False), y, keep
         f = hy // hx
         return x, F.avg_pool2d(y, f), (F.avg_pool2d(keep, f) > 0.999).float()
     return None
