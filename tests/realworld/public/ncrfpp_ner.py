@@ -40,7 +40,8 @@ Deviations from the original:
 - one ``train_step`` is one batch of ``train``'s loop (the next epoch, with its learning rate and shuffle, starts
   when the list runs out); the progress prints, the loss-explosion exit, checkpoint saving and the dev/test
   evaluation at the end of each epoch are dropped; ``eval_fn`` is ``evaluate``'s decoding of a given batch in eval
-  mode scored by ``predict_check``'s token accuracy (``get_ner_fmeasure`` is not copied); the Program's ``batch``
+  mode scored by ``predict_check``'s token accuracy (``get_ner_fmeasure`` is not copied), under ``no_grad``, ending
+  with the ``model.train()`` the next epoch would apply; the Program's ``batch``
   holds the keyword arguments of ``SeqLabel.forward`` for the first training batch and ``loss_fn`` is
   ``calculate_loss`` on it (the model decodes in ``forward`` and computes its loss in ``calculate_loss``);
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.

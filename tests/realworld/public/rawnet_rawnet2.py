@@ -41,7 +41,8 @@ Deviations from the original:
 - ``nn.DataParallel`` (``mg``), the device (CPU), tqdm, the prints of ``init_weights`` and of the arguments, the
   result files, comet and checkpoint saving are dropped; ``num_workers`` 8 -> 0;
 - ``init_weights`` calls ``xavier_uniform_`` for the deprecated ``xavier_uniform`` (the same initialisation);
-- one ``train_step`` is one batch of ``train_model``;
+- one ``train_step`` is one batch of ``train_model``, starting with its ``model.train()`` (the original calls it once
+  per epoch, after the previous epoch's evaluation left the model in eval mode);
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 # ruff: noqa: UP008, C408, UP031, PLR0402, SIM102, UP034, B006
@@ -600,7 +601,7 @@ def _build(seed, bug=None):
                 l_embeddings.extend(code.cpu().numpy())
         return l_embeddings
 
-    def time_augmented_evaluate_model(model):
+    def time_augmented_evaluate_model(model):  # (port) the epoch-end evaluation, not run by train_step
         batches = [torch.stack([torch.as_tensor(TA_evalset[i]) for i in range(j, min(j + args.bs, len(l_eval)))])
                    for j in range(0, len(l_eval), args.bs)]
         return score_trials(model, embed(model, batches), l_eval, l_eval_trial)
@@ -616,7 +617,6 @@ def _build(seed, bug=None):
     first = next(iter(data.DataLoader(data.Subset(devset, range(0, len(devset), len(devset) // args.bs)),
                                       batch_size = args.bs, shuffle = False)))
     batch = (first[0], first[1])
-    assert time_augmented_evaluate_model is not None
 
     return Program(name="rawnet_rawnet2", model=model, batch=batch, loss_fn=criterion['cce'], optimizer=optimizer,
                    train_step=train_step, eval_fn=eval_fn, loader=devset_gen)
