@@ -239,7 +239,6 @@ class Codebook(nn.Module):
         self.num_codebook_vectors = args.num_codebook_vectors
         self.latent_dim = args.latent_dim
         self.beta = args.beta
-        self.bug = args.bug
 
         self.embedding = nn.Embedding(self.num_codebook_vectors, self.latent_dim)
         self.embedding.weight.data.uniform_(-1.0 / self.num_codebook_vectors, 1.0 / self.num_codebook_vectors)
@@ -257,11 +256,7 @@ class Codebook(nn.Module):
 
         loss = torch.mean((z_q.detach() - z)**2) + self.beta * torch.mean((z_q - z.detach())**2)
 
-        if self.bug == "straight_through_dropped":
-            # the quantized vectors go on as they are: no gradient reaches the encoder through the decoder
-            pass
-        else:
-            z_q = z + (z_q - z).detach()
+        z_q = z + (z_q - z).detach()
 
         z_q = z_q.permute(0, 3, 1, 2)
 
@@ -552,7 +547,10 @@ def _build(seed, bug=None):
         g_loss = -torch.mean(disc_fake)
 
         λ = vqgan.calculate_lambda(perceptual_rec_loss, g_loss)
-        vq_loss = perceptual_rec_loss + q_loss + disc_factor * λ * g_loss
+        if bug == "q_loss_dropped":
+            vq_loss = perceptual_rec_loss + disc_factor * λ * g_loss
+        else:
+            vq_loss = perceptual_rec_loss + q_loss + disc_factor * λ * g_loss
 
         d_loss_real = torch.mean(F.relu(1. - disc_real))
         d_loss_fake = torch.mean(F.relu(1. + disc_fake))
@@ -576,6 +574,8 @@ def _build(seed, bug=None):
         rec_loss = torch.abs(imgs - decoded_images)
         perceptual_rec_loss = args.perceptual_loss_factor * perceptual_loss + args.rec_loss_factor * rec_loss
         perceptual_rec_loss = perceptual_rec_loss.mean()
+        if bug == "q_loss_dropped":
+            return perceptual_rec_loss
         return perceptual_rec_loss + q_loss
 
     imgs = train_dataset.dataset.images[:args.batch_size]
@@ -590,10 +590,10 @@ BUGS = [
     # codebook loss and never moves.
     Bug("codebook_left_out_of_opt_vq", functools.partial(_build, bug="codebook_left_out_of_opt_vq"),
         "four_structures", ("codebook.embedding.weight",)),
-    # classic: the straight-through line ``z_q = z + (z_q - z).detach()`` left out; the reconstruction loss no longer
-    # reaches the encoder and quant_conv (only the commitment term does), and the codebook is pulled by the decoder.
-    Bug("straight_through_dropped", functools.partial(_build, bug="straight_through_dropped"), "learning_ledger",
-        ("DEPENDENCY",)),
+    # classic: q_loss left out of vq_loss; the straight-through estimator detaches the codebook from the
+    # reconstruction path, so the codebook's value reaches the loss through a cut and its embedding never learns.
+    Bug("q_loss_dropped", functools.partial(_build, bug="q_loss_dropped"), "reachability",
+        ("codebook.embedding.weight",)),
     # classic: opt_vq.zero_grad() dropped; the autoencoder's gradients accumulate over iterations (whole-model slip).
     Bug("opt_vq_zero_grad_dropped", functools.partial(_build, bug="opt_vq_zero_grad_dropped"), "step_probe", (),
         kind="step.grad_accumulation"),  # a whole-model slip: declared by its mechanism (README rule 6)
