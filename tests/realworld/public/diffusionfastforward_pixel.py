@@ -25,7 +25,7 @@ Deviations from the original:
 - data: the maps dataset (side-by-side image pairs read with skimage, the left half kept as ``paired=True,
   return_pair=False`` gives, kornia's ``RandomCrop((CROP_SIZE, CROP_SIZE))``) is replaced by 128 synthetic 24x24 RGB
   "map tiles" in [0, 1] made from ``seed`` (blocks of a few flat colours crossed by roads), each cropped at a random
-  16x16 window per item from the global torch RNG; no workers;
+  16x16 window per item from the global torch RNG; the loader shuffles with a seeded generator, no workers;
 - einops' ``rearrange`` is written out with ``reshape`` and indexing (the same layouts); the U-Net's constructor
   print is dropped; the sampling loops (``forward``, the DDPM/DDIM samplers) are not needed for training and left
   out;
