@@ -207,7 +207,7 @@ def test_every_kind_passed_beside_a_fail_has_a_premise(scanned):
 
 
 @pytest.mark.parametrize("kind", ["step.no_gradient", "ownership.unowned", "attention.axis_semantics",
-                                  "task.label_mismatch", "objective.empty_mask", "facts.unusable_loss",
+                                  "task.label_mismatch", "objective.empty_mask", "facts.nonfinite_loss",
                                   "claim.computation.zero_init", "compile.graph_break", "mode.train_at_eval"])
 def test_the_scan_notices_a_removed_premise(scanned, kind):
     """Each way a kind reaches a FAIL (a literal, a tuple, an imported constant, a helper, a local variable, a status

@@ -63,10 +63,6 @@ _DEPENDS = ("on another deep copy, with every RNG seeded alike, perturbing the p
 
 PREMISES: dict[str, Premise] = {
     # ---- tensor_facts -------------------------------------------------------------------------------------------
-    "facts.unusable_loss": Premise(
-        "tensor_facts", "loss_fn returns a 0-d floating-point loss tensor on the known batch (its contract)",
-        "the evidence packet's loss section, captured before anything else ran, names what the loss is instead",
-        _ALWAYS + "the loss the packet observed is not a scalar float tensor; no packet loss gives SKIPPED"),
     "facts.nonfinite_loss": Premise(
         "tensor_facts", "the loss on the known batch is finite",
         "the evidence packet's loss value is NaN or infinite",
@@ -496,10 +492,6 @@ PREMISES: dict[str, Premise] = {
         "no task_probe: PASS with the note 'not verified'; a probe that cannot be compared: WARN unverified; class "
         "labels agreeing far above chance (over half the way from chance to 100%) with scattered disagreements: WARN "
         "(label noise or an approximate task_probe)"),
-    "objective.unusable_loss": Premise(
-        "learning_ledger", "loss_fn returns a scalar floating loss tensor attached to the graph (its contract)",
-        "the loss of the ledger's copy is not one (a vector, a float, .item())",
-        _ALWAYS + "the chain cannot run on it"),
     "objective.nonfinite_loss": Premise(
         "learning_ledger", "the loss is finite",
         "the loss is NaN or infinite and the outputs are non-finite too (or no floating prediction tensor exists)",
@@ -755,21 +747,19 @@ PREMISES: dict[str, Premise] = {
         "six_claims", "the hidden units of a Linear/Conv layer compute different functions",
         "the layer's weights are all zero, it can train (requires_grad=True), and its gradient rows on the measured "
         "step are identical and nonzero, or it gets no gradient even after two steps of the program's optimizer on a "
-        "copy, so no update breaks the tie (gradient rows that differ: PASS)",
+        "copy while the same layers given random weights (their reset_parameters(), seeded) on another copy get one, so "
+        "the initialization is what keeps them tied (gradient rows that differ: PASS)",
         "WARN claim.computation.tied_without_gradient when the layer gets no gradient now but does after two steps (a "
-        "zero-initialized layer downstream) or the steps could not run; a frozen (requires_grad=False) layer with zero "
+        "zero-initialized layer downstream), when random weights get none either (an all-zero input such as a learned "
+        "prior over a zero buffer, an unused output), or when the steps could not run; a frozen (requires_grad=False) layer with zero "
         "weights is a WARN of the same kind (a fixed map on purpose, or weights never loaded)"),
     "claim.computation.symmetric_init": Premise(
         "six_claims", "the hidden units of a Linear/Conv layer compute different functions",
         "the layer's weight rows are identical (within 1e-6 of the largest weight), it can train (requires_grad=True), "
         "and its gradient rows are identical and nonzero, or it gets no gradient even after two steps of the program's "
-        "optimizer on a copy",
+        "optimizer on a copy while random weights on another copy get one",
         "WARN claim.computation.tied_without_gradient as for zero_init; a frozen layer with identical rows (a fixed "
         "averaging or summing layer by design) is a WARN of the same kind"),
-    "claim.objective.invalid_loss": Premise(
-        "six_claims", "loss_fn returns a scalar floating loss tensor (its contract)",
-        "the loss of the measured step is not one",
-        _ALWAYS + "the claims cannot be judged on it"),
     "claim.objective.nonfinite_loss": Premise(
         "six_claims", "the loss is finite", "the loss of the measured step is NaN or infinite",
         _ALWAYS + "a non-finite loss is the divergence whatever the program means"),

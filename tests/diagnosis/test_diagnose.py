@@ -226,7 +226,7 @@ def test_every_catalog_kind_has_its_own_playbook_entry():
     kinds = {e.kind for fault in zoo.FAULTS.values() for e in fault.expected if e.kind}
     kinds |= {"step.nonfinite_loss", "step.nonfinite_gradient", "step.no_optimizer_step", "gradient.missing",
               "update.not_moved", "memory.oom", "compile.eager_raised", "outputs.raised", "contract.not_reached",
-              "shape.forward_raised", "attention.causality", "facts.unusable_loss", "task.label_out_of_range"}
+              "shape.forward_raised", "attention.causality", "facts.nonfinite_loss", "task.label_out_of_range"}
     generic = sorted(k for k in kinds if play_for(k, "x")["playbook_key"] is None)
     assert generic == []
     assert play_for("no.such.kind", "p")["playbook_key"] is None  # still two hypotheses and an experiment

@@ -131,6 +131,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'leaves it u; diagnose WARN at None',
  'crossformer_etth.segments_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
  'csailsemseg_ppm.flip_image_not_label': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'cswm_shapes.action_of_next_step': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'cswm_shapes.negatives_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_not_adjusted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_weights_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.mixed_input_hard_target': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -179,6 +181,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          'u; diagnose WARN at None',
  'dgl_graphsage.messages_from_destination': 'owner saw PASS None None: ; diagnose PASS at None',
  'diffpool_softassign.padding_mask_off': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'diffusionfastforward_pixel.alphas_not_cumulative': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'diffusionfastforward_pixel.target_is_clean_image': 'owner saw PASS None None: ; diagnose PASS at None',
  'diffwave_vocoder.audio_crop_not_scaled_to_samples': 'owner saw WARN None None: GRADIENT: 32 trainable parameters '
                                                       'get no gradient and the loss does not depend on them '
                                                       '(perturbing them on a copy leaves it ; diagnose WARN at None',
@@ -225,6 +229,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'fastspeech_tts.postnet_loss_against_mel_output': 'owner saw WARN None None: DEPENDENCY: 1 of 102 trainable '
                                                    "parameters are not on the loss's autograd graph: 1 trainable "
                                                    'parameters get no gradient and t; diagnose WARN at None',
+ 'feat_fewshot.distance_as_similarity': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'feat_fewshot.labels_repeat_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
  'fewshotknagg_protonet.labels_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
  'ffjord_toy_cnf.divergence_sign_flipped': 'owner saw FAIL DEPENDENCY dependency.unreachable: DEPENDENCY '
                                            'dependency.unreachable: unreachable: chain.0.sqrt_end_time; diagnose '
@@ -356,6 +362,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lora_gpt2_e2e.lora_not_marked_trainable': 'owner saw WARN None None: transformer.h.0.attn.c_attn.lora_A: '
                                             'transformer.h.0.attn.c_attn.lora_A: gradient is exactly zero after '
                                             'backward, and the los',
+ 'lornatangdcgan_mnist.g_loss_against_fake_label': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangespcn_sr.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangespcn_sr.pixel_shuffle_as_view': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangsrcnn_x2.target_is_input': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -387,6 +394,16 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'midibert_cp.loss_mask_not_applied': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss unchanged '
                                       'when targets[1] is flipped; diagnose FAIL at learning_ledger TASK '
                                       'learning_ledger:TASK',
+ 'mingru_lm.labels_not_shifted': 'owner saw SKIPPED None None: loss_fn returned a tensor of shape (4, 65, 256), not '
+                                 'a scalar; reduce it (e.g. .mean()) before backward on the batch; the; diagnose '
+                                 'WARN at None',
+ 'mingru_lm.scan_over_features': 'owner saw SKIPPED None None: loss_fn returned a tensor of shape (4, 65, 256), not '
+                                 'a scalar; reduce it (e.g. .mean()) before backward on the batch; the; diagnose '
+                                 'WARN at None',
+ 'mingru_lm.zero_grad_every_micro_batch': 'owner saw FAIL token_emb.weight step.zero_grad_before_step: '
+                                          'token_emb.weight step.zero_grad_before_step: .grad none at '
+                                          'optimizer.step; diagnose FAIL at step_probe token_emb.weight '
+                                          'step_probe:token_emb.weight',
  'minrf_rectified_flow.time_not_fed_to_model': 'owner saw WARN None None: GRADIENT: 25 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it ; diagnose WARN at None',
@@ -415,6 +432,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'morvana3c_discrete.terminal_bootstrapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvanzhou_dqn.next_state_from_state_columns': 'owner saw PASS None None: ; diagnose PASS at None',
  'mvtstransformer_classification.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ncrfpp_ner.labels_shifted_one_token': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.meshgrid_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
  'nestedunet_dsb2018.dice_on_logits': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -464,6 +482,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pinnsoctopus_burgers.targets_drawn_apart': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 '
                                              'fixed examples, LBFGS lr 0.1, up to lr 100, loss 0.3135 -> best '
                                              '0.07551 (76% down); diagnose WARN at None',
+ 'pinntorch_burgers.convection_sign_flipped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 '
+                                              'fixed examples, Adam lr 0.002, up to lr 0.002, loss 0.8211 -> best '
+                                              '0.1227 (85% dow; diagnose WARN at None',
+ 'pinntorch_burgers.time_column_as_space': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 '
+                                           'fixed examples, Adam lr 0.002, up to lr 0.002, loss 0.6604 -> best '
+                                           '0.1635 (75% dow; diagnose WARN at None',
  'playground_cifar10.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
                                                'is not plain SGD (stateful update rule); diagnose PASS at None',
  'pml_triplet_miner.normalize_over_batch': 'owner saw WARN None None: OBJECTIVE: loss 0.09164 is not the '
@@ -546,6 +570,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'raft_chairs.gamma_weights_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'rainbow_c51.log_softmax_over_actions': 'owner saw PASS None None: ; diagnose WARN at None',
  'rainbowiaayn_nstep_dqn.n_step_return_across_episodes': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'rawnet_rawnet2.gru_read_at_first_step': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                          'gradient and the loss does not depend on them (perturbing them on a copy '
+                                          'leaves it u; diagnose WARN at None',
  'rbert_semeval.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'realmlp_tds.labels_not_split_with_features': 'owner saw WARN None None: GRADIENT: 7 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
@@ -709,6 +736,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'tabnet_classifier.sparsity_loss_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 2 of 58 trainable parameters '
                                                  "are not on the loss's autograd graph: 2 trainable parameters get "
                                                  'no gradient and th; diagnose WARN at None',
+ 'tabr_regression.batch_labels_appended': 'owner saw WARN None None: DEPENDENCY: 19 of 19 trainable parameters are '
+                                          "not on the loss's autograd graph: 19 trainable parameters get no gradient "
+                                          'and ; diagnose WARN at None',
+ 'tabr_regression.own_row_kept_in_context': 'owner saw WARN None None: DEPENDENCY: 19 of 19 trainable parameters are '
+                                            "not on the loss's autograd graph: 19 trainable parameters get no "
+                                            'gradient and ; diagnose WARN at None',
  'tacotron2_ljspeech.attention_mask_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'tacotron2_ljspeech.padding_not_masked': 'owner saw PASS None None: ; diagnose WARN at None',
  'tacotron2_ljspeech.teacher_forcing_not_shifted': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -724,6 +757,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                     'Adam is not plain SGD (stateful update rule); diagnose PASS at '
                                                     'None',
  'textclspandey_lstm_attn.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'timemixer_etth.channels_reshaped_not_permuted': 'owner saw WARN None None: : op:reshape@: [32, 48, 7] -> [224, 48, '
+                                                  '1] puts input axis 1 (size 48) across output axes [0, 1], while '
+                                                  'output axis 1 (siz; ; diagnose WARN at None',
  'tintnvit_cifar.patches_viewed_not_transposed': 'owner saw WARN None None: embedding.patch_embeddings: '
                                                  'op:reshape@embedding.patch_embeddings: [32, 48, 8, 8] -> [32, 64, '
                                                  '48] puts input axis 1 (size 48; diagnose WARN at None',
@@ -836,6 +872,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    'block1.layer.0.bn1.weight: not reached from the loss; module '
                                                    'block1.layer.0.bn1 ran 1 time(s) but; diagnose WARN at None',
  'xtransformers_enwik8.geglu_gate_unused': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'y0astglow_glow.coupling_logdet_dropped': 'owner saw WARN None None: DEPENDENCY: 24 of 118 trainable parameters are '
+                                           "not on the loss's autograd graph: 24 trainable parameters get no "
+                                           'gradient and; diagnose WARN at None',
+ 'y0astglow_glow.split_prior_dropped': 'owner saw WARN None None: DEPENDENCY: 27 of 118 trainable parameters are not '
+                                       "on the loss's autograd graph: 27 trainable parameters get no gradient and; "
+                                       'diagnose WARN at None',
  'yaox12byol_resnet.momentum_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: LARS '
                                                'is not plain SGD (stateful update rule); diagnose PASS at None',
  'yaox12byol_resnet.target_views_not_swapped': 'owner saw PASS None None: ; diagnose PASS at None',

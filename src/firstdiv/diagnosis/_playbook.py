@@ -48,12 +48,6 @@ _PLAYS: dict[str, Play] = {
         "from finite inputs and parameters -> B; finite outputs and a non-finite loss -> C",
         ("the loss on the fixed batch is finite", "the supervised-element count of the batch is > 0"),
         ("the model's outputs on the fixed batch", "the targets of the elements that were supervised")),
-    "facts.unusable_loss": Play(
-        ("loss_fn returns per-element losses (reduction='none') instead of a scalar",
-         "loss_fn returns a Python number (loss.item()) or an integer tensor, which has no graph"),
-        "print type(loss), loss.shape, loss.dtype and loss.grad_fn for loss_fn(model(inputs), targets) on the fixed batch",
-        ("loss_fn returns a 0-d floating-point tensor with a grad_fn",),
-        ("the mean of the old per-element losses equals the new scalar loss",)),
     # -- known-sample contract (stage_trace) --------------------------------------------------------------------
     "stage.structure": Play(
         ("the stage reshapes/views where it meant to permute (HWC -> CHW by .reshape): same shape, moved values",

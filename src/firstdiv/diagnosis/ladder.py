@@ -9,8 +9,8 @@ The order ("Start cheap. Escalate only when the cheaper instrument passes."), ru
 
 1. print / assert tensor facts: ``evidence_packet`` records the minimum packet first, because "Preserve
    observations before your intervention destroys the failing state"; then ``tensor_facts`` asserts on that
-   packet the facts no design intends: the loss on the known batch is a finite scalar tensor (kinds
-   ``facts.nonfinite_loss``, ``facts.unusable_loss``, where ``"loss"``). A NaN loss found here is not later
+   packet the facts no design intends: the loss on the known batch is finite (kind ``facts.nonfinite_loss``,
+   where ``"loss"``; a loss that is no scalar tensor is the evidence's ``loss_fn`` breaking its contract: SKIPPED). A NaN loss found here is not later
    mistaken for a zero gradient by the graph instruments.
 2. known-sample contract: ``stage_trace`` walks one known sample through the preprocessing stages. Chapter 31:
    "first print the exact input it received"; the model may be answering an unintended input correctly.

@@ -364,6 +364,12 @@ def on_first_output(loss_fn: Callable[..., Any], outputs: Any, targets: Any) -> 
     return None
 
 
+#: what a loss the instruments cannot use (see :func:`loss_problem`) says: the evidence's contract, not the program's fault
+LOSS_CONTRACT = ("the instruments need loss_fn(outputs, targets) to return the loss your loop backpropagates, as one "
+                 "scalar tensor: reduce a per-example loss inside loss_fn as your loop does, and where the model computes "
+                 "its loss when called with other arguments (return_loss=True, labels=...), put them in the batch's inputs")
+
+
 def loss_problem(loss: Any) -> str | None:
     """None when ``loss`` is a scalar floating-point tensor; otherwise one line saying what it is."""
     if not torch.is_tensor(loss):

@@ -23,6 +23,7 @@ from torch import nn
 from ...errors import InvalidArgument
 from ...report import Report, Status, skipped
 from .._core.batch import (
+    LOSS_CONTRACT,
     check_callable,
     check_loss_fn,
     check_model,
@@ -161,7 +162,7 @@ def _walk(ctx: Ctx) -> Report:
     task = _timed("TASK", ctx, seconds)
     loss_error = _compute_loss(ctx) if task.finding.status is not Status.FAIL else None
     if loss_error is not None:
-        rest = [not_reached(link, "loss_fn raised on the batch") for link in LINKS[1:]]
+        rest = [not_reached(link, "no loss to follow on the batch (the reason above)") for link in LINKS[1:]]
         return compose(_NAME, [task, *rest], "none",
                        {"task": ctx.task, "task_inferred": ctx.task_note, "links": reached([task])}, loss_error)
     checks = walk([("TASK", lambda: task), *((link, lambda link=link: _timed(link, ctx, seconds)) for link in LINKS[1:])])
@@ -216,5 +217,8 @@ def _compute_loss(ctx: Ctx) -> str | None:
             return None
         return (f"loss_fn raised {describe_error(exc)} on outputs {describe(ctx.outputs)} and targets "
                 f"{describe(ctx.batch.targets)}; the ledger needs loss_fn(outputs, targets) to return the training loss")
-    unfed = unfed_target(ctx.model, ctx.batch) if loss_problem(ctx.loss) is not None else None
-    return unfed_message(ctx.loss, unfed) if unfed is not None else None
+    problem = loss_problem(ctx.loss) if ctx.loss is not None else None
+    if problem is None:  # a None loss (one read from the model) is OBJECTIVE's to explain
+        return None
+    unfed = unfed_target(ctx.model, ctx.batch)  # the evidence's call, not the program: never a FAIL of it
+    return unfed_message(ctx.loss, unfed) if unfed is not None else f"{problem} on the batch; {LOSS_CONTRACT}"

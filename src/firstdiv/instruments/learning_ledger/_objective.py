@@ -4,7 +4,7 @@ the loss by hand?
 The checks run on the outputs of one forward pass, detached, so every probe of the loss is a call of
 ``loss_fn`` on those same numbers (dropout or batch statistics cannot make two calls disagree):
 
-1. the loss is a scalar floating tensor (``objective.unusable_loss``);
+1. the loss is a scalar floating tensor (else the ledger is SKIPPED: the evidence's ``loss_fn`` breaks its contract);
 2. something is supervised (``objective.empty_mask``): not every target is ``ignore_index``, a NaN
    loss does not come from finite outputs (a mean over an empty mask is 0/0), and the loss is not
    blind to its outputs (d loss / d outputs exactly zero and unchanged under a perturbation);
@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from ...report import Status
-from .._core.batch import loss_problem
+from .._core.batch import LOSS_CONTRACT, loss_problem
 from .._core.checks import Check, check
 from .._core.examples import logits_of, num_examples
 from .._core.loss_graph import broadcast_into_loss, head_inside_loss, misfed
@@ -67,10 +67,8 @@ def check_objective(ctx: Ctx) -> Check:
         return skipped_link("OBJECTIVE", f"not checked: {problem} on the ledger's copy of the model (a loss_fn that reads "
                             "a loss stored on your model gives nothing on a copy): make loss_fn compute the loss from "
                             "(outputs, targets)", {"loss": None})
-    if problem is not None:
-        return failed("OBJECTIVE", "objective.unusable_loss", problem, {"loss": shape(loss)},
-                      expected="a scalar floating-point loss tensor attached to the graph", observed=problem,
-                      hint="return the reduced loss tensor from loss_fn (e.g. .mean()), not a per-example vector or .item()")
+    if problem is not None:  # the evidence's loss_fn, not the program (the ledger reports it before this link)
+        return skipped_link("OBJECTIVE", f"not checked: {problem}; {LOSS_CONTRACT}", {"loss": shape(loss)})
     value, ev = float(loss.detach()), {"loss": float(loss.detach()), "task": ctx.task}
     padded = padding_pulled(ctx, ev)
     if padded is not None:

@@ -158,7 +158,7 @@ def _by_gradient(ctx: Ctx, seqs: list[tuple[str, torch.Tensor]]) -> list[Seq]:
         if not bool(rows.any()):
             continue
         for key, ids in seqs:
-            if o.shape[1] not in (ids.shape[1], ids.shape[1] - 1) or int(ids.max()) >= o.shape[-1]:
+            if o.shape[0] != ids.shape[0] or o.shape[1] not in (ids.shape[1], ids.shape[1] - 1) or int(ids.max()) >= o.shape[-1]:
                 continue
             a_next, a_same = _agree(pulled, rows, ids)
             best = max(a_next, a_same)

@@ -13,7 +13,8 @@ loss curve; no single gradient statistic separates them. Each claim gets its own
   or, if they are, their gradient rows differ) -> ``claim.computation.zero_init`` / ``symmetric_init``;
 - OBJECTIVE: the loss is finite and scalar, does not take probabilities as logits, and falls when the
   outputs move toward the targets and when the parameters take a small step along -grad ->
-  ``claim.objective.invalid_loss`` / ``nonfinite_loss`` / ``probabilities_as_logits`` / ``wrong_sign`` /
+  ``claim.objective.nonfinite_loss`` (a loss that is not a scalar float tensor breaks loss_fn's
+  contract: SKIPPED) / ``probabilities_as_logits`` / ``wrong_sign`` /
   ``wrong_direction`` / ``not_descended``;
 - DIFFERENTIATION: every trainable parameter gets a finite gradient -> ``claim.differentiation.detached``
   / ``nonfinite`` (an all-zero gradient is a WARN, ``claim.differentiation.zero_gradient``);
@@ -41,13 +42,13 @@ from torch import nn
 from ...errors import InvalidArgument
 from ...report import Report, Status
 from .._core.batch import (
+    LOSS_CONTRACT,
     Batch,
     UserCodeError,
     check_callable,
     check_loss_fn,
     check_model,
     check_step_source,
-    compute_loss,
     loss_problem,
     split_batch,
 )
@@ -57,20 +58,19 @@ from .._core.examples import batch_axis as _batch_axis
 from .._core.examples import logits_of
 from .._core.invariance import sort_gradless, unused_message
 from .._core.python_graph import hidden_modules
-from .._core.state import detached_copy, guarded
+from .._core.state import guarded
 from .._core.user_hooks import reports_user_hooks
+from ._computation import computation
 from ._evaluation import evaluation
-from ._measured_step import Measured, measure, step_moves, weighted_layers
+from ._measured_step import Measured, measure, step_moves
 from ._objective_probes import Recording, class_checks, descent, infer_task, regression_checks
 from ._representation import AFFINE_RTOL, representation
-from ._verdict import NOTE, claim, frozen_tie, skip
+from ._verdict import NOTE, claim, skip
 
 __all__ = ["AFFINE_RTOL", "CLAIMS", "six_claims"]
 
 INSTRUMENT = "six_claims"
 CLAIMS = ("REPRESENTATION", "COMPUTATION", "OBJECTIVE", "DIFFERENTIATION", "UPDATE", "EVALUATION")
-WEIGHT_RTOL = 1e-6  # rows "identical": max |row_i - row_0| <= WEIGHT_RTOL * max |W|
-GRAD_RTOL = 1e-5  # gradient rows "identical" (BLAS tiling can differ in the last bits)
 NOT_CHECKED_SUFFIX = ".not_checked"  # user code (eval_fn, train_step) raised: that claim is SKIPPED, the report WARNs
 HEALTHY_RGRAD = 1e-6  # a gradient below this fraction of the largest weight is rounding noise, not "healthy"
 
@@ -120,116 +120,9 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
         if probed:
             with guarded(model, train_step, *extra):  # does the step update what the optimizer does not own by hand?
                 run.by_step = step_moves(model, train_step)[0]
-        claims = [representation(model, b, axis), _computation(model, run, (optimizer, b, loss_fn)), _objective(model, b, loss_fn, run),
+        claims = [representation(model, b, axis), computation(model, run, (optimizer, b, loss_fn)), _objective(model, b, loss_fn, run),
                   _differentiation(run, model, b, loss_fn), _update(run, stepped), evaluation(model, batch, eval_fn)]
     return _report(claims, eval_fn is not None, stepped, probed)
-
-
-def _units(m: nn.Module, w: torch.Tensor) -> torch.Tensor:
-    """Weight as one row per output unit: [units, fan_in]."""
-    rows = w.detach().transpose(0, 1) if isinstance(m, nn.modules.conv._ConvTransposeNd) else w.detach()
-    return rows.reshape(rows.shape[0], -1).float()
-
-
-# ---- COMPUTATION -------------------------------------------------------------------------------
-
-def _row_spread(rows: torch.Tensor) -> float:
-    return float((rows - rows[0]).abs().max())
-
-
-def _symmetry(lname: str, m: nn.Module, run: Measured) -> tuple[dict[str, Any], bool] | None:
-    """Evidence for a layer whose weight rows are identical (or all zero), and whether its gradient rows
-    differ (the first update then breaks the tie); None when the weight rows already differ."""
-    rows = _units(m, m.weight)
-    wmax = float(rows.abs().max())
-    wspread = _row_spread(rows)
-    if wspread > WEIGHT_RTOL * wmax:
-        return None
-    ev = {"module": lname, "units": int(rows.shape[0]), "max_abs_weight": wmax, "max_row_difference": wspread,
-          "zero": wmax == 0.0}
-    grad = run.grads.get(f"{lname}.weight" if lname else "weight")
-    if grad is not None:
-        grows = _units(m, grad)
-        ev["max_grad_row_difference"] = _row_spread(grows)
-        ev["max_abs_grad"] = float(grows.abs().max())
-    act = run.activations.get(lname)
-    axis = -1 if isinstance(m, nn.Linear) else 1  # where the units are: features last, channels second
-    if act is not None and act.dim() >= 2 and act.shape[axis] == rows.shape[0]:
-        ev["activation_unit_spread"] = _row_spread(act.movedim(axis, 0).reshape(rows.shape[0], -1).float())
-    return ev, grad is not None and ev["max_grad_row_difference"] > GRAD_RTOL * ev["max_abs_grad"]
-
-
-def _has_gradient(run: Measured, module: str) -> bool:
-    g = run.grads.get(f"{module}.weight")
-    return g is not None and bool(g.any())
-
-
-def _heals(model: nn.Module, step: tuple[Any, Batch, Any], modules: list[str]) -> bool | None:
-    """Whether the silent layers get a gradient after one step of the program's optimizer on a copy (a zero layer
-    downstream moves and lets it through); None when that step could not run."""
-    optimizer, b, loss_fn = step
-    try:
-        work, opt = detached_copy(model, optimizer)
-        opt = opt if opt is not None else torch.optim.SGD(work.parameters(), lr=0.1)
-        for _ in range(2):
-            opt.zero_grad()
-            compute_loss(work, b, loss_fn)[1].backward()
-            opt.step()
-        opt.zero_grad()
-        compute_loss(work, b, loss_fn)[1].backward()
-    except Exception:  # noqa: BLE001 - user code; the finding stays unconfirmed
-        return None
-    grads = dict(work.named_parameters())
-    return all(grads[f"{m}.weight"].grad is not None and bool(grads[f"{m}.weight"].grad.any()) for m in modules)
-
-
-def _computation(model: nn.Module, run: Measured, step: tuple[Any, Batch, Any]) -> Check:
-    name = "COMPUTATION"
-    layers = [(n, m) for n, m in weighted_layers(model) if m.weight.numel() and _units(m, m.weight).shape[0] >= 2]
-    if not layers:
-        return skip(name, "claim.computation", "no Linear/Conv layer with at least 2 units to compare")
-    broken, healed = [], []
-    for lname, m in layers:
-        found = _symmetry(lname, m, run)
-        if found is not None:
-            (healed if found[1] else broken).append(found[0])
-    summary = {"layers_checked": len(layers), "symmetric_layers": [e["module"] for e in broken + healed],
-               "weight_rtol": WEIGHT_RTOL, "grad_rtol": GRAD_RTOL}
-    # identical rows that get no gradient at all (a zero-initialized layer downstream, the output conv of a residual
-    # block): the loss does not depend on them at these weights, so whether they stay tied after the first steps is
-    # not shown; identical rows that get identical nonzero gradients stay tied for good (confirmed)
-    fixed = {n for n, m in layers if not m.weight.requires_grad}  # a frozen layer: tied by design or by a slip
-    frozen, broken = [e for e in broken if e["module"] in fixed], [e for e in broken if e["module"] not in fixed]
-    silent = [e for e in broken if not _has_gradient(run, e["module"])]
-    broken = [e for e in broken if e not in silent]
-    heals = _heals(model, step, [e["module"] for e in silent]) if silent and not broken else None
-    if heals is False:  # still no gradient after steps of the program's own optimizer: stuck for good (confirmed)
-        broken, silent = silent, []
-    if silent and not broken:
-        return claim(name, Status.WARN, "claim.computation.tied_without_gradient",
-                     f"{len(silent)} layers have identical/zero weight rows and get no gradient at these weights (first: "
-                     f"{silent[0]['module']}): a zero-initialized layer downstream keeps them silent"
-                     + ("; after two steps of the program's optimizer on a copy they get one" if heals else "; whether "
-                        "they get one once it moves could not be checked"), {**silent[0], **summary, "heals": heals})
-    if broken:
-        ev = {**broken[0], **summary}
-        kind = "claim.computation.zero_init" if ev["zero"] else "claim.computation.symmetric_init"
-        what = "all-zero weights" if ev["zero"] else f"{ev['units']} identical weight rows (max difference {ev['max_row_difference']:.2e})"
-        grad_note = ("its gradient rows are identical too" if "max_grad_row_difference" in ev
-                     else "it gets no gradient to break the tie")
-        return claim(name, Status.FAIL, kind,
-                     f"{ev['module']}: {what}; {grad_note}, so its {ev['units']} units compute the same function and "
-                     f"cannot differentiate ({len(broken)} such layers)", ev,
-                     "hidden units with different weights (random initialization)",
-                     "initialize with random weights (nn.init.kaiming_uniform_ / the layer's default reset_parameters())")
-    if frozen:
-        return frozen_tie(name, frozen, summary)
-    if healed:
-        return claim(name, Status.PASS, "claim.computation",
-                     f"{len(healed)} layers start with identical/zero rows ({', '.join(e['module'] for e in healed)}), but "
-                     "their gradient rows differ, so the first update breaks the symmetry", {**healed[0], **summary})
-    return claim(name, Status.PASS, "claim.computation",
-                 f"all {len(layers)} Linear/Conv layers have distinct weight rows", summary)
 
 
 # ---- OBJECTIVE (probes: ._objective_probes) ----------------------------------------------------
@@ -239,11 +132,13 @@ def _objective(model: nn.Module, batch: Batch, loss_fn: Any, run: Measured) -> C
     if run.loss_problem is not None and run.loss is None:  # loss_fn computes nothing from what it is handed
         return skip(name, "claim.objective", f"{run.loss_problem} on the measured copy (a loss_fn that reads a loss "
                     "stored on your model gives nothing on a copy): make loss_fn compute the loss from (outputs, targets)")
+    if run.loss_problem is not None and not (torch.is_tensor(run.loss) and loss_problem(run.loss) is None):
+        # not a scalar float tensor: the evidence's loss_fn breaks its contract, which says nothing of the program
+        return skip(name, "claim.objective" + NOT_CHECKED_SUFFIX, f"{run.loss_problem} on the measured copy; {LOSS_CONTRACT}")
     if run.loss_problem is not None:
-        finite_issue = torch.is_tensor(run.loss) and loss_problem(run.loss) is None
-        kind = "claim.objective.nonfinite_loss" if finite_issue else "claim.objective.invalid_loss"
-        return claim(name, Status.FAIL, kind, run.loss_problem, {"loss_problem": run.loss_problem},
-                     "a finite scalar floating-point loss", "check the loss: reduction, masking, log of zero")
+        return claim(name, Status.FAIL, "claim.objective.nonfinite_loss", run.loss_problem,
+                     {"loss_problem": run.loss_problem}, "a finite scalar floating-point loss",
+                     "check the loss: reduction, masking, log of zero")
     loss0 = float(run.loss.reshape(()))
     loss_fn = Recording(loss_fn)
     out = logits_of(run.outputs) if isinstance(run.outputs, dict) else run.outputs  # a ModelOutput's logits
