@@ -114,17 +114,34 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("real-program corpus")
         for line in results.counts(results.RESULTS):
             terminalreporter.write_line(line)
+    pool = sys.modules.get("_gate_pool")
+    lines = pool.cost_lines() if pool is not None else []
+    if lines:  # where the suite's time goes (its longest part): the workers' CPU seconds
+        terminalreporter.section("public corpus gate")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 # The public corpus gate (tests/realworld/test_public_gate.py) starts its two workers as soon as collection ends, not
 # when its first test runs: the gate is the suite's longest part and the rest of the suite runs on one core, so its
-# jobs share the machine with the serial tests instead of waiting for them. Only the selected gate tests' jobs are
+# jobs share the machine with the serial tests instead of waiting for them; its tests run last (they only wait). Only the selected gate tests' jobs are
 # submitted, so a ``-k`` run starts what it needs alone, and a collect-only run starts nothing.
 _GATE_TESTS = {"test_correct_public_program_gets_no_fail": ("correct", "seed"),
                "test_public_bug_is_localized_by_its_instrument_and_by_diagnose": ("bug", "index"),
                "test_port_learns_under_its_own_loop": ("learns", None),
                "test_bug_variant_builds_and_steps": ("steps", "index")}
 _GATE_MODULES = ("test_public_gate", "test_public_programs")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The tests that wait on the gate's workers run last: the serial tests before them keep the second core busy beside
+    the workers, and the suite ends while both workers still compute, instead of ending on the serial tests alone with
+    one core idle (the order within each part stays as collected)."""
+    def waits(item) -> bool:
+        return getattr(getattr(item, "module", None), "__name__", "") in _GATE_MODULES
+
+    if any(map(waits, items)):
+        items[:] = [item for item in items if not waits(item)] + [item for item in items if waits(item)]
 
 
 def pytest_collection_finish(session):

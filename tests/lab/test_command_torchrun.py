@@ -54,11 +54,14 @@ def test_torchrun_rank_0_reports_once_and_a_crash_on_rank_1_fails_the_run(tmp_pa
     # kept; two launches can race for a free port, a known torch.distributed flake). The process backend's
     # parallel runs are tested elsewhere; a failure now shows the run's error.
     result = firstdiv.sweep(argv, "0-1", store=store_path, backend="process", workers=1, progress=False)
-    if not result.records and "Signal 6 (SIGABRT)" in result.failed[0].error:
-        # torch.distributed's own abort of a rank under a loaded machine (seen once in a full suite run, beside the
-        # public gate's workers): not the sweep's doing; the same two seeds once more, into a fresh store
-        result = firstdiv.sweep(argv, "0-1", store=tmp_path / "again" / "runs.db", backend="process", workers=1,
-                                progress=False)
+    for again in range(2):
+        if result.records or "Signal 6 (SIGABRT)" not in result.failed[0].error:
+            break
+        # torch.distributed's own abort of a rank under a loaded machine (seen in full suite runs beside the public
+        # gate's workers and other jobs, twice in a row once): not the sweep's doing; the same two seeds again, into
+        # a fresh store
+        result = firstdiv.sweep(argv, "0-1", store=tmp_path / f"again{again}" / "runs.db", backend="process",
+                                workers=1, progress=False)
     (ok,) = result.records or pytest.fail("seed 0 failed: " + result.failed[0].error)
     assert ok.seed == 0 and ok.exit_code == 0
     assert ok.curves["rank"] == [0.0, 0.0, 0.0] and ok.curves["world"] == [2.0, 2.0, 2.0]  # rank 0's, once each

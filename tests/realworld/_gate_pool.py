@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
+import time
+from typing import Any
 
 import _public_jobs as jobs
 
@@ -18,17 +20,41 @@ def start(keys) -> dict:
     if "futures" not in _POOL:
         ex = concurrent.futures.ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn"))
         _POOL.update(executor=ex, futures={})
-    run = {"correct": jobs.correct, "bug": jobs.bug, "learns": jobs.learns, "steps": jobs.steps}
     futures = _POOL["futures"]
     for k in keys:
         if k not in futures:
-            futures[k] = _POOL["executor"].submit(run[k[0]], *k[1:])
+            futures[k] = _POOL["executor"].submit(_timed, *k)
     return futures
 
 
+def _timed(kind: str, *args: Any) -> dict[str, Any]:
+    """In the worker: the job, with the CPU seconds it took (``cpu_seconds``; the suite's summary adds them up)."""
+    run = {"correct": jobs.correct, "bug": jobs.bug, "learns": jobs.learns, "steps": jobs.steps}[kind]
+    t0 = time.process_time()
+    out = run(*args)
+    return {**out, "cpu_seconds": time.process_time() - t0}
+
+
 def stop() -> None:
-    """Cancel what has not started and wait for the workers to end (nothing the gate starts outlives the run)."""
+    """Cancel what has not started and wait for the workers to end (nothing the gate starts outlives the run); the
+    CPU seconds of the jobs that finished stay for :func:`cost_lines`."""
     ex = _POOL.pop("executor", None)
-    _POOL.pop("futures", None)
+    futures = _POOL.pop("futures", None) or {}
     if ex is not None:
         ex.shutdown(wait=True, cancel_futures=True)
+    _POOL["cpu"] = {k: f.result().get("cpu_seconds", 0.0) for k, f in futures.items()
+                    if f.done() and not f.cancelled() and f.exception() is None}
+
+
+def cost_lines() -> list[str]:
+    """What the gate's workers spent, per kind of job, and its five costliest jobs (after :func:`stop`)."""
+    cpu: dict[tuple, float] = _POOL.get("cpu") or {}
+    if not cpu:
+        return []
+    kinds: dict[str, list[float]] = {}
+    for k, v in cpu.items():
+        kinds.setdefault(k[0], []).append(v)
+    lines = [f"gate workers: {sum(cpu.values()):.0f} CPU s over {len(cpu)} jobs; "
+             + ", ".join(f"{k} {sum(v):.0f} s ({len(v)})" for k, v in sorted(kinds.items()))]
+    top = sorted(cpu.items(), key=lambda kv: -kv[1])[:5]
+    return lines + ["  costliest: " + ", ".join(f"{'/'.join(map(str, k))} {v:.1f} s" for k, v in top)]
