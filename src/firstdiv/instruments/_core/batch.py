@@ -44,6 +44,7 @@ from torch import nn
 
 from ...errors import FirstdivError, InvalidArgument
 from .copy_origin import reading
+from .loss_contract import LOSS_CONTRACT, loss_problem  # noqa: F401 - imported from here by the instruments
 
 INPUT_KEYS = ("inputs", "input", "x")
 #: Where torch and firstdiv themselves live: a frame under either is not the user's code. By package
@@ -361,24 +362,6 @@ def on_first_output(loss_fn: Callable[..., Any], outputs: Any, targets: Any) -> 
     wrapped = FirstOutput(loss_fn)
     with contextlib.suppress(Exception):
         return wrapped, wrapped(outputs, targets)
-    return None
-
-
-#: what a loss the instruments cannot use (see :func:`loss_problem`) says: the evidence's contract, not the program's fault
-LOSS_CONTRACT = ("the instruments need loss_fn(outputs, targets) to return the loss your loop backpropagates, as one "
-                 "scalar tensor: reduce a per-example loss inside loss_fn as your loop does, and where the model computes "
-                 "its loss when called with other arguments (return_loss=True, labels=...), put them in the batch's inputs")
-
-
-def loss_problem(loss: Any) -> str | None:
-    """None when ``loss`` is a scalar floating-point tensor; otherwise one line saying what it is."""
-    if not torch.is_tensor(loss):
-        return f"loss_fn returned {_type_name(loss)}, not a tensor; return the loss tensor itself (not loss.item())"
-    if loss.numel() != 1:
-        return (f"loss_fn returned a tensor of shape {tuple(loss.shape)}, not a scalar; reduce it "
-                f"(e.g. .mean()) before backward")
-    if not loss.is_floating_point():
-        return f"loss_fn returned a {loss.dtype} tensor; gradients need a real floating-point loss"
     return None
 
 
