@@ -80,10 +80,15 @@ def mode_switch(m: nn.Module) -> bool:
     return _switch(type(m).train)
 
 
+def switches_modes(model: nn.Module) -> bool:
+    """Whether ``model.train()`` / ``model.eval()`` only switch modes: every module's ``train`` is the switch."""
+    return all(mode_switch(m) for m in model.modules())
+
+
 def set_mode(model: nn.Module, training: bool) -> nn.Module:
-    """``model.train(training)``; where some module's ``train`` is not the switch (:func:`mode_switch`), every module's
-    ``training`` flag is set instead. Returns ``model``."""
-    if all(mode_switch(m) for m in model.modules()):
+    """``model.train(training)``; where some module's ``train`` is not the switch (:func:`switches_modes`), every
+    module's ``training`` flag is set instead. Returns ``model``."""
+    if switches_modes(model):
         return model.train(training)
     for m in model.modules():
         m.training = training

@@ -12,7 +12,7 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check
-from .._core.modes import mode_switch
+from .._core.modes import switches_modes
 from .._core.state import guarded
 from ._common import Audit, few, finding, listed, modules_of, note, severity
 from ._confirm import graph_after_train
@@ -22,7 +22,7 @@ def _mode_flips(model: nn.Module, optimizer: Any, params: list[tuple[str, torch.
     """Which declared-frozen parameters have requires_grad=True again after ``model.train()`` and after ``model.eval()``
     (each starting from requires_grad=False), on the user's model inside ``guarded`` (flags and modes restored)."""
     flips: dict[str, list[str]] = {}
-    if not all(mode_switch(m) for m in model.modules()):
+    if not switches_modes(model):
         return flips, "model.train() is not the train/eval switch here (it takes other arguments): not called"
     try:
         with guarded(model, optimizer):
