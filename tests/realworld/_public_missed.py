@@ -556,9 +556,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchwavenet_wavenet.dilate_view_without_permute': 'owner saw WARN None None: : op:view@: [16, 32, 78] -> [32, '
                                                        '32, 39] puts input axis 1 (size 32) across output axes [0, '
                                                        '1], while output axis 0 (size ; ; diagnose WARN at None',
- 'pytorchwavenet_wavenet.target_not_shifted': 'owner saw WARN None None: OBJECTIVE: could not check: the OBJECTIVE '
-                                              'check raised ValueError: Expected input batch_size (256) to match '
-                                              'target batch_siz; diagnose WARN at None',
+ 'pytorchwavenet_wavenet.target_not_shifted': 'owner saw WARN None None: DEPENDENCY: 2 of 86 trainable parameters '
+                                              "are not on the loss's autograd graph: 2 trainable parameters get no "
+                                              'gradient and th; diagnose WARN at None',
  'pytorchwgan_wgangp.d_real_backward_one': 'owner saw WARN None None: CAPABILITY: the loss reaches parameters '
                                            "trained outside the copy (the program's own model, reached through a "
                                            'global, or a se; diagnose WARN at None',
@@ -833,12 +833,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                              '[32, 3, 4, 4] -> [32, 16, 3] puts input axis 1 (size '
                                                              '3) across output axes [1], while output axis 2; '
                                                              'diagnose WARN at None',
- 'vgaepytorch_linkpred.adj_label_from_full_graph': 'owner saw WARN None None: TASK: could not check: the TASK check '
-                                                   "raised NotImplementedError: Could not run 'aten::ne.Scalar' with "
-                                                   "arguments from the 'S; diagnose WARN at None",
- 'vgaepytorch_linkpred.kl_std_not_squared': 'owner saw WARN None None: TASK: could not check: the TASK check raised '
-                                            "NotImplementedError: Could not run 'aten::ne.Scalar' with arguments "
-                                            "from the 'S; diagnose WARN at None",
+ 'vgaepytorch_linkpred.adj_label_from_full_graph': 'owner saw WARN None None: TASK: not checked: the targets are a '
+                                                   'sparse_coo tensor, and the TASK checks read dense targets (their '
+                                                   'values, ranges and ali; diagnose WARN at None',
+ 'vgaepytorch_linkpred.kl_std_not_squared': 'owner saw WARN None None: TASK: not checked: the targets are a '
+                                            'sparse_coo tensor, and the TASK checks read dense targets (their '
+                                            'values, ranges and ali; diagnose WARN at None',
  'vicreg_resnet.one_view_twice': 'owner saw WARN None None: GRADIENT: 16 trainable parameters get no gradient and '
                                  'the loss does not depend on them (perturbing them on a copy leaves it ; diagnose '
                                  'WARN at None',

@@ -47,7 +47,7 @@ from .._core.state import detached_copy, guarded
 from .._core.task import TASKS, Ctx, err, infer_task, seed_copies, shape
 from .._core.user_hooks import reports_user_hooks
 from ._capability import check_capability
-from ._common import LINKS, skipped_link
+from ._common import LINKS, skipped_link, sparse_in
 from ._links import check_dependency, check_gradient, check_update
 from ._objective import check_objective
 from ._ownership import check_ownership
@@ -186,8 +186,12 @@ def _side_effects(ctx: Ctx) -> str:
 def _timed(link: str, ctx: Ctx, seconds: dict[str, float]) -> Check:
     """One link's check, its run time in ``seconds``."""
     t0 = time.perf_counter()
+    sparse = sparse_in(ctx.batch.targets) if link in ("TASK", "OBJECTIVE") else None
     if link == "CAPABILITY" and ctx.overfit_steps == 0:
         out = skipped_link(link, "not tested: overfit_steps=0; pass overfit_steps > 0 to overfit a tiny batch", {})
+    elif sparse is not None:  # a sparse adjacency as targets (link prediction): loss_fn takes it, these checks cannot
+        out = skipped_link(link, f"not checked: the targets are a {sparse} tensor, and the {link} checks read dense "
+                                 "targets (their values, ranges and alignment)", {"targets_layout": sparse})
     else:
         try:
             out = _CHECKS[link](ctx)

@@ -95,3 +95,11 @@ def manual_ce(ctx: Ctx, outputs: torch.Tensor, targets: torch.Tensor) -> float:
     with torch.no_grad():
         z = to_logits_2d(ctx, outputs.float())
         return float(torch.nn.functional.cross_entropy(z, targets.reshape(-1).long(), ignore_index=ctx.ignore_index))
+
+
+def sparse_in(x: Any) -> str | None:
+    """The layout of the first sparse tensor in ``x`` (nested tuples, lists and dicts), else None."""
+    if torch.is_tensor(x):
+        return None if x.layout is torch.strided else str(x.layout).replace("torch.", "")
+    items = x.values() if isinstance(x, Mapping) else x if isinstance(x, (tuple, list)) else ()
+    return next((found for v in items if (found := sparse_in(v))), None)

@@ -104,8 +104,15 @@ def _examples(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any]) -> list[tuple[floa
     oax = ctx.notes.get("example_axis", 0)
     t = ctx.batch.targets
     tax = example_axis(t, od.shape[oax], oax) or 0
-    manual = [manual_ce(ctx, od.narrow(oax, i, 1), t.narrow(tax, i, 1)) for i in range(len(each))]
+    manual = [_one_ce(ctx, od.narrow(oax, i, 1), t.narrow(tax, i, 1)) for i in range(len(each))]
     return [(a, b) for a, b in zip(each, manual) if a is not None and math.isfinite(b)]
+
+
+def _one_ce(ctx: Ctx, o: torch.Tensor, t: torch.Tensor) -> float:
+    """One example's cross-entropy by hand; NaN where its slices do not pair (the targets' example axis is not the
+    outputs': a WaveNet's one sequence of 256 positions against its targets sliced along another axis)."""
+    pairs = o.numel() // o.shape[ctx.class_dim] if ctx.class_dim is not None and o.dim() > ctx.class_dim else -1
+    return manual_ce(ctx, o, t) if pairs == t.numel() else math.nan
 
 
 def _cross_entropy(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
