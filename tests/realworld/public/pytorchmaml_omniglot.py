@@ -28,10 +28,10 @@ Omniglot normalization (mean 0.92206, std 0.08426 on each of the 3 channels).
 
 Deviations from the original:
 - the Omniglot image folders are not here: ``OmniglotTask`` samples from a synthetic alphabet made from ``seed``
-  (12 "languages" of 10 characters, each character a fixed set of random pen strokes on a 28x28 canvas; its 10
+  (8 "languages" of 10 characters, each character a fixed set of random pen strokes on a 28x28 canvas; its 6
   "drawings" are the strokes shifted by up to one pixel with a few pixels flipped), held in memory as 0/255 images
   under ``language/character/drawing`` ids; ``Omniglot.load_image`` returns the stored 28x28x3 float array (the
-  PIL ``convert('RGB')`` and LANCZOS resize have nothing to do). ``split='test'`` draws from 4 further languages.
+  PIL ``convert('RGB')`` and LANCZOS resize have nothing to do). ``split='test'`` draws from 3 further languages.
 - torchvision is not here: ``ToTensor`` on a float32 HxWxC array is the transpose to CxHxW (it does not rescale
   float arrays, as in torchvision), ``Normalize`` is written out.
 - sizes for 2 CPU cores: meta_batch_size (``m_batch``) 32 -> 3; ``MetaLearner.train``'s per-iteration ``test()``
@@ -71,7 +71,7 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 from _api import Bug, Program
 
-N_LANG_TRAIN, N_LANG_TEST, N_CHARS, N_DRAW = 12, 4, 10, 10
+N_LANG_TRAIN, N_LANG_TEST, N_CHARS, N_DRAW = 8, 3, 10, 6
 META_BATCH = 3  # the original 32
 N_TEST_TASKS = 3  # the original 10
 
