@@ -91,6 +91,8 @@ def _inputs(ev: Evidence) -> Any:
     inputs = split_batch(ev["batch"], ev.get("model")).inputs
     # the geometry instruments read a tuple as positional arguments; the batch's call makes a tuple one argument
     # unless the model's forward takes it as its positional arguments (the learning instruments' rule)
+    if isinstance(inputs, list) and positional(ev.get("model"), inputs):
+        return tuple(inputs)  # a list of a several-argument forward's arguments
     return (inputs,) if isinstance(inputs, tuple) and not positional(ev.get("model"), inputs) else inputs
 
 

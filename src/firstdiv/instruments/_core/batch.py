@@ -206,8 +206,11 @@ def positional(model: Any, inputs: Any) -> bool:
     items as it takes positional parameters (``((x, lengths), y)`` into ``forward(self, x, lengths)``, ``((), y)`` into
     ``forward(self)``, ``((features,), y)`` into ``forward(self, X)``, ``(((x, lengths),), y)`` into ``forward(self,
     inputs)`` that unpacks ``x, lengths = inputs``). A tuple that a one-parameter ``forward`` takes whole
-    (``((x, lengths), y)`` into ``forward(self, inputs)``) and a namedtuple stay one argument."""
-    if not isinstance(inputs, tuple) or hasattr(inputs, "_fields"):
+    (``((x, lengths), y)`` into ``forward(self, inputs)``) and a namedtuple stay one argument. A list is the
+    positional arguments only of a ``forward`` that takes several (``([state, action], y)`` into ``forward(self,
+    state, action=None)``); a one-parameter ``forward`` takes it whole (a list of feature maps)."""
+    listed = isinstance(inputs, list)
+    if not (isinstance(inputs, tuple) or listed) or hasattr(inputs, "_fields"):
         return False
     try:
         params = list(inspect.signature(getattr(model, "forward", model)).parameters.values())
@@ -218,6 +221,8 @@ def positional(model: Any, inputs: Any) -> bool:
     required = sum(p.default is inspect.Parameter.empty for p in pos)
     spread = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
     k = len(inputs)
+    if listed and (k < 2 or len(pos) < 2):
+        return False
     return not (k < required or (k > len(pos) and not spread))
 
 

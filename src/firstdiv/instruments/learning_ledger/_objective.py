@@ -51,9 +51,8 @@ from ._common import failed, g4, isclose, manual_ce, passed, skipped_link, super
 from ._objective_calls import call, example_axis, output_grad, packer, per_example
 from ._objective_forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded, unreachable
 from ._objective_ids import identify, row_weights, standard
-from ._padding import padding_in_loss
+from ._padding import padding_in_loss, padding_pulled
 from ._penalty import loss_terms
-from ._sequence import padding_pulled
 from ._step_loss import step_misfed
 
 PER_EXAMPLE = 8  # examples sliced out for the per-example checks

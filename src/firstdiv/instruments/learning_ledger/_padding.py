@@ -5,7 +5,7 @@ move. Which positions are padding is read from the program's own batch, never as
   inputs are (a language model), marks them with 0;
 - else a trailing run of one token id that ends at least half the rows with runs of different lengths and is rare before them
   (a pad id); the first token of each run is left out (it may be a real end-of-sequence target);
-- else such a run at either edge (left padding: a recommender's item history), read as ``_sequence.pad_runs`` does,
+- else such a run at either edge (left padding: a recommender's item history), read as ``pad_runs`` does,
   along the sequence axis (``batch_axis=1``: time first);
 - in structured targets, the positions a 0/1 weight beside token ids of the same shape switches off (a masked LM's
   ``masked_weights``), where flipping the weights moves the loss (the loss reads them).
@@ -39,7 +39,7 @@ from ._common import failed, g4
 from ._dependency import seeded_loss
 from ._masks import flip, replace_target, target_leaves
 from ._objective_calls import call
-from ._sequence import pad_runs, pulled_toward
+from ._sequence import pulled_toward, read_sequences
 
 _MASK_KEYS = ("decoder_attention_mask", "attention_mask")
 
@@ -226,3 +226,53 @@ def _pulled_inside(ctx: Ctx, t: torch.Tensor, pad: torch.Tensor, how: str, ev: d
     return _finding(f"the loss (computed inside the model) pulls {n} predictions toward {at} target at padding "
                     f"positions (from {how}; {int(pad.sum())} padding targets not ignored): the model is trained "
                     "to predict padding", ev, f"nonzero loss gradient toward the target at {n} padding positions")
+
+
+def pad_runs(ids: torch.Tensor) -> tuple[torch.Tensor, int] | None:
+    """Positions holding padding: a run of one id ending (or starting) most rows, of different lengths, rare elsewhere,
+    and longer than one token in far more rows than chance repeats of a start or end token make. A trailing run's first
+    token is left out (it may be a real end-of-sequence token)."""
+    for end in (-1, 0):
+        edge = ids[:, end]
+        v = int(edge.mode().values)
+        if float((edge == v).float().mean()) < 0.75:
+            continue
+        rev = ids if end == 0 else ids.flip(1)
+        run = (rev == v).int().cumprod(1).bool()  # the run from that edge
+        lengths = run.sum(1)
+        pad = run.clone()
+        if end == -1:
+            first = (lengths - 1).clamp(min=0)
+            pad[torch.arange(ids.shape[0]), first] &= lengths == 0  # the run's first token is not padding
+            pad = pad.flip(1)
+        body = ~(run.flip(1) if end == -1 else run)
+        rare = float((ids[body] == v).float().mean()) if bool(body.any()) else 1.0
+        long = float((lengths >= 2).float().mean())  # a start/end token repeats by chance at about `rare`
+        if len(set(lengths.tolist())) >= 2 and rare <= 0.2 and long >= max(0.25, 3 * rare) and bool(pad.any()):
+            return pad, v
+    return None
+
+
+def padding_pulled(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
+    """``objective.padding_in_loss`` read from the loss's gradient: positions whose asked-for token is padding (a run
+    of one id at the edge of the sequence) are pulled by the loss: the model is trained to predict padding."""
+    for s in read_sequences(ctx):
+        runs = pad_runs(s.ids) if s.pulled is not None else None
+        if runs is None:
+            continue
+        pad, v = runs
+        asked = pad[:, 1:] if s.relation == "next" else pad
+        rows = s.pulled[:, : asked.shape[1]]
+        hit = rows & asked[:, : rows.shape[1]]
+        if not bool(hit.any()):
+            continue
+        ev.update(sequence_input=s.key, pad_id=v, padding_positions_pulled=int(hit.sum()), read_from=s.source)
+        return failed("OBJECTIVE", "objective.padding_in_loss",
+                      f"the loss pulls the prediction toward the padding id {v} at {int(hit.sum())} positions whose "
+                      f"token in '{s.key}' is padding (a run of {v} at the end of the rows, read from {s.source}): the "
+                      "model is trained to predict padding", ev,
+                      expected="a loss that ignores padding positions (ignore_index, or a mask applied to the loss)",
+                      observed=f"nonzero loss gradient at {int(hit.sum())} padding positions",
+                      hint="set the labels at padding positions to the loss's ignore_index (-100), or multiply the "
+                           "per-token loss by the mask before reducing")
+    return None

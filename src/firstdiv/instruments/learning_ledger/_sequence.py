@@ -17,7 +17,9 @@ same premise stated by the data. Then a counterfactual on the copy: change ``ids
 
 - ``dependency.future_visible`` (``next``): the outputs at positions before ``j`` move (beyond the floating-point
   noise of the change, and beyond a thousandth of how much position ``j`` itself moves): an earlier position sees the
-  token it must predict.
+  token it must predict. ``j`` is the middle, then the position after it: a local attention's windows start at the
+  middle of a power-of-two length and see nothing of the next window, so a mask dropped inside each window shows only
+  off the boundary.
 - ``task.target_not_shifted`` (``same``): the outputs before ``j`` do not move (the model is causal) but the output
   at ``j`` does: every position is asked for the token it already reads, a copy with nothing to learn. An
   autoencoder or a masked LM is not this: their positions read later tokens, or their inputs differ from the
@@ -218,11 +220,12 @@ def _position(s: Seq) -> tuple[int, torch.Tensor | None]:
     return j, s.pulled[:, j]
 
 
-def moves(ctx: Ctx, s: Seq) -> tuple[float, float, float] | None:
+def moves(ctx: Ctx, s: Seq, at_j: int | None = None) -> tuple[float, float, float] | None:
     """How much the outputs at positions < j and at j move when only ids[:, j] changes (module docstring), and their
-    scale, over the rows changed."""
+    scale, over the rows changed; ``j`` from ``_position`` unless ``at_j`` is given."""
     n, length = s.ids.shape
     j, rows = _position(s)
+    j = j if at_j is None else at_j
     rows = torch.ones(n, dtype=torch.bool) if rows is None else rows
     changed = s.ids.clone()
     changed[rows, j] = s.ids[:, j].roll(1, 0)[rows]  # another example's token: inside the vocabulary
@@ -268,31 +271,43 @@ def future_or_copy(ctx: Ctx, ev: dict[str, Any], relation: str) -> Check | None:
             and not (relation == "same" and _is_declared_target(s, t, ctx))]  # target_as_input names that one
     seen = []
     for s in seqs:
+        if relation == "next":
+            # the middle, and the position after it: a local attention's windows start at the middle (a power of two)
+            # and see nothing of the next window, so a mask missing inside each window shows only off its boundary
+            length = s.ids.shape[1]
+            hit = next(((j, m) for j in dict.fromkeys((length // 2, length // 2 + 1)) if j < length
+                        for m in [_leak_at(ctx, s, j, ev)] if m is not None), None)
+            if hit is None:  # a leak needs every input carrying the tokens to leak (an encoder reads its whole)
+                return None
+            seen.append((s, hit[1][0], hit[1][1], hit[0]))
+            continue
         moved = moves(ctx, s)
-        # a leak must stand out of floating-point noise and of what the changed position itself moves; a copy needs
-        # the earlier outputs untouched to rounding (a bidirectional model's attention moves them only a little at
-        # initialization)
-        shows = moved is not None and (
-            (relation == "next" and _leaks(moved)) or (relation == "same" and moved[0] <= 1e-6 * moved[2]
-                                                        and moved[1] > 1e-5 * moved[2]))
-        if not shows and relation == "next" and moved is not None and moved[0] > 1e-6 * moved[2] and moved[1] != 0:
-            again = at_perturbed_weights(ctx, lambda s=s: moves(ctx, s))  # a leak too small at these weights
-            shows = again is not None and again[0] > PERTURBED_LEAK * again[1] and _leaks(again)
-            if shows:
-                ev["earlier_outputs_change_at_perturbed_weights"] = again[0]
-        if shows:
-            seen.append((s, moved[0], moved[1]))
-        elif relation == "next":  # a leak needs every input carrying the tokens to leak (an encoder reads its whole)
-            return None
+        # a copy needs the earlier outputs untouched to rounding (a bidirectional model's attention moves them only a
+        # little at initialization)
+        if moved is not None and moved[0] <= 1e-6 * moved[2] and moved[1] > 1e-5 * moved[2]:
+            seen.append((s, moved[0], moved[1], _position(s)[0]))
     # a copy needs one causal input asked for the token it reads (a decoder beside an encoder that reads the source)
     if not seen:
         return None
-    s, before, at = seen[-1]
-    j = _position(s)[0]
+    s, before, at, j = seen[-1]
     ev.update(sequence_input=s.key, asked_for=relation, agreement=round(s.agreement, 4), read_from=s.source,
               changed_position=j, earlier_outputs_change=before, output_change_at_position=at,
-              other_inputs_with_these_tokens=[x.key for x, _, _ in seen[:-1]])
+              other_inputs_with_these_tokens=[x[0].key for x in seen[:-1]])
     return _future(s, j, before, ev) if relation == "next" else copy_finding(s, j, at, ev)
+
+
+def _leak_at(ctx: Ctx, s: Seq, j: int, ev: dict[str, Any]) -> tuple[float, float, float] | None:
+    """The moves when only ids[:, j] changes, where they show a leak: beyond floating-point noise and what position j
+    itself moves, or (a leak too small at these weights) at perturbed weights; else None."""
+    moved = moves(ctx, s, j)
+    if moved is None or _leaks(moved):
+        return moved
+    if moved[0] > 1e-6 * moved[2] and moved[1] != 0:
+        again = at_perturbed_weights(ctx, lambda: moves(ctx, s, j))
+        if again is not None and again[0] > PERTURBED_LEAK * again[1] and _leaks(again):
+            ev["earlier_outputs_change_at_perturbed_weights"] = again[0]
+            return moved
+    return None
 
 
 def _leaks(moved: tuple[float, float, float]) -> bool:
@@ -338,53 +353,3 @@ def copy_finding(s: Seq, j: int, at: float, ev: dict[str, Any]) -> Check:
                   expected=f"position t asked for '{s.key}'[:, t + 1] (the next token)",
                   observed=f"position t asked for '{s.key}'[:, t]",
                   hint="shift the targets by one: inputs = tokens[:, :-1], targets = tokens[:, 1:]")
-
-
-def pad_runs(ids: torch.Tensor) -> tuple[torch.Tensor, int] | None:
-    """Positions holding padding: a run of one id ending (or starting) most rows, of different lengths, rare elsewhere,
-    and longer than one token in far more rows than chance repeats of a start or end token make. A trailing run's first
-    token is left out (it may be a real end-of-sequence token)."""
-    for end in (-1, 0):
-        edge = ids[:, end]
-        v = int(edge.mode().values)
-        if float((edge == v).float().mean()) < 0.75:
-            continue
-        rev = ids if end == 0 else ids.flip(1)
-        run = (rev == v).int().cumprod(1).bool()  # the run from that edge
-        lengths = run.sum(1)
-        pad = run.clone()
-        if end == -1:
-            first = (lengths - 1).clamp(min=0)
-            pad[torch.arange(ids.shape[0]), first] &= lengths == 0  # the run's first token is not padding
-            pad = pad.flip(1)
-        body = ~(run.flip(1) if end == -1 else run)
-        rare = float((ids[body] == v).float().mean()) if bool(body.any()) else 1.0
-        long = float((lengths >= 2).float().mean())  # a start/end token repeats by chance at about `rare`
-        if len(set(lengths.tolist())) >= 2 and rare <= 0.2 and long >= max(0.25, 3 * rare) and bool(pad.any()):
-            return pad, v
-    return None
-
-
-def padding_pulled(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
-    """``objective.padding_in_loss`` read from the loss's gradient: positions whose asked-for token is padding (a run
-    of one id at the edge of the sequence) are pulled by the loss: the model is trained to predict padding."""
-    for s in read_sequences(ctx):
-        runs = pad_runs(s.ids) if s.pulled is not None else None
-        if runs is None:
-            continue
-        pad, v = runs
-        asked = pad[:, 1:] if s.relation == "next" else pad
-        rows = s.pulled[:, : asked.shape[1]]
-        hit = rows & asked[:, : rows.shape[1]]
-        if not bool(hit.any()):
-            continue
-        ev.update(sequence_input=s.key, pad_id=v, padding_positions_pulled=int(hit.sum()), read_from=s.source)
-        return failed("OBJECTIVE", "objective.padding_in_loss",
-                      f"the loss pulls the prediction toward the padding id {v} at {int(hit.sum())} positions whose "
-                      f"token in '{s.key}' is padding (a run of {v} at the end of the rows, read from {s.source}): the "
-                      "model is trained to predict padding", ev,
-                      expected="a loss that ignores padding positions (ignore_index, or a mask applied to the loss)",
-                      observed=f"nonzero loss gradient at {int(hit.sum())} padding positions",
-                      hint="set the labels at padding positions to the loss's ignore_index (-100), or multiply the "
-                           "per-token loss by the mask before reducing")
-    return None

@@ -30,19 +30,24 @@ class EvalRun:
     calls: int  # calls of the model's copy or of a module eval_fn reaches, per call of eval_fn
     results: list[Any]  # what each call of eval_fn returned
     owners: dict[str, str]  # module name -> the closure object it belongs to (label, class name)
-    masks: int = 0  # random masks drawn while eval_fn ran (dropout in training mode, bernoulli: a drop path)
+    masks: int = 0  # random masks drawn inside the model's forward (dropout in training mode, bernoulli: a drop path)
     drop_draws: dict[str, int] = dataclasses.field(default_factory=dict)  # random draws inside an eval-mode module
     # built with a drop rate (a drop path called with training=True), by module name
     mask_sites: dict = dataclasses.field(default_factory=dict)  # (file, line) of the user's code -> masks drawn there
+    masks_outside: int = 0  # bernoulli draws while no module of the model ran: eval_fn's data or sampling, not a mask
 
 
 class _Masks(TorchDispatchMode):
-    """Counts the random masks a computation draws: ``native_dropout`` in training mode and ``bernoulli`` (what
-    ``F.dropout(x, p)`` without ``training=`` and a stochastic depth's drop path run)."""
+    """Counts the random masks a computation draws inside the model's forward (``depth`` > 0: a module of the model
+    or of one eval_fn reaches is running): ``native_dropout`` in training mode and ``bernoulli`` (what
+    ``F.dropout(x, p)`` without ``training=`` and a stochastic depth's drop path run). Draws while no module runs
+    (a dataset that binarizes its images, sampling in eval_fn) are counted apart: they are no mask of the model."""
 
     def __init__(self) -> None:
         super().__init__()
         self.count = 0
+        self.outside = 0
+        self.depth = 0
         self.inside: list[str] = []  # the eval-mode modules built with a drop rate now running, innermost last
         self.drop_draws: dict[str, int] = {}
         self.sites: dict = {}
@@ -52,6 +57,9 @@ class _Masks(TorchDispatchMode):
         packet = getattr(func, "overloadpacket", None)
         if packet in (torch.ops.aten.bernoulli, torch.ops.aten.bernoulli_) or (
                 packet is torch.ops.aten.native_dropout and (args[2] if len(args) > 2 else kwargs.get("train"))):
+            if not self.depth:
+                self.outside += 1
+                return func(*args, **kwargs)
             self.count += 1
             site = user_site()
             self.sites[site] = self.sites.get(site, 0) + 1
@@ -69,6 +77,15 @@ class _Masks(TorchDispatchMode):
             if self.inside:
                 self.inside.pop()
         return [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
+
+    def running(self, m: nn.Module) -> list[Any]:
+        """Hooks keeping ``depth``: how many modules of the model are running now."""
+        def enter(_m: nn.Module, _i: Any) -> None:
+            self.depth += 1
+
+        def leave(_m: nn.Module, _i: Any, _o: Any) -> None:
+            self.depth = max(self.depth - 1, 0)
+        return [m.register_forward_pre_hook(enter), m.register_forward_hook(leave, always_call=True)]
 
 
 _DRAWS = (torch.ops.aten.bernoulli, torch.ops.aten.bernoulli_, torch.ops.aten.rand, torch.ops.aten.rand_like,
@@ -135,6 +152,7 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
     masks = _Masks()
     handles += [h for label, root in [("", probe), *others] for n, m in root.named_modules() if drop_rate(m) > 0
                 for h in masks.hooks(f"{label}.{n}".strip("."), m)]
+    handles += [h for _, root in [("", probe), *others] for m in root.modules() for h in masks.running(m)]
     try:
         with masks:
             results = [eval_fn(probe, fresh(batch)) for _ in range(repeat)]  # eval_fn may write the batch
@@ -145,7 +163,7 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
     return EvalRun([n for n, t in seen.items() if t], [n for n, t in seen.items() if not t],
                    max(calls[0] // repeat, min(calls[0], 1)), results,
                    {n: o for n in seen for p, o in owners.items() if f"{n}.".startswith(p)}, masks.count,
-                   {n: c for n, c in masks.drop_draws.items() if n}, masks.sites)
+                   {n: c for n, c in masks.drop_draws.items() if n}, masks.sites, masks.outside)
 
 
 def _numbers(value: Any) -> np.ndarray | None:

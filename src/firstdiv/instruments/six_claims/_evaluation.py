@@ -130,9 +130,12 @@ def evaluation(model: nn.Module, batch: Any, eval_fn: Any) -> Check:
                      "(dropout in training mode or a bernoulli drop path) with every Dropout/BatchNorm module in eval "
                      "mode; two calls on the same batch happened to agree", ev)
     if differ:
+        drawn = (f"; eval_fn drew {run.masks_outside} bernoulli samples outside the model's forward (its data or "
+                 "sampling: no mask of the model)") if run.masks_outside else ""
+        ev["random_draws_outside_model"] = run.masks_outside
         return claim(NAME, Status.WARN, "claim.evaluation.not_repeatable", f"two calls of eval_fn on the same batch returned "
                      f"{differ[0]:.6g} and {differ[1]:.6g} with every Dropout/BatchNorm module in eval mode: evaluation "
-                     "is random or keeps state between calls", ev)
+                     f"is random or keeps state between calls{drawn}", ev)
     if not modules:
         return claim(NAME, Status.PASS, CHECK, "the model has no Dropout (p>0) or BatchNorm module; train and eval mode "
                      f"compute the same function (eval_fn called the model {run.calls} times)", ev)
