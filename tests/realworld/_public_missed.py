@@ -136,15 +136,19 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'cutmix_resnet.lam_not_adjusted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.lam_weights_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cutmix_resnet.mixed_input_hard_target': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'cyclenet_etth.revin_denorm_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cyviusprotonet_miniimagenet.distance_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'cyviusprotonet_miniimagenet.labels_repeat_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
  'daisyrec_multvae.log_softmax_over_users': 'owner saw PASS None None: ; diagnose PASS at None',
  'darts_nbeats.first_stack_backcast_frozen': "owner saw WARN None None: AUTOGRAD: the loss's graph reaches 40 of 44 "
                                              'trainable registered parameters and 0 tensors held outside the '
                                              'registry; stacks.; diagnose WARN at None',
+ 'dcrnnpytorch_traffic.prediction_left_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'dcrnnpytorch_traffic.targets_are_inputs': 'owner saw PASS None None: ; diagnose WARN at None',
  'ddim_diffusion.alphas_not_cumulative': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddpmexplainingai_unet.target_noise_redrawn': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddpmexplainingai_unet.timestep_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ddpmtorch_cifar.target_noise_resampled': 'owner saw PASS None None: ; diagnose PASS at None',
  'decisiontransformer_gym.action_from_action_token': 'owner saw WARN None None: DEPENDENCY: 5 of 42 trainable '
                                                      "parameters are not on the loss's autograd graph: 5 trainable "
                                                      'parameters get no gradient and th; diagnose WARN at None',
@@ -256,6 +260,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            '2 (si; diagnose WARN at None',
  'fno_burgers1d.targets_from_test_rows': 'owner saw PASS None None: ; diagnose PASS at None',
  'fregudeeplabv3_cityscapes.label_not_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'fuxictr_dcn.labels_from_other_rows': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'fuxictr_dcn.output_activation_skipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
  'ganstability_r1.d_fake_target_one': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -273,6 +279,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                      'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                      'diagnose WARN at None',
  'glowpytorch_glow.squeeze_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'gordicgans_dcgan.g_loss_against_fake_gt': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'gordicgans_dcgan.real_scored_against_fake_gt': 'owner saw PASS None None: ; diagnose WARN at None',
  'grand_cora.sharpened_target_not_detached': 'owner saw WARN None None: DEPENDENCY: 4 of 8 trainable parameters are '
                                              "not on the loss's autograd graph: 4 trainable parameters get no "
                                              'gradient and the; diagnose WARN at None',
@@ -365,6 +373,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lornatangdcgan_mnist.g_loss_against_fake_label': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangespcn_sr.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangespcn_sr.pixel_shuffle_as_view': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'lornatangfsrcnn_x2.lr_corner_not_scaled': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangsrcnn_x2.target_is_input': 'owner saw PASS None None: ; diagnose PASS at None',
  'lstnet_electricity.highway_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [32, 6, 4] -> [128, 6] '
                                                    'puts input axis 1 (size 6) across output axes [0, 1], while '
@@ -549,6 +558,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchgat_cora.train_labels_from_val_indices': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
                                                   '60 fixed examples, Adam lr 0.005 at any lr up to 0.5 (loss 1.099 '
                                                   '-> best 1.007, 8% d; diagnose WARN at None',
+ 'pytorchgenerative_pixelcnn.input_center_unmasked': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'pytorchmaml_omniglot.inner_step_ascends': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'pytorchmaml_omniglot.meta_loss_on_support_set': 'owner saw PASS None None: ; diagnose WARN at None',
  'pytorchmaml_sinusoid.adapted_params_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchmaml_sinusoid.inner_update_ascends': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchmaml_sinusoid.test_targets_rolled': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -624,6 +636,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'scoresde_subvp.perturbation_std_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.score_not_divided_by_std': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.time_labels_not_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'scratchvit_mnist.heads_reshaped_not_permuted': 'owner saw WARN None None: encoder.0.attention: '
+                                                 'op:reshape@encoder.0.attention: [16, 4, 10, 8] -> [16, 10, 32] '
+                                                 'puts input axis 2 (size 10) across outpu; diagnose WARN at None',
+ 'scratchvit_mnist.softmax_over_queries': 'owner saw PASS None None: ; diagnose PASS at None',
  'sdeflowlight_vpsde.target_is_fresh_noise': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer owns 1 '
                                              'tensors that are not in the model (shapes [[1]]), and no trainable '
                                              'parameter of th; diagnose WARN at None',
@@ -684,6 +700,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sngan_dcgan.fake_target_ones': 'owner saw PASS None None: ; diagnose PASS at None',
  'spijkervetsimclr_ntxent.rank_interleaved_views': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.bootstrap_at_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'spinningupbasic_sac.critic_output_not_squeezed': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
+                                                   'owns 6 tensors that are not in the model (shapes [[32, 4], [32], '
+                                                   '[32, 32]]), and no train; diagnose WARN at None',
+ 'spinningupbasic_sac.entropy_bonus_sign_flipped': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
+                                                   'owns 6 tensors that are not in the model (shapes [[32, 4], [32], '
+                                                   '[32, 32]]), and no train; diagnose WARN at None',
  'spotlight_bpr.negatives_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'srgan_leftthomas_x4.d_loss_signs_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'srgan_leftthomas_x4.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -819,6 +841,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          'th; diagnose WARN at None',
  'tvrefs_classification.mixed_images_hard_labels': 'owner saw PASS None None: ; diagnose PASS at None',
  'udacitydrl_dqn.next_states_from_states': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'umnn_flow_toy.log_jac_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'umnn_flow_toy.made_output_mask_inclusive': 'owner saw PASS None None: ; diagnose WARN at None',
  'untitledaiss_moco_byol.ip_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'untitledaiss_moco_byol.momentum_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                     'SGD with momentum=0.9 is not plain SGD; diagnose WARN at None',
