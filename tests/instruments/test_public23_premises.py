@@ -4,10 +4,19 @@
   pytorch-generative's PixelCNN) draws bernoulli samples and returns a different number each call; six_claims read
   those draws as dropout masks inside evaluation and FAILed the program, although no module of the model was running
   when they were drawn. Only masks drawn inside the model's forward are masks; draws outside it leave evaluation
-  "not repeatable" (a WARN that names them).
+  "not repeatable" (a WARN that names them);
+- a local-attention LM whose causal mask was dropped inside each window (windows starting at the middle position)
+  passed future_visible, which changed only the middle token: the window boundary sees nothing of the next window;
+- SAC's Q network, called as ``critic(state, action)``, got its ``[state, action]`` list as one argument, so every
+  link of the learning ledger said "could not check";
+- UMNN-MAF's log-Jacobian dropped from its log-likelihood (and, across the corpus, a dozen flows with a log-determinant
+  dropped, sign-flipped or broken by a mask) trained without a finding: the loss's log-determinant is now compared
+  with autograd's log|det dz/dx| wherever the loss is read to be a standard-normal change-of-variables NLL.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -160,3 +169,75 @@ def test_a_list_into_a_one_parameter_forward_stays_one_argument():
     report = firstdiv.learning_ledger(model, (levels, sum(levels).sum(1)), F.mse_loss,
                                       torch.optim.Adam(model.parameters(), lr=1e-2))
     assert all(f.status is not Status.SKIPPED for f in report.findings), [f.message for f in report.findings]
+
+
+class _Coupling(nn.Module):
+    """A 2-D affine coupling flow (RealNVP's form): z2 = x2 * exp(s(x1)) + t(x1); returns (z, log|det|)."""
+
+    def __init__(self, sign_flipped: bool = False, reads_own_half: bool = False) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 2))
+        self.sign_flipped, self.reads_own_half = sign_flipped, reads_own_half
+
+    def forward(self, x):
+        x1, x2 = x[:, :1], x[:, 1:]
+        s, t = self.net(x1 + x2 if self.reads_own_half else x1).chunk(2, dim=1)
+        z = torch.cat([x1, x2 * s.exp() + t], dim=1)
+        log_det = s.sum(1)
+        return z, -log_det if self.sign_flipped else log_det
+
+
+def _flow_objective(drop_log_det: bool = False, **bug):
+    torch.manual_seed(0)
+    flow = _Coupling(**bug)
+    x = torch.randn(64, 2, generator=torch.Generator().manual_seed(4)) * torch.tensor([1.0, 0.3])
+
+    def nll(out, _targets=None):
+        z, log_det = out
+        log_pz = -0.5 * z.pow(2).sum(1) - z.shape[1] * 0.5 * math.log(2 * math.pi)
+        return -(log_pz if drop_log_det else log_pz + log_det).mean()
+
+    report = firstdiv.learning_ledger(flow, (x,), nll, torch.optim.Adam(flow.parameters(), lr=1e-3))
+    return next(f for f in report.findings if f.where == "OBJECTIVE")
+
+
+def test_a_flows_log_determinant_that_matches_autograd_is_confirmed():
+    objective = _flow_objective()
+    assert objective.status is Status.PASS and objective.evidence["log_det_confirmed_by_autograd"] == 1
+
+
+def test_a_log_determinant_dropped_from_the_loss_fails():
+    objective = _flow_objective(drop_log_det=True)
+    assert objective.status is Status.FAIL and objective.check == "objective.log_det_mismatch"
+    assert objective.evidence["log_det_output"] is None
+
+
+def test_a_sign_flipped_log_determinant_fails():
+    objective = _flow_objective(sign_flipped=True)
+    assert objective.status is Status.FAIL and objective.check == "objective.log_det_mismatch"
+    assert objective.evidence["log_det_sign_in_loss"] == 1.0
+
+
+def test_a_coupling_that_reads_the_half_it_transforms_fails():
+    objective = _flow_objective(reads_own_half=True)
+    assert objective.status is Status.FAIL and objective.check == "objective.log_det_mismatch"
+
+
+def test_a_vae_returning_its_reconstruction_and_kl_is_not_judged_a_flow():
+    class TinyVAE(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.enc, self.dec = nn.Linear(2, 4), nn.Linear(2, 2)
+
+        def forward(self, x):
+            mu, logvar = self.enc(x).chunk(2, dim=1)
+            kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).sum(1)
+            return self.dec(mu), kl
+
+    torch.manual_seed(0)
+    vae = TinyVAE()
+    x = torch.randn(64, 2, generator=torch.Generator().manual_seed(5))
+    report = firstdiv.learning_ledger(vae, (x,), lambda out, _t=None: ((out[0] - x).pow(2).sum(1) + out[1]).mean(),
+                                      torch.optim.Adam(vae.parameters(), lr=1e-3))
+    objective = next(f for f in report.findings if f.where == "OBJECTIVE")
+    assert objective.check != "objective.log_det_mismatch"

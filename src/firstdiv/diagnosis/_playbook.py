@@ -278,6 +278,14 @@ _PLAYS: dict[str, Play] = {
         "count targets != ignore_index on the fixed batch and on the raw example before masking: zero after and nonzero "
         "before -> A; zero before too -> B",
         ("the batch has supervised elements and the loss is finite",), ("the inputs and the model's outputs",)),
+    "objective.log_det_mismatch": Play(
+        ("a layer's log-determinant term has the wrong sign",
+         "a layer's term is not accumulated into the total, or the total never reaches the loss",
+         "a mask lets an output read the input it transforms (the diagonal no longer gives the determinant)"),
+        "on a copy, compare each layer's own log-determinant with autograd's log|det| of that layer alone: the first that "
+        "differs -> A or B (read its formula); equal per layer but not in total -> B; a layer whose Jacobian is not "
+        "triangular under its mask's ordering -> C",
+        ("the total log-determinant the loss adds equals autograd's log|det dz/dx|",), ("the base distribution's term",)),
     "objective.wrong_sign": Play(
         ("loss_fn returns the negated loss", "the optimizer has maximize=True", "a reward or score is minimized as if it were a loss"),
         "take one small plain-SGD step on a copy: the loss rises -> it is maximized; then read loss_fn's sign (A) and the "

@@ -239,6 +239,8 @@ def unbounded_below(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]
     for i, v in enumerate(out):
         if not torch.is_tensor(v) or v is ctx.outputs[0] or not v.is_floating_point() or not bool(v.detach().abs().gt(0).any()):
             continue
+        if i == ctx.notes.get("log_det_confirmed"):  # log|det dz/dx| by autograd (_flow_logdet): linear by design
+            continue
         losses = []
         for k in (10.0, 100.0):
             parts = [w.detach() * k if j == i else (w.detach() if torch.is_tensor(w) else w) for j, w in enumerate(out)]
