@@ -265,8 +265,15 @@ def _moved_all(ev: dict[str, Any], healthy: list[str], invariant: list[str], at_
     left = f"; {len(at_zero)} at lr 0 at every step were left" if at_zero else ""
     skipped = f" the loss depends on ({len(invariant)} it does not depend on were left)" if invariant else ""
     return passed("PARAMETER_UPDATE", f"train_step moved all {len(healthy) - len(invariant) - len(at_zero)} trainable "
-                  f"parameters with healthy gradients{skipped}{left}, down the loss (<update, gradient> = {g4(descent)}; "
-                  f"loss on the batch {g4(l0)} -> {g4(last)} over {ev['calls']} calls)", ev)
+                  f"parameters with healthy gradients{skipped}{left}, {_direction(descent)} (<update, gradient> = "
+                  f"{g4(descent)}; loss on the batch {g4(l0)} -> {g4(last)} over {ev['calls']} calls)", ev)
+
+
+def _direction(descent: float) -> str:
+    """How the first update lies against the declared loss's gradient on the batch (its sign, not a verdict: the step
+    may train on other batches or other terms)."""
+    return "down the loss" if descent < 0 else "not down the declared loss's gradient" if descent > 0 else \
+        "across the declared loss's gradient"
 
 
 def _ascends(ev: dict[str, Any], healthy: list[str], first: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
