@@ -382,8 +382,10 @@ PREMISES: dict[str, Premise] = {
         "gradients",
         "a gradient hook reads .grad when call 2's backward first accumulates into each parameter (a gradient "
         "torch.autograd.grad computes without accumulating, a MAML inner loop's, is no backward of the step): it still "
-        "holds call 1's gradient (nonzero or non-finite) and call 2 then changes the parameter (a gradient left where no "
-        "step of the call applies it, an alternating schedule's other network, is not used); the relative error of the "
+        "holds call 1's gradient (nonzero or non-finite), a step of call 1 had applied it (a call that only "
+        "backpropagates, one micro-batch of accumulation across calls, leaves its gradient for the step to come), and "
+        "call 2 then changes the parameter (a gradient left where no step of the call applies it, an alternating "
+        "schedule's other network, is not used); the relative error of the "
         "gradient step 2 used against "
         "g1 + g2 is in the evidence; or, inside one call, a later step of the watched optimizer finds in .grad exactly "
         "the gradient its earlier step of that call applied at lr > 0 plus the backward between them (relative error "
@@ -831,8 +833,9 @@ PREMISES: dict[str, Premise] = {
         "FAILs: requires_grad_(False) declares it (six_claims has no frozen=)"),
     "claim.evaluation.train_mode": Premise(
         "six_claims", "eval_fn (declared as the evaluation) runs Dropout/BatchNorm in eval mode",
-        "pre-hooks on every Dropout/BatchNorm of the model's copy and of the modules eval_fn reaches through its closure "
-        "(an EMA copy), and on every module holding a drop rate its own forward applies while self.training (a drop "
+        "pre-hooks on every Dropout/BatchNorm of the model's copy (of the model itself, restored after, where eval_fn's "
+        "closure holds parts of it: an eval_fn calling embedding_net.eval() before running its model argument) and of "
+        "the modules eval_fn reaches through its closure (an EMA copy), and on every module holding a drop rate its own forward applies while self.training (a drop "
         "path, F.dropout(x, self.input_droprate, self.training)), saw training mode while eval_fn ran (a one-layer "
         "RNN's dropout= applies between layers only: not a mode-dependent module)",
         "no eval_fn: SKIPPED; eval_fn raising: SKIPPED claim.evaluation.not_checked and the report WARNs"),

@@ -140,9 +140,13 @@ def _hook(roots: list[tuple[str, nn.Module]], seen: dict[str, bool], calls: list
 
 def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repeat: int = 1) -> EvalRun:
     """eval_fn on a deep copy of the model (``repeat`` times on the same batch), the modules its closure reaches hooked
-    too; the caller restores those (they are the user's objects)."""
-    probe = model_copy(model)
+    too; the caller restores those (they are the user's objects). Where the closure holds parts of the model (an
+    eval_fn that calls ``embedding_net.eval()`` and then runs its ``model`` argument, which wraps that network), a copy
+    would split what the program keeps together: eval_fn runs on the user's model itself, restored by the caller."""
     others = closure_modules(eval_fn, model)
+    inside = {id(s) for s in model.modules() if s is not model}
+    probe = model if any(id(m) in inside for _, m in others) else model_copy(model)
+    others = [(label, m) for label, m in others if id(m) not in inside] if probe is model else others
     if train_first:
         for m in (probe, *(m for _, m in others)):
             set_mode(m, True)

@@ -95,11 +95,22 @@ def _applied(self: Any, p: torch.Tensor) -> bool:
     return before is None or after is None or not torch.equal(before, after)
 
 
+def _consumed_in_call1(self: Any, p: torch.Tensor) -> bool:
+    """Whether call 1 applied an update that used ``p``'s gradient: an optimizer.step of the watched optimizer ran in
+    call 1 (manual updates: call 1 changed ``p``). A call that only backpropagates (one micro-batch of gradient
+    accumulation across calls, stepping every k-th) leaves its gradient for the step to come, by design."""
+    if self.opt is not None:
+        return any(r.call == 1 for r in self.steps)
+    before, after = (self.values[0].get(id(p)), self.values[1].get(id(p))) if len(self.values) > 1 else (None, None)
+    return before is None or after is None or not torch.equal(before, after)
+
+
 def carried_check(self: Any, out: Collected) -> None:
     """Premise: each step starts from cleared gradients. Confirmed by the gradient seen in ``.grad`` when step 2's
-    backward first reached a parameter (step 1's, not stepped away), where call 2 then changed the parameter."""
+    backward first reached a parameter (step 1's, already applied by a step of call 1, not stepped away), where call 2
+    then changed the parameter."""
     carried = [(p, n) for p, n in self.params if grad_state(self.prior.get((2, id(p))))[0] in ("nonzero", "nonfinite")
-               and _applied(self, p)]
+               and _applied(self, p) and _consumed_in_call1(self, p)]
     reached = sum((2, id(p)) in self.prior for p, _ in self.params)
     if not carried:
         if reached:
