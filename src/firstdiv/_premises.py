@@ -536,7 +536,9 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "padding positions do not count in the loss",
         "padding read from the program's batch (a decoder_attention_mask, or an attention_mask shaped like token "
         "targets, at 0; else a run of one token id at the end of at least half the rows, or at the edge of most rows "
-        "(read along the sequence axis), at different lengths and rare elsewhere, a trailing run's first token left out; or, in structured targets, "
+        "(read along the sequence axis), at different lengths, rare elsewhere and two or more long in far more rows than "
+        "chance repeats make (at least a quarter of them and three times the id's rate elsewhere), a trailing run's "
+        "first token left out; or, in structured targets, "
         "the positions a 0/1 weight beside same-shaped token ids switches off, where flipping the weights moves the "
         "loss), then the user's loss_fn on the same outputs with only the padding positions' predictions perturbed: "
         "the loss moves; a loss computed inside the model (outputs.loss from labels=), which cannot be handed other "

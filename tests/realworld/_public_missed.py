@@ -76,6 +76,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'bubbliiiingcenternet_resnet.wh_written_as_hw': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no '
                                                  'gradient and the loss does not depend on them (perturbing them on '
                                                  'a copy leaves it u; diagnose WARN at None',
+ 'caogangwgangp_mnist.backward_signs_swapped': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                               'gradient and the loss does not depend on them (perturbing them on a '
+                                               'copy leaves it u; diagnose WARN at None',
+ 'caogangwgangp_mnist.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                              'gradient and the loss does not depend on them (perturbing them on a '
+                                              'copy leaves it u; diagnose WARN at None',
  'centerloss_lenetpp.centers_not_stepped': 'owner saw PASS None None: ; diagnose WARN at None',
  'centerloss_lenetpp.class_mask_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -369,6 +375,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lornatangespcn_sr.pixel_shuffle_as_view': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangfsrcnn_x2.lr_corner_not_scaled': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangsrcnn_x2.target_is_input': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'lornatangvdsr_x2.loss_against_lr_input': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (5.182) is 8 '
+                                           'x their mean per-example loss (0.6478): it is summed (mean squared '
+                                           'error), so; diagnose WARN at None',
  'lstnet_electricity.highway_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [32, 6, 4] -> [128, 6] '
                                                    'puts input axis 1 (size 6) across output axes [0, 1], while '
                                                    'output axis 1 (size 6) hold; diagnose WARN at None',
@@ -391,6 +400,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                       'step_probe:model.disc_0.model.layer_0.1.bias',
  'metabaseline_fewshot.episodes_viewed_shot_major': 'owner saw PASS None None: ; diagnose PASS at None',
  'metabaseline_fewshot.labels_way_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'metaoptnet_protonet.log_softmax_over_queries': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'metaoptnet_protonet.support_labels_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
  'midibert_cp.batch_masked_in_place': 'owner saw WARN None None: DEPENDENCY: 3 of 53 trainable parameters are not on '
                                       "the loss's autograd graph: 3 trainable parameters get no gradient and th; "
                                       'diagnose WARN at None',
@@ -407,6 +418,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                           'token_emb.weight step.zero_grad_before_step: .grad none at '
                                           'optimizer.step; diagnose FAIL at step_probe token_emb.weight '
                                           'step_probe:token_emb.weight',
+ 'minimind_pretrain.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'minimind_pretrain.zero_grad_every_micro_step': 'owner saw PASS None None: optimizer: update rule check skipped: '
+                                                 'AdamW is not plain SGD (stateful update rule); diagnose PASS at '
+                                                 'None',
  'minrf_rectified_flow.time_not_fed_to_model': 'owner saw WARN None None: GRADIENT: 25 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it ; diagnose WARN at None',
@@ -435,10 +450,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'morvana3c_discrete.terminal_bootstrapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvanzhou_dqn.next_state_from_state_columns': 'owner saw PASS None None: ; diagnose PASS at None',
  'mvtstransformer_classification.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'naacltl_pretrain_lm.batch_not_transposed': 'owner saw WARN None None: TASK: targets equal the inputs at 100% of '
+                                             'supervised positions (next token at 6%): each position is asked for '
+                                             'the token it r; diagnose WARN at None',
  'ncrfpp_ner.labels_shifted_one_token': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.meshgrid_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
  'nestedunet_dsb2018.dice_on_logits': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'newsrec_nrms.candidates_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
  'nflows_maf_moons.output_mask_off_by_one': 'owner saw FAIL OBJECTIVE objective.log_det_mismatch: OBJECTIVE '
                                             'objective.log_det_mismatch: -5.413 against -7.531 (example 0); diagnose '
                                             'FAIL at learning_ledger OBJECTIVE learning_ledger:OBJECTIVE',
@@ -489,6 +508,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            '0.1635 (75% dow; diagnose WARN at None',
  'playground_cifar10.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
                                                'is not plain SGD (stateful update rule); diagnose PASS at None',
+ 'plvae_cifar.kl_terms_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'plvae_cifar.sample_instead_of_rsample': 'diagnose FAIL at reachability encoder.conv1.weight '
+                                          'reachability:encoder.conv1.weight',
  'pml_triplet_miner.normalize_over_batch': 'owner saw WARN None None: OBJECTIVE: loss 0.09164 is not the '
                                            'cross-entropy of these outputs (2.824; ln K = 2.773 for an untrained '
                                            '16-class model; exam; diagnose WARN at None',
@@ -552,6 +574,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchmaml_sinusoid.adapted_params_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchmaml_sinusoid.inner_update_ascends': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchmaml_sinusoid.test_targets_rolled': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'pytorchtrpo_pendulum.log_std_left_out': 'owner saw PASS None None: OPTIMIZER: not checked: pass the optimizer; '
+                                          'diagnose FAIL at learning_ledger PARAMETER_UPDATE '
+                                          'learning_ledger:PARAMETER_UPDATE',
+ 'pytorchtrpo_pendulum.masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pytorchtrpo_pendulum.surrogate_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchvae_vanilla.latent_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchwavenet_wavenet.dilate_view_without_permute': 'owner saw WARN None None: : op:view@: [16, 32, 78] -> [32, '
                                                        '32, 39] puts input axis 1 (size 32) across output axes [0, '
@@ -686,6 +713,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                      'on 8 fixed examples, Adam lr 0.0001 at any lr up to 0.1 (loss '
                                                      '0.8114 -> best 0.7481, 8%; diagnose WARN at None',
  'sngan_dcgan.fake_target_ones': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'spectralgcn_mnist.cheby_basis_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [25, 288, 64] -> '
+                                                      '[18432, 25] puts input axis 0 (size 25) across output axes '
+                                                      '[0], while output axis 1 (size 25); diagnose WARN at None',
+ 'spectralgcn_mnist.l2_sign_flipped': 'owner saw WARN None None: OBJECTIVE: loss 2.262 is within 10% of '
+                                      'cross-entropy (2.295) but not equal, and single examples do not reproduce it '
+                                      '(example; diagnose WARN at None',
  'spijkervetsimclr_ntxent.rank_interleaved_views': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.bootstrap_at_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningupbasic_sac.critic_output_not_squeezed': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
@@ -697,6 +730,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'spotlight_bpr.negatives_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'srgan_leftthomas_x4.d_loss_signs_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'srgan_leftthomas_x4.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'srlts_triplet_causalcnn.negative_sign_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'srresnet_x4.target_off_by_one': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (8119) is 8 x their '
                                   'mean per-example loss (1015): it is summed (mean squared error), so it; diagnose '
                                   'WARN at None',
@@ -761,6 +795,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                   'WARN at None',
  'td3_pendulum.timeout_as_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
  'td3bc_offline.next_state_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'td3bipedal_pendulum.max_of_target_critics': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'td3bipedal_pendulum.polyak_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
+                                            'not plain SGD (stateful update rule); diagnose PASS at None',
+ 'td3bipedal_pendulum.reward_not_reshaped': 'owner saw PASS None None: ; diagnose PASS at None',
  'teapearce_cfg_diffusion.context_mask_not_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'teapearce_cfg_diffusion.last_timestep_never_drawn': 'owner saw PASS None None: ; diagnose PASS at None',
  'teapearce_cfg_diffusion.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: '
@@ -829,6 +867,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'tslib_timesnet_cls.labels_misaligned': 'owner saw WARN None None: DEPENDENCY: 1 of 54 trainable parameters are not '
                                          "on the loss's autograd graph: 1 trainable parameters get no gradient and "
                                          'th; diagnose WARN at None',
+ 'tstcc_selfsupervised.one_view_twice': 'owner saw WARN None None: DEPENDENCY: 2 of 11 trainable parameters are not '
+                                        "on the loss's autograd graph: 2 trainable parameters get no gradient and "
+                                        'th; diagnose WARN at None',
  'tvrefs_classification.mixed_images_hard_labels': 'owner saw PASS None None: ; diagnose PASS at None',
  'udacitydrl_dqn.next_states_from_states': 'owner saw PASS None None: ; diagnose PASS at None',
  'umnn_flow_toy.made_output_mask_inclusive': 'owner saw PASS None None: ; diagnose WARN at None',

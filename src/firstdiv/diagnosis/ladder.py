@@ -147,10 +147,15 @@ def diagnose(*, symptom: str | None = None, expected: str | None = None, stop_at
 def _run(rung: InstrumentSpec, ev: dict[str, Any], reports: dict[str, Report]) -> tuple[Report, float]:
     """Run one instrument; what it raises becomes a SKIPPED observation (the rest of the ladder still runs)."""
     from ..instruments._core.batch import describe_error
+    from ..instruments._core.closure import tensors_in
+    from ..instruments._core.state import guarded
 
     start = time.perf_counter()
     try:
-        report = rung.run(ev, reports)
+        # an instrument that runs the user's step (the performance ledger times train_step) runs the program's data
+        # pipeline, which may rewrite memory the evidence batch shares with it (a numpy dataset shuffled in place)
+        with guarded(tensors_in(ev.get("batch"))):
+            report = rung.run(ev, reports)
     except InvalidArgument as exc:
         report = skipped(rung.name, f"the evidence does not suit {rung.name}: {exc}")
     except Exception as exc:  # noqa: BLE001 - user code or an instrument bug: recorded, never a crash of the ladder

@@ -129,3 +129,13 @@ def _attr(obj: Any, name: str) -> Any:
         return getattr(obj, name)
     except Exception:  # noqa: BLE001 - a wrapper's property that raises is no evidence of sharing
         return object()
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """The tensors a batch holds (in tuples, lists and mappings), for a guard around the user's own step: a step that
+    runs the program's data pipeline may rewrite memory the batch's tensors share with it (a numpy dataset shuffled in
+    place at each epoch's start)."""
+    if torch.is_tensor(value):
+        return [value]
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+    return [t for v in items for t in tensors_in(v)]

@@ -38,7 +38,7 @@ from .._core.batch import (
     unfed_target,
 )
 from .._core.checks import Check, compose, not_reached, reached, walk
-from .._core.closure import closure_state
+from .._core.closure import closure_state, tensors_in
 from .._core.copy_origin import reading
 from .._core.copying import restarting
 from .._core.examples import batch_axis as infer_batch_axis
@@ -109,7 +109,7 @@ def learning_ledger(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], 
         raise InvalidArgument(f"Expected `batch_axis` to be None (infer) or an integer >= 0 but got {batch_axis!r}")
     ctx.batch_axis = infer_batch_axis(ctx.batch, batch_axis)
     reached_by_step = closure_state(train_step) if train_step is not None else []
-    with guarded(model, optimizer, train_step, reached_by_step), torch.enable_grad():
+    with guarded(model, optimizer, train_step, reached_by_step, tensors_in(batch)), torch.enable_grad():
         seed_copies()  # dropout and friends on the copies: reproducible; the guard restores the RNG states
         try:
             ctx.work, ctx.work_opt = detached_copy(model, optimizer)

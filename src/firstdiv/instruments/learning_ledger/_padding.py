@@ -3,8 +3,10 @@ move. Which positions are padding is read from the program's own batch, never as
 
 - a ``decoder_attention_mask`` shaped like the targets, or an ``attention_mask`` shaped like them when the token
   inputs are (a language model), marks them with 0;
-- else a trailing run of one token id that ends at least half the rows with runs of different lengths and is rare before them
-  (a pad id); the first token of each run is left out (it may be a real end-of-sequence target);
+- else a trailing run of one token id that ends at least half the rows with runs of different lengths, is rare before
+  them, and runs two or more long in far more rows than chance repeats make (a pad id, not a class id that ends two
+  rows of a few-shot episode by chance); the first token of each run is left out (it may be a real end-of-sequence
+  target);
 - else such a run at either edge (left padding: a recommender's item history), read as ``pad_runs`` does,
   along the sequence axis (``batch_axis=1``: time first);
 - in structured targets, the positions a 0/1 weight beside token ids of the same shape switches off (a masked LM's
@@ -75,7 +77,10 @@ def _from_runs(ctx: Ctx, t: torch.Tensor) -> torch.Tensor | None:
             tail[i, t.shape[1] - n + 1:] = True  # the run's first token may be a real end-of-sequence target
     body = ~tail & (t != ctx.ignore_index)
     rare = float((t[body] == v).float().mean()) if bool(body.any()) else 1.0
-    if len(set(lengths)) < 2 or rare > 0.2 or not bool(tail.any()):
+    # runs of two or more in far more rows than chance repeats make (a few-shot episode's class ids, K ~ 5, end two
+    # rows in a row with v about once in K), as pad_runs requires
+    long = sum(n >= 2 for n in lengths) / len(lengths)
+    if len(set(lengths)) < 2 or rare > 0.2 or long < max(0.25, 3 * rare) or not bool(tail.any()):
         return None
     return tail
 

@@ -53,7 +53,7 @@ from .._core.batch import (
     split_batch,
 )
 from .._core.checks import Check, compose
-from .._core.closure import closure_state, step_optimizers, trained_elsewhere
+from .._core.closure import closure_state, step_optimizers, tensors_in, trained_elsewhere
 from .._core.examples import batch_axis as _batch_axis
 from .._core.examples import logits_of
 from .._core.invariance import sort_gradless, unused_message
@@ -102,7 +102,7 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
     axis = _batch_axis(b, batch_axis)
     # the user's objects train_step and eval_fn reach (an EMA copy, the model itself): restored afterwards
     extra = [m for f in (train_step, eval_fn) if f is not None for m in closure_state(f)]
-    with guarded(model, optimizer, *hidden_modules(model), *extra):
+    with guarded(model, optimizer, *hidden_modules(model), *extra, tensors_in(batch)):
         try:
             run = measure(model, optimizer, b, loss_fn)
         except UserCodeError as exc:

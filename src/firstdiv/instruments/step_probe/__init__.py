@@ -38,7 +38,7 @@ from .._core.checks import (
     norm,
     unique_params,
 )
-from .._core.closure import closure_state
+from .._core.closure import closure_state, tensors_in
 from .._core.invariance import loss_depends
 from .._core.state import detached_copy, guarded
 from .._core.trace import tensors
@@ -94,7 +94,7 @@ def step_probe(model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch
     # a GAN's other model and optimizer; a hand-written momentum buffer
     shapes = {tuple(p.shape) for p, _ in params}
     reached = [*closure_state(train_step), *_closure_tensors(train_step, shapes)] if train_step is not None else []
-    with guarded(model, optimizer, train_step, *reached):  # train_step: the schedulers and scalers it steps
+    with guarded(model, optimizer, train_step, *reached, tensors_in(batch)):  # train_step: the schedulers and scalers it steps
         norms = NormWatch(model)  # filled by the controlled step (the copy keeps the modules' names) and the watch
         try:
             ctl = _controlled_step(model, batch, loss_fn, optimizer, float(lr_rtol), norms)
