@@ -31,7 +31,7 @@ Deviations from the original:
 - ``torch.stft`` is called with ``return_complex=True`` and viewed as real (torch 2 refuses the old real output);
 - sizes for 2 CPU cores: segment_size 8192 -> 512, n_fft / win_size 1024 -> 256, hop_size 256 -> 64 (so
   upsample_rates [8, 8, 4] -> [4, 4, 4], upsample_kernel_sizes [16, 16, 8] -> [8, 8, 8]), sampling_rate 22050 ->
-  16000, upsample_initial_channel 256 -> 64, batch_size 16 -> 4, the discriminators' channel widths divided by 8
+  16000, upsample_initial_channel 256 -> 64, batch_size 16 -> 2, the discriminators' channel widths divided by 8
   (``CH_DIV``; groups kept); num_mels 80, fmin 0, fmax 8000, fmax_for_loss None, resblock kernels and dilations
   kept; learning rate 2e-4 -> 1e-3 so that the 30 steps of the self-check show learning;
 - CPU only, one process: the distributed setup, checkpoints, tensorboard, validation every
@@ -573,7 +573,7 @@ def generator_loss(disc_outputs):
 _CONFIG = {
     "resblock": "2",
     "num_gpus": 0,
-    "batch_size": 4,
+    "batch_size": 2,
     "learning_rate": 0.001,
     "adam_b1": 0.8,
     "adam_b2": 0.99,
