@@ -477,7 +477,9 @@ PREMISES: dict[str, Premise] = {
         "forecaster reconstructing its window too, read at its last positions) by >= 1/20 of the largest move, for at "
         "least half of up to 8 probes",
         "a target copying the input at its own positions or copying every varying input position (reconstruction, a "
-        "copy task), integer sequences copying some source tokens (a seq2seq rule; shifts are the sequence checks'), "
+        "copy task) unless the program contradicts it (the step's loss compares the model's own first output with its "
+        "input while the declared batch pairs the inputs with other targets of that shape, or the untrained model "
+        "already returns the target, R^2 >= 0.999), integer sequences copying some source tokens (a seq2seq rule; shifts are the sequence checks'), "
         "a copy the model does not read (a causal model's next-token labels), no output aligned with the targets: no "
         "finding; targets that are the input shifted along one axis, copying >= 90% of its varying positions (a "
         "sequence's next steps, which a latent-variable model encoding the whole sequence may read): a note"),
@@ -566,7 +568,8 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "the loss is bounded below and falls as the answer improves",
         "the loss is negative and equals -cross-entropy, or its gradient along a better answer (correct logits up, "
         "outputs toward the targets) is positive; signed per-example weights (a policy gradient's advantages) give no "
-        "finding; or scaling a side output (a VAE's mu) 10x and 100x drives the loss lower each time and far below zero",
+        "finding; or scaling a side output (a VAE's mu, nested or not; never the prediction) 10x and 100x drives the loss "
+        "lower each time and far below zero",
         "otherwise no finding"),
     "objective.log_det_mismatch": Premise(
         "learning_ledger", "a normalizing flow's loss adds the log-determinant of the flow's own transform",
@@ -726,8 +729,8 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "a few steps of train_step keep the loss finite and below 10x",
         "the loss on the batch, re-evaluated after each of up to 4 train_step calls on the user's objects (restored), "
         "became non-finite or grew more than 10-fold, and again when the same start (restored) runs train_step's next "
-        "8 calls (other batches of its stream), where it does not come back (non-finite or still above 10x at the last "
-        "call)",
+        "16 calls (other batches of its stream), where it does not come back (non-finite at the last call, or the "
+        "median of the losses after the start above 10x of it)",
         "a blow-up on one sequence of calls and not on the next, a spike the next calls recover from (a large first "
         "step), or a batch that started below the loss train_step reports on its own batches and stays under 10x of "
         "its first report (an easy batch, not the program's loss scale): WARN"),

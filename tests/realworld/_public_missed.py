@@ -82,6 +82,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'caogangwgangp_mnist.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                               'gradient and the loss does not depend on them (perturbing them on a '
                                               'copy leaves it u; diagnose WARN at None',
+ 'carnpytorch_carn_m.hr_corner_not_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
  'centerloss_lenetpp.centers_not_stepped': 'owner saw PASS None None: ; diagnose WARN at None',
  'centerloss_lenetpp.class_mask_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -146,6 +147,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'dcrnnpytorch_traffic.prediction_left_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
  'dcrnnpytorch_traffic.targets_are_inputs': 'owner saw PASS None None: ; diagnose WARN at None',
  'ddim_diffusion.alphas_not_cumulative': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ddpgnaf_ddpg.naf_target_typo': 'owner saw PASS None None: ; diagnose WARN at None',
  'ddpmexplainingai_unet.target_noise_redrawn': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddpmexplainingai_unet.timestep_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'ddpmtorch_cifar.target_noise_resampled': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -202,19 +204,31 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'dlrm_ctr.optimizer_without_embeddings': 'owner saw WARN None None: OPTIMIZER: 8 of 11 trainable parameters owned; '
                                           'optimizer owns 8 tensors, 0 of them no longer in the model; '
                                           'emb_l.0.weight: o',
+ 'dmlbaselines_marginloss.image_from_flat_list': 'owner saw WARN None None: CAPABILITY: the loss reaches parameters '
+                                                 "trained outside the copy (the program's own model, reached through "
+                                                 'a global, or a se; diagnose WARN at None',
+ 'dmlbaselines_marginloss.margin_terms_swapped': 'owner saw WARN None None: CAPABILITY: the loss reaches parameters '
+                                                 "trained outside the copy (the program's own model, reached through "
+                                                 'a global, or a se; diagnose WARN at None',
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlhandson_crossentropy.elite_test_inverted': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlhandson_crossentropy.next_obs_stored': 'owner saw PASS None None: ; diagnose PASS at None',
- 'dupontwgangp_mnist.critic_signs_flipped': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 16 '
-                                            'fixed examples, Adam lr 0.001 at any lr up to 1 (loss 9.986 -> best '
-                                            '8.989, 10% do; diagnose WARN at None',
+ 'dupontwgangp_mnist.critic_signs_flipped': 'owner saw WARN None None: CAPABILITY: the loss reaches parameters '
+                                            "trained outside the copy (the program's own model, reached through a "
+                                            'global, or a se; diagnose WARN at None',
  'ecapatdnn_speaker.margin_on_non_targets': 'owner saw PASS None None: ; diagnose PASS at None',
  'edgeml_fastgrnn_kws.first_frame_classified': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it u; diagnose WARN at None',
  'efficientdensenet_cifar.labels_misaligned': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'egnn_nbody.edges_not_offset': 'owner saw WARN None None: DEPENDENCY: 4 of 62 trainable parameters are not on the '
+                                "loss's autograd graph: 4 trainable parameters get no gradient and th; diagnose WARN "
+                                'at None',
+ 'egnn_nbody.target_is_start_frame': 'owner saw WARN None None: DEPENDENCY: 4 of 62 trainable parameters are not on '
+                                     "the loss's autograd graph: 4 trainable parameters get no gradient and th; "
+                                     'diagnose WARN at None',
  'electra_rtd.gen_labels_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'esim_snli.restoration_idx_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'explainingaivae_cvae.logvar_used_as_std': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -262,8 +276,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'fregudeeplabv3_cityscapes.label_not_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'fuxictr_dcn.labels_from_other_rows': 'owner saw PASS None None: ; diagnose PASS at None',
  'fuxictr_dcn.output_activation_skipped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
- 'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw WARN None None: TASK: could not check: the TASK check raised '
+                                        "NotImplementedError: Could not run 'aten::as_strided' with arguments from "
+                                        "the '; diagnose WARN at None",
+ 'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw WARN None None: TASK: could not check: the TASK check raised '
+                                            "NotImplementedError: Could not run 'aten::as_strided' with arguments "
+                                            "from the '; diagnose WARN at None",
  'ganstability_r1.d_fake_target_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'ganstability_r1.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'gcnclustering_linkage.center_label_from_first_node': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -295,18 +313,19 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                             'copy leaves it u; diagnose WARN at None',
  'handsonrl_pets.inverse_var_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'handsonrl_pets.labels_permuted_apart': 'owner saw PASS None None: ; diagnose WARN at None',
- 'harmonicpinn_oscillator.residual_sign_flipped': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
-                                                  '8 fixed examples, Adam lr 0.001 at any lr up to 0.1 (loss 0.9205 '
-                                                  '-> best 0.8158, 11%; diagnose WARN at None',
- 'harmonicpinn_oscillator.second_derivative_graph_dropped': 'owner saw WARN None None: CAPABILITY: inconclusive: not '
-                                                            'fitted on 8 fixed examples, Adam lr 0.001 at any lr up '
-                                                            'to 0.1 (loss 0.9231 -> best 0.8184, 11%; diagnose WARN '
-                                                            'at None',
- 'harmonicpinn_oscillator.targets_flattened': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
-                                              'capability.cannot_overfit: loss 0.9249 -> best 0.8748 (5.42% down) at '
-                                              'every lr; diagnose FAIL at learning_ledger CAPABILITY '
-                                              'learning_ledger:CAPABILITY',
+ 'harmonicpinn_oscillator.residual_sign_flipped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on '
+                                                  '8 fixed examples, Adam lr 0.001, up to lr 0.01, loss 0.9205 -> '
+                                                  'best 0.3385 (63% down; diagnose WARN at None',
+ 'harmonicpinn_oscillator.second_derivative_graph_dropped': 'owner saw WARN None None: CAPABILITY: learning but not '
+                                                            'fitted: on 8 fixed examples, Adam lr 0.001, up to lr '
+                                                            '0.01, loss 0.9231 -> best 0.3384 (63% down; diagnose '
+                                                            'WARN at None',
+ 'harmonicpinn_oscillator.targets_flattened': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 '
+                                              'fixed examples, Adam lr 0.001, up to lr 0.01, loss 0.9249 -> best '
+                                              '0.3393 (63% down; diagnose WARN at None',
  'hfcourse_accelerate_mrpc.attention_mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hifigan_vocoder.mel_from_another_segment': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hifigan_vocoder.mel_loss_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'hnn_spring.dx_from_test_half': 'owner saw PASS None None: ; diagnose WARN at None',
  'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
@@ -358,12 +377,15 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                    'examples, Adam lr 1e-08 at any lr up to 1e-05 (loss 0.6558 -> best 0.6037, 8; '
                                    'diagnose WARN at None',
  'kinyugocm_ict.target_not_detached': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'koopa_etth.destationarization_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'kuc2477vae_mnist.latent_mean_detached': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'laptd3_pendulum.max_of_target_critics': 'owner saw PASS None None: ; diagnose PASS at None',
  'learn2learn_maml_sine.inner_update_ascends': 'owner saw PASS None None: ; diagnose PASS at None',
  'learn2learn_maml_sine.query_targets_from_support': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightly_simsiam.stop_gradient_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightningbolts_vae.kl_coeff_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
- 'lightningbolts_vae.sample_instead_of_rsample': 'diagnose FAIL at step_probe encoder.conv1.weight '
-                                                 'step_probe:encoder.conv1.weight',
+ 'lightningbolts_vae.sample_instead_of_rsample': 'diagnose FAIL at reachability encoder.conv1.weight '
+                                                 'reachability:encoder.conv1.weight',
  'lightningtransformers_ner.labels_not_aligned_to_tokens': 'owner saw PASS None None: ; diagnose PASS at None',
  'lora_gpt2_e2e.lora_factors_both_zero': 'diagnose FAIL at reachability transformer.h.0.attn.c_attn.lora_A '
                                          'reachability:transformer.h.0.attn.c_attn.lora_A',
@@ -374,10 +396,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lornatangespcn_sr.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangespcn_sr.pixel_shuffle_as_view': 'owner saw PASS None None: ; diagnose PASS at None',
  'lornatangfsrcnn_x2.lr_corner_not_scaled': 'owner saw PASS None None: ; diagnose PASS at None',
- 'lornatangsrcnn_x2.target_is_input': 'owner saw PASS None None: ; diagnose PASS at None',
- 'lornatangvdsr_x2.loss_against_lr_input': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (5.182) is 8 '
-                                           'x their mean per-example loss (0.6478): it is summed (mean squared '
-                                           'error), so; diagnose WARN at None',
  'lstnet_electricity.highway_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [32, 6, 4] -> [128, 6] '
                                                    'puts input axis 1 (size 6) across output axes [0, 1], while '
                                                    'output axis 1 (size 6) hold; diagnose WARN at None',
@@ -449,6 +467,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'morvana3c_discrete.targets_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvana3c_discrete.terminal_bootstrapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvanzhou_dqn.next_state_from_state_columns': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'mtgnn_single_step.target_not_rescaled': 'owner saw WARN None None: DEPENDENCY: 4 of 64 trainable parameters are '
+                                          "not on the loss's autograd graph: 4 trainable parameters get no gradient "
+                                          'and th; diagnose WARN at None',
  'mvtstransformer_classification.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'naacltl_pretrain_lm.batch_not_transposed': 'owner saw WARN None None: TASK: targets equal the inputs at 100% of '
                                              'supervised positions (next token at 6%): each position is asked for '
@@ -461,6 +482,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'nflows_maf_moons.output_mask_off_by_one': 'owner saw FAIL OBJECTIVE objective.log_det_mismatch: OBJECTIVE '
                                             'objective.log_det_mismatch: -5.413 against -7.531 (example 0); diagnose '
                                             'FAIL at learning_ledger OBJECTIVE learning_ledger:OBJECTIVE',
+ 'nice_mnist.log_det_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
+                               'capability.cannot_overfit: loss 1095 -> best 1087 (0.71% down) at every lr; diagnose '
+                               'FAIL at learning_ledger CAPABILITY learning_ledger:CAPABILITY',
  'nlptutorial_seq2seq_attention.targets_are_decoder_inputs': 'owner saw PASS None None: ; diagnose PASS at None',
  'nlpwt_emotion_trainer.labels_shifted_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'nocd_communities.edge_loss_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -601,14 +625,19 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                           'gradient and the loss does not depend on them (perturbing them on a copy '
                                           'leaves it u; diagnose WARN at None',
  'rbert_semeval.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
+ 're2_textmatching.targets_not_shuffled_with_texts': 'owner saw PASS None None: ; diagnose PASS at None',
  'realmlp_tds.labels_not_split_with_features': 'owner saw WARN None None: GRADIENT: 7 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it u; diagnose WARN at None',
- 'recbole_lightgcn.bpr_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'recbole_lightgcn.item_ids_not_offset': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'recbole_lightgcn.bpr_sign_flipped': 'owner saw WARN None None: CAPABILITY: the loss reaches parameters trained '
+                                      "outside the copy (the program's own model, reached through a global, or a se; "
+                                      'diagnose WARN at None',
+ 'recbole_lightgcn.item_ids_not_offset': 'owner saw WARN None None: CAPABILITY: the loss reaches parameters trained '
+                                         "outside the copy (the program's own model, reached through a global, or a "
+                                         'se; diagnose WARN at None',
  'recbole_lightgcn.prediction_cache_not_cleared': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs are '
                                                   'not a single tensor, nor a tuple holding exactly one dense '
-                                                  'floating-point tensor; th; diagnose PASS at None',
+                                                  'floating-point tensor; th; diagnose WARN at None',
  'rechorus_caser.bpr_minus_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.history_includes_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.predictions_not_restored': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -628,6 +657,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'retinanet_csv.annotations_as_xywh': 'owner saw FAIL DEPENDENCY dependency.input_without_gradient: DEPENDENCY '
                                       "dependency.input_without_gradient: 'inputs[1]' reaches the loss only through "
                                       'o; diagnose FAIL at learning_ledger DEPENDENCY learning_ledger:DEPENDENCY',
+ 'ricap_wideresnet.patch_labels_not_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
  'rtdlnumemb_mlp_ple.val_labels_not_standardized': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs '
                                                    'are not a single tensor, nor a tuple holding exactly one dense '
                                                    'floating-point tensor; th; diagnose PASS at None',
@@ -758,12 +788,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                     'None',
  'structselfattn_imdb.bce_with_logits_on_sigmoid': 'owner saw PASS None None: ; diagnose PASS at None',
  'structselfattn_imdb.labels_from_other_rows': 'owner saw PASS None None: ; diagnose PASS at None',
- 'stylegan2_r1.d_loss_signs_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
-                                      'examples, Adam lr 0.001882, up to lr 0.1882, loss 1.363 -> best 0.741 (46% d; '
-                                      'diagnose WARN at None',
- 'stylegan2_r1.r1_interval_scale_dropped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 '
-                                           'fixed examples, Adam lr 0.001882, up to lr 1.882, loss 1.422 -> best '
-                                           '0.65 (54% dow; diagnose WARN at None',
+ 'stylegan2_r1.d_loss_signs_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'stylegan2_r1.r1_interval_scale_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.views_reshaped_not_split': 'owner saw PASS None None: ; diagnose PASS at None',
  'swa_vgg16bn.moving_average_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: SGD '

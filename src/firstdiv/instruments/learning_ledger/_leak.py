@@ -14,7 +14,10 @@ counterfactual on the ledger's copy:
    integer label of each example. Integer sequences that copy some source tokens are what a seq2seq rule does.
 2. Not a reconstruction: a target that copies the input at its own positions (an autoencoder, an imputer, labels
    handed to a model that computes its own loss) or that copies every non-constant position of an input (a copy or
-   reversal task) is what the program asks for; no finding.
+   reversal task) is what the program asks for; no finding -- unless the program itself says otherwise: the step's
+   loss compares with its input while the declared batch pairs the inputs with other targets of that shape (a
+   super-resolution step scoring against its low-resolution input), or the untrained model already returns the
+   target (R^2 >= ``SOLVED``: a residual model asked for the input it passes through has nothing to learn).
 3. The model reads it (the counterfactual): on the ledger's copy in eval mode, with every RNG reseeded alike,
    changing input ``i`` alone (to another example's value) moves the output the loss compares with target ``j`` (an
    output with the targets' elements, or one score vector per target element), by at least a twentieth of the largest
@@ -48,6 +51,7 @@ MIN_BITS = 32.0
 WHOLE = 0.9  # a shifted target copying this share of the input's varying positions is the sequence's next steps
 READS = 0.05  # a probed output moves by this fraction of the largest move: the model reads the copied input
 _PRIME = 2_147_483_629
+SOLVED = 0.999  # R^2 of the untrained model's output against a copied target: the loss starts at its floor
 
 
 def named_tensors(x: Any, path: str) -> list[tuple[str, torch.Tensor]]:
@@ -195,17 +199,52 @@ def target_in_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     if ctx.batch_axis != 0:
         return None
     call = _declared_call(ctx)
-    found = _search(ctx, ev, call, [t for _, t in named_tensors(ctx.batch.targets, "")], "")
+    declared = [t for _, t in named_tensors(ctx.batch.targets, "")]
+    found = _search(ctx, ev, call, declared, "")
     if found is not None:
         return found
     fed = step_fed(ctx)
     if fed is None:
         return None
     (args, kwargs), targets = fed
-    return _search(ctx, ev, ModelCall(ctx, tuple(args), dict(kwargs)), targets, " in the batches train_step feeds")
+    # declared targets that are no input's copy, where the step's loss compares the model's own output with its target
+    others = [t for t in declared if not _copied(call, t)] if ctx.notes.get("step_fed_model_in_loss") else []
+    return _search(ctx, ev, ModelCall(ctx, tuple(args), dict(kwargs)), targets, " in the batches train_step feeds",
+                   others)
 
 
-def _search(ctx: Ctx, ev: dict[str, Any], call: ModelCall, targets: list[torch.Tensor], where: str) -> Check | None:
+def _copied(call: ModelCall, t: torch.Tensor) -> bool:
+    """Whether the declared target ``t`` copies some declared input at its own positions (an autoencoder's batch)."""
+    b = min(t.shape[0], MAX_EXAMPLES) if t.dim() and t.layout is torch.strided else 0
+    return any(b and x.layout is torch.strided and x.shape == t.shape and torch.equal(x[:b], t[:b])
+               for _, x in named_tensors((call.args, call.kwargs), ""))
+
+
+def _solved(call: ModelCall, t: torch.Tensor) -> float | None:
+    """R^2 of the untrained model's aligned output against ``t`` when it reaches ``SOLVED``, else None."""
+    base = call()
+    views = _aligned(base, t) if base is not None else []
+    if not views or not t.is_floating_point():
+        return None
+    o = views[0][1](dict(named_tensors(base, "outputs"))[views[0][0]]).double()
+    y = t.reshape(o.shape[0], -1, 1).double()
+    if o.shape[-1] != 1 or o.shape != y.shape:
+        return None
+    var = float(((y - y.mean()) ** 2).sum())
+    r2 = 1 - float(((o - y) ** 2).sum()) / var if var > 0 else None
+    return r2 if r2 is not None and r2 >= SOLVED else None
+
+
+def _contradicted(call: ModelCall, t: torch.Tensor, where: str, others: list[torch.Tensor]) -> str | None:
+    """Step 2's exception: why the program itself contradicts a reconstruction (module docstring), or None."""
+    if where and any(o.dim() == t.dim() and o.shape[1:] == t.shape[1:] for o in others):
+        return "while the declared batch pairs the inputs with other targets of this shape"
+    r2 = _solved(call, t)
+    return None if r2 is None else f"which the untrained model already returns (R^2 {r2:.4f}): nothing to learn"
+
+
+def _search(ctx: Ctx, ev: dict[str, Any], call: ModelCall, targets: list[torch.Tensor], where: str,
+            others: list[torch.Tensor] = ()) -> Check | None:
     inputs = named_tensors((call.args, call.kwargs), "")
     for t in targets:
         b = min(t.shape[0], MAX_EXAMPLES) if t.dim() and t.layout is torch.strided else 0
@@ -218,7 +257,10 @@ def _search(ctx: Ctx, ev: dict[str, Any], call: ModelCall, targets: list[torch.T
                 continue
             xf = x[:b].reshape(b, -1)
             copies = {j: src for j, src in _copies(xf, y).items() if _informative(y[:, j])}
-            if not _enough(copies, t) or _reconstruction(copies, xf, y):
+            if not _enough(copies, t):
+                continue
+            why = _contradicted(call, t, where, others) if _reconstruction(copies, xf, y) else ""
+            if why is None:
                 continue
             shift = _shifted_whole(copies, xf, tuple(x.shape[1:]), tuple(t.shape[1:]))
             if shift is not None:
@@ -230,7 +272,7 @@ def _search(ctx: Ctx, ev: dict[str, Any], call: ModelCall, targets: list[torch.T
                 continue
             result = _confirm(call, x, t, copies)
             if result is not None:
-                return _finding(ev, _name(path, call.whole), x, t, copies, result, where)
+                return _finding(ev, _name(path, call.whole), x, t, copies, result, where, why)
     return None
 
 
@@ -278,12 +320,20 @@ def _at(name: str, shape: tuple[int, ...], flat: int) -> str:
 
 
 def _finding(ev: dict[str, Any], name: str, x: torch.Tensor, t: torch.Tensor, copies: dict[int, list[int]],
-             result: dict[str, Any], where: str) -> Check:
+             result: dict[str, Any], where: str, why: str = "") -> Check:
     per = t[0].numel()
     j = next(j for j, _, m in result["probes"] if m)
     source, target = _at(name, tuple(x.shape[1:]), copies[j][0]), _at("targets", tuple(t.shape[1:]), j)
     ev["target_in_input"] = {"input": name + where, "copied": len(copies), "of": per, "example": [target, source],
-                             **result}
+                             **result, **({"reconstruction_contradicted": why} if why else {})}
+    if why:
+        return failed("TASK", "task.target_in_input",
+                      f"the targets{where} are input {name!r} itself, value for value at their own positions ({target} == "
+                      f"{source} in every example), {why}: the loss asks the model to return its input", ev,
+                      expected="targets the model does not already see (the high-resolution image, the next state, the "
+                               "clean signal)",
+                      observed=f"{len(copies)}/{per} target values per example equal {name!r} at the same positions",
+                      hint="compare the output with the target of the batch, not with the tensor fed to the model")
     return failed("TASK", "task.target_in_input",
                   f"{len(copies)} of the {per} target values per example{where} are copies of input {name!r} at fixed "
                   f"positions ({target} == {source} in every example, not when paired with another example's input), "

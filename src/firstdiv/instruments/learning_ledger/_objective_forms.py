@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .._core.checks import Check
+from .._core.examples import logits_of
 from .._core.task import Ctx, shape
 from ._common import failed, g4, warned
 from ._objective_calls import call
@@ -229,42 +230,67 @@ def labels_compete(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any])
                   hint="drop the softmax over the labels: use nn.BCEWithLogitsLoss on the raw logits (one sigmoid per label)")
 
 
+def _leaves(out: Any, path: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], torch.Tensor]]:
+    """The tensors of nested tuples and lists (not named tuples), each with its index path."""
+    if torch.is_tensor(out):
+        return [(path, out)]
+    if isinstance(out, (list, tuple)) and not hasattr(out, "_fields"):
+        return [leaf for i, v in enumerate(out) for leaf in _leaves(v, (*path, i))]
+    return []
+
+
+def _put(out: Any, path: tuple[int, ...], new: torch.Tensor) -> Any:
+    """``out`` with the leaf at ``path`` replaced by ``new`` and every other tensor detached."""
+    if not path:
+        return new
+    if torch.is_tensor(out):
+        return out.detach()
+    return type(out)(_put(v, path[1:], new) if j == path[0] else _detached(v) for j, v in enumerate(out))
+
+
+def _detached(out: Any) -> Any:
+    if torch.is_tensor(out):
+        return out.detach()
+    return type(out)(_detached(v) for v in out) if isinstance(out, (list, tuple)) and not hasattr(out, "_fields") else out
+
+
 def unbounded_below(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
-    """A tuple output's side tensor (a VAE's ``mu``) that, scaled up 10x and 100x, drives the loss down each time, far
-    below zero and faster than in proportion: the loss has no minimum, a term with the wrong sign (``+0.5 * sum(1 +
-    logvar - mu^2 - ...)``). A fall in proportion (a term linear in the output: a flow's log-determinant) is a WARN."""
+    """A side tensor of a tuple output, nested or not (a VAE's ``mu``), that, scaled up 10x and 100x, drives the loss
+    down each time, far below zero and faster than in proportion: the loss has no minimum, a term with the wrong sign
+    (``+0.5 * sum(1 + logvar - mu^2 - ...)``). A fall in proportion (a term linear in the output: a flow's
+    log-determinant) is a WARN. The prediction itself (the first output, the scores the loss compares) is not scaled."""
     out = ctx.outputs
     if not isinstance(out, (list, tuple)) or hasattr(out, "_fields"):
         return None
-    for i, v in enumerate(out):
-        if not torch.is_tensor(v) or v is ctx.outputs[0] or not v.is_floating_point() or not bool(v.detach().abs().gt(0).any()):
+    for path, v in _leaves(out):
+        if v is out[0] or v is logits_of(out) or not v.is_floating_point() or not bool(v.detach().abs().gt(0).any()):
             continue
-        if i == ctx.notes.get("log_det_confirmed"):  # log|det dz/dx| by autograd (_flow_logdet): linear by design
+        if path == (ctx.notes.get("log_det_confirmed"),):  # log|det dz/dx| by autograd (_flow_logdet): linear by design
             continue
         losses = []
         for k in (10.0, 100.0):
-            parts = [w.detach() * k if j == i else (w.detach() if torch.is_tensor(w) else w) for j, w in enumerate(out)]
             try:
                 with torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    losses.append(float(ctx.loss_fn(type(out)(parts), ctx.batch.targets)))
+                    losses.append(float(ctx.loss_fn(_put(out, path, v.detach() * k), ctx.batch.targets)))
             except Exception:  # noqa: BLE001 - user code: this probe is skipped
                 break
         if len(losses) < 2 or not (value > losses[0] > losses[1]) or losses[1] > -10 * max(abs(value), 1.0):
             continue
-        ev.update(unbounded_output=f"outputs[{i}]", loss_at_10x=losses[0], loss_at_100x=losses[1])
+        name = "outputs" + "".join(f"[{i}]" for i in path)
+        ev.update(unbounded_output=name, loss_at_10x=losses[0], loss_at_100x=losses[1])
         if losses[0] - losses[1] < 30 * (value - losses[0]):  # linear in the output: a log-determinant term's design
-            return warned("OBJECTIVE", f"the loss falls in proportion as outputs[{i}] grows ({g4(value)} -> "
+            return warned("OBJECTIVE", f"the loss falls in proportion as {name} grows ({g4(value)} -> "
                           f"{g4(losses[0])} -> {g4(losses[1])} at 10 and 100 times): a term linear in that output, as a "
                           "flow's log-determinant is by design (the model ties it to its other outputs); a regulariser "
                           "with the wrong sign looks the same", ev, kind="objective.wrong_sign")
         return failed("OBJECTIVE", "objective.wrong_sign",
-                      f"the loss has no minimum: scaling outputs[{i}] {list(v.shape)} by 10 and 100 takes it from {g4(value)} "
+                      f"the loss has no minimum: scaling {name} {list(v.shape)} by 10 and 100 takes it from {g4(value)} "
                       f"to {g4(losses[0])} and {g4(losses[1])}: a term of the loss rewards that output growing without bound "
                       f"(a regulariser / KL term with the wrong sign)", ev,
                       expected="a loss bounded below (a KL divergence >= 0 rises as mu grows)",
-                      observed=f"loss {g4(value)} -> {g4(losses[1])} at 100 x outputs[{i}]",
-                      hint="check the sign of each term that reads outputs[" + str(i) + "]: KLD = -0.5 * sum(1 + logvar - mu^2 - exp(logvar))")
+                      observed=f"loss {g4(value)} -> {g4(losses[1])} at 100 x {name}",
+                      hint=f"check the sign of each term that reads {name}: KLD = -0.5 * sum(1 + logvar - mu^2 - exp(logvar))")
     return None
 
 

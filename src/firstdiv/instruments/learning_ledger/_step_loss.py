@@ -24,6 +24,7 @@ from .._core.closure import closure_state
 from .._core.loss_graph import Misfed, graph_nodes, misfed_backwards, saved_tensor
 from .._core.state import guarded
 from .._core.task import Ctx
+from .._core.trace import tensors
 
 #: the loss nodes whose saved ``_saved_target`` is the target the loss compares with
 _TARGET_NODES = ("NllLoss2DBackward0", "NllLossBackward0", "MseLossBackward0", "L1LossBackward0", "SmoothL1LossBackward0",
@@ -39,7 +40,8 @@ def step_misfed(ctx: Ctx) -> Misfed | None:
 
 def step_fed(ctx: Ctx) -> tuple[tuple[Any, dict[str, Any]], list[torch.Tensor]] | None:
     """The model's first forward arguments in ``train_step`` (args, kwargs) and the targets its first backward's loss
-    nodes saved, or None (no train_step, no forward, or the step raised)."""
+    nodes saved, or None (no train_step, no forward, or the step raised). ``ctx.notes["step_fed_model_in_loss"]``
+    says whether that backward's graph holds the model's first output (else its loss is another network's)."""
     _run_once(ctx)
     return ctx.notes.get("step_fed")
 
@@ -59,6 +61,7 @@ def _run_once(ctx: Ctx) -> None:
     ctx.notes["step_misfed"] = found[0] if found else None
     given = [t for t in fed.get("given", []) if not any(t.shape == s.shape and torch.equal(t, s) for s in fed.get("targets", []))]
     ctx.notes["step_fed"] = (fed["args"], fed.get("targets", []) + given) if "args" in fed else None
+    ctx.notes["step_fed_model_in_loss"] = bool(fed.get("model_in_loss"))  # the model's first output in that backward
 
 
 def _clone(x: Any) -> Any:
@@ -80,6 +83,9 @@ def _reading_fed(model: torch.nn.Module, loss_fn: Any, fed: dict[str, Any]) -> I
     def pre(_m: Any, args: Any, kwargs: Any) -> None:
         fed.setdefault("args", (_clone(args), _clone(kwargs)))
 
+    def post(_m: Any, _args: Any, _kwargs: Any, out: Any) -> None:
+        fed.setdefault("outputs", [t.grad_fn for t in tensors(out) if t.grad_fn is not None])
+
     def given(_m: Any, args: Any, kwargs: Any) -> None:
         fed.setdefault("given", [_clone(t) for t in (*args[1:], *kwargs.values()) if torch.is_tensor(t)])
 
@@ -88,12 +94,15 @@ def _reading_fed(model: torch.nn.Module, loss_fn: Any, fed: dict[str, Any]) -> I
     def reading(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         if "targets" not in fed:
             roots = [t for t in (tensors if isinstance(tensors, (tuple, list)) else (tensors,)) if torch.is_tensor(t)]
-            saved = (saved_tensor(n, "_saved_target", floating=False) for r in roots if r.grad_fn is not None
-                     for n in graph_nodes(r) if type(n).__name__ in _TARGET_NODES)
+            nodes = [n for r in roots if r.grad_fn is not None for n in graph_nodes(r)]
+            saved = (saved_tensor(n, "_saved_target", floating=False) for n in nodes if type(n).__name__ in _TARGET_NODES)
             fed["targets"] = [t.clone() for t in saved if t is not None]
+            ids = {id(n) for n in nodes}
+            fed["model_in_loss"] = any(id(n) in ids for n in fed.get("outputs", ()))
         return original(tensors, *args, **kwargs)
 
-    handles = [model.register_forward_pre_hook(pre, with_kwargs=True)]
+    handles = [model.register_forward_pre_hook(pre, with_kwargs=True),
+               model.register_forward_hook(post, with_kwargs=True)]
     if isinstance(loss_fn, torch.nn.Module):
         handles.append(loss_fn.register_forward_pre_hook(given, with_kwargs=True))
     torch.autograd.backward = reading

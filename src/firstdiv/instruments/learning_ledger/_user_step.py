@@ -36,6 +36,7 @@ from ._links import LIST_CAP, dense, trainable
 ASCENT_COSINE = 0.3  # measured: correct corpus programs -1.0 .. -0.23 (near 0 with dropout noise); (-loss).backward() with AdamW 0.49, manual +lr 1.0
 STEPS = 4
 DIVERGE = 10.0
+AGAIN = 16  # train_step's next calls from the same start that confirm a blow-up (a spike needs ~10 to settle)
 ROUNDING = 1e-6  # a gradient below this fraction of the largest one is float rounding (a cancelled bias)
 
 
@@ -163,9 +164,10 @@ def _healthy(ctx: Ctx, grads: dict[str, torch.Tensor]) -> list[str]:
 
 
 def _stays_up(losses: list[float]) -> bool:
-    """Blown up and not come back: the last loss non-finite or still above DIVERGE x the start (one dip on the way
-    is no recovery)."""
-    return not math.isfinite(losses[-1]) or losses[-1] > DIVERGE * losses[0]
+    """Blown up and not come back: the last loss non-finite, or the losses after the start living above DIVERGE x the
+    start (their median: one dip on the way is no recovery, one spike is no divergence)."""
+    after = sorted(v if math.isfinite(v) else math.inf for v in losses[1:])
+    return not math.isfinite(losses[-1]) or (bool(after) and after[len(after) // 2] > DIVERGE * losses[0])
 
 
 def _groups(ctx: Ctx) -> dict[int, tuple[int, float]]:
@@ -233,7 +235,7 @@ def check_user_step(ctx: Ctx) -> Check:
 
 def _blow_up(ctx: Ctx, ev: dict[str, Any], total: dict[str, torch.Tensor], l0: float, last: float, peak: float) -> Check:
     """``update.diverges`` once the same start blows up again on train_step's next calls (other batches); else WARN."""
-    again = _run(ctx, 2 * STEPS)[0]
+    again = _run(ctx, AGAIN)[0]
     ev["losses_on_batch_again"] = again
     if not _blew_up(again):
         return warned("PARAMETER_UPDATE", f"the loss on the batch went {g4(l0)} -> {g4(last)} within {ev['calls']} calls "
@@ -242,8 +244,9 @@ def _blow_up(ctx: Ctx, ev: dict[str, Any], total: dict[str, torch.Tensor], l0: f
                       ev, kind="update.diverges")
     if not _stays_up(again):
         return warned("PARAMETER_UPDATE", f"the loss on the batch jumped {g4(l0)} -> {g4(peak)} in train_step's first calls "
-                      f"and came back ({' -> '.join(g4(v) for v in again)} over {len(again) - 1} calls): a spike the "
-                      "training recovers from (a large first step), not a divergence", ev, kind="update.diverges")
+                      f"and came back: over the next {len(again) - 1} calls from the same start it lived within 10x of "
+                      f"its start ({' -> '.join(g4(v) for v in again)}): a spike the training recovers from (a large "
+                      "first step), not a divergence", ev, kind="update.diverges")
     return _diverges(ctx, ev, total, l0, last, peak)
 
 

@@ -86,23 +86,25 @@ def _empty(grad: torch.Tensor | None) -> bool:
     return not bool(g.detach().any())
 
 
+def _moved_in(self: Any, p: torch.Tensor, call: int) -> bool:
+    """Whether call ``call`` changed ``p`` (True where its values before or after were not kept)."""
+    if len(self.values) <= call:
+        return True
+    before, after = self.values[call - 1].get(id(p)), self.values[call].get(id(p))
+    return before is None or after is None or not torch.equal(before, after)
+
+
 def _applied(self: Any, p: torch.Tensor) -> bool:
     """Whether call 2 changed ``p``: a gradient left in ``.grad`` of a parameter no step of that call moved (its own
     optimizer trains it in other calls of an alternating schedule, and clears it first) was not used by a step."""
-    if len(self.values) < 3:
-        return True
-    before, after = self.values[1].get(id(p)), self.values[2].get(id(p))
-    return before is None or after is None or not torch.equal(before, after)
+    return _moved_in(self, p, 2)
 
 
 def _consumed_in_call1(self: Any, p: torch.Tensor) -> bool:
     """Whether call 1 applied an update that used ``p``'s gradient: an optimizer.step of the watched optimizer ran in
     call 1 (manual updates: call 1 changed ``p``). A call that only backpropagates (one micro-batch of gradient
     accumulation across calls, stepping every k-th) leaves its gradient for the step to come, by design."""
-    if self.opt is not None:
-        return any(r.call == 1 for r in self.steps)
-    before, after = (self.values[0].get(id(p)), self.values[1].get(id(p))) if len(self.values) > 1 else (None, None)
-    return before is None or after is None or not torch.equal(before, after)
+    return any(r.call == 1 for r in self.steps) if self.opt is not None else _moved_in(self, p, 1)
 
 
 def carried_check(self: Any, out: Collected) -> None:
