@@ -9,7 +9,7 @@ Source: https://github.com/ACAT-SCUT/CycleNet
 Commit: af6e06ccf8389f8fadb524cbf5c89ef0349dc30f
 Files: models/CycleNet.py, exp/exp_main.py (train, vali, _select_optimizer, _select_criterion),
   data_provider/data_loader.py (Dataset_ETT_hour with the cycle index), data_provider/data_factory.py,
-  utils/tools.py (adjust_learning_rate), run.py, scripts/CycleNet/MLP-Input-96/etth1.sh
+  utils/tools.py (adjust_learning_rate, in ``_etth.py``, shared), run.py, scripts/CycleNet/MLP-Input-96/etth1.sh
 License: Apache-2.0 (full text in LICENSES/ACAT-SCUT-CycleNet.txt)
 Domain: time-series forecasting, multivariate long horizon (learnable periodic cycle + MLP backbone)
 
@@ -33,7 +33,7 @@ Deviations from the original:
 - the Program's batch is ``((batch_x, batch_cycle), batch_y)``, the model's two inputs;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
-# ruff: noqa: UP008, UP032, SIM118, PLR0402, PLC0208
+# ruff: noqa: UP008, PLR0402, PLC0208
 
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ _HERE = str(pathlib.Path(__file__).resolve().parents[1])
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 from _api import Bug, Program
+from _etth import StandardScaler, adjust_learning_rate, make_ett_like
 
 # ---- models/CycleNet.py ------------------------------------------------------------------------------------------
 
@@ -124,29 +125,6 @@ class Model(nn.Module):
 
 
 # ---- data_provider/data_loader.py --------------------------------------------------------------------------------
-
-def make_ett_like(seed, n=17420, channels=7):
-    """(port) ETTh1.csv's 7 value columns: per channel a daily and a weekly sinusoid, a slow trend, noise."""
-    g = np.random.default_rng(seed)
-    t = np.arange(n)
-    amp = g.uniform(0.5, 2.0, (2, channels))
-    phase = g.uniform(0, 2 * np.pi, (2, channels))
-    slope = g.uniform(-2.0, 2.0, channels) / n
-    level = g.uniform(-3.0, 3.0, channels)
-    return (level + amp[0] * np.sin(2 * np.pi * t[:, None] / 24 + phase[0])
-            + amp[1] * np.sin(2 * np.pi * t[:, None] / 168 + phase[1])
-            + slope * t[:, None] + 0.1 * g.standard_normal((n, channels)))
-
-
-class StandardScaler:
-    """(port) sklearn.preprocessing.StandardScaler's fit/transform (population std)."""
-
-    def fit(self, values):
-        self.mean_, self.scale_ = values.mean(0), values.std(0)
-
-    def transform(self, values):
-        return (values - self.mean_) / self.scale_
-
 
 class Dataset_ETT_hour(Dataset):
     def __init__(self, df_values, flag='train', size=None,
@@ -220,30 +198,7 @@ class Dataset_ETT_hour(Dataset):
         return len(self.data_x) - self.seq_len - self.pred_len + 1
 
 
-# ---- utils/tools.py ----------------------------------------------------------------------------------------------
-
-def adjust_learning_rate(optimizer, scheduler, epoch, args, printout=True):
-    # lr = args.learning_rate * (0.2 ** (epoch // 2))
-    if args.lradj == 'type1':
-        lr_adjust = {epoch: args.learning_rate * (0.5 ** ((epoch - 1) // 1))}
-    elif args.lradj == 'type2':
-        lr_adjust = {
-            2: 5e-5, 4: 1e-5, 6: 5e-6, 8: 1e-6,
-            10: 5e-7, 15: 1e-7, 20: 5e-8
-        }
-    elif args.lradj == 'type3':
-        lr_adjust = {epoch: args.learning_rate if epoch < 3 else args.learning_rate * (0.8 ** ((epoch - 3) // 1))}
-    elif args.lradj == 'constant':
-        lr_adjust = {epoch: args.learning_rate}
-    elif args.lradj == 'TST':
-        lr_adjust = {epoch: scheduler.get_last_lr()[0]}
-
-    if epoch in lr_adjust.keys():
-        lr = lr_adjust[epoch]
-        for param_group in optimizer.param_groups:
-            param_group['lr'] = lr
-        if printout: print('Updating learning rate to {}'.format(lr))
-
+# ---- utils/tools.py: adjust_learning_rate, in _etth.py (as in the lss-1138 ports) ------------------------------
 
 # ---- exp/exp_main.py ---------------------------------------------------------------------------------------------
 
