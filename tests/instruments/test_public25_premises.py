@@ -4,7 +4,14 @@
   0.05-0.25), Adam's first steps from a fresh state took the loss 24-fold up and the training walked it back over
   about ten calls. The confirming rerun of eight calls ended just above 10x its start, and ``update.diverges`` FAILed:
   a spike the training recovers from was read as a divergence. The rerun now runs 16 calls and a divergence needs the
-  losses after the start to live above 10x of it (their median), or the last to be non-finite.
+  losses after the start to live above 10x of it (their median), or the last to be non-finite;
+- public-25's misses and earlier ones, in general: a step whose loss compares the model's output with the model's own
+  input while the declared batch pairs the inputs with other targets of that shape (VDSR, SRCNN) is
+  ``task.target_in_input``; a KL with the wrong sign inside a nested output (``((mean, logvar), recon)``) is
+  ``objective.wrong_sign``;
+- found by scanning every correct program's findings for firstdiv's own failures: six_claims' affine test called a
+  forward of several positional inputs with their tuple as one argument (the model "raised TypeError"), and a sparse
+  input beside a dense target of its shape made the TASK check raise.
 """
 
 from __future__ import annotations
@@ -223,3 +230,137 @@ def test_a_sparse_input_beside_a_dense_target_of_its_shape_is_read_without_raisi
                                  train_step=train_step, overfit_steps=0)
     task = _task(r)
     assert "raised" not in task.message, task.message
+
+
+# --- six_claims' affine test on a forward of several positional inputs ---------------------------------------------
+
+
+class TwoInputs(nn.Module):
+    """``forward(ids, values)`` as CTR models take them: an embedding of ids scaled by float values."""
+
+    def __init__(self, reads_values: bool = True) -> None:
+        super().__init__()
+        self.reads_values = reads_values
+        self.emb, self.head = nn.Embedding(20, 8), nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+    def forward(self, ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        e = self.emb(ids)
+        return self.head((e * values.unsqueeze(-1) if self.reads_values else e).sum(1))
+
+
+def _representation(model: nn.Module, values: torch.Tensor) -> firstdiv.Finding:
+    torch.manual_seed(0)
+    ids, y = torch.randint(0, 20, (32, 5)), torch.randint(0, 2, (32,))
+    r = firstdiv.six_claims(model, ((ids, values), y), F.cross_entropy, torch.optim.SGD(model.parameters(), 0.1))
+    return next(f for f in r.findings if f.where == "REPRESENTATION")
+
+
+def test_the_affine_test_calls_a_forward_of_several_inputs_with_them_as_its_arguments() -> None:
+    torch.manual_seed(0)
+    found = _representation(TwoInputs(), torch.rand(32, 5))
+    assert found.status.value == "PASS" and "not affine" in found.message, found.message
+
+
+@pytest.mark.parametrize(("reads", "values"), [(False, "random"), (True, "zeros")], ids=["unread", "all-zeros"])
+def test_an_input_the_output_cannot_show_is_no_constant_output(reads: bool, values: str) -> None:
+    """An input member the model ignores (xDeepFM's feature values) or one that is all zeros (an initial hidden
+    state): the mixture moves nothing, which says nothing about the model's other inputs."""
+    torch.manual_seed(0)
+    found = _representation(TwoInputs(reads), torch.rand(32, 5) if values == "random" else torch.zeros(32, 5))
+    assert found.status.value == "SKIPPED", found.message
+
+
+class Hamiltonian(nn.Module):
+    """A Hamiltonian network's forward: the symplectic gradient of a learned energy, taken inside the forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.energy = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # as hnn's: it needs autograd on, no_grad breaks it
+        x = x if x.requires_grad else x.detach().requires_grad_(True)
+        (dh,) = torch.autograd.grad(self.energy(x).sum(), x, create_graph=True)
+        return torch.stack([dh[:, 1], -dh[:, 0]], 1)
+
+
+def test_six_claims_reads_a_forward_that_differentiates_inside_and_never_raises() -> None:
+    torch.manual_seed(0)
+    model = Hamiltonian()
+    x = torch.randn(32, 2)
+    y = torch.stack([x[:, 1], -x[:, 0]], 1)
+    r = firstdiv.six_claims(model, (x, y), F.mse_loss, torch.optim.Adam(model.parameters(), 1e-3))
+    found = next(f for f in r.findings if f.where == "REPRESENTATION")
+    assert found.status.value == "PASS", found.message
+
+
+def test_six_claims_on_sparse_regression_targets_never_raises() -> None:
+    torch.manual_seed(0)
+    n = 12
+    dense = (torch.rand(n, n) > 0.7).float()
+    model = nn.Linear(n, n)
+    r = firstdiv.six_claims(model, (torch.eye(n), dense.to_sparse()),
+                            lambda out, t: F.binary_cross_entropy_with_logits(out, t.to_dense()),
+                            torch.optim.SGD(model.parameters(), 0.1))
+    assert r.findings, r
+
+
+class SharedRMSprop(torch.optim.RMSprop):
+    """As A3C/ACER code writes it: the state made in the constructor (to share it across processes), read by step."""
+
+    def __init__(self, params, lr: float = 1e-2) -> None:
+        super().__init__(params, lr=lr)
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["step"] = torch.zeros(())
+                self.state[p]["square_avg"] = torch.zeros_like(p)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                state["step"] += 1
+                state["square_avg"].mul_(0.99).addcmul_(p.grad, p.grad, value=0.01)
+                p.addcdiv_(p.grad, state["square_avg"].sqrt().add_(1e-8), value=-group["lr"])
+
+
+def test_capability_trains_a_copy_of_an_optimizer_whose_step_reads_state_its_constructor_made() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    x, y = torch.randn(32, 6), torch.randint(0, 3, (32,))
+    r = firstdiv.learning_ledger(model, (x, y), F.cross_entropy, SharedRMSprop(model.parameters()))
+    found = next(f for f in r.findings if f.where == "CAPABILITY")
+    assert found.status.value == "PASS", found.message
+
+
+def test_an_eval_fn_reading_what_the_forward_stored_on_the_model_it_closes_over_is_evaluated() -> None:
+    """llama2.c's estimate_loss runs its argument, then reads ``raw_model.last_loss`` from the model it closes over:
+    on a copy of the model that attribute is the original's, never set (``None.item()``)."""
+    torch.manual_seed(0)
+
+    class LastLoss(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net, self.last_loss = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.1), nn.Linear(8, 3)), None
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+            out = self.net(x)
+            self.last_loss = F.cross_entropy(out, y) if y is not None else None
+            return out
+
+    model = LastLoss()
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+
+    def eval_fn(m, batch):
+        m.eval()
+        with torch.no_grad():
+            m(batch[0], batch[1])
+            loss = model.last_loss
+        m.train()
+        return loss.item()
+    r = firstdiv.six_claims(model, (x, y), F.cross_entropy, torch.optim.SGD(model.parameters(), 0.1), eval_fn=eval_fn)
+    found = next(f for f in r.findings if f.where == "EVALUATION")
+    assert found.status.value == "PASS", found.message
+    assert model.last_loss is None  # what eval_fn's calls stored on the model was put back

@@ -37,14 +37,12 @@ import torch
 from ...report import Status
 from .._core.batch import Batch, compute_loss, loss_problem
 from .._core.checks import Check
-from .._core.copying import restarting
 from .._core.examples import logits_of, num_examples, take_examples
-from .._core.lr import lr_of, step_at_base_lr
-from .._core.state import detached_copy
+from .._core.lr import lr_of
 from .._core.task import Ctx, err, is_int, seed_copies
 from ._capability_cause import cannot
 from ._common import failed, g4, passed, skipped_link, to_logits_2d, warned
-from ._floor import floor, reads_own_model, relative_change, untestable
+from ._floor import floor, reads_own_model, relative_change, trained_copy, untestable
 from ._links import step, trainable
 
 TINY, FIT, LEARN, PROGRESS = 8, 0.9, 0.10, 0.25
@@ -112,18 +110,6 @@ def _tiny(ctx: Ctx) -> Batch:
     return tiny
 
 
-def _copy(ctx: Ctx, scale: float) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    model, opt = detached_copy(ctx.model, ctx.optimizer)
-    restarting(model)
-    if opt is None:
-        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=PLAIN_SGD_LR)
-    opt.state.clear()
-    step_at_base_lr(opt)  # a warmup schedule's lr 0: escalating 0 stays 0
-    for g in opt.param_groups:
-        g["lr"] = g["lr"] * scale
-    return model, opt
-
-
 def _judge(r: Round, known: bool, i: int, budget: int, last: bool) -> str | None:
     first, now = r.losses[0], r.losses[-1]
     if not math.isfinite(now) or (first > 0 and now > DIVERGE * first):
@@ -152,7 +138,7 @@ def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool, prepare
     """Train one copy at ``scale`` x the program's lr (changed first by ``prepare(model, opt)``, a counterfactual):
     the round, or the reason it could not train."""
     seed_copies()
-    model, opt = _copy(ctx, scale)
+    model, opt = trained_copy(ctx, scale, PLAIN_SGD_LR)
     if prepare is not None:
         prepare(model, opt)
     start = [p.detach().clone() for _, p in trainable(model)]
@@ -189,6 +175,10 @@ def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool, prepare
                 return r, "no gradient reaches the trained copy's parameters from the loss"
             step(opt, closure)
         except Exception as exc:  # noqa: BLE001 - user code
+            if i == 0 and isinstance(exc, KeyError) and ctx.optimizer is not None and \
+                    not ctx.notes.get("capability_keep_state"):  # its step reads state its constructor made
+                ctx.notes["capability_keep_state"] = True
+                return _round(ctx, tiny, scale, known, last, prepare)
             return r, f"backward/step {i} raised {err(exc)}"
     r.moved = relative_change(start, [p.detach() for _, p in trainable(model)])
     return r, None

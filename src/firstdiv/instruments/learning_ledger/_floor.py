@@ -8,7 +8,9 @@ import math
 import torch
 
 from .._core.batch import Batch, compute_loss
-from .._core.copying import model_copy
+from .._core.copying import model_copy, restarting
+from .._core.lr import step_at_base_lr
+from .._core.state import detached_copy
 from .._core.task import Ctx
 from ._common import g4
 
@@ -85,3 +87,19 @@ def reads_own_model(ctx: Ctx, tiny: Batch) -> bool:
     if ctx.optimizer is not None:  # a second network the program trains beside the model (SfMLearner's pose net)
         own |= {id(p) for g in ctx.optimizer.param_groups for p in g["params"] if p.requires_grad}
     return bool(reached_leaves(loss)[0] & own)
+
+
+def trained_copy(ctx: Ctx, scale: float, plain_lr: float) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """Deep copies of the model and optimizer for one CAPABILITY round (plain SGD at ``plain_lr`` without a torch.optim
+    optimizer), every group's lr scaled by ``scale``. The optimizer's state is reset, except where its step reads
+    state its constructor made (a shared RMSprop's ``square_avg``: ``ctx.notes["capability_keep_state"]``)."""
+    model, opt = detached_copy(ctx.model, ctx.optimizer)
+    restarting(model)
+    if opt is None:
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=plain_lr)
+    if not ctx.notes.get("capability_keep_state"):
+        opt.state.clear()
+    step_at_base_lr(opt)  # a warmup schedule's lr 0: escalating 0 stays 0
+    for g in opt.param_groups:
+        g["lr"] = g["lr"] * scale
+    return model, opt

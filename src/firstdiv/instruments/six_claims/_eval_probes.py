@@ -140,11 +140,12 @@ def _hook(roots: list[tuple[str, nn.Module]], seen: dict[str, bool], calls: list
 
 def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repeat: int = 1) -> EvalRun:
     """eval_fn on a deep copy of the model (``repeat`` times on the same batch), the modules its closure reaches hooked
-    too; the caller restores those (they are the user's objects). Where the closure holds parts of the model (an
-    eval_fn that calls ``embedding_net.eval()`` and then runs its ``model`` argument, which wraps that network), a copy
-    would split what the program keeps together: eval_fn runs on the user's model itself, restored by the caller."""
+    too; the caller restores those (they are the user's objects). Where the closure holds the model or parts of it (an
+    eval_fn that calls ``embedding_net.eval()`` and then runs its ``model`` argument, which wraps that network; one
+    that reads the ``last_loss`` its forward stored on the model it closes over), a copy would split what the program
+    keeps together: eval_fn runs on the user's model itself, restored by the caller."""
     others = closure_modules(eval_fn, model)
-    inside = {id(s) for s in model.modules() if s is not model}
+    inside = {id(s) for s in model.modules()}  # the model itself too: an eval_fn reading what its forward stored on it
     probe = model if any(id(m) in inside for _, m in others) else model_copy(model)
     others = [(label, m) for label, m in others if id(m) not in inside] if probe is model else others
     if train_first:
@@ -211,14 +212,17 @@ def eval_mode_non_finite(model: nn.Module, batch: Any) -> dict[str, Any] | None:
     """The model's copy on the batch under no_grad, in eval then in train mode: when eval-mode output holds non-finite
     values and training-mode output does not, the count and the first module whose output went non-finite."""
     probe = model_copy(model)
-    with torch.no_grad():
-        out_eval = flat(forward(set_mode(probe, False), batch))
-        if out_eval is None or bool(torch.isfinite(out_eval).all()):
-            return None
-        out_train = flat(forward(set_mode(probe, True), batch))
-        if out_train is None or not bool(torch.isfinite(out_train).all()):
-            return None
-        first = _first_non_finite(set_mode(probe, False), batch)
+    try:
+        with torch.no_grad():
+            out_eval = flat(forward(set_mode(probe, False), batch))
+            if out_eval is None or bool(torch.isfinite(out_eval).all()):
+                return None
+            out_train = flat(forward(set_mode(probe, True), batch))
+            if out_train is None or not bool(torch.isfinite(out_train).all()):
+                return None
+            first = _first_non_finite(set_mode(probe, False), batch)
+    except Exception:  # noqa: BLE001 - a forward that needs autograd (a Hamiltonian's gradient inside it): no evidence
+        return None
     bad = int((~torch.isfinite(out_eval)).sum())
     return {"non_finite_outputs": bad, "outputs": int(out_eval.numel()), "first_module": first}
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._core.batch import fresh
+from .._core.batch import fresh, positional
 
 
 def flat(value: Any) -> torch.Tensor | None:
@@ -28,16 +28,20 @@ def out_dtype(value: Any) -> torch.dtype | None:
     return next((v.dtype for v in values if torch.is_tensor(v) and v.is_floating_point()), None)
 
 
-def affine_error(probe: nn.Module, x: torch.Tensor, axis: int = 0, rebuild: Any = None
+def affine_error(probe: nn.Module, x: torch.Tensor, axis: int = 0, rebuild: Any = None, grad: bool = False
                  ) -> tuple[float | None, float, int, torch.dtype | None]:
     """Largest ||f(mix) - mix(f)|| / ||f(x1) - f(x2)|| over input pairs (batch vs rolled batch, x vs -x, 3x vs -3x),
     the largest output spread, the number of pairs and the output's dtype. ``rebuild(t)``: the model's inputs holding the
-    mixed tensor ``t`` (a tuple input whose other members stay fixed); None: ``t`` itself."""
-    run = (lambda t: probe(fresh(t if rebuild is None else rebuild(t))))  # the model may write its inputs in place
+    mixed tensor ``t`` (a tuple input whose other members stay fixed); None: ``t`` itself. ``grad``: run with autograd
+    on (a forward that differentiates inside, a Hamiltonian network's), else under no_grad."""
+    def run(t: torch.Tensor) -> Any:  # on copies: the model may write its inputs in place
+        inputs = fresh(t if rebuild is None else rebuild(t))
+        return probe(*inputs) if rebuild is not None and positional(probe, inputs) else probe(inputs)
+
     others = [x.roll(1, axis)] if x.dim() > axis and x.shape[axis] > 1 else []
     pairs = [(x, o) for o in others if not torch.equal(o, x)] + [(x, -x), (3 * x, -3 * x)]
     a, worst, spread, dtype = ALPHA, 0.0, 0.0, None
-    with torch.no_grad():
+    with torch.enable_grad() if grad else torch.no_grad():
         for x1, x2 in pairs:
             o1 = run(x1)
             dtype = dtype or out_dtype(o1)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ...report import Status
-from .._core.batch import Batch, fresh, rebuild
+from .._core.batch import Batch, fresh, positional, rebuild
 from .._core.checks import Check
 from .._core.copying import model_copy
 from .._core.modes import set_mode
@@ -48,8 +48,11 @@ def representation(model: nn.Module, batch: Batch, axis: int) -> Check:
     if not x.is_floating_point():
         return skip(NAME, CHECK, f"inputs are {x.dtype} (e.g. token ids): a mixture of two inputs is not an input",
                     dtype=str(x.dtype))
+    if not bool(x.ne(x.flatten()[0]).any()) and not bool(x.ne(0).any()):
+        return skip(NAME, CHECK, "the floating-point input the affine test mixes is all zeros (an initial hidden state, "
+                    "a mask): no two different inputs to compare")
     try:
-        worst, spread, pairs, dtype = affine_error(set_mode(model_copy(model), False), x, axis, rebuild)
+        worst, spread, pairs, dtype = _affine_error(model, x, axis, rebuild)
     except Exception as exc:  # noqa: BLE001 - the model refused a mixed input: no evidence, not a crash
         return skip(NAME, CHECK, f"the model raised {type(exc).__name__} on a mixture of inputs: {exc}")
     if worst is None:
@@ -57,12 +60,24 @@ def representation(model: nn.Module, batch: Batch, axis: int) -> Check:
     tol = tolerance(dtype)
     ev = {"relative_error": worst, "threshold": tol, "output_dtype": str(dtype), "alpha": ALPHA, "pairs": pairs,
           "output_spread": spread, "activation_modules": activations(model)}
+    if spread == 0 and rebuild is not None:  # one member of the inputs: the output may read only the others
+        return skip(NAME, CHECK, "the output does not change with the one floating-point input the affine test mixes; "
+                    "it may depend on the other inputs alone (an input the model does not read is not a constant "
+                    "output)", **ev)
     if spread == 0:
         return _constant(model, x, axis, ev, rebuild)
     if worst >= tol:
         return claim(NAME, Status.PASS, CHECK, f"output is not affine in the input: relative error {worst:.3g} "
                      f"(affine would be < {tol:g})", ev)
     return _affine(model, Batch(x, batch.targets, False), axis, ev)
+
+
+def _affine_error(model: nn.Module, x: torch.Tensor, axis: int, rebuild: Any) -> tuple:
+    """affine_error on an eval-mode copy, under no_grad; again with autograd on where the forward needs it."""
+    try:
+        return affine_error(set_mode(model_copy(model), False), x, axis, rebuild)
+    except RuntimeError:
+        return affine_error(set_mode(model_copy(model), False), x, axis, rebuild, grad=True)
 
 
 def _mixable(batch: Batch) -> tuple[torch.Tensor | None, Any]:
@@ -157,7 +172,8 @@ def _last_modules(probe: nn.Module, x: Any) -> list[tuple[str, str, list[int]]]:
              for n, m in probe.named_modules() if n and not list(m.children())]
     try:
         with torch.no_grad():
-            probe(fresh(x))
+            inputs = fresh(x)
+            probe(*inputs) if isinstance(x, (tuple, list)) and positional(probe, inputs) else probe(inputs)
     finally:
         for h in hooks:
             h.remove()
