@@ -326,7 +326,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'hfcourse_accelerate_mrpc.attention_mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
  'hifigan_vocoder.mel_from_another_segment': 'owner saw PASS None None: ; diagnose PASS at None',
  'hifigan_vocoder.mel_loss_detached': 'owner saw PASS None None: ; diagnose PASS at None',
- 'hnn_spring.dx_from_test_half': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'hnn_spring.dx_from_test_half': 'owner saw PASS None None: ; diagnose PASS at None',
  'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
                                                      '32] -> [1, 32, 64] puts input axis 1 (size 32) across output '
