@@ -176,6 +176,13 @@ class ModelCall:
     def __init__(self, ctx: Ctx, args: tuple, kwargs: dict, whole: bool = False) -> None:
         self.ctx, self.args, self.kwargs = ctx, args, kwargs
         self.whole = whole  # args is (inputs,): the batch's inputs handed over whole
+        self._base: list[Any] = []
+
+    def base(self) -> Any:
+        """The outputs on the unchanged inputs, run once (steps 2 and 3 both read them)."""
+        if not self._base:
+            self._base.append(self())
+        return self._base[0]
 
     def __call__(self, old: torch.Tensor | None = None, new: torch.Tensor | None = None) -> Any:
         args, kwargs = (self.args, self.kwargs) if old is None else \
@@ -222,7 +229,7 @@ def _copied(call: ModelCall, t: torch.Tensor) -> bool:
 
 def _solved(call: ModelCall, t: torch.Tensor) -> float | None:
     """R^2 of the untrained model's aligned output against ``t`` when it reaches ``SOLVED``, else None."""
-    base = call()
+    base = call.base()
     views = _aligned(base, t) if base is not None else []
     if not views or not t.is_floating_point():
         return None
@@ -287,7 +294,7 @@ def _name(path: str, whole: bool) -> str:
 
 def _confirm(call: ModelCall, x: torch.Tensor, t: torch.Tensor, copies: dict[int, list[int]]) -> dict[str, Any] | None:
     """Step 3: which probed target elements' outputs move with their source input alone."""
-    base = call()
+    base = call.base()
     views = _aligned(base, t) if base is not None else []
     if not views:
         return None

@@ -40,7 +40,7 @@ from .._core.task import Ctx, input_ids, is_int
 from ._common import failed, g4
 from ._dependency import seeded_loss
 from ._masks import flip, replace_target, target_leaves
-from ._objective_calls import call
+from ._objective._calls import call
 from ._sequence import pulled_toward, read_sequences
 
 _MASK_KEYS = ("decoder_attention_mask", "attention_mask")

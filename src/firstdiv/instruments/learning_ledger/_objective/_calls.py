@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from .._core.batch import loss_problem, rebuild
-from .._core.examples import logits_of, num_examples
-from .._core.task import Ctx, err
+from ..._core.batch import loss_problem, rebuild
+from ..._core.examples import logits_of, num_examples
+from ..._core.task import Ctx, err
 
 Pack = Callable[[torch.Tensor, "tuple[int, int] | None"], Any]
 

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._core.checks import Check
-from .._core.task import Ctx
-from ._common import failed, g4, warned
+from ..._core.checks import Check
+from ..._core.task import Ctx
+from .._common import failed, g4, warned
 
 #: ``retry(prepare)`` trains a copy that ``prepare(model, optimizer)`` changed first, at the rounds' lrs from the largest
 #: down until a round does not diverge; it returns (outcome, first loss, best loss, lr text) of the last round run, or

@@ -21,7 +21,7 @@ lr is PASS (a note names the lr when it is not the program's); learning by ``STE
 budget"; learning by ``PROGRESS`` (25%), or a budget under ``MIN_BUDGET`` steps, is WARN. FAIL only when the evidence
 says why: the weights barely moved at every lr (relative change < 1e-3 even at x1000), the program's lr and every
 lower one diverge, or every lr plateaued at the same loss with the weights moving and a copy with a learnable offset
-and scale on its outputs fits (the model cannot express them: ``_capability_cause``). Anything else, and anything cut by ``TIME_BUDGET`` before every lr was tried, is WARN "inconclusive"; so is a
+and scale on its outputs fits (the model cannot express them: ``_cause``). Anything else, and anything cut by ``TIME_BUDGET`` before every lr was tried, is WARN "inconclusive"; so is a
 divergence at every lr where the program's own ``train_step`` kept the loss finite (its own clipping or schedule).
 """
 
@@ -34,16 +34,16 @@ from typing import Any
 
 import torch
 
-from ...report import Status
-from .._core.batch import Batch, compute_loss, loss_problem
-from .._core.checks import Check
-from .._core.examples import logits_of, num_examples, take_examples
-from .._core.lr import lr_of
-from .._core.task import Ctx, err, is_int, seed_copies
-from ._capability_cause import cannot
-from ._common import failed, g4, passed, skipped_link, to_logits_2d, warned
-from ._floor import floor, reads_own_model, relative_change, trained_copy, untestable
-from ._links import step, trainable
+from ....report import Status
+from ..._core.batch import Batch, compute_loss, loss_problem
+from ..._core.checks import Check
+from ..._core.examples import logits_of, num_examples, take_examples
+from ..._core.lr import lr_of
+from ..._core.task import Ctx, err, is_int, seed_copies
+from .._common import failed, g4, passed, skipped_link, to_logits_2d, warned
+from .._links import step, trainable
+from ._cause import cannot
+from ._premises import floor, reads_own_model, relative_change, trained_copy, untestable
 
 TINY, FIT, LEARN, PROGRESS = 8, 0.9, 0.10, 0.25
 STEADY = 0.5  # a round that fell this much and was still falling when it ended is learning (PASS with a note) ...
@@ -268,7 +268,7 @@ def _what(ctx: Ctx, ev: dict[str, Any], r: Round) -> str:
 
 
 def _retry(ctx: Ctx, tiny: Batch, rounds: list[Round], known: bool, prepare: Any) -> tuple[str, float, float, str] | None:
-    """A round on a copy ``prepare`` changed (``_capability_cause.Retry``), at the rounds' lrs from the largest down,
+    """A round on a copy ``prepare`` changed (``_cause.Retry``), at the rounds' lrs from the largest down,
     until one does not diverge (a new tensor at the largest lr can); at most three."""
     ctx.notes.pop("capability_deadline", None)  # the counterfactual's rounds, whatever the escalation spent
     out = None

@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from .._core.checks import Check
-from .._core.examples import logits_of
-from .._core.task import Ctx, shape
-from ._common import failed, g4, warned
-from ._objective_calls import call
+from ..._core.checks import Check
+from ..._core.examples import logits_of
+from ..._core.task import Ctx, shape
+from .._common import failed, g4, warned
+from ._calls import call
 
 _VIEWS = ("View", "Reshape", "Squeeze", "Unsqueeze", "Clone", "Alias", "Expand", "Contiguous", "ToCopy", "Permute",
           "Transpose", "Select", "Slice")

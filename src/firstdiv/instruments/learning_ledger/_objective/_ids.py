@@ -14,11 +14,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ...report import Status
-from .._core.checks import Check, check
-from .._core.task import Ctx, err, is_int
-from ._common import failed, g4, isclose, manual_ce, to_logits_2d
-from ._objective_calls import call, example_axis, per_example
+from ....report import Status
+from ..._core.checks import Check, check
+from ..._core.task import Ctx, err, is_int
+from .._common import failed, g4, isclose, manual_ce, to_logits_2d
+from ._calls import call, example_axis, per_example
 
 PER_EXAMPLE = 8
 FAR = 0.10  # relative distance from cross-entropy beyond which the loss is "another objective"

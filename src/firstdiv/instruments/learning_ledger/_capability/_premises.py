@@ -1,5 +1,7 @@
-"""Whether "fitted" has a meaning for CAPABILITY: an objective of a known form (a class objective, a regression loss
-starting at or above 0) and a deterministic one (the same batch gives the same loss twice with the weights fixed)."""
+"""CAPABILITY's premises and its working copy. Whether "fitted" has a meaning: an objective of a known form (a class
+objective, a regression loss starting at or above 0) and a deterministic one (the same batch gives the same loss twice
+with the weights fixed); whether the program's optimizer can be escalated at all; whether the loss reads the program's
+own model (no copy can lower that part); and the trained copy one round steps."""
 
 from __future__ import annotations
 
@@ -7,12 +9,12 @@ import math
 
 import torch
 
-from .._core.batch import Batch, compute_loss
-from .._core.copying import model_copy, restarting
-from .._core.lr import step_at_base_lr
-from .._core.state import detached_copy
-from .._core.task import Ctx
-from ._common import g4
+from ..._core.batch import Batch, compute_loss
+from ..._core.copying import model_copy, restarting
+from ..._core.lr import step_at_base_lr
+from ..._core.state import detached_copy
+from ..._core.task import Ctx
+from .._common import g4
 
 
 def known_floor(ctx: Ctx) -> bool:
@@ -75,7 +77,7 @@ def reads_own_model(ctx: Ctx, tiny: Batch) -> bool:
     residual, a discriminator's score), not from the outputs it is given, or from a second network trained beside the
     model (a pose network whose motion a depth network's photometric loss reads). No training of a copy of the model
     can lower that part: the copy's optimizer steps copies of those tensors that the loss never reads."""
-    from ._dependency import reached_leaves
+    from .._dependency import reached_leaves
 
     try:
         loss = compute_loss(ctx.work, tiny, ctx.loss_fn)[1]

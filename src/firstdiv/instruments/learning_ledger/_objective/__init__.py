@@ -27,7 +27,7 @@ The checks run on the outputs of one forward pass, detached, so every probe of t
    e.g. a focal loss), the loss is compared with it instead, on the batch and on single examples
    (``objective.manual_mismatch``).
 
-Before these, the output layer itself (``_objective_forms``): constant outputs, outputs normalised over
+Before these, the output layer itself (``_forms``): constant outputs, outputs normalised over
 the examples, targets the output layer cannot produce. An objective the ledger cannot identify (a VAE's
 ELBO, an RL loss, a loss without targets) and a probe that could not run are notes on a PASS, never a
 verdict: they say what was checked.
@@ -41,20 +41,20 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ...report import Status
-from .._core.batch import LOSS_CONTRACT, loss_problem
-from .._core.checks import Check, check
-from .._core.examples import logits_of, num_examples
-from .._core.loss_graph import broadcast_into_loss, head_inside_loss, misfed
-from .._core.task import Ctx, is_int, shape
-from ._common import failed, g4, isclose, manual_ce, passed, skipped_link, supervised, to_logits_2d
-from ._flow_logdet import log_det_mismatch
-from ._objective_calls import call, example_axis, output_grad, packer, per_example
-from ._objective_forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded, unreachable
-from ._objective_ids import identify, row_weights, standard
-from ._padding import padding_in_loss, padding_pulled
-from ._penalty import loss_terms
-from ._step_loss import step_misfed
+from ....report import Status
+from ..._core.batch import LOSS_CONTRACT, loss_problem
+from ..._core.checks import Check, check
+from ..._core.examples import logits_of, num_examples
+from ..._core.loss_graph import broadcast_into_loss, head_inside_loss, misfed
+from ..._core.task import Ctx, is_int, shape
+from .._common import failed, g4, isclose, manual_ce, passed, skipped_link, supervised, to_logits_2d
+from .._flow_logdet import log_det_mismatch
+from .._padding import padding_in_loss, padding_pulled
+from .._penalty import loss_terms
+from .._step_loss import step_misfed
+from ._calls import call, example_axis, output_grad, packer, per_example
+from ._forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded, unreachable
+from ._ids import identify, row_weights, standard
 
 PER_EXAMPLE = 8  # examples sliced out for the per-example checks
 FAR = 0.10  # relative distance from cross-entropy beyond which the loss is "another objective"
