@@ -38,10 +38,12 @@ class EvalRun:
 
 
 class _Masks(TorchDispatchMode):
-    """Counts the random masks a computation draws inside the model's forward (``depth`` > 0: a module of the model
-    or of one eval_fn reaches is running): ``native_dropout`` in training mode and ``bernoulli`` (what
-    ``F.dropout(x, p)`` without ``training=`` and a stochastic depth's drop path run). Draws while no module runs
-    (a dataset that binarizes its images, sampling in eval_fn) are counted apart: they are no mask of the model."""
+    """Counts the random masks a computation draws inside the model's forward: ``native_dropout`` in training mode and
+    ``bernoulli`` (what ``F.dropout(x, p)`` without ``training=`` and a stochastic depth's drop path run). The mode is
+    active only while a module of the model or of one eval_fn reaches runs (``depth`` > 0): what eval_fn computes
+    around the model (a probe classifier fitted on features, metrics) runs at full speed. Random numbers drawn while no
+    module runs (a dataset that binarizes its images, sampling in eval_fn) are no mask of the model: ``outside`` counts
+    the stretches between the model's calls in which the default generator moved."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -51,15 +53,13 @@ class _Masks(TorchDispatchMode):
         self.inside: list[str] = []  # the eval-mode modules built with a drop rate now running, innermost last
         self.drop_draws: dict[str, int] = {}
         self.sites: dict = {}
+        self._rng: torch.Tensor | None = None
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         packet = getattr(func, "overloadpacket", None)
         if packet in (torch.ops.aten.bernoulli, torch.ops.aten.bernoulli_) or (
                 packet is torch.ops.aten.native_dropout and (args[2] if len(args) > 2 else kwargs.get("train"))):
-            if not self.depth:
-                self.outside += 1
-                return func(*args, **kwargs)
             self.count += 1
             site = user_site()
             self.sites[site] = self.sites.get(site, 0) + 1
@@ -67,6 +67,22 @@ class _Masks(TorchDispatchMode):
                 args[2] if len(args) > 2 else kwargs.get("train"))):
             self.drop_draws[self.inside[-1]] = self.drop_draws.get(self.inside[-1], 0) + 1
         return func(*args, **kwargs)
+
+    def begin(self) -> None:
+        """A stretch outside the model starts (eval_fn is called)."""
+        self._rng = torch.random.get_rng_state()
+
+    def end(self) -> None:
+        """The stretch outside the model ends: count it where the default generator moved in it."""
+        if self._rng is not None and not torch.equal(self._rng, torch.random.get_rng_state()):
+            self.outside += 1
+        self._rng = None
+
+    def close(self) -> None:
+        """Leave the mode if a module's forward raised past its hooks."""
+        if self.depth:
+            self.depth = 0
+            self.__exit__(None, None, None)
 
     def hooks(self, name: str, m: nn.Module) -> list[Any]:
         """Enter/leave hooks marking ``m`` (built with a drop rate) as running while it is in eval mode."""
@@ -79,12 +95,20 @@ class _Masks(TorchDispatchMode):
         return [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
 
     def running(self, m: nn.Module) -> list[Any]:
-        """Hooks keeping ``depth``: how many modules of the model are running now."""
+        """Hooks keeping ``depth`` (how many modules of the model are running now), entering the mode as the first
+        starts and leaving it as the last returns."""
         def enter(_m: nn.Module, _i: Any) -> None:
+            if not self.depth:
+                self.end()
+                self.__enter__()
             self.depth += 1
 
         def leave(_m: nn.Module, _i: Any, _o: Any) -> None:
-            self.depth = max(self.depth - 1, 0)
+            if self.depth:
+                self.depth -= 1
+                if not self.depth:
+                    self.__exit__(None, None, None)
+                    self.begin()
         return [m.register_forward_pre_hook(enter), m.register_forward_hook(leave, always_call=True)]
 
 
@@ -159,9 +183,11 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
                 for h in masks.hooks(f"{label}.{n}".strip("."), m)]
     handles += [h for _, root in [("", probe), *others] for m in root.modules() for h in masks.running(m)]
     try:
-        with masks:
-            results = [eval_fn(probe, fresh(batch)) for _ in range(repeat)]  # eval_fn may write the batch
+        masks.begin()
+        results = [eval_fn(probe, fresh(batch)) for _ in range(repeat)]  # eval_fn may write the batch
+        masks.end()
     finally:
+        masks.close()
         for h in handles:
             h.remove()
     owners = {f"{label}.": f"{'the EMA copy ' if is_ema(m) else ''}{label} ({type(m).__name__})" for label, m in others}
