@@ -34,8 +34,8 @@ Deviations from the original:
   with reflection padding); their random draws come from a generator seeded from ``seed``;
 - sizes for 2 CPU cores: batch_size 256 -> 16, the k of the k-NN 200 -> 10, num_workers 0; no DataParallel, no CUDA;
 - one ``train_step`` is one iteration of ``train``'s loop (a new shuffled epoch when the loader runs out); tqdm, the
-  checkpoints and the every-25-epochs schedule of ``test`` are dropped; ``eval_fn`` is ``test`` (top-1 k-NN accuracy)
-  on the memory and test sets;
+  checkpoints and the every-25-epochs schedule of ``test`` are dropped; ``eval_fn`` is ``test`` (top-1 k-NN accuracy;
+  the top-5 count, meaningless with 4 classes, dropped) on the memory and test sets, then ``net.train()``;
 - the Program's batch is the first training batch (the two views), its ``loss_fn`` the same objective on the model's
   outputs for the concatenated views;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
