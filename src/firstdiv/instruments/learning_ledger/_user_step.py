@@ -71,11 +71,15 @@ def _run(ctx: Ctx, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Ten
     ctx.notes["lr_at_steps"] = stepped
     reported: list[float] = []  # what each call returned, where it is a number (the loss on its own batch)
     ctx.notes["step_reported"] = reported
+    reached: list[set[str]] = []  # the parameters each call's own backward reached
+    ctx.notes["step_reached"] = reached
     with guarded(ctx.model, ctx.optimizer, ctx.train_step, closure_state(ctx.train_step)), torch.enable_grad():
+        arrivals = [p.register_post_accumulate_grad_hook(_arrived(reached, n)) for n, p in params]
         try:
             losses.append(_loss_on_batch(ctx))
             for i in range(steps):
                 calls += 1
+                reached.append(set())
                 reported.append(_number(ctx.train_step()))
                 if i == 0:
                     first = {n: (p.detach() - start[n]).clone() for n, p in params}
@@ -87,10 +91,48 @@ def _run(ctx: Ctx, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Ten
             ctx.notes["ran_train_step"] = calls
             return losses, first, {}, f"train_step raised {err(exc)} on call {calls}"
         finally:
-            if hook is not None:
-                hook.remove()
+            for h in arrivals if hook is None else [hook, *arrivals]:
+                h.remove()
     ctx.notes["ran_train_step"] = calls
     return losses, first, total, None
+
+
+def _other_calls(ctx: Ctx, ev: dict[str, Any], not_moved: list[str]) -> tuple[set[str], list[str]]:
+    """Parameters that did not move because other calls train them, each noted: owned by another optimizer the step
+    reaches (an alternating schedule), or never reached by the watched calls' backwards that reach a subset drawn per
+    call."""
+    elsewhere = trained_elsewhere(ctx.train_step, ctx.optimizer, ctx.model) & set(not_moved)
+    if elsewhere:  # another optimizer the step reaches owns them: trained in other calls (an alternating schedule)
+        ev["owned_by_another_optimizer"] = _names(sorted(elsewhere))
+        ctx.report_notes.append(f"note: {len(elsewhere)} parameters did not move in the calls watched, but another "
+                                f"optimizer train_step reaches owns them (first: {min(elsewhere)}): an alternating "
+                                "schedule trains them in other calls; not checked")
+    drawn = _drawn_subset(ctx, [n for n in not_moved if n not in elsewhere])
+    if drawn:  # the calls' own backwards reached other parameters each time, never these: a subset drawn per call
+        ev["never_reached_by_the_step"] = _names(drawn)
+        ctx.report_notes.append(f"note: {len(drawn)} parameters did not move in the {ev['calls']} calls watched, and "
+                                f"train_step's own backward never reached them while it reached other parameters at "
+                                f"different calls (first: {drawn[0]}): the step trains a subset it draws per call (a "
+                                "head per sampled time step, an expert a router picks); not judged")
+    return elsewhere, drawn
+
+
+def _drawn_subset(ctx: Ctx, names: list[str]) -> list[str]:
+    """Of ``names`` (parameters that did not move), those no call's backward reached, where the calls reached
+    different sets of parameters: the step draws what it trains at each call (none where every call reached the same
+    set: a part the step never trains is then the finding)."""
+    reached = ctx.notes.get("step_reached") or []
+    if len({frozenset(r) for r in reached}) < 2:
+        return []
+    return [n for n in names if not any(n in r for r in reached)]
+
+
+def _arrived(reached: list[set[str]], name: str) -> Any:
+    """A post-accumulate-grad hook adding ``name`` to the current call's reached set."""
+    def hook(_p: torch.Tensor) -> None:
+        if reached:
+            reached[-1].add(name)
+    return hook
 
 
 def _along(update: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], names: list[str]) -> tuple[float, float]:
@@ -198,13 +240,8 @@ def check_user_step(ctx: Ctx) -> Check:
         return _within_reported(ctx, ev, l0, last, max(finite)) or _blow_up(ctx, ev, total, l0, last, max(finite))
     ctx.notes["user_step_losses"] = losses if len(finite) == len(losses) else None
     at_zero = _at_lr_zero(ctx, not_moved)
-    elsewhere = trained_elsewhere(ctx.train_step, ctx.optimizer, ctx.model) & set(not_moved)
-    if elsewhere:  # another optimizer the step reaches owns them: trained in other calls (an alternating schedule)
-        ev["owned_by_another_optimizer"] = _names(sorted(elsewhere))
-        ctx.report_notes.append(f"note: {len(elsewhere)} parameters did not move in the calls watched, but another "
-                                f"optimizer train_step reaches owns them (first: {min(elsewhere)}): an alternating "
-                                "schedule trains them in other calls; not checked")
-    not_moved = [n for n in not_moved if n not in at_zero and n not in elsewhere]
+    elsewhere, drawn = _other_calls(ctx, ev, [n for n in not_moved if n not in at_zero])
+    not_moved = [n for n in not_moved if n not in at_zero and n not in elsewhere and n not in drawn]
     depends = loss_depends(ctx.model, ctx.batch, ctx.loss_fn, not_moved) if not_moved else {}
     invariant = [n for n in not_moved if depends[n] is False]
     ev["loss_invariant_to"] = _names(invariant)
@@ -230,7 +267,7 @@ def check_user_step(ctx: Ctx) -> Check:
                                 f"depend on them (perturbing them on a copy leaves it unchanged; first: {invariant[0]}), "
                                 "so there was nothing to learn for them: a term that cancels, a unit the objective "
                                 "never reads")
-    return _moved_all(ev, healthy, invariant, at_zero, descent, l0, last)
+    return _moved_all(ev, healthy, invariant, at_zero, descent, l0, last, len(elsewhere) + len(drawn))
 
 
 def _blow_up(ctx: Ctx, ev: dict[str, Any], total: dict[str, torch.Tensor], l0: float, last: float, peak: float) -> Check:
@@ -261,13 +298,15 @@ def _at_lr_zero(ctx: Ctx, not_moved: list[str]) -> list[str]:
 
 
 def _moved_all(ev: dict[str, Any], healthy: list[str], invariant: list[str], at_zero: list[str], descent: float,
-               l0: float, last: float) -> Check:
+               l0: float, last: float, unjudged: int = 0) -> Check:
+    """PASS; ``unjudged``: parameters another optimizer owns or the step's own backward never reached (noted)."""
     if at_zero and len(at_zero) == len(healthy):
         return passed("PARAMETER_UPDATE", f"note: the update was not judged: every optimizer.step of {ev['calls']} calls "
                       "ran at lr 0 (a warmup from 0?)", ev)
-    left = f"; {len(at_zero)} at lr 0 at every step were left" if at_zero else ""
+    left = (f"; {len(at_zero)} at lr 0 at every step were left" if at_zero else "") + \
+        (f"; {unjudged} trained in other calls were left (see the notes)" if unjudged else "")
     skipped = f" the loss depends on ({len(invariant)} it does not depend on were left)" if invariant else ""
-    return passed("PARAMETER_UPDATE", f"train_step moved all {len(healthy) - len(invariant) - len(at_zero)} trainable "
+    return passed("PARAMETER_UPDATE", f"train_step moved all {len(healthy) - len(invariant) - len(at_zero) - unjudged} trainable "
                   f"parameters with healthy gradients{skipped}{left}, {_direction(descent)} (<update, gradient> = "
                   f"{g4(descent)}; loss on the batch {g4(l0)} -> {g4(last)} over {ev['calls']} calls)", ev)
 

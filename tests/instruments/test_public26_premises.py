@@ -1,0 +1,72 @@
+"""What public-26's first contact showed, each fixed in general (tests/realworld/README.md):
+
+- the 2015 nonequilibrium-thermodynamics diffusion model keeps one output head per time step and each call of its
+  step trains the head of one time step drawn at random. The declared batch's loss reads one head; in the four calls
+  watched the step drew others, and ``update.not_moved`` FAILed on the head it never drew. The ledger now records
+  which parameters each call's own backward reached: where the calls reached different sets, a parameter no call
+  reached was trained by none of them on purpose (a subset drawn per call) and is noted, not judged. A step that
+  reaches the same set at every call and never the parameter still FAILs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import firstdiv
+from firstdiv.report import Status
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class _Heads(nn.Module):
+    """A trunk and one linear head per time step; ``t`` picks the head."""
+
+    def __init__(self, steps: int = 8) -> None:
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(4, 16), nn.Tanh())
+        self.heads = nn.ModuleList(nn.Linear(16, 1) for _ in range(steps))
+
+    def forward(self, x: torch.Tensor, t: int = 7) -> torch.Tensor:
+        return self.heads[t](self.trunk(x))
+
+
+def _program(drawn: bool):
+    torch.manual_seed(0)
+    model = _Heads()
+    x = torch.randn(32, 4)
+    y = x.sum(1, keepdim=True)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(1)
+
+    def train_step() -> float:
+        # a time step drawn per call (never the last, which the declared batch's loss reads), or always head 0
+        t = int(torch.randint(0, 7, (1,), generator=g)) if drawn else 0
+        opt.zero_grad()
+        loss = F.mse_loss(model(x, t), y)
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    return model, (x, y), F.mse_loss, opt, train_step
+
+
+def _update(drawn: bool) -> firstdiv.Finding:
+    model, batch, loss_fn, opt, step = _program(drawn)
+    report = firstdiv.learning_ledger(model, batch, loss_fn, opt, train_step=step)
+    return next(f for f in report.findings if f.where == "PARAMETER_UPDATE"), report
+
+
+def test_a_head_the_step_draws_per_call_and_did_not_draw_is_noted_not_failed():
+    update, report = _update(drawn=True)
+    assert update.status is Status.PASS, update.message
+    assert update.evidence["never_reached_by_the_step"][0].startswith("heads.7.")
+    assert any("a subset it draws per call" in n for n in report.details.get("notes", []))
+
+
+def test_a_head_no_call_of_a_fixed_step_reaches_still_fails():
+    update, _ = _update(drawn=False)
+    assert update.status is Status.FAIL and update.check == "update.not_moved"
+    assert update.evidence["not_moved"][0].startswith("heads.7.")
