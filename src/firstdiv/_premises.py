@@ -712,7 +712,9 @@ PREMISES: dict[str, Premise] = {
         "resolution (SGD: lr*|grad|, adaptive: lr) at an lr above 0, and up to 2 more steps of the copy on the same "
         "gradients leave it unchanged too (an optimizer whose own step holds the first update is a note; where the group's lr is at most 1e-6, one more step at a 10^4-fold lr moving it is a note too (the update was below float32's resolution next to the weights)); with train_step: its gradient is healthy (finite, above 1e-6 of the largest: a bias a batch norm cancels "
         "gets float rounding), it never "
-        "changed over up to 4 calls, no other optimizer train_step reaches owns it (an alternating schedule), its "
+        "changed over up to 4 calls, no other optimizer train_step reaches owns it (an alternating schedule), some call's "
+        "own backward reached it or every call reached the same parameters (a subset the step draws per call, one head per "
+        "sampled time step, is a note), its "
         "group's lr was above 0 at some optimizer.step of those calls (a warmup from 0 "
         "is a note), and a counterfactual on a copy shows the loss depends on it",
         "WARN of the same kind when its group's lr is 0 (an lr may freeze a group on purpose) or, with train_step, "
