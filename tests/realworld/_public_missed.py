@@ -16,6 +16,15 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'agcrn_traffic.supports_reshaped_not_permuted': 'owner saw WARN None None: encoder.dcrnn_cells.0.gate: '
                                                  'op:reshape@encoder.dcrnn_cells.0.gate: [32, 2, 20, 65] -> [32, 20, '
                                                  '2, 65] puts input axis 2 (siz; diagnose WARN at None',
+ 'akt_assist.masked_fill_not_inplace': 'owner saw WARN None None: DEPENDENCY: 6 of 56 trainable parameters are not '
+                                       "on the loss's autograd graph: 6 trainable parameters get no gradient and th; "
+                                       'diagnose WARN at None',
+ 'akt_assist.padding_not_masked': 'owner saw WARN None None: DEPENDENCY: 6 of 56 trainable parameters are not on the '
+                                  "loss's autograd graph: 6 trainable parameters get no gradient and th; diagnose "
+                                  'WARN at None',
+ 'akt_assist.retriever_peeks_current_response': 'owner saw WARN None None: DEPENDENCY: 6 of 56 trainable parameters '
+                                                "are not on the loss's autograd graph: 6 trainable parameters get no "
+                                                'gradient and th; diagnose WARN at None',
  'alpaca_sft.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'angularpenalty_cosface.excl_keeps_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'angularpenalty_cosface.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -30,10 +39,15 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'atanovsimclr_resnet18.views_interleaved': 'owner saw WARN None None: DEPENDENCY: 2 of 67 trainable parameters are '
                                             "not on the loss's autograd graph: 2 trainable parameters get no "
                                             'gradient and th; diagnose WARN at None',
+ 'augmix_allconv.mixture_not_logged': 'owner saw WARN None None: TASK: unverified: none of the 48 batch inputs '
+                                      'equals any of the 128 known inputs; diagnose WARN at None',
+ 'augmix_allconv.views_interleaved': 'owner saw WARN None None: TASK: unverified: none of the 48 batch inputs equals '
+                                     'any of the 128 known inputs; diagnose WARN at None',
  'autoformer_etth.delays_reshaped_not_permuted': 'owner saw WARN None None: '
                                                  'encoder.attn_layers.0.attention.inner_correlation: '
                                                  'op:reshape@encoder.attn_layers.0.attention.inner_correlation: [16, '
                                                  '2, 8, ; diagnose WARN at None',
+ 'autovc_voice_conversion.embedding_of_another_speaker': 'owner saw PASS None None: ; diagnose PASS at None',
  'awesomerecsys_xdeepfm.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose FAIL at six_claims EVALUATION '
                                                 'six_claims:EVALUATION',
  'barlowtwins_resnet.offdiag_pow_removed': 'owner saw WARN None None: GRADIENT: 21 trainable parameters get no '
@@ -127,6 +141,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'corl_any_percent_bc.discount_is_frac': 'owner saw PASS None None: ; diagnose PASS at None',
  'corl_any_percent_bc.state_from_next_observations': 'owner saw PASS None None: ; diagnose PASS at None',
  'cornac_vaecf.loss_arguments_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'cpcaudio_cdck2.context_sees_future': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'cpcaudio_cdck2.nce_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'crnnaudio_urbansound.last_padded_frame': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it u; diagnose WARN at None',
@@ -144,6 +160,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'darts_nbeats.first_stack_backcast_frozen': "owner saw WARN None None: AUTOGRAD: the loss's graph reaches 40 of 44 "
                                              'trainable registered parameters and 0 tensors held outside the '
                                              'registry; stacks.; diagnose WARN at None',
+ 'dcl_debiased_simclr.positive_left_in_negatives': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'dcl_debiased_simclr.views_identical': 'owner saw PASS None None: ; diagnose PASS at None',
  'dcrnnpytorch_traffic.prediction_left_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
  'dcrnnpytorch_traffic.targets_are_inputs': 'owner saw PASS None None: ; diagnose WARN at None',
  'ddim_diffusion.alphas_not_cumulative': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -211,6 +229,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                  "trained outside the copy (the program's own model, reached through "
                                                  'a global, or a se; diagnose WARN at None',
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'dongminlee_vpg.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'dongminlee_vpg.v_not_squeezed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'dongminlee_vpg.vf_optimizer_over_policy': 'owner saw FAIL hidden_layers.0.weight optimizer.stale_parameter: '
+                                            'hidden_layers.0.weight optimizer.stale_parameter: hidden_layers.0: the '
+                                            'optimizer owns; diagnose FAIL at four_structures hidden_layers.0.weight '
+                                            'four_structures:hidden_layers.0.weight',
  'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlhandson_crossentropy.elite_test_inverted': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -302,6 +326,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'grand_cora.sharpened_target_not_detached': 'owner saw WARN None None: DEPENDENCY: 4 of 8 trainable parameters are '
                                              "not on the loss's autograd graph: 4 trainable parameters get no "
                                              'gradient and the; diagnose WARN at None',
+ 'graphrnn_grid.h_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'graphrnn_grid.output_x_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'graphwavenet_traffic.target_time_in_day_channel': 'owner saw WARN None None: DEPENDENCY: 20 of 104 trainable '
                                                     "parameters are not on the loss's autograd graph: 20 trainable "
                                                     'parameters get no gradient and; diagnose WARN at None',
@@ -358,6 +384,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'joeynmt_transformer.padding_rows_not_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'joeynmt_transformer.trg_not_sorted_with_src': 'owner saw PASS None None: ; diagnose PASS at None',
  'josiahtabular_bank.duration_leaks_target': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'jzbontarpixelcnn_mnist.mask_types_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'jzbontarpixelcnn_mnist.target_not_scaled': 'owner saw PASS None None: ; diagnose PASS at None',
  'kair_dncnn.clone_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'kaixhinacer_cartpole.returns_not_reversed': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                               'gradient and the loss does not depend on them (perturbing them on a '
@@ -449,6 +477,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'mixmatch_wideresnet.mixup_targets_not_permuted': 'owner saw WARN None None: DEPENDENCY: 4 of 25 trainable '
                                                    "parameters are not on the loss's autograd graph: 4 trainable "
                                                    'parameters get no gradient and th; diagnose WARN at None',
+ 'mixupgan_ring.generator_loss_sign_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'mixupgan_ring.labels_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'mlmpytorch_mlm.ignore_index_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'mlmpytorch_mlm.labels_not_masked': 'owner saw PASS None None: ; diagnose WARN at None',
  'mlmpytorch_mlm.mask_fill_not_assigned': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -501,9 +531,18 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                   'a copy leaves it u; diagnose WARN at None',
  'openaigptlm_rocstories.lm_labels_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'openinstruct_finetune.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'opennre_pcnn_att.label_from_bag_index': 'owner saw PASS None None: ; diagnose WARN at None',
  'openunmix_separation.target_is_mixture': 'owner saw PASS None None: ; diagnose PASS at None',
  'originaltransformer_nmt.decoder_attentions_shared': 'owner saw PASS None None: ; diagnose PASS at None',
  'panns_cnn6.mixup_target_not_mixed': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'papers100_nonequilibrium_diffusion.log_sigma_terms_swapped': 'owner saw WARN None None: DEPENDENCY: 156 of 164 '
+                                                               "trainable parameters are not on the loss's autograd "
+                                                               'graph: 32 trainable parameters get no gradient an; '
+                                                               'diagnose WARN at None',
+ 'papers100_nonequilibrium_diffusion.posterior_from_other_batch': 'owner saw WARN None None: DEPENDENCY: 156 of 164 '
+                                                                  "trainable parameters are not on the loss's "
+                                                                  'autograd graph: 32 trainable parameters get no '
+                                                                  'gradient an; diagnose WARN at None',
  'patchtst_supervised.patches_reshaped_not_permuted': 'owner saw WARN None None: model.backbone: '
                                                       'op:reshape@model.backbone: [32, 7, 16, 12] -> [32, 7, 12, 16] '
                                                       'puts input axis 3 (size 12) across output axes; diagnose WARN '
@@ -584,6 +623,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    'the ledger needs one forwa; diagnose WARN at None',
  'pytorchddpm_unet.noise_coefficients_swapped': 'owner saw PASS None None: ; diagnose WARN at None',
  'pytorchddpm_unet.timestep_not_passed': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'pytorchdrl_dqn.next_q_not_detached': 'owner saw WARN None None: CAPABILITY: the loss reaches parameters trained '
+                                       "outside the copy (the program's own model, reached through a global, or a "
+                                       'se; diagnose WARN at None',
  'pytorchflows_realnvp.conditioner_input_unmasked': 'owner saw FAIL OBJECTIVE objective.log_det_mismatch: OBJECTIVE '
                                                     'objective.log_det_mismatch: 0.5831 against 0.8604 (example 0); '
                                                     'diagnose FAIL at learning_ledger OBJECTIVE '
@@ -598,6 +640,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchmaml_sinusoid.adapted_params_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchmaml_sinusoid.inner_update_ascends': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchmaml_sinusoid.test_targets_rolled': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'pytorchsgns_word2vec.center_words_permuted_alone': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pytorchsgns_word2vec.input_vectors_from_output_table': 'owner saw WARN None None: embedding.ivectors.weight: '
+                                                         'embedding.ivectors.weight: not reached from the loss; '
+                                                         'module embedding never ran in this forward ; diagnose WARN '
+                                                         'at None',
+ 'pytorchsgns_word2vec.negatives_not_negated': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchtrpo_pendulum.log_std_left_out': 'owner saw PASS None None: OPTIMIZER: not checked: pass the optimizer; '
                                           'diagnose FAIL at learning_ledger PARAMETER_UPDATE '
                                           'learning_ledger:PARAMETER_UPDATE',
@@ -790,6 +838,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'structselfattn_imdb.labels_from_other_rows': 'owner saw PASS None None: ; diagnose PASS at None',
  'stylegan2_r1.d_loss_signs_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'stylegan2_r1.r1_interval_scale_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'subtab_tabular_ssl.pair_of_one_subset': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'subtab_tabular_ssl.positives_left_in_negatives': 'owner saw PASS None None: ; diagnose WARN at None',
  'supcontrast_supcon.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.views_reshaped_not_split': 'owner saw PASS None None: ; diagnose PASS at None',
  'swa_vgg16bn.moving_average_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: SGD '
@@ -890,12 +940,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'ts2vec_ucr.swa_model_never_updated': 'owner saw PASS None None: OBJECTIVE: no evidence: no probe could run '
                                        '(targets do not index or match the outputs and the loss has no gradient to '
                                        'follow; diagnose WARN at None',
+ 'tsfm_patchtsmixer_etth.future_values_not_scaled': 'owner saw PASS None None: ; diagnose PASS at None',
  'tslib_timesnet_cls.labels_misaligned': 'owner saw WARN None None: DEPENDENCY: 1 of 54 trainable parameters are not '
                                          "on the loss's autograd graph: 1 trainable parameters get no gradient and "
                                          'th; diagnose WARN at None',
  'tstcc_selfsupervised.one_view_twice': 'owner saw WARN None None: DEPENDENCY: 2 of 11 trainable parameters are not '
                                         "on the loss's autograd graph: 2 trainable parameters get no gradient and "
                                         'th; diagnose WARN at None',
+ 'tucker_linkpred.targets_are_head_entity': 'owner saw PASS None None: ; diagnose PASS at None',
  'tvrefs_classification.mixed_images_hard_labels': 'owner saw PASS None None: ; diagnose PASS at None',
  'udacitydrl_dqn.next_states_from_states': 'owner saw PASS None None: ; diagnose PASS at None',
  'umnn_flow_toy.made_output_mask_inclusive': 'owner saw PASS None None: ; diagnose WARN at None',
