@@ -595,7 +595,9 @@ PREMISES: dict[str, Premise] = {
         "outputs and targets differ in shape with the same number of elements and broadcast to a larger shape, and "
         "loss_fn at outputs equal to the targets is not 0; or the loss's own graph shows an elementwise regression loss "
         "(mse, smooth L1, Huber) whose prediction was expanded along a new axis as long as the batch (loss_fn squeezed "
-        "it against [B, 1] targets): every prediction meets every example's target",
+        "it against [B, 1] targets), or the graph of a backward train_step runs shows such a node whose prediction was "
+        "expanded along an axis it had as 1 to the length of another of its axes (a value net's [N, 1] against [N] "
+        "returns): every prediction meets every example's target",
         "the loss is 0 at the targets, the shapes cannot broadcast (loss_fn reshapes), the gradient at the first "
         "example's outputs stays put when only the other examples' targets change (loss_fn lines the shapes up itself: "
         "a squeeze into BCE-with-logits), or the probe cannot run: no finding"),

@@ -5,7 +5,11 @@
   watched the step drew others, and ``update.not_moved`` FAILed on the head it never drew. The ledger now records
   which parameters each call's own backward reached: where the calls reached different sets, a parameter no call
   reached was trained by none of them on purpose (a subset drawn per call) and is noted, not judged. A step that
-  reaches the same set at every call and never the parameter still FAILs.
+  reaches the same set at every call and never the parameter still FAILs;
+- VPG's value net was fitted inside train_step with ``mse_loss(v, returns)``, v ``[N, 1]`` against returns ``[N]``:
+  every value met every return. OBJECTIVE read that broadcast in loss_fn's graph only; it now reads the graph of every
+  backward the step runs too, where the prediction was expanded along an axis it had as 1 to the length of another of
+  its own axes (the step's data carries no declared example count).
 """
 
 from __future__ import annotations
@@ -70,3 +74,41 @@ def test_a_head_no_call_of_a_fixed_step_reaches_still_fails():
     update, _ = _update(drawn=False)
     assert update.status is Status.FAIL and update.check == "update.not_moved"
     assert update.evidence["not_moved"][0].startswith("heads.7.")
+
+
+def _value_step(squeeze: bool, horizon: int | None = None):
+    """A value net fitted by train_step to returns it computes itself (a rollout's discounted sums), with loss_fn
+    declared sound; the step's own mse_loss gets v [N, 1] against returns [N] unless ``squeeze``, or [N, horizon]
+    returns (one value against several horizons: a broadcast that crosses no example axis)."""
+    torch.manual_seed(0)
+    vf = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 1))
+    obs = torch.randn(40, 3)
+    ret = obs.sum(1) if horizon is None else obs.sum(1, keepdim=True).expand(40, horizon).contiguous()
+    opt = torch.optim.Adam(vf.parameters(), lr=1e-2)
+
+    def train_step() -> float:
+        v = vf(obs)
+        loss = F.mse_loss(v.squeeze(-1) if squeeze else v, ret)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    return firstdiv.learning_ledger(vf, (obs, obs.sum(1, keepdim=True)), F.mse_loss, opt, train_step=train_step)
+
+
+def _objective(report) -> firstdiv.Finding:
+    return next(f for f in report.findings if f.where == "OBJECTIVE")
+
+
+@pytest.mark.filterwarnings("ignore:Using a target size")
+def test_a_prediction_broadcast_against_its_targets_inside_train_step_fails_at_the_objective():
+    objective = _objective(_value_step(squeeze=False))
+    assert objective.status is Status.FAIL and objective.check == "objective.shape_broadcast"
+    assert objective.evidence["in_train_step"] and objective.evidence["broadcast_to"] == [40, 40]
+
+
+@pytest.mark.filterwarnings("ignore:Using a target size")
+def test_a_step_whose_shapes_match_or_whose_broadcast_crosses_no_example_axis_passes():
+    assert _objective(_value_step(squeeze=True)).status is not Status.FAIL
+    assert _objective(_value_step(squeeze=False, horizon=5)).status is not Status.FAIL

@@ -7,6 +7,8 @@ declared batch:
   two-fold confirmation as ``loss_fn``'s graph (:mod:`.._core.loss_graph`: the graph's nodes and the values the loss
   node saved): a loss misfed in the step (probabilities into a loss that applies its own softmax or sigmoid, raw scores
   into an NLL);
+- OBJECTIVE also reads, in every backward of the call, a prediction broadcast against a target of another shape at an
+  elementwise regression loss (``[N, 1]`` against ``[N]``: every prediction meets every target);
 - TASK reads what the step feeds: the model's first forward arguments and the targets the first backward's loss nodes
   saved (``_step_fed``: a cross-entropy's class map, a regression's target maps).
 """
@@ -21,7 +23,7 @@ import torch
 
 from .._core.batch import rebuild
 from .._core.closure import closure_state
-from .._core.loss_graph import Misfed, graph_nodes, misfed_backwards, saved_tensor
+from .._core.loss_graph import Misfed, broadcast_into_loss, graph_nodes, misfed_backwards, saved_tensor
 from .._core.state import guarded
 from .._core.task import Ctx
 from .._core.trace import tensors
@@ -46,6 +48,13 @@ def step_fed(ctx: Ctx) -> tuple[tuple[Any, dict[str, Any]], list[torch.Tensor]] 
     return ctx.notes.get("step_fed")
 
 
+def step_broadcast(ctx: Ctx) -> tuple[list[int], list[int]] | None:
+    """(the prediction's shape, the shape it was expanded to) at an elementwise regression loss node of a backward
+    ``train_step`` runs (:func:`broadcast_into_loss`), or None."""
+    _run_once(ctx)
+    return ctx.notes.get("step_broadcast")
+
+
 def _run_once(ctx: Ctx) -> None:
     if ctx.train_step is None or "step_misfed" in ctx.notes:
         return
@@ -62,6 +71,7 @@ def _run_once(ctx: Ctx) -> None:
     given = [t for t in fed.get("given", []) if not any(t.shape == s.shape and torch.equal(t, s) for s in fed.get("targets", []))]
     ctx.notes["step_fed"] = (fed["args"], fed.get("targets", []) + given) if "args" in fed else None
     ctx.notes["step_fed_model_in_loss"] = bool(fed.get("model_in_loss"))  # the model's first output in that backward
+    ctx.notes["step_broadcast"] = fed.get("broadcast")
 
 
 def _clone(x: Any) -> Any:
@@ -92,8 +102,10 @@ def _reading_fed(model: torch.nn.Module, loss_fn: Any, fed: dict[str, Any]) -> I
     original = torch.autograd.backward
 
     def reading(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        roots = [t for t in (tensors if isinstance(tensors, (tuple, list)) else (tensors,)) if torch.is_tensor(t)]
+        if "broadcast" not in fed:  # any backward of the step: a value net's loss may come after a policy's
+            fed["broadcast"] = next((b for r in roots if (b := broadcast_into_loss(r)) is not None), None)
         if "targets" not in fed:
-            roots = [t for t in (tensors if isinstance(tensors, (tuple, list)) else (tensors,)) if torch.is_tensor(t)]
             nodes = [n for r in roots if r.grad_fn is not None for n in graph_nodes(r)]
             saved = (saved_tensor(n, "_saved_target", floating=False) for n in nodes if type(n).__name__ in _TARGET_NODES)
             fed["targets"] = [t.clone() for t in saved if t is not None]

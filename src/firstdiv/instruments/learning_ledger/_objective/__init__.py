@@ -45,13 +45,14 @@ from ....report import Status
 from ..._core.batch import LOSS_CONTRACT, loss_problem
 from ..._core.checks import Check, check
 from ..._core.examples import logits_of, num_examples
-from ..._core.loss_graph import broadcast_into_loss, head_inside_loss, misfed
+from ..._core.loss_graph import head_inside_loss, misfed
 from ..._core.task import Ctx, is_int, shape
 from .._common import failed, g4, isclose, manual_ce, passed, skipped_link, supervised, to_logits_2d
 from .._flow_logdet import log_det_mismatch
 from .._padding import padding_in_loss, padding_pulled
 from .._penalty import loss_terms
 from .._step_loss import step_misfed
+from ._broadcast import broadcast_in_step, broadcast_inside
 from ._calls import call, example_axis, output_grad, packer, per_example
 from ._forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded, unreachable
 from ._ids import identify, row_weights, standard
@@ -132,7 +133,7 @@ def _misfed(ctx: Ctx, od: torch.Tensor | None, value: float, ev: dict[str, Any])
     if wrong is None:
         wrong, in_step = step_misfed(ctx), True  # the loss train_step computes itself, where loss_fn's is sound
     if wrong is None:
-        return None
+        return broadcast_in_step(ctx, value, ev)
     if wrong.loss == "nll_loss_axis" and od is not None:  # over the examples: the more specific finding names the axis
         over = normalized_over_examples(ctx, od, value, ev)
         if over is not None:
@@ -295,7 +296,7 @@ def _wrong_sign(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
 
 
 def _broadcast(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> Check | None:
-    inside = _broadcast_inside(ctx, od, ev)
+    inside = broadcast_inside(ctx, od, ev)
     if inside is not None:
         return inside
     t = ctx.batch.targets
@@ -337,28 +338,6 @@ def _crosstalk(ctx: Ctx, od: torch.Tensor, t: torch.Tensor, ev: dict[str, Any]) 
     moved = float((mine - theirs).abs().max())
     ev["first_example_gradient_change_when_other_targets_change"] = moved
     return moved > 1e-6 * max(float(mine.abs().max()), 1e-12)
-
-
-def _broadcast_inside(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any]) -> Check | None:
-    """loss_fn reshapes the prediction itself (``output.squeeze()`` against ``[B, 1]`` targets): the loss node's graph
-    shows the prediction expanded along a new axis as long as the batch, so every prediction meets every example's
-    target."""
-    found = broadcast_into_loss(ctx.loss)
-    n = od.shape[ctx.notes.get("example_axis", 0)] if od.dim() else 0
-    if found is None or n < 2:
-        return None
-    small, wide = found
-    padded = [1] * (len(wide) - len(small)) + small
-    crossed = [i for i, (a, b) in enumerate(zip(padded, wide)) if a == 1 and b == n]
-    if not crossed or n not in padded:
-        return None
-    ev.update(prediction_shape=small, broadcast_to=wide)
-    return failed("OBJECTIVE", "objective.shape_broadcast",
-                  f"inside loss_fn the prediction {small} is broadcast to {wide} against targets of another shape: "
-                  f"every prediction is compared with the targets of all {n} examples", ev,
-                  expected="prediction and target of the same shape at the loss",
-                  observed=f"prediction {small} expanded to {wide} at the loss node",
-                  hint="squeeze the targets too (or keep both [B, 1]): target.squeeze(-1), or output.view_as(target)")
 
 
 def _per_example(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any]) -> tuple[float | None, list[float | None]]:
