@@ -47,6 +47,8 @@ def broadcast_inside(ctx: Ctx, od: torch.Tensor, ev: dict[str, Any]) -> Check | 
 
 def broadcast_in_step(ctx: Ctx, value: float, ev: dict[str, Any]) -> Check | None:
     """The same, in a backward ``train_step`` runs itself (loss_fn's own graph shows none)."""
+    if broadcast_into_loss(ctx.loss) is not None:
+        return None  # loss_fn's own graph shows one: broadcast_inside judges it with the batch's example count
     found = step_broadcast(ctx)
     if found is None or not _crossed(*found, None):
         return None
