@@ -230,7 +230,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                  'a global, or a se; diagnose WARN at None',
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
  'dongminlee_vpg.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
- 'dongminlee_vpg.v_not_squeezed': 'owner saw PASS None None: ; diagnose PASS at None',
  'dongminlee_vpg.vf_optimizer_over_policy': 'owner saw FAIL hidden_layers.0.weight optimizer.stale_parameter: '
                                             'hidden_layers.0.weight optimizer.stale_parameter: hidden_layers.0: the '
                                             'optimizer owns; diagnose FAIL at four_structures hidden_layers.0.weight '
@@ -874,7 +873,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'td3bipedal_pendulum.max_of_target_critics': 'owner saw PASS None None: ; diagnose PASS at None',
  'td3bipedal_pendulum.polyak_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                             'not plain SGD (stateful update rule); diagnose PASS at None',
- 'td3bipedal_pendulum.reward_not_reshaped': 'owner saw PASS None None: ; diagnose PASS at None',
  'teapearce_cfg_diffusion.context_mask_not_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'teapearce_cfg_diffusion.last_timestep_never_drawn': 'owner saw PASS None None: ; diagnose PASS at None',
  'teapearce_cfg_diffusion.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: '
