@@ -601,6 +601,13 @@ PREMISES: dict[str, Premise] = {
         "the loss is 0 at the targets, the shapes cannot broadcast (loss_fn reshapes), the gradient at the first "
         "example's outputs stays put when only the other examples' targets change (loss_fn lines the shapes up itself: "
         "a squeeze into BCE-with-logits), or the probe cannot run: no finding"),
+    "objective.target_out_of_range": Premise(
+        "learning_ledger", "a binary cross-entropy's targets are probabilities in [0, 1]",
+        "a BCE node (with or without logits) of loss_fn's graph or of a backward train_step runs reduces its elements "
+        "(mean or sum, so each counts) and its saved targets hold finite values outside [0, 1] at a nonzero weight: "
+        "the loss falls without bound there (y log p with y < 0 as p -> 0)",
+        "a reduction='none' node (a mask may drop the elements afterwards) or a zero weight at those targets: no "
+        "finding"),
     "objective.unreachable": Premise(
         "learning_ledger", "the output layer can produce the targets",
         "loss_fn at the best output the layer's range allows (a softmax's simplex, a sigmoid's [0, 1] ...) stays above "

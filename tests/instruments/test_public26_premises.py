@@ -9,7 +9,11 @@
 - VPG's value net was fitted inside train_step with ``mse_loss(v, returns)``, v ``[N, 1]`` against returns ``[N]``:
   every value met every return. OBJECTIVE read that broadcast in loss_fn's graph only; it now reads the graph of every
   backward the step runs too, where the prediction was expanded along an axis it had as 1 to the length of another of
-  its own axes (the step's data carries no declared example count).
+  its own axes (the step's data carries no declared example count);
+- AKT's knowledge tracing marks padded steps with the label -1; with the mask dropped they entered a summed
+  BCE-with-logits. A binary cross-entropy whose elements all count (mean or sum, or a full sum or mean right after
+  ``reduction='none'``) and whose targets leave [0, 1] at a nonzero weight has no floor there:
+  ``objective.target_out_of_range``. A mask or a zero weight on those positions is no finding.
 """
 
 from __future__ import annotations
@@ -112,3 +116,35 @@ def test_a_prediction_broadcast_against_its_targets_inside_train_step_fails_at_t
 def test_a_step_whose_shapes_match_or_whose_broadcast_crosses_no_example_axis_passes():
     assert _objective(_value_step(squeeze=True)).status is not Status.FAIL
     assert _objective(_value_step(squeeze=False, horizon=5)).status is not Status.FAIL
+
+
+def _padded_bce(how: str):
+    """Per-step logits of a small sequence model against labels in {0, 1} with the padded steps marked -1, through a
+    loss that keeps them (``how="kept"``), selects the supervised steps, or weights the padded ones 0."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1), nn.Flatten(0))
+    x = torch.randn(48, 4)
+    y = (x[:, 0] > 0).float()
+    y[-12:] = -1.0  # padding
+
+    def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if how == "selected":
+            keep = labels > -0.9
+            return F.binary_cross_entropy_with_logits(logits[keep], labels[keep], reduction="none").sum()
+        if how == "weighted":
+            return F.binary_cross_entropy_with_logits(logits, labels, weight=(labels > -0.9).float(), reduction="sum")
+        return F.binary_cross_entropy_with_logits(logits, labels, reduction="none").sum()
+
+    report = firstdiv.learning_ledger(model, (x, y), loss_fn, torch.optim.Adam(model.parameters(), lr=1e-2))
+    return _objective(report)
+
+
+def test_padded_labels_left_in_a_summed_binary_cross_entropy_fail_at_the_objective():
+    objective = _padded_bce("kept")
+    assert objective.status is Status.FAIL and objective.check == "objective.target_out_of_range"
+    assert objective.evidence["targets_outside_0_1"] == 12 and objective.evidence["values_outside"] == [-1.0]
+
+
+@pytest.mark.parametrize("how", ["selected", "weighted"])
+def test_padded_labels_masked_or_weighted_out_of_the_binary_cross_entropy_are_no_finding(how):
+    assert _padded_bce(how).check != "objective.target_out_of_range"

@@ -286,6 +286,12 @@ _PLAYS: dict[str, Play] = {
         "differs -> A or B (read its formula); equal per layer but not in total -> B; a layer whose Jacobian is not "
         "triangular under its mask's ordering -> C",
         ("the total log-determinant the loss adds equals autograd's log|det dz/dx|",), ("the base distribution's term",)),
+    "objective.target_out_of_range": Play(
+        ("padded or unlabelled positions keep a marker label (-1) and the mask that drops them is gone",
+         "the labels are in another encoding ({-1, 1}, class ids) than the probabilities the loss expects"),
+        "count the out-of-range targets per batch: they sit at the padded positions -> A (restore the mask or weight "
+        "them 0); they are spread over every position -> B (map the labels to [0, 1])",
+        ("every target the binary cross-entropy counts lies in [0, 1]",), ("the model's outputs",)),
     "objective.wrong_sign": Play(
         ("loss_fn returns the negated loss", "the optimizer has maximize=True", "a reward or score is minimized as if it were a loss"),
         "take one small plain-SGD step on a copy: the loss rises -> it is maximized; then read loss_fn's sign (A) and the "

@@ -159,6 +159,36 @@ def broadcast_into_loss(loss: Any) -> tuple[list[int], list[int]] | None:
     return None
 
 
+_BCE = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")
+_FULL_REDUCTIONS = ("SumBackward0", "MeanBackward0")  # sum() / mean() over every element
+
+
+def bce_target_outside(loss: Any) -> dict[str, Any] | None:
+    """A binary cross-entropy node of ``loss``'s graph (with or without logits) that reduces its elements (mean or sum:
+    each one counts) and whose saved targets hold finite values outside [0, 1] with a nonzero weight: the loss has no
+    floor at them (``y * log p`` with y < 0 falls without bound as p -> 0). A ``reduction='none'`` node counts only
+    where a full sum or mean takes its elements next (a mask applied afterwards may drop them)."""
+    if not torch.is_tensor(loss) or loss.grad_fn is None:
+        return None
+    nodes = list(graph_nodes(loss))
+    reduced = {id(child) for n in nodes if type(n).__name__ in _FULL_REDUCTIONS for child, _ in n.next_functions
+               if child is not None}
+    for node in nodes:
+        name = type(node).__name__
+        t = saved_tensor(node, "_saved_target") if name in _BCE else None
+        if t is None or (getattr(node, "_saved_reduction", 0) not in (1, 2) and id(node) not in reduced):
+            continue
+        bad = torch.isfinite(t) & ((t < 0) | (t > 1))
+        w = saved_tensor(node, "_saved_weight")
+        if w is not None and w.numel():
+            bad &= torch.broadcast_to(w, t.shape) != 0
+        if bool(bad.any()):
+            return {"loss_node": name, "targets_outside_0_1": int(bad.sum()), "target_elements": t.numel(),
+                    "values_outside": sorted({float(v) for v in t[bad].unique()[:5]}),
+                    "reduction": {1: "mean", 2: "sum"}.get(node._saved_reduction, "a full sum or mean after reduction='none'")}
+    return None
+
+
 def misfed(loss: Any) -> Misfed | None:
     """The first loss node of ``loss``'s graph fed what it cannot use (module docstring), or None."""
     if not torch.is_tensor(loss) or loss.grad_fn is None:

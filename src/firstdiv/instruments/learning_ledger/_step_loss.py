@@ -8,7 +8,8 @@ declared batch:
   node saved): a loss misfed in the step (probabilities into a loss that applies its own softmax or sigmoid, raw scores
   into an NLL);
 - OBJECTIVE also reads, in every backward of the call, a prediction broadcast against a target of another shape at an
-  elementwise regression loss (``[N, 1]`` against ``[N]``: every prediction meets every target);
+  elementwise regression loss (``[N, 1]`` against ``[N]``: every prediction meets every target), and a binary
+  cross-entropy whose targets leave [0, 1];
 - TASK reads what the step feeds: the model's first forward arguments and the targets the first backward's loss nodes
   saved (``_step_fed``: a cross-entropy's class map, a regression's target maps).
 """
@@ -23,7 +24,7 @@ import torch
 
 from .._core.batch import rebuild
 from .._core.closure import closure_state
-from .._core.loss_graph import Misfed, broadcast_into_loss, graph_nodes, misfed_backwards, saved_tensor
+from .._core.loss_graph import Misfed, bce_target_outside, broadcast_into_loss, graph_nodes, misfed_backwards, saved_tensor
 from .._core.state import guarded
 from .._core.task import Ctx
 from .._core.trace import tensors
@@ -55,6 +56,12 @@ def step_broadcast(ctx: Ctx) -> tuple[list[int], list[int]] | None:
     return ctx.notes.get("step_broadcast")
 
 
+def step_bce_outside(ctx: Ctx) -> dict[str, Any] | None:
+    """A binary cross-entropy of a backward ``train_step`` runs whose targets leave [0, 1] (:func:`bce_target_outside`)."""
+    _run_once(ctx)
+    return ctx.notes.get("step_bce_outside")
+
+
 def _run_once(ctx: Ctx) -> None:
     if ctx.train_step is None or "step_misfed" in ctx.notes:
         return
@@ -72,6 +79,7 @@ def _run_once(ctx: Ctx) -> None:
     ctx.notes["step_fed"] = (fed["args"], fed.get("targets", []) + given) if "args" in fed else None
     ctx.notes["step_fed_model_in_loss"] = bool(fed.get("model_in_loss"))  # the model's first output in that backward
     ctx.notes["step_broadcast"] = fed.get("broadcast")
+    ctx.notes["step_bce_outside"] = fed.get("bce_outside")
 
 
 def _clone(x: Any) -> Any:
@@ -105,6 +113,8 @@ def _reading_fed(model: torch.nn.Module, loss_fn: Any, fed: dict[str, Any]) -> I
         roots = [t for t in (tensors if isinstance(tensors, (tuple, list)) else (tensors,)) if torch.is_tensor(t)]
         if "broadcast" not in fed:  # any backward of the step: a value net's loss may come after a policy's
             fed["broadcast"] = next((b for r in roots if (b := broadcast_into_loss(r)) is not None), None)
+        if fed.get("bce_outside") is None:
+            fed["bce_outside"] = next((b for r in roots if (b := bce_target_outside(r)) is not None), None)
         if "targets" not in fed:
             nodes = [n for r in roots if r.grad_fn is not None for n in graph_nodes(r)]
             saved = (saved_tensor(n, "_saved_target", floating=False) for n in nodes if type(n).__name__ in _TARGET_NODES)

@@ -52,10 +52,10 @@ from .._flow_logdet import log_det_mismatch
 from .._padding import padding_in_loss, padding_pulled
 from .._penalty import loss_terms
 from .._step_loss import step_misfed
-from ._broadcast import broadcast_in_step, broadcast_inside
 from ._calls import call, example_axis, output_grad, packer, per_example
 from ._forms import constant_outputs, labels_compete, normalized_over_examples, output_op, unbounded, unreachable
 from ._ids import identify, row_weights, standard
+from ._loss_nodes import bce_outside, broadcast_in_step, broadcast_inside
 
 PER_EXAMPLE = 8  # examples sliced out for the per-example checks
 FAR = 0.10  # relative distance from cross-entropy beyond which the loss is "another objective"
@@ -133,7 +133,7 @@ def _misfed(ctx: Ctx, od: torch.Tensor | None, value: float, ev: dict[str, Any])
     if wrong is None:
         wrong, in_step = step_misfed(ctx), True  # the loss train_step computes itself, where loss_fn's is sound
     if wrong is None:
-        return broadcast_in_step(ctx, value, ev)
+        return broadcast_in_step(ctx, value, ev) or bce_outside(ctx, value, ev)
     if wrong.loss == "nll_loss_axis" and od is not None:  # over the examples: the more specific finding names the axis
         over = normalized_over_examples(ctx, od, value, ev)
         if over is not None:
