@@ -19,9 +19,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'akt_assist.masked_fill_not_inplace': 'owner saw WARN None None: DEPENDENCY: 6 of 56 trainable parameters are not '
                                        "on the loss's autograd graph: 6 trainable parameters get no gradient and th; "
                                        'diagnose WARN at None',
- 'akt_assist.padding_not_masked': 'owner saw WARN None None: DEPENDENCY: 6 of 56 trainable parameters are not on the '
-                                  "loss's autograd graph: 6 trainable parameters get no gradient and th; diagnose "
-                                  'WARN at None',
  'akt_assist.retriever_peeks_current_response': 'owner saw WARN None None: DEPENDENCY: 6 of 56 trainable parameters '
                                                 "are not on the loss's autograd graph: 6 trainable parameters get no "
                                                 'gradient and th; diagnose WARN at None',
