@@ -111,7 +111,7 @@ def _reading_fed(model: torch.nn.Module, loss_fn: Any, fed: dict[str, Any]) -> I
 
     def reading(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         roots = [t for t in (tensors if isinstance(tensors, (tuple, list)) else (tensors,)) if torch.is_tensor(t)]
-        if "broadcast" not in fed:  # any backward of the step: a value net's loss may come after a policy's
+        if fed.get("broadcast") is None:  # any backward of the step: a value net's loss may come after a policy's
             fed["broadcast"] = next((b for r in roots if (b := broadcast_into_loss(r)) is not None), None)
         if fed.get("bce_outside") is None:
             fed["bce_outside"] = next((b for r in roots if (b := bce_target_outside(r)) is not None), None)
