@@ -554,9 +554,13 @@ PREMISES: dict[str, Premise] = {
         "the user's loss graph has an nll_loss (or a ctc_loss) whose input has no log-normalization among its "
         "producers (no log_softmax, log or logsigmoid within six nodes), or comes straight out of a log_softmax over "
         "another axis (in loss_fn's graph or in the loss train_step backpropagates), and whose logsumexp over the classes is not 0: NLL or CTC of raw scores is unbounded below, and "
-        "of scores normalized over the positions is no class likelihood",
+        "of scores normalized over the positions is no class likelihood; or a cross-entropy written out (a sum or mean "
+        "over given axes of log-probabilities weighted by targets, or a gather of them) takes a log_softmax's result "
+        "(through row-major views and negations) along axes over which it is not normalized, neither each nor jointly "
+        "(logsumexp there not 0), while the log_softmax normalized another axis",
         "always confirmed: graph and values both show it; a log-normalization over the classes behind the input finds "
-        "nothing"),
+        "nothing, nor does a weighting that is itself a distribution over the log_softmax's axis (a sound "
+        "cross-entropy summed in another order), nor a consumption through a permute or an index (not read)"),
     "objective.kl_input_not_log": Premise(
         "learning_ledger", "F.kl_div receives log-probabilities as its input (and probabilities as its target unless "
         "log_target=True)",

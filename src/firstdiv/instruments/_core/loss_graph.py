@@ -18,6 +18,7 @@ Anything else (a graph without these nodes, values that do not confirm it) finds
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,6 +135,70 @@ def _ctc(node: Any) -> Misfed | None:
                   {"logsumexp_over_classes_max_abs": off, "input_max": float(x.max()), "fed_by": type(fed).__name__})
 
 
+_CONSUMERS = ("SumBackward1", "MeanBackward1", "GatherBackward0")
+_ROW_MAJOR = ("ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0", "SqueezeBackward0", "SqueezeBackward1",
+              "SqueezeBackward2", "UnsqueezeBackward0", "CloneBackward0", "AliasBackward0", "NegBackward0")
+
+
+def _normalized(x: torch.Tensor, dims: list[int]) -> bool:
+    """``x`` holds log-probabilities over ``dims`` jointly (logsumexp 0 wherever it is finite)."""
+    lse = torch.logsumexp(x, dim=dims)
+    finite = lse[torch.isfinite(lse)]
+    return finite.numel() > 0 and float(finite.abs().max()) <= 1e-3
+
+
+def _log_softmax_below(node: Any, depth: int = 6) -> tuple[Any, torch.Tensor | None] | None:
+    """The log_softmax a reduction or gather consumes through row-major views, negations and at most one weighting
+    product: (its node, the product's other factor where the graph saved it), or None."""
+    weights, weighted = None, False
+    for _ in range(depth):
+        name = type(node).__name__
+        if name == "LogSoftmaxBackward0":
+            return node, weights
+        if name == "MulBackward0" and not weighted:
+            found = [(i, n) for i, (n, _) in enumerate(node.next_functions)
+                     if n is not None and _log_softmax_below(n, depth - 1) is not None]
+            if len(found) != 1:
+                return None
+            weights = saved_tensor(node, "_saved_other" if found[0][0] == 0 else "_saved_self")
+            weighted, node = True, found[0][1]
+            continue
+        if name not in _ROW_MAJOR or not node.next_functions:
+            return None
+        node = node.next_functions[0][0]
+    return None
+
+
+def _log_probs_axis(node: Any) -> Misfed | None:
+    """A sum or mean over given axes of log-probabilities (weighted by targets, a hand-written cross-entropy), or a
+    gather of them along an axis, where the log_softmax behind them normalized over another axis: the values taken
+    along the consumed axes are not log-probabilities there (logsumexp over them is not 0), while a weighting that is
+    itself a distribution over the log_softmax's axis (an unusual order of sums of a sound cross-entropy) is none."""
+    dims, sizes = getattr(node, "_saved_dim", None), getattr(node, "_saved_self_sym_sizes", None)
+    if sizes is None:  # a gather saves its input itself
+        sizes = getattr(saved_tensor(node, "_saved_self"), "shape", None)
+    below = _log_softmax_below(node.next_functions[0][0]) if node.next_functions and dims is not None else None
+    if below is None or sizes is None:
+        return None
+    fed, weights = below
+    result, axis = saved_tensor(fed, "_saved_result"), getattr(fed, "_saved_dim", None)
+    shape = [int(v) for v in sizes]
+    if result is None or axis is None or result.numel() != math.prod(shape) or not shape:
+        return None
+    consumed = sorted({d % len(shape) for d in ([dims] if isinstance(dims, int) else dims)} - {
+        d for d, n in enumerate(shape) if n == 1})
+    x = result.double().reshape(shape)
+    if not consumed or _normalized(x, consumed) or any(_normalized(x, [d]) for d in consumed):
+        return None
+    if weights is not None and weights.numel() == result.numel() and \
+            bool(torch.allclose(weights.double().reshape(result.shape).sum(axis), torch.ones(()).double(), atol=1e-3)):
+        return None
+    off = float(torch.logsumexp(x, dim=consumed).nan_to_num(0.0, 0.0, 0.0).abs().max())
+    return Misfed("objective.nll_of_raw_scores", "log_probs_axis", "log_softmax",
+                  {"log_softmax_dim": int(axis), "log_softmax_shape": list(result.shape), "consumed_shape": shape,
+                   "consumed_dims": consumed, "logsumexp_over_consumed_max_abs": off, "fed_by": type(node).__name__})
+
+
 _ELEMENTWISE = ("MseLossBackward0", "SmoothL1LossBackward0", "HuberLossBackward0")
 
 
@@ -196,7 +261,8 @@ def misfed(loss: Any) -> Misfed | None:
     for node in graph_nodes(loss):
         name = type(node).__name__
         found = _with_logits(node) if name == "BinaryCrossEntropyWithLogitsBackward0" else \
-            _nll(node) if name in _NLL else _ctc(node) if name == "CtcLossBackward0" else None
+            _nll(node) if name in _NLL else _ctc(node) if name == "CtcLossBackward0" else \
+            _log_probs_axis(node) if name in _CONSUMERS else None
         if found is not None:
             return found
     return None

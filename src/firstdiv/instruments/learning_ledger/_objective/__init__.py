@@ -120,6 +120,13 @@ _MISFED = {
          "position's scores are normalized against the other positions"),
         "log-probabilities over the classes into nll_loss", ("take log_softmax over the class axis (the vocabulary, "
         "usually the last) before moving it to dim 1 for nll_loss")),
+    "log_probs_axis": (
+        ("log-probabilities taken along dims {consumed_dims} of a {consumed_shape} tensor (a weighted sum or a gather: a "
+         "cross-entropy written out), but the log_softmax behind them normalized over its dim {log_softmax_dim} of "
+         "{log_softmax_shape}; along the axes the loss takes them, logsumexp is {logsumexp_over_consumed_max_abs:.3g} "
+         "away from 0: the classes there do not compete, each is normalized against the other rows"),
+        "log-probabilities normalized over the axis the loss takes them along", ("take log_softmax over the axis the "
+        "targets weight or index (dims {consumed_dims} of the weighted tensor), not dim {log_softmax_dim}")),
     "ctc_loss": (
         ("a {loss} fed scores with no log-normalization behind them (made by {fed}; logsumexp over the classes is "
         "{logsumexp_over_classes_max_abs:.3g} away from 0): CTC of raw scores is unbounded below"),
