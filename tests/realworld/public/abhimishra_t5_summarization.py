@@ -124,12 +124,8 @@ def _articles(rng, n):
     return pd.DataFrame(rows)
 
 
-def _build(seed, bug=None):
-    TRAIN_BATCH_SIZE, VALID_BATCH_SIZE, LEARNING_RATE = 8, 2, 1e-3  # (port) 2, 2, 1e-4
-    SEED, MAX_LEN, SUMMARY_LEN = seed, 24, 8  # (port) 42, 512, 150
-    torch.manual_seed(SEED)
-    np.random.seed(SEED)
-    df = _articles(np.random.default_rng(seed), 320)
+def _data(SEED, MAX_LEN, SUMMARY_LEN):
+    df = _articles(np.random.default_rng(SEED), 320)
     df = df[['text','ctext']]
     df.ctext = 'summarize: ' + df.ctext
     tokenizer = _WordTokenizer(' '.join(df.ctext).split() + ' '.join(df.text).split())
@@ -139,8 +135,17 @@ def _build(seed, bug=None):
     train_dataset = train_dataset.reset_index(drop=True)
     training_set = CustomDataset(train_dataset, tokenizer, MAX_LEN, SUMMARY_LEN)
     val_set = CustomDataset(val_dataset.iloc[:16], tokenizer, MAX_LEN, SUMMARY_LEN)
+    return tokenizer, training_set, val_set
+
+
+def _build(seed, bug=None):
+    TRAIN_BATCH_SIZE, VALID_BATCH_SIZE, LEARNING_RATE = 8, 2, 1e-3  # (port) 2, 2, 1e-4
+    SEED, MAX_LEN, SUMMARY_LEN = seed, 24, 8  # (port) 42, 512, 150
+    torch.manual_seed(SEED)
+    np.random.seed(SEED)
+    tokenizer, training_set, val_set = _data(SEED, MAX_LEN, SUMMARY_LEN)
     training_loader = DataLoader(training_set, batch_size=TRAIN_BATCH_SIZE, shuffle=True, num_workers=0,
-                                 generator=torch.Generator().manual_seed(seed))
+                                 generator=torch.Generator().manual_seed(SEED))
     val_loader = DataLoader(val_set, batch_size=VALID_BATCH_SIZE, shuffle=False, num_workers=0)
     config = T5Config(vocab_size=len(tokenizer.itos), d_model=64, d_kv=32, d_ff=128, num_layers=2,
                       num_decoder_layers=2, num_heads=2, relative_attention_num_buckets=8, pad_token_id=0,
