@@ -65,43 +65,14 @@ default_conv_kwargs = {'kernel_size': 3, 'padding': 'same', 'bias': False}
 batchsize = 32  # (port) 1024
 bias_scaler = 64
 hyp = {
-    'opt': {
-        'bias_lr':        1.525 * bias_scaler/512,
-        'non_bias_lr':    1.525 / 512,
-        'bias_decay':     6.687e-4 * batchsize/bias_scaler,
-        'non_bias_decay': 6.687e-4 * batchsize,
-        'scaling_factor': 1./9,
-        'percent_start': .23,
-        'loss_scale_scaler': 1./32,
-    },
-    'net': {
-        'whitening': {
-            'kernel_size': 2,
-            'num_examples': 50000,
-        },
-        'batch_norm_momentum': .4,
-        'cutmix_size': 3,
-        'cutmix_epochs': 6,
-        'pad_amount': 2,
-        'base_depth': 8  # (port) 64
-    },
-    'misc': {
-        'ema': {
-            'epochs': 10,
-            'decay_base': .95,
-            'decay_pow': 3.,
-            'every_n_steps': 5,
-        },
-        'train_epochs': 12.1,
-        'device': 'cpu',  # (port) 'cuda'
-        'data_location': 'data.pt',
-    }
+    'opt': {'bias_lr': 1.525 * bias_scaler/512, 'non_bias_lr': 1.525 / 512,
+            'bias_decay': 6.687e-4 * batchsize/bias_scaler, 'non_bias_decay': 6.687e-4 * batchsize,
+            'scaling_factor': 1./9, 'percent_start': .23, 'loss_scale_scaler': 1./32},
+    'net': {'whitening': {'kernel_size': 2, 'num_examples': 50000}, 'batch_norm_momentum': .4, 'cutmix_size': 3,
+            'cutmix_epochs': 6, 'pad_amount': 2, 'base_depth': 8},  # (port) base_depth 64
+    'misc': {'ema': {'epochs': 10, 'decay_base': .95, 'decay_pow': 3., 'every_n_steps': 5}, 'train_epochs': 12.1,
+             'device': 'cpu', 'data_location': 'data.pt'},  # (port) device 'cuda'
 }
-
-
-#############################################
-#            Network Components             #
-#############################################
 
 class BatchNorm(nn.BatchNorm2d):
     def __init__(self, num_features, eps=1e-12, momentum=hyp['net']['batch_norm_momentum'], weight=False, bias=True):
@@ -135,16 +106,12 @@ class ConvGroup(nn.Module):
         super().__init__()
         self.channels_in  = channels_in
         self.channels_out = channels_out
-
         self.pool1 = nn.MaxPool2d(2)
         self.conv1 = Conv(channels_in,  channels_out)
         self.conv2 = Conv(channels_out, channels_out)
-
         self.norm1 = BatchNorm(channels_out)
         self.norm2 = BatchNorm(channels_out)
-
         self.activ = nn.GELU()
-
 
     def forward(self, x):
         x = self.conv1(x)
@@ -154,7 +121,6 @@ class ConvGroup(nn.Module):
         x = self.conv2(x)
         x = self.norm2(x)
         x = self.activ(x)
-
         return x
 
 class FastGlobalMaxPooling(nn.Module):
@@ -163,10 +129,6 @@ class FastGlobalMaxPooling(nn.Module):
 
     def forward(self, x):
         return torch.amax(x, dim=(2,3)) # Global maximum pooling
-
-#############################################
-#          Init Helper Functions            #
-#############################################
 
 def get_patches(x, patch_shape=(3, 3), dtype=torch.float32):
     c, (h, w) = x.shape[1], patch_shape
@@ -184,18 +146,15 @@ def init_whitening_conv(layer, train_set=None, num_examples=None, previous_block
             previous_block_data = train_set[:num_examples,:,pad_amount:-pad_amount,pad_amount:-pad_amount]
         else:
             previous_block_data = train_set[:num_examples,:,:,:]
-
     if whiten_splits is None:
          previous_block_data_split = [previous_block_data]
     else:
          previous_block_data_split = previous_block_data.split(whiten_splits, dim=0)
-
     eigenvalue_list, eigenvector_list = [], []
     for data_split in previous_block_data_split:
         eigenvalues, eigenvectors = get_whitening_parameters(get_patches(data_split, patch_shape=layer.weight.data.shape[2:]))
         eigenvalue_list.append(eigenvalues)
         eigenvector_list.append(eigenvectors)
-
     eigenvalues  = torch.stack(eigenvalue_list,  dim=0).mean(0)
     eigenvectors = torch.stack(eigenvector_list, dim=0).mean(0)
     set_whitening_conv(layer, eigenvalues.to(dtype=layer.weight.dtype), eigenvectors.to(dtype=layer.weight.dtype), freeze=freeze)
@@ -208,11 +167,6 @@ def set_whitening_conv(conv_layer, eigenvalues, eigenvectors, eps=1e-2, freeze=T
     conv_layer.weight.data = torch.cat((eigenvectors_sliced, -eigenvectors_sliced), dim=0)
     if freeze:
         conv_layer.weight.requires_grad = False
-
-
-#############################################
-#            Network Definition             #
-#############################################
 
 scaler = 2.
 depths = {
@@ -240,7 +194,6 @@ class SpeedyConvNet(nn.Module):
         x = self.net_dict['pooling'](x)
         x = self.net_dict['linear'](x)
         if not self.training:
-            # Average the predictions from the lr-flipped inputs during eval
             orig, flipped = x.split(x.shape[0]//2, dim=0)
             x = .5 * orig + .5 * flipped
         return x
@@ -258,13 +211,11 @@ def make_net(data, bug=None):  # (port) data passed in
         'pooling': FastGlobalMaxPooling(),
         'linear': Linear(depths['block3'], depths['num_classes'], bias=False, temperature=hyp['opt']['scaling_factor']),
     })
-
     net = SpeedyConvNet(network_dict, bug=bug)
     net = net.to(hyp['misc']['device'])
     net = net.to(memory_format=torch.channels_last)
     net.train()
     # (port) net.half() dropped: float32 on CPU
-
     ## Initialize the whitening convolution
     with torch.no_grad():
         init_whitening_conv(net.net_dict['initial_block']['whiten'],
@@ -272,48 +223,29 @@ def make_net(data, bug=None):  # (port) data passed in
                             num_examples=hyp['net']['whitening']['num_examples'],
                             pad_amount=hyp['net']['pad_amount'],
                             whiten_splits=5000)
-
         for layer_name in net.net_dict.keys():
             if 'conv_group' in layer_name:
-                # Create an implicit residual via a dirac-initialized tensor
                 dirac_weights_in = torch.nn.init.dirac_(torch.empty_like(net.net_dict[layer_name].conv1.weight))
-
                 std_pre, mean_pre = torch.std_mean(net.net_dict[layer_name].conv1.weight.data)
                 net.net_dict[layer_name].conv1.weight.data = net.net_dict[layer_name].conv1.weight.data + dirac_weights_in
                 std_post, mean_post = torch.std_mean(net.net_dict[layer_name].conv1.weight.data)
-
-                # Renormalize the weights to match the original initialization statistics
                 net.net_dict[layer_name].conv1.weight.data.sub_(mean_post).div_(std_post).mul_(std_pre).add_(mean_pre)
-
                 torch.nn.init.dirac_(net.net_dict[layer_name].conv2.weight)
-
     return net
-
-#############################################
-#            Data Preprocessing             #
-#############################################
 
 def make_random_square_masks(inputs, mask_size):
     if mask_size == 0:
         return None # no need to cutout or do anything like that since the patch_size is set to 0
     is_even = int(mask_size % 2 == 0)
     in_shape = inputs.shape
-
-    # seed centers of squares to cutout boxes from, in one dimension each
     mask_center_y = torch.empty(in_shape[0], dtype=torch.long, device=inputs.device).random_(mask_size//2-is_even, in_shape[-2]-mask_size//2-is_even)
     mask_center_x = torch.empty(in_shape[0], dtype=torch.long, device=inputs.device).random_(mask_size//2-is_even, in_shape[-1]-mask_size//2-is_even)
-
-    # measure distance, using the center as a reference point
     to_mask_y_dists = torch.arange(in_shape[-2], device=inputs.device).view(1, 1, in_shape[-2], 1) - mask_center_y.view(-1, 1, 1, 1)
     to_mask_x_dists = torch.arange(in_shape[-1], device=inputs.device).view(1, 1, 1, in_shape[-1]) - mask_center_x.view(-1, 1, 1, 1)
-
     to_mask_y = (to_mask_y_dists >= (-(mask_size // 2) + is_even)) * (to_mask_y_dists <= mask_size // 2)
     to_mask_x = (to_mask_x_dists >= (-(mask_size // 2) + is_even)) * (to_mask_x_dists <= mask_size // 2)
-
     final_mask = to_mask_y * to_mask_x
-
     return final_mask
-
 
 def batch_cutmix(inputs, targets, patch_size):
     with torch.no_grad():
@@ -321,10 +253,8 @@ def batch_cutmix(inputs, targets, patch_size):
         cutmix_batch_mask = make_random_square_masks(inputs, patch_size)
         if cutmix_batch_mask is None:
             return inputs, targets
-        # We draw other samples from inside of the same batch
         cutmix_batch = torch.where(cutmix_batch_mask, torch.index_select(inputs, 0, batch_permuted), inputs)
         cutmix_targets = torch.index_select(targets, 0, batch_permuted)
-        # Get the percentage of each target to mix for the labels by the % proportion of pixels in the mix
         portion_mixed = float(patch_size**2)/(inputs.shape[-2]*inputs.shape[-1])
         cutmix_labels = portion_mixed * cutmix_targets + (1. - portion_mixed) * targets
         return cutmix_batch, cutmix_labels
@@ -338,11 +268,6 @@ def batch_crop(inputs, crop_size):
 def batch_flip_lr(batch_images, flip_chance=.5):
     with torch.no_grad():
         return torch.where(torch.rand_like(batch_images[:, 0, 0, 0].view(-1, 1, 1, 1)) < flip_chance, torch.flip(batch_images, (-1,)), batch_images)
-
-
-########################################
-#          Training Helpers            #
-########################################
 
 class NetworkEMA(nn.Module):
     def __init__(self, net):
@@ -376,7 +301,6 @@ def get_batches(data_dict, key, batchsize, epoch_fraction=1., cutmix_size=None, 
     else:
         images = data_dict[key]['images']
         targets = data_dict[key]['targets']
-
     images = images.to(memory_format=torch.channels_last)
     for idx in range(num_epoch_examples // batchsize):
         if not (idx+1)*batchsize > num_epoch_examples:
@@ -386,11 +310,9 @@ def get_batches(data_dict, key, batchsize, epoch_fraction=1., cutmix_size=None, 
             yield images.index_select(0, shuffled[idx*batchsize:(idx+1)*batchsize]), \
                   targets.index_select(0, target_idx)
 
-
 def init_split_parameter_dictionaries(network):
     params_non_bias = {'params': [], 'lr': hyp['opt']['non_bias_lr'], 'momentum': .85, 'nesterov': True, 'weight_decay': hyp['opt']['non_bias_decay'], 'foreach': True}
     params_bias     = {'params': [], 'lr': hyp['opt']['bias_lr'],     'momentum': .85, 'nesterov': True, 'weight_decay': hyp['opt']['bias_decay'], 'foreach': True}
-
     for name, p in network.named_parameters():
         if p.requires_grad:
             if 'bias' in name:
@@ -399,9 +321,7 @@ def init_split_parameter_dictionaries(network):
                 params_non_bias['params'].append(p)
     return params_non_bias, params_bias
 
-
 loss_fn = nn.CrossEntropyLoss(label_smoothing=0.2, reduction='none')
-
 
 def _synthetic_cifar(seed):
     """(port) Ten smoothed random 3x32x32 templates, one per class, plus noise; normalized and one-hot as main.py."""
@@ -416,42 +336,33 @@ def _synthetic_cifar(seed):
     for key in data:
         data[key]['images'] = (data[key]['images'] - cifar10_mean.view(1, -1, 1, 1)) / cifar10_std.view(1, -1, 1, 1)
         data[key]['targets'] = F.one_hot(data[key]['targets']).float()
-    # Pad the training dataset
     if hyp['net']['pad_amount'] > 0:
         data['train']['images'] = F.pad(data['train']['images'], (hyp['net']['pad_amount'],)*4, 'reflect')
     return data
-
 
 def _train_batch(st, inputs, targets):
     """(port) The body of ``main``'s inner training loop, as written."""
     net, opt, opt_bias, lr_sched, lr_sched_bias = st['net'], st['opt'], st['opt_bias'], st['lr_sched'], st['lr_sched_bias']
     outputs = net(inputs)
-
     loss_batchsize_scaler = 512/batchsize
     loss = loss_fn(outputs, targets).mul(hyp['opt']['loss_scale_scaler']*loss_batchsize_scaler).sum().div(hyp['opt']['loss_scale_scaler'])
-
     loss.backward()
-
     ## Step for each optimizer, in turn.
     opt.step()
     opt_bias.step()
-
     if st['current_steps'] < st['total_train_steps']:  # (port) no scheduler step past the run's last step
         lr_sched.step()
         lr_sched_bias.step()
-
     opt.zero_grad(set_to_none=True)
     if st['bug'] != "bias_optimizer_never_zeroed":
         opt_bias.zero_grad(set_to_none=True)
     st['current_steps'] += 1
-
     if st['epoch'] >= st['ema_epoch_start'] and st['current_steps'] % hyp['misc']['ema']['every_n_steps'] == 0:
         if st['net_ema'] is None:
             st['net_ema'] = NetworkEMA(net)
         else:
             st['net_ema'].update(net, decay=st['projected_ema_decay_val']*(st['current_steps']/st['total_train_steps'])**hyp['misc']['ema']['decay_pow'])
     return loss.detach().cpu().item()/(batchsize*loss_batchsize_scaler)  # (port) main's train_loss
-
 
 def _main_setup(data, bug):
     """(port) ``main`` up to its epoch loop."""
@@ -461,18 +372,15 @@ def _main_setup(data, bug):
     st['ema_epoch_start']    = math.floor(hyp['misc']['train_epochs']) - hyp['misc']['ema']['epochs']
     st['projected_ema_decay_val'] = hyp['misc']['ema']['decay_base'] ** hyp['misc']['ema']['every_n_steps']
     pct_start = hyp['opt']['percent_start']
-
     net = st['net'] = make_net(data, bug=bug)
     non_bias_params, bias_params = init_split_parameter_dictionaries(net)
     opt = st['opt'] = torch.optim.SGD(**non_bias_params)
     opt_bias = st['opt_bias'] = torch.optim.SGD(**bias_params)
-
     initial_div_factor = 1e16
     final_lr_ratio = .07
     st['lr_sched'] = torch.optim.lr_scheduler.OneCycleLR(opt,  max_lr=non_bias_params['lr'], pct_start=pct_start, div_factor=initial_div_factor, final_div_factor=1./(initial_div_factor*final_lr_ratio), total_steps=st['total_train_steps'], anneal_strategy='linear', cycle_momentum=False)
     st['lr_sched_bias'] = torch.optim.lr_scheduler.OneCycleLR(opt_bias, max_lr=bias_params['lr'], pct_start=pct_start, div_factor=initial_div_factor, final_div_factor=1./(initial_div_factor*final_lr_ratio), total_steps=st['total_train_steps'], anneal_strategy='linear', cycle_momentum=False)
     return st
-
 
 def _build(seed, bug=None):
     torch.manual_seed(seed)
@@ -509,7 +417,6 @@ def _build(seed, bug=None):
                 acc_list.append((outputs.argmax(-1) == targets.argmax(-1)).float().mean())
         net.train()
         return torch.stack(acc_list_ema or acc_list).mean().item()
-
     gen = torch.Generator().manual_seed(seed + 1)
     idx = torch.randperm(N_TRAIN, generator=gen)[:batchsize]
     pad = hyp['net']['pad_amount']
@@ -518,19 +425,12 @@ def _build(seed, bug=None):
                    loss_fn=lambda outputs, targets: loss_fn(outputs, targets).mul(hyp['opt']['loss_scale_scaler']*512/batchsize).sum().div(hyp['opt']['loss_scale_scaler']),
                    optimizer=st['opt'], train_step=train_step, eval_fn=eval_fn)
 
-
 build = functools.partial(_build, bug=None)
 
 BUGS = [
-    # classic: the labels are taken in dataset order while the images follow the epoch's shuffle, so every batch
-    # pairs images with another batch's one-hot targets.
     Bug("targets_not_shuffled_with_images", functools.partial(_build, bug="targets_not_shuffled_with_images"),
         "learning_ledger", ("TASK",)),
-    # classic zero_grad slip confined to one of the two optimizers: the bias optimizer is never zeroed, so the
-    # BatchNorm biases step on the sum of every gradient since the start (set_to_none on opt alone).
     Bug("bias_optimizer_never_zeroed", functools.partial(_build, bug="bias_optimizer_never_zeroed"), "step_probe",
         ("bias",)),
-    # classic wrong axis in the test-time augmentation: the eval-mode copy is flipped top-bottom instead of
-    # left-right, a view the network never trained on, and its logits are averaged into every prediction.
     Bug("tta_flip_vertical", functools.partial(_build, bug="tta_flip_vertical"), "six_claims", ("EVALUATION",)),
 ]

@@ -57,7 +57,6 @@ from _api import Bug, Program
 
 N_TRAIN, N_VAL = 48, 16  # (port) synthetic scenes
 
-
 # models/enet.py
 class InitialBlock(nn.Module):
     def __init__(self, in_channels, out_channels, bias=False, relu=True):
@@ -77,7 +76,6 @@ class InitialBlock(nn.Module):
         out = torch.cat((main, ext), 1)
         out = self.batch_norm(out)
         return self.out_activation(out)
-
 
 class RegularBottleneck(nn.Module):
     def __init__(self, channels, internal_ratio=4, kernel_size=3, padding=0, dilation=1, asymmetric=False,
@@ -122,7 +120,6 @@ class RegularBottleneck(nn.Module):
         ext = self.ext_regul(ext)
         out = main + ext
         return self.out_activation(out)
-
 
 class DownsamplingBottleneck(nn.Module):
     def __init__(self, in_channels, out_channels, internal_ratio=4, return_indices=False, dropout_prob=0,
@@ -169,7 +166,6 @@ class DownsamplingBottleneck(nn.Module):
         out = main + ext
         return self.out_activation(out), max_indices
 
-
 class UpsamplingBottleneck(nn.Module):
     def __init__(self, in_channels, out_channels, internal_ratio=4, dropout_prob=0, bias=False, relu=True):
         super().__init__()
@@ -210,20 +206,17 @@ class UpsamplingBottleneck(nn.Module):
         out = main + ext
         return self.out_activation(out)
 
-
 class ENet(nn.Module):
     def __init__(self, num_classes, encoder_relu=False, decoder_relu=True, width=(16, 64, 128)):
         super().__init__()
         c0, c1, c2 = width  # (port) the widths 16 / 64 / 128 as an argument
         enc = {"relu": encoder_relu}
         self.initial_block = InitialBlock(3, c0, relu=encoder_relu)
-
         self.downsample1_0 = DownsamplingBottleneck(c0, c1, return_indices=True, dropout_prob=0.01, **enc)
         self.regular1_1 = RegularBottleneck(c1, padding=1, dropout_prob=0.01, **enc)
         self.regular1_2 = RegularBottleneck(c1, padding=1, dropout_prob=0.01, **enc)
         self.regular1_3 = RegularBottleneck(c1, padding=1, dropout_prob=0.01, **enc)
         self.regular1_4 = RegularBottleneck(c1, padding=1, dropout_prob=0.01, **enc)
-
         self.downsample2_0 = DownsamplingBottleneck(c1, c2, return_indices=True, dropout_prob=0.1, **enc)
         self.regular2_1 = RegularBottleneck(c2, padding=1, dropout_prob=0.1, **enc)
         self.dilated2_2 = RegularBottleneck(c2, dilation=2, padding=2, dropout_prob=0.1, **enc)
@@ -233,7 +226,6 @@ class ENet(nn.Module):
         self.dilated2_6 = RegularBottleneck(c2, dilation=8, padding=8, dropout_prob=0.1, **enc)
         self.asymmetric2_7 = RegularBottleneck(c2, kernel_size=5, asymmetric=True, padding=2, dropout_prob=0.1, **enc)
         self.dilated2_8 = RegularBottleneck(c2, dilation=16, padding=16, dropout_prob=0.1, **enc)
-
         self.regular3_0 = RegularBottleneck(c2, padding=1, dropout_prob=0.1, **enc)
         self.dilated3_1 = RegularBottleneck(c2, dilation=2, padding=2, dropout_prob=0.1, **enc)
         self.asymmetric3_2 = RegularBottleneck(c2, kernel_size=5, padding=2, asymmetric=True, dropout_prob=0.1, **enc)
@@ -242,11 +234,9 @@ class ENet(nn.Module):
         self.dilated3_5 = RegularBottleneck(c2, dilation=8, padding=8, dropout_prob=0.1, **enc)
         self.asymmetric3_6 = RegularBottleneck(c2, kernel_size=5, asymmetric=True, padding=2, dropout_prob=0.1, **enc)
         self.dilated3_7 = RegularBottleneck(c2, dilation=16, padding=16, dropout_prob=0.1, **enc)
-
         self.upsample4_0 = UpsamplingBottleneck(c2, c1, dropout_prob=0.1, relu=decoder_relu)
         self.regular4_1 = RegularBottleneck(c1, padding=1, dropout_prob=0.1, relu=decoder_relu)
         self.regular4_2 = RegularBottleneck(c1, padding=1, dropout_prob=0.1, relu=decoder_relu)
-
         self.upsample5_0 = UpsamplingBottleneck(c1, c0, dropout_prob=0.1, relu=decoder_relu)
         self.regular5_1 = RegularBottleneck(c0, padding=1, dropout_prob=0.1, relu=decoder_relu)
         self.transposed_conv = nn.ConvTranspose2d(c0, num_classes, kernel_size=3, stride=2, padding=1, bias=False)
@@ -254,14 +244,12 @@ class ENet(nn.Module):
     def forward(self, x):
         input_size = x.size()
         x = self.initial_block(x)
-
         stage1_input_size = x.size()
         x, max_indices1_0 = self.downsample1_0(x)
         x = self.regular1_1(x)
         x = self.regular1_2(x)
         x = self.regular1_3(x)
         x = self.regular1_4(x)
-
         stage2_input_size = x.size()
         x, max_indices2_0 = self.downsample2_0(x)
         x = self.regular2_1(x)
@@ -272,7 +260,6 @@ class ENet(nn.Module):
         x = self.dilated2_6(x)
         x = self.asymmetric2_7(x)
         x = self.dilated2_8(x)
-
         x = self.regular3_0(x)
         x = self.dilated3_1(x)
         x = self.asymmetric3_2(x)
@@ -281,17 +268,13 @@ class ENet(nn.Module):
         x = self.dilated3_5(x)
         x = self.asymmetric3_6(x)
         x = self.dilated3_7(x)
-
         x = self.upsample4_0(x, max_indices2_0, output_size=stage2_input_size)
         x = self.regular4_1(x)
         x = self.regular4_2(x)
-
         x = self.upsample5_0(x, max_indices1_0, output_size=stage1_input_size)
         x = self.regular5_1(x)
         x = self.transposed_conv(x, output_size=input_size)
-
         return x
-
 
 # data/camvid.py (the class encoding kept for five classes and unlabeled)
 color_encoding = OrderedDict([
@@ -302,7 +285,6 @@ color_encoding = OrderedDict([
     ('car', (64, 0, 128)),
     ('unlabeled', (0, 0, 0))
 ])
-
 
 def _synthetic_scenes(seed, n):
     """(port) Street-like 96x128 scenes: sky band, buildings, road, tree blobs, cars, 1-px unlabeled outlines."""
@@ -330,7 +312,6 @@ def _synthetic_scenes(seed, n):
     images = (images + 0.1 * torch.randn(images.shape, generator=g)).clamp(0, 1)
     return images, labels
 
-
 def load_dataset(args, seed, bug=None):
     """(port) load_dataset's transforms: Resize((height, width)) bilinear for images, NEAREST for labels."""
     sets = []
@@ -350,12 +331,10 @@ def load_dataset(args, seed, bug=None):
     class_weights = enet_weighing(train_loader, num_classes, bug=bug)
     if class_weights is not None:
         class_weights = torch.from_numpy(class_weights).float()
-        # Set the weight of the unlabeled class to 0
         if args.ignore_unlabeled:
             ignore_index = list(class_encoding).index('unlabeled')
             class_weights[ignore_index] = 0
     return (train_loader, val_loader), class_weights, class_encoding
-
 
 # data/utils.py
 def enet_weighing(dataloader, num_classes, c=1.02, bug=None):
@@ -363,23 +342,14 @@ def enet_weighing(dataloader, num_classes, c=1.02, bug=None):
     total = 0
     for _, label in dataloader:
         label = label.cpu().numpy()
-
-        # Flatten label
         flat_label = label.flatten()
-
-        # Sum up the number of pixels of each class and the total pixel
-        # counts for each label
         class_count += np.bincount(flat_label, minlength=num_classes)
         total += flat_label.size
-
-    # Compute propensity score and then the weights for each class
     propensity_score = class_count / total
     if bug == "class_weights_inverted":
         return np.log(c + propensity_score)
     class_weights = 1 / (np.log(c + propensity_score))
-
     return class_weights
-
 
 # metric/iou.py (ConfusionMatrix's bincount inlined)
 class IoU:
@@ -405,12 +375,9 @@ class IoU:
         true_positive = np.diag(conf_matrix)
         false_positive = np.sum(conf_matrix, 0) - true_positive
         false_negative = np.sum(conf_matrix, 1) - true_positive
-
         with np.errstate(divide='ignore', invalid='ignore'):
             iou = true_positive / (true_positive + false_positive + false_negative)
-
         return iou, np.nanmean(iou)
-
 
 # test.py
 class Test:
@@ -426,47 +393,26 @@ class Test:
         epoch_loss = 0.0
         self.metric.reset()
         for step, batch_data in enumerate(self.data_loader):
-            # Get the inputs and labels
             inputs = batch_data[0].to(self.device)
             labels = batch_data[1].to(self.device)
-
             with torch.no_grad():
-                # Forward propagation
                 outputs = self.model(inputs)
-
-                # Loss computation
                 loss = self.criterion(outputs, labels)
-
-            # Keep track of loss for current epoch
             epoch_loss += loss.item()
-
-            # Keep track of evaluation the metric
             self.metric.add(outputs.detach(), labels.detach())
-
         return epoch_loss / len(self.data_loader), self.metric.value()
-
 
 def _train_one_batch(self, batch_data):
     """(port) The loop body of ``Train.run_epoch`` (train.py), ``self`` the ``Train`` state."""
-    # Get the inputs and labels
     inputs = batch_data[0].to(self.device)
     labels = batch_data[1].to(self.device)
-
-    # Forward propagation
     outputs = self.model(inputs)
-
-    # Loss computation
     loss = self.criterion(outputs, labels)
-
-    # Backpropagation
     self.optim.zero_grad()
     loss.backward()
     self.optim.step()
-
-    # Keep track of the evaluation metric
     self.metric.add(outputs.detach(), labels.detach())
     return loss.item()
-
 
 def _build(seed, bug=None):
     import types
@@ -476,8 +422,6 @@ def _build(seed, bug=None):
                                  device='cpu')  # args.py defaults, sizes as listed in the docstring
     device = torch.device(args.device)
     (train_loader, val_loader), class_weights, class_encoding = load_dataset(args, seed, bug=bug)
-
-    # main.py: train
     num_classes = len(class_encoding)
     model = ENet(num_classes, width=(8, 32, 64)).to(device)
     criterion = nn.CrossEntropyLoss(weight=class_weights)
@@ -509,21 +453,15 @@ def _build(seed, bug=None):
         loss, (iou, miou) = val.run_epoch()
         model.train(was)
         return float(miou)
-
     batch = next(iter(train_loader))
     return Program(name="pytorchenet_camvid", model=model, batch=(batch[0], batch[1]), loss_fn=criterion,
                    optimizer=optimizer, train_step=train_step, eval_fn=eval_fn, loader=train_loader)
 
-
 build = functools.partial(_build, bug=None)
 
 BUGS = [
-    # classic label-resize slip: load_dataset's Image.NEAREST for the label transform replaced by the default
-    # (bilinear) resampling; class ids are averaged at every boundary and truncated into other classes' ids.
     Bug("labels_resized_bilinear", functools.partial(_build, bug="labels_resized_bilinear"), "learning_ledger",
         ("TASK",)),
-    # classic inverted weighing: enet_weighing returns ln(c + p) instead of 1 / ln(c + p), so the most frequent
-    # classes get the largest weight in CrossEntropyLoss instead of the smallest.
     Bug("class_weights_inverted", functools.partial(_build, bug="class_weights_inverted"), "learning_ledger",
         ("OBJECTIVE",)),
 ]

@@ -72,33 +72,21 @@ class Retina:
     def foveate(self, x, l):
         phi = []
         size = self.g
-
-        # extract k patches of increasing size
         for i in range(self.k):
             phi.append(self.extract_patch(x, l, size))
             size = int(self.s * size)
-
-        # resize the patches to squares of size g
         for i in range(1, len(phi)):
             k = phi[i].shape[-1] // self.g
             phi[i] = F.avg_pool2d(phi[i], k)
-
-        # concatenate into a single tensor and flatten
         phi = torch.cat(phi, 1)
         phi = phi.view(phi.shape[0], -1)
-
         return phi
 
     def extract_patch(self, x, l, size):
         B, C, H, W = x.shape
-
         start = self.denormalize(H, l)
         end = start + size
-
-        # pad with zeros
         x = F.pad(x, (size // 2, size // 2, size // 2, size // 2))
-
-        # loop through mini-batch and extract patches
         patch = []
         for i in range(B):
             patch.append(x[i, :, start[i, 1] : end[i, 1], start[i, 0] : end[i, 0]])
@@ -111,47 +99,30 @@ class Retina:
 class GlimpseNetwork(nn.Module):
     def __init__(self, h_g, h_l, g, k, s, c):
         super().__init__()
-
         self.retina = Retina(g, k, s)
-
-        # glimpse layer
         D_in = k * g * g * c
         self.fc1 = nn.Linear(D_in, h_g)
-
-        # location layer
         D_in = 2
         self.fc2 = nn.Linear(D_in, h_l)
-
         self.fc3 = nn.Linear(h_g, h_g + h_l)
         self.fc4 = nn.Linear(h_l, h_g + h_l)
 
     def forward(self, x, l_t_prev):
-        # generate glimpse phi from image x
         phi = self.retina.foveate(x, l_t_prev)
-
-        # flatten location vector
         l_t_prev = l_t_prev.view(l_t_prev.size(0), -1)
-
-        # feed phi and l to respective fc layers
         phi_out = F.relu(self.fc1(phi))
         l_out = F.relu(self.fc2(l_t_prev))
-
         what = self.fc3(phi_out)
         where = self.fc4(l_out)
-
-        # feed to fc layer
         g_t = F.relu(what + where)
-
         return g_t
 
 
 class CoreNetwork(nn.Module):
     def __init__(self, input_size, hidden_size):
         super().__init__()
-
         self.input_size = input_size
         self.hidden_size = hidden_size
-
         self.i2h = nn.Linear(input_size, hidden_size)
         self.h2h = nn.Linear(hidden_size, hidden_size)
 
@@ -166,7 +137,6 @@ class ActionNetwork(nn.Module):
     def __init__(self, input_size, output_size, bug=None):
         super().__init__()
         self.bug = bug
-
         self.fc = nn.Linear(input_size, output_size)
 
     def forward(self, h_t):
@@ -178,39 +148,26 @@ class LocationNetwork(nn.Module):
     def __init__(self, input_size, output_size, std, bug=None):
         super().__init__()
         self.bug = bug
-
         self.std = std
-
         hid_size = input_size // 2
         self.fc = nn.Linear(input_size, hid_size)
         self.fc_lt = nn.Linear(hid_size, output_size)
 
     def forward(self, h_t):
-        # compute mean
         feat = F.relu(self.fc(h_t.detach()))
         mu = torch.tanh(self.fc_lt(feat))
-
-        # reparametrization trick
         l_t = torch.distributions.Normal(mu, self.std).rsample()
         if self.bug != "sampled_location_not_detached":
             l_t = l_t.detach()
         log_pi = Normal(mu, self.std).log_prob(l_t)
-
-        # we assume both dimensions are independent
-        # 1. pdf of the joint is the product of the pdfs
-        # 2. log of the product is the sum of the logs
         log_pi = torch.sum(log_pi, dim=1)
-
-        # bound between [-1, 1]
         l_t = torch.clamp(l_t, -1, 1)
-
         return log_pi, l_t
 
 
 class BaselineNetwork(nn.Module):
     def __init__(self, input_size, output_size):
         super().__init__()
-
         self.fc = nn.Linear(input_size, output_size)
 
     def forward(self, h_t):
@@ -220,13 +177,9 @@ class BaselineNetwork(nn.Module):
 
 # model.py
 class RecurrentAttention(nn.Module):
-    def __init__(
-        self, g, k, s, c, h_g, h_l, std, hidden_size, num_classes, bug=None,
-    ):
+    def __init__(self, g, k, s, c, h_g, h_l, std, hidden_size, num_classes, bug=None):
         super().__init__()
-
         self.std = std
-
         self.sensor = GlimpseNetwork(h_g, h_l, g, k, s, c)
         self.rnn = CoreNetwork(hidden_size, hidden_size)
         self.locator = LocationNetwork(hidden_size, 2, std, bug=bug)
@@ -236,14 +189,11 @@ class RecurrentAttention(nn.Module):
     def forward(self, x, l_t_prev, h_t_prev, last=False):
         g_t = self.sensor(x, l_t_prev)
         h_t = self.rnn(g_t, h_t_prev)
-
         log_pi, l_t = self.locator(h_t)
         b_t = self.baseliner(h_t).squeeze()
-
         if last:
             log_probas = self.classifier(h_t)
             return h_t, l_t, b_t, log_probas, log_pi
-
         return h_t, l_t, b_t, log_pi
 
 
@@ -261,20 +211,15 @@ def _synthetic_mnist(seed):
 def get_train_valid_loader(dataset, batch_size, random_seed, valid_size=0.1, shuffle=True):
     error_msg = "[!] valid_size should be in the range [0, 1]."
     assert (valid_size >= 0) and (valid_size <= 1), error_msg
-
     num_train = len(dataset)
     indices = list(range(num_train))
     split = int(np.floor(valid_size * num_train))
-
     if shuffle:
         np.random.seed(random_seed)
         np.random.shuffle(indices)
-
     train_idx, valid_idx = indices[split:], indices[:split]
-
     train_sampler = SubsetRandomSampler(train_idx)
     valid_sampler = SubsetRandomSampler(valid_idx)
-
     train_loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=train_sampler)
     valid_loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=valid_sampler)
     return (train_loader, valid_loader)
@@ -286,68 +231,35 @@ class Trainer:
         self.config = config
         self.bug = bug
         self.device = torch.device("cpu")  # (port) use_gpu False
-
-        # glimpse network params
         self.patch_size = config.patch_size
         self.glimpse_scale = config.glimpse_scale
         self.num_patches = config.num_patches
         self.loc_hidden = config.loc_hidden
         self.glimpse_hidden = config.glimpse_hidden
-
-        # core network params
         self.num_glimpses = config.num_glimpses
         self.hidden_size = config.hidden_size
-
-        # reinforce params
         self.std = config.std
         self.M = config.M
-
-        # data params
         self.train_loader = data_loader[0]
         self.valid_loader = data_loader[1]
         self.num_train = len(self.train_loader.sampler.indices)
         self.num_valid = len(self.valid_loader.sampler.indices)
         self.num_classes = 10
         self.num_channels = 1
-
-        # training params
         self.lr = config.init_lr
         self.lr_patience = config.lr_patience
-
-        # build RAM model
-        self.model = RecurrentAttention(
-            self.patch_size,
-            self.num_patches,
-            self.glimpse_scale,
-            self.num_channels,
-            self.loc_hidden,
-            self.glimpse_hidden,
-            self.std,
-            self.hidden_size,
-            self.num_classes,
-            bug=bug,
-        )
+        self.model = RecurrentAttention(self.patch_size, self.num_patches, self.glimpse_scale, self.num_channels,
+                                        self.loc_hidden, self.glimpse_hidden, self.std, self.hidden_size,
+                                        self.num_classes, bug=bug)
         self.model.to(self.device)
-
-        # initialize optimizer and scheduler
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=self.config.init_lr
-        )
-        self.scheduler = ReduceLROnPlateau(
-            self.optimizer, "min", patience=self.lr_patience
-        )
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.init_lr)
+        self.scheduler = ReduceLROnPlateau(self.optimizer, "min", patience=self.lr_patience)
 
     def reset(self):
-        h_t = torch.zeros(
-            self.batch_size,
-            self.hidden_size,
-            dtype=torch.float,
-            device=self.device,
-            requires_grad=True,
-        )
+        h_t = torch.zeros(self.batch_size, self.hidden_size, dtype=torch.float, device=self.device,
+                          requires_grad=True)
         l_t = torch.FloatTensor(self.batch_size, 2).uniform_(-1, 1).to(self.device)
         l_t.requires_grad = True
-
         return h_t, l_t
 
     def glimpses(self, x):
@@ -356,19 +268,12 @@ class Trainer:
         log_pi = []
         baselines = []
         for t in range(self.num_glimpses - 1):
-            # forward pass through model
             h_t, l_t, b_t, p = self.model(x, l_t, h_t)
-
-            # store
             baselines.append(b_t)
             log_pi.append(p)
-
-        # last iteration
         h_t, l_t, b_t, log_probas, p = self.model(x, l_t, h_t, last=True)
         log_pi.append(p)
         baselines.append(b_t)
-
-        # convert list to tensors and reshape
         baselines = torch.stack(baselines).transpose(1, 0)
         log_pi = torch.stack(log_pi).transpose(1, 0)
         return log_probas, baselines, log_pi
@@ -376,35 +281,21 @@ class Trainer:
     def train_one_batch(self, x, y):
         """(port) The loop body of ``train_one_epoch``."""
         self.optimizer.zero_grad()
-
         x, y = x.to(self.device), y.to(self.device)
-
-        # initialize location vector and hidden state
         self.batch_size = x.shape[0]
         log_probas, baselines, log_pi = self.glimpses(x)
-
-        # calculate reward
         predicted = torch.max(log_probas, 1)[1]
         R = (predicted.detach() == y).float()
         R = R.unsqueeze(1).repeat(1, self.num_glimpses)
-
-        # compute losses for differentiable modules
         loss_action = F.nll_loss(log_probas, y)
         loss_baseline = F.mse_loss(baselines, R)
-
-        # compute reinforce loss
-        # summed over timesteps and averaged across batch
         if self.bug == "baseline_not_detached_in_advantage":
             adjusted_reward = R - baselines
         else:
             adjusted_reward = R - baselines.detach()
         loss_reinforce = torch.sum(-log_pi * adjusted_reward, dim=1)
         loss_reinforce = torch.mean(loss_reinforce, dim=0)
-
-        # sum up into a hybrid loss
         loss = loss_action + loss_baseline + loss_reinforce * 0.01
-
-        # compute gradients and update SGD
         loss.backward()
         self.optimizer.step()
         return loss.item()
@@ -414,22 +305,12 @@ class Trainer:
         correct, seen = 0.0, 0
         for i, (x, y) in enumerate(self.valid_loader):
             x, y = x.to(self.device), y.to(self.device)
-
-            # duplicate M times
             x = x.repeat(self.M, 1, 1, 1)
-
-            # initialize location vector and hidden state
             self.batch_size = x.shape[0]
             log_probas, baselines, log_pi = self.glimpses(x)
-
-            # average
             log_probas = log_probas.view(self.M, -1, log_probas.shape[-1])
             log_probas = torch.mean(log_probas, dim=0)
-
-            # calculate reward
             predicted = torch.max(log_probas, 1)[1]
-
-            # compute accuracy
             correct += float((predicted == y).float().sum())
             seen += len(y)
         return 100 * correct / seen  # (port) the accuracy meter's average; the loss meter is dropped
@@ -440,8 +321,6 @@ def _build(seed, bug=None):
         patch_size=8, glimpse_scale=1, num_patches=1, loc_hidden=32, glimpse_hidden=32, num_glimpses=6,
         hidden_size=64, std=0.05, M=1, valid_size=0.1, batch_size=32, shuffle=True, init_lr=3e-4,
         lr_patience=20, random_seed=seed)  # config.py defaults, sizes as listed in the docstring
-
-    # main.py: ensure reproducibility
     torch.manual_seed(config.random_seed)
     dataset = _synthetic_mnist(seed)
     dloader = get_train_valid_loader(dataset, config.batch_size, config.random_seed, config.valid_size,
@@ -465,7 +344,6 @@ def _build(seed, bug=None):
 
     def eval_fn(model, _batch=None):
         return trainer.validate(st["epoch"])
-
     x0, y0 = next(iter(trainer.train_loader))
     return Program(name="ramzakka_mnist", model=trainer.model, batch=(x0, y0), loss_fn=F.nll_loss,
                    optimizer=trainer.optimizer, train_step=train_step, eval_fn=eval_fn,
@@ -475,16 +353,10 @@ def _build(seed, bug=None):
 build = functools.partial(_build, bug=None)
 
 BUGS = [
-    # the caveat of https://github.com/kevinzakka/recurrent-visual-attention/issues/12: without the detach of the
-    # reparametrized sample, log_prob(l_t) of l_t = mu + std * eps no longer depends on mu, so the REINFORCE term
-    # gives the location network no gradient (it only gets the action loss's gradient through l_t).
     Bug("sampled_location_not_detached", functools.partial(_build, bug="sampled_location_not_detached"),
         "learning_ledger", ("OBJECTIVE",)),
-    # classic detach dropped: the advantage R - b keeps the baseline's graph, so the REINFORCE term also trains
-    # the baseline network (towards whatever lowers -log_pi * (R - b)) against its own regression target.
     Bug("baseline_not_detached_in_advantage", functools.partial(_build, bug="baseline_not_detached_in_advantage"),
         "learning_ledger", ("OBJECTIVE",)),
-    # classic wrong axis: the classifier's log_softmax normalizes over the batch (dim=0) instead of the classes.
     Bug("log_softmax_over_batch", functools.partial(_build, bug="log_softmax_over_batch"), "learning_ledger",
         ("OBJECTIVE",)),
 ]

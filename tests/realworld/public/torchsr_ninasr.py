@@ -65,7 +65,6 @@ from _api import Bug, Program
 
 N_TRAIN, N_VAL, HR_SIZE = 24, 4, 64  # (port) synthetic DIV2K stand-in
 
-
 # torchsr/models/ninasr.py
 class AttentionBlock(nn.Module):
     def __init__(self, n_feats, reduction=4, stride=16):
@@ -90,14 +89,11 @@ class AttentionBlock(nn.Module):
             res = res[:, :, : x.shape[2], : x.shape[3]]
         return res * x
 
-
 class ResBlock(nn.Module):
     def __init__(self, n_feats, mid_feats, in_scale, out_scale):
         super(ResBlock, self).__init__()
-
         self.in_scale = in_scale
         self.out_scale = out_scale
-
         m = []
         conv1 = nn.Conv2d(n_feats, mid_feats, 3, padding=1, bias=True)
         nn.init.kaiming_normal_(conv1.weight)
@@ -108,14 +104,12 @@ class ResBlock(nn.Module):
         conv2 = nn.Conv2d(mid_feats, n_feats, 3, padding=1, bias=False)
         nn.init.kaiming_normal_(conv2.weight)
         m.append(conv2)
-
         self.body = nn.Sequential(*m)
 
     def forward(self, x):
         res = self.body(x * self.in_scale) * (2 * self.out_scale)
         res += x
         return res
-
 
 class Rescale(nn.Module):
     def __init__(self, sign):
@@ -127,13 +121,11 @@ class Rescale(nn.Module):
     def forward(self, x):
         return x + self.bias
 
-
 class NinaSR(nn.Module):
     def __init__(self, n_resblocks, n_feats, scale, pretrained=False, map_location=None, expansion=2.0):
         super(NinaSR, self).__init__()
         self.scale = scale
         self.url = None  # (port) the pretrained URLs are not used
-
         n_colors = 3
         self.head = NinaSR.make_head(n_colors, n_feats)
         self.body = NinaSR.make_body(n_resblocks, n_feats, expansion)
@@ -177,18 +169,15 @@ class NinaSR(nn.Module):
         x = self.tail(res)
         return x
 
-
 def ninasr_b0(scale, pretrained=False):
     model = NinaSR(10, 16, scale, pretrained)
     return model
-
 
 # torchsr/models/utils.py
 class WrappedModel(nn.Module):
     def __init__(self, model):
         super(WrappedModel, self).__init__()
         self.model = model
-
 
 def run_and_remove_pad(x, model, padding):
     w, h = x.shape[-2:]
@@ -202,7 +191,6 @@ def run_and_remove_pad(x, model, padding):
     py = padding * sh // h
     return x[..., px:-px, py:-py]
 
-
 class ReplicationPaddedModel(WrappedModel):
     def __init__(self, model, padding):
         super(ReplicationPaddedModel, self).__init__(model)
@@ -213,7 +201,6 @@ class ReplicationPaddedModel(WrappedModel):
         x = self.padder(x)
         return run_and_remove_pad(x, self.model, self.padding)
 
-
 # torchsr/transforms/transforms.py (tensor branches)
 def apply_all(x, func):
     if isinstance(x, list) or isinstance(x, tuple):
@@ -221,33 +208,26 @@ def apply_all(x, func):
     else:
         return func(x)
 
-
 def get_image_size(img):
     return (img.shape[-1], img.shape[-2])
-
 
 def crop(img, top, left, height, width):
     return img[..., top : top + height, left : left + width]  # (port) F.crop on a tensor
 
-
 def rot90(img):
     return torch.rot90(img, dims=(-2, -1))
 
-
 def get_crop_params(x, scales):
     sizes = [get_image_size(img) for img in x]
-    # Find a size in which all images fit
     scaled_widths = [sc[0] * sz[0] for sc, sz in zip(scales, sizes)]
     scaled_heights = [sc[1] * sz[1] for sc, sz in zip(scales, sizes)]
     min_width = min(scaled_widths)
     min_height = min(scaled_heights)
-    # Now find a size so that pixel-accurate cropping is possible for all images
     pixels_x = int(functools.reduce(np.lcm, [sc[0] for sc in scales]))
     pixels_y = int(functools.reduce(np.lcm, [sc[1] for sc in scales]))
     common_size = (min_width // pixels_x, min_height // pixels_y)
     size_ratios = [(pixels_x // sc[0], pixels_y // sc[1]) for sc in scales]
     return common_size, size_ratios
-
 
 class Compose:
     def __init__(self, transforms):
@@ -257,7 +237,6 @@ class Compose:
         for t in self.transforms:
             x = t(x)
         return x
-
 
 class RandomCrop(nn.Module):
     def __init__(self, size, scales, margin=0.0):
@@ -287,7 +266,6 @@ class RandomCrop(nn.Module):
             ret.append(crop(img, i * rh, j * rw, th * rh, tw * rw))
         return ret
 
-
 class RandomFlipTurn(nn.Module):
     def __init__(self, bug=None):
         super(RandomFlipTurn, self).__init__()
@@ -307,7 +285,6 @@ class RandomFlipTurn(nn.Module):
             x = apply_all(x, rot90)
         return x
 
-
 # the dataset (torchsr/datasets/common.py __getitem__ on synthetic images)
 def _synthetic_div2k(seed, n):
     """(port) HR images: random oriented gratings plus soft blobs in [0, 1]; LR by antialiased bicubic x2."""
@@ -325,7 +302,6 @@ def _synthetic_div2k(seed, n):
     lrs = F.interpolate(hrs, scale_factor=0.5, mode="bicubic", antialias=True, align_corners=False).clamp(0, 1)
     return [[hr, lr] for hr, lr in zip(hrs, lrs)]
 
-
 class ImageDataset(torch.utils.data.Dataset):
     def __init__(self, samples, transform=None):
         self.samples, self.transform = samples, transform
@@ -339,7 +315,6 @@ class ImageDataset(torch.utils.data.Dataset):
             images = self.transform(images)
         return images
 
-
 # torchsr/train/helpers.py
 def get_model(args, bug=None):
     model = ninasr_b0(scale=args.scale, pretrained=False)
@@ -351,7 +326,6 @@ def get_model(args, bug=None):
                 m = nn.utils.weight_norm(m)
     return model
 
-
 def get_optimizer(args, model):
     kwargs = {}
     kwargs["lr"] = args.lr
@@ -359,12 +333,10 @@ def get_optimizer(args, model):
         kwargs["weight_decay"] = args.weight_decay
     return torch.optim.Adam(model.parameters(), **kwargs)
 
-
 def get_scheduler(args, optimizer):
     return torch.optim.lr_scheduler.MultiStepLR(
         optimizer, milestones=args.lr_decay_steps, gamma=1.0 / args.lr_decay_rate
     )
-
 
 # torchsr/train/trainer.py
 class Trainer:
@@ -410,7 +382,6 @@ class Trainer:
                 )
                 sr = self.model(lr).clamp(0, 1)
                 if final:
-                    # Round to pixel values
                     sr = sr.mul(255).round().div(255)
                 sr = self.process_for_eval(sr)
                 hr = self.process_for_eval(hr)
@@ -423,7 +394,6 @@ class Trainer:
             shave = self.args.shave_border
             img = img[..., shave:-shave, shave:-shave]
         return img
-
 
 def _build(seed, bug=None):
     torch.manual_seed(seed)
@@ -461,22 +431,16 @@ def _build(seed, bug=None):
         psnr = trainer.val_iter(final=False)
         model.train(was)
         return psnr
-
     hr, lr = next(iter(loader_train))
     return Program(name="torchsr_ninasr", model=trainer.model, batch=(lr, hr),
                    loss_fn=lambda sr, hr: trainer.loss_fn(trainer.process_for_eval(sr), trainer.process_for_eval(hr)),
                    optimizer=trainer.optimizer, train_step=train_step, eval_fn=eval_fn, loader=loader_train)
 
-
 build = functools.partial(_build, bug=None)
 
 BUGS = [
-    # classic paired-augmentation slip: RandomFlipTurn draws its flips and turn for each image of the [hr, lr]
-    # pair separately, so the LR input and its HR target are often differently oriented.
     Bug("flip_turn_drawn_per_image", functools.partial(_build, bug="flip_turn_drawn_per_image"), "learning_ledger",
         ("TASK",)),
-    # classic: weight normalization applied after the optimizer was built; every conv's weight is replaced by new
-    # weight_g / weight_v parameters the optimizer does not hold, so only the biases train.
     Bug("weight_norm_after_optimizer", functools.partial(_build, bug="weight_norm_after_optimizer"),
         "four_structures", ("weight_v",)),
 ]
