@@ -36,7 +36,8 @@ Deviations from the original:
   the module-level printing of the table head and the per-epoch table are dropped;
 - ``main``'s epoch loop is unrolled: one ``train_step`` is one batch of it (``net.train()`` and a new
   ``get_batches`` at the start of an epoch); ``eval_fn`` is the evaluation block (``net.eval()``, no_grad, flip
-  TTA) returning the accuracy (the EMA's once it exists);
+  TTA) returning the accuracy (the EMA's once it exists); past the run's ``total_train_steps`` (242) the epochs
+  start over with both OneCycleLRs no longer stepped (the original's run ends there);
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
