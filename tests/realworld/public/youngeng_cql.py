@@ -394,7 +394,7 @@ BUGS = [
     # classic: the (1 - dones) mask left out of the TD target, so a fall is bootstrapped as if the episode went on.
     Bug("done_mask_dropped", functools.partial(_build, bug="done_mask_dropped"), "learning_ledger", ("TASK",)),
     # classic argument-order slip: soft_target_update(target, network, tau) drags the trained Q functions back
-    # toward target networks that never move.
-    Bug("soft_update_args_swapped", functools.partial(_build, bug="soft_update_args_swapped"), "step_probe",
-        ("network.network.0.weight",)),
+    # toward target networks that never move; every Q parameter alike: declared by its mechanism (README rule 6).
+    Bug("soft_update_args_swapped", functools.partial(_build, bug="soft_update_args_swapped"), "step_probe", (),
+        kind="step.soft_update_reversed"),
 ]
