@@ -20,7 +20,7 @@ Deviations from the original:
 - no MovieLens (nor the repository's sample file): a synthetic table with the same columns from ``seed``: 60 users,
   120 movies in 6 clusters, each user watching 10 of their cluster's (popularity 1/rank) and 2 others;
 - no sklearn / tensorflow / tqdm: ``LabelEncoder`` is ``np.unique(return_inverse=True)``, keras' ``pad_sequences``
-  ('post', 'post') is written out; tqdm and prints dropped; batch_size 128 -> 32; no GPU;
+  ('post', 'post') is written out; tqdm and prints dropped; no GPU (batch_size 128 kept: the model is tiny);
 - branches unused here (dense features, hashing, scaler, scheduler, cross-entropy), the registered-but-never-added
   L2 terms, ``batches_seen`` and the retrieval part (``full_predict``) are dropped; ``list(filter(...))`` column
   selections are written as comprehensions;
@@ -376,13 +376,13 @@ def _build(seed, bug=None):
     item_feature_columns = [SparseFeat('movie_id', feature_max_idx['movie_id'], embedding_dim)]
     model = FM(user_feature_columns, item_feature_columns, optimizer='Adam', config={}, bug=bug)  # (port) no gpus
     x, y = model.construct_input(train_model_input, train_label)  # model.fit(..., max_epochs=1, batch_size=128)
-    loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)  # (port) 128 -> 32
+    loader = DataLoader(TensorDataset(x, y), batch_size=128, shuffle=True)
     with warnings.catch_warnings(action="ignore"):
         trainer = Trainer(barebones=True, accelerator="cpu", devices=1, max_epochs=1)
     trainer.strategy.connect(model)
     trainer.fit_loop._combined_loader, model.trainer = CombinedLoader(loader), trainer
     optimizer = model.configure_optimizers()
-    return Program(name="deepmatchtorch_fm", model=model, batch=(x[:32], y[:32]), loss_fn=F.mse_loss,
+    return Program(name="deepmatchtorch_fm", model=model, batch=(x[:128], y[:128]), loss_fn=F.mse_loss,
                    optimizer=optimizer, train_step=automatic_step(model, optimizer, loader), loader=loader)
 
 

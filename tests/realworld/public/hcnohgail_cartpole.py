@@ -1,8 +1,7 @@
 # ruff: noqa: SIM102, RUF059
-"""Generative Adversarial Imitation Learning on CartPole from hcnoh/gail-pytorch: a discriminator over (state, action
-embedding) with one Adam step per iteration (expert pairs labelled 0, the policy's 1, BCE with logits), the policy's
-cost ``-log D(s, a)`` turned into discounted returns and GAE advantages, the value network moved by a trust-region
-step and the policy by TRPO (conjugate gradient, rescale and line search) plus a discounted causal-entropy step.
+"""GAIL on CartPole from hcnoh/gail-pytorch: a discriminator over (state, action embedding), one Adam step per
+iteration (expert pairs labelled 0, the policy's 1, BCE with logits); the cost ``-log D(s, a)`` into discounted returns
+and GAE; a trust-region value step and a TRPO policy step (conjugate gradient, line search) plus causal entropy.
 
 Source: https://github.com/hcnoh/gail-pytorch
 Commit: db29ed5b7975881a815dd91244581ab3fd106054
@@ -10,21 +9,21 @@ Files: ``train.py``, ``config.json`` (``CartPole-v1``), ``models/gail.py``, ``mo
 License: MIT (Copyright (c) 2022 Hyungcheol Noh; full text in LICENSES/hcnoh-gail-pytorch.txt)
 Domain: imitation learning (GAIL with TRPO, discrete actions)
 
-Kept as written: the networks (tanh layers of 50, softmax ``Categorical`` policy, action ``Embedding`` in the
-discriminator), ``utils/funcs.py``, ``GAIL.act``, the lines of ``GAIL.train`` (expert data; per iteration rollouts,
-costs, returns, GAE, normalization, discriminator step, value trust-region step, TRPO step with the causal-entropy
-term) and CartPole-v1's config (lambda 1e-3, gammas 0.99, epsilon 0.01, max_kl 0.01, cg_damping 0.1).
+Kept as written: the networks (tanh layers of 50, ``Categorical`` policy, action ``Embedding``), ``utils/funcs.py``,
+``GAIL.act``, the lines of ``GAIL.train`` (expert data; per iteration rollouts, costs, returns, GAE, normalization,
+the discriminator, value and TRPO steps) and CartPole-v1's config (lambda 1e-3, gammas 0.99, eps/max_kl 0.01, ...).
 
 Deviations from the original:
 - no gym: ``_cartpole.py``'s cart-pole behind gym < 0.26's ``reset``/``step`` (done at the time limit), from ``seed``;
 - no binary expert checkpoint: ``Expert.act`` runs a controller ``int(theta + 0.3 theta_dot > 0)`` (500 steps up);
-- sizes for 2 CPU cores: num_steps_per_iter 2000 -> 200, horizon null -> 100;
+- sizes for 2 CPU cores: num_steps_per_iter 2000 -> 200, horizon null -> 100; the self-check runs 45 iterations
+  (the discriminator's loss falls while it learns to tell the expert's pairs, then rises as the policy imitates);
 - ``GAIL.train`` is a generator yielding the discriminator loss after each iteration (one ``train_step``), keeps its
   optimizer as ``self.opt_d``, and its body is split, lines as written, into ``_collect_expert``, ``_episode``,
   ``_rollouts``, ``_update_d``, ``_update_v``, ``_update_pi``; only the discrete branches are kept; prints,
   ``render`` and checkpoint saving are dropped; ``FloatTensor`` is ``torch.FloatTensor``;
-- the Program: the discriminator, its optimizer, its loss on the expert pairs and initial-policy pairs (``forward``
-  gives probabilities, so ``2 * binary_cross_entropy``, equal to the two with-logits terms of the same size);
+- the Program: the discriminator, its optimizer, its loss on expert and initial-policy pairs (``forward`` gives
+  probabilities: ``2 * binary_cross_entropy``, the two with-logits terms of the same size);
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
@@ -48,6 +47,7 @@ for _p in (str(_HERE.parents[1]), str(_HERE.parent)):
 from _api import Bug, Program
 from _cartpole import CartPole
 
+SELF_CHECK_STEPS = 45
 CONFIG = {"num_iters": 200, "num_steps_per_iter": 200, "horizon": 100,  # config.json "CartPole-v1" ((port) 2000, null)
           "lambda": 1e-3, "gae_gamma": 0.99, "gae_lambda": 0.99, "epsilon": 0.01, "max_kl": 0.01, "cg_damping": 0.1,
           "normalize_advantage": True}

@@ -1,7 +1,6 @@
 # ruff: noqa: UP004, C408, SIM118
-"""Conservative Q-Learning (CQL(H) on SAC) from young-geng/CQL's ``SimpleSAC``: tanh-Gaussian policy, two Q functions
-under one Adam, soft-updated target Qs, automatic entropy tuning, and the CQL penalty (``logsumexp`` of Q over 10
-random, 10 current-policy and 10 next-policy actions, importance-sampled, minus Q of the dataset action, times 5).
+"""CQL(H) on SAC from young-geng/CQL's ``SimpleSAC``: tanh-Gaussian policy, two Q functions under one Adam, soft target
+Qs, entropy tuning, and the penalty ``logsumexp`` of Q over 10 random / current / next-policy actions minus Q(data) x 5.
 
 Source: https://github.com/young-geng/CQL
 Commit: 21efac46faadef7d24ecf03a8091ab9cc3a613fd
@@ -21,7 +20,8 @@ Deviations from the original:
 - no d4rl / gym: the dataset (``get_d4rl_dataset``'s dict) is made from ``seed``: 30 episodes (cut at 100 steps) of
   the continuous cart-pole of ``_continuous_control.py`` under a behavior policy ``clip(g * 4 (k . s) + (1 - g) *
   noise, -1, 1)`` of per-episode quality ``g``; a fall is a terminal, the 100-step cut is not (as d4rl's timeouts);
-- sizes for 2 CPU cores: arch '256-256' -> '64-64', batch_size 256 -> 32; CPU; ``ConfigDict`` -> a namespace;
+- sizes for 2 CPU cores: arch '256-256' -> '64-64', batch_size 256 -> 32; CPU; ``ConfigDict`` -> a namespace; the
+  self-check runs 150 steps (the conservative penalty dominates the Q loss and falls after ~80 steps);
 - branches the config leaves off are dropped (orthogonal init, ``no_tanh``, Lagrange, max-target backup, the BC
   epochs); ``train``'s CQL branch is moved as written into ``_cql_qf_loss`` and its TD target into ``td_target``;
   ``train`` returns ``qf_loss`` next to fewer metrics; evaluation rollouts, logging and saving are dropped;
@@ -53,6 +53,8 @@ for _p in (str(_HERE.parents[1]), str(_HERE.parent)):
         sys.path.insert(0, _p)
 from _api import Bug, Program
 from _continuous_control import ContinuousCartPole
+
+SELF_CHECK_STEPS = 150
 
 
 # SimpleSAC/model.py
@@ -345,15 +347,11 @@ def make_dataset(seed, n_episodes=30, max_len=100):
     return {key: np.array(v, dtype=np.float32) for key, v in out.items()}
 
 
-def set_random_seed(seed):
-    np.random.seed(seed), torch.manual_seed(seed), random.seed(seed)  # (port) no CUDA here
-
-
 def _build(seed, bug=None):
     FLAGS = types.SimpleNamespace(seed=seed, batch_size=32, reward_scale=1.0, reward_bias=0.0, clip_action=0.999,
                                   policy_arch='64-64', qf_arch='64-64', orthogonal_init=False, policy_log_std_multiplier=1.0,
                                   policy_log_std_offset=-1.0, cql=dict(), device='cpu')  # (port) sizes 256 -> 64 and 32
-    set_random_seed(FLAGS.seed)
+    np.random.seed(FLAGS.seed), torch.manual_seed(FLAGS.seed), random.seed(FLAGS.seed)  # set_random_seed (no CUDA)
     dataset = make_dataset(seed)
     dataset['rewards'] = dataset['rewards'] * FLAGS.reward_scale + FLAGS.reward_bias
     dataset['actions'] = np.clip(dataset['actions'], -FLAGS.clip_action, FLAGS.clip_action)
