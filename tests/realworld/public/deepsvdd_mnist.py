@@ -212,14 +212,7 @@ def _auc(labels, scores):
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def _build(seed, bug=None):
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    bias = bug == "bias_terms_enabled"
-    train_set, test_set = _synthetic_mnist(seed)
-    train_loader = torch.utils.data.DataLoader(train_set, batch_size=BATCH, shuffle=True, drop_last=False)
-    test_loader = torch.utils.data.DataLoader(test_set, batch_size=BATCH, shuffle=False, drop_last=False)
-
+def _pretrained_net(train_loader, bias):
     # DeepSVDD.set_network, pretrain, init_network_weights_from_pretraining
     net = MNIST_LeNet(bias=bias)
     ae_net = _pretrain(MNIST_LeNet_Autoencoder(bias=bias), train_loader, lr=1e-4, n_epochs=2, lr_milestones=(50,),
@@ -232,6 +225,18 @@ def _build(seed, bug=None):
     net_dict.update(ae_net_dict)
     # Load the new state_dict
     net.load_state_dict(net_dict)
+    return net
+
+
+def _build(seed, bug=None):
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    bias = bug == "bias_terms_enabled"
+    train_set, test_set = _synthetic_mnist(seed)
+    train_loader = torch.utils.data.DataLoader(train_set, batch_size=BATCH, shuffle=True, drop_last=False)
+    test_loader = torch.utils.data.DataLoader(test_set, batch_size=BATCH, shuffle=False, drop_last=False)
+
+    net = _pretrained_net(train_loader, bias)
 
     # DeepSVDDTrainer.train, up to the epoch loop
     optimizer = optim.Adam(net.parameters(), lr=1e-4, weight_decay=0.5e-6, amsgrad=False)
