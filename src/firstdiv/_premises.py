@@ -580,10 +580,12 @@ PREMISES: dict[str, Premise] = {
         "one float input x (2 to 256 values per example) and outputs holding z shaped like x beside per-example "
         "scalars; loss_fn on single examples is the change-of-variables NLL of a standard normal base (nll * s + "
         "log N(z) + sigma * L one constant across examples for s in 1, D, D ln 2 and sigma +1/-1 on one scalar L, or no "
-        "scalar); autograd's Jacobian dz/dx (eval mode, RNG fixed) gives log|det| differing from sigma * L (or from 0) "
+        "scalar), where log N(z) + sigma * L varies across the examples at least 100 times that constant's residual (the "
+        "identity explains how the examples differ); autograd's Jacobian dz/dx (eval mode, RNG fixed) gives log|det| differing from sigma * L (or from 0) "
         "by more than 1% of 1 + |log|det|| in most of six examples; read again on perturbed weights where log|det| is ~0 "
         "or where both match with D <= 64 (a mask's extra dependency through a weight that starts at zero)",
-        "a loss that is not that NLL (a learned base, a VAE's reconstruction and KL), a singular Jacobian, more than 256 "
+        "a loss that is not that NLL (a learned base, a VAE's reconstruction and KL), outputs that barely differ across "
+        "the examples (a decoder constant at initialization), a singular Jacobian, more than 256 "
         "values per example, z of another shape (a multi-scale flow): no finding; a match confirms the determinant and "
         "leaves no 'falls in proportion' WARN on it"),
     "objective.unbounded_in_scores": Premise(

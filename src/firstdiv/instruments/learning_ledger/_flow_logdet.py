@@ -40,6 +40,7 @@ AGAIN_DIM = 64  # up to this many values per example a match is read again on pe
 PROBED = 6  # single examples whose loss is read
 TOLERANCE = 1e-2  # |loss's determinant - autograd's| above this fraction of (1 + |autograd's|) is a mismatch
 CONSTANT = 1e-4  # spread of the NLL identity across examples, as a fraction of its terms' size, that is one constant
+EXPLAINS = 100.0  # the model's side of the identity varies across examples at least this many times its spread
 
 
 def _scalars(out: Any, n: int, d: int) -> list[tuple[int, torch.Tensor]]:
@@ -71,13 +72,17 @@ def _nll(ctx: Ctx, out: Any, k: int) -> list[float] | None:
 
 
 def _identity(nll: list[float], lpz: torch.Tensor, scalars: list[tuple[int, torch.Tensor]], d: int) -> tuple | None:
-    """(scale, sigma, index) for which the loss is the standard-normal change-of-variables NLL (module docstring)."""
+    """(scale, sigma, index) for which the loss is the standard-normal change-of-variables NLL (module docstring).
+    The identity must explain how the examples differ: where the model's side (``log N(z) + sigma * L``) barely varies
+    across them (a decoder whose output is one constant at these weights), a loss that barely varies either matches
+    any such identity and tells nothing."""
     for s in (1.0, float(d), d * math.log(2)):
         for k, v in [*scalars, (None, torch.zeros_like(lpz))]:
             for sigma in ((1.0, -1.0) if k is not None else (0.0,)):
-                r = torch.tensor(nll, dtype=torch.float64) * s + lpz + sigma * v
-                size = float((lpz.abs() + v.abs()).max()) + 1.0
-                if float(r.max() - r.min()) <= CONSTANT * size:
+                side = lpz + sigma * v
+                r = torch.tensor(nll, dtype=torch.float64) * s + side
+                size, spread = float((lpz.abs() + v.abs()).max()) + 1.0, float(r.max() - r.min())
+                if spread <= CONSTANT * size and float(side.max() - side.min()) > max(EXPLAINS * spread, CONSTANT):
                     return s, sigma, k
     return None
 
