@@ -686,11 +686,14 @@ PREMISES: dict[str, Premise] = {
         "padding found in the batch (a run at the end or start of each padded row, marked by an input named *mask* or "
         "filled with the model's config.pad_token_id); on the copy with every RNG seeded alike, either noise added to "
         "the token embeddings at the padding only (ids untouched) moves the outputs at the real tokens, in a model with "
-        "attention and no recurrent or 1-d convolution layer; or, with no attention_mask in the batch of a model whose "
+        "attention and no recurrent or 1-d convolution layer, and moves the output of an attention module at a real "
+        "position too (where the attention modules' outputs were seen); or, with no attention_mask in the batch of a model whose "
         "forward takes one (or one of all ones beside pad-id runs of different lengths, some longer than one token), "
         "passing the mask of that padding moves them",
         "a recurrent or convolutional model (it reads its padding by design), no padding run, a mask the batch does "
-        "not name, or a model without an attention_mask parameter: no finding"),
+        "not name, or a model without an attention_mask parameter: no finding; real outputs that move while no attention "
+        "module's output at a real position does (the padding read after attention: a CRF or a pooling over the "
+        "padded length): a note"),
     "dependency.examples_mixed": Premise(
         "learning_ledger", "each example's output depends on its own input only (eval mode: no batch statistics)",
         "on the ledger's copy in eval mode, after a warm-up forward and with two unchanged forwards agreeing, example "

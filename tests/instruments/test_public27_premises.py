@@ -5,7 +5,13 @@
   the change-of-variables identity "loss + log N(z) is one constant" within its tolerance (set by the size of
   ``log N(z)``, which the constant ``D/2 log 2 pi`` dominates), found the model's transform had a determinant, and
   FAILed ``objective.log_det_mismatch``. The identity must now explain how the examples differ: the model's side of
-  it has to vary across them far more than the identity's residual.
+  it has to vary across them far more than the identity's residual;
+- a BERT tagger with a CRF on top: BERT applies the attention mask, but the CRF's forward algorithm and its Viterbi
+  decoding run over the padded length (as the repository wrote them), so the decoded score moves with what the padding
+  holds. ``dependency.padding_read`` claims the mask does not keep the padding out of the model's attention; it now
+  confirms that claim on the attention modules themselves: where no attention module's output at a real position
+  moves when only the padding's embeddings change, the padding is read after attention (a CRF, a pooling over the
+  padded length), noted and not judged.
 """
 
 from __future__ import annotations
@@ -46,3 +52,58 @@ def test_a_reconstruction_constant_across_examples_is_no_flow_identity():
                                       overfit_steps=0)
     objective = next(f for f in report.findings if f.where == "OBJECTIVE")
     assert objective.check != "objective.log_det_mismatch" and objective.status is not Status.FAIL, str(report)
+
+
+V, T, B, E = 20, 10, 16, 32
+
+
+class _MaskedSelfAttention(nn.Module):
+    def __init__(self, applies_mask: bool) -> None:
+        super().__init__()
+        self.qkv, self.applies_mask = nn.Linear(E, 3 * E), applies_mask
+
+    def forward(self, h: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(h).chunk(3, -1)
+        scores = q @ k.transpose(1, 2) / E ** 0.5
+        if self.applies_mask:
+            scores = scores.masked_fill(pad[:, None, :], float("-inf"))
+        return scores.softmax(-1) @ v
+
+
+class _Tagger(nn.Module):
+    """Token embeddings, one self-attention block over the mask, then a reader that sums each position with every later
+    one (as a CRF's backward pass does), over the padded length; a tag score per position."""
+
+    def __init__(self, applies_mask: bool) -> None:
+        super().__init__()
+        self.emb, self.attn, self.out = nn.Embedding(V, E), _MaskedSelfAttention(applies_mask), nn.Linear(E, 3)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        h = self.attn(self.emb(input_ids), attention_mask == 0)
+        return self.out(h.flip(1).cumsum(1).flip(1) / T)
+
+
+def _tagging_batch() -> tuple[dict, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, V, (B, T), generator=g)
+    lengths = torch.randint(4, T + 1, (B,), generator=g)
+    lengths[0] = T
+    mask = (torch.arange(T)[None] < lengths[:, None]).long()
+    tags = torch.where(mask.bool(), ids % 3, torch.full_like(ids, -100))
+    return {"input_ids": ids * mask, "attention_mask": mask}, tags
+
+
+@pytest.mark.parametrize("applies_mask", [True, False], ids=["mask_applied", "mask_not_applied"])
+def test_padding_read_after_a_masked_attention_is_not_failed(applies_mask):
+    torch.manual_seed(0)
+    model = _Tagger(applies_mask)
+    loss_fn = lambda out, t: F.cross_entropy(out.transpose(1, 2), t)
+    report = firstdiv.learning_ledger(model, _tagging_batch(), loss_fn, torch.optim.Adam(model.parameters(), 1e-3),
+                                      overfit_steps=0)
+    read = [f for f in report.findings if f.check == "dependency.padding_read" and f.status is Status.FAIL]
+    if applies_mask:
+        assert not read, str(report)
+        assert any("the mask keeps the padding out of attention" in n for n in report.details.get("notes", [])), \
+            report.details.get("notes")
+    else:
+        assert read, str(report)

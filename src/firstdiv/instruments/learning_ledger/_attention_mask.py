@@ -8,7 +8,9 @@ the batch's mask or filled with the model's pad token. Two shapes of the slip, e
   ids' shape, one of whose two values marks a run at the end (or the start) of every padded row, and noise added to
   the token embeddings inside that padding only (the ids untouched, so masking or sampling keyed on them is the same)
   changes the outputs at the real positions (or the pooled output). Only for attention models without recurrent or 1-d convolution layers: those read their padding by
-  design, attention with its mask applied cannot;
+  design, attention with its mask applied cannot. The claim is then confirmed on the attention modules themselves:
+  where none of their outputs at a real position moves, the mask works and the padding is read after attention (a
+  CRF's forward algorithm over the padded length, a pooling): a note, not a finding;
 - *no mask is passed to a model that takes one*: the model's ``forward`` has an ``attention_mask`` parameter the
   batch does not fill (or fills with ones only, beside runs of the pad id of different lengths, some longer than one
   token), the padding id is the model's own ``config.pad_token_id``, and passing the mask of the runs
@@ -123,12 +125,56 @@ def _noisy_padding(model: torch.nn.Module, ids: torch.Tensor, pad: torch.Tensor)
             h.remove()
 
 
+@contextlib.contextmanager
+def _attention_outputs(model: torch.nn.Module, pad: torch.Tensor) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Forward hooks on the copy's attention modules (class named ``*attention*``) keeping, per call, the first output
+    tensor laid out ``[examples, positions, ...]`` (or ``[positions, examples, ...]``, transposed) like the padding."""
+    seen: list[tuple[str, torch.Tensor]] = []
+
+    def keep(name: str) -> Any:
+        def hook(_m: torch.nn.Module, _inputs: tuple, out: Any) -> None:
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if torch.is_tensor(t) and t.dim() > pad.dim() and t.is_floating_point():
+                    if tuple(t.shape[:2]) == tuple(pad.shape[::-1]) and pad.dim() == 2 and pad.shape[0] != pad.shape[1]:
+                        t = t.transpose(0, 1)
+                    if tuple(t.shape[:pad.dim()]) == tuple(pad.shape):
+                        seen.append((name, t.detach().clone()))
+                        return
+        return hook
+    handles = [m.register_forward_hook(keep(n)) for n, m in model.named_modules()
+               if "attention" in type(m).__name__.lower()]
+    try:
+        yield seen
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _attention_kept_out(ctx: Ctx, ids: torch.Tensor, pad: torch.Tensor) -> bool:
+    """The counterfactual behind the finding's premise: with the padding's embeddings perturbed, the attention modules'
+    outputs at the real positions stay put in every call (the mask keeps the padding out of attention; whatever reads
+    it comes after, e.g. a CRF or a pooling over the padded length). False where no attention output was seen."""
+    with _attention_outputs(ctx.work, pad) as base:
+        _outputs(ctx, ctx.batch)
+    with _attention_outputs(ctx.work, pad) as noisy, _noisy_padding(ctx.work, ids, pad):
+        _outputs(ctx, ctx.batch)
+    if not base or len(base) != len(noisy):
+        return False
+    return all((_real_change(a, b, pad) or 0.0) <= _MOVES for (_, a), (_, b) in zip(base, noisy, strict=True))
+
+
 def _padding_leaks(ctx: Ctx, ids: torch.Tensor, base: torch.Tensor, given: tuple, ev: dict[str, Any]) -> Check | None:
     key, pad = given
     with _noisy_padding(ctx.work, ids, pad) as calls:
         moved = _outputs(ctx, ctx.batch)
     leak = None if moved is None or not calls else _real_change(base, moved, pad)
     if leak is None or leak <= _MOVES:
+        return None
+    if _attention_kept_out(ctx, ids, pad):
+        ctx.report_notes.append(f"note: the outputs at the real tokens change (by {g4(leak)} of their scale) when only "
+                                f"the embeddings inside the padding '{key}' marks change, but no attention module's "
+                                "output at a real position does: the mask keeps the padding out of attention, and what "
+                                "reads it comes after (a CRF or a pooling over the padded length); not judged")
         return None
     ev.update(mask_input=key, padding_positions=int(pad.sum()), change_when_padding_tokens_change=leak)
     return failed("DEPENDENCY", "dependency.padding_read",
