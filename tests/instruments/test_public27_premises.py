@@ -11,7 +11,12 @@
   holds. ``dependency.padding_read`` claims the mask does not keep the padding out of the model's attention; it now
   confirms that claim on the attention modules themselves: where no attention module's output at a real position
   moves when only the padding's embeddings change, the padding is read after attention (a CRF, a pooling over the
-  padded length), noted and not judged.
+  padded length), noted and not judged;
+- nGPT computes its loss inside ``forward(ids, return_loss=True)``: logits from a matmul against the tied embedding,
+  scaled, handed straight to ``F.cross_entropy``. No module outputs them, so the ledger found no site aligned with the
+  token sequence and read nothing about what each position is asked for: the labels left unshifted and the causal
+  mask dropped both PASSed. The scores a ``cross_entropy`` or ``nll_loss`` reads inside the forward are now a site
+  too (laid out ``[B, C, T']`` against ``[B, T']`` targets, or flattened).
 """
 
 from __future__ import annotations
@@ -107,3 +112,36 @@ def test_padding_read_after_a_masked_attention_is_not_failed(applies_mask):
             report.details.get("notes")
     else:
         assert read, str(report)
+
+
+class _InnerLossLM(nn.Module):
+    """A causal LM returning its own loss: tied-embedding logits by matmul, no module outputs them."""
+
+    def __init__(self, shifted: bool, flattened: bool) -> None:
+        super().__init__()
+        self.emb, self.mix = nn.Embedding(V, E), nn.Linear(E, E)
+        self.shifted, self.flattened = shifted, flattened
+
+    def forward(self, ids: torch.Tensor, return_loss: bool = False) -> torch.Tensor:
+        x, labels = (ids[:, :-1], ids[:, 1:]) if self.shifted else (ids[:, :-1], ids[:, :-1])
+        h = self.emb(x)
+        h = h + self.mix(h.cumsum(1) / torch.arange(1, h.shape[1] + 1).view(1, -1, 1))  # causal: a running mean
+        logits = h @ self.emb.weight.t()
+        if not return_loss:
+            return logits
+        if self.flattened:
+            return F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+        return F.cross_entropy(logits.transpose(1, 2), labels)
+
+
+@pytest.mark.parametrize("flattened", [False, True], ids=["scores_b_c_t", "scores_flattened"])
+@pytest.mark.parametrize("shifted", [True, False], ids=["shifted", "not_shifted"])
+def test_labels_not_shifted_inside_a_model_that_returns_its_loss(shifted, flattened):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, V, (B, T), generator=g)
+    torch.manual_seed(0)
+    model = _InnerLossLM(shifted, flattened)
+    report = firstdiv.learning_ledger(model, {"ids": ids, "return_loss": True}, lambda loss, _t: loss,
+                                      torch.optim.Adam(model.parameters(), 1e-3), overfit_steps=0)
+    fails = [f.check for f in report.findings if f.status is Status.FAIL]
+    assert fails == ([] if shifted else ["task.target_not_shifted"]), str(report)

@@ -42,6 +42,7 @@ from .._core.checks import Check
 from .._core.task import Ctx, is_int
 from ._common import failed, g4
 from ._dependency import named_items, seeded_loss, with_input
+from ._loss_inputs import LossInputs
 from ._perturbed import at_perturbed_weights, eval_mode
 
 MATCH = 0.9  # fraction of supervised positions that must agree for a relation to count
@@ -103,6 +104,11 @@ class _Capture:
             self.kept[(name, n)] = out
         return hook
 
+    def loss_inputs(self) -> LossInputs:
+        """The mode keeping the scores the model's own loss reads (``_loss_inputs``), batch-first sequences only."""
+        return LossInputs(lambda name, n, v: self.kept.__setitem__((name, n), v),
+                          self.lengths if self.axis == 0 else set(), self.batch, self.grad)
+
     def close(self) -> None:
         for h in self.handles:
             h.remove()
@@ -113,7 +119,8 @@ def run_captured(ctx: Ctx, batch: Batch, lengths: set[int], n: int, grad: bool) 
     # by the ledger's guard)
     cap = _Capture([ctx.work] if ctx.model is ctx.work else [ctx.work, ctx.model], lengths, n, ctx.batch_axis, grad)
     try:
-        run = seeded_loss(ctx, batch, grad)
+        with cap.loss_inputs():
+            run = seeded_loss(ctx, batch, grad)
         if run is None:
             return None
         outputs, loss = run
