@@ -759,7 +759,9 @@ PREMISES: dict[str, Premise] = {
     "capability.cannot_overfit": Premise(
         "learning_ledger", "the controlled system can fit a tiny fixed batch",
         "copies of the model and optimizer train on the first 8 examples at the program's lr x1, x10, x100, x1000 (down "
-        "to x0.01 when it diverges): FAIL only with a cause: the weights barely moved at every lr, the program's lr and "
+        "to x0.01 when it diverges): FAIL only with a cause: the weights barely moved at every lr (and again from the lr "
+        "the program's own schedule reaches, at train_step's optimizer steps or as its LR scheduler's recorded "
+        "initial_lr/max_lr, where that is above every lr tried: a warmup's start), the program's lr and "
         "every lower one diverged with the weights moving less at the lowest (an equal move at 100x less lr is the "
         "program's own write, an EMA codebook, not the step), or every lr plateaued at the same loss with the weights "
         "moving while the same copy with a learnable offset and scale on its outputs fits (the missing piece shown)",
@@ -850,11 +852,13 @@ PREMISES: dict[str, Premise] = {
         "step",
         "the program computes its gradient (healthy on the measured backward) and one optimizer step on a copy (a "
         "warmup's lr raised to the base lr) left it unchanged, and so did two more steps of the copy on the same "
-        "gradient (an optimizer whose own step holds its first update is a note; where the group's lr is at most 1e-6, one more step at a 10^4-fold lr moving it is a note too (the update was below float32's resolution next to the weights)), and when train_step is given beside "
+        "gradient (an optimizer whose own step holds its first update is a note; where the group's lr is at most 1e-6, one more step at a 10^4-fold lr, at least 1, moving it is a note too (the update was below float32's resolution next to the weights)), and when train_step is given beside "
         "the optimizer, one "
         "call of it on the user's objects (restored) does not move it by hand either; or one call of train_step on the "
-        "user's objects (restored) when there is no optimizer or several left it unchanged, and no other optimizer "
-        "train_step reaches owns it (an alternating schedule trains it in other calls)",
+        "user's objects (restored) when there is no optimizer or several left it unchanged, no other optimizer "
+        "train_step reaches owns it (an alternating schedule trains it in other calls), and, where its group's lr at "
+        "that step was at most 1e-6, a copy of the optimizer stepped on the measured gradient at that lr and then a "
+        "raised one leaves it unchanged too (a warmup's start: a note)",
         "parameters in a group at lr 0 are WARN claim.update.lr_zero (beside trained groups) or a note (every group at "
         "lr 0: a warmup); a parameter left out of the optimizer on purpose while autograd still computes its gradient "
         "FAILs: requires_grad_(False) declares it (six_claims has no frozen=)"),
@@ -875,7 +879,8 @@ PREMISES: dict[str, Premise] = {
     "shape.mismatch": Premise(
         "shape_ledger", "a layer computes the geometry its class and hyperparameters say, on the input it declares",
         "before each layer runs its output shape is derived from the observed input and its hyperparameters (kernel, "
-        "stride, padding, ...): the observed output differs for a layer that runs torch's own forward; or the input "
+        "stride, padding, ...; a convolution's channels from the weight its forward convolves with, which a weight "
+        "replaced after construction sets, named in a note): the observed output differs for a layer that runs torch's own forward; or the input "
         "disagrees with what the layer declares (in_channels, num_features, rank); in diagnose, where the forward then "
         "raised on inputs read from the batch, one step of the user's train_step (guarded) raises too",
         "WARN for a subclass of a torch layer that writes its own forward (a learned positional embedding returning "

@@ -8,9 +8,10 @@ move is not stuck (a note); one they leave in place too confirms the finding.
 
 A schedule that starts from a tiny lr (a linear warmup from 1e-8) gives an update below float32's resolution next to the
 weights: the step is real and leaves them bit-identical. Where the next steps leave a parameter in place and its group's
-lr is at most ``TINY_LR``, the copy steps once more with that lr raised ``RAISE``-fold: a parameter that moves then is
-updatable, held only by the size of the program's lr at this step (a note); one that still does not confirms the
-finding."""
+lr is at most ``TINY_LR``, the copy steps once more with that lr raised ``RAISE``-fold and to at least ``RAISED_LR`` (a
+one-cycle schedule's ``div_factor`` of 1e16 starts near 1e-19, where 10^4-fold is still no update): a parameter that
+moves then is updatable, held only by the size of the program's lr at this step (a note); one that still does not
+confirms the finding."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .lr import lr_of
 LATER_STEPS = 2
 TINY_LR = 1e-6  # at or below it, an update may fall below float32's resolution next to the weights
 RAISE = 1e4
+RAISED_LR = 1.0  # ... and to at least this: whether the update rule reaches the parameter, not how far it goes
 
 
 def moved_later(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torch.Tensor],
@@ -43,8 +45,9 @@ def moved_later(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torc
 
 
 def _moved_at_raised_lr(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torch.Tensor]) -> set[Hashable]:
-    """The keys of ``params`` that one more step moves with the lr of their groups raised ``RAISE``-fold, for groups
-    whose lr is positive and at most ``TINY_LR`` (module docstring); the lrs are put back after."""
+    """The keys of ``params`` that one more step moves with the lr of their groups raised ``RAISE``-fold (to at least
+    ``RAISED_LR``), for groups whose lr is positive and at most ``TINY_LR`` (module docstring); the lrs are put back
+    after."""
     ids = {id(p) for p in params.values()}
     tiny = [g for g in optimizer.param_groups if any(id(p) in ids for p in g["params"])
             and 0 < lr_of(g) <= TINY_LR]
@@ -54,7 +57,7 @@ def _moved_at_raised_lr(optimizer: torch.optim.Optimizer, params: Mapping[Hashab
     saved = [g["lr"] for g in tiny]
     try:
         for g in tiny:
-            g["lr"] = g["lr"] * RAISE
+            g["lr"] = g["lr"] * max(RAISE, RAISED_LR / lr_of(g))  # a tensor lr stays a tensor
         optimizer.step()
     except Exception:  # noqa: BLE001 - nothing confirmed either way
         return set()

@@ -62,17 +62,33 @@ def _rank_problem(name: str, shape: list[int], n: int) -> str:
     return f"{name} expects [N, C, {axes}] (rank {n + 2}) or unbatched rank {n + 1} but got rank {len(shape)} {shape}"
 
 
+def _held_channels(m: conv._ConvNd, n: int) -> tuple[int, int]:
+    """(in, out) channels of the weight ``m``'s forward convolves with, where it holds one of the layer's rank: a weight
+    replaced after construction (``conv.weight.data = torch.cat((w, -w))``, a whitening layer built from data) sets the
+    geometry torch's forward computes, and ``in_channels`` / ``out_channels`` keep the constructor's numbers."""
+    w = getattr(m, "weight", None)
+    if not torch.is_tensor(w) or isinstance(w, nn.parameter.UninitializedParameter) or w.dim() != n + 2:
+        return m.in_channels, m.out_channels
+    if isinstance(m, conv._ConvTransposeNd):
+        return int(w.shape[0]), int(w.shape[1]) * m.groups
+    return int(w.shape[1]) * m.groups, int(w.shape[0])
+
+
 def _conv(m: conv._ConvNd, shape: list[int]) -> tuple[list[int] | None, str, str]:
     n, name = len(m.kernel_size), type(m).__name__
     pad = m.padding if isinstance(m.padding, str) else _n(m.padding, n)
-    desc = (f"{name}({m.in_channels}->{m.out_channels}, k={tuple(m.kernel_size)}, s={tuple(m.stride)}, p={pad}"
-            + (f", d={tuple(m.dilation)}" if any(d != 1 for d in m.dilation) else "") + ")")
+    c_in, c_out = _held_channels(m, n)
+    stale = "" if (c_in, c_out) == (m.in_channels, m.out_channels) else (
+        f"; note: it declares {m.in_channels}->{m.out_channels} but holds a weight of {c_in}->{c_out} (replaced after "
+        "construction), which its forward convolves with")
+    desc = (f"{name}({c_in}->{c_out}, k={tuple(m.kernel_size)}, s={tuple(m.stride)}, p={pad}"
+            + (f", d={tuple(m.dilation)}" if any(d != 1 for d in m.dilation) else "") + ")" + stale)
     problem = _rank_problem(name, shape, n)
     if problem:
         return None, problem, desc
     c = shape[-n - 1]
-    if c != m.in_channels:
-        problem = f"in_channels={m.in_channels} but the input has C={c} (axis {len(shape) - n - 1})"
+    if c != c_in:
+        problem = f"in_channels={c_in} but the input has C={c} (axis {len(shape) - n - 1})"
     if isinstance(m, conv._ConvTransposeNd):
         out = [(length - 1) * s - 2 * p + d * (k - 1) + op + 1 for length, k, s, p, d, op
                in zip(shape[-n:], m.kernel_size, m.stride, pad, m.dilation, m.output_padding)]
@@ -84,7 +100,7 @@ def _conv(m: conv._ConvNd, shape: list[int]) -> tuple[list[int] | None, str, str
                in zip(shape[-n:], m.kernel_size, m.stride, pads, m.dilation)]
     if not problem and min(out) <= 0:
         problem = f"spatial input {shape[-n:]} is too small for kernel {tuple(m.kernel_size)}: output would be {out}"
-    return shape[:-n - 1] + [m.out_channels] + out, problem, desc
+    return shape[:-n - 1] + [c_out] + out, problem, desc
 
 
 def _pool(kind: str, n: int, shape: list[int], k: Any, s: Any, p: Any = 0, d: Any = 1,

@@ -62,7 +62,7 @@ from .._core.state import guarded
 from .._core.user_hooks import reports_user_hooks
 from ._computation import computation
 from ._evaluation import evaluation
-from ._measured_step import Measured, measure, step_moves
+from ._measured_step import Measured, held_by_lr, measure, step_moves
 from ._objective_probes import Recording, class_checks, descent, infer_task, regression_checks
 from ._representation import AFFINE_RTOL, representation
 from ._verdict import NOTE, claim, skip
@@ -109,12 +109,15 @@ def six_claims(model: nn.Module, batch: Any, loss_fn: Any, optimizer: torch.opti
             return Report(INSTRUMENT, Status.SKIPPED, reason=f"{exc}; the six claims need one forward pass and loss "
                                                              "that run")
         # manual updates, or several optimizers (a SparseAdam beside the dense one): only the user's step steps them all
-        several = train_step is not None and len(step_optimizers(train_step, optimizer, model)) > 1
-        stepped = (optimizer is None or several) and run.loss_problem is None
+        opts = step_optimizers(train_step, optimizer, model) if train_step is not None else []
+        stepped = (optimizer is None or len(opts) > 1) and run.loss_problem is None
         if stepped:
+            lr_at_step: dict[int, float] = {}
             with guarded(model, train_step, *extra):  # the user's own step, on the user's objects: restored
-                run.moved, run.step_error = step_moves(model, train_step)
+                run.moved, run.step_error = step_moves(model, train_step, tuple(opts), lr_at_step)
             run.elsewhere = trained_elsewhere(train_step, optimizer, model)
+            run.moved_later = held_by_lr(model, opts, run, [n for n, m in run.moved.items() if not m], lr_at_step)
+            run.moved.update(dict.fromkeys(run.moved_later, True))
         probed = not stepped and train_step is not None and run.loss_problem is None and not all(
             run.owned.get(n) for n in run.trainable)
         if probed:
@@ -260,7 +263,13 @@ def _update(run: Measured, stepped: bool) -> Check:
     if told:
         return claim(name, Status.PASS, check, f"note: {len(told)} parameters did not move in {step} because every param "
                      "group's lr is 0 at this step (a warmup written by hand?)", ev)
-    if run.moved_later and not stepped:
+    if run.moved_later and stepped:
+        ev["moved_at_a_raised_lr"] = run.moved_later[:8]
+        return claim(name, Status.PASS, check, f"note: {len(run.moved_later)} parameters did not move in {step}: their "
+                     "param group's lr at that step was at most 1e-6 (a warmup's start), and a step of a copy of their "
+                     "optimizer at a larger lr moves them (the update was below float32's resolution next to the "
+                     f"weights; first: {run.moved_later[0]})", ev)
+    if run.moved_later:
         ev["moved_on_later_steps"] = run.moved_later[:8]
         return claim(name, Status.PASS, check, f"note: {len(run.moved_later)} parameters did not move on the optimizer's "
                      "first step but its next steps on the same gradient move them (its own step holds the first "

@@ -10,10 +10,11 @@ import torch
 from torch import nn
 
 from .._core.batch import Batch, compute_loss, loss_problem
+from .._core.closure import innermost
 from .._core.examples import dense
-from .._core.later_steps import moved_later
+from .._core.later_steps import TINY_LR, moved_later
 from .._core.loss_graph import head_inside_loss
-from .._core.lr import step_at_base_lr
+from .._core.lr import lr_of, step_at_base_lr
 from .._core.state import detached_copy
 
 SEED = 0  # the copies' forward passes draw dropout masks from this seed, so loss evaluations compare
@@ -96,18 +97,53 @@ def _dense_grad(grad: torch.Tensor | None) -> torch.Tensor | None:
     return dense(grad.detach()).clone()
 
 
-def step_moves(model: nn.Module, train_step: Any) -> tuple[dict[str, bool], str]:
+def step_moves(model: nn.Module, train_step: Any, optimizers: tuple = (),
+               lr_at_step: dict[int, float] | None = None) -> tuple[dict[str, bool], str]:
     """Call the user's ``train_step()`` once on the user's objects (the caller restores them) and say which
-    parameters it moved; ``(moved, "")`` or ``({}, why it could not run)``."""
+    parameters it moved; ``(moved, "")`` or ``({}, why it could not run)``. ``lr_at_step`` (given with the
+    ``optimizers`` train_step steps) receives, per parameter id, the largest lr its group had at a ``step()``."""
     named = list(model.named_parameters(remove_duplicate=False))
     before = {n: p.detach().clone() for n, p in named}
+    record = lr_at_step if lr_at_step is not None else {}
+    hooks = [innermost(o).register_step_pre_hook(lambda o, *_: record.update(
+        {id(q): max(record.get(id(q), 0.0), lr_of(g)) for g in o.param_groups for q in g["params"]}))
+        for o in optimizers]
     try:
         train_step()
     except Exception as exc:  # noqa: BLE001 - a step that cannot run leaves UPDATE without evidence
         text = str(exc).strip().splitlines()
         return {}, f"train_step raised {type(exc).__name__}: {text[0] if text else ''}"
+    finally:
+        for h in hooks:
+            h.remove()
     now = dict(model.named_parameters(remove_duplicate=False))
     return {n: n in now and not torch.equal(before[n], now[n].detach()) for n, _ in named}, ""
+
+
+def held_by_lr(model: nn.Module, optimizers: list, run: Measured, names: list[str], lr_at_step: dict[int, float]) -> list[str]:
+    """Of ``names`` (parameters one call of train_step left in place), those an optimizer it steps owns in a group
+    whose lr at that step was positive and at most ``TINY_LR`` (a warmup's start), and that a step of a copy of that
+    optimizer, at the lr of that step and then at a raised one (``_core.later_steps``), moves on the measured gradient:
+    the update reaches them, below float32's resolution next to the weights at the program's lr. The copies only step."""
+    params, out = dict(model.named_parameters()), []
+    for opt in optimizers:
+        groups = innermost(opt).param_groups
+        mine = [n for n in names if n in params and run.grads.get(n) is not None and n not in out
+                and 0 < lr_at_step.get(id(params[n]), 0.0) <= TINY_LR
+                and any(id(params[n]) == id(q) for g in groups for q in g["params"])]
+        if not mine:
+            continue
+        m_copy, o_copy = detached_copy(model, opt)
+        for g, h in zip(groups, o_copy.param_groups):
+            at = [lr_at_step[id(q)] for q in g["params"] if id(q) in lr_at_step]
+            h["lr"] = max(at) if at and not torch.is_tensor(h["lr"]) else h["lr"]
+        copies = dict(m_copy.named_parameters())
+        for q in m_copy.parameters():
+            q.grad = None
+        for n in mine:
+            copies[n].grad = run.grads[n].clone()
+        out += sorted(moved_later(o_copy, {n: copies[n] for n in mine}))
+    return out
 
 
 def _recorder(store: dict[str, torch.Tensor], name: str) -> Any:

@@ -21,7 +21,9 @@ lr is PASS (a note names the lr when it is not the program's); learning by ``STE
 budget"; learning by ``PROGRESS`` (25%), or a budget under ``MIN_BUDGET`` steps, is WARN. FAIL only when the evidence
 says why: the weights barely moved at every lr (relative change < 1e-3 even at x1000), the program's lr and every
 lower one diverge, or every lr plateaued at the same loss with the weights moving and a copy with a learnable offset
-and scale on its outputs fits (the model cannot express them: ``_cause``). Anything else, and anything cut by ``TIME_BUDGET`` before every lr was tried, is WARN "inconclusive"; so is a
+and scale on its outputs fits (the model cannot express them: ``_cause``); weights that barely moved at every lr
+first get the escalation again from the lr the program's own schedule reaches, when that is higher (a warmup's start:
+``_schedule``). Anything else, and anything cut by ``TIME_BUDGET`` before every lr was tried, is WARN "inconclusive"; so is a
 divergence at every lr where the program's own ``train_step`` kept the loss finite (its own clipping or schedule).
 """
 
@@ -44,6 +46,7 @@ from .._common import failed, g4, passed, skipped_link, to_logits_2d, warned
 from .._links import step, trainable
 from ._cause import cannot
 from ._premises import floor, reads_own_model, relative_change, trained_copy, untestable
+from ._schedule import at_schedule
 
 TINY, FIT, LEARN, PROGRESS = 8, 0.9, 0.10, 0.25
 STEADY = 0.5  # a round that fell this much and was still falling when it ended is learning (PASS with a note) ...
@@ -240,6 +243,8 @@ def check_capability(ctx: Ctx) -> Check:
         known = floor(ctx, tiny)
         ev.update(examples=num_examples(tiny, ctx.batch_axis), floor_known=known)
         rounds, error = _escalate(ctx, tiny, known)
+    again = at_schedule(ctx, rounds, lambda: _escalate(ctx, tiny, known), ev, TIME_BUDGET) if error is None else None
+    rounds, error = again or (rounds, error)  # a warmup's start: the escalation again from the scheduled lr
     ev.update(seconds=round(time.perf_counter() - t0, 4), steps=sum(max(len(r.losses) - 1, 0) for r in rounds),
               rounds=[r.summary() for r in rounds])
     if error is not None:

@@ -11,7 +11,7 @@ import torch
 
 from ..._core.batch import Batch, compute_loss
 from ..._core.copying import model_copy, restarting
-from ..._core.lr import step_at_base_lr
+from ..._core.lr import lr_of, step_at_base_lr
 from ..._core.state import detached_copy
 from ..._core.task import Ctx
 from .._common import g4
@@ -94,7 +94,8 @@ def reads_own_model(ctx: Ctx, tiny: Batch) -> bool:
 def trained_copy(ctx: Ctx, scale: float, plain_lr: float) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """Deep copies of the model and optimizer for one CAPABILITY round (plain SGD at ``plain_lr`` without a torch.optim
     optimizer), every group's lr scaled by ``scale``. The optimizer's state is reset, except where its step reads
-    state its constructor made (a shared RMSprop's ``square_avg``: ``ctx.notes["capability_keep_state"]``)."""
+    state its constructor made (a shared RMSprop's ``square_avg``: ``ctx.notes["capability_keep_state"]``). A group's lr
+    starts from ``ctx.notes["capability_base_lr"]`` where that is higher (the program's scheduled lr: ``_schedule``)."""
     model, opt = detached_copy(ctx.model, ctx.optimizer)
     restarting(model)
     if opt is None:
@@ -102,6 +103,9 @@ def trained_copy(ctx: Ctx, scale: float, plain_lr: float) -> tuple[torch.nn.Modu
     if not ctx.notes.get("capability_keep_state"):
         opt.state.clear()
     step_at_base_lr(opt)  # a warmup schedule's lr 0: escalating 0 stays 0
-    for g in opt.param_groups:
+    base = ctx.notes.get("capability_base_lr") or []  # a warmup's start: the lr the program's schedule reaches
+    for i, g in enumerate(opt.param_groups):
+        if i < len(base) and not torch.is_tensor(g["lr"]) and base[i] > lr_of(g):
+            g["lr"] = base[i]
         g["lr"] = g["lr"] * scale
     return model, opt
