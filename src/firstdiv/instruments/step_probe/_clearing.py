@@ -1,6 +1,8 @@
 """Gradients cleared at the wrong time. ``carried_check``: a step that starts from the previous step's gradient
-(zero_grad missing). ``DiscardTracker``: gradients a step computes and then throws away before ``optimizer.step`` uses them: ``zero_grad`` called between
-the backward passes of one step (per micro-batch instead of per update, under gradient accumulation).
+(zero_grad missing), judged by what ``.grad`` holds when the owning optimizer steps (``GradOrigins``: another loss's
+backward may reach the parameters first and find the old gradient, cleared before their own backward).
+``DiscardTracker``: gradients a step computes and then throws away before ``optimizer.step`` uses them: ``zero_grad``
+called between the backward passes of one step (per micro-batch instead of per update, under gradient accumulation).
 
 Premise: the backward passes of one update are meant to add up in ``.grad`` for its ``optimizer.step``. Confirmed on
 the user's own step, never assumed. The update's window opens at a zero_grad and closes at optimizer.step; the finding
@@ -79,6 +81,38 @@ class DiscardTracker:
         return None
 
 
+@dataclass
+class GradOrigins:
+    """Which call began the sum each ``.grad`` holds, judged by the value the gradient hook reads before each
+    accumulation (so a clearing the probe does not wrap, ``p.grad = None`` or another optimizer's zero_grad, counts):
+    a backward that finds ``.grad`` None or zero begins a new sum in its call; one that finds it nonzero adds to the
+    old. At each call-2 optimizer.step, for the parameters that optimizer owns, the earliest call whose sum it stepped
+    with (``used``), and which parameters an owning optimizer stepped in call 2 at all (``stepped_by_owner``)."""
+
+    began: dict[int, int] = field(default_factory=dict)
+    used: dict[int, int] = field(default_factory=dict)
+    stepped_by_owner: set[int] = field(default_factory=set)
+
+    def reached(self, pid: int, prior: torch.Tensor | None, call: int) -> None:
+        if _empty(prior):
+            self.began[pid] = call
+        else:
+            self.began.setdefault(pid, call)  # a .grad the probe did not see begin: assumed this call's
+
+    def stepped(self, call: int, opt: torch.optim.Optimizer, params: dict[int, torch.Tensor]) -> None:
+        if call != 2:
+            return
+        for q in (q for g in opt.param_groups for q in g["params"] if id(q) in params):
+            self.stepped_by_owner.add(id(q))
+            if not _empty(q.grad):
+                self.used[id(q)] = min(self.used.get(id(q), call), self.began.get(id(q), call))
+
+    def stale_at_step(self, pid: int) -> bool:
+        """Whether call 2's step of the parameter's optimizer used a sum begun in call 1 (True where no optimizer that
+        owns it stepped in call 2: a manual update, whose moment is unknown, keeps the plain premise)."""
+        return pid not in self.stepped_by_owner or self.used.get(pid, 2) < 2
+
+
 def _empty(grad: torch.Tensor | None) -> bool:
     if grad is None:
         return True
@@ -111,11 +145,19 @@ def carried_check(self: Any, out: Collected) -> None:
     """Premise: each step starts from cleared gradients. Confirmed by the gradient seen in ``.grad`` when step 2's
     backward first reached a parameter (step 1's, already applied by a step of call 1, not stepped away), where call 2
     then changed the parameter."""
-    carried = [(p, n) for p, n in self.params if grad_state(self.prior.get((2, id(p))))[0] in ("nonzero", "nonfinite")
-               and _applied(self, p) and _consumed_in_call1(self, p)]
+    held = [(p, n) for p, n in self.params if grad_state(self.prior.get((2, id(p))))[0] in ("nonzero", "nonfinite")
+            and _applied(self, p) and _consumed_in_call1(self, p)]
+    carried = [(p, n) for p, n in held if self.origins.stale_at_step(id(p))]
     reached = sum((2, id(p)) in self.prior for p, _ in self.params)
     if not carried:
-        if reached:
+        if held:
+            note = (f"note: when call 2's first backward reached {len(held)} parameters .grad still held call 1's "
+                    "gradient (another loss's backward reached them first), but it was cleared before their own "
+                    "backward: each optimizer.step of call 2 used a gradient begun in call 2")
+            out.checks.append(check("optimizer.zero_grad", "step.grad_accumulation", Status.PASS, note,
+                                    {"reached": reached, "cleared_before_own_backward": len(held)}))
+            out.details.setdefault("notes", []).append(note)
+        elif reached:
             out.checks.append(check("optimizer.zero_grad", "step.grad_accumulation", Status.PASS,
                                     f"before step 2's backward .grad was None or zero for all {reached} parameters "
                                     "it reached", {"reached": reached}))
@@ -241,4 +283,7 @@ def watch_others(watch: Any, others: list[torch.optim.Optimizer], undo: list) ->
             return orig(*args, **kwargs)
         o.zero_grad = cleared
         undo.append(lambda o=o, had=had, old=old: setattr(o, "zero_grad", old) if had else delattr(o, "zero_grad"))
-    return [innermost(o).register_step_pre_hook(lambda *_, o=o: watch.stepped_others.add(id(o))) for o in others]
+    params = {id(p): p for p, _ in watch.params}
+    return [h for o in others for h in (
+        innermost(o).register_step_pre_hook(lambda *_, o=o: watch.stepped_others.add(id(o))),
+        innermost(o).register_step_post_hook(lambda *_, o=o: watch.origins.stepped(watch.call, o, params)))]

@@ -17,7 +17,7 @@ from .._core.checks import Check, Collected, check, grad_state, unique_params
 from .._core.closure import innermost, step_optimizers, trained_elsewhere
 from .._core.stateful import reachable
 from .._core.trace import tensors
-from . import _descent
+from . import _clearing, _descent
 from ._clearing import DiscardTracker, carried_check, cleared_before_step, restep_check, step_before_backward, watch_others
 from ._clipping import ClipWatch
 from ._stuck import first_stuck
@@ -66,6 +66,7 @@ class StepWatch:
         self.scales: list[list[float]] = []  # each GradScaler's scale before call 1 and after each call
         self.call_grads: dict[int, dict[int, torch.Tensor]] = {1: {}, 2: {}}
         self.discard = DiscardTracker()
+        self.origins = _clearing.GradOrigins()  # which call began the sum in .grad that each call-2 step used
         self.clips = ClipWatch({id(p): names for p, names in self.params}, lambda: self.call)
         self.ran: set[str] = set()  # modules owning parameters that ran a forward with gradients on in the calls
 
@@ -87,6 +88,7 @@ class StepWatch:
             return
         prior, grad = staged
         self.prior.setdefault((self.call, id(p)), prior)
+        self.origins.reached(id(p), prior, self.call)
         prev = self.pending.get(id(p))
         self.pending[id(p)] = grad if prev is None else prev + grad
         mine = self.call_grads.setdefault(self.call, {})
@@ -112,6 +114,7 @@ class StepWatch:
         lrs = {id(p): float(g["lr"]) for g in self.opt.param_groups for p in g["params"]}  # a scheduler moves them
         self.steps.append(_StepRecord(self.call, grads, dict(self.pending), lrs))
         self.pending.clear()
+        self.origins.stepped(self.call, self.opt, {id(p): p for p, _ in self.params})
         self.discard.pre_step(self.call)
         self._event("optimizer.step")
         self.clips.event("step")
