@@ -59,7 +59,8 @@ REGENERATE = "PYTHONPATH=src python -c \"import firstdiv._premises as p; p.write
 
 _ALWAYS = "always confirmed: "
 _DEPENDS = ("on another deep copy, with every RNG seeded alike, perturbing the parameters of its module (noise of half "
-            "their spread, at least 0.1) moves the loss beyond its run-to-run noise (_core.invariance.loss_depends)")
+            "their spread, at least 0.1) moves the loss beyond its run-to-run noise (_core.invariance.loss_depends; a "
+            "loss_fn reading the model through its closure, directly or one attribute down (t.D), reads the copy)")
 
 PREMISES: dict[str, Premise] = {
     # ---- tensor_facts -------------------------------------------------------------------------------------------
@@ -239,9 +240,13 @@ PREMISES: dict[str, Premise] = {
     # ---- reachability -------------------------------------------------------------------------------------------
     "reachability.zero_gradient": Premise(
         "reachability", "a trainable parameter on the loss's graph that the loss depends on receives a nonzero gradient",
-        "torch.autograd.grad of the loss (no .grad written) is exactly zero or None for it, and " + _DEPENDS,
+        "torch.autograd.grad of the loss (no .grad written) is exactly zero or None for it, " + _DEPENDS + ", and no "
+        "signal reaches its uses: the same backward with the gradient arriving at each autograd node that takes it as "
+        "an input reweighted by seeded factors 0.5..1.5 still gives it exactly zero (_core.cancelling.cancelled)",
         "the loss does not depend on it at these weights, the counterfactual could not run, or only loss= was given: "
-        "WARN reachability.zero_gradient"),
+        "WARN reachability.zero_gradient; a zero the reweighting makes nonzero is contributions of its uses that "
+        "cancel (loss terms or examples that balance: a hinge or WGAN critic's final bias, a bias at its optimum): "
+        "WARN of the same kind, cause cancelled"),
     "reachability.detached": Premise(
         "reachability", "a trainable parameter whose value reaches the loss is meant to receive its gradient along that "
         "path",

@@ -9,6 +9,8 @@ ran, under which grad mode, and what they returned; a torch-function mode record
 required grad but whose outputs do not (the cuts). An unreachable parameter is explained by the first cut that
 consumed it (``detached``, ``no_grad``, ``integer_cast``), else by its module never running (``not_executed``), else
 ``unused``; an ``unused`` one whose perturbation on a copy moves the loss is ``cut`` (a FAIL: a cut the trace missed).
+A reached parameter with an exactly-zero gradient FAILs only where the loss depends on it and no signal reaches its
+uses (``_core.cancelling``: contributions that cancel between loss terms or examples are a WARN).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from torch.overrides import TorchFunctionMode
 from ..errors import InvalidArgument
 from ..report import Report, Status, skipped
 from ._core import batch as _batch
-from ._core.checks import Check, check, compose, grad_state, graph_leaves, label, nested_grads, unique_params
+from ._core.cancelling import cancelled, cancelled_check
+from ._core.checks import Check, check, compose, controlled_grads, grad_state, graph_leaves, label, nested_grads, unique_params
 from ._core.frozen import check_frozen, declared
 from ._core.invariance import loss_depends
 from ._core.rebound import rebound, written_by_program
@@ -76,12 +79,14 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
         # recomputing their forward in backward) delivers gradients the walk cannot see
         off_walk = [p for p, _ in params if p.requires_grad and id(p) not in reached]
         nested = nested_grads(loss, off_walk) if off_walk and loss.grad_fn is not None else {}
-        grads = {**_grads(loss, [p for p, _ in params if p.requires_grad], mode == "loss", checks), **nested}
+        grads = {**controlled_grads(loss, [p for p, _ in params if p.requires_grad], checks), **nested}  # graph kept: cancelled
         taint = tracer.info.get(id(loss), (None, frozenset()))[1] if tracer else frozenset()
         explain = (lambda p, names: _explain(p, names, tracer, taint)) if tracer else None
         empty = [names[0] for p, names in params if id(p) in grads and grad_state(grads[id(p)])[0] in ("zero", "none")]
         depends = loss_depends(model, batch, loss_fn, empty) if empty and mode == "batch" else {}
-        checks = written_by_program(checks + [_param_check(p, n, reached, grads, explain, id(p) in intent, depends) for p, n in params], rebound(model, params))
+        cancel = cancelled(loss, [p for p, n in params if depends.get(n[0]) and id(p) in reached])  # a zero that cancels
+        checks = written_by_program(checks + [_param_check(p, n, reached, grads, explain, id(p) in intent, depends,
+                                                           cancel.get(id(p))) for p, n in params], rebound(model, params))
         details = {"parameters": len(params), "reached": sum(id(p) in reached for p, _ in params),
                    "modules_ran": sorted(k or _ROOT for k in tracer.modules) if tracer else [],
                    "cuts": [{"op": c.op, "grad_enabled": c.grad_enabled, "dtype": c.dtype, "origin": c.origin}
@@ -281,24 +286,11 @@ _CAUSES = {
 # --- the per-parameter checks ------------------------------------------------------------------------------------
 
 
-def _grads(loss: torch.Tensor, params: list[nn.Parameter], retain: bool, checks: list[Check]) -> dict[int, Any]:
-    if not params or not loss.requires_grad:
-        return {}
-    target = loss if loss.numel() == 1 else loss.sum()
-    try:
-        found = torch.autograd.grad(target.reshape(()), params, allow_unused=True, retain_graph=retain)
-    except RuntimeError as exc:
-        msg = str(exc).splitlines()[0][:300]
-        checks.append(check("loss", "reachability.controlled_backward", Status.SKIPPED,
-                            f"controlled backward failed, gradients unknown: {msg}"))
-        return {}
-    return {id(p): g for p, g in zip(params, found)}
-
-
 def _param_check(p: nn.Parameter, names: list[str], reached: set[int], grads: dict[int, Any],
                  explain: Callable[[nn.Parameter, list[str]], tuple[str, str, dict]] | None, declared_frozen: bool = False,
-                 depends: dict[str, bool | None] | None = None) -> Check:
-    """One parameter's finding; ``depends``: whether the loss depends on it (a counterfactual), per name."""
+                 depends: dict[str, bool | None] | None = None, cancel: tuple[bool | None, int] | None = None) -> Check:
+    """One parameter's finding; ``depends``: whether the loss depends on it (a counterfactual), per name; ``cancel``:
+    whether its zero gradient is a cancellation between its uses (:func:`cancelled`) and how many uses it has."""
     depends = depends or {}
     where, owner = names[0], names[0].rpartition(".")[0]
     ev: dict[str, Any] = {"requires_grad": bool(p.requires_grad), "is_leaf": bool(p.is_leaf), "reached": id(p) in reached}
@@ -321,8 +313,10 @@ def _param_check(p: nn.Parameter, names: list[str], reached: set[int], grads: di
                                      "the loss unchanged: a zero-initialized layer downstream, a term that cancels)"
                                      if depends.get(where) is False else "whether the loss depends on it was not checked "
                                      "(give batch and loss_fn)"), ev)
+        if state == "zero" and cancel is not None and cancel[0]:
+            return cancelled_check(where, label(names), dict(ev, boundary=owner, loss_depends=True), cancel[1])
         if state in ("zero", "none"):
-            ev.update(boundary=owner, cause="zero_gradient")
+            ev.update(boundary=owner, cause="zero_gradient", loss_depends=True, cancels=None if cancel is None else cancel[0])
             return check(where, "reachability.zero_gradient", Status.FAIL,
                          f"{label(names)}: in the loss graph but its gradient is {'exactly zero' if state == 'zero' else 'None'}",
                          ev, expected="a nonzero gradient", observed=state,

@@ -150,6 +150,22 @@ def graph_leaves(roots: list[Any]) -> dict[int, torch.Tensor]:
     return leaves
 
 
+def controlled_grads(loss: torch.Tensor, params: list[nn.Parameter], checks: list[Check]) -> dict[int, Any]:
+    """Gradients of ``loss`` (summed if not a scalar) for ``params`` by ``torch.autograd.grad``, by id (no ``.grad``
+    written; the graph kept); a backward that raises appends a SKIPPED ``reachability.controlled_backward``."""
+    if not params or not loss.requires_grad:
+        return {}
+    target = loss if loss.numel() == 1 else loss.sum()
+    try:
+        found = torch.autograd.grad(target.reshape(()), params, allow_unused=True, retain_graph=True)
+    except RuntimeError as exc:
+        msg = str(exc).splitlines()[0][:300]
+        checks.append(check("loss", "reachability.controlled_backward", Status.SKIPPED,
+                            f"controlled backward failed, gradients unknown: {msg}"))
+        return {}
+    return {id(p): g for p, g in zip(params, found)}
+
+
 def nested_grads(loss: torch.Tensor, params: list[torch.Tensor]) -> dict[int, torch.Tensor]:
     """The nonzero gradients a full ``backward`` writes to ``params``' ``.grad`` (``.grad`` put back afterwards; the
     graph kept). A custom autograd Function that rebuilds its graph in its own backward (reversible layers,
