@@ -884,14 +884,18 @@ PREMISES: dict[str, Premise] = {
     # ---- shape_ledger -------------------------------------------------------------------------------------------
     "shape.mismatch": Premise(
         "shape_ledger", "a layer computes the geometry its class and hyperparameters say, on the input it declares",
-        "before each layer runs its output shape is derived from the observed input and its hyperparameters (kernel, "
-        "stride, padding, ...; a convolution's channels from the weight its forward convolves with, which a weight "
-        "replaced after construction sets, named in a note): the observed output differs for a layer that runs torch's own forward; or the input "
-        "disagrees with what the layer declares (in_channels, num_features, rank); in diagnose, where the forward then "
-        "raised on inputs read from the batch, one step of the user's train_step (guarded) raises too",
-        "WARN for a subclass of a torch layer that writes its own forward (a learned positional embedding returning "
-        "[1, T, D], a same-padding conv): its geometry may be its design; SKIPPED when the forward raised on "
-        "firstdiv's call and the user's train_step completes"),
+        "before each layer runs its output shape is derived from the observed input, its hyperparameters (stride, "
+        "padding, ...) and the weight it holds (channels, kernel), a transposed conv's output_size included: the "
+        "observed output differs for a layer that runs torch's own forward, and torch's forward of its class, replayed "
+        "on a meta copy of the layer with the call's positional arguments, gives the derived shape (the call ran an "
+        "instance forward or a hook); or the input disagrees with what the layer declares (in_channels, num_features, "
+        "rank); in diagnose, where the forward then raised on inputs read from the batch, one step of the user's "
+        "train_step (guarded) raises too",
+        "the replay giving the observed shape is torch's arithmetic (PASS shape.derived); WARN when the replay fails or "
+        "the class's forward takes arguments the call may have passed by keyword, and for a subclass of a torch layer "
+        "that writes its own forward (a learned positional embedding returning [1, T, D], a same-padding conv): its "
+        "geometry may be its design; SKIPPED when the forward raised on firstdiv's call and the user's train_step "
+        "completes"),
     "shape.flatten_mismatch": Premise(
         "shape_ledger", "the features arriving at a Linear after a flatten are its in_features",
         "in_features differs from the C*H*W that arrives; the last layer that set C or the spatial size is named",

@@ -27,6 +27,7 @@ from torch import nn
 from torch.nn.modules import conv, padding, pooling
 
 from .._core.trace import op_name, tensors
+from ._confirm import Call, admitted, output_size
 from ._unread import AXES, op_window, window_of
 
 _PASS_THROUGH = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish,
@@ -62,27 +63,25 @@ def _rank_problem(name: str, shape: list[int], n: int) -> str:
     return f"{name} expects [N, C, {axes}] (rank {n + 2}) or unbatched rank {n + 1} but got rank {len(shape)} {shape}"
 
 
-def _held_channels(m: conv._ConvNd, n: int) -> tuple[int, int]:
-    """(in, out) channels of the weight ``m``'s forward convolves with, where it holds one of the layer's rank: a weight
-    replaced after construction (``conv.weight.data = torch.cat((w, -w))``, a whitening layer built from data) sets the
-    geometry torch's forward computes, and ``in_channels`` / ``out_channels`` keep the constructor's numbers."""
-    w = getattr(m, "weight", None)
-    if not torch.is_tensor(w) or isinstance(w, nn.parameter.UninitializedParameter) or w.dim() != n + 2:
-        return m.in_channels, m.out_channels
+def _held(m: conv._ConvNd, n: int) -> tuple[int, int, tuple[int, ...]]:
+    """(C_in, C_out, kernel) of the weight torch's forward convolves with: a weight replaced after construction
+    (a whitening conv given twice ``out_channels`` filters) is what runs, whatever the attributes say."""
+    w = m.weight
+    if isinstance(w, nn.parameter.UninitializedParameter) or not isinstance(w, torch.Tensor) or w.dim() != n + 2:
+        return m.in_channels, m.out_channels, tuple(m.kernel_size)
     if isinstance(m, conv._ConvTransposeNd):
-        return int(w.shape[0]), int(w.shape[1]) * m.groups
-    return int(w.shape[1]) * m.groups, int(w.shape[0])
+        return w.shape[0], w.shape[1] * m.groups, tuple(w.shape[2:])
+    return w.shape[1] * m.groups, w.shape[0], tuple(w.shape[2:])
 
 
-def _conv(m: conv._ConvNd, shape: list[int]) -> tuple[list[int] | None, str, str]:
+def _conv(m: conv._ConvNd, shape: list[int], rest: tuple = ()) -> tuple[list[int] | None, str, str]:
     n, name = len(m.kernel_size), type(m).__name__
+    c_in, c_out, ks = _held(m, n)
     pad = m.padding if isinstance(m.padding, str) else _n(m.padding, n)
-    c_in, c_out = _held_channels(m, n)
-    stale = "" if (c_in, c_out) == (m.in_channels, m.out_channels) else (
-        f"; note: it declares {m.in_channels}->{m.out_channels} but holds a weight of {c_in}->{c_out} (replaced after "
-        "construction), which its forward convolves with")
-    desc = (f"{name}({c_in}->{c_out}, k={tuple(m.kernel_size)}, s={tuple(m.stride)}, p={pad}"
-            + (f", d={tuple(m.dilation)}" if any(d != 1 for d in m.dilation) else "") + ")" + stale)
+    held = "" if (c_in, c_out, ks) == (m.in_channels, m.out_channels, tuple(m.kernel_size)) else \
+        f", weight {list(m.weight.shape)}"
+    desc = (f"{name}({c_in}->{c_out}, k={ks}, s={tuple(m.stride)}, p={pad}"
+            + (f", d={tuple(m.dilation)}" if any(d != 1 for d in m.dilation) else "") + held + ")")
     problem = _rank_problem(name, shape, n)
     if problem:
         return None, problem, desc
@@ -91,15 +90,18 @@ def _conv(m: conv._ConvNd, shape: list[int]) -> tuple[list[int] | None, str, str
         problem = f"in_channels={c_in} but the input has C={c} (axis {len(shape) - n - 1})"
     if isinstance(m, conv._ConvTransposeNd):
         out = [(length - 1) * s - 2 * p + d * (k - 1) + op + 1 for length, k, s, p, d, op
-               in zip(shape[-n:], m.kernel_size, m.stride, pad, m.dilation, m.output_padding)]
+               in zip(shape[-n:], ks, m.stride, pad, m.dilation, m.output_padding)]
+        size = rest[0] if rest and isinstance(rest[0], (tuple, list, torch.Size)) else None
+        if size is not None and len(size) >= n:  # forward(input, output_size): torch derives output_padding from it
+            out, desc = [int(v) for v in size[-n:]], desc[:-1] + f", output_size={tuple(int(v) for v in size[-n:])})"
     elif pad == "same":
         out = list(shape[-n:])
     else:
         pads = (0,) * n if pad == "valid" else pad
         out = [_window(length, k, s, p, d, False) for length, k, s, p, d
-               in zip(shape[-n:], m.kernel_size, m.stride, pads, m.dilation)]
+               in zip(shape[-n:], ks, m.stride, pads, m.dilation)]
     if not problem and min(out) <= 0:
-        problem = f"spatial input {shape[-n:]} is too small for kernel {tuple(m.kernel_size)}: output would be {out}"
+        problem = f"spatial input {shape[-n:]} is too small for kernel {ks}: output would be {out}"
     return shape[:-n - 1] + [c_out] + out, problem, desc
 
 
@@ -159,11 +161,12 @@ def _own_forward(m: nn.Module) -> bool:
     return not type(m).__module__.startswith("torch.") and base is not None and forward is not vars(base)["forward"]
 
 
-def _derive(m: nn.Module, shape: list[int]) -> tuple[list[int] | None, str, str, str] | None:
-    """(expected output, input problem, operation, what the layer declares) or None when no rule applies."""
+def _derive(m: nn.Module, shape: list[int], rest: tuple = ()) -> tuple[list[int] | None, str, str, str] | None:
+    """(expected output, input problem, operation, what the layer declares) or None when no rule applies; ``rest``:
+    the call's positional arguments after the input."""
     name = type(m).__name__
     if isinstance(m, conv._ConvNd):
-        return (*_conv(m, shape), "C")
+        return (*_conv(m, shape, rest), "C")
     if isinstance(m, (pooling._MaxPoolNd, pooling._AvgPoolNd, pooling._LPPoolNd)):
         d = getattr(m, "dilation", 1)
         p = getattr(m, "padding", 0)
@@ -307,13 +310,15 @@ class Ledger:
         self.clock = 0
         self.outputs_of = outputs_of  # module paths whose every output shape is recorded (the designed ones)
         self.outputs: list[tuple[int, str, list[int] | None]] = []  # (clock, path, output shape)
+        self.calls: dict[int, Call] = {}  # entry index -> how the layer was called (for confirming a mismatch)
 
     def pre(self, path: str, module: nn.Module, args: tuple) -> None:
         self.clock += 1
         first = next(tensors(args), None)
         if first is None:
             return
-        rule = _derive(module, list(first.shape))
+        rest = args[1:] if args and args[0] is first else ()
+        rule = _derive(module, list(first.shape), rest)
         if rule is None:
             return
         expected, problem, operation, declares = rule
@@ -328,7 +333,10 @@ class Ledger:
         if isinstance(module, nn.Linear):
             entry.extra["in_features"] = module.in_features
         elif isinstance(module, conv._ConvNd):
-            entry.extra["in_channels"] = module.in_channels
+            entry.extra["in_channels"] = _held(module, len(module.kernel_size))[0]
+            if isinstance(module, conv._ConvTransposeNd) and not rest and expected is not None:
+                entry.extra["admits"] = admitted(module, expected)
+        self.calls[entry.index] = Call(module, first.dtype, None if any(tensors(rest)) else rest)
         self.entries.append(entry)
         self.open.setdefault(id(module), []).append(entry)
 
@@ -342,6 +350,7 @@ class Ledger:
             return
         entry = pending.pop()
         entry.ran, entry.observed_output, entry.end = True, (list(out.shape) if out is not None else None), self.clock
+        output_size(entry)
 
     def op(self, func: Any, args: tuple, kwargs: dict, out: torch.Tensor, path: str) -> None:
         src = args[0] if args and isinstance(args[0], torch.Tensor) else next(tensors(args), None)
