@@ -371,5 +371,5 @@ BUGS = [
     # classic accumulation slip: optim.zero_grad() inside the micro-batch loop, so each update sees only the last
     # of the 4 micro-batches, at a quarter of its scale.
     Bug("zero_grad_every_micro_step", functools.partial(_build, bug="zero_grad_every_micro_step"), "step_probe", (),
-        kind="step.grad_accumulation"),
+        kind="step.gradient_discarded"),  # re-declared after public-27's measurement by its mechanism (README rule 6)
 ]
