@@ -614,6 +614,19 @@ PREMISES: dict[str, Premise] = {
         "the loss is 0 at the targets, the shapes cannot broadcast (loss_fn reshapes), the gradient at the first "
         "example's outputs stays put when only the other examples' targets change (loss_fn lines the shapes up itself: "
         "a squeeze into BCE-with-logits), or the probe cannot run: no finding"),
+    "objective.adversarial_direction": Premise(
+        "learning_ledger", "an adversarial step's discriminator pushes its scores on real and generated inputs apart, "
+        "and the generator's loss pushes its samples' score toward the real side",
+        "one call of train_step on the user's objects (two at most, until two optimizers stepped; restored after): "
+        "two or more optimizers; a network (the largest module one optimizer owns alone) run on a pipeline input and on "
+        "another optimizer's network output (attached, or detached: the same storage); the gradient each loss sends "
+        "into that network's scores, summed, over the backwards before each optimizer step (only inside a backward: a "
+        "penalty's autograd.grad is no loss): its own optimizer's phase pushes real and generated scores the same way, "
+        "or another optimizer's phase pushes the attached samples' score the way its own phase pushes the generated "
+        "ones",
+        "one optimizer, no network run on both kinds of input (a mixup of real and generated, a sample concatenated "
+        "with its condition), a push of exactly 0 (a hinge satisfied), or a step that shows one player only in the calls "
+        "watched (a critic trained many times per generator step): no finding"),
     "objective.target_out_of_range": Premise(
         "learning_ledger", "a binary cross-entropy's targets are probabilities in [0, 1]",
         "a BCE node (with or without logits) of loss_fn's graph or of a backward train_step runs reduces its elements "

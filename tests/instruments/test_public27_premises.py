@@ -16,7 +16,11 @@
   scaled, handed straight to ``F.cross_entropy``. No module outputs them, so the ledger found no site aligned with the
   token sequence and read nothing about what each position is asked for: the labels left unshifted and the causal
   mask dropped both PASSed. The scores a ``cross_entropy`` or ``nll_loss`` reads inside the forward are now a site
-  too (laid out ``[B, C, T']`` against ``[B, T']`` targets, or flattened).
+  too (laid out ``[B, C, T']`` against ``[B, T']`` targets, or flattened);
+- SN-GAN with its discriminator's hinge arguments swapped WARNed. An adversarial step's two players must pull the
+  discriminator's score apart: its own loss pushes real and generated inputs opposite ways, the generator's loss
+  pushes its samples' score the way the discriminator's pushes the real one. ``objective.adversarial_direction`` reads
+  those pushes from one call of the user's step (the gradient each loss sends into the discriminator's scores).
 """
 
 from __future__ import annotations
@@ -145,3 +149,59 @@ def test_labels_not_shifted_inside_a_model_that_returns_its_loss(shifted, flatte
                                       torch.optim.Adam(model.parameters(), 1e-3), overfit_steps=0)
     fails = [f.check for f in report.findings if f.status is Status.FAIL]
     assert fails == ([] if shifted else ["task.target_not_shifted"]), str(report)
+
+
+class _Player(nn.Module):
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(n_in, 16), nn.LeakyReLU(0.2), nn.Linear(16, n_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _gan(slip: str | None, wgan_gp: bool = False):
+    """A GAN on 2-d points: D's loss on real and detached fakes, then G's loss on attached fakes; ``slip`` swaps a
+    target (``g_target_fake``: G trained toward the fake label; ``d_fake_target_real``: D told fakes are real)."""
+    torch.manual_seed(0)
+    g_net, d_net = _Player(4, 2), _Player(2, 1)
+    opt_g, opt_d = torch.optim.Adam(g_net.parameters(), 1e-3), torch.optim.Adam(d_net.parameters(), 1e-3)
+    gen = torch.Generator().manual_seed(0)
+    real = torch.randn(64, 2, generator=gen) * 0.3 + 1.0
+    bce = nn.BCEWithLogitsLoss()
+    ones, zeros = torch.ones(32, 1), torch.zeros(32, 1)
+
+    def train_step() -> float:
+        x = real[torch.randperm(64, generator=gen)[:32]]
+        fake = g_net(torch.randn(32, 4, generator=gen))
+        opt_d.zero_grad()
+        if wgan_gp:
+            a = torch.rand(32, 1, generator=gen)
+            mix = (a * x + (1 - a) * fake.detach()).requires_grad_(True)
+            (grad,) = torch.autograd.grad(d_net(mix).sum(), mix, create_graph=True)
+            d_loss = d_net(fake.detach()).mean() - d_net(x).mean() + 10 * ((grad.norm(dim=1) - 1) ** 2).mean()
+        else:
+            d_loss = bce(d_net(x), ones) + bce(d_net(fake.detach()), ones if slip == "d_fake_target_real" else zeros)
+        d_loss.backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        g_loss = -d_net(fake).mean() if wgan_gp else bce(d_net(fake), zeros if slip == "g_target_fake" else ones)
+        g_loss.backward()
+        opt_g.step()
+        return float(d_loss)
+
+    batch = (torch.cat([real[:16], g_net(torch.randn(16, 4, generator=gen)).detach()]), torch.cat([ones[:16], zeros[:16]]))
+    return d_net, batch, bce, opt_d, train_step
+
+
+@pytest.mark.parametrize(("slip", "wgan_gp", "expected"), [
+    (None, False, None), (None, True, None), ("g_target_fake", False, "generator"),
+    ("d_fake_target_real", False, "discriminator")], ids=["sound", "sound_wgan_gp", "g_toward_fake", "d_fakes_real"])
+def test_adversarial_players_that_cooperate_are_failed(slip, wgan_gp, expected):
+    model, batch, loss_fn, opt, step = _gan(slip, wgan_gp)
+    report = firstdiv.learning_ledger(model, batch, loss_fn, opt, train_step=step, overfit_steps=0)
+    found = [f for f in report.findings if f.check == "objective.adversarial_direction"]
+    if expected is None:
+        assert not found, str(report)
+    else:
+        assert found and found[0].status is Status.FAIL and found[0].evidence["which"] == expected, str(report)

@@ -286,6 +286,13 @@ _PLAYS: dict[str, Play] = {
         "differs -> A or B (read its formula); equal per layer but not in total -> B; a layer whose Jacobian is not "
         "triangular under its mask's ordering -> C",
         ("the total log-determinant the loss adds equals autograd's log|det dz/dx|",), ("the base distribution's term",)),
+    "objective.adversarial_direction": Play(
+        ("the discriminator's targets (or signs) for real and generated inputs are the same or swapped",
+         "the generator's loss uses the fake target (or a dropped or doubled minus sign)"),
+        "read the report's pushes: the discriminator's loss pushes real and generated the same way -> A; it pushes "
+        "them apart but the generator's loss pushes its samples like the discriminator's generated ones -> B, or A if "
+        "the discriminator's signs are the ones flipped (compare with the loss the paper writes)",
+        ("the discriminator scores real and generated inputs apart",), ("the generator's architecture",)),
     "objective.target_out_of_range": Play(
         ("padded or unlabelled positions keep a marker label (-1) and the mask that drops them is gone",
          "the labels are in another encoding ({-1, 1}, class ids) than the probabilities the loss expects"),

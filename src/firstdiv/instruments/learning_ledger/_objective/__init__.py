@@ -47,6 +47,7 @@ from ..._core.checks import Check, check
 from ..._core.examples import logits_of, num_examples
 from ..._core.loss_graph import head_inside_loss, misfed
 from ..._core.task import Ctx, is_int, shape
+from .._adversarial import adversarial_direction
 from .._common import failed, g4, isclose, manual_ce, passed, skipped_link, supervised, to_logits_2d
 from .._flow_logdet import log_det_mismatch
 from .._padding import padding_in_loss, padding_pulled
@@ -90,7 +91,7 @@ def check_objective(ctx: Ctx) -> Check:
     ctx.notes["grad"] = output_grad(ctx, od, ev)
     # _misfed reads the loss's own graph (a with-logits loss fed by a sigmoid wherever it sits: in the model, in
     # loss_fn, in a discriminator loss_fn applies), so it runs before _blind sets the output-reading checks aside
-    for probe in (constant_outputs, loss_terms, _empty_mask, _misfed, log_det_mismatch, _blind, normalized_over_examples,
+    for probe in (constant_outputs, loss_terms, _empty_mask, _misfed, adversarial_direction, log_det_mismatch, _blind, normalized_over_examples,
                   _probabilities, padding_in_loss, _wrong_sign, unbounded, _broadcast, unreachable, labels_compete,
                   _sum_reduction, identify):
         result = probe(ctx, od, value, ev)
