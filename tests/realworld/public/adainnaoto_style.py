@@ -55,8 +55,6 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 from _api import Bug, Program
 
-BUG = {"name": None}  # (port) the variant being built
-
 
 # function.py
 def calc_mean_std(feat, eps=1e-5):
@@ -174,7 +172,7 @@ class Net(nn.Module):
         assert (target.requires_grad is False)
         input_mean, input_std = calc_mean_std(input)
         target_mean, target_std = calc_mean_std(target)
-        if BUG["name"] == "style_stats_over_batch":
+        if getattr(self, "bug", None) == "style_stats_over_batch":  # (port) BUGS variant
             # the statistics taken per channel over the whole batch: every image gets the batch's style
             input_mean, input_std = input.mean(dim=(0, 2, 3)), input.std(dim=(0, 2, 3))
             target_mean, target_std = target.mean(dim=(0, 2, 3)), target.std(dim=(0, 2, 3))
@@ -191,7 +189,7 @@ class Net(nn.Module):
         g_t = self.decoder(t)
         g_t_feats = self.encode_with_intermediate(g_t)
 
-        if BUG["name"] == "content_target_is_content_feat":
+        if getattr(self, "bug", None) == "content_target_is_content_feat":  # (port) BUGS variant
             loss_c = self.calc_content_loss(g_t_feats[-1], content_feat)
         else:
             loss_c = self.calc_content_loss(g_t_feats[-1], t)
@@ -297,7 +295,6 @@ def _synthetic_folders(seed, n=48, size=48):
 
 
 def _build(seed, bug=None):
-    BUG["name"] = bug
     np.random.seed(seed)
     torch.manual_seed(seed)
     content_dir, style_dir = _synthetic_folders(seed)
@@ -307,6 +304,7 @@ def _build(seed, bug=None):
     # (port) vgg.load_state_dict(torch.load(args.vgg)) dropped: no pretrained weights here
     vgg = nn.Sequential(*list(vgg.children())[:31])
     network = Net(vgg, decoder)
+    network.bug = bug  # (port) the variant being built
     network.train()
 
     content_tf = train_transform()

@@ -58,7 +58,6 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 from _api import Bug, Program
 
-BUG = {"name": None}  # (port) the variant being built
 
 class opt:  # (port) train.py's argparse namespace, README command (--adadelta --random_sample), sizes shrunk
     batchSize = 16  # 64
@@ -134,7 +133,7 @@ class CRNN(nn.Module):
         assert h == 1, "the height of conv must be 1"
         conv = conv.squeeze(2)
         conv = conv.permute(2, 0, 1)  # [w, b, c]
-        if BUG["name"] == "view_not_permute":
+        if getattr(self, "bug", None) == "view_not_permute":
             conv = conv.permute(1, 2, 0).reshape(w, b, c)  # the [b, c, w] map reshaped instead of permuted
         # rnn features
         output = self.rnn(conv)
@@ -326,6 +325,7 @@ def _setup(bug):
     if bug == "ctc_on_raw_outputs":
         criterion = torch.nn.CTCLoss(reduction='sum')
     crnn = CRNN(opt.imgH, nc, nclass, opt.nh)
+    crnn.bug = bug  # (port) the variant being built
     crnn.apply(weights_init)
 
     image = torch.FloatTensor(opt.batchSize, 3, opt.imgH, opt.imgH)
@@ -337,7 +337,6 @@ def _setup(bug):
     return converter, criterion, crnn, image, text, length, optimizer
 
 def _build(seed, bug=None):
-    BUG["name"] = bug
     train_dataset, train_loader, test_dataset = _data(seed)
     converter, criterion, crnn, image, text, length, optimizer = _setup(bug)
     st = {"train_iter": iter(train_loader), "i": 0}

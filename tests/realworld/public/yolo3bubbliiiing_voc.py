@@ -152,7 +152,7 @@ class YoloDataset(Dataset):
         if len(box) != 0:
             box[:, [0, 2]] = box[:, [0, 2]] / self.input_shape[1]
             box[:, [1, 3]] = box[:, [1, 3]] / self.input_shape[0]
-            if BUG["name"] != "corners_not_converted":
+            if getattr(self, "bug", None) != "corners_not_converted":  # (port) BUGS variant
                 box[:, 2:4] = box[:, 2:4] - box[:, 0:2]
                 box[:, 0:2] = box[:, 0:2] + box[:, 2:4] / 2
         return image, box
@@ -196,9 +196,6 @@ def _synthetic_scenes(rng, n, size=96):
     return out
 
 
-BUG = {"name": None}  # (port) the variant being built
-
-
 class cfg:  # (port) train.py's settings: the from-scratch configuration, sizes shrunk
     anchors_mask = [[6, 7, 8], [3, 4, 5], [0, 1, 2]]  # noqa: RUF012
     input_shape = [96, 96]  # [416, 416]  # noqa: RUF012
@@ -213,7 +210,7 @@ class cfg:  # (port) train.py's settings: the from-scratch configuration, sizes 
     lr_decay_type = "cos"
 
 
-def _optimizer(model, batch_size):
+def _optimizer(model, batch_size, bug=None):
     nbs             = 64
     lr_limit_max    = 1e-3 if cfg.optimizer_type == 'adam' else 5e-2
     lr_limit_min    = 3e-4 if cfg.optimizer_type == 'adam' else 5e-4
@@ -232,7 +229,7 @@ def _optimizer(model, batch_size):
         'sgd'   : optim.SGD(pg0, Init_lr_fit, momentum = cfg.momentum, nesterov=True)
     }[cfg.optimizer_type]
     optimizer.add_param_group({"params": pg1, "weight_decay": cfg.weight_decay})
-    if BUG["name"] != "bias_group_dropped":
+    if bug != "bias_group_dropped":
         optimizer.add_param_group({"params": pg2})
     lr_scheduler_func = get_lr_scheduler(cfg.lr_decay_type, Init_lr_fit, Min_lr_fit, cfg.UnFreeze_Epoch)
     return optimizer, lr_scheduler_func
@@ -248,7 +245,6 @@ def _summed_loss(model_train, yolo_loss, images, targets):
 
 
 def _build(seed, bug=None):
-    BUG["name"] = bug
     np.random.seed(seed)
     torch.manual_seed(seed)
     rng = np.random.RandomState(seed)
@@ -256,12 +252,13 @@ def _build(seed, bug=None):
     model = YoloBody(cfg.anchors_mask, num_classes, pretrained=False)
     weights_init(model)
     yolo_loss = YOLOLoss(anchors, num_classes, input_shape, False, cfg.anchors_mask)
-    yolo_loss.bug = bug
+    yolo_loss.bug = bug  # (port) the variant being built
     model_train = model.train()
     batch_size = cfg.Unfreeze_batch_size
-    optimizer, lr_scheduler_func = _optimizer(model, batch_size)
+    optimizer, lr_scheduler_func = _optimizer(model, batch_size, bug)
     train_dataset   = YoloDataset(_synthetic_scenes(rng, 64), input_shape, num_classes, train = True)
     val_dataset     = YoloDataset(_synthetic_scenes(rng, 16), input_shape, num_classes, train = False)
+    train_dataset.bug = val_dataset.bug = bug  # (port) the variant being built
     epoch_step      = len(train_dataset) // batch_size
     gen             = DataLoader(train_dataset, shuffle = True, batch_size = batch_size, num_workers = 0,
                                  drop_last=True, collate_fn=yolo_dataset_collate)
