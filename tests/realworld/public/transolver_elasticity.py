@@ -44,6 +44,7 @@ Deviations from the original:
 - the epoch loop is unrolled: one ``train_step`` is one batch of it (``model.train()`` and a new shuffled loader pass
   at the start of an epoch, ``scheduler.step()`` when it ends); ``eval_fn`` is the test loop returning ``rel_err``
   (the plots, prints, ``count_parameters`` and checkpoints are dropped);
+- long signatures and calls are joined on fewer lines; ``main``'s data part is ``_data``;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
@@ -167,18 +168,8 @@ class MLP(nn.Module):
 class Transolver_block(nn.Module):
     """Transformer encoder block."""
 
-    def __init__(
-            self,
-            num_heads: int,
-            hidden_dim: int,
-            dropout: float,
-            act='gelu',
-            mlp_ratio=4,
-            last_layer=False,
-            out_dim=1,
-            slice_num=32,
-            bug=None,
-    ):
+    def __init__(self, num_heads: int, hidden_dim: int, dropout: float, act='gelu', mlp_ratio=4, last_layer=False,
+                 out_dim=1, slice_num=32, bug=None):
         super().__init__()
         self.last_layer = last_layer
         self.ln_1 = nn.LayerNorm(hidden_dim)
@@ -200,22 +191,8 @@ class Transolver_block(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self,
-                 space_dim=1,
-                 n_layers=5,
-                 n_hidden=256,
-                 dropout=0.0,
-                 n_head=8,
-                 Time_Input=False,
-                 act='gelu',
-                 mlp_ratio=1,
-                 fun_dim=1,
-                 out_dim=1,
-                 slice_num=32,
-                 ref=8,
-                 unified_pos=False,
-                 bug=None,
-                 ):
+    def __init__(self, space_dim=1, n_layers=5, n_hidden=256, dropout=0.0, n_head=8, Time_Input=False, act='gelu',
+                 mlp_ratio=1, fun_dim=1, out_dim=1, slice_num=32, ref=8, unified_pos=False, bug=None):
         super(Model, self).__init__()
         self.__name__ = 'Transolver_1D'
         self.ref = ref
@@ -228,14 +205,9 @@ class Model(nn.Module):
         else:
             self.preprocess = MLP(fun_dim + space_dim, n_hidden * 2, n_hidden, n_layers=0, res=False, act=act)
 
-        self.blocks = nn.ModuleList([Transolver_block(num_heads=n_head, hidden_dim=n_hidden,
-                                                      dropout=dropout,
-                                                      act=act,
-                                                      mlp_ratio=mlp_ratio,
-                                                      out_dim=out_dim,
-                                                      slice_num=slice_num,
-                                                      last_layer=(_ == n_layers - 1),
-                                                      bug=bug)
+        self.blocks = nn.ModuleList([Transolver_block(num_heads=n_head, hidden_dim=n_hidden, dropout=dropout, act=act,
+                                                      mlp_ratio=mlp_ratio, out_dim=out_dim, slice_num=slice_num,
+                                                      last_layer=(_ == n_layers - 1), bug=bug)
                                      for _ in range(n_layers)])
         self.initialize_weights()
         self.placeholder = nn.Parameter((1 / (n_hidden)) * torch.rand(n_hidden, dtype=torch.float))
@@ -326,47 +298,32 @@ def _synthetic_elasticity(seed, n):
 
 
 # exp_elas.py
-def _build(seed, bug=None):
-    torch.manual_seed(seed)
-    args = types.SimpleNamespace(lr=1e-3, epochs=500, weight_decay=1e-5, model='Transolver_Irregular_Mesh',
-                                 n_hidden=32, n_layers=2, n_heads=4, batch_size=8, max_grad_norm=0.1,
-                                 mlp_ratio=1, dropout=0.0, ntrain=NTRAIN, unified_pos=0, ref=8,
-                                 slice_num=16)  # (port) sizes: see the module docstring
+def _data(seed, args):
     ntrain = args.ntrain
     ntest = NTEST
-
     input_s, input_xy = _synthetic_elasticity(seed, ntrain + ntest)  # (port) instead of the .npy files
-
     train_s = input_s[:ntrain]
     test_s = input_s[-ntest:]
     train_xy = input_xy[:ntrain]
     test_xy = input_xy[-ntest:]
-
     y_normalizer = UnitTransformer(train_s)
-
     train_s = y_normalizer.encode(train_s)
-
     train_loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(train_xy, train_xy, train_s),
-                                               batch_size=args.batch_size,
-                                               shuffle=True)
+                                               batch_size=args.batch_size, shuffle=True)
     test_loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(test_xy, test_xy, test_s),
-                                              batch_size=args.batch_size,
-                                              shuffle=False)
+                                              batch_size=args.batch_size, shuffle=False)
+    return ntest, train_xy, train_s, y_normalizer, train_loader, test_loader
 
-    model = Model(space_dim=2,
-                  n_layers=args.n_layers,
-                  n_hidden=args.n_hidden,
-                  dropout=args.dropout,
-                  n_head=args.n_heads,
-                  Time_Input=False,
-                  mlp_ratio=args.mlp_ratio,
-                  fun_dim=0,
-                  out_dim=1,
-                  slice_num=args.slice_num,
-                  ref=args.ref,
-                  unified_pos=args.unified_pos,
-                  bug=bug)
 
+def _build(seed, bug=None):
+    torch.manual_seed(seed)
+    args = types.SimpleNamespace(lr=1e-3, epochs=500, weight_decay=1e-5, model='Transolver_Irregular_Mesh',
+                                 n_hidden=32, n_layers=2, n_heads=4, batch_size=8, max_grad_norm=0.1, mlp_ratio=1,
+                                 dropout=0.0, ntrain=NTRAIN, unified_pos=0, ref=8, slice_num=16)  # (port) sizes
+    ntest, train_xy, train_s, y_normalizer, train_loader, test_loader = _data(seed, args)
+    model = Model(space_dim=2, n_layers=args.n_layers, n_hidden=args.n_hidden, dropout=args.dropout,
+                  n_head=args.n_heads, Time_Input=False, mlp_ratio=args.mlp_ratio, fun_dim=0, out_dim=1,
+                  slice_num=args.slice_num, ref=args.ref, unified_pos=args.unified_pos, bug=bug)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)
     myloss = TestLoss(size_average=False)
@@ -392,7 +349,6 @@ def _build(seed, bug=None):
             y = y_normalizer.decode(y)
         loss = myloss(out, y)
         loss.backward()
-
         if args.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
         optimizer.step()
@@ -411,7 +367,6 @@ def _build(seed, bug=None):
                 out = y_normalizer.decode(out)
                 tl = myloss(out, y).item()
                 rel_err += tl
-
         rel_err /= ntest
         model.train()
         return rel_err
