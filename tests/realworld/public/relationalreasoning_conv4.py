@@ -265,6 +265,17 @@ class RelationView(torch.nn.Module):
         return self.relation_head(relation_pairs).squeeze()
 
 
+def _knn_eval(view, batch, data, targets):
+    """(port) 1-nearest-neighbour accuracy of the held-out images' features against the training images' classes."""
+    view.eval()
+    with torch.no_grad():
+        norm = lambda x: (x - MEAN[:, None, None]) / STD[:, None, None]
+        ref, held = view.backbone(norm(data[:N_TRAIN])), view.backbone(norm(data[N_TRAIN:]))
+        nearest = torch.cdist(held, ref).argmin(1)
+    view.train()
+    return float((targets[:N_TRAIN][nearest] == targets[N_TRAIN:]).float().mean())
+
+
 def _build(seed, bug=None):
     torch.manual_seed(seed)
     K = 4 # tot augmentations, in the paper K=32 for CIFAR10/100
@@ -279,12 +290,11 @@ def _build(seed, bug=None):
                                                batch_size=batch_size,
                                                shuffle=True)
 
-    # RelationalReasoning.train(tot_epochs, train_loader), its loops unrolled
     groups = [{'params': model.backbone.parameters()}, {'params': model.relation_head.parameters()}]
     if bug == "backbone_not_optimized":
         # classic: the backbone's group left out of the optimizer, only the relation head learns
         groups = groups[1:]
-    optimizer = torch.optim.Adam(groups)
+    optimizer = torch.optim.Adam(groups)  # RelationalReasoning.train(tot_epochs, train_loader), loops unrolled
     BCE = torch.nn.BCEWithLogitsLoss()
     state = {"it": None}
 
@@ -320,20 +330,11 @@ def _build(seed, bug=None):
     def loss_fn(score, targets):
         return BCE(score, targets)
 
-    def eval_fn(view, batch):
-        view.eval()
-        with torch.no_grad():
-            norm = lambda x: (x - MEAN[:, None, None]) / STD[:, None, None]
-            ref, held = view.backbone(norm(data[:N_TRAIN])), view.backbone(norm(data[N_TRAIN:]))
-            nearest = torch.cdist(held, ref).argmin(1)
-        view.train()
-        return float((targets[:N_TRAIN][nearest] == targets[N_TRAIN:]).float().mean())
-
-    first, _ = next(iter(train_loader))
-    x = torch.cat(first, 0)
+    x = torch.cat(next(iter(train_loader))[0], 0)
     _, pair_targets = model.aggregate(torch.zeros(x.shape[0], feature_size), K)
     return Program(name="relationalreasoning_conv4", model=RelationView(model, K), batch=(x, pair_targets),
-                   loss_fn=loss_fn, optimizer=optimizer, train_step=train_step, eval_fn=eval_fn, loader=train_loader)
+                   loss_fn=loss_fn, optimizer=optimizer, train_step=train_step, eval_fn=functools.partial(
+                       _knn_eval, data=data, targets=targets), loader=train_loader)
 
 
 build = functools.partial(_build, bug=None)
