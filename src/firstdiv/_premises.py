@@ -293,8 +293,10 @@ PREMISES: dict[str, Premise] = {
         "run; step_probe takes no frozen= (four_structures and reachability do)"),
     "step.zero_gradient": Premise(
         "step_probe", "a trainable parameter the loss depends on receives a nonzero gradient",
-        "controlled step: its gradient is exactly zero and " + _DEPENDS,
-        "WARN step.unused_parameter, as step.no_gradient"),
+        "controlled step: its gradient is exactly zero and " + _DEPENDS + ", and the backward run again with the "
+        "gradient arriving at each of its uses reweighted (seeded factors 0.5..1.5) leaves it zero (no signal reaches it)",
+        "WARN step.unused_parameter, as step.no_gradient; a zero that reweighting makes nonzero is a cancellation "
+        "between loss terms or examples (a hinge critic's final bias): a WARN of this kind"),
     "step.nonfinite_gradient": Premise(
         "step_probe", "backward gives finite gradients",
         "the controlled backward on a deep copy left NaN/inf in the parameter's gradient",

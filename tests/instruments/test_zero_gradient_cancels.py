@@ -87,3 +87,25 @@ def test_rounding_without_ste_still_fails():
     assert r.first_divergence.where.startswith("fc1."), str(r)
     fc1 = next(f for f in r.findings if f.where == r.first_divergence.where)
     assert fc1.evidence["cancels"] is False, str(r)
+
+
+def test_step_probe_reads_a_balanced_hinge_bias_as_a_cancellation():
+    """public-28: a conditional SN-GAN's hinge discriminator at one seed: step_probe's controlled step FAILed
+    ``step.zero_gradient`` on the final bias. Here one real and one generated score sit inside their hinges (-1/2 and
+    +1/2 on the bias) and two outside: the gradient is exactly zero, and a large enough shift of the bias brings an
+    outside score in (the loss depends on it): a cancellation, not a cut."""
+    from firstdiv import step_probe
+
+    critic = nn.Linear(1, 1)
+    with torch.no_grad():
+        critic.weight.fill_(1.0)
+        critic.bias.zero_()
+    real, fake = torch.tensor([[0.5], [1.05]]), torch.tensor([[-0.5], [-1.05]])
+
+    def loss_fn(d_real, fake_points):
+        return F.relu(1.0 - d_real).mean() + F.relu(1.0 + critic(fake_points)).mean()
+
+    r = step_probe(critic, (real, fake), loss_fn, torch.optim.SGD(critic.parameters(), lr=0.1))
+    bias = next((f for f in r.findings if f.where == "bias" and f.check == "step.zero_gradient"), None)
+    assert bias is not None, [(f.where, f.check, f.status.value, f.message[:90]) for f in r.findings if f.where == "bias"]
+    assert bias.status is Status.WARN and bias.evidence["cancels"] is True, str(r)

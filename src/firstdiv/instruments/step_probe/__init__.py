@@ -25,6 +25,7 @@ from torch import nn
 from ...errors import InvalidArgument
 from ...report import Report, Status, skipped
 from .._core import batch as _batch
+from .._core.cancelling import cancelled, cancelled_check
 from .._core.checks import (
     Check,
     Collected,
@@ -203,13 +204,8 @@ def _forward(cmodel: nn.Module, batch: Any, loss_fn: Callable, out: Collected) -
     return loss
 
 
-def _depends(model: nn.Module, batch: Any, loss_fn: Callable, names: list[str]) -> dict[str, bool | None]:
-    """Whether the loss depends on each parameter without a gradient (a counterfactual on a copy)."""
-    return loss_depends(model, batch, loss_fn, names) if names else {}
-
-
 def _gradient_checks(params: list, grads: dict[int, torch.Tensor | None], out: Collected,
-                     depends: dict[str, bool | None]) -> None:
+                     depends: dict[str, bool | None], cancels: dict[int, tuple[bool | None, int]]) -> None:
     if not any(p.requires_grad for p, _ in params):
         out.checks.append(check(params[0][1][0], "step.requires_grad_false", Status.WARN,
                                 f"all {len(params)} parameters have requires_grad=False: nothing can learn",
@@ -236,6 +232,8 @@ def _gradient_checks(params: list, grads: dict[int, torch.Tensor | None], out: C
                                     "depends on it (perturbing it on a copy moves the loss)", ev,
                                     expected="a gradient tensor", observed="None",
                                     hint="the gradient path to this parameter is cut; run reachability() to find where"))
+        elif state == "zero" and cancels.get(id(p), (None, 0))[0]:
+            out.checks.append(cancelled_check(where, label(names), ev, cancels[id(p)][1], "step.zero_gradient"))
         elif state == "zero":
             out.checks.append(check(where, "step.zero_gradient", Status.FAIL,
                                     f"{label(names)}: gradient is exactly zero ({p.numel()} elements), although the loss "
@@ -365,7 +363,7 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
         missing = [p for p in trainable if id(p) not in set(graph_leaves([loss.grad_fn]))] if loss.grad_fn else []
         nested = nested_grads(loss, missing)  # written by a custom autograd function's own backward
         try:
-            found = torch.autograd.grad(loss.reshape(()), trainable, allow_unused=True)
+            found = torch.autograd.grad(loss.reshape(()), trainable, allow_unused=True, retain_graph=True)
         except RuntimeError:  # reentrant checkpointing refuses .grad(): a full backward of a new forward instead
             if (loss := _forward(cmodel, batch, loss_fn, out)) is None:
                 return out
@@ -374,7 +372,9 @@ def _controlled_step(model: nn.Module, batch: Any, loss_fn: Callable, optimizer:
         grads = {id(p): (None if g is None else g.detach()) for p, g in zip(trainable, found)}
         grads.update({k: v for k, v in nested.items() if grads.get(k) is None})
     empty = [names[0] for p, names in params if p.requires_grad and grad_state(grads.get(id(p)))[0] in ("none", "zero")]
-    _gradient_checks(params, grads, out, _depends(cmodel, batch, loss_fn, empty))
+    depends = loss_depends(cmodel, batch, loss_fn, empty) if empty else {}  # a zero it depends on: cut or cancelled
+    zero = [p for p, n in params if depends.get(n[0]) is True and grad_state(grads.get(id(p)))[0] == "zero"]
+    _gradient_checks(params, grads, out, depends, cancelled(loss, zero) if zero and loss.grad_fn is not None else {})
     out.details["_ref"] = [grads.get(id(p)) for p, _ in params]  # the train_step watch judges descent against these
     if copt is None:
         return out
