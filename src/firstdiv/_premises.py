@@ -647,7 +647,9 @@ PREMISES: dict[str, Premise] = {
         "program declares task='classification'",
         "a loss linear in the targets (a multinomial likelihood over multi-hot targets, as a recommender's Mult-VAE, "
         "is that by design; beside a term that does not read the targets, a VAE's KL, it is affine in them) without "
-        "task='classification' is a WARN of the same kind; otherwise no finding"),
+        "task='classification' is a WARN of the same kind; a bounded output whose loss is lower at twice the targets "
+        "than at them (outputs == targets is not its floor: a ranking loss reads how the scores spread), or reaches "
+        "the floor with the targets mapped affinely into the output's range, is a note; otherwise no finding"),
     "objective.sum_reduction": Premise(
         "learning_ledger", "the loss is a per-example mean",
         "the loss equals a standard objective of the task summed (its mean times the element or example count), and on "

@@ -153,6 +153,8 @@ def unreachable(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
         return None
     if reached - floor <= UNREACHABLE * (blind - floor):
         return None
+    if _order_suffices(ctx, op, t.to(od.dtype), floor, blind, ev):
+        return None
     if op[0] == "softmax" and ctx.requested_task != "classification" and _likelihood_weighted(ctx, od, point, t, ev):
         return warned("OBJECTIVE", f"the loss cannot reach its floor: {constraint} while {instead} (best reachable "
                       f"{g4(reached)}, {g4(floor)} at outputs == targets). The loss is the targets' weighted "
@@ -168,6 +170,37 @@ def unreachable(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) ->
                   observed=f"{constraint}; {instead}; best reachable loss {g4(reached)} vs floor {g4(floor)}",
                   hint="match the output layer to the targets: independent labels (multilabel 0/1) need one sigmoid per "
                        "label (raw logits + BCEWithLogitsLoss), not a softmax; unbounded targets need an unbounded output")
+
+
+def _order_suffices(ctx: Ctx, op: tuple[str, int | None, list[int]], t: torch.Tensor, floor: float, blind: float,
+                    ev: dict[str, Any]) -> bool:
+    """The premise that outputs == targets is the loss's floor, and the counterfactual for a bounded output: a loss
+    lower at twice the targets is not lowest at them (it reads how the outputs rank or spread: a ranking loss); the
+    targets mapped affinely into the layer's range (their order and spacing kept) reaching the floor show a loss that
+    reads how the outputs compare, satisfied by an output the layer can give."""
+    bounds = _BOUNDS.get(op[0]) if op[0] != "softmax" else None
+    if bounds is None or float(t.max() - t.min()) <= 0:
+        return False
+    wider = call(ctx, 2 * t, t, ev, "outputs equal to twice the targets")
+    if wider is not None and floor - wider > 1e-3 * (blind - floor):  # not its floor: it wants a wider spread
+        ev["loss_at_twice_the_targets"] = wider
+        ctx.report_notes.append(f"note: the outputs' range ({op[0]}) cannot hold the targets, but the loss is not lowest at "
+                                f"outputs == targets ({g4(floor)}; {g4(wider)} at twice them): it reads how the outputs "
+                                "rank or spread (a ranking loss), not their values, so the range was not judged")
+        return True
+    if bounds[1] is None:
+        return False
+    lo, hi = bounds
+    margin = 0.02 * (hi - lo)  # inside the range, not on its edge (a tanh never reaches 1)
+    inside = lo + margin + (t - t.min()) / (t.max() - t.min()) * (hi - lo - 2 * margin)
+    got = call(ctx, inside, t, ev, "the targets mapped affinely into the layer's range")
+    ev["loss_at_targets_mapped_into_range"] = got
+    if got is None or got - floor > UNREACHABLE * (blind - floor):
+        return False
+    ctx.report_notes.append(f"note: the outputs lie in [{lo:g}, {hi:g}] ({op[0]}) and the targets do not, but the targets "
+                            f"mapped affinely into that range give the loss {g4(got)}, near its {g4(floor)} at outputs "
+                            "== targets: the loss reads how the outputs rank or compare, which the layer can give")
+    return True
 
 
 def _likelihood_weighted(ctx: Ctx, od: torch.Tensor, other: torch.Tensor, t: torch.Tensor, ev: dict[str, Any]) -> bool:
