@@ -220,9 +220,11 @@ PREMISES: dict[str, Premise] = {
         "the owners are the optimizer passed and every optimizer train_step reaches through its closure or globals; two "
         "of them that wrap each other or share param groups or state are one update; one call of train_step on the "
         "user's objects (inside a guard, every value restored) shows two distinct owners stepping while the shared "
-        "parameter holds a gradient (a step pre-hook on each)",
-        "WARN of the same kind when that call steps only one of them (owners stepped in different phases or calls) or "
-        "train_step raised"),
+        "parameter holds a gradient (a step pre-hook on each), and one of those owners owns nothing the other does not "
+        "(an optimizer built over another's whole network, or two optimizers over one list)",
+        "WARN of the same kind when that call steps only one of them (owners stepped in different phases or calls), "
+        "train_step raised, or each owner has parameters of its own beside the shared ones (a shared encoder trained on "
+        "two objectives)"),
     "structure.duplicate_in_optimizer": Premise(
         "four_structures", "each tensor is owned once by an optimizer",
         "the same tensor object sits in two slots of one optimizer's param groups",

@@ -205,27 +205,3 @@ def test_adversarial_players_that_cooperate_are_failed(slip, wgan_gp, expected):
         assert not found, str(report)
     else:
         assert found and found[0].status is Status.FAIL and found[0].evidence["which"] == expected, str(report)
-
-
-def _pairwise_ranking_loss(scores: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
-    """RankNet's loss: over each slate's pairs with the first document more relevant, log(1 + exp(-(s_i - s_j))); it
-    reads how the scores compare, and falls the wider the well-ordered scores spread."""
-    diff = scores[:, :, None] - scores[:, None, :]
-    better = (relevance[:, :, None] > relevance[:, None, :]).float()
-    return (F.softplus(-diff) * better).sum() / better.sum()
-
-
-@pytest.mark.parametrize("ranking", [True, False], ids=["ranking_loss", "regression_loss"])
-def test_a_bounded_score_under_a_ranking_loss_is_not_unreachable(ranking):
-    """public-28: allRank's NeuralNDCG scores slates with a tanh head against relevance grades in [0, 4]:
-    ``objective.unreachable`` FAILed, taking outputs == targets for the loss's floor, while a ranking loss is lower
-    still at twice the targets (it reads how the scores spread). A regression loss under the same head still FAILs."""
-    g = torch.Generator().manual_seed(0)
-    x, rel = torch.randn(16, 8, 5, generator=g), torch.randint(0, 5, (16, 8), generator=g).float()
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 1), nn.Flatten(-2), nn.Tanh())
-    loss_fn = _pairwise_ranking_loss if ranking else F.mse_loss
-    report = firstdiv.learning_ledger(model, (x, rel), loss_fn, torch.optim.Adam(model.parameters(), 1e-3),
-                                      overfit_steps=0)
-    found = [f for f in report.findings if f.check == "objective.unreachable" and f.status is Status.FAIL]
-    assert bool(found) is not ranking, str(report)

@@ -184,6 +184,15 @@ def _both_step(a: Audit, pids: list[int]) -> tuple[int, str]:
                                          "gradient (owners stepped in different phases or calls?)")
 
 
+def _built_over(a: Audit, pids: list[int]) -> bool:
+    """The premise's second half: one owner of the shared tensors owns nothing the other does not (an optimizer built
+    over another's whole network: a GAN's generator optimizer given the discriminator's parameters too, or two
+    optimizers over the same list), not a shared part beside parts of their own (a shared encoder's two objectives)."""
+    owners = {k for p in pids for k in a.owner_indices(p)}
+    sets = {k: {id(t) for g, _, t in a.owned if g < len(a.opt_of_group) and a.opt_of_group[g] == k} for k in owners}
+    return any(sets[i] <= sets[j] for i in sets for j in sets if i != j)
+
+
 def _multiple_owners(a: Audit, owned: Counter) -> list[Check]:
     by_owners: dict[tuple[str, ...], list[int]] = {}
     for pid, names in _shared(a, owned).items():
@@ -197,7 +206,13 @@ def _multiple_owners(a: Audit, owned: Counter) -> list[Check]:
         text = (f"{params[0]}: owned by {len(owners)} optimizers ({', '.join(owners)}), with {len(params) - 1} more "
                 f"of {type(a.model).__name__}'s parameters ({len(mods)} modules: {listed(mods)})")
         ev = {"owners": list(owners), "parameters": few(params), "count": len(params), "shown_by_train_step": shown}
-        if shown:
+        if shown and not _built_over(a, pids):
+            out.append(finding(params[0], "optimizer.multiple_owners", Status.WARN,
+                               f"{text}: in one call of train_step two of them stepped while {shown} of these tensors "
+                               "held a gradient, but each of those optimizers also owns parameters of its own: a shared "
+                               "part trained on two objectives (a shared encoder) by design, or a slip; not confirmed",
+                               {**ev, "unconfirmed": "each owner has parameters of its own beside the shared ones"}))
+        elif shown:
             out.append(finding(params[0], "optimizer.multiple_owners", Status.FAIL,
                                f"{text}: in one call of train_step two of them stepped while {shown} of these tensors "
                                f"held a gradient, so every train_step updates them once with each optimizer's objective",
