@@ -7,6 +7,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'absapytorch_ian.outputs_not_unsorted': 'owner saw WARN None None: GRADIENT: 4 trainable parameters get no gradient '
                                          'and the loss does not depend on them (perturbing them on a copy leaves it '
                                          'u; diagnose WARN at None',
+ 'adainnaoto_style.content_target_is_content_feat': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'adainnaoto_style.style_stats_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'adainnaoto_style.zero_grad_after_backward': 'owner saw FAIL decoder.1.weight step.zero_grad_before_step: '
+                                              'decoder.1.weight step.zero_grad_before_step: .grad none at '
+                                              'optimizer.step; diagnose FAIL at step_probe decoder.1.weight '
+                                              'step_probe:decoder.1.weight',
  'aefostersimclr_lars.self_similarity_not_masked': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
                                                    'owns 4 tensors that are not in the model (shapes [[64, 64], '
                                                    '[64], [64]]), and no trainabl; diagnose WARN at None',
@@ -25,6 +31,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'akt_assist.retriever_peeks_current_response': 'owner saw WARN None None: DEPENDENCY: 6 of 56 trainable parameters '
                                                 "are not on the loss's autograd graph: 6 trainable parameters get no "
                                                 'gradient and th; diagnose WARN at None',
+ 'allrank_neuralndcg.features_not_sampled_with_labels': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'allrank_neuralndcg.loss_sign_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'allrank_neuralndcg.padding_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'alpaca_sft.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'angularpenalty_cosface.excl_keeps_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'angularpenalty_cosface.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -50,6 +59,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'autovc_voice_conversion.embedding_of_another_speaker': 'owner saw PASS None None: ; diagnose PASS at None',
  'awesomerecsys_xdeepfm.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose FAIL at six_claims EVALUATION '
                                                 'six_claims:EVALUATION',
+ 'awnispeech_seq2seq.decoder_fed_targets': 'owner saw WARN None None: OBJECTIVE: loss 8.204 is not the cross-entropy '
+                                           'of these outputs (2.051; ln K = 1.946 for an untrained 7-class model; '
+                                           'example; diagnose WARN at None',
  'barlowtwins_lightly.off_diagonal_scaled_on_copy': 'owner saw WARN None None: DEPENDENCY: 6 of 78 trainable '
                                                     "parameters are not on the loss's autograd graph: 6 trainable "
                                                     'parameters get no gradient and th; diagnose WARN at None',
@@ -148,6 +160,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'crnnaudio_urbansound.last_padded_frame': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it u; diagnose WARN at None',
+ 'crnnmeijieru_ocr.texts_sorted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'crnnmeijieru_ocr.view_not_permute': 'owner saw WARN None None: : op:reshape@: [16, 64, 26] -> [26, 16, 64] puts '
+                                      'input axis 2 (size 26) across output axes [2], while output axis 0 (size ; '
+                                      'diagnose WARN at None',
  'crossformer_etth.segments_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
  'csailsemseg_ppm.flip_image_not_label': 'owner saw PASS None None: ; diagnose PASS at None',
  'cswm_shapes.action_of_next_step': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -249,6 +265,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlhandson_crossentropy.elite_test_inverted': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlhandson_crossentropy.next_obs_stored': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'drqa_reader.end_loss_on_start_target': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'drqa_reader.span_scores_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'dupontwgangp_mnist.critic_signs_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ecapatdnn_speaker.margin_on_non_targets': 'owner saw PASS None None: ; diagnose PASS at None',
  'edgeml_fastgrnn_kws.first_frame_classified': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no '
@@ -327,6 +345,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                      'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                      'diagnose WARN at None',
  'glowpytorch_glow.squeeze_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'gnnexplainer_bashapes.labels_from_unshuffled_idx': 'owner saw PASS None None: ; diagnose PASS at None',
  'gordicgans_dcgan.real_scored_against_fake_gt': 'owner saw FAIL OBJECTIVE objective.adversarial_direction: '
                                                  'OBJECTIVE objective.adversarial_direction: pushes: real down, '
                                                  "generated down (discriminator'; diagnose FAIL at learning_ledger "
@@ -422,6 +441,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'laptd3_pendulum.max_of_target_critics': 'owner saw PASS None None: ; diagnose PASS at None',
  'learn2learn_maml_sine.inner_update_ascends': 'owner saw PASS None None: ; diagnose PASS at None',
  'learn2learn_maml_sine.query_targets_from_support': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'librecommender_lightgcn.bpr_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'librecommender_lightgcn.user_item_split_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightly_simsiam.stop_gradient_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightningbolts_vae.kl_coeff_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'lightningbolts_vae.sample_instead_of_rsample': 'diagnose FAIL at reachability encoder.conv1.weight '
@@ -533,6 +554,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'nice_mnist.log_det_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
                                'capability.cannot_overfit: loss 1095 -> best 1087 (0.72% down) at every lr; diagnose '
                                'FAIL at learning_ledger CAPABILITY learning_ledger:CAPABILITY',
+ 'nikhilbarhate_actor_critic.advantage_not_detached': 'owner saw WARN None None: DEPENDENCY: 2 of 6 trainable '
+                                                      "parameters are not on the loss's autograd graph: 2 trainable "
+                                                      'parameters get no gradient and the; diagnose WARN at None',
+ 'nikhilbarhate_actor_critic.returns_appended_not_prepended': 'owner saw WARN None None: DEPENDENCY: 2 of 6 '
+                                                              "trainable parameters are not on the loss's autograd "
+                                                              'graph: 2 trainable parameters get no gradient and '
+                                                              'the; diagnose WARN at None',
  'nlptutorial_seq2seq_attention.targets_are_decoder_inputs': 'owner saw PASS None None: ; diagnose PASS at None',
  'nlpwt_emotion_trainer.labels_shifted_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'nocd_communities.edge_loss_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -567,6 +595,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'patrickhuasimsiam_cifar.stop_gradient_dropped': 'owner saw WARN None None: DEPENDENCY: 4 of 78 trainable '
                                                   "parameters are not on the loss's autograd graph: 4 trainable "
                                                   'parameters get no gradient and th; diagnose WARN at None',
+ 'perceiverar_lm.causal_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'perceiverar_lm.labels_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'performancernn_events.teacher_forcing_not_shifted': 'owner saw WARN None None: DEPENDENCY: 2 of 19 trainable '
                                                       "parameters are not on the loss's autograd graph: 2 trainable "
                                                       'parameters get no gradient and th; diagnose WARN at None',
@@ -640,6 +670,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                              'global, or a se; diagnose WARN at None',
  'psmnet_stereo.cost_volume_shift_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'psmnet_stereo.images_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ptranking_ranknet.labels_sorted_without_documents': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ptranking_ranknet.score_differences_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'ptsemseg_fcn8s.logits_viewed_not_transposed': 'owner saw WARN None None: OBJECTIVE: loss 2250 is not the '
                                                 'cross-entropy of these outputs (1.2; ln K = 1.099 for an untrained '
                                                 '3-class model; example 0:; diagnose WARN at None',
@@ -723,6 +755,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rechorus_caser.bpr_minus_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.history_includes_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.predictions_not_restored': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'relationalreasoning_conv4.negatives_rolled_over_features': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'relationalreasoning_conv4.one_augmentation_repeated': 'owner saw PASS None None: ; diagnose PASS at None',
  'relationnet_omniglot.labels_assumed_unshuffled': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
                                                    'EVALUATION six_claims:EVALUATION',
  'relationnet_omniglot.support_summed_over_classes': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
@@ -773,6 +807,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                        'that are not in the model (shapes [[1]]), and no trainable parameter of th; '
                                        'diagnose WARN at None',
  'segrnn_etth.hidden_repeated_across_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'semisupervisedpytorch_m2.classification_sign_from_validation': 'owner saw WARN None None: DEPENDENCY: 4 of 18 '
+                                                                 "trainable parameters are not on the loss's "
+                                                                 'autograd graph: 4 trainable parameters get no '
+                                                                 'gradient and th; diagnose WARN at None',
+ 'semisupervisedpytorch_m2.enumerated_elbo_viewed_not_transposed': 'owner saw WARN None None: DEPENDENCY: 4 of 18 '
+                                                                   "trainable parameters are not on the loss's "
+                                                                   'autograd graph: 4 trainable parameters get no '
+                                                                   'gradient and th; diagnose WARN at None',
  'sentimentanalysis_lstm.padded_length_packed': 'owner saw PASS None None: ; diagnose PASS at None',
  'sfmlearner_depth.crop_offset_not_in_intrinsics': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
                                                    'owns 34 tensors that are not in the model (shapes [[8, 9, 7, 7], '
@@ -787,6 +829,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sgrvinodsl_lmlstmcrf.lm_targets_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodsl_lmlstmcrf.tags_not_resorted': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodsr_srresnet.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sgrvinodtransformers_nmt.targets_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.targets_from_unsorted_captions': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -824,6 +867,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sngan_dcgan.fake_target_ones': 'owner saw FAIL OBJECTIVE objective.adversarial_direction: OBJECTIVE '
                                  "objective.adversarial_direction: pushes: real up, generated up (discriminator's "
                                  'lo; diagnose FAIL at learning_ledger OBJECTIVE learning_ledger:OBJECTIVE',
+ 'sngancrcrpar_cgan.real_paired_with_pseudo_labels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get '
+                                                     'no gradient and the loss does not depend on them (perturbing '
+                                                     'them on a copy leaves it u; diagnose WARN at None',
  'spectralgcn_mnist.cheby_basis_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [25, 288, 64] -> '
                                                       '[18432, 25] puts input axis 0 (size 25) across output axes '
                                                       '[0], while output axis 1 (size 25); diagnose WARN at None',
@@ -846,6 +892,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                   'WARN at None',
  'ssdpytorch_multibox.labels_not_offset_for_background': 'owner saw PASS None None: ; diagnose PASS at None',
  'ssdpytorch_multibox.negatives_mined_ascending': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ssl4mis_mean_teacher.dice_on_logits': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ssl4mis_mean_teacher.labels_from_unlabeled_half': 'owner saw PASS None None: ; diagnose PASS at None',
  'stackedhourglass_pose.keypoints_xy_swapped': 'owner saw WARN None None: DEPENDENCY: 46 of 370 trainable parameters '
                                                "are not on the loss's autograd graph: 32 trainable parameters get no "
                                                'gradient and; diagnose WARN at None',
@@ -933,6 +981,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'torchfidelity_sngan.normalize_dropped': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                           'gradient and the loss does not depend on them (perturbing them on a copy '
                                           'leaves it u; diagnose WARN at None',
+ 'toshikwa_fqf.dones_dropped': 'diagnose FAIL at reachability online_net.fraction_net.net.0.weight '
+                               'reachability:online_net.fraction_net.net.0.weight',
+ 'toshikwa_fqf.quantile_indicator_flipped': 'owner saw FAIL DEPENDENCY dependency.unreachable: DEPENDENCY '
+                                            'dependency.unreachable: unreachable: '
+                                            'online_net.fraction_net.net.0.weight, online_net.fra; diagnose FAIL at '
+                                            'reachability online_net.fraction_net.net.0.weight '
+                                            'reachability:online_net.fraction_net.net.0.weight',
  'trainclip_wrapper.cached_embeddings_not_replaced': 'owner saw PASS None None: ; diagnose FAIL at learning_ledger '
                                                      'PARAMETER_UPDATE learning_ledger:PARAMETER_UPDATE',
  'trainclip_wrapper.zero_grad_every_minibatch': 'owner saw PASS None None: optimizer: update rule check skipped: '
@@ -957,6 +1012,15 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                                  'diagnose WARN at None',
  'transformerxl_lm.causal_mask_without_mlen': 'owner saw PASS None None: ; diagnose WARN at None',
  'transformerxl_lm.mems_reset_every_batch': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'transolver_elasticity.heads_merged_without_permute': "owner saw PASS None None: : not checked: the model's forward "
+                                                       'refused the inputs as read from the batch (TypeError: '
+                                                       'Model.forward() missing 1 require; diagnose WARN at None',
+ 'transolver_elasticity.slice_softmax_over_points': "owner saw PASS None None: : not checked: the model's forward "
+                                                    'refused the inputs as read from the batch (TypeError: '
+                                                    'Model.forward() missing 1 require; diagnose WARN at None',
+ 'transolver_elasticity.y_left_encoded': 'owner saw SKIPPED None None: the model raised TypeError: Model.forward() '
+                                         "missing 1 required positional argument: 'fx' on inputs [8, 96, 2]; the "
+                                         'ledger; diagnose WARN at None',
  'trl_sft.eos_masked_as_padding': 'owner saw PASS None None: ; diagnose PASS at None',
  'trl_sft.formatting_func_trains_prompt': 'owner saw PASS None None: ; diagnose PASS at None',
  'ts2vec_ucr.log_softmax_over_anchors': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -979,6 +1043,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'untitledaiss_moco_byol.momentum_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                     'SGD with momentum=0.9 is not plain SGD; diagnose WARN at None',
  'untitledaiss_moco_byol.queries_normalized_over_batch': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'usad_swat.adversarial_sign_flipped': 'owner saw WARN None None: GRADIENT: 6 trainable parameters get no gradient '
+                                       'and the loss does not depend on them (perturbing them on a copy leaves it u; '
+                                       'diagnose WARN at None',
  'uvadlc_vit_lightning.attention_over_batch': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
                                               'REPRESENTATION six_claims:REPRESENTATION',
  'uvadlc_vit_lightning.patches_without_permute': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -1044,6 +1111,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                 'WARN at None',
  'ycactorcritic_cartpole.actor_loss_not_negated': 'owner saw PASS None None: ; diagnose PASS at None',
  'ycactorcritic_cartpole.masks_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'yolo3bubbliiiing_voc.corners_not_converted': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'yolo3bubbliiiing_voc.grid_cell_x_y_swapped': 'owner saw PASS None None: ; diagnose WARN at None',
  'yolov1mk_voc.grid_indices_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'yolov1mk_voc.iou_centre_column_slip': 'owner saw PASS None None: ; diagnose PASS at None',
  'youngeng_cql.cql_diff_sign_flipped': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer owns 6 tensors '
