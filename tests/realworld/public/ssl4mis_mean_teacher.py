@@ -16,8 +16,7 @@ Domain: vision, semi-supervised semantic segmentation (Mean Teacher: EMA teacher
 
 Kept as written: ``ConvBlock`` / ``DownBlock`` / ``UpBlock`` / ``Encoder`` / ``Decoder`` / ``UNet`` (transposed-conv
 up-sampling, the dropout rates), ``DiceLoss``, ``random_rot_flip`` / ``random_rotate`` / ``RandomGenerator``,
-``TwoStreamBatchSampler`` with ``iterate_once`` / ``iterate_eternally`` / ``grouper``, ``update_ema_variables``
-(the true average first, then ``ema_decay`` 0.99), ``create_model(ema=True)``, the loop body (noise clamped to
+``update_ema_variables`` (the true average first, then ``ema_decay`` 0.99), ``create_model(ema=True)``, the loop body (noise clamped to
 +-0.2 on the teacher's input, teacher under ``no_grad``, supervised ``0.5 * (loss_dice + loss_ce)``, the consistency
 held at 0 during a warm-up, zero_grad / backward / step, EMA update, poly lr), ``base_lr`` 0.01, ``consistency`` 0.1,
 ``consistency_rampup`` 200, ``test_single_volume``'s slice-wise argmax prediction for validation.
@@ -32,6 +31,9 @@ Deviations from the original:
   ``--patch_size`` 256 -> 32, ``--batch_size`` 24 -> 8 with ``--labeled_bs`` 12 -> 4, ``--max_iterations`` 30000
   -> 200; the loop's hard-coded time constants are scaled with it (150x shorter): the consistency warm-up
   ``iter_num < 1000`` -> ``< 7`` and the ramp's ``iter_num // 150`` -> ``iter_num // 1``; ``num_workers`` 0;
+- ``TwoStreamBatchSampler`` (``utils/util.py``, with ``iterate_once`` / ``iterate_eternally`` / ``grouper``) comes
+  originally from CuriousAI's mean-teacher code (CC BY-NC), so it is written here from its behaviour (the same batches
+  from the same numpy draws), not copied;
 - ``utils/ramps.py`` carries a CC BY-NC header, so ``sigmoid_rampup`` is written here from the formula of
   Laine & Aila (2017), ``exp(-5 (1 - t / T)^2)`` with ``t`` clipped to ``[0, T]``, rather than copied;
 - ``val_2D``'s ``calculate_metric_percase`` uses medpy (not installed): the Dice is written with numpy and the
@@ -46,7 +48,6 @@ Deviations from the original:
 from __future__ import annotations
 
 import functools
-import itertools
 import pathlib
 import random
 import sys
@@ -146,11 +147,11 @@ class RandomGenerator:
         return sample
 
 class TwoStreamBatchSampler(Sampler):
-    """Iterate two sets of indices
-    An 'epoch' is one iteration through the primary indices.
-    During the epoch, the secondary indices are iterated through
-    as many times as needed.
-    """
+    """(port) SSL4MIS's two-stream batches, written here rather than copied (the class SSL4MIS ships comes from
+    CuriousAI's mean-teacher code, CC BY-NC): each batch is ``batch_size - secondary_batch_size`` indices from one
+    shuffled pass over the primary (labeled) indices, then ``secondary_batch_size`` indices from back-to-back shuffles
+    of the secondary (unlabeled) ones; the epoch ends with the primary pass (a partial last batch dropped). The
+    shuffles are drawn from numpy's global RNG in the original's order."""
 
     def __init__(self, primary_indices, secondary_indices, batch_size, secondary_batch_size):
         self.primary_indices = primary_indices
@@ -161,33 +162,22 @@ class TwoStreamBatchSampler(Sampler):
         assert len(self.secondary_indices) >= self.secondary_batch_size > 0
 
     def __iter__(self):
-        primary_iter = iterate_once(self.primary_indices)
-        secondary_iter = iterate_eternally(self.secondary_indices)
-        return (
-            primary_batch + secondary_batch
-            for (primary_batch, secondary_batch) in zip(
-                grouper(primary_iter, self.primary_batch_size),
-                grouper(secondary_iter, self.secondary_batch_size),
-            )
-        )
+        primary = np.random.permutation(self.primary_indices)  # drawn when iteration starts, as in the original
+        return self._batches(primary)
+
+    def _batches(self, primary):
+        secondary = self._shuffles()
+        n = self.primary_batch_size
+        for start in range(0, len(primary) - n + 1, n):
+            yield tuple(primary[start:start + n]) + tuple(next(secondary) for _ in range(self.secondary_batch_size))
+
+    def _shuffles(self):
+        while True:
+            yield from np.random.permutation(self.secondary_indices)
 
     def __len__(self):
         return len(self.primary_indices) // self.primary_batch_size
 
-def iterate_once(iterable):
-    return np.random.permutation(iterable)
-
-def iterate_eternally(indices):
-    def infinite_shuffles():
-        while True:
-            yield np.random.permutation(indices)
-    return itertools.chain.from_iterable(infinite_shuffles())
-
-def grouper(iterable, n):
-    "Collect data into fixed-length chunks or blocks"
-    # grouper('ABCDEFG', 3) --> ABC DEF"
-    args = [iter(iterable)] * n
-    return zip(*args)
 
 def _synthetic_slice(rng, size=40):
     """(port) A short-axis slice: LV disk (3) in a myocardium ring (2), an RV crescent (1) beside it."""
