@@ -58,6 +58,8 @@ RULE = ("A check that can FAIL states its premise (what it assumes the program m
 REGENERATE = "PYTHONPATH=src python -c \"import firstdiv._premises as p; p.write_checks_md('docs/checks.md')\""
 
 _ALWAYS = "always confirmed: "
+_OTHER = ("; a parameter the declared optimizer does not own and another optimizer train_step steps does (lr "
+          "above 0) is trained by another objective: a note (_core.elsewhere)")
 _DEPENDS = ("on another deep copy, with every RNG seeded alike, perturbing the parameters of its module (noise of half "
             "their spread, at least 0.1) moves the loss beyond its run-to-run noise (_core.invariance.loss_depends; a "
             "loss_fn reading the model through its closure, directly or one attribute down (t.D), reads the copy)")
@@ -248,7 +250,7 @@ PREMISES: dict[str, Premise] = {
         "the loss does not depend on it at these weights, the counterfactual could not run, or only loss= was given: "
         "WARN reachability.zero_gradient; a zero the reweighting makes nonzero is contributions of its uses that "
         "cancel (loss terms or examples that balance: a hinge or WGAN critic's final bias, a bias at its optimum): "
-        "WARN of the same kind, cause cancelled"),
+        "WARN of the same kind, cause cancelled" + _OTHER),
     "reachability.detached": Premise(
         "reachability", "a trainable parameter whose value reaches the loss is meant to receive its gradient along that "
         "path",
@@ -260,19 +262,19 @@ PREMISES: dict[str, Premise] = {
         "WARN)",
         "nothing computed from it reaches the loss: WARN reachability.not_executed / reachability.unused (declare "
         "frozen= if by design); only loss= given: WARN reachability.unreached. frozen= covers requires_grad=False "
-        "parameters only: a stop-gradient target network kept in the model with requires_grad=True still FAILs"),
+        "parameters only: a stop-gradient target network kept in the model with requires_grad=True still FAILs" + _OTHER),
     "reachability.no_grad": Premise(
         "reachability", "a trainable parameter whose value reaches the loss is meant to receive its gradient along that "
         "path",
         "as reachability.detached, the cut made with grad mode disabled (torch.no_grad / inference_mode) in the module "
         "named as the boundary",
-        "as reachability.detached"),
+        "as reachability.detached" + _OTHER),
     "reachability.integer_cast": Premise(
         "reachability", "a trainable parameter whose value reaches the loss is meant to receive its gradient along that "
         "path",
         "as reachability.detached, the cut an op with an integer output (a cast, argmax, round) through which the loss's "
         "value flowed",
-        "as reachability.detached"),
+        "as reachability.detached" + _OTHER),
     "reachability.cut": Premise(
         "reachability", "a trainable parameter whose value reaches the loss is meant to receive its gradient along that "
         "path",
@@ -281,7 +283,7 @@ PREMISES: dict[str, Premise] = {
         "repeat noise): its value reaches the loss through a cut the trace did not see (a .item() or numpy round trip, "
         "a detach in code the trace does not cover)",
         "a loss the perturbation leaves unchanged, or a counterfactual that could not run: WARN reachability.unused "
-        "(saying which)"),
+        "(saying which)" + _OTHER),
     # ---- step_probe ---------------------------------------------------------------------------------------------
     "step.nonfinite_loss": Premise(
         "step_probe", "one forward pass on the batch gives a finite loss",
@@ -292,13 +294,13 @@ PREMISES: dict[str, Premise] = {
         "controlled step (deep copy, backward from .grad=None): its gradient is None and " + _DEPENDS + "; train_step "
         "(called twice on the user's objects, restored): no backward reached any trainable parameter and none moved",
         "WARN step.unused_parameter saying whether the loss was shown not to depend on it or the counterfactual could not "
-        "run; step_probe takes no frozen= (four_structures and reachability do)"),
+        "run; step_probe takes no frozen= (four_structures and reachability do)" + _OTHER),
     "step.zero_gradient": Premise(
         "step_probe", "a trainable parameter the loss depends on receives a nonzero gradient",
         "controlled step: its gradient is exactly zero and " + _DEPENDS + ", and the backward run again with the "
         "gradient arriving at each of its uses reweighted (seeded factors 0.5..1.5) leaves it zero (no signal reaches it)",
         "WARN step.unused_parameter, as step.no_gradient; a zero that reweighting makes nonzero is a cancellation "
-        "between loss terms or examples (a hinge critic's final bias): a WARN of this kind"),
+        "between loss terms or examples (a hinge critic's final bias): a WARN of this kind" + _OTHER),
     "step.nonfinite_gradient": Premise(
         "step_probe", "backward gives finite gradients",
         "the controlled backward on a deep copy left NaN/inf in the parameter's gradient",
@@ -677,7 +679,7 @@ PREMISES: dict[str, Premise] = {
     "dependency.unreachable": Premise(
         "learning_ledger", "every trainable parameter the loss depends on is on the loss's autograd graph",
         "the parameter is not a leaf of loss.grad_fn's graph and " + _DEPENDS,
-        "the loss does not depend on it, or that could not be checked: WARN with the unused-parameter note"),
+        "the loss does not depend on it, or that could not be checked: WARN with the unused-parameter note" + _OTHER),
     "dependency.target_leak": Premise(
         "learning_ledger", "the prediction at position p does not read the target it is asked for",
         "an input tensor equals the integer target sequence; on the ledger's copy, changing that input at position p "
@@ -736,11 +738,11 @@ PREMISES: dict[str, Premise] = {
     "gradient.missing": Premise(
         "learning_ledger", "a trainable parameter the loss depends on gets a gradient",
         "after one backward from .grad=None on the copy its .grad is None and " + _DEPENDS,
-        "the loss does not depend on it, or that could not be checked: WARN GRADIENT with the unused-parameter note"),
+        "the loss does not depend on it, or that could not be checked: WARN GRADIENT with the unused-parameter note" + _OTHER),
     "gradient.zero": Premise(
         "learning_ledger", "a trainable parameter the loss depends on gets a nonzero gradient",
         "after one backward its gradient is exactly zero and " + _DEPENDS,
-        "as gradient.missing"),
+        "as gradient.missing" + _OTHER),
     "gradient.nonfinite": Premise(
         "learning_ledger", "backward gives finite gradients",
         "after one backward on the copy the gradient holds NaN/inf",
@@ -868,7 +870,7 @@ PREMISES: dict[str, Premise] = {
     "claim.differentiation.detached": Premise(
         "six_claims", "every trainable parameter the loss depends on gets a gradient",
         "after backward on the measured copy its gradient is None and " + _DEPENDS,
-        "WARN claim.differentiation.unused (the loss does not depend on it, or that could not be checked)"),
+        "WARN claim.differentiation.unused (the loss does not depend on it, or that could not be checked)" + _OTHER),
     "claim.differentiation.nonfinite": Premise(
         "six_claims", "backward gives finite gradients", "a parameter's gradient holds NaN/inf",
         _ALWAYS + "a non-finite gradient makes any update non-finite"),

@@ -191,8 +191,18 @@ def test_phases_five_times_the_step_warn_with_the_numbers():
     assert before.diff(Snapshot.take(model, opt)) == []
     rec = next(f for f in r.findings if f.check == "perf.reconcile")
     assert r.status is Status.WARN and rec.status is Status.WARN, str(r)
-    assert "disagree after 3 measurements" in rec.message and "ratio" in rec.message
-    assert len(r.details["reconcile"]) == prc.ROUNDS
+    assert "disagree: " in rec.message and "ratio" in rec.message and "(in CPU time too)" in rec.message
+    assert len(r.details["reconcile"]) == 1  # CPU time far outside the bounds: the work differs, not measured again
+
+
+def test_cpu_time_far_outside_the_bounds_is_measured_once_near_them_again():
+    calls = []
+    far = measured([0.002] * 5, {"f": [0.01] * 5}, [0.002] * 5, {"f": [0.01] * 5})  # CPU ratio 5: other work
+    _, rounds = prc.reconcile(far, lambda: calls.append(1) or far, use_cpu=True)
+    assert calls == [] and len(rounds) == 1
+    near = measured([0.004] * 5, {"f": [0.01] * 5}, [0.004] * 5, {"f": [0.01] * 5})  # CPU ratio 2.5: maybe noise
+    _, rounds = prc.reconcile(near, lambda: calls.append(1) or near, use_cpu=True)
+    assert len(calls) == prc.ROUNDS - 1 and len(rounds) == prc.ROUNDS
 
 
 def test_a_full_train_step_reconciles():

@@ -28,15 +28,7 @@ CORRECT = [(name, seed) for name in PUBLIC for seed in SEEDS]
 BUGS = [(name, i, bug) for name, module in PUBLIC.items() for i, bug in enumerate(module.BUGS)]
 #: correct runs that still FAIL today, each with its cause: strict expected failures (a fix fails the run until the
 #: entry goes), so a known false FAIL is tracked, not hidden, and any new one fails the gate
-KNOWN_FALSE_FAILS: dict[tuple[str, int], str] = {
-    ("toshikwa_fqf", seed): "public-28, not fixed yet: FQF's fraction proposal network is trained by its own optimizer "
-    "on its own loss inside train_step, and the quantile loss reads the fractions detached by design; "
-    "dependency.unreachable, reachability.detached, claim.differentiation.detached and step.no_gradient read the "
-    "detach as a cut path (the loss depends on those parameters, none of its gradient reaches them). Needs: a "
-    "parameter the declared optimizer does not own and another optimizer the step reaches does is trained by another "
-    "objective, a note (reachability takes no train_step today)"
-    for seed in SEEDS
-}
+KNOWN_FALSE_FAILS: dict[tuple[str, int], str] = {}
 #: correct ports whose original code has a real defect firstdiv reports (not a training bug, so the port keeps it as
 #: written): strict expected failures with what was confirmed
 KNOWN_TRUE_FINDINGS = {

@@ -16,7 +16,7 @@ uses (``_core.cancelling``: contributions that cancel between loss terms or exam
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,10 +29,12 @@ from ..report import Report, Status, skipped
 from ._core import batch as _batch
 from ._core.cancelling import cancelled, cancelled_check
 from ._core.checks import Check, check, compose, controlled_grads, grad_state, graph_leaves, label, nested_grads, unique_params
+from ._core.elsewhere import noted_other, other_objective
 from ._core.frozen import check_frozen, declared
 from ._core.invariance import loss_depends
 from ._core.rebound import rebound, written_by_program
 from ._core.state import guarded
+from ._core.trace import tensors
 from ._core.user_hooks import reports_user_hooks
 
 __all__ = ["reachability"]
@@ -44,7 +46,8 @@ _ROOT = "(root module)"
 
 @reports_user_hooks
 def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, *,
-                 loss: torch.Tensor | None = None, frozen: tuple[str, ...] = ()) -> Report:
+                 loss: torch.Tensor | None = None, frozen: tuple[str, ...] = (),
+                 optimizer: torch.optim.Optimizer | None = None, train_step: Callable[[], Any] | None = None) -> Report:
     """For every parameter: is it on the loss's autograd graph, and what gradient does it get?
 
     Give ``batch`` (``(inputs, targets)`` or a dict) and ``loss_fn`` to trace one forward pass and name, for each
@@ -53,8 +56,10 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
     gradients come from ``torch.autograd.grad`` (``.grad`` is not written) under a guard that restores buffers, RNG
     states and grad mode. ``frozen``: fnmatch patterns of the parameter names frozen on purpose (as four_structures
     takes them); a declared-frozen parameter with requires_grad=False is a note, an undeclared one a WARN.
+    ``optimizer`` and ``train_step``: a parameter the optimizer does not own and another optimizer the step reaches
+    trains is trained by another objective: no gradient from this loss is a note there (``_core.elsewhere``).
     """
-    mode = _validated(model, batch, loss_fn, loss)
+    mode = _validated(model, batch, loss_fn, loss, optimizer, train_step)
     intent = declared(model, check_frozen(frozen))
     if not mode:
         return skipped(_NAME, "reachability needs a loss: pass batch and loss_fn (reachability(model, batch, loss_fn)) "
@@ -87,6 +92,7 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
         cancel = cancelled(loss, [p for p, n in params if depends.get(n[0]) and id(p) in reached])  # a zero that cancels
         checks = written_by_program(checks + [_param_check(p, n, reached, grads, explain, id(p) in intent, depends,
                                                            cancel.get(id(p))) for p, n in params], rebound(model, params))
+        checks = noted_other(checks, other_objective(train_step, optimizer, model), ("reachability.",))
         details = {"parameters": len(params), "reached": sum(id(p) in reached for p, _ in params),
                    "modules_ran": sorted(k or _ROOT for k in tracer.modules) if tracer else [],
                    "cuts": [{"op": c.op, "grad_enabled": c.grad_enabled, "dtype": c.dtype, "origin": c.origin}
@@ -94,18 +100,6 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
         if notes := [c.finding.message for c in checks if c.finding.message.startswith("note: ")]:
             details["notes"] = notes
     return compose(_NAME, checks, _EFFECTS, details)
-
-
-def _flat(obj: Any, depth: int = 0) -> Iterator[Any]:
-    if isinstance(obj, (list, tuple, dict)) and depth < 3:
-        for item in obj.values() if isinstance(obj, dict) else obj:
-            yield from _flat(item, depth + 1)
-    else:
-        yield obj
-
-
-def _tensors(obj: Any) -> list[torch.Tensor]:
-    return [t for t in _flat(obj) if isinstance(t, torch.Tensor)]
 
 
 def _op_name(func: Any) -> str:
@@ -152,11 +146,11 @@ class _Tracer(TorchFunctionMode):
         kwargs = kwargs or {}
         if self.paused:
             return func(*args, **kwargs)
-        ins = _tensors((args, kwargs))
+        ins = list(tensors((args, kwargs)))
         req = [t for t in ins if t.requires_grad]
         roots = [t if t.grad_fn is None else t.grad_fn for t in req]  # before the call: detach_ mutates in place
         out = func(*args, **kwargs)
-        outs = _tensors(out)
+        outs = list(tensors(out))
         if not outs:
             return out
         known = [self.info[id(t)] for t in req + ins if id(t) in self.info]
@@ -185,7 +179,7 @@ class _Tracer(TorchFunctionMode):
                     self.stack.pop()
                 rec = self.modules.setdefault(path, {"calls": 0, "grad_enabled": [], "output_requires_grad": [],
                                                      "output_dtypes": []})
-                outs = _tensors(output)
+                outs = list(tensors(output))
                 rec["calls"] += 1
                 rec["grad_enabled"].append(torch.is_grad_enabled())
                 rec["output_requires_grad"].append(any(o.requires_grad for o in outs))
@@ -379,8 +373,12 @@ def _loss_check(loss: torch.Tensor, reached: set[int], params: list, traced: boo
     return out
 
 
-def _validated(model: Any, batch: Any, loss_fn: Any, loss: Any) -> str:
+def _validated(model: Any, batch: Any, loss_fn: Any, loss: Any, optimizer: Any, train_step: Any) -> str:
     _batch.check_model(model)
+    if optimizer is not None:
+        _batch.check_optimizer(optimizer)
+    if train_step is not None:
+        _batch.check_callable(train_step, "train_step")
     if loss is not None:
         if batch is not None or loss_fn is not None:
             raise InvalidArgument("Expected either `loss` or `batch` and `loss_fn` but got both")

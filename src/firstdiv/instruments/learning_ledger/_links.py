@@ -15,6 +15,7 @@ import torch
 
 from .._core.batch import compute_loss
 from .._core.checks import Check, nested_grads
+from .._core.elsewhere import other_objective, other_objective_note, split_other
 from .._core.examples import dense
 from .._core.invariance import loss_depends, sort_gradless, unused_message
 from .._core.later_steps import moved_later
@@ -62,7 +63,11 @@ def check_dependency(ctx: Ctx) -> Check:
     arrives = _gradient_arrives(ctx, unreachable) if unreachable else set()
     unreachable = [n for n in unreachable if n not in arrives]
     cut, unused, unknown = sort_gradless(ctx.model, ctx.batch, ctx.loss_fn, unreachable) if unreachable else ([], [], [])
-    ev.update(loss_depends_on=_names(cut), loss_invariant_to=_names(unused), unconfirmed=_names(unknown))
+    cut, other = split_other(cut, other_objective(ctx.train_step, ctx.optimizer, ctx.model) if cut else set())
+    if other:
+        ctx.report_notes.append(other_objective_note(other))
+    ev.update(loss_depends_on=_names(cut), loss_invariant_to=_names(unused), unconfirmed=_names(unknown),
+              trained_by_another_objective=_names(other))
     if cut:
         why = "the loss has no grad_fn (it does not require grad)" if grad_fn is None else f"{nodes} graph nodes walked"
         return failed("DEPENDENCY", "dependency.unreachable",
@@ -82,6 +87,9 @@ def check_dependency(ctx: Ctx) -> Check:
         ctx.report_notes.append(unused_message(unused, unknown))
         return warned("DEPENDENCY", f"{len(unreachable)} of {len(train)} trainable parameters are not on the loss's "
                       f"autograd graph: {unused_message(unused, unknown)}", ev)
+    if other:
+        return passed("DEPENDENCY", f"{len(train) - len(other)} of {len(train)} trainable parameters are on the loss's "
+                      f"graph ({nodes} nodes walked); {other_objective_note(other)[6:]}", ev)
     return passed("DEPENDENCY", f"all {len(train)} trainable parameters are on the loss's graph ({nodes} nodes walked)", ev)
 
 
@@ -137,7 +145,11 @@ def check_gradient(ctx: Ctx) -> Check:
     ev: dict[str, Any] = {"grad_norms": norms if len(norms) <= LIST_CAP else {"count": len(norms)},
                           "grad_norm_min": min(finite, default=None), "grad_norm_max": max(finite, default=None)}
     ev.update({k: _names(v) for k, v in problems.items()})
-    empty = problems["missing"] + problems["zero"]
+    empty, other = split_other(problems["missing"] + problems["zero"],
+                               other_objective(ctx.train_step, ctx.optimizer, ctx.model) if problems["missing"] else set())
+    problems = {k: [n for n in v if n not in other] for k, v in problems.items()}
+    if other:
+        ctx.report_notes.append(other_objective_note(other))
     depends = loss_depends(ctx.model, ctx.batch, ctx.loss_fn, empty) if empty else {}
     ev["loss_invariant_to"] = _names([n for n in empty if depends[n] is False])
     ev["unconfirmed"] = _names([n for n in empty if depends[n] is None])
@@ -146,8 +158,8 @@ def check_gradient(ctx: Ctx) -> Check:
         unused = [n for n in empty if depends[n] is False]
         return warned("GRADIENT", unused_message(unused, [n for n in empty if depends[n] is None]), ev)
     if not bad:
-        return passed("GRADIENT", f"all {len(train)} trainable parameters have finite nonzero gradients (norms "
-                      f"{g4(min(finite))} .. {g4(max(finite))})", ev)
+        return passed("GRADIENT", f"all {len(train) - len(other)} trainable parameters this loss trains have finite "
+                      f"nonzero gradients (norms {g4(min(finite, default=0.0))} .. {g4(max(finite, default=0.0))})", ev)
     name, kind = bad[0]
     text = {"missing": ".grad is None", "nonfinite": "gradient has NaN/inf", "zero": "gradient is exactly zero"}
     return failed("GRADIENT", f"gradient.{kind}",

@@ -9,7 +9,8 @@ or 20 ms while other processes hold the cores) but not the CPU time the work tak
 recorded but excuse nothing: on a loaded machine they grow with the load, and a median of the phases against a
 median of the step is already robust to the stalls that widen them; the repeats are what absorbs noise. While they
 disagree in wall-clock time and in CPU time, both are measured again (at most ``ROUNDS`` measurements in all); the
-last measurement is the one reported. Disagreeing in wall-clock time but agreeing in CPU time, it is a PASS saying so
+last measurement is the one reported, and CPU times more than ``FAR`` times outside the bounds are not measured again
+(the step and the phases do different work; the CPU time of the same work does not change). Disagreeing in wall-clock time but agreeing in CPU time, it is a PASS saying so
 (the load, not the step), with no second measurement: on a loaded machine the wall clock would only be stretched
 again; disagreeing in both (or with no CPU time to check), the finding ``perf.reconcile`` is a WARN with the
 numbers: the phases measure work the step does not do (a step that runs another model, no backward, a different batch), or the step does work
@@ -30,6 +31,7 @@ from . import _timing as pt
 LOW, HIGH = 0.5, 2.0
 NOISE_FLOOR_S = 2e-4
 ROUNDS = 3
+FAR = 2.0  # a CPU-time ratio beyond LOW / FAR or HIGH * FAR is the work itself, not noise: not measured again
 
 
 @dataclass
@@ -70,13 +72,21 @@ def reconcile(m: Measured, again: Callable[[], Measured | None], use_cpu: bool =
     """Compare, measuring again while the wall-clock times disagree and the CPU times (where compared) do too
     (``again()`` returns None when it could not); the last measurement and every comparison."""
     rounds = [compare(m, use_cpu)]
-    while not (rounds[-1]["agree"] or rounds[-1].get("cpu", {}).get("agree")) and len(rounds) < ROUNDS:
+    while not (rounds[-1]["agree"] or rounds[-1].get("cpu", {}).get("agree") or _the_work(rounds[-1])) \
+            and len(rounds) < ROUNDS:
         got = again()
         if got is None:
             break
         m = got
         rounds.append(compare(m, use_cpu))
     return m, rounds
+
+
+def _the_work(r: dict[str, Any]) -> bool:
+    """CPU times more than ``FAR`` times outside the bounds: the work differs (a step that runs two players, several
+    epochs or no backward), which measuring again cannot change; near the bounds, noise may still flip them."""
+    cpu = r.get("cpu", {}).get("ratio")
+    return cpu is not None and not LOW / FAR <= cpu <= HIGH * FAR
 
 
 def _numbers(r: dict[str, Any], clock: str = "") -> str:

@@ -54,6 +54,7 @@ from .._core.batch import (
 )
 from .._core.checks import Check, compose
 from .._core.closure import closure_state, step_optimizers, tensors_in, trained_elsewhere
+from .._core.elsewhere import other_objective_note, split_other
 from .._core.examples import batch_axis as _batch_axis
 from .._core.examples import logits_of
 from .._core.invariance import sort_gradless, unused_message
@@ -192,7 +193,9 @@ def _differentiation(run: Measured, model: nn.Module, b: Batch, loss_fn: Any) ->
     ev = {"trainable": len(run.trainable), "none": missing[:8], "nonfinite": bad[:8], "zero": zero[:8],
           "with_gradient": len(run.trainable) - len(missing)}
     cut, unused, unknown = sort_gradless(model, b, loss_fn, missing) if missing else ([], [], [])
-    ev.update(cut=cut[:8], unused=unused[:8], unconfirmed=unknown[:8])
+    # another objective: a declared optimizer that does not own it, another one train_step reaches that does
+    cut, other = split_other(cut, run.elsewhere if any(run.owned.values()) else set())
+    ev.update(cut=cut[:8], unused=unused[:8], unconfirmed=unknown[:8], another_objective=other[:8])
     if cut:
         return claim(name, Status.FAIL, "claim.differentiation.detached",
                      f"{len(cut)} of {len(run.trainable)} trainable parameters get no gradient (None) after backward "
@@ -208,6 +211,8 @@ def _differentiation(run: Measured, model: nn.Module, b: Batch, loss_fn: Any) ->
     if zero:
         return claim(name, Status.WARN, "claim.differentiation.zero_gradient",
                      f"{len(zero)} parameters get an all-zero gradient (first: {zero[0]}); the others: finite, nonzero", ev)
+    if other:
+        return claim(name, Status.PASS, check, other_objective_note(other), ev)
     return claim(name, Status.PASS, check, f"all {len(run.trainable)} trainable parameters get a finite, nonzero gradient", ev)
 
 

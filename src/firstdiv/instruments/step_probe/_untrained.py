@@ -19,11 +19,13 @@ import torch
 
 from ...report import Status
 from .._core.checks import Check, check, label
+from .._core.elsewhere import noted_other
 
 
 def never_trained(checks: list[Check], watch: Any, optimizer: torch.optim.Optimizer | None) -> list[Check]:
     """``checks`` with each confirmed ``step.unused_parameter`` WARN replaced by a ``step.never_trained`` WARN
-    that says what the user's own steps showed."""
+    that says what the user's own steps showed, and each no-gradient FAIL at a parameter another optimizer the step
+    reaches trains (not the one passed in) made a note: another objective trains it (``_core.elsewhere``)."""
     if optimizer is None:
         return checks
     owned = {id(p) for g in optimizer.param_groups for p in g["params"]}
@@ -41,7 +43,7 @@ def never_trained(checks: list[Check], watch: Any, optimizer: torch.optim.Optimi
             if id(p) in owned and id(p) not in reached and module in watch.ran:
                 c = _named(names, module or "(root module)", f.evidence)
         out.append(c)
-    return out
+    return noted_other(out, watch.elsewhere, ("step.no_gradient", "step.zero_gradient"))
 
 
 def _named(names: list[str], module: str, evidence: dict) -> Check:

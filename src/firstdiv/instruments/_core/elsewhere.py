@@ -1,0 +1,55 @@
+"""Parameters another objective trains: evidence before a "no gradient from this loss" FAIL.
+
+A program may train some parameters with a second optimizer on a second objective inside its own step (FQF's
+fraction network on its own loss beside the quantile loss, a critic beside an actor, a GAN's other player). The
+declared ``loss_fn`` then reads those parameters through a ``.detach()`` by design: the loss depends on their values
+and no gradient of it reaches them. That is a cut only if this loss was meant to train them, and the program says
+otherwise: the declared optimizer does not own them and another optimizer its ``train_step`` steps does, at an lr
+above 0. Such a finding becomes a note naming the premise it could not confirm and how to check that objective.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...report import Status
+from .checks import Check, check
+from .closure import trained_elsewhere
+
+
+def other_objective(train_step: Any, optimizer: torch.optim.Optimizer | None, model: nn.Module) -> set[str]:
+    """Names of ``model``'s parameters trained by another optimizer ``train_step`` reaches and not by the declared
+    ``optimizer`` (empty without a declared optimizer: then the step's optimizers are the only ones, not "another")."""
+    if optimizer is None or train_step is None:
+        return set()
+    try:
+        return trained_elsewhere(train_step, optimizer, model)
+    except Exception:  # noqa: BLE001 - reading the user's closure is best effort: no evidence, no exemption
+        return set()
+
+
+def other_objective_note(names: list[str]) -> str:
+    """The note that replaces a no-gradient FAIL on parameters another objective trains."""
+    return (f"note: {len(names)} parameter(s) this loss gives no gradient to (first: {names[0]}) are trained by another "
+            "optimizer train_step reaches, not by the optimizer passed in: another objective trains them, so reading "
+            "them detached here is no evidence of a cut (check that objective by passing its loss_fn and optimizer)")
+
+
+def split_other(names: list[str], other: set[str]) -> tuple[list[str], list[str]]:
+    """``(kept, noted)``: the names whose missing gradient still counts against this loss, and the others."""
+    return [n for n in names if n not in other], [n for n in names if n in other]
+
+
+def noted_other(checks: list[Check], other: set[str], prefixes: tuple[str, ...]) -> list[Check]:
+    """Each FAIL of a kind starting with one of ``prefixes`` at a parameter in ``other`` becomes a PASS note."""
+    out = []
+    for c in checks:
+        f = c.finding
+        if f.status is Status.FAIL and f.where in other and f.check.startswith(prefixes):
+            c = check(f.where, f.check.rpartition(".")[0] + ".another_objective", Status.PASS,
+                      f"{other_objective_note([f.where])}; was: {f.message}", f.evidence)
+        out.append(c)
+    return out
