@@ -9,10 +9,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          'u; diagnose WARN at None',
  'adainnaoto_style.content_target_is_content_feat': 'owner saw PASS None None: ; diagnose PASS at None',
  'adainnaoto_style.style_stats_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
- 'adainnaoto_style.zero_grad_after_backward': 'owner saw FAIL decoder.1.weight step.zero_grad_before_step: '
-                                              'decoder.1.weight step.zero_grad_before_step: .grad none at '
-                                              'optimizer.step; diagnose FAIL at step_probe decoder.1.weight '
-                                              'step_probe:decoder.1.weight',
  'aefostersimclr_lars.self_similarity_not_masked': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
                                                    'owns 4 tensors that are not in the model (shapes [[64, 64], '
                                                    '[64], [64]]), and no trainabl; diagnose WARN at None',
@@ -346,10 +342,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                      'diagnose WARN at None',
  'glowpytorch_glow.squeeze_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
  'gnnexplainer_bashapes.labels_from_unshuffled_idx': 'owner saw PASS None None: ; diagnose PASS at None',
- 'gordicgans_dcgan.real_scored_against_fake_gt': 'owner saw FAIL OBJECTIVE objective.adversarial_direction: '
-                                                 'OBJECTIVE objective.adversarial_direction: pushes: real down, '
-                                                 "generated down (discriminator'; diagnose FAIL at learning_ledger "
-                                                 'OBJECTIVE learning_ledger:OBJECTIVE',
  'grand_cora.sharpened_target_not_detached': 'owner saw WARN None None: DEPENDENCY: 4 of 8 trainable parameters are '
                                              "not on the loss's autograd graph: 4 trainable parameters get no "
                                              'gradient and the; diagnose WARN at None',
@@ -462,10 +454,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lynnhogan_wgangp.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it u; diagnose WARN at None',
- 'lynnhogan_wgangp.gp_without_create_graph': 'owner saw FAIL OBJECTIVE objective.penalty_without_graph: OBJECTIVE '
-                                             "objective.penalty_without_graph: the parameters' gradient moves by 93% "
-                                             'of its norm; diagnose FAIL at learning_ledger OBJECTIVE '
-                                             'learning_ledger:OBJECTIVE',
  'maddpg_spread.target_from_current_obs': 'owner saw PASS None None: ; diagnose PASS at None',
  'mamlpytorch_omniglot.query_labels_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'megabyte_lm.attention_not_causal': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -483,19 +471,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'midibert_cp.batch_masked_in_place': 'owner saw WARN None None: DEPENDENCY: 3 of 53 trainable parameters are not on '
                                       "the loss's autograd graph: 3 trainable parameters get no gradient and th; "
                                       'diagnose WARN at None',
- 'midibert_cp.loss_mask_not_applied': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss unchanged '
-                                      'when targets[1] is flipped; diagnose FAIL at learning_ledger TASK '
-                                      'learning_ledger:TASK',
  'mingru_lm.labels_not_shifted': 'owner saw SKIPPED None None: loss_fn returned a tensor of shape (4, 65, 256), not '
                                  'a scalar; reduce it (e.g. .mean()) before backward on the batch; the; diagnose '
                                  'WARN at None',
  'mingru_lm.scan_over_features': 'owner saw SKIPPED None None: loss_fn returned a tensor of shape (4, 65, 256), not '
                                  'a scalar; reduce it (e.g. .mean()) before backward on the batch; the; diagnose '
                                  'WARN at None',
- 'mingru_lm.zero_grad_every_micro_batch': 'owner saw FAIL token_emb.weight step.zero_grad_before_step: '
-                                          'token_emb.weight step.zero_grad_before_step: .grad none at '
-                                          'optimizer.step; diagnose FAIL at step_probe token_emb.weight '
-                                          'step_probe:token_emb.weight',
  'minimind_pretrain.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
  'minimind_pretrain.zero_grad_every_micro_step': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                  'AdamW is not plain SGD (stateful update rule); diagnose PASS at '
@@ -548,9 +529,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
  'nestedunet_dsb2018.dice_on_logits': 'owner saw PASS None None: ; diagnose PASS at None',
  'newsrec_nrms.candidates_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
- 'nflows_maf_moons.output_mask_off_by_one': 'owner saw FAIL OBJECTIVE objective.log_det_mismatch: OBJECTIVE '
-                                            'objective.log_det_mismatch: -5.413 against -7.531 (example 0); diagnose '
-                                            'FAIL at learning_ledger OBJECTIVE learning_ledger:OBJECTIVE',
  'nice_mnist.log_det_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
                                'capability.cannot_overfit: loss 1095 -> best 1087 (0.72% down) at every lr; diagnose '
                                'FAIL at learning_ledger CAPABILITY learning_ledger:CAPABILITY',
@@ -683,10 +661,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchdrl_dqn.next_q_not_detached': 'owner saw PASS None None: ; diagnose WARN at None',
  'pytorchenet_camvid.class_weights_inverted': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchenet_camvid.labels_resized_bilinear': 'owner saw PASS None None: ; diagnose PASS at None',
- 'pytorchflows_realnvp.conditioner_input_unmasked': 'owner saw FAIL OBJECTIVE objective.log_det_mismatch: OBJECTIVE '
-                                                    'objective.log_det_mismatch: 0.5831 against 0.8604 (example 0); '
-                                                    'diagnose FAIL at learning_ledger OBJECTIVE '
-                                                    'learning_ledger:OBJECTIVE',
  'pytorchflows_realnvp.validate_in_train_mode': 'owner saw WARN None None: DIFFERENTIATION: 1 parameters get an '
                                                 'all-zero gradient (first: 2.translate_net.4.bias); the others: '
                                                 'finite, nonzero; diagnose WARN at None',
@@ -864,9 +838,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'smp_fpn_binary.model_activation_with_from_logits': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted '
                                                      'on 8 fixed examples, Adam lr 0.0001 at any lr up to 0.1 (loss '
                                                      '0.8114 -> best 0.7481, 8%; diagnose WARN at None',
- 'sngan_dcgan.fake_target_ones': 'owner saw FAIL OBJECTIVE objective.adversarial_direction: OBJECTIVE '
-                                 "objective.adversarial_direction: pushes: real up, generated up (discriminator's "
-                                 'lo; diagnose FAIL at learning_ledger OBJECTIVE learning_ledger:OBJECTIVE',
  'sngancrcrpar_cgan.real_paired_with_pseudo_labels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get '
                                                      'no gradient and the loss does not depend on them (perturbing '
                                                      'them on a copy leaves it u; diagnose WARN at None',
@@ -964,10 +935,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'tintnvit_cifar.softmax_over_queries': 'diagnose WARN at None',
  'tintnvit_cifar.test_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
  'tiramisu_camvid.flip_image_only': 'diagnose PASS at None',
- 'tonyduanflows_nsf2d.second_coupling_reads_its_own_half': 'owner saw FAIL OBJECTIVE objective.log_det_mismatch: '
-                                                           'OBJECTIVE objective.log_det_mismatch: -0.3052 against '
-                                                           '-0.3663 (example 0); diagnose FAIL at learning_ledger '
-                                                           'OBJECTIVE learning_ledger:OBJECTIVE',
  'torchac_a2c.actions_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchac_a2c.next_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchcde_spirals.initial_value_read_out': 'owner saw WARN None None: func.linear1.weight: func.linear1.weight: in '

@@ -365,6 +365,8 @@ BUGS = [
     Bug("style_stats_over_batch", functools.partial(_build, bug="style_stats_over_batch"),
         "learning_ledger", ("OBJECTIVE",)),
     # classic: zero_grad moved after the backward, so every step applies a zero gradient.
+    # Kind re-declared in review (2026-12-07): gradients cleared between the backward and the step are
+    # step.zero_grad_before_step, as ffjord_toy_cnf's same slip is declared.
     Bug("zero_grad_after_backward", functools.partial(_build, bug="zero_grad_after_backward"), "step_probe",
-        (), kind="step.gradient_discarded"),  # a whole-model slip: declared by its mechanism (README rule 6)
+        (), kind="step.zero_grad_before_step"),  # a whole-model slip: declared by its mechanism (README rule 6)
 ]

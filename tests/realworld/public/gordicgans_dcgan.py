@@ -246,8 +246,10 @@ build = functools.partial(_build, bug=None)
 BUGS = [
     # the real half of D's loss scored against the fake targets (classic copy-paste slip): D is taught that every
     # image is fake, whatever it shows.
+    # where re-declared in review (2026-12-07): a player's targets swapped is an objective pushing the wrong way,
+    # as g_loss_against_fake_gt below is declared (OBJECTIVE's objective.adversarial_direction)
     Bug("real_scored_against_fake_gt", functools.partial(_build, bug="real_scored_against_fake_gt"),
-        "learning_ledger", ("TASK",)),
+        "learning_ledger", ("OBJECTIVE",)),
     # the generator's loss against ``fake_images_gt`` (classic): G learns to make D call its images fake.
     Bug("g_loss_against_fake_gt", functools.partial(_build, bug="g_loss_against_fake_gt"), "learning_ledger",
         ("OBJECTIVE",)),

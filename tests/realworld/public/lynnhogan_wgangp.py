@@ -448,8 +448,10 @@ BUGS = [
         ("OBJECTIVE",)),
     # classic: torch.autograd.grad without create_graph=True; the penalty is a constant and none of its gradient
     # reaches the critic's parameters.
+    # where re-declared in review (2026-12-07): OBJECTIVE's objective.penalty_without_graph names this very
+    # slip (the penalty's gradient with and without create_graph differ)
     Bug("gp_without_create_graph", functools.partial(_build, bug="gp_without_create_graph"), "learning_ledger",
-        ("GRADIENT",)),
+        ("OBJECTIVE",)),
     # classic copy-paste slip: the critic's optimizer is built over the generator's parameters; D never moves.
     Bug("d_optimizer_over_g", functools.partial(_build, bug="d_optimizer_over_g"), "four_structures",
         ("net.0.weight",)),

@@ -449,8 +449,10 @@ build = functools.partial(_build, bug=None)
 BUGS = [
     Bug("batch_masked_in_place", functools.partial(_build, bug="batch_masked_in_place"), "learning_ledger",
         ("TASK",)),
+    # where re-declared in review (2026-12-07): the loss ignoring the mask is what TASK's task.mask_unread
+    # confirms (the loss unchanged when the mask is flipped), as batch_masked_in_place above is declared
     Bug("loss_mask_not_applied", functools.partial(_build, bug="loss_mask_not_applied"), "learning_ledger",
-        ("OBJECTIVE",)),
+        ("TASK",)),
     Bug("zero_grad_dropped", functools.partial(_build, bug="zero_grad_dropped"), "step_probe", (),
         kind="step.grad_accumulation"),
 ]

@@ -379,7 +379,9 @@ BUGS = [
     # state carries anything from earlier bytes, so each prediction sees the current byte only.
     Bug("scan_over_features", functools.partial(_build, bug="scan_over_features"), "learning_ledger",
         ("DEPENDENCY",)),
-    # optim.zero_grad() inside the accumulation loop (classic): only the last micro-batch's gradient is stepped on.
+    # optim.zero_grad() inside the accumulation loop after each backward (classic): every micro-batch's gradient is
+    # erased, the last one's too, so optimizer.step applies none. Kind re-declared in review (2026-12-07): that is
+    # step.zero_grad_before_step (gradients cleared between the backward and the step), not a discarded part.
     Bug("zero_grad_every_micro_batch", functools.partial(_build, bug="zero_grad_every_micro_batch"), "step_probe",
-        (), kind="step.gradient_discarded"),  # a whole-model slip: declared by its mechanism (README rule 6)
+        (), kind="step.zero_grad_before_step"),  # a whole-model slip: declared by its mechanism (README rule 6)
 ]

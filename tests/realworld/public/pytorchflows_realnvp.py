@@ -394,8 +394,10 @@ BUGS = [
         "learning_ledger", ("OBJECTIVE",)),
     # classic: the binary mask not applied to the conditioner's input (``masked_inputs = inputs``); each
     # coordinate's scale and shift see the coordinate itself.
+    # where re-declared in review (2026-12-07): a mask that lets an output read the input it transforms breaks the triangular
+    # Jacobian, which OBJECTIVE's objective.log_det_mismatch confirms against autograd (its hint names the masks)
     Bug("conditioner_input_unmasked", functools.partial(_build, bug="conditioner_input_unmasked"),
-        "learning_ledger", ("DEPENDENCY",)),
+        "learning_ledger", ("OBJECTIVE",)),
     # classic: ``validate`` without ``model.eval()``; BatchNormFlow normalizes the validation batch by its own
     # statistics instead of the training data's running statistics (and, while its momentum is 0, overwrites them).
     Bug("validate_in_train_mode", functools.partial(_build, bug="validate_in_train_mode"), "six_claims",

@@ -295,7 +295,9 @@ BUGS = [
         "learning_ledger", ("OBJECTIVE",)),
     # the generated images labelled with torch.ones like the real ones (classic copy-paste slip): the discriminator
     # is trained to call everything real and gives the generator nothing to learn from.
-    Bug("fake_target_ones", functools.partial(_build, bug="fake_target_ones"), "learning_ledger", ("TASK",)),
+    # where re-declared in review (2026-12-07): a player's targets swapped is an objective pushing the wrong way
+    # (OBJECTIVE's objective.adversarial_direction), as the corpus' other GAN target slips are declared
+    Bug("fake_target_ones", functools.partial(_build, bug="fake_target_ones"), "learning_ledger", ("OBJECTIVE",)),
     # optim_disc.zero_grad() left out of the discriminator loop: its gradients accumulate across the five updates and
     # pick up the generator update's backward through it (classic; whole discriminator).
     Bug("disc_zero_grad_dropped", functools.partial(_build, bug="disc_zero_grad_dropped"), "step_probe", (),

@@ -297,8 +297,10 @@ BUGS = [
     Bug("log_det_dropped", functools.partial(_build, bug="log_det_dropped"), "learning_ledger", ("OBJECTIVE",)),
     # the second coupling's conditioner reads the half it transforms (classic coupling slip): the output depends on
     # the coordinate itself and the summed log-det is no longer the Jacobian's.
+    # where re-declared in review (2026-12-07): a mask that lets an output read the input it transforms breaks the triangular
+    # Jacobian, which OBJECTIVE's objective.log_det_mismatch confirms against autograd (its hint names the masks)
     Bug("second_coupling_reads_its_own_half", functools.partial(_build, bug="second_coupling_reads_its_own_half"),
-        "learning_ledger", ("DEPENDENCY",)),
+        "learning_ledger", ("OBJECTIVE",)),
     # optimizer.zero_grad() left out of the loop: every iteration's gradient adds onto all earlier ones.
     Bug("zero_grad_dropped", functools.partial(_build, bug="zero_grad_dropped"), "step_probe", (),
         kind="step.grad_accumulation"),
