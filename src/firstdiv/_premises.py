@@ -177,6 +177,11 @@ PREMISES: dict[str, Premise] = {
         "WARN of the same kind naming what is missing: no optimizer passed, no optimizer owns them (a hand-written "
         "update could), no batch/loss_fn to see the loss reach them, or the loss does not reach them; without frozen= "
         "not checked (requires_grad=False parameters no pattern names are a WARN frozen.undeclared)"),
+    "frozen.undeclared": Premise(
+        "four_structures", "with frozen= declared, a parameter no pattern names is meant to train",
+        "it has requires_grad=False, no frozen= pattern names it, the optimizer passed owns it, and " + _DEPENDS,
+        "without frozen= not checked; not owned by the optimizer, no batch/loss_fn, or the loss not shown to depend on "
+        "it: WARN of the same kind"),
     "frozen.unfrozen_by_train": Premise(
         "four_structures", "parameters declared frozen (frozen=) stay frozen across model.train() / model.eval()",
         "on the user's model inside a guard, each declared parameter is set requires_grad=False, then model.train() and "

@@ -173,9 +173,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'cyclenet_etth.revin_denorm_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cyviusprotonet_miniimagenet.distance_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'cyviusprotonet_miniimagenet.labels_repeat_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
- 'darts_nbeats.first_stack_backcast_frozen': "owner saw WARN None None: AUTOGRAD: the loss's graph reaches 40 of 44 "
-                                             'trainable registered parameters and 0 tensors held outside the '
-                                             'registry; stacks.; diagnose WARN at None',
  'dcl_debiased_simclr.positive_left_in_negatives': 'owner saw PASS None None: ; diagnose PASS at None',
  'dcl_debiased_simclr.views_identical': 'owner saw PASS None None: ; diagnose PASS at None',
  'dcrnnpytorch_traffic.prediction_left_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -635,11 +632,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, '
                                                 '28, 30]), and loss_f; diagnose WARN at None',
  'protonetsnell_omniglot.support_viewed_shot_major': 'owner saw PASS None None: ; diagnose WARN at None',
- 'proxyanchor_resnet.embedding_group_dropped': 'owner saw FAIL model.layer1.0.bn2.bias optimizer.owns_only_frozen: '
-                                               'model.layer1.0.bn2.bias optimizer.owns_only_frozen: everything the '
-                                               'optimizer owns i; diagnose FAIL at four_structures '
-                                               'model.layer1.1.conv2.weight '
-                                               'four_structures:model.layer1.1.conv2.weight',
+ 'proxyanchor_resnet.embedding_group_dropped': 'owner saw FAIL model.bn1.bias optimizer.owns_only_frozen: '
+                                               'model.bn1.bias optimizer.owns_only_frozen: everything the optimizer '
+                                               'owns is frozen (model.bn; diagnose FAIL at four_structures '
+                                               'model.layer1.1.bn1.bias four_structures:model.layer1.1.bn1.bias',
  'proxyanchor_resnet.l2_norm_over_batch': 'owner saw WARN None None: CAPABILITY: the loss reaches parameters trained '
                                           "outside the copy (the program's own model, reached through a global, or a "
                                           'se; diagnose WARN at None',

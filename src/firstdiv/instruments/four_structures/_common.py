@@ -136,6 +136,9 @@ HINTS = {
                                  "do not set requires_grad in train(); freeze once after building the model"),
     "frozen.requires_grad": ("parameters declared frozen have requires_grad=False",
                              "call .requires_grad_(False) on them before building the optimizer"),
+    "frozen.undeclared": ("every parameter with requires_grad=False is declared frozen",
+                          ("find what set requires_grad=False on it (a freeze loop over the wrong modules), or add it "
+                           "to frozen= if freezing it is meant")),
 }
 
 

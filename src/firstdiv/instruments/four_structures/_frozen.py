@@ -12,6 +12,7 @@ from torch import nn
 
 from ...report import Status
 from .._core.checks import Check
+from .._core.invariance import loss_depends
 from .._core.modes import switches_modes
 from .._core.state import guarded
 from ._common import Audit, few, finding, listed, modules_of, note, severity
@@ -95,17 +96,36 @@ def frozen_findings(a: Audit, patterns: tuple[str, ...]) -> list[Check]:
                             *_trained(a, now, params, a.reached), ev))
     if error:
         out.append(note(a, "FROZEN", "frozen.modes", f"could not check that train()/eval() keep them frozen: {error}"))
-    undeclared = [names[0] for p, names in a.reg.params.values() if not p.requires_grad and id(p) not in a.declared]
+    undeclared = [(names[0], p) for p, names in a.reg.params.values() if not p.requires_grad and id(p) not in a.declared]
     if undeclared:
-        out.append(finding(undeclared[0], "frozen.undeclared", Status.WARN,
-                           f"{len(undeclared)} parameters have requires_grad=False but no `frozen` pattern names them "
-                           f"(first: {undeclared[0]}; modules: {listed(modules_of(undeclared))}): they will not train",
-                           {"count": len(undeclared), "names": few(undeclared)}))
+        out.append(_undeclared(a, undeclared, patterns))
     status = max((c.finding.status for c in out), key=severity, default=Status.PASS)
     summary = finding("FROZEN", "structure.frozen", status,
                       f"{len(params)} parameters declared frozen ({', '.join(patterns)}): {len(now)} with requires_grad=True, "
                       f"{len(flipped)} unfrozen by model.train()/eval(), {len(trained)} trained by the optimizer", ev)
     return [summary, *out]
+
+
+def _undeclared(a: Audit, params: list[tuple[str, torch.Tensor]], patterns: tuple[str, ...]) -> Check:
+    """Frozen parameters the ``frozen=`` declaration leaves out: FAIL when the program says twice that they should
+    train (the optimizer owns them, and the loss depends on them: perturbing them on a copy moves it), else WARN."""
+    names = [n for n, _ in params]
+    text = (f"{len(names)} parameters have requires_grad=False but no `frozen` pattern names them (first: {names[0]}; "
+            f"modules: {listed(modules_of(names))}): they will not train")
+    ev: dict[str, Any] = {"count": len(names), "names": few(names), "patterns": list(patterns)}
+    owned = [n for n, p in params if id(p) in a.owned_ids]
+    if not owned or a.batch is None or a.loss_fn is None:
+        return finding(names[0], "frozen.undeclared", Status.WARN, text, ev)
+    depends = loss_depends(a.model, a.batch, a.loss_fn, owned)
+    hit = [n for n in owned if depends.get(n) is True]
+    ev.update(owned_by_optimizer=few(owned), loss_depends_on=few(hit))
+    if not hit:
+        return finding(names[0], "frozen.undeclared", Status.WARN, f"{text}; the loss was not shown to depend on the "
+                       "ones the optimizer owns, so that they should train is not confirmed", ev)
+    return finding(hit[0], "frozen.undeclared", Status.FAIL,
+                   f"{text}; the optimizer owns {len(owned)} of them and the loss depends on {len(hit)} (perturbing them "
+                   f"on a copy moves it; first: {hit[0]}), while frozen= ({', '.join(patterns)}) leaves them out: frozen "
+                   "by accident", ev)
 
 
 def _tied_frozen(a: Audit) -> list[Check]:
