@@ -257,10 +257,15 @@ def _build(seed, bug=None):
     args.device = "cpu"
     train_dataset = load_and_cache_examples(args, tokenizer, make_examples(rng, 512, "train", fillers, cues), bug)
     dev_dataset = load_and_cache_examples(args, tokenizer, make_examples(rng, 128, "dev", fillers, cues))
-    return _train(args, model, train_dataset, dev_dataset, bug)
+    optimizer, train_step = _train(args, model, train_dataset, bug)
+    b = train_dataset[:args.train_batch_size]
+    batch = ({"input_ids": b[0], "attention_mask": b[1], "token_type_ids": b[2]}, b[3])
+    return Program(name="goemotions_multilabel", model=model, batch=batch,
+                   loss_fn=lambda outputs, labels: model.loss_fct(outputs[0], labels), optimizer=optimizer,
+                   train_step=train_step, eval_fn=lambda m, _batch=None: evaluate(args, m, dev_dataset))
 
 
-def _train(args, model, train_dataset, dev_dataset, bug):
+def _train(args, model, train_dataset, bug):
     train_sampler = RandomSampler(train_dataset)
     train_dataloader = DataLoader(train_dataset, sampler=train_sampler, batch_size=args.train_batch_size)
     t_total = len(train_dataloader) // args.gradient_accumulation_steps * args.num_train_epochs
@@ -318,11 +323,7 @@ def _train(args, model, train_dataset, dev_dataset, bug):
             st["global_step"] += 1
         return loss.item()
 
-    b = train_dataset[:args.train_batch_size]
-    batch = ({"input_ids": b[0], "attention_mask": b[1], "token_type_ids": b[2]}, b[3])
-    return Program(name="goemotions_multilabel", model=model, batch=batch,
-                   loss_fn=lambda outputs, labels: model.loss_fct(outputs[0], labels), optimizer=optimizer,
-                   train_step=train_step, eval_fn=lambda m, _batch=None: evaluate(args, m, dev_dataset))
+    return optimizer, train_step
 
 
 build = functools.partial(_build, bug=None)

@@ -202,9 +202,9 @@ def make_text(rng, n):
     return out[:n]
 
 
-def _build(seed, bug=None):
+def _data(seed, bug=None):
+    """The script's data section: the vocabulary, the splits and ``get_batch`` (``vocab_size`` set as a global)."""
     global vocab_size
-    torch.manual_seed(seed)
     text = make_text(random.Random(seed), 30000)
     gen = torch.Generator().manual_seed(seed)
 
@@ -233,6 +233,13 @@ def _build(seed, bug=None):
             y = torch.stack([data[i+1:i+block_size+1] for i in ix])
         x, y = x.to(device), y.to(device)
         return x, y
+
+    return get_batch
+
+
+def _build(seed, bug=None):
+    torch.manual_seed(seed)
+    get_batch = _data(seed, bug)
 
     @torch.no_grad()
     def estimate_loss():

@@ -164,15 +164,21 @@ def validation(validation_data, model, global_step, t_vocab_size, opt):
     return val_loss
 
 
-def _build(seed, bug=None):
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
+def _vocab_and_pairs(rng):
+    """(port) The dictionary, the pairs and the two vocabularies (specials first)."""
     en = ['en{}'.format(k) for k in range(40)]
     rng.shuffle(en)
     dictionary = {'de{}'.format(k): en[k] for k in range(40)}
     train_pairs, val_pairs = make_pairs(rng, 512, dictionary), make_pairs(rng, 64, dictionary)
     src_stoi = {w: i for i, w in enumerate(SPECIALS + sorted(dictionary))}
     trg_stoi = {w: i for i, w in enumerate(SPECIALS + sorted(en))}
+    return train_pairs, val_pairs, src_stoi, trg_stoi
+
+
+def _build(seed, bug=None):
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    train_pairs, val_pairs, src_stoi, trg_stoi = _vocab_and_pairs(rng)
     opt = argparse.Namespace(batch_size=16, n_layers=2, hidden_size=32, filter_size=64, warmup=100, dropout=0.1,
                              label_smoothing=0.1, share_target_embedding=False, has_inputs=True,
                              src_pad_idx=src_stoi['<pad>'], trg_pad_idx=trg_stoi['<pad>'])
