@@ -14,31 +14,31 @@ src/utils/tokenizer.py (``Tokenizer``), src/utils/transformers.py (``Attention``
 License: Apache-2.0 (LICENSES/SHI-Labs-Compact-Transformers.txt)
 Domain: vision transformer (convolutional tokenizer, sequence pooling, label smoothing, warm-up + cosine lr)
 
-Kept as written: the modules listed above (only the classes ``cct_2`` builds; they live in ``_cct_lib.py``), ``LabelSmoothingCrossEntropy``,
-``adjust_learning_rate``, ``accuracy``, the bodies of ``cls_train`` (``model.train()``, forward, loss, running
-accuracy, zero_grad, backward, the optional clip, step) and ``cls_validate`` (eval mode, ``no_grad``), the argparse
-defaults (``--warmup 5``, ``--lr 0.0005``, ``--weight-decay 3e-2``, ``--clip-grad-norm 0``, ``-m cct_2``,
-``--positional-embedding learnable``, ``--conv-layers 2``, ``--conv-size 3``), the model built as
-``models.__dict__[args.model]('', False, False, img_size=..., ...)``.
+Kept as written: the modules listed above (only the classes ``cct_2`` builds; they live in ``_cct_lib.py``),
+``LabelSmoothingCrossEntropy``, ``adjust_learning_rate``, ``accuracy``, the bodies of ``cls_train`` (``model.train()``,
+forward, loss, running accuracy, zero_grad, backward, the optional clip, step) and ``cls_validate`` (eval mode,
+``no_grad``), the argparse defaults (``--warmup 5``, ``--lr 0.0005``, ``--weight-decay 3e-2``, ``--clip-grad-norm 0``,
+``-m cct_2``, ``--positional-embedding learnable``, ``--conv-layers 2``, ``--conv-size 3``), the model built with
+the script's call ``models.__dict__[args.model]('', False, False, img_size=..., ...)`` (``cct_2`` called directly).
 
 Deviations from the original:
 - CIFAR-10 is not here (no download, no torchvision): synthetic 16x16 RGB images made from ``seed``, 4 classes by
-  texture (horizontal stripes, vertical stripes, a checkerboard, a diagonal-free blob of noise), each with a random
-  period, phase and colour and added noise; 128 training and 64 validation images;
-  ``DATASETS['cifar10']`` keeps the CIFAR-10 mean/std with ``num_classes`` 10 -> 4;
+  texture (horizontal stripes, vertical stripes, a checkerboard, a random binary noise pattern), each with a random
+  period, phase and colour and added noise; 128 training and 64 validation images; ``DATASETS['cifar10']`` keeps the
+  CIFAR-10 mean/std with ``num_classes`` 10 -> 4;
 - the default augmentation's ``CIFAR10Policy`` (PIL AutoAugment, ``examples/utils/autoaug.py``) is left out;
   ``RandomCrop(16, padding=4)``, ``RandomHorizontalFlip``, ``ToTensor`` and ``Normalize`` are written out in plain
   torch; the validation ``Resize(16)`` is the identity on 16x16 images;
-- sizes for 2 CPU cores: ``img_size`` 32 -> 16 (4x4 = 16 tokens after the tokenizer), ``-b 128 -> 32``, ``--epochs 200 -> 20`` (4 batches an epoch), ``--workers 4 -> 0``; the
-  model keeps ``cct_2``'s width (128), depth, heads and mlp ratio;
+- sizes for 2 CPU cores: ``img_size`` 32 -> 16 (4x4 = 16 tokens after the tokenizer), ``-b 128 -> 32``, ``--epochs 200
+  -> 20`` (4 batches an epoch), ``--workers 4 -> 0``; the model keeps ``cct_2``'s width (128), depth, heads and mlp
+  ratio;
 - no GPU (``--no-cuda``): the ``.cuda`` calls do not run; the timm registry decorator, ``model_urls`` and the
   pretrained-weights branch of ``_cct`` (``pretrained=False`` here), the other CCT variants, the masked and text
   classes, the prints and the checkpoint saving are left out;
 - the epoch loop is unrolled: one ``train_step`` is one iteration of ``cls_train`` (``adjust_learning_rate`` and
   ``model.train()`` when an epoch starts, ``cls_validate`` when it ends, its top-1 kept); ``eval_fn`` is the top-1
   ``accuracy`` on a given batch in eval mode;
-- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
-"""
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written."""
 # ruff: noqa: UP008, PLR0402  (the original's code style is kept as written)
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def cls_validate(val_loader, model, criterion, args, epoch=None, time_begin=None
 # ---- (port) synthetic CIFAR-like data and the torchvision transforms written out ---------------------------------
 
 def _synthetic(seed, n):
-    """Four texture classes: horizontal stripes, vertical stripes, checkerboard, noise blob; random colours."""
+    """Four texture classes: horizontal stripes, vertical stripes, checkerboard, binary noise; random colours."""
     g = torch.Generator().manual_seed(seed)
     yy, xx = torch.meshgrid(torch.arange(16.), torch.arange(16.), indexing="ij")
     targets = torch.randint(0, N_CLASSES, (n,), generator=g)

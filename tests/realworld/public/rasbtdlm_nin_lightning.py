@@ -19,21 +19,20 @@ notebook's ``LEARNING_RATE = 0.0005`` and ``torch.manual_seed`` before the data 
 
 Deviations from the original:
 - CIFAR-10 is not here (no download, no torchvision): synthetic 32x32 RGB images made from ``seed``, 10 classes, each a
-  random 4x4 colour pattern upsampled to 32x32 (bilinear) plus per-image noise (std 0.1), in [0, 1] as ``ToTensor`` gives;
-  ``Normalize(0.5, 0.5)`` is written out; the 50000 training images become 320 split 288 / 32 by ``random_split``
+  random 4x4 colour pattern upsampled to 32x32 (bilinear) plus per-image noise (std 0.1), in [0, 1] as ``ToTensor``
+  gives; ``Normalize(0.5, 0.5)`` is written out; the 50000 training images become 320 split 288 / 32 by ``random_split``
   (45000 / 5000 upstream); the test split and ``test_step`` are not run;
-- sizes for 2 CPU cores: the NiN widths 192 / 160 / 96 -> 48 / 40 / 24 (the 10-channel output layer kept);
-  ``BATCH_SIZE 256 -> 32``, ``NUM_WORKERS 4 -> 0``; the self-check runs 60 steps (``SELF_CHECK_STEPS``): the
-  loss stays near log(10) for its first 30 or so;
+- sizes for 2 CPU cores: the NiN widths 192 / 160 / 96 -> 48 / 40 / 24 (the 10-channel output layer kept); ``BATCH_SIZE
+  256 -> 32``, ``NUM_WORKERS 4 -> 0``; the self-check runs 60 steps (``SELF_CHECK_STEPS``): the loss stays near log(10)
+  for its first 30 or so;
 - ``torchmetrics.Accuracy()`` (no ``task``, refused by current torchmetrics) -> ``Accuracy(task="multiclass",
-  num_classes=10)``; ``self.log`` runs without a trainer attached (Lightning ignores it), the checkpoint callback,
-  the CSV logger, the plots and the label counters are left out;
+  num_classes=10)``; ``self.log`` runs without a trainer attached (Lightning ignores it), the checkpoint callback, the
+  CSV logger, the plots and the label counters are left out;
 - the Trainer's fit loop is driven one batch at a time as Lightning's automatic optimization runs it
   (``_lightning_loop.automatic_step``: ``training_step`` in the optimizer closure, the ``optimizer_zero_grad`` hook,
   ``backward``, ``optimizer_step``); when a training epoch ends the validation loop runs (eval mode, ``no_grad``,
   ``validation_step`` over the validation loader); ``eval_fn`` is the accuracy on a given batch in eval mode;
-- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
-"""
+- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written."""
 
 from __future__ import annotations
 
