@@ -35,7 +35,7 @@ Deviations from the original:
   one iteration of ``train``'s batch loop (tqdm, the loss meter and the printed bits per dimension are left out); ``eval_fn`` is ``test`` on the
   test split returning the mean NLL instead of saving checkpoints and sample grids;
 - the Program's model is the Glow net, its batch ``(x,)`` a fixed test batch, ``loss_fn`` ``NLLLoss`` on the net's
-  ``(z, sldj)``; the copied modules read the variant from a module-level ``BUG`` set at build;
+  ``(z, sldj)``; the build sets a ``bug`` attribute on ``NLLLoss`` and each ``Coupling`` for the variants;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
@@ -61,7 +61,6 @@ from _api import Bug, Program
 from _chrischuteglow_lib import NN, ActNorm, InvConv, clip_grad_norm, squeeze
 
 N_TRAIN, N_TEST, SIZE = 256, 64, 16  # (port) synthetic data
-BUG = None  # (port) the variant being built, read by the copied modules
 
 
 # ---- util/optim_util.py --------------------------------------------------------------------------------------------
@@ -76,7 +75,7 @@ class NLLLoss(nn.Module):
         prior_ll = prior_ll.flatten(1).sum(-1) \
             - np.log(self.k) * np.prod(z.size()[1:])
         ll = prior_ll + sldj
-        if BUG == "sldj_subtracted":
+        if getattr(self, "bug", None) == "sldj_subtracted":  # (port) set at build
             ll = prior_ll - sldj  # sign slip: the log-determinant subtracted
         nll = -ll.mean()
 
@@ -95,7 +94,7 @@ class Coupling(nn.Module):
         x_change, x_id = x.chunk(2, dim=1)
 
         st = self.nn(x_id)
-        if BUG == "coupling_conditioned_on_changed_half":
+        if getattr(self, "bug", None) == "coupling_conditioned_on_changed_half":  # (port) set at build
             st = self.nn(x_change)  # the net reads the half it transforms: the Jacobian is no longer triangular
         s, t = st[:, 0::2, ...], st[:, 1::2, ...]
         s = self.scale * torch.tanh(s)
@@ -251,9 +250,9 @@ ARGS = dict(batch_size=16, lr=1e-3, max_grad_norm=-1., num_channels=16, num_leve
             warm_up=10 * N_TRAIN)  # (port) sizes; the script's defaults: 64, 1e-3, -1., 512, 3, 32, 500000
 
 
-def test(net, testloader, device, loss_fn):
+def test(net, testloader, device, loss_fn, bug=None):
     net.eval()
-    if BUG == "test_in_train_mode":
+    if bug == "test_in_train_mode":
         net.train()  # the evaluation left in train mode: batch statistics of the test batch
     loss_sum, count = 0., 0
     with torch.no_grad():
@@ -266,8 +265,6 @@ def test(net, testloader, device, loss_fn):
 
 
 def _build(seed, bug=None):
-    global BUG
-    BUG = bug
     device = 'cpu'
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -282,6 +279,10 @@ def _build(seed, bug=None):
     net = net.to(device)
 
     loss_fn = NLLLoss().to(device)
+    loss_fn.bug = bug  # (port) the variant
+    for m in net.modules():
+        if isinstance(m, Coupling):
+            m.bug = bug  # (port) the variant
     optimizer = optim.Adam(net.parameters(), lr=ARGS['lr'])
     scheduler = sched.LambdaLR(optimizer, lambda s: min(1., s / ARGS['warm_up']))
     state = {"it": iter(trainloader), "global_step": 0}
@@ -312,7 +313,7 @@ def _build(seed, bug=None):
 
     def eval_fn(model, batch):
         was_training = model.training
-        out = test(model, testloader, device, loss_fn)
+        out = test(model, testloader, device, loss_fn, bug=bug)
         model.train(was_training)
         return out
 

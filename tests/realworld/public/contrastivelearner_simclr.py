@@ -33,6 +33,9 @@ Deviations from the original:
   ``seed`` (one of 8 coloured shapes, a square, disk, cross or stripes, in one of two colours, at a random place on
   a dim noisy background): the instance to recognise across views;
 - ``build(seed)`` seeds torch and Python's ``random`` (``RandomApply`` draws from it);
+- in ``forward`` the queries' augmented batch is named (``view = transform_fn(x)``) so that the ``one_view_twice``
+  variant can reuse it; the module's imports are regrouped at the top; the copied code reads the variant from a
+  ``bug`` attribute on the learner (``nt_xent_loss`` takes it as a keyword);
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
@@ -43,7 +46,7 @@ import functools
 import pathlib
 import random
 import sys
-from functools import wraps
+from functools import partial, wraps
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +61,6 @@ from _api import Bug, Program
 from _kornia_augs import augs, filters
 
 N_IMAGES, BATCH, IMAGE_SIZE = 128, 16, 64  # (port) sizes
-BUG = None  # (port) the variant being built, read by the copied code
 
 
 # ---- contrastive_learner/contrastive_learner.py, as written (kornia's augs and filters above) -------------------
@@ -100,7 +102,7 @@ def contrastive_loss(queries, keys, temperature = 0.1):
     logits /= temperature
     return F.cross_entropy(logits, torch.arange(b, device=device))
 
-def nt_xent_loss(queries, keys, temperature = 0.1):
+def nt_xent_loss(queries, keys, temperature = 0.1, bug = None):  # (port) bug: the variant
     b, device = queries.shape[0], queries.device
 
     n = b * 2
@@ -112,7 +114,7 @@ def nt_xent_loss(queries, keys, temperature = 0.1):
     logits /= temperature
 
     labels = torch.cat(((torch.arange(b, device=device) + b - 1), torch.arange(b, device=device)), dim=0)
-    if BUG == "nt_xent_labels_not_offset":
+    if bug == "nt_xent_labels_not_offset":
         labels = torch.cat((torch.arange(b, device=device), torch.arange(b, device=device)), dim=0)
     loss = F.cross_entropy(logits, labels, reduction='sum')
     loss /= 2 * (b - 1)
@@ -258,6 +260,8 @@ class ContrastiveLearner(nn.Module):
     def calculate_loss(self):
         assert self.queries is not None and self.keys is not None, 'no queries or keys accumulated'
         loss_fn = nt_xent_loss if self.use_nt_xent_loss else contrastive_loss
+        if loss_fn is nt_xent_loss:  # (port) the variant passed on
+            loss_fn = partial(nt_xent_loss, bug=getattr(self, 'bug', None))
         loss = loss_fn(self.queries, self.keys, temperature = self.temperature)
         self.queries = self.keys = None
         return loss
@@ -272,7 +276,7 @@ class ContrastiveLearner(nn.Module):
 
         key_encoder = self.net if not self.use_momentum else self._get_key_encoder()
         keys = key_encoder(self.augment(x))
-        if BUG == "one_view_twice":
+        if getattr(self, "bug", None) == "one_view_twice":  # (port) set at build
             keys = key_encoder(view)  # the queries' augmented batch encoded again: both views are one view
 
         if self.use_momentum:
@@ -312,8 +316,6 @@ def make_images(seed):
 
 
 def _build(seed, bug=None):
-    global BUG
-    BUG = bug
     torch.manual_seed(seed)
     random.seed(seed)
     pool = make_images(seed)
@@ -334,6 +336,8 @@ def _build(seed, bug=None):
         temperature = 0.1,         # temperature
         augment_both = True        # augment both query and key
     )
+
+    learner.bug = bug  # (port) the variant
 
     if bug == "optimizer_over_resnet_only":
         opt = torch.optim.Adam(resnet.parameters(), lr=3e-4)  # the wrapped net's parameters, not the learner's

@@ -29,7 +29,7 @@ Deviations from the original:
   out); ``Trainer`` is built with ``model.train()`` as ``train`` does;
 - the Program's model is the VAE, its batch ``(x,)`` a fixed batch and ``loss_fn`` the trainer's
   ``_loss_function`` on the VAE's ``(recon, latent_dist)`` (it advances nothing: ``num_steps`` moves in
-  ``_train_iteration``); the copied code reads the variant from a module-level ``BUG`` set at build;
+  ``_train_iteration``); the build sets a ``bug`` attribute on the trainer for the variants;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
@@ -53,7 +53,6 @@ from _api import Bug, Program
 from _jointvae_lib import VAE
 
 N_IMAGES = 512  # (port) synthetic data
-BUG = None  # (port) the variant being built, read by the copied code
 EPS = 1e-12
 
 
@@ -105,7 +104,7 @@ class Trainer():
         if self.use_cuda:
             data = data.cuda()
 
-        if BUG == "zero_grad_after_backward":
+        if getattr(self, "bug", None) == "zero_grad_after_backward":  # (port) set at build
             recon_batch, latent_dist = self.model(data)
             loss = self._loss_function(data, recon_batch, latent_dist)
             loss.backward()
@@ -126,7 +125,7 @@ class Trainer():
         recon_loss = F.binary_cross_entropy(recon_data.view(-1, self.model.num_pixels),
                                             data.view(-1, self.model.num_pixels))
         # F.binary_cross_entropy takes mean over pixels, so unnormalise this
-        if BUG != "recon_mean_over_pixels":
+        if getattr(self, "bug", None) != "recon_mean_over_pixels":  # (port) set at build
             recon_loss *= self.model.num_pixels
 
         # Calculate KL divergences
@@ -221,7 +220,7 @@ class Trainer():
         mean_neg_entropy = torch.mean(neg_entropy, dim=0)
         # KL loss of alpha with uniform categorical variable
         kl_loss = log_dim + mean_neg_entropy
-        if BUG == "disc_kl_sign_flipped":
+        if getattr(self, "bug", None) == "disc_kl_sign_flipped":  # (port) set at build
             kl_loss = log_dim - mean_neg_entropy
         return kl_loss
 
@@ -252,8 +251,6 @@ def make_images(n, seed):
 
 
 def _build(seed, bug=None):
-    global BUG
-    BUG = bug
     torch.manual_seed(seed)
     batch_size = 32  # (port) main.py: 64
     lr = 5e-4
@@ -276,6 +273,7 @@ def _build(seed, bug=None):
                       cont_capacity=[0.0, 5.0, 25000, 30],
                       disc_capacity=[0.0, 5.0, 25000, 30],
                       use_cuda=False)
+    trainer.bug = bug  # (port) the variant
     trainer.batch_size = data_loader.batch_size
     trainer.model.train()
     state = {"it": iter(data_loader)}

@@ -31,7 +31,7 @@ Deviations from the original:
   ``train_step`` is one iteration of the batch loop; ``eval_fn`` is the test loss on an EMA copy in eval mode;
 - the Program's model is the score network, its batch ``((perturbed_samples, labels), (noise, used_sigmas))`` for
   a fixed draw and ``loss_fn`` the rest of ``anneal_dsm_score_estimation`` on the network's scores;
-- the ``bug`` switches (a module-level ``BUG`` set at build) select the variants in ``BUGS``; with ``bug=None``
+- the ``bug`` switches (a ``bug`` keyword added to ``anneal_dsm_score_estimation``) select the variants in ``BUGS``; with ``bug=None``
   the copied lines run as written.
 """
 
@@ -55,7 +55,6 @@ from _api import Bug, Program
 from _ncsnv2_lib import EMAHelper, RefineBlock, ResidualBlock, get_act, get_normalization
 
 N_TRAIN, N_TEST, SIZE = 256, 64, 16  # (port) synthetic data
-BUG = None  # (port) the variant being built, read by the copied code
 
 CONFIG = {  # configs/cifar10.yml, the keys train() reads (sizes of the header)
     'training': {'batch_size': 16, 'anneal_power': 2, 'log_all_sigmas': False},
@@ -112,16 +111,16 @@ def get_optimizer(config, parameters):
         raise NotImplementedError('Optimizer {} not understood.'.format(config.optim.optimizer))
 
 
-def anneal_dsm_score_estimation(scorenet, samples, sigmas, labels=None, anneal_power=2., hook=None):
+def anneal_dsm_score_estimation(scorenet, samples, sigmas, labels=None, anneal_power=2., hook=None, bug=None):
     if labels is None:
         labels = torch.randint(0, len(sigmas), (samples.shape[0],), device=samples.device)
     used_sigmas = sigmas[labels].view(samples.shape[0], *([1] * len(samples.shape[1:])))
     noise = torch.randn_like(samples) * used_sigmas
     perturbed_samples = samples + noise
     target = - 1 / (used_sigmas ** 2) * noise
-    if BUG == "target_sign_flipped":
+    if bug == "target_sign_flipped":
         target = 1 / (used_sigmas ** 2) * noise
-    if BUG == "labels_redrawn_for_model":
+    if bug == "labels_redrawn_for_model":
         labels = torch.randint(0, len(sigmas), (samples.shape[0],), device=samples.device)
     scores = scorenet(perturbed_samples, labels)
     target = target.view(target.shape[0], -1)
@@ -286,8 +285,6 @@ def get_model(config):
 
 
 def _build(seed, bug=None):
-    global BUG
-    BUG = bug
     torch.manual_seed(seed)
     np.random.seed(seed)
     config = dict2namespace(CONFIG)
@@ -323,9 +320,9 @@ def _build(seed, bug=None):
 
         loss = anneal_dsm_score_estimation(score, X, sigmas, None,
                                            config.training.anneal_power,
-                                           hook)
+                                           hook, bug=bug)
 
-        if BUG == "zero_grad_after_backward":
+        if bug == "zero_grad_after_backward":
             loss.backward()
             optimizer.zero_grad()
         else:
@@ -348,7 +345,7 @@ def _build(seed, bug=None):
         test_X = data_transform(config, test_X.to(config.device))
         with torch.no_grad():
             test_dsm_loss = anneal_dsm_score_estimation(test_score, test_X, sigmas, None,
-                                                        config.training.anneal_power, hook=None)
+                                                        config.training.anneal_power, hook=None, bug=bug)
         return float(test_dsm_loss)
 
     g = torch.Generator().manual_seed(seed)
@@ -360,11 +357,16 @@ def _build(seed, bug=None):
     def loss_fn(scores, targets):  # the rest of anneal_dsm_score_estimation on the network's scores
         noise, used_sigmas = targets
         target = (- 1 / (used_sigmas ** 2) * noise).view(noise.shape[0], -1)
+        if bug == "target_sign_flipped":
+            target = -target
         scores = scores.view(scores.shape[0], -1)
         loss = 1 / 2. * ((scores - target) ** 2).sum(dim=-1) * used_sigmas.squeeze() ** config.training.anneal_power
         return loss.mean(dim=0)
 
-    return Program(name="ncsnv2_cifar", model=score, batch=((X + noise, labels), (noise, used_sigmas)),
+    model_labels = labels
+    if bug == "labels_redrawn_for_model":
+        model_labels = torch.randint(0, len(sigmas), (X.shape[0],), generator=g)
+    return Program(name="ncsnv2_cifar", model=score, batch=((X + noise, model_labels), (noise, used_sigmas)),
                    loss_fn=loss_fn, optimizer=optimizer, train_step=train_step, eval_fn=eval_fn, loader=dataloader)
 
 

@@ -34,7 +34,7 @@ Deviations from the original:
   wrapper; the trainer's visualisation, loss profile, prints and checkpoints are left out;
 - one ``train_step`` is one iteration of ``trainOnEpoch`` returning ``allLosses["lossD"]``; the Program's model is
   D, its batch ``(cat([real, fake]), (real, fake))``, ``loss_fn`` D's ``lossD_real + lossD_fake`` on D's outputs;
-- the ``bug`` switches (a module-level ``BUG`` set at build) select the variants in ``BUGS``; with ``bug=None``
+- the ``bug`` switches (a ``bug`` keyword of ``DCGAN``, kept as ``self.bug``) select the variants in ``BUGS``; with ``bug=None``
   the copied lines run as written.
 """
 
@@ -60,7 +60,6 @@ from _pytorchganzoo_lib import BaseConfig, BaseGANMethods, DNet, GNet, finiteChe
 
 base_loss_criterions = types.SimpleNamespace(DCGAN=_DCGANLoss)
 N_IMAGES, SIZE = 256, 16  # (port) synthetic data
-BUG = None  # (port) the variant being built, read by the copied code
 
 
 # ---- models/base_GAN.py (BaseGAN: the methods the DCGAN run calls) ---------------------------------------------
@@ -136,7 +135,7 @@ class BaseGAN(BaseGANMethods):  # (port) the methods without a bug switch are in
             self.realLabels = inputLabels.to(self.device)
         n_samples = self.real_input.size()[0]
         # Update the discriminator
-        if BUG != "d_zero_grad_dropped":
+        if self.bug != "d_zero_grad_dropped":
             self.optimizerD.zero_grad()
         # #1 Real data
         predRealD = self.netD(self.real_input, False)
@@ -153,7 +152,7 @@ class BaseGAN(BaseGANMethods):  # (port) the methods without a bug switch are in
         predFakeG = self.netG(inputLatent).detach()
         predFakeD = self.netD(predFakeG, False)
         lossDFake = self.lossCriterion.getCriterion(predFakeD, False)
-        if BUG == "fake_scored_as_real":
+        if self.bug == "fake_scored_as_real":
             lossDFake = self.lossCriterion.getCriterion(predFakeD, True)
         allLosses["lossD_fake"] = lossDFake.item()
         lossD += lossDFake
@@ -228,7 +227,9 @@ class DCGAN(BaseGAN):
                  dimG=64,
                  dimD=64,
                  depth=3,
+                 bug=None,  # (port) the variant
                  **kwargs):
+        self.bug = bug  # (port)
         if 'config' not in vars(self):
             self.config = BaseConfig()
         self.config.dimG = dimG
@@ -253,7 +254,7 @@ class DCGAN(BaseGAN):
         return dnet
 
     def getOptimizerD(self):
-        if BUG == "optimizer_d_over_g":
+        if self.bug == "optimizer_d_over_g":
             return optim.Adam(filter(lambda p: p.requires_grad, self.netG.parameters()),
                               betas=[0.5, 0.999], lr=self.config.learningRate)
         return optim.Adam(filter(lambda p: p.requires_grad, self.netD.parameters()),
@@ -285,13 +286,11 @@ def make_images(n, seed):
 
 
 def _build(seed, bug=None):
-    global BUG
-    BUG = bug
     torch.manual_seed(seed)
     config = dict(depth=1, miniBatchSize=16, dimLatentVector=32, dimOutput=3, dimG=32, dimD=32, lossMode='DCGAN',
                   lambdaGP=0., epsilonD=0., baseLearningRate=0.0002, weightConditionG=0.0, weightConditionD=0.0,
                   GDPP=False, attribKeysOrder=None)  # (port) dcgan_config with the sizes of the header
-    model = DCGAN(useGPU=False, **{k: v for k, v in config.items() if k not in ('miniBatchSize', 'sigmaNoise')})
+    model = DCGAN(useGPU=False, bug=bug, **{k: v for k, v in config.items() if k not in ('miniBatchSize', 'sigmaNoise')})
     images = make_images(N_IMAGES, seed)
     dbLoader = DataLoader(TensorDataset(images, torch.zeros(N_IMAGES, dtype=torch.long)),
                           batch_size=config['miniBatchSize'], shuffle=True,
@@ -319,7 +318,7 @@ def _build(seed, bug=None):
     def loss_fn(predD, targets):  # optimizeParameters' lossD_real + lossD_fake on D's outputs
         n = len(targets[0])
         return (model.lossCriterion.getCriterion(predD[:n], True)
-                + model.lossCriterion.getCriterion(predD[n:], False))
+                + model.lossCriterion.getCriterion(predD[n:], bug == "fake_scored_as_real"))
 
     return Program(name="pytorchganzoo_dcgan", model=model.netD, batch=(torch.cat([real, fake]), (real, fake)),
                    loss_fn=loss_fn, optimizer=model.optimizerD, train_step=train_step, loader=dbLoader)
