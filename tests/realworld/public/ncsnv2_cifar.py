@@ -31,8 +31,8 @@ Deviations from the original:
   ``train_step`` is one iteration of the batch loop; ``eval_fn`` is the test loss on an EMA copy in eval mode;
 - the Program's model is the score network, its batch ``((perturbed_samples, labels), (noise, used_sigmas))`` for
   a fixed draw and ``loss_fn`` the rest of ``anneal_dsm_score_estimation`` on the network's scores;
-- the ``bug`` switches (a ``bug`` keyword added to ``anneal_dsm_score_estimation``) select the variants in ``BUGS``; with ``bug=None``
-  the copied lines run as written.
+- the ``bug`` switches (a ``bug`` keyword added to ``anneal_dsm_score_estimation``) select the variants in
+  ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
 from __future__ import annotations

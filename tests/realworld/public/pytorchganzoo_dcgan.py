@@ -34,8 +34,8 @@ Deviations from the original:
   wrapper; the trainer's visualisation, loss profile, prints and checkpoints are left out;
 - one ``train_step`` is one iteration of ``trainOnEpoch`` returning ``allLosses["lossD"]``; the Program's model is
   D, its batch ``(cat([real, fake]), (real, fake))``, ``loss_fn`` D's ``lossD_real + lossD_fake`` on D's outputs;
-- the ``bug`` switches (a ``bug`` keyword of ``DCGAN``, kept as ``self.bug``) select the variants in ``BUGS``; with ``bug=None``
-  the copied lines run as written.
+- the ``bug`` switches (a ``bug`` keyword of ``DCGAN``, kept as ``self.bug``) select the variants in ``BUGS``;
+  with ``bug=None`` the copied lines run as written.
 """
 
 from __future__ import annotations
