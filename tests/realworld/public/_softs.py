@@ -6,7 +6,8 @@ Source: https://github.com/Secilia-Cxy/SOFTS
 Commit: f5d35fd7c3e716b6383ce6d3cc42c131e32c3c44
 Files: ``data_provider/data_loader.py`` (``Dataset_ETT_hour``), ``utils/timefeatures.py``, ``utils/tools.py``
 (``adjust_learning_rate``)
-License: MIT (Copyright (c) 2024 Xu-Yang Chen; full text in LICENSES/Secilia-Cxy-SOFTS.txt)
+License: MIT (Copyright (c) 2024 Xu-Yang Chen; full text in LICENSES/Secilia-Cxy-SOFTS.txt); ``utils/timefeatures.py``
+carries GluonTS's Apache-2.0 header there (Copyright 2018 Amazon.com, Inc. or its affiliates)
 
 Copied as written but for the deviations listed in ``softs_etth.py``: the CSV is an in-memory frame (``_frame``),
 sklearn's StandardScaler is written out in numpy, ``time_features`` keeps the hourly entry, ``adjust_learning_rate``

@@ -219,14 +219,33 @@ class Model(nn.Module):
         return dec_out[:, -self.pred_len:, :]  # [B, L, D]
 
 
-def _build(seed, bug=None):
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    # run.py defaults + SOFTS_ETTh1.sh (96 -> 96), sizes as listed in the docstring
-    args = types.SimpleNamespace(features='M', target='OT', freq='h', seq_len=48, label_len=24, pred_len=24,
+def _args(bug):
+    """run.py defaults + SOFTS_ETTh1.sh (96 -> 96), sizes as listed in the docstring."""
+    return types.SimpleNamespace(features='M', target='OT', freq='h', seq_len=48, label_len=24, pred_len=24,
                                  e_layers=1, enc_in=7, d_model=32, d_core=32, d_ff=32, dropout=0.0,
                                  activation='gelu', use_norm=True, output_attention=False, embed='timeF',
                                  learning_rate=0.0003, lradj='cosine', train_epochs=20, batch_size=32, bug=bug)
+
+
+def _run_batch(model, criterion, args, batch_x, batch_y, batch_x_mark, batch_y_mark):
+    """The loop body's forward and loss (exp_long_term_forecasting.train and vali)."""
+    batch_x = batch_x.float()
+    batch_y = batch_y.float()
+    batch_x_mark = batch_x_mark.float()
+    batch_y_mark = batch_y_mark.float()
+    dec_inp = torch.zeros_like(batch_y[:, -args.pred_len:, :]).float()
+    dec_inp = torch.cat([batch_y[:, :args.label_len, :], dec_inp], dim=1).float()
+    outputs = model(batch_x, batch_x_mark, dec_inp, batch_y_mark)
+    f_dim = -1 if args.features == 'MS' else 0
+    outputs = outputs[:, -args.pred_len:, f_dim:]
+    batch_y = batch_y[:, -args.pred_len:, f_dim:]
+    return criterion(outputs, batch_y)
+
+
+def _build(seed, bug=None):
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    args = _args(bug)
     df_raw = _frame(seed)
     timeenc = 0 if args.embed != 'timeF' else 1
     size = [args.seq_len, args.label_len, args.pred_len]
@@ -239,18 +258,7 @@ def _build(seed, bug=None):
     criterion = nn.MSELoss()
     st = {"it": None, "epoch": 0}
 
-    def run_batch(batch_x, batch_y, batch_x_mark, batch_y_mark):
-        batch_x = batch_x.float()
-        batch_y = batch_y.float()
-        batch_x_mark = batch_x_mark.float()
-        batch_y_mark = batch_y_mark.float()
-        dec_inp = torch.zeros_like(batch_y[:, -args.pred_len:, :]).float()
-        dec_inp = torch.cat([batch_y[:, :args.label_len, :], dec_inp], dim=1).float()
-        outputs = model(batch_x, batch_x_mark, dec_inp, batch_y_mark)
-        f_dim = -1 if args.features == 'MS' else 0
-        outputs = outputs[:, -args.pred_len:, f_dim:]
-        batch_y = batch_y[:, -args.pred_len:, f_dim:]
-        return criterion(outputs, batch_y)
+    run_batch = functools.partial(_run_batch, model, criterion, args)
 
     def train_step():
         if st["it"] is None:  # an epoch starts

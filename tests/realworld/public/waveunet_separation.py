@@ -212,15 +212,19 @@ def validate(args, model, criterion, test_data):
     return total_loss
 
 
+def _args():
+    """train.py's argparse defaults, with the sizes and options listed in the docstring."""
+    return types.SimpleNamespace(instruments=["bass", "vocals"], features=8, lr=1e-3, min_lr=5e-5, cycles=2,
+                                 batch_size=4, levels=4, depth=1, sr=44100, channels=1, kernel_size=5,
+                                 output_size=256 / 44100, strides=4, loss="L1", conv_type="gn", res="fixed",
+                                 separate=0, feature_growth="double")
+
+
 def _build(seed, bug=None):
     np.random.seed(seed)
     torch.manual_seed(seed)
     rng = np.random.RandomState(seed)
-    # train.py's argparse defaults, with the sizes and options listed in the docstring
-    args = types.SimpleNamespace(instruments=["bass", "vocals"], features=8, lr=1e-3, min_lr=5e-5, cycles=2,
-                                 batch_size=4, levels=4, depth=1, sr=44100, channels=1, kernel_size=5,
-                                 output_size=256 / 44100, strides=4, loss="L1", conv_type="gn", res="fixed",
-                                 separate=0, feature_growth="double")
+    args = _args()
 
     # main(args)
     num_features = [args.features*i for i in range(1, args.levels+1)] if args.feature_growth == "add" else \
