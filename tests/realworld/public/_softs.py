@@ -1,6 +1,9 @@
 # ruff: noqa: SIM118
-"""SOFTS's ETTh data pipeline, moved out of ``softs_etth.py`` to keep the port readable (the ``bug`` switch of
-``Dataset_ETT_hour.__getitem__`` selects one of that port's variants).
+"""SOFTS's ETTh data pipeline, moved out of ``softs_etth.py`` to keep the port readable, and shared by
+``moderntcn_etth.py``: ``Dataset_ETT_hour`` and ``timefeatures.py`` are identical in luodhhh/ModernTCN (commit
+56a9a2c018385cd5acef015378cae7f084d1b11c, ``ModernTCN-Long-term-forecasting/``; MIT, LICENSES/luodhhh-ModernTCN.txt)
+but for the unused ``seasonal_patterns`` argument. The ``bug`` switch of ``Dataset_ETT_hour.__getitem__`` selects
+one of the ports' variants.
 
 Source: https://github.com/Secilia-Cxy/SOFTS
 Commit: f5d35fd7c3e716b6383ce6d3cc42c131e32c3c44
