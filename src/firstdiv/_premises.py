@@ -860,8 +860,9 @@ PREMISES: dict[str, Premise] = {
         "six_claims", "the gradient descends the objective it came from",
         "a deep copy stepped along -grad by 1e-3, 1e-4 and 1e-5 of the parameters' norm: the loss (seeded, shown "
         "reproducible at fixed parameters) rose at all three",
-        "a loss not reproducible at fixed parameters, or a semi-gradient objective (it reads .item()/.detach() of tensors "
-        "that require grad): a note, not judged"),
+        "a loss not reproducible at fixed parameters, a semi-gradient objective (it reads .item()/.detach() of tensors "
+        "that require grad), or rises that do not scale with the step (a smaller step's rise over 30 % of the larger "
+        "one's, or under 3 % between the two smallest: the loss jumps there, a discontinuity): a note, not judged"),
     "claim.evaluation.random_masks": Premise(
         "six_claims", "evaluation is deterministic: with the model in eval mode it draws no random mask",
         "eval_fn runs twice on a deep copy under a dispatch mode that counts random masks (native_dropout in training "

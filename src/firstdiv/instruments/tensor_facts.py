@@ -24,7 +24,7 @@ def tensor_facts(packet: Report) -> Report:
     SKIPPED with the packet's own note when the packet has no loss."""
     loss = packet.details.get("packet", {}).get("loss")
     if loss is None:
-        note = packet.details.get("notes", {}).get("loss", "the packet has no loss section")
+        note = (packet.details.get("not_captured") or {}).get("loss", "the packet has no loss section")
         return skipped(_NAME, f"no loss to assert on ({note}); the later instruments localize it")
     value, problem = loss.get("value"), loss.get("problem")
     seen = {"value": value, "requires_grad": loss.get("requires_grad"), "grad_fn": loss.get("grad_fn")}

@@ -20,6 +20,7 @@ Accepted batches:
 - a tensor: unlabelled inputs, ``model(batch)``, targets None (a self-supervised batch whose loss reads the outputs);
 - a tuple/list of three or more items that ``forward`` takes as its positional arguments (a ``TensorDataset`` batch
   of ``input_ids, attention_mask, ..., labels`` into a model that computes its own loss): all inputs, targets None;
+- else one whose leading items ``forward`` takes as its positional arguments: those, and the last item the targets;
 - a dict with an inputs key (``inputs``, ``input``, ``x``) and optionally a targets key
   (``targets``, ``target``, ``labels``, ``y``, ``label``): the model gets ``model(batch[inputs_key])``;
 - any other dict: the model gets ``model(**batch)`` (targets keys are left out unless ``forward``
@@ -195,6 +196,8 @@ def split_batch(batch: Any, model: nn.Module | None = None) -> Batch:
         return Batch(inputs, targets, isinstance(inputs, dict) and not whole)  # whole: forward(self, batch_dict)
     if isinstance(batch, (tuple, list)) and model is not None and positional(model, tuple(batch)):
         return Batch(tuple(plain(v) for v in batch), None, False)  # forward's arguments; the model computes its loss
+    if isinstance(batch, (tuple, list)) and model is not None and positional(model, tuple(batch[:-1])):
+        return Batch(tuple(plain(v) for v in batch[:-1]), plain(batch[-1]), False)  # (x1, ..., xk, targets)
     if isinstance(batch, (tuple, list)):
         raise InvalidArgument(f"Expected `batch` to be a tuple (inputs, targets), the model's positional arguments or a "
                               f"dict but got a {type(batch).__name__} of length {len(batch)}: pass (inputs, targets)")

@@ -200,28 +200,62 @@ def _log_probs_axis(node: Any) -> Misfed | None:
 
 
 _ELEMENTWISE = ("MseLossBackward0", "SmoothL1LossBackward0", "HuberLossBackward0")
+_SQUARED = ("PowBackward0", "AbsBackward0")  # a squared or absolute error written out: (pred - target) ** 2
 
 
 def broadcast_into_loss(loss: Any) -> tuple[list[int], list[int]] | None:
-    """(the prediction's shape, the shape it was expanded to) for an elementwise regression loss node (mse, smooth L1,
-    Huber) whose prediction was broadcast against a target of another shape, or None. Read from the graph: the loss
-    node's input is an expand of a smaller tensor."""
+    """(the prediction's shape, the shape it was expanded to) for an elementwise regression loss whose prediction was
+    broadcast against a target of another shape, or None. Read from the graph: an mse / smooth L1 / Huber node one of
+    whose inputs (the prediction may be either argument) is an expand of a smaller tensor; or a squared or absolute
+    difference written out whose one operand with a gradient is smaller than the difference (the other, the target,
+    without one: a pairwise distance between two model outputs is no regression)."""
     if not torch.is_tensor(loss) or loss.grad_fn is None:
         return None
     for node in graph_nodes(loss):
-        if type(node).__name__ not in _ELEMENTWISE or not node.next_functions:
-            continue
-        producer = node.next_functions[0][0]
-        x = saved_tensor(node, "_saved_self")
-        if type(producer).__name__ != "ExpandBackward0" or x is None:
+        name = type(node).__name__
+        found = _expanded_operand(node) if name in _ELEMENTWISE else _broadcast_difference(node) if name in _SQUARED \
+            else None
+        if found is not None:
+            return found
+    return None
+
+
+def _shape(node: Any) -> list[int] | None:
+    """The forward output shape of the autograd node ``node`` (a leaf's variable, else its input metadata)."""
+    try:
+        if hasattr(node, "variable"):
+            return list(node.variable.shape)
+        return [int(d) for d in node._input_metadata[0].shape]
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        return None
+
+
+def _expanded_operand(node: Any) -> tuple[list[int], list[int]] | None:
+    for producer, _ in node.next_functions:
+        if producer is None or type(producer).__name__ != "ExpandBackward0":
             continue
         try:
             small = [int(d) for d in producer._saved_self_sym_sizes]
         except (AttributeError, RuntimeError, TypeError):
             continue
-        if x.numel() > max(1, torch.Size(small).numel()):
-            return small, list(x.shape)
+        wide = _shape(producer)
+        if wide is not None and torch.Size(wide).numel() > max(1, torch.Size(small).numel()):
+            return small, wide
     return None
+
+
+def _broadcast_difference(node: Any) -> tuple[list[int], list[int]] | None:
+    if type(node).__name__ == "PowBackward0" and getattr(node, "_saved_exponent", None) != 2:
+        return None
+    diff = saved_tensor(node, "_saved_self")
+    sub = node.next_functions[0][0] if node.next_functions else None
+    if diff is None or sub is None or type(sub).__name__ != "SubBackward0":
+        return None
+    graded = [p for p, _ in sub.next_functions if p is not None]
+    small = _shape(graded[0]) if len(graded) == 1 else None
+    if small is None or torch.Size(small).numel() >= diff.numel():
+        return None
+    return small, list(diff.shape)
 
 
 _BCE = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")

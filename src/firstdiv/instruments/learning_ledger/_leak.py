@@ -24,6 +24,8 @@ counterfactual on the ledger's copy:
    move any output makes. A causal model whose labels are its inputs shifted by one does not: position ``j`` never
    reads the token it is asked for. At least half of up to eight probed elements must move.
 
+4. When the loss receives several target tensors, the loss compares the output with this one (``_compared``).
+
 Read on the declared batch, then on what ``train_step`` feeds (its model's first input and the target its loss saved).
 Nothing is concluded when no output is aligned with the targets or the model raises.
 """
@@ -40,6 +42,7 @@ from .._core.batch import fresh, positional, rebuild
 from .._core.checks import Check
 from .._core.task import Ctx
 from ._common import failed
+from ._compared import compares
 from ._perturbed import eval_mode
 from ._step_loss import step_fed
 
@@ -207,7 +210,7 @@ def target_in_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
         return None
     call = _declared_call(ctx)
     declared = [t for _, t in named_tensors(ctx.batch.targets, "")]
-    found = _search(ctx, ev, call, declared, "")
+    found = _search(ctx, ev, call, declared, "", several=len(declared) > 1)
     if found is not None:
         return found
     fed = step_fed(ctx)
@@ -251,7 +254,7 @@ def _contradicted(call: ModelCall, t: torch.Tensor, where: str, others: list[tor
 
 
 def _search(ctx: Ctx, ev: dict[str, Any], call: ModelCall, targets: list[torch.Tensor], where: str,
-            others: list[torch.Tensor] = ()) -> Check | None:
+            others: list[torch.Tensor] = (), several: bool = False) -> Check | None:
     inputs = named_tensors((call.args, call.kwargs), "")
     for t in targets:
         b = min(t.shape[0], MAX_EXAMPLES) if t.dim() and t.layout is torch.strided else 0
@@ -278,6 +281,12 @@ def _search(ctx: Ctx, ev: dict[str, Any], call: ModelCall, targets: list[torch.T
                     "is the program's design: task.target_in_input not judged")
                 continue
             result = _confirm(call, x, t, copies)
+            if result is not None and several and not compares(ctx, call.base(), result["output"], t, named_tensors,
+                                                               _replaced):
+                ctx.report_notes.append(f"note: a target tensor among several the loss receives copies input "
+                                        f"{_name(path, call.whole)!r}, but the loss is not lowest with the output at "
+                                        "its values (context the loss reads, not what it fits): not judged")
+                continue
             if result is not None:
                 return _finding(ev, _name(path, call.whole), x, t, copies, result, where, why)
     return None

@@ -5,6 +5,7 @@ evidence)`` or ``(kind or "", evidence)``; six_claims turns the first kind into 
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -159,6 +160,11 @@ def descent(model: nn.Module, batch: Batch, loss_fn: Any, grads: dict[str, torch
     ev = {"loss_before_step": base[0], "loss_after_steps": after, "relative_step_sizes": [1e-3, 1e-4, 1e-5][:len(after)]}
     tol = 1e-6 * max(1.0, abs(base[0]))
     rose = len(after) == 3 and all(a is not None and a > base[0] + tol for a in after)
+    if rose and not _scales([a - base[0] for a in after]):
+        ev["descent"] = ("note: the loss rose at every step along -grad, but not in proportion to the step (a tenth of the "
+                         "step, not about a tenth of the rise): it jumps at these weights (a ReLU unit switching under a "
+                         "normalization with a tiny epsilon), so descent was not judged")
+        return "", ev
     # a semi-gradient objective reads values of the parameters off the graph (an advantage R - value.item(), a
     # detached target): -grad is not the loss's gradient there, so a rise is no evidence of a broken gradient
     reads = _off_graph_reads(probe, batch, loss_fn) if rose else []
@@ -167,6 +173,14 @@ def descent(model: nn.Module, batch: Batch, loss_fn: Any, grads: dict[str, torch
                          "objective): -grad is not the gradient of the loss it reports, so descent was not judged")
         return "", ev
     return ("claim.objective.not_descended" if rose else ""), ev
+
+
+def _scales(rises: list[float]) -> bool:
+    """A gradient that points up the loss makes it rise in proportion to a small step: a tenth of the step, about a
+    tenth of the rise (at most 0.3 of it at every size, curvature making the largest rise larger still, and at least
+    0.03 between the two smallest); a jump in the loss (a discontinuity crossed at any step size) does not."""
+    ratios = [b / a for a, b in itertools.pairwise(rises)]
+    return all(r <= 0.3 for r in ratios) and ratios[-1] >= 0.03
 
 
 _OFF_GRAPH = {torch.Tensor.item: "item()", torch.Tensor.detach: "detach()", torch.Tensor.tolist: "tolist()",

@@ -42,6 +42,12 @@ class DiscardTracker:
         if not self.in_step:
             self.segment.add(pid)
 
+    def call_started(self) -> None:
+        """Gradients an earlier call left (a GAN's generator backward reaching the discriminator after its step) are no
+        micro-batch of this call's update: a zero_grad may erase them. A window an earlier call opened stays open (a
+        loop that clears after every micro-batch, one micro-batch per call, erases this call's gradients in it)."""
+        self.segment.clear()
+
     def pre_step(self, call: int) -> None:
         self.stepped.append((call, frozenset(self.segment)))
         self.segment.clear()

@@ -157,6 +157,7 @@ class StepWatch:
             for call in (1, 2):
                 self.call = call
                 self.pending.clear()  # a GAN's generator backward reaching D after D's step is not D's next step
+                self.discard.call_started()  # nor a micro-batch its next call's first zero_grad erases
                 out = train_step()
                 self.losses.append(float(out.detach().float().reshape(())) if torch.is_tensor(out) and out.numel() == 1
                                    else float(out) if isinstance(out, (int, float)) else None)
