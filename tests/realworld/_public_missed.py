@@ -65,6 +65,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it ; diagnose WARN at None',
  'bcq_continuous.next_state_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bentrevettrl_ppo.returns_not_reversed': 'owner saw WARN None None: DEPENDENCY: 4 of 8 trainable parameters are not '
+                                          "on the loss's autograd graph: 4 trainable parameters get no gradient and "
+                                          'the; diagnose WARN at None',
  'bertnerpytorch_crf.crf_loss_not_negated': 'owner saw WARN None None: DEPENDENCY: 2 of 44 trainable parameters are '
                                             "not on the loss's autograd graph: 2 trainable parameters get no "
                                             'gradient and th; diagnose WARN at None',
@@ -93,6 +96,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'bilstmcrf_tagger.padding_in_mask': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.stop_transition_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'bnaf_toy2d.upper_blocks_unmasked': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bprmf_movielens.score_difference_reversed': 'owner saw SKIPPED None None: loss_fn raised TypeError: '
+                                              'BprMF.bpr_loss() takes 4 positional arguments but 33 were given (at '
+                                              'bprmf_movielens.py:205 in <; diagnose WARN at None',
+ 'bprmf_movielens.users_sliced_off_by_one': 'owner saw SKIPPED None None: loss_fn raised TypeError: BprMF.bpr_loss() '
+                                            'takes 4 positional arguments but 33 were given (at '
+                                            'bprmf_movielens.py:205 in <; diagnose WARN at None',
  'brainseg_unet.dsc_returned_not_loss': 'owner saw PASS None None: ; diagnose PASS at None',
  'bubbliiiingcenternet_resnet.heatmap_sigmoid_twice': 'owner saw WARN None None: GRADIENT: 3 trainable parameters '
                                                       'get no gradient and the loss does not depend on them '
@@ -107,6 +116,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               'gradient and the loss does not depend on them (perturbing them on a '
                                               'copy leaves it u; diagnose WARN at None',
  'carnpytorch_carn_m.hr_corner_not_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'cct_cifar.seq_pool_softmax_over_last_axis': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'cct_cifar.smoothing_weights_swapped': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
+                                        'stochastic objective plateaued on 8 fixed examples, AdamW lr 0.0005 at '
+                                        'every lr u; diagnose WARN at None',
+ 'cct_cifar.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: AdamW is not '
+                                      'plain SGD (stateful update rule); diagnose PASS at None',
  'centerloss_lenetpp.centers_not_stepped': 'owner saw PASS None None: ; diagnose WARN at None',
  'centerloss_lenetpp.class_mask_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -116,6 +131,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'chinesetextcls_textrnn.labels_misaligned': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                              'gradient and the loss does not depend on them (perturbing them on a '
                                              'copy leaves it u; diagnose WARN at None',
+ 'chrischuteglow_cifar.coupling_conditioned_on_changed_half': 'owner saw WARN None None: OBJECTIVE: the loss falls '
+                                                              'in proportion as outputs[1] grows (3698 -> -1.16e+04 '
+                                                              '-> -1.646e+05 at 10 and 100 times): a term li; '
+                                                              'diagnose WARN at None',
+ 'chrischuteglow_cifar.sldj_subtracted': 'owner saw WARN None None: GRADIENT: 24 trainable parameters get no '
+                                         'gradient and the loss does not depend on them (perturbing them on a copy '
+                                         'leaves it ; diagnose WARN at None',
  'chrischutenvp_realnvp.st_not_masked': 'owner saw WARN None None: GRADIENT: 10 trainable parameters get no gradient '
                                         'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                         'diagnose WARN at None',
@@ -145,6 +167,16 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'conformer_ctc.target_lengths_padded': 'owner saw PASS None None: ; diagnose WARN at None',
  'contrastiveclustering_cc.cluster_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'contrastiveclustering_cc.same_view_twice': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'contrastivelearner_simclr.nt_xent_labels_not_offset': 'owner saw SKIPPED None None: the model raised '
+                                                        'AssertionError: hidden layer avgpool never emitted an '
+                                                        'output on inputs [16, 3, 64, 64]; the ledger needs; '
+                                                        'diagnose WARN at None',
+ 'contrastivelearner_simclr.one_view_twice': 'owner saw SKIPPED None None: the model raised AssertionError: hidden '
+                                             'layer avgpool never emitted an output on inputs [16, 3, 64, 64]; the '
+                                             'ledger needs; diagnose WARN at None',
+ 'convmixer_cifar10.lr_from_epoch_only': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'convmixer_cifar10.train_mode_set_once': 'owner saw PASS None None: optimizer: update rule check skipped: AdamW is '
+                                          'not plain SGD (stateful update rule); diagnose PASS at None',
  'convnext_classifier.mixup_targets_not_mixed': 'owner saw PASS None None: ; diagnose PASS at None',
  'convtasnet_separation.pit_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'convtasnet_separation.sources_viewed_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -260,7 +292,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'drlhandson_crossentropy.next_obs_stored': 'owner saw PASS None None: ; diagnose PASS at None',
  'drqa_reader.end_loss_on_start_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'drqa_reader.span_scores_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
- 'dupontwgangp_mnist.critic_signs_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'dupontwgangp_mnist.critic_signs_flipped': 'owner saw PASS None None: ',
  'ecapatdnn_speaker.margin_on_non_targets': 'owner saw PASS None None: ; diagnose PASS at None',
  'edgeml_fastgrnn_kws.first_frame_classified': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
@@ -329,6 +361,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'gcntsp_residual_gated.coords_permuted_apart': 'owner saw WARN None None: DEPENDENCY: 6 of 43 trainable parameters '
                                                 "are not on the loss's autograd graph: 6 trainable parameters get no "
                                                 'gradient and th; diagnose WARN at None',
+ 'gdrl_ddqn.update_network_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: RMSprop is '
+                                      'not plain SGD (stateful update rule); diagnose PASS at None',
  'ge2e_speaker_verification.embeddings_not_unpermuted': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the '
                                                         'optimizer owns 2 tensors that are not in the model (shapes '
                                                         '[[], []]), and no trainable parameter of; diagnose WARN at '
@@ -339,11 +373,21 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                      'diagnose WARN at None',
  'glowpytorch_glow.squeeze_viewed_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
  'gnnexplainer_bashapes.labels_from_unshuffled_idx': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'goemotions_multilabel.cross_entropy_on_multi_hot': 'owner saw WARN None None: OBJECTIVE: the loss (2.673) is '
+                                                     "unchanged when a constant is added to an example's 7 logits "
+                                                     'while 6 of 16 examples have sever; diagnose WARN at None',
+ 'goemotions_multilabel.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'grand_cora.sharpened_target_not_detached': 'owner saw WARN None None: DEPENDENCY: 4 of 8 trainable parameters are '
                                              "not on the loss's autograd graph: 4 trainable parameters get no "
                                              'gradient and the; diagnose WARN at None',
  'graphrnn_grid.h_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'graphrnn_grid.output_x_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'graphsaint_node_sampler.labels_of_first_nodes': 'owner saw WARN None None: DEPENDENCY: 2 of 24 trainable '
+                                                  "parameters are not on the loss's autograd graph: 2 trainable "
+                                                  'parameters get no gradient and th; diagnose WARN at None',
+ 'graphsaint_node_sampler.normalize_over_nodes': 'owner saw WARN None None: DEPENDENCY: could not check: the '
+                                                 'DEPENDENCY check raised TypeError: Cannot assign to a sparse '
+                                                 'tensor on this program (no evi; diagnose WARN at None',
  'graphwavenet_traffic.target_time_in_day_channel': 'owner saw WARN None None: DEPENDENCY: 20 of 104 trainable '
                                                     "parameters are not on the loss's autograd graph: 20 trainable "
                                                     'parameters get no gradient and; diagnose WARN at None',
@@ -385,6 +429,15 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'ignite_siamese.positive_negative_swapped': 'owner saw WARN None None: OBJECTIVE: loss 2.949 is not the '
                                              'cross-entropy of these outputs (2.375; ln K = 2.303 for an untrained '
                                              '10-class model; exampl; diagnose WARN at None',
+ 'ikostrikova3c_catch.advantage_not_detached': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters '
+                                               "are not on the loss's autograd graph: 2 trainable parameters get no "
+                                               'gradient and th; diagnose WARN at None',
+ 'ikostrikova3c_catch.entropy_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters are '
+                                             "not on the loss's autograd graph: 2 trainable parameters get no "
+                                             'gradient and th; diagnose WARN at None',
+ 'ikostrikova3c_catch.zero_grad_set_to_none': 'owner saw WARN None None: lstm.weight_hh: lstm.weight_hh: gradient is '
+                                              'exactly zero after backward, and the loss does not depend on it '
+                                              '(perturbing it o; diagnose WARN at None',
  'improveddiffusion_hybrid.vb_term_trains_mean': 'owner saw WARN None None: GRADIENT: 32 trainable parameters get no '
                                                  'gradient and the loss does not depend on them (perturbing them on '
                                                  'a copy leaves it ; diagnose WARN at None',
@@ -402,6 +455,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    '32] puts input axis 1 (size 32) across; diagnose WARN at None',
  'joeynmt_transformer.padding_rows_not_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'joeynmt_transformer.trg_not_sorted_with_src': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'jointvae_mnist.disc_kl_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'jointvae_mnist.recon_mean_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'josiahtabular_bank.duration_leaks_target': 'owner saw PASS None None: ; diagnose WARN at None',
  'jzbontarpixelcnn_mnist.mask_types_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 '
                                               'fixed examples, Adam lr 0.001, up to lr 0.01, loss 5.54 -> best '
@@ -426,6 +481,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                    'diagnose WARN at None',
  'kinyugocm_ict.target_not_detached': 'owner saw PASS None None: ; diagnose WARN at None',
  'koopa_etth.destationarization_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'ku2482sac_cartpole.policy_on_buffer_actions': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ku2482sac_cartpole.soft_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
+                                            'not plain SGD (stateful update rule); diagnose PASS at None',
  'kuc2477vae_mnist.latent_mean_detached': 'owner saw PASS None None: ; diagnose WARN at None',
  'laptd3_pendulum.max_of_target_critics': 'owner saw PASS None None: ; diagnose PASS at None',
  'learn2learn_maml_sine.inner_update_ascends': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -503,10 +561,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'mnistdiffusion_ddpm.timestep_not_passed': 'owner saw WARN None None: DEPENDENCY: 17 of 483 trainable parameters '
                                             "are not on the loss's autograd graph: 17 trainable parameters get no "
                                             'gradient and; diagnose WARN at None',
+ 'moderntcn_etth.ffn2_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
  'morvana3c_discrete.advantage_not_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvana3c_discrete.targets_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvana3c_discrete.terminal_bootstrapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvanzhou_dqn.next_state_from_state_columns': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'mos_lm.prior_softmax_over_positions': 'owner saw PASS None None: ; diagnose WARN at None',
  'mtgnn_single_step.target_not_rescaled': 'owner saw WARN None None: DEPENDENCY: 4 of 64 trainable parameters are '
                                           "not on the loss's autograd graph: 4 trainable parameters get no gradient "
                                           'and th; diagnose WARN at None',
@@ -516,6 +576,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                              'the token it r; diagnose WARN at None',
  'nadavbh12vqvae_mnist.codebook_commitment_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ncrfpp_ner.labels_shifted_one_token': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ncsnv2_cifar.labels_redrawn_for_model': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ncsnv2_cifar.target_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerbertcrf_conll.cls_label_dropped': 'owner saw WARN None None: DEPENDENCY: 2 of 42 trainable parameters are not '
                                        "on the loss's autograd graph: 2 trainable parameters get no gradient and th; "
                                        'diagnose WARN at None',
@@ -525,6 +587,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'nerfpytorch_blender.meshgrid_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'nerfpytorch_blender.transmittance_not_exclusive': 'owner saw PASS None None: ; diagnose PASS at None',
  'nestedunet_dsb2018.dice_on_logits': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nestofunets_unet.mask_transform_not_reseeded': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nestofunets_unet.train_mode_set_once': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
+                                         'not plain SGD (stateful update rule); diagnose PASS at None',
  'newsrec_nrms.candidates_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
  'nice_mnist.log_det_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
                                'capability.cannot_overfit: loss 1095 -> best 1087 (0.72% down) at every lr; diagnose '
@@ -691,6 +756,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchwgan_wgangp.gp_norm_not_flattened': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                              'gradient and the loss does not depend on them (perturbing them on a '
                                              'copy leaves it u; diagnose WARN at None',
+ 'pytorchyolov1_detnet.grid_row_col_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pytorchyolov1_detnet.not_contain_loss_on_response_boxes': 'owner saw PASS None None: ; diagnose PASS at None',
  'pyy0715ncf_neumf.negatives_labelled_positive': 'owner saw PASS None None: ; diagnose PASS at None',
  'raft_chairs.frames_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'raft_chairs.gamma_weights_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -705,6 +772,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'ramzakka_mnist.sampled_location_not_detached': 'owner saw SKIPPED None None: the model raised TypeError: '
                                                  'RecurrentAttention.forward() missing 2 required positional '
                                                  "arguments: 'l_t_prev' and 'h_t_pre; diagnose WARN at None",
+ 'rasbtdlm_nin_lightning.train_mode_not_restored': 'owner saw WARN None None: optimizer: update rule check skipped: '
+                                                   'Adam is not plain SGD (stateful update rule); '
+                                                   'model.classifier.8.weight: train_step mo; diagnose WARN at None',
  'rawnet_rawnet2.gru_read_at_first_step': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                           'gradient and the loss does not depend on them (perturbing them on a copy '
                                           'leaves it u; diagnose WARN at None',
@@ -837,6 +907,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sngancrcrpar_cgan.real_paired_with_pseudo_labels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get '
                                                      'no gradient and the loss does not depend on them (perturbing '
                                                      'them on a copy leaves it u; diagnose WARN at None',
+ 'softs_etth.time_tokens_kept': 'owner saw PASS None None: ; diagnose PASS at None',
  'spectralgcn_mnist.cheby_basis_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [25, 288, 64] -> '
                                                       '[18432, 25] puts input axis 0 (size 25) across output axes '
                                                       '[0], while output axis 1 (size 25); diagnose WARN at None',
@@ -845,9 +916,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                       '(example; diagnose WARN at None',
  'spijkervetsimclr_ntxent.rank_interleaved_views': 'owner saw PASS None None: ; diagnose PASS at None',
  'spinningup_ppo.bootstrap_at_terminal': 'owner saw PASS None None: ; diagnose PASS at None',
- 'spinningupbasic_sac.critic_output_not_squeezed': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
-                                                   'owns 6 tensors that are not in the model (shapes [[32, 4], [32], '
-                                                   '[32, 32]]), and no train; diagnose WARN at None',
  'spinningupbasic_sac.entropy_bonus_sign_flipped': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
                                                    'owns 6 tensors that are not in the model (shapes [[32, 4], [32], '
                                                    '[32, 32]]), and no train; diagnose WARN at None',
@@ -944,7 +1012,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'torchfidelity_sngan.normalize_dropped': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                           'gradient and the loss does not depend on them (perturbing them on a copy '
                                           'leaves it u; diagnose WARN at None',
- 'toshikwa_fqf.quantile_indicator_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'trainclip_wrapper.cached_embeddings_not_replaced': 'owner saw PASS None None: ; diagnose FAIL at learning_ledger '
                                                      'PARAMETER_UPDATE learning_ledger:PARAMETER_UPDATE',
  'trainclip_wrapper.zero_grad_every_minibatch': 'owner saw PASS None None: optimizer: update rule check skipped: '
@@ -993,6 +1060,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                         "on the loss's autograd graph: 2 trainable parameters get no gradient and "
                                         'th; diagnose WARN at None',
  'tucker_linkpred.targets_are_head_entity': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'tunztransformer_translation.decoder_input_not_shifted': 'owner saw WARN None None: OBJECTIVE: loss 1.537 is not '
+                                                          'the cross-entropy of these outputs (2.75; ln K = 3.761 '
+                                                          'for an untrained 43-class model; example; diagnose WARN '
+                                                          'at None',
+ 'tunztransformer_translation.self_mask_dropped': 'owner saw WARN None None: OBJECTIVE: loss 3.606 is not the '
+                                                  'cross-entropy of these outputs (4.456; ln K = 3.761 for an '
+                                                  'untrained 43-class model; exampl; diagnose WARN at None',
  'tvrefs_classification.mixed_images_hard_labels': 'owner saw PASS None None: ; diagnose PASS at None',
  'udacitydrl_dqn.next_states_from_states': 'owner saw PASS None None: ; diagnose PASS at None',
  'umnn_flow_toy.made_output_mask_inclusive': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -1040,6 +1114,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'waveglow_vocoder.log_det_of_exp_s': 'owner saw WARN None None: GRADIENT: 47 trainable parameters get no gradient '
                                       'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                       'diagnose WARN at None',
+ 'waveunet_separation.targets_cropped_from_start': 'owner saw PASS None None: ; diagnose WARN at None',
  'wgan_dcgan.critic_signs_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.regression_objective': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.target_from_unshuffled_frame': 'owner saw PASS None None: ; diagnose PASS at None',

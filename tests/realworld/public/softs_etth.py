@@ -304,8 +304,10 @@ BUGS = [
     Bug("time_tokens_kept", functools.partial(_build, bug="time_tokens_kept"), "learning_ledger", ("TASK",)),
     # classic window-indexing slip: the input window is shifted by pred_len, so it ends where the targets end and
     # the model reads the values it must forecast.
+    # where and kind re-declared in review (2026-12-07): an input window holding the values to forecast is what
+    # TASK's task.target_in_input confirms (the targets are copies of input positions the model reads)
     Bug("input_window_includes_targets", functools.partial(_build, bug="input_window_includes_targets"),
-        "learning_ledger", ("DEPENDENCY",), kind="dependency.target_leak"),
+        "learning_ledger", ("TASK",), kind="task.target_in_input"),
     # classic: model_optim.zero_grad() left out: every step applies the sum of all past gradients.
     # Every parameter is touched alike: declared by its mechanism (README rule 6).
     Bug("zero_grad_dropped", functools.partial(_build, bug="zero_grad_dropped"), "step_probe", (),

@@ -289,7 +289,9 @@ BUGS = [
     Bug("targets_cropped_from_start", functools.partial(_build, bug="targets_cropped_from_start"),
         "learning_ledger", ("TASK",)),
     # classic: optimizer.zero_grad() moved below compute_loss, whose backward runs inside it, so each step applies
-    # a zeroed gradient. Every parameter is touched alike: declared by its mechanism (README rule 6).
+    # a zeroed gradient. Every parameter is touched alike: declared by its mechanism (README rule 6). Kind
+    # re-declared in review (2026-12-07): gradients cleared between the backward and the step are
+    # step.zero_grad_before_step, as the corpus' other such slips are declared.
     Bug("zero_grad_after_compute_loss", functools.partial(_build, bug="zero_grad_after_compute_loss"),
-        "step_probe", (), kind="step.gradient_discarded"),
+        "step_probe", (), kind="step.zero_grad_before_step"),
 ]
