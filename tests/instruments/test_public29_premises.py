@@ -176,3 +176,32 @@ def test_a_gradient_that_points_up_the_loss_fails_and_a_loss_that_jumps_is_a_not
     f = _descent(firstdiv.six_claims(model, (x, t), jumpy, torch.optim.SGD(model.parameters(), lr=0.1)))
     assert f.status is not Status.FAIL, f.message
     assert "not in proportion to the step" in str(f.evidence.get("descent", "")), f.evidence
+
+
+def _broadcast(report) -> list:
+    return [f for f in report.findings if f.check == "objective.shape_broadcast" and f.status is Status.FAIL]
+
+
+@pytest.mark.parametrize("slip", [False, True], ids=["pairwise_quantiles", "target_not_unsqueezed"])
+def test_a_squared_difference_written_out_fails_only_for_rows_met_by_every_target(slip):
+    """DDQN's next-state values left [B] against [B, 1] rewards: ``(q - target) ** 2`` is a [B, B] table, every
+    Q(s, a) fitted to every example's target (a FAIL). A quantile regression's pairwise TD errors, [B, N, 1] against
+    [B, 1, N] with N equal to the batch size (FQF), pair quantiles within each example by design: no finding."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    n = 16
+    x, r = torch.randn(n, 4, generator=g), torch.randn(n, 1, generator=g)
+    net = nn.Linear(4, n)
+
+    def dqn_loss(q: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+        q_sa = q[:, :1]
+        target = rewards + 0.9 * q.detach().max(1)[0].unsqueeze(1)
+        return (0.5 * (q_sa - (target.squeeze(1) if slip else target)) ** 2).mean()
+
+    def quantile_loss(q: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+        target = (rewards + 0.9 * q.detach()).unsqueeze(1)  # [B, 1, N]
+        td = target - q.unsqueeze(2)  # [B, N, N]
+        return td.abs().mean()
+    loss_fn = dqn_loss if slip else quantile_loss
+    found = _broadcast(firstdiv.learning_ledger(net, (x, r), loss_fn, torch.optim.SGD(net.parameters(), lr=0.1)))
+    assert bool(found) == slip, [f.message for f in found]

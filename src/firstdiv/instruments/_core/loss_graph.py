@@ -208,7 +208,8 @@ def broadcast_into_loss(loss: Any) -> tuple[list[int], list[int]] | None:
     broadcast against a target of another shape, or None. Read from the graph: an mse / smooth L1 / Huber node one of
     whose inputs (the prediction may be either argument) is an expand of a smaller tensor; or a squared or absolute
     difference written out whose one operand with a gradient is smaller than the difference (the other, the target,
-    without one: a pairwise distance between two model outputs is no regression)."""
+    without one: a pairwise distance between two model outputs is no regression). Where the prediction is the second
+    argument or the difference is written out, only an [n, n] table of [n] predictions counts (``_pairs_rows``)."""
     if not torch.is_tensor(loss) or loss.grad_fn is None:
         return None
     for node in graph_nodes(loss):
@@ -231,7 +232,7 @@ def _shape(node: Any) -> list[int] | None:
 
 
 def _expanded_operand(node: Any) -> tuple[list[int], list[int]] | None:
-    for producer, _ in node.next_functions:
+    for i, (producer, _) in enumerate(node.next_functions):
         if producer is None or type(producer).__name__ != "ExpandBackward0":
             continue
         try:
@@ -239,9 +240,17 @@ def _expanded_operand(node: Any) -> tuple[list[int], list[int]] | None:
         except (AttributeError, RuntimeError, TypeError):
             continue
         wide = _shape(producer)
-        if wide is not None and torch.Size(wide).numel() > max(1, torch.Size(small).numel()):
+        if wide is not None and torch.Size(wide).numel() > max(1, torch.Size(small).numel()) \
+                and (i == 0 or _pairs_rows(small, wide)):
             return small, wide
     return None
+
+
+def _pairs_rows(small: list[int], wide: list[int]) -> bool:
+    """A [n, 1] (or [n]) prediction met by [n] targets as an [n, n] table: each row against every other row's target.
+    A prediction expanded along an axis of its own within each row (a quantile regression's pairwise TD errors,
+    [B, N, 1] against [B, 1, N]) pairs nothing across rows."""
+    return len(wide) == 2 and wide[0] == wide[1] >= 2 and [d for d in small if d != 1] == [wide[0]]
 
 
 def _broadcast_difference(node: Any) -> tuple[list[int], list[int]] | None:
@@ -253,7 +262,7 @@ def _broadcast_difference(node: Any) -> tuple[list[int], list[int]] | None:
         return None
     graded = [p for p, _ in sub.next_functions if p is not None]
     small = _shape(graded[0]) if len(graded) == 1 else None
-    if small is None or torch.Size(small).numel() >= diff.numel():
+    if small is None or not _pairs_rows(small, list(diff.shape)):
         return None
     return small, list(diff.shape)
 
