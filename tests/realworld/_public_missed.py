@@ -1012,6 +1012,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'torchfidelity_sngan.normalize_dropped': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                           'gradient and the loss does not depend on them (perturbing them on a copy '
                                           'leaves it u; diagnose WARN at None',
+ 'toshikwa_fqf.quantile_indicator_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'trainclip_wrapper.cached_embeddings_not_replaced': 'owner saw PASS None None: ; diagnose FAIL at learning_ledger '
                                                      'PARAMETER_UPDATE learning_ledger:PARAMETER_UPDATE',
  'trainclip_wrapper.zero_grad_every_minibatch': 'owner saw PASS None None: optimizer: update rule check skipped: '
