@@ -455,7 +455,9 @@ PREMISES: dict[str, Premise] = {
     "task.target_not_shifted": Premise(
         "learning_ledger", "a language model's targets are the next token",
         "each position is asked for the token it reads: declared targets equal the inputs at >= 90% of supervised "
-        "positions (more often than one ahead, loss_fn not found to shift them), or the loss's own gradient pulls up "
+        "positions (more often than one ahead, loss_fn not found to shift them: its value, or at a fresh model's equal "
+        "values its gradient), or the loss's own gradient (loss_fn's, or that of the loss train_step itself "
+        "backpropagates, on the integer sequences its model call reads, where loss_fn showed no such relation) pulls up "
         "ids[t] at position t of an aligned output (a module's, or the scores a cross_entropy or nll_loss inside the "
         "forward reads) at >= 90% of the pulled positions, or (logits never a module output: a "
         "decoder inside the loss, a model computing its own loss from a target input) a target sequence equal to the "
@@ -694,8 +696,8 @@ PREMISES: dict[str, Premise] = {
     "dependency.future_visible": Premise(
         "learning_ledger", "in next-token prediction the prediction at a position reads only the tokens before it",
         "next-token prediction read from the program: the targets are the token inputs shifted by one (or equal to "
-        "them with the shift inside the loss, as TASK saw), or the loss's own gradient pulls up token ids[t + 1] at "
-        "position t of an aligned module output or of the scores a cross_entropy or nll_loss reads (a model computing "
+        "them with the shift inside the loss, as TASK saw), or the loss's own gradient (loss_fn's, or train_step's own "
+        "loss on the sequences its model call reads) pulls up token ids[t + 1] at position t of an aligned module output or of the scores a cross_entropy or nll_loss reads (a model computing "
         "its own loss, a head inside loss_fn), or another "
         "integer input is the sequence shifted by one, on >= 90% of supervised positions; on the ledger's copy in eval "
         "mode with the RNG fixed, changing only the middle token (or, where that moves none, the token after it: a "

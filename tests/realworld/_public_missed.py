@@ -526,9 +526,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'midibert_cp.batch_masked_in_place': 'owner saw WARN None None: DEPENDENCY: 3 of 53 trainable parameters are not on '
                                       "the loss's autograd graph: 3 trainable parameters get no gradient and th; "
                                       'diagnose WARN at None',
- 'mingru_lm.labels_not_shifted': 'owner saw SKIPPED None None: loss_fn returned a tensor of shape (4, 65, 256), not '
-                                 'a scalar; reduce it (e.g. .mean()) before backward on the batch; the; diagnose '
-                                 'WARN at None',
  'mingru_lm.scan_over_features': 'owner saw SKIPPED None None: loss_fn returned a tensor of shape (4, 65, 256), not '
                                  'a scalar; reduce it (e.g. .mean()) before backward on the batch; the; diagnose '
                                  'WARN at None',
@@ -869,7 +866,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sgrvinodsl_lmlstmcrf.lm_targets_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodsl_lmlstmcrf.tags_not_resorted': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodsr_srresnet.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
- 'sgrvinodtransformers_nmt.targets_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.targets_from_unsorted_captions': 'owner saw PASS None None: ; diagnose PASS at None',

@@ -44,6 +44,7 @@ from ._common import failed, g4
 from ._dependency import named_items, seeded_loss, with_input
 from ._loss_inputs import LossInputs
 from ._perturbed import at_perturbed_weights, eval_mode
+from ._step_sequences import SOURCE, fed_ids, fed_moves, pulled_sites
 
 MATCH = 0.9  # fraction of supervised positions that must agree for a relation to count
 #: at perturbed weights (``_perturbed``), a leak is earlier outputs moving by this fraction of the changed position's
@@ -61,6 +62,7 @@ class Seq:
     source: str  # how the relation was read: "the loss's gradient" or "input '...' == ids shifted by one"
     site: tuple[str, int] | None  # (module name, call index) of the aligned output; None: the model's outputs
     pulled: torch.Tensor | None = None  # [B, T'] bool: the positions the loss's gradient pulls at the site
+    fed: tuple[int | str, str] | None = None  # read from train_step: (the argument's slot, the output's site)
 
 
 def batch_first(t: torch.Tensor, axis: int) -> torch.Tensor:
@@ -177,6 +179,24 @@ def _by_gradient(ctx: Ctx, seqs: list[tuple[str, torch.Tensor]]) -> list[Seq]:
     return found
 
 
+def _by_step(ctx: Ctx, known: list[Seq]) -> list[Seq]:
+    """The relations the loss ``train_step`` backpropagates asks of the sequences its model reads
+    (``_step_sequences``), where the declared batch and ``loss_fn`` showed none of that relation."""
+    found: dict[tuple[str, str], Seq] = {}  # one site per sequence and relation: the outermost output
+    have = {s.relation for s in known}
+    for site, out, g in pulled_sites(ctx):
+        rows, pulled = pulled_toward(g)
+        for key, slot, ids in fed_ids(ctx):
+            if out.shape[0] != ids.shape[0] or out.shape[1] not in (ids.shape[1], ids.shape[1] - 1) or \
+                    int(ids.max()) >= out.shape[-1] or not bool(rows.any()):
+                continue
+            a_next, a_same = _agree(pulled, rows, ids)
+            relation = "next" if a_next >= a_same else "same"
+            if max(a_next, a_same) >= MATCH and relation not in have:
+                found[key, relation] = Seq(key, ids, relation, max(a_next, a_same), SOURCE, None, rows, (slot, site))
+    return list(found.values())
+
+
 def _by_data(seqs: list[tuple[str, torch.Tensor]]) -> list[Seq]:
     """An integer input equal to another one shifted by one position (the next-item targets fed to the model)."""
     found = []
@@ -197,7 +217,8 @@ def read_sequences(ctx: Ctx) -> list[Seq]:
     """The input sequences and what the loss asks of their positions (module docstring), cached on ``ctx``."""
     if "sequences" not in ctx.notes:
         seqs = int_sequences(ctx)
-        ctx.notes["sequences"] = (_by_gradient(ctx, seqs) or _by_data(seqs)) if seqs else []
+        found = (_by_gradient(ctx, seqs) or _by_data(seqs)) if seqs else []
+        ctx.notes["sequences"] = found + (_by_step(ctx, found) if ctx.train_step is not None else [])
     return ctx.notes["sequences"]
 
 
@@ -210,7 +231,7 @@ def _aligned(outputs: Any, n: int, length: int, axis: int) -> list[torch.Tensor]
 
 def _is_declared_target(s: Seq, t: Any, ctx: Ctx) -> bool:
     """The input equals the declared targets beside other inputs: DEPENDENCY's target_as_input names its key."""
-    return (torch.is_tensor(t) and len(named_items(ctx.batch.inputs)) >= 2 and tuple(batch_first(t, ctx.batch_axis).shape) ==
+    return s.fed is None and (torch.is_tensor(t) and len(named_items(ctx.batch.inputs)) >= 2 and tuple(batch_first(t, ctx.batch_axis).shape) ==
             tuple(s.ids.shape) and torch.equal(batch_first(t, ctx.batch_axis), s.ids))
 
 
@@ -238,6 +259,8 @@ def moves(ctx: Ctx, s: Seq, at_j: int | None = None) -> tuple[float, float, floa
     changed[rows, j] = s.ids[:, j].roll(1, 0)[rows]  # another example's token: inside the vocabulary
     if n < 2 or bool((changed[:, j] == s.ids[:, j]).all()):
         return None
+    if s.fed is not None:
+        return fed_moves(ctx, s.fed, s.ids, changed, rows, j)
     raw = batch_first(changed, ctx.batch_axis).contiguous()
     original = dict(named_items(ctx.batch.inputs))[s.key]
     with eval_mode(ctx.work):  # no batch statistics across positions, no dropout: only the model's wiring moves them

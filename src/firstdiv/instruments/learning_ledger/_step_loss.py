@@ -62,6 +62,13 @@ def step_bce_outside(ctx: Ctx) -> dict[str, Any] | None:
     return ctx.notes.get("step_bce_outside")
 
 
+def step_outputs(ctx: Ctx) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """``(module name, output, its gradient)`` for the float ``[B, L, V]`` outputs of the model's first forward in
+    ``train_step`` aligned with an integer ``[B, T]`` argument of it (batch first), that the step's backward reached."""
+    _run_once(ctx)
+    return ctx.notes.get("step_outputs") or []
+
+
 def _run_once(ctx: Ctx) -> None:
     if ctx.train_step is None or "step_misfed" in ctx.notes:
         return
@@ -69,7 +76,8 @@ def _run_once(ctx: Ctx) -> None:
     fed: dict[str, Any] = {}
     try:
         with guarded(ctx.model, ctx.optimizer, ctx.train_step, closure_state(ctx.train_step)), \
-                torch.enable_grad(), misfed_backwards(found), _reading_fed(ctx.model, ctx.loss_fn, fed):
+                torch.enable_grad(), misfed_backwards(found), _reading_fed(ctx.model, ctx.loss_fn, fed), \
+                _aligned_outputs(ctx.model, fed, ctx.batch_axis):
             ctx.train_step()
     except Exception:  # noqa: BLE001 - the user's step: PARAMETER_UPDATE reports a step that raises
         found, fed = [], {}
@@ -80,6 +88,7 @@ def _run_once(ctx: Ctx) -> None:
     ctx.notes["step_fed_model_in_loss"] = bool(fed.get("model_in_loss"))  # the model's first output in that backward
     ctx.notes["step_broadcast"] = fed.get("broadcast")
     ctx.notes["step_bce_outside"] = fed.get("bce_outside")
+    ctx.notes["step_outputs"] = [(name, out, grad) for name, (out, grad) in fed.get("aligned", {}).items() if grad is not None]
 
 
 def _clone(x: Any) -> Any:
@@ -135,3 +144,56 @@ def _reading_fed(model: torch.nn.Module, loss_fn: Any, fed: dict[str, Any]) -> I
         for h in handles:
             h.remove()
 
+
+
+def _sequence_shapes(args: Any, kwargs: dict[str, Any], axis: int) -> tuple[set[tuple[int, int]], int]:
+    """(B, L) an output aligned with an integer [B, T] argument has (L = T or T - 1, T >= 4), and the least id above
+    every token of those arguments (scores over the tokens have at least that many entries)."""
+    ids = [t.transpose(0, 1) if axis == 1 else t for t in (*args, *kwargs.values()) if torch.is_tensor(t) and t.dim() == 2
+           and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool and t.shape[1] >= 4 and t.numel()]
+    shapes = {(int(t.shape[0]), n) for t in ids for n in (int(t.shape[1]), int(t.shape[1]) - 1)}
+    return shapes, max((int(t.max()) + 1 for t in ids), default=0)
+
+
+@contextlib.contextmanager
+def _aligned_outputs(model: torch.nn.Module, fed: dict[str, Any], axis: int) -> Iterator[None]:
+    """While open, in the model's first forward only: every module's first float output ``[B, L, V]`` aligned with an
+    integer sequence argument of that forward, kept (a copy) in ``fed["aligned"]`` with the gradient its first backward
+    brings (a hook on the output tensor, which dies with the step's graph). Module hooks removed on exit."""
+    kept: dict[str, list[Any]] = {}
+    state: dict[str, Any] = {"shapes": None, "vocab": 0, "done": False}
+
+    def pre(_m: Any, args: Any, kwargs: Any) -> None:
+        if state["shapes"] is None:
+            state["shapes"], state["vocab"] = _sequence_shapes(args, kwargs, axis)
+
+    def post(_m: Any, _args: Any, _out: Any) -> None:
+        state["done"] = state["done"] or state["shapes"] is not None
+
+    def keep(name: str) -> Any:
+        def hook(_m: Any, _i: Any, out: Any) -> None:
+            if state["done"] or not state["shapes"] or name in kept:
+                return
+            for k, t in enumerate(list(tensors(out))[:4]):
+                o = t.transpose(0, 1) if axis == 1 and t.dim() == 3 else t
+                if t.is_floating_point() and t.dim() == 3 and t.requires_grad and o.shape[-1] >= max(state["vocab"], 2) \
+                        and (o.shape[0], o.shape[1]) in state["shapes"]:
+                    site = f"{name}#{k}" if k else name
+                    kept[site] = [o.detach().clone(), None]
+                    t.register_hook(lambda g, s=site: _first_grad(kept[s], g, axis))
+        return hook
+
+    handles = [model.register_forward_pre_hook(pre, with_kwargs=True)]
+    handles += [m.register_forward_hook(keep(n)) for n, m in model.named_modules()]
+    handles.append(model.register_forward_hook(post))  # after the root's own keep hook
+    fed["aligned"] = kept
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _first_grad(slot: list[Any], g: torch.Tensor, axis: int) -> None:
+    if slot[1] is None:
+        slot[1] = (g.transpose(0, 1) if axis == 1 else g).detach().clone()

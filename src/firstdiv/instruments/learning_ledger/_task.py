@@ -174,9 +174,9 @@ def _shifts_inside(ctx: Ctx, t: torch.Tensor) -> bool:
     value, ignore = float(loss.detach()), ctx.ignore_index
     shifted, plain = _ce(logits[:, :-1], t[:, 1:], ignore), _ce(logits, t, ignore)
     if isclose(value, shifted) and isclose(shifted, plain):
-        # near-uniform logits (a fresh model) make the two indistinguishable: a Hugging Face causal LM's own loss
-        # shifts the labels by its documented contract
-        return type(ctx.model).__name__.endswith(_SELF_SHIFTING)
+        # near-uniform logits (a fresh model) make the two values indistinguishable: a Hugging Face causal LM's own
+        # loss shifts the labels by its documented contract; any other loss shows it in its gradient
+        return type(ctx.model).__name__.endswith(_SELF_SHIFTING) or pulls_next(ctx, t, SHIFT_MATCH)
     if isclose(value, shifted) and not isclose(value, plain):
         return True
     return pulls_next(ctx, t, SHIFT_MATCH)
