@@ -342,6 +342,7 @@ BUGS = [
     # as 0 and Q is fitted at the wrong actions (the data no longer matches the transitions collected).
     Bug("actions_cast_to_long", functools.partial(_build, bug="actions_cast_to_long"), "learning_ledger", ("TASK",)),
     # classic: act() switches the network to eval for acting and never back to train, so every update runs the
-    # BatchNorm layers on their running statistics (the model is trained in eval mode).
-    Bug("left_in_eval_mode", functools.partial(_build, bug="left_in_eval_mode"), "step_probe", ("bn1",)),
+    # BatchNorm layers (bn1, bn2) on their running statistics (the model is trained in eval mode).
+    Bug("left_in_eval_mode", functools.partial(_build, bug="left_in_eval_mode"), "step_probe", (),
+        kind="step.eval_mode_not_restored"),
 ]
