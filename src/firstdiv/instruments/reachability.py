@@ -92,7 +92,7 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
         cancel = cancelled(loss, [p for p, n in params if depends.get(n[0]) and id(p) in reached])  # a zero that cancels
         checks = written_by_program(checks + [_param_check(p, n, reached, grads, explain, id(p) in intent, depends,
                                                            cancel.get(id(p))) for p, n in params], rebound(model, params))
-        checks = noted_other(checks, other_objective(train_step, optimizer, model), ("reachability.",))
+        checks = noted_other(checks, lambda: other_objective(train_step, optimizer, model), ("reachability.",))
         details = {"parameters": len(params), "reached": sum(id(p) in reached for p, _ in params),
                    "modules_ran": sorted(k or _ROOT for k in tracer.modules) if tracer else [],
                    "cuts": [{"op": c.op, "grad_enabled": c.grad_enabled, "dtype": c.dtype, "origin": c.origin}

@@ -10,6 +10,7 @@ above 0. Such a finding becomes a note naming the premise it could not confirm a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,8 +44,12 @@ def split_other(names: list[str], other: set[str]) -> tuple[list[str], list[str]
     return [n for n in names if n not in other], [n for n in names if n in other]
 
 
-def noted_other(checks: list[Check], other: set[str], prefixes: tuple[str, ...]) -> list[Check]:
-    """Each FAIL of a kind starting with one of ``prefixes`` at a parameter in ``other`` becomes a PASS note."""
+def noted_other(checks: list[Check], other: set[str] | Callable[[], set[str]], prefixes: tuple[str, ...]) -> list[Check]:
+    """Each FAIL of a kind starting with one of ``prefixes`` at a parameter in ``other`` becomes a PASS note;
+    ``other`` may be a callable, called only when such a FAIL exists (reading the step's closure costs a walk)."""
+    if not any(c.finding.status is Status.FAIL and c.finding.check.startswith(prefixes) for c in checks):
+        return checks
+    other = other() if callable(other) else other
     out = []
     for c in checks:
         f = c.finding
