@@ -16,7 +16,7 @@ Domain: vision, image classification (CNN, Adam at a rate picked by a range test
 
 Kept as written: ``AlexNet`` (the layer order conv / max-pool / ReLU, the forward returning ``(x, h)``),
 ``initialize_parameters`` applied with ``model.apply``, ``LRFinder.range_test`` and ``_train_batch`` (the smoothed
-loss, the divergence stop, the reset of the global ``model`` to its initial parameters), the custom
+loss, the divergence stop, the reset of the model to its initial parameters), the custom
 ``ExponentialLR``, ``IteratorWrapper``, ``START_LR = 1e-7`` / ``END_LR = 10``, ``FOUND_LR = 1e-3`` and the new Adam
 made with it, ``nn.CrossEntropyLoss``, ``calculate_accuracy``, the loop body of ``train`` (zero_grad, forward,
 criterion, accuracy, backward, step) and ``evaluate`` (``model.eval()`` under ``no_grad``), the 90/10 split with the
@@ -30,12 +30,14 @@ Deviations from the original:
   ``datasets.CIFAR10`` is a small in-memory dataset with the same ``(image, label)`` items;
 - sizes for 2 CPU cores: the convolutions' channels 64/192/384/256/256 -> 16/32/48/32/32, the hidden linears 4096 ->
   128, batch 256 -> 32, 640 training images before the split, the range test's ``NUM_ITER`` 100 -> 30;
-- ``LRFinder`` keeps the initial parameters in memory (a ``state_dict`` deep copy) instead of ``init_params.pt``;
+- ``LRFinder`` keeps the initial parameters in memory (a ``state_dict`` deep copy) instead of ``init_params.pt``,
+  resets ``self.model`` (the notebook's global ``model``, the same object) and drops its "Stopping early" print;
   ``.to(device)`` calls dropped (CPU); the plots, tqdm bars, timing, checkpoint saving and the analysis cells after
   the training loop are dropped;
 - ``train``'s epoch loop is unrolled: one ``train_step`` is one batch of it (``model.train()`` and a new shuffle at
   the start of an epoch, ``evaluate`` on the validation split when it ends); ``eval_fn`` is ``evaluate``'s accuracy
   on one batch;
+- the blank lines inside ``range_test``, ``_train_batch`` and ``evaluate`` are dropped;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
@@ -180,56 +182,35 @@ class LRFinder:
 
     def range_test(self, iterator, end_lr=10, num_iter=100,
                    smooth_f=0.05, diverge_th=5):
-
         lrs = []
         losses = []
         best_loss = float('inf')
-
         lr_scheduler = ExponentialLR(self.optimizer, end_lr, num_iter)
-
         iterator = IteratorWrapper(iterator)
-
         for iteration in range(num_iter):
-
             loss = self._train_batch(iterator)
-
             lrs.append(lr_scheduler.get_last_lr()[0])
-
             # update lr
             lr_scheduler.step()
-
             if iteration > 0:
                 loss = smooth_f * loss + (1 - smooth_f) * losses[-1]
-
             if loss < best_loss:
                 best_loss = loss
-
             losses.append(loss)
-
             if loss > diverge_th * best_loss:
                 break
-
         # reset model to initial parameters
         self.model.load_state_dict(self.init_params)  # (port) the notebook's global `model` is this model
-
         return lrs, losses
 
     def _train_batch(self, iterator):
-
         self.model.train()
-
         self.optimizer.zero_grad()
-
         x, y = iterator.get_batch()
-
         y_pred, _ = self.model(x)
-
         loss = self.criterion(y_pred, y)
-
         loss.backward()
-
         self.optimizer.step()
-
         return loss.item()
 
 
@@ -272,25 +253,16 @@ def calculate_accuracy(y_pred, y):
 
 
 def evaluate(model, iterator, criterion, device):
-
     epoch_loss = 0
     epoch_acc = 0
-
     model.eval()
-
     with torch.no_grad():
-
         for (x, y) in iterator:
-
             y_pred, _ = model(x)
-
             loss = criterion(y_pred, y)
-
             acc = calculate_accuracy(y_pred, y)
-
             epoch_loss += loss.item()
             epoch_acc += acc.item()
-
     return epoch_loss / len(iterator), epoch_acc / len(iterator)
 
 

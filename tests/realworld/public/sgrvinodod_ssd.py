@@ -285,18 +285,20 @@ class PascalVOCDataset(torch.utils.data.Dataset):
         return images, boxes, labels, difficulties  # tensor (N, 3, 300, 300), 3 lists of N tensors each
 
 
+# train.py's learning parameters
+n_classes = len(label_map)  # number of different types of objects
+batch_size = 4  # (port) 8
+iterations = 240  # (port) 120000
+lr = 1e-3  # learning rate
+decay_lr_at = [160, 200]  # (port) [80000, 100000]
+decay_lr_to = 0.1  # decay learning rate to this fraction of the existing learning rate
+momentum = 0.9  # momentum
+weight_decay = 5e-4  # weight decay
+grad_clip = None
+
+
 def _build(seed, bug=None):
     torch.manual_seed(seed)
-    n_classes = len(label_map)  # number of different types of objects
-    batch_size = 4  # (port) 8
-    iterations = 240  # (port) 120000
-    lr = 1e-3  # learning rate
-    decay_lr_at = [160, 200]  # (port) [80000, 100000]
-    decay_lr_to = 0.1  # decay learning rate to this fraction of the existing learning rate
-    momentum = 0.9  # momentum
-    weight_decay = 5e-4  # weight decay
-    grad_clip = None
-
     model = SSD300(n_classes=n_classes)
     # Initialize the optimizer, with twice the default learning rate for biases, as in the original Caffe repo
     biases = list()
@@ -316,7 +318,7 @@ def _build(seed, bug=None):
                                                collate_fn=train_dataset.collate_fn,
                                                generator=torch.Generator().manual_seed(seed))
     epochs = iterations // (len(train_dataset) // 32)  # noqa: F841
-    decay_lr_at = [it // (len(train_dataset) // 32) for it in decay_lr_at]
+    decay_epochs = [it // (len(train_dataset) // 32) for it in decay_lr_at]  # (port) main()'s decay_lr_at
     state = {"it": None, "epoch": 0}
 
     def train_step():
@@ -325,7 +327,7 @@ def _build(seed, bug=None):
         except (StopIteration, TypeError):
             if state["it"] is not None:
                 state["epoch"] += 1
-            if state["epoch"] in decay_lr_at:
+            if state["epoch"] in decay_epochs:
                 adjust_learning_rate(optimizer, decay_lr_to)
             model.train()  # training mode enables dropout
             state["it"] = iter(train_loader)
@@ -351,10 +353,8 @@ def _build(seed, bug=None):
 
     first = train_dataset.collate_fn([train_dataset[i] for i in range(batch_size)])
 
-    def loss_fn(out, targets):
-        return criterion(out[0], out[1], targets[0], targets[1])
-
-    return Program(name="sgrvinodod_ssd", model=model, batch=(first[0], (first[1], first[2])), loss_fn=loss_fn,
+    return Program(name="sgrvinodod_ssd", model=model, batch=(first[0], (first[1], first[2])),
+                   loss_fn=lambda out, targets: criterion(out[0], out[1], targets[0], targets[1]),
                    optimizer=optimizer, train_step=train_step, loader=train_loader)
 
 
