@@ -43,7 +43,6 @@ import functools
 import pathlib
 import random
 import sys
-import warnings
 
 import numpy as np
 import torch
@@ -349,7 +348,6 @@ def _fit_step(model, optimizer, scheduler, loader, val_loader):
 
 
 def _build(seed, bug=None):
-    warnings.filterwarnings("ignore", message=".*self.log.*")
     torch.manual_seed(seed)
     images, masks, palette = _scenes(seed)
     hparams = {"data_path": (images, masks), "batch_size": 8, "lr": 0.001, "num_layers": 3, "features_start": 8,
