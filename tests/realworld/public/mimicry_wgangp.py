@@ -32,7 +32,8 @@ Deviations from the original:
   metrics (FID/KID/IS), ``MetricLog`` and ``compute_probs`` are dropped (the port's ``train_step``s return the loss);
 - ``train_step`` is one global step of ``Trainer.train`` and returns the last critic loss ``errD + errD_GP``; the
   Program's model is the critic, its batch a real batch and a fake batch, its loss the critic's loss on them;
-- the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
+- upstream docstrings and some comments are left out, long calls joined on one line (module length); the ``bug``
+  switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
 from __future__ import annotations

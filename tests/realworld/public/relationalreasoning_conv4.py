@@ -250,9 +250,8 @@ def _build(seed, bug=None):
     if bug == "relation_head_not_optimized":
         optimizer = torch.optim.Adam([{'params': self.backbone.parameters()}])
     else:
-        optimizer = torch.optim.Adam([
-                      {'params': self.backbone.parameters()},
-                      {'params': self.relation_head.parameters()}])
+        optimizer = torch.optim.Adam([{'params': self.backbone.parameters()},
+                                      {'params': self.relation_head.parameters()}])
     BCE = torch.nn.BCEWithLogitsLoss()
     self.backbone.train()
     self.relation_head.train()
@@ -285,8 +284,7 @@ def _build(seed, bug=None):
         accuracy = (100.0 * correct / float(len(targets)))
         return loss.item()
 
-    views, _ = next(iter(torch.utils.data.DataLoader(train_set, batch_size=batch_size, shuffle=False)))
-    x = torch.cat(views, 0)
+    x = torch.cat(next(iter(torch.utils.data.DataLoader(train_set, batch_size=batch_size, shuffle=False)))[0], 0)
     _, targets = model.aggregate(torch.zeros(len(x), feature_size), K)
 
     def loss_fn(score, targets):
