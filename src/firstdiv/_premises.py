@@ -709,7 +709,9 @@ PREMISES: dict[str, Premise] = {
         "in the loop only), its loss's saved targets being those tokens shifted by one",
         "not next-token prediction by that evidence (a masked or bidirectional model, an autoencoder), one input "
         "carrying the tokens stays causal, batch statistics shared across positions in train mode, or rounding in a "
-        "causal computation (0.4% at perturbed weights): no finding"),
+        "causal computation (0.4% at perturbed weights), or earlier outputs that move only at positions the loss does "
+        "not supervise (its gradient there is zero: padding queries whose every key is masked attend uniformly): no "
+        "finding"),
     "dependency.input_without_gradient": Premise(
         "learning_ledger", "every branch of the model that reads an input carries a gradient to the parameters",
         "on the copy, perturbing a float input moves the loss, the input is not a leaf of the loss's graph, and one of "
@@ -798,8 +800,12 @@ PREMISES: dict[str, Premise] = {
         "initial_lr/max_lr, where that is above every lr tried: a warmup's start), the program's lr and "
         "every lower one diverged with the weights moving less at the lowest (an equal move at 100x less lr is the "
         "program's own write, an EMA codebook, not the step), or every lr plateaued at the same loss with the weights "
-        "moving while the same copy with a learnable offset and scale on its outputs fits (the missing piece shown)",
-        "no cause shown: WARN inconclusive (a plateau the output offset and scale do not lift: an objective's own floor); so is a divergence at every lr where the program's own train_step kept "
+        "moving while the same copy with a learnable offset and scale on its outputs fits (the missing piece shown) and "
+        "does not go below the entropy of soft distribution targets (which only outputs outside a distribution's range "
+        "can)",
+        "no cause shown: WARN inconclusive (a plateau the output offset and scale do not lift: an objective's own floor); "
+        "a plateau at the entropy of soft distribution targets (their sum or mean over the batch) is that floor: PASS "
+        "with a note; so is a divergence at every lr where the program's own train_step kept "
         "the loss finite over its calls (its clipping or schedule, which the copy's plain step lacks); an objective "
         "without a known floor or a stochastic one is judged on learning (a note); a loss whose graph reaches the "
         "program's own model's parameters (a loss_fn computing part of it from a model it reaches through a global "

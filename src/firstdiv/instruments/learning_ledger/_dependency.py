@@ -139,7 +139,12 @@ def future_visible(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     a, b = (logits_of(r[0]) if r is not None else None for r in (base, moved))
     if a is None or b is None or a.shape != logits.shape:
         return None
-    before = float((a[:, :j] - b[:, :j]).abs().max())
+    sup = supervised_positions(ctx)  # a leak trains nothing where the loss asks nothing (padding left unsupervised)
+    diff = (a[:, :j] - b[:, :j]).abs().flatten(2).amax(-1)
+    if sup is not None and tuple(sup.shape) == tuple(a.shape[:2]):
+        diff = diff[sup[:, :j]]
+        ev["supervised_positions_before"] = int(sup[:, :j].sum())
+    before = float(diff.max()) if diff.numel() else 0.0
     after = float((a[:, j:] - b[:, j:]).abs().max())
     scale = max(float(a.abs().max()), 1e-12)
     ev.update(changed_position=j, earlier_predictions_change=before, later_predictions_change=after)
@@ -152,6 +157,22 @@ def future_visible(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
                   expected=f"predictions at positions < {j} independent of the token at {j} (a causal mask)",
                   observed=f"predictions before {j} move by {g4(before)}",
                   hint="mask attention to later positions (an upper-triangular mask above the diagonal, or is_causal=True)")
+
+
+def supervised_positions(ctx: Ctx) -> torch.Tensor | None:
+    """``[B, T]``: the positions of the logits where the loss's gradient on the ledger's copy is nonzero (what the loss
+    asks of them), or None where it cannot be read."""
+    with eval_mode(ctx.work):
+        run = seeded_loss(ctx, ctx.batch, grad=True)
+    logits = logits_of(run[0]) if run is not None else None
+    loss = run[1] if run is not None else None
+    if logits is None or logits.dim() != 3 or not logits.requires_grad or not torch.is_tensor(loss) or loss.numel() != 1:
+        return None
+    try:
+        (g,) = torch.autograd.grad(loss.reshape(()), logits, allow_unused=True)
+    except RuntimeError:  # a loss not differentiable to the logits: nothing read
+        return None
+    return None if g is None else (g != 0).flatten(2).any(-1)
 
 
 def input_without_gradient(ctx: Ctx, ev: dict[str, Any]) -> Check | None:

@@ -44,7 +44,7 @@ from ..._core.lr import lr_of
 from ..._core.task import Ctx, err, is_int, seed_copies
 from .._common import failed, g4, passed, skipped_link, to_logits_2d, warned
 from .._links import step, trainable
-from ._cause import cannot
+from ._cause import cannot, soft_floor
 from ._premises import floor, reads_own_model, relative_change, trained_copy, untestable
 from ._schedule import at_schedule
 
@@ -251,6 +251,7 @@ def check_capability(ctx: Ctx) -> Check:
         return _skipped(f"could not train the copy: {error}", ev)
     if not rounds or not rounds[0].losses:
         return _skipped(f"no step fitted in the time budget ({TIME_BUDGET:g} s)", ev)
+    ev["soft_target_floor"] = soft_floor(tiny.targets)  # a cross-entropy against distributions: their entropy
     verdict = _verdict(ctx, rounds, known, ev, lambda prepare: _retry(ctx, tiny, rounds, known, prepare))
     if ctx.notes.get("capability_timed_out") and verdict.finding.status is Status.FAIL:  # not every lr was tried
         ev["stopped_at_time_budget"] = TIME_BUDGET

@@ -23,7 +23,8 @@ from torch import nn
 
 from ..._core.checks import Check
 from ..._core.task import Ctx
-from .._common import failed, g4, warned
+from ..._core.trace import tensors
+from .._common import failed, g4, passed, warned
 
 #: ``retry(prepare)`` trains a copy that ``prepare(model, optimizer)`` changed first, at the rounds' lrs from the largest
 #: down until a round does not diverge; it returns (outcome, first loss, best loss, lr text) of the last round run, or
@@ -49,6 +50,26 @@ def with_output_offset(model: nn.Module, opt: torch.optim.Optimizer) -> None:
     model.register_forward_hook(hook)
 
 
+FLOOR_RTOL = 0.005  # a loss within this fraction of the soft targets' entropy is at that floor
+
+
+def soft_floor(targets: Any) -> list[float]:
+    """For each floating target tensor whose rows along the last axis are probability distributions (>= 0, summing to
+    1, not all one-hot), their entropy summed and averaged over the rows: the floor of a cross-entropy against them
+    (the sum or the mean reduction). Empty when no target is such."""
+    out: list[float] = []
+    for t in tensors(targets):
+        if not t.is_floating_point() or t.dim() < 2 or t.shape[-1] < 2 or t.numel() == 0:
+            continue
+        t = t.detach().double()
+        if bool((t < 0).any()) or not bool(torch.allclose(t.sum(-1), torch.ones((), dtype=t.dtype), atol=1e-3)):
+            continue
+        h = -(t * t.clamp(min=1e-300).log()).sum(-1)
+        if float(h.max()) > 1e-6:
+            out += [float(h.sum()), float(h.mean())]
+    return out
+
+
 def cannot(ctx: Ctx, ev: dict[str, Any], what: str, first: float, top_lrs: str, stuck: bool, fit: float,
            retry: Retry | None) -> Check:
     """The FAIL ``capability.cannot_overfit`` with its cause, or a WARN where the plateau's counterfactual shows none."""
@@ -57,6 +78,10 @@ def cannot(ctx: Ctx, ev: dict[str, Any], what: str, first: float, top_lrs: str, 
                 "accuracy)")
     head = (f"on {what}, {ev['steps']} steps over {len(ev['rounds'])} lr rounds took the loss from {g4(first)} to best "
             f"{g4(ev['best_loss'])} ({ev['fell_by']:.2%} down); ")
+    at_floor = [f for f in ev.get("soft_target_floor") or () if abs(ev["best_loss"] - f) <= FLOOR_RTOL * max(abs(f), 1e-6)]
+    if at_floor:
+        return passed("CAPABILITY", f"note: {head}that is the entropy of the soft targets ({g4(at_floor[0])}), the "
+                      "least a cross-entropy against distributions can reach: the batch is fitted", ev)
     if stuck:
         return failed("CAPABILITY", "capability.cannot_overfit", head + (
             f"the parameters barely moved at every lr up to {top_lrs} (relative change {ev['parameter_change']:.1e}): "
@@ -69,9 +94,11 @@ def cannot(ctx: Ctx, ev: dict[str, Any], what: str, first: float, top_lrs: str, 
         shown = None
     ev["offset_counterfactual"] = (None if shown is None else
                                    {"outcome": shown[0], "initial_loss": shown[1], "best_loss": shown[2], "lr": shown[3]})
-    if shown is None or shown[0] not in ("fitted", "learning"):
+    below = [f for f in ev.get("soft_target_floor") or () if shown is not None and shown[2] < f - FLOOR_RTOL * max(abs(f), 1e-6)]
+    if shown is None or shown[0] not in ("fitted", "learning") or below:
         why = ("could not be trained on these outputs (not one floating tensor)" if shown is None else
-               f"plateaus too (loss {g4(shown[1])} -> best {g4(shown[2])})")
+               f"goes below the entropy of the soft targets ({g4(below[0])}), which no distribution can: its offset "
+               "left the outputs' range" if below else f"plateaus too (loss {g4(shown[1])} -> best {g4(shown[2])})")
         return warned("CAPABILITY", "inconclusive: " + head + (
             f"the weights moved at every lr up to {top_lrs} and the loss plateaued; the same copy with a learnable "
             f"offset and scale on its outputs {why}: nothing the model lacks was shown, and the objective may have a "

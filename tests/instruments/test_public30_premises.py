@@ -1,0 +1,87 @@
+"""What public-30's first contact showed, each fixed in general (tests/realworld/README.md):
+
+- ICLRec's SASRec encoder masks attention additively with ``(1 - padding_mask * causal_mask) * -10000``: a left-padded
+  query position whose every allowed key is padding gets the same score everywhere and attends uniformly, later
+  tokens included. Those positions are padding and the loss never asks them anything, so the leak trains nothing;
+  ``dependency.future_visible`` now measures the earlier outputs only where the loss's gradient is nonzero.
+- A C51 agent's loss is a cross-entropy against projected target distributions that, from a fresh network, are
+  nearly uniform: the loss starts at their entropy, its floor, and cannot fall. ``capability.cannot_overfit`` took the
+  plateau for a model that cannot fit, confirmed by an output offset and scale that pushed the probabilities out of
+  [0, 1] (below the entropy no distribution can go). The entropy of soft targets is now read as the floor.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import firstdiv
+from firstdiv.report import Status
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+V, T, B, PAD = 20, 12, 8, 0
+
+
+class _PaddedCausal(nn.Module):
+    """One attention layer under an additive padding-and-causal mask of -10000 (the BERT-era recipe)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.qkv, self.head = nn.Embedding(V, 16), nn.Linear(16, 48), nn.Linear(16, V)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.emb(ids)
+        q, k, v = self.qkv(h).chunk(3, -1)
+        keep = (ids > PAD).unsqueeze(1) * torch.tril(torch.ones(T, T)).unsqueeze(0)
+        scores = q @ k.transpose(1, 2) / 4 + (1.0 - keep) * -10000.0
+        return self.head(torch.softmax(scores, -1) @ v)
+
+
+def test_a_leak_only_at_padding_positions_the_loss_ignores_is_no_future_visible() -> None:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, V, (B, T + 1), generator=g)
+    ids[:, :8] = PAD  # left padding past the middle position: their queries see only padding
+    x, y = ids[:, :-1], ids[:, 1:].clone()
+    y[x == PAD] = -100  # the loss asks nothing of padding positions
+    model = _PaddedCausal()
+    r = firstdiv.learning_ledger(model, (x, y), lambda o, t: F.cross_entropy(o.reshape(-1, V), t.reshape(-1)),
+                                 torch.optim.Adam(model.parameters(), lr=1e-3))
+    assert not any(f.check == "dependency.future_visible" and f.status is Status.FAIL for f in r.findings), r
+
+
+def test_the_same_model_without_its_causal_mask_still_fails_future_visible() -> None:
+    class _Open(_PaddedCausal):
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            h = self.emb(ids)
+            q, k, v = self.qkv(h).chunk(3, -1)
+            keep = (ids > PAD).unsqueeze(1).float().expand(-1, T, -1)
+            return self.head(torch.softmax(q @ k.transpose(1, 2) / 4 + (1.0 - keep) * -10000.0, -1) @ v)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, V, (B, T + 1), generator=g)
+    ids[:, :3] = PAD
+    x, y = ids[:, :-1], ids[:, 1:].clone()
+    y[x == PAD] = -100
+    model = _Open()
+    r = firstdiv.learning_ledger(model, (x, y), lambda o, t: F.cross_entropy(o.reshape(-1, V), t.reshape(-1)),
+                                 torch.optim.Adam(model.parameters(), lr=1e-3))
+    assert r.status is Status.FAIL and r.first_divergence.kind == "dependency.future_visible", r
+
+
+def test_a_cross_entropy_at_the_entropy_of_its_soft_targets_is_fitted_not_cannot_overfit() -> None:
+    torch.manual_seed(0)
+    atoms = 51
+    model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, atoms), nn.Softmax(-1))
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(16, 6, generator=g)
+    targets = torch.softmax(0.01 * torch.randn(16, atoms, generator=g), -1)  # nearly uniform, as a fresh C51 projects
+
+    def loss_fn(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return -torch.sum(t * torch.log(p.clamp(min=1e-3)))
+    r = firstdiv.learning_ledger(model, (x, targets), loss_fn, torch.optim.Adam(model.parameters(), lr=6e-4))
+    cap = next(f for f in r.findings if f.where == "CAPABILITY")
+    assert cap.status is not Status.FAIL, cap
