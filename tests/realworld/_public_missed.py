@@ -21,6 +21,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'agcrn_traffic.supports_reshaped_not_permuted': 'owner saw WARN None None: encoder.dcrnn_cells.0.gate: '
                                                  'op:reshape@encoder.dcrnn_cells.0.gate: [32, 2, 20, 65] -> [32, 20, '
                                                  '2, 65] puts input axis 2 (siz; diagnose WARN at None',
+ 'airbench_cifar.labels_not_shuffled_with_images': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples '
+                                                   '(18.33) is 8 x their mean per-example loss (2.291): it is summed '
+                                                   '(mean cross-entropy), so ; diagnose WARN at None',
+ 'airbench_cifar.loss_mean_not_sum': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (18.33) is 8 x '
+                                     'their mean per-example loss (2.291): it is summed (mean cross-entropy), so ; '
+                                     'diagnose WARN at None',
  'akt_assist.masked_fill_not_inplace': 'owner saw WARN None None: DEPENDENCY: 6 of 56 trainable parameters are not '
                                        "on the loss's autograd graph: 6 trainable parameters get no gradient and th; "
                                        'diagnose WARN at None',
@@ -31,6 +37,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'allrank_neuralndcg.loss_sign_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'allrank_neuralndcg.padding_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'alpaca_sft.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'andri27rl_ppo.adv_not_unsqueezed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'andri27rl_ppo.gae_done_reset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'angularpenalty_cosface.excl_keeps_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'angularpenalty_cosface.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'anode_spheres.targets_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -41,6 +49,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                                'op:reshape@embedding.value_embedding: [16, 16, 5] -> '
                                                                '[16, 5, 16] puts input axis 2 (size 5) acros; '
                                                                'diagnose WARN at None',
+ 'asymlvit_onecycle.embedding_left_out_of_optimizer': 'owner saw FAIL cls_token optimizer.missing_parameter: '
+                                                      'cls_token optimizer.missing_parameter: optimizer does not own '
+                                                      '3 trainable tensors in 2 modules: ; diagnose FAIL at '
+                                                      'four_structures cls_token four_structures:cls_token',
+ 'asymlvit_onecycle.scheduler_stepped_per_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'asymlvit_onecycle.validation_in_train_mode': 'owner saw PASS None None: ; diagnose PASS at None',
  'atanovsimclr_resnet18.views_interleaved': 'owner saw WARN None None: DEPENDENCY: 2 of 67 trainable parameters are '
                                             "not on the loss's autograd graph: 2 trainable parameters get no "
                                             'gradient and th; diagnose WARN at None',
@@ -65,6 +79,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it ; diagnose WARN at None',
  'bcq_continuous.next_state_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bentrevettic_alexnet.flatten_across_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'bentrevettrl_ppo.returns_not_reversed': 'owner saw WARN None None: DEPENDENCY: 4 of 8 trainable parameters are not '
                                           "on the loss's autograd graph: 4 trainable parameters get no gradient and "
                                           'the; diagnose WARN at None',
@@ -112,10 +127,17 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'bubbliiiingcenternet_resnet.wh_written_as_hw': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no '
                                                  'gradient and the loss does not depend on them (perturbing them on '
                                                  'a copy leaves it u; diagnose WARN at None',
+ 'by571naf_pendulum.actions_cast_to_long': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'by571naf_pendulum.left_in_eval_mode': 'owner saw FAIL bn1 step.norm_statistics_never_estimated: bn1 '
+                                        'step.norm_statistics_never_estimated: bn1.training == False, running_mean '
+                                        '== 0, running_v; diagnose FAIL at step_probe bn1 step_probe:bn1',
  'caogangwgangp_mnist.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                               'gradient and the loss does not depend on them (perturbing them on a '
                                               'copy leaves it u; diagnose WARN at None',
  'carnpytorch_carn_m.hr_corner_not_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'categoricaldqn_catch.gamma_not_masked_at_done': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'categoricaldqn_catch.softmax_over_actions': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'categoricaldqn_catch.vanishing_mass_fix_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'cct_cifar.seq_pool_softmax_over_last_axis': 'owner saw PASS None None: ; diagnose WARN at None',
  'cct_cifar.smoothing_weights_swapped': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
                                         'stochastic objective plateaued on 8 fixed examples, AdamW lr 0.0005 at '
@@ -151,6 +173,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          '32, 32];; diagnose WARN at None',
  'cifarzoo_mixup_cutout.mixup_loss_unweighted': 'owner saw PASS None None: ; diagnose PASS at None',
  'cifarzoo_mixup_cutout.targets_b_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'clmr_samplecnn_tagging.cross_entropy_on_multilabel_tags': 'owner saw WARN None None: OBJECTIVE: the loss (7.234) '
+                                                            "is unchanged when a constant is added to an example's 8 "
+                                                            'logits while 16 of 16 examples have seve; diagnose WARN '
+                                                            'at None',
+ 'clmr_samplecnn_tagging.labels_off_by_one': 'owner saw PASS None None: ; diagnose WARN at None',
  'cmc_moco_ins.keys_not_unshuffled': 'owner saw PASS None None: ; diagnose PASS at None',
  'colbert_late_interaction.doc_mask_dropped': 'owner saw WARN None None: DEPENDENCY: 2 of 40 trainable parameters '
                                               "are not on the loss's autograd graph: 2 trainable parameters get no "
@@ -255,6 +282,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          'u; diagnose WARN at None',
  'dgl_graphsage.messages_from_destination': 'owner saw PASS None None: ; diagnose PASS at None',
  'diffpool_softassign.padding_mask_off': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'diffusiondemo_swissroll.clean_x_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'diffusiondemo_swissroll.noise_coefficients_not_sqrt': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'diffusiondemo_swissroll.times_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
  'diffusionfastforward_pixel.alphas_not_cumulative': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted '
                                                      'on 8 fixed examples, AdamW lr 0.001 at any lr up to 0.001 '
                                                      '(loss 1.03 -> best 0.8521, 17; diagnose WARN at None',
@@ -423,6 +453,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'ibmseq2seq_attention.pad_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.teacher_forcing_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'icaruswizard_mae.loss_over_all_patches': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'iclrec_instancecl.targets_not_shifted': 'owner saw WARN None None: TASK: could not check: the TASK check raised '
+                                          'IndexError: Target 96 is out of bounds. on this program (no evidence '
+                                          'about the ; diagnose WARN at None',
  'ignite_siamese.negative_class_not_excluded': 'owner saw WARN None None: OBJECTIVE: loss 2.914 is not the '
                                                'cross-entropy of these outputs (2.375; ln K = 2.303 for an untrained '
                                                '10-class model; exampl; diagnose WARN at None',
@@ -494,7 +527,15 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lightningbolts_vae.kl_coeff_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'lightningbolts_vae.sample_instead_of_rsample': 'diagnose FAIL at reachability encoder.conv1.weight '
                                                  'reachability:encoder.conv1.weight',
+ 'lightningex_unet_segmentation.mask_transposed': 'owner saw WARN None None: TASK: 426 of 8192 supervised targets '
+                                                  'are outside [0, 19) for outputs of size 19 (min 1, max 250, e.g. '
+                                                  '[250]), and loss_fn ra; diagnose WARN at None',
  'lightningtransformers_ner.labels_not_aligned_to_tokens': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'llmsfromscratch_gpt_train.heads_merged_without_transpose': 'owner saw WARN None None: trf_blocks.0.att: '
+                                                             'op:reshape@trf_blocks.0.att: [8, 4, 32, 16] -> [8, 32, '
+                                                             '64] puts input axis 2 (size 32) across output axes ; '
+                                                             'diagnose FAIL at learning_ledger DEPENDENCY '
+                                                             'learning_ledger:DEPENDENCY',
  'lora_gpt2_e2e.lora_factors_both_zero': 'diagnose FAIL at reachability transformer.h.0.attn.c_attn.lora_A '
                                          'reachability:transformer.h.0.attn.c_attn.lora_A',
  'lora_gpt2_e2e.lora_not_marked_trainable': 'owner saw WARN None None: transformer.h.0.attn.c_attn.lora_A: '
@@ -526,6 +567,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'midibert_cp.batch_masked_in_place': 'owner saw WARN None None: DEPENDENCY: 3 of 53 trainable parameters are not on '
                                       "the loss's autograd graph: 3 trainable parameters get no gradient and th; "
                                       'diagnose WARN at None',
+ 'mimicry_wgangp.d_loss_signs_swapped': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no gradient '
+                                        'and the loss does not depend on them (perturbing them on a copy leaves it '
+                                        'u; diagnose WARN at None',
  'mingru_lm.scan_over_features': 'owner saw SKIPPED None None: loss_fn returned a tensor of shape (4, 65, 256), not '
                                  'a scalar; reduce it (e.g. .mean()) before backward on the batch; the; diagnose '
                                  'WARN at None',
@@ -562,6 +606,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'morvana3c_discrete.advantage_not_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvana3c_discrete.targets_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvana3c_discrete.terminal_bootstrapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'morvannlp_bert.targets_not_cloned': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvanzhou_dqn.next_state_from_state_columns': 'owner saw PASS None None: ; diagnose PASS at None',
  'mos_lm.prior_softmax_over_positions': 'owner saw PASS None None: ; diagnose WARN at None',
  'mtgnn_single_step.target_not_rescaled': 'owner saw WARN None None: DEPENDENCY: 4 of 64 trainable parameters are '
@@ -641,8 +686,16 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                              "not on the loss's autograd graph: 2 trainable parameters get no "
                                              'gradient and th; diagnose WARN at None',
  'pgiaayn_ddpg.reward_not_reshaped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pgnn_grid_link.labels_negative_first': 'owner saw WARN None None: DEPENDENCY: 2 of 18 trainable parameters are not '
+                                         "on the loss's autograd graph: 2 trainable parameters get no gradient and "
+                                         'th; diagnose WARN at None',
  'pgtravel_vanilla_pg.masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pgtravel_vanilla_pg.objective_not_negated': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'philschmid_modernbert_router.num_labels_one': 'owner saw WARN None None: PARAMETER_UPDATE: the loss on the batch '
+                                                "jumped 0.2769 -> 13.54 in train_step's first calls and came back: "
+                                                'over the next 16 c; diagnose WARN at None',
+ 'philschmid_modernbert_router.texts_sorted_labels_not': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'philtabordqn_dueling_ddqn.done_mask_after_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'pinnsoctopus_burgers.derivative_columns_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: '
                                                     'on 8 fixed examples, LBFGS lr 0.1, up to lr 1, loss 0.3604 -> '
                                                     'best 0.05543 (85% down) i; diagnose WARN at None',
@@ -830,6 +883,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                             'the loss does not depend on it ; diagnose WARN at None',
  'scarf_tabular.corrupted_view_not_used': 'owner saw PASS None None: ; diagnose PASS at None',
  'scarf_tabular.positives_on_main_diagonal': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'schneimoddpg_cartpole.done_mask_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.perturbation_std_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.score_not_divided_by_std': 'owner saw PASS None None: ; diagnose WARN at None',
  'scoresde_subvp.time_labels_not_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -862,6 +916,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sgc_citation.val_features_not_propagated': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodhan_yahoo.packed_indices_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodhan_yahoo.word_attention_over_padding': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'sgrvinodod_ssd.labels_not_offset_for_background': 'owner saw WARN None None: GRADIENT: 26 trainable parameters get '
+                                                    'no gradient and the loss does not depend on them (perturbing '
+                                                    'them on a copy leaves it ; diagnose WARN at None',
+ 'sgrvinodod_ssd.positives_mined_as_negatives': 'owner saw WARN None None: GRADIENT: 26 trainable parameters get no '
+                                                'gradient and the loss does not depend on them (perturbing them on a '
+                                                'copy leaves it ; diagnose WARN at None',
  'sgrvinodsl_lmlstmcrf.gold_score_over_padding': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodsl_lmlstmcrf.lm_targets_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodsl_lmlstmcrf.tags_not_resorted': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -948,6 +1008,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'subtab_tabular_ssl.positives_left_in_negatives': 'owner saw PASS None None: ; diagnose WARN at None',
  'supcontrast_supcon.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.views_reshaped_not_split': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'svae_vmf_mnist.kl_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'svae_vmf_mnist.mean_not_on_sphere': 'owner saw PASS None None: ; diagnose WARN at None',
  'swa_vgg16bn.moving_average_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: SGD '
                                             'with momentum=0.9 is not plain SGD; diagnose PASS at None',
  'sweetice_ppo.ratio_of_probs_as_log_probs': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -986,6 +1048,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                     'Adam is not plain SGD (stateful update rule); diagnose PASS at '
                                                     'None',
  'textclspandey_lstm_attn.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'tfc_finetune.samples_shuffled_apart_from_labels': 'owner saw PASS None None: ; diagnose PASS at None',
  'timemixer_etth.channels_reshaped_not_permuted': 'owner saw WARN None None: : op:reshape@: [32, 48, 7] -> [224, 48, '
                                                   '1] puts input axis 1 (size 48) across output axes [0, 1], while '
                                                   'output axis 1 (siz; ; diagnose WARN at None',
@@ -1065,6 +1128,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                   'cross-entropy of these outputs (4.456; ln K = 3.761 for an '
                                                   'untrained 43-class model; exampl; diagnose WARN at None',
  'tvrefs_classification.mixed_images_hard_labels': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'udacitydl_char_rnn.targets_time_major': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'udacitydl_char_rnn.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
+                                               'is not plain SGD (stateful update rule); diagnose PASS at None',
  'udacitydrl_dqn.next_states_from_states': 'owner saw PASS None None: ; diagnose PASS at None',
  'umnn_flow_toy.made_output_mask_inclusive': 'owner saw PASS None None: ; diagnose WARN at None',
  'untitledaiss_moco_byol.ip_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -1077,6 +1143,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'uvadlc_vit_lightning.attention_over_batch': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
                                               'REPRESENTATION six_claims:REPRESENTATION',
  'uvadlc_vit_lightning.patches_without_permute': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'vampprior_vae.kl_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'vampprior_vae.logsumexp_max_not_added_back': 'owner saw PASS None None: ; diagnose WARN at None',
  'vdsr_sr.input_and_label_swapped': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (339.3) is 8 x '
                                     'their mean per-example loss (42.41): it is summed (mean squared error), so ; '
                                     'diagnose WARN at None',
@@ -1103,6 +1171,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'voxceleb_resnetse34l.margin_added_to_target': 'owner saw SKIPPED None None: loss_fn returned a tensor of shape '
                                                 '(32,), not a scalar on model(inputs), whose forward left `label` at '
                                                 'its default: if th; diagnose WARN at None',
+ 'vqcpc_zerospeech.prediction_targets_not_shifted': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
+                                                    'owns 24 tensors that are not in the model (shapes [[32, 64], '
+                                                    '[32], [32, 64]]), and no tra; diagnose WARN at None',
  'vqvae2_hierarchical.straight_through_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'vqvae2_hierarchical.target_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
  'waveglow_vocoder.coupling_sees_transformed_half': 'owner saw WARN None None: GRADIENT: 47 trainable parameters get '
