@@ -49,10 +49,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                                'op:reshape@embedding.value_embedding: [16, 16, 5] -> '
                                                                '[16, 5, 16] puts input axis 2 (size 5) acros; '
                                                                'diagnose WARN at None',
- 'asymlvit_onecycle.embedding_left_out_of_optimizer': 'owner saw FAIL cls_token optimizer.missing_parameter: '
-                                                      'cls_token optimizer.missing_parameter: optimizer does not own '
-                                                      '3 trainable tensors in 2 modules: ; diagnose FAIL at '
-                                                      'four_structures cls_token four_structures:cls_token',
  'asymlvit_onecycle.scheduler_stepped_per_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
  'asymlvit_onecycle.validation_in_train_mode': 'owner saw PASS None None: ; diagnose PASS at None',
  'atanovsimclr_resnet18.views_interleaved': 'owner saw WARN None None: DEPENDENCY: 2 of 67 trainable parameters are '
@@ -128,9 +124,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                  'gradient and the loss does not depend on them (perturbing them on '
                                                  'a copy leaves it u; diagnose WARN at None',
  'by571naf_pendulum.actions_cast_to_long': 'owner saw PASS None None: ; diagnose WARN at None',
- 'by571naf_pendulum.left_in_eval_mode': 'owner saw FAIL bn1 step.norm_statistics_never_estimated: bn1 '
-                                        'step.norm_statistics_never_estimated: bn1.training == False, running_mean '
-                                        '== 0, running_v; diagnose FAIL at step_probe bn1 step_probe:bn1',
  'caogangwgangp_mnist.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                               'gradient and the loss does not depend on them (perturbing them on a '
                                               'copy leaves it u; diagnose WARN at None',

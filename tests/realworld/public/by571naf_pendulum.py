@@ -343,6 +343,10 @@ BUGS = [
     Bug("actions_cast_to_long", functools.partial(_build, bug="actions_cast_to_long"), "learning_ledger", ("TASK",)),
     # classic: act() switches the network to eval for acting and never back to train, so every update runs the
     # BatchNorm layers (bn1, bn2) on their running statistics (the model is trained in eval mode).
-    Bug("left_in_eval_mode", functools.partial(_build, bug="left_in_eval_mode"), "step_probe", (),
-        kind="step.eval_mode_not_restored"),
+    # Declared in review after first contact (its first-contact result stays as measured): the model is in eval mode
+    # from the first update on (the program's own warm-up already ran act()), so no call trained in train mode before;
+    # the FAIL names the defect itself, batch norm running a training forward in eval mode on statistics never
+    # estimated ("the model is trained in eval mode").
+    Bug("left_in_eval_mode", functools.partial(_build, bug="left_in_eval_mode"), "step_probe", ("bn1",),
+        kind="step.norm_statistics_never_estimated"),
 ]
