@@ -623,10 +623,12 @@ PREMISES: dict[str, Premise] = {
         "(mse, smooth L1, Huber) whose prediction was expanded along a new axis as long as the batch (loss_fn squeezed "
         "it against [B, 1] targets), or the graph of a backward train_step runs shows such a node whose prediction was "
         "expanded along an axis it had as 1 to the length of another of its axes (a value net's [N, 1] against [N] "
-        "returns): every prediction meets every example's target",
+        "returns), or a product or quotient of an [N, 1] operand with a gradient by a vector of N without one (a policy "
+        "gradient's log_prob * advantage) into an [N, N] table: every prediction meets every example's target",
         "the loss is 0 at the targets, the shapes cannot broadcast (loss_fn reshapes), the gradient at the first "
         "example's outputs stays put when only the other examples' targets change (loss_fn lines the shapes up itself: "
-        "a squeeze into BCE-with-logits), or the probe cannot run: no finding"),
+        "a squeeze into BCE-with-logits), the cross-talk outlives targets reshaped to the outputs' shape (a pairwise "
+        "loss such as RankNet: every example meets every other by design), or the probe cannot run: no finding"),
     "objective.adversarial_direction": Premise(
         "learning_ledger", "an adversarial step's discriminator pushes its scores on real and generated inputs apart, "
         "and the generator's loss pushes its samples' score toward the real side",

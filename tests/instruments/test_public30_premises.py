@@ -85,3 +85,30 @@ def test_a_cross_entropy_at_the_entropy_of_its_soft_targets_is_fitted_not_cannot
     r = firstdiv.learning_ledger(model, (x, targets), loss_fn, torch.optim.Adam(model.parameters(), lr=6e-4))
     cap = next(f for f in r.findings if f.where == "CAPABILITY")
     assert cap.status is not Status.FAIL, cap
+
+
+def _policy_batch() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(3)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1), nn.LogSigmoid())  # log pi(a|s), [B, 1]
+    return model, (torch.randn(32, 4, generator=g), torch.randn(32, generator=g))  # states, advantages [B]
+
+
+def test_a_per_example_weight_broadcast_against_a_column_of_predictions_is_shape_broadcast() -> None:
+    """PPO's ``ratio * adv`` with the advantages never unsqueezed: every example's log-probability is weighted by every
+    example's advantage ([B, 1] * [B] -> [B, B]), the policy gradient averaged away."""
+    model, batch = _policy_batch()
+    r = firstdiv.learning_ledger(model, batch, lambda logp, adv: -(logp * adv).mean(),
+                                 torch.optim.Adam(model.parameters(), lr=1e-3))
+    assert r.status is Status.FAIL and r.first_divergence.kind == "objective.shape_broadcast", r
+
+
+@pytest.mark.parametrize("loss", ["unsqueezed", "pairwise", "masked_table"])
+def test_products_that_mean_their_shape_are_no_broadcast(loss: str) -> None:
+    model, batch = _policy_batch()
+    table = (torch.arange(32)[:, None] < torch.arange(32)[None, :]).float()
+    fns = {"unsqueezed": lambda s, adv: -(s * adv.unsqueeze(-1)).mean(),
+           "pairwise": lambda s, adv: F.softplus(-(s - s.T) * torch.sign(adv[:, None] - adv[None, :])).mean(),  # RankNet
+           "masked_table": lambda s, adv: (s * table).mean()}  # a row's score against a table of pairs
+    r = firstdiv.learning_ledger(model, batch, fns[loss], torch.optim.Adam(model.parameters(), lr=1e-3))
+    assert not any(f.check == "objective.shape_broadcast" and f.status is Status.FAIL for f in r.findings), r

@@ -37,7 +37,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'allrank_neuralndcg.loss_sign_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'allrank_neuralndcg.padding_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'alpaca_sft.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
- 'andri27rl_ppo.adv_not_unsqueezed': 'owner saw PASS None None: ; diagnose PASS at None',
  'andri27rl_ppo.gae_done_reset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'angularpenalty_cosface.excl_keeps_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'angularpenalty_cosface.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -922,10 +921,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.targets_from_unsorted_captions': 'owner saw PASS None None: ; diagnose PASS at None',
- 'siamesefaces_contrastive.distance_without_keepdim': 'owner saw WARN None None: GRADIENT: 1 trainable parameters '
-                                                      'get no gradient and the loss does not depend on them '
-                                                      '(perturbing them on a copy leaves it u; diagnose FAIL at '
-                                                      'six_claims EVALUATION six_claims:EVALUATION',
  'siamesefaces_contrastive.label_means_same': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                               'gradient and the loss does not depend on them (perturbing them on a '
                                               'copy leaves it u; diagnose FAIL at six_claims EVALUATION '

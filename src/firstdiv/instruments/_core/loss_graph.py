@@ -201,6 +201,7 @@ def _log_probs_axis(node: Any) -> Misfed | None:
 
 _ELEMENTWISE = ("MseLossBackward0", "SmoothL1LossBackward0", "HuberLossBackward0")
 _SQUARED = ("PowBackward0", "AbsBackward0")  # a squared or absolute error written out: (pred - target) ** 2
+_PRODUCTS = ("MulBackward0", "DivBackward0")  # a per-example weight applied: log_prob * advantage, ratio * advantage
 
 
 def broadcast_into_loss(loss: Any) -> tuple[list[int], list[int]] | None:
@@ -208,14 +209,17 @@ def broadcast_into_loss(loss: Any) -> tuple[list[int], list[int]] | None:
     broadcast against a target of another shape, or None. Read from the graph: an mse / smooth L1 / Huber node one of
     whose inputs (the prediction may be either argument) is an expand of a smaller tensor; or a squared or absolute
     difference written out whose one operand with a gradient is smaller than the difference (the other, the target,
-    without one: a pairwise distance between two model outputs is no regression). Where the prediction is the second
-    argument or the difference is written out, only an [n, n] table of [n] predictions counts (``_pairs_rows``)."""
+    without one: a pairwise distance between two model outputs is no regression); or a product (or quotient) of one
+    operand with a gradient by a vector without one, each example's prediction times every example's weight (a
+    policy gradient's ``log_prob [B, 1] * advantage [B]``). Where the prediction is the second argument, the
+    difference is written out or the product is read, only an [n, n] table of [n] predictions counts
+    (``_pairs_rows``)."""
     if not torch.is_tensor(loss) or loss.grad_fn is None:
         return None
     for node in graph_nodes(loss):
         name = type(node).__name__
         found = _expanded_operand(node) if name in _ELEMENTWISE else _broadcast_difference(node) if name in _SQUARED \
-            else None
+            else _broadcast_product(node) if name in _PRODUCTS else None
         if found is not None:
             return found
     return None
@@ -265,6 +269,20 @@ def _broadcast_difference(node: Any) -> tuple[list[int], list[int]] | None:
     if small is None or not _pairs_rows(small, list(diff.shape)):
         return None
     return small, list(diff.shape)
+
+
+def _broadcast_product(node: Any) -> tuple[list[int], list[int]] | None:
+    """An [n, n] product whose one operand with a gradient is [n, 1] or [n] and whose other, without one, is a vector
+    of n (a weight per example: a table of weights would be a pairwise loss's mask)."""
+    wide = _shape(node)
+    slots = [i for i, (p, _) in enumerate(node.next_functions) if p is not None]
+    if wide is None or len(slots) != 1 or len(node.next_functions) != 2:
+        return None
+    small = _shape(node.next_functions[slots[0]][0])
+    other = saved_tensor(node, "_saved_other" if slots[0] == 0 else "_saved_self")
+    if small is None or other is None or not _pairs_rows(small, wide):
+        return None
+    return (small, wide) if [d for d in other.shape if d != 1] == [wide[0]] and other.dim() <= 2 else None
 
 
 _BCE = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")

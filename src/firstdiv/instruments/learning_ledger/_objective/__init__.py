@@ -322,6 +322,9 @@ def _broadcast(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> 
         return None
     if not _crosstalk(ctx, od, t, ev):
         return None  # loss_fn lines the shapes up itself: each output meets only its own target
+    if _crosstalk(ctx, od, t.reshape(od.shape), {}, given=True):
+        ev["pairwise_with_matching_shapes"] = True  # a pairwise loss (RankNet): every example meets every other anyway
+        return None
     return failed("OBJECTIVE", "objective.shape_broadcast",
                   f"outputs {shape(od)} and targets {shape(t)} differ in shape, and the loss is {g4(at_target)} (not 0) "
                   f"even when the outputs equal the targets: every output is compared with every target", ev,
@@ -330,16 +333,17 @@ def _broadcast(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> 
                   hint="squeeze the outputs (outputs.squeeze(-1)) or unsqueeze the targets so the shapes match")
 
 
-def _crosstalk(ctx: Ctx, od: torch.Tensor, t: torch.Tensor, ev: dict[str, Any]) -> bool:
+def _crosstalk(ctx: Ctx, od: torch.Tensor, t: torch.Tensor, ev: dict[str, Any], given: bool = False) -> bool:
     """The counterfactual: the gradient of the loss at the first example's outputs moves when only the other examples'
-    targets change (each output compared with every target); False when it stays put or cannot be read."""
+    targets change (each output compared with every target); False when it stays put or cannot be read. ``given``:
+    against ``t`` (the targets reshaped to the outputs' shape: does the cross-talk outlive the broadcast?)."""
     n = t.shape[0]
     oax = example_axis(od, n, ctx.batch_axis)
     if oax is None or n < 2:
         return False
     other = t.clone()
     other[1:] = ~t[1:] if t.dtype == torch.bool else t[1:].flip(0) + 1
-    g, h = output_grad(ctx, od, ev), output_grad(ctx, od, ev, other)
+    g, h = output_grad(ctx, od, ev, t if given else None), output_grad(ctx, od, ev, other)
     if g is None or h is None:
         return False
     mine, theirs = g.narrow(oax, 0, 1), h.narrow(oax, 0, 1)
