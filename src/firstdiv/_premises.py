@@ -633,7 +633,8 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "an adversarial step's discriminator pushes its scores on real and generated inputs apart, "
         "and the generator's loss pushes its samples' score toward the real side",
         "one call of train_step on the user's objects (two at most, until two optimizers stepped; restored after): "
-        "two or more optimizers; a network (the largest module one optimizer owns alone) run on a pipeline input and on "
+        "two or more optimizers; a network (the largest module one optimizer owns alone; its runs read through its "
+        "forward, called as a module or as self.forward by its own methods) run on a pipeline input and on "
         "another optimizer's network output (attached, or detached: the same storage); the gradient each loss sends "
         "into that network's scores, summed, over the backwards before each optimizer step (only inside a backward: a "
         "penalty's autograd.grad is no loss): its own optimizer's phase pushes real and generated scores the same way, "

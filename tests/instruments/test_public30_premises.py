@@ -112,3 +112,58 @@ def test_products_that_mean_their_shape_are_no_broadcast(loss: str) -> None:
            "masked_table": lambda s, adv: (s * table).mean()}  # a row's score against a table of pairs
     r = firstdiv.learning_ledger(model, batch, fns[loss], torch.optim.Adam(model.parameters(), lr=1e-3))
     assert not any(f.check == "objective.shape_broadcast" and f.status is Status.FAIL for f in r.findings), r
+
+
+class _Critic(nn.Module):
+    """A critic whose own training method scores through ``self.forward`` (as a trainer library's network does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def loss(self, real: torch.Tensor, fake: torch.Tensor, swapped: bool) -> torch.Tensor:
+        real_score, fake_score = self.forward(real).mean(), self.forward(fake).mean()
+        return real_score - fake_score if swapped else fake_score - real_score
+
+
+def _wgan(swapped: bool):
+    torch.manual_seed(0)
+    g_net, d_net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2)), _Critic()
+    opt_g, opt_d = torch.optim.Adam(g_net.parameters(), 1e-3), torch.optim.Adam(d_net.parameters(), 1e-3)
+    gen = torch.Generator().manual_seed(0)
+    real = torch.randn(64, 2, generator=gen) * 0.3 + 1.0
+
+    def train_step() -> float:
+        x = real[torch.randperm(64, generator=gen)[:32]]
+        with torch.no_grad():
+            fake = g_net(torch.randn(32, 4, generator=gen))
+        opt_d.zero_grad()
+        d_loss = d_net.loss(x, fake, swapped)
+        d_loss.backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        g_loss = -d_net(g_net(torch.randn(32, 4, generator=gen))).mean()
+        g_loss.backward()
+        opt_g.step()
+        return float(d_loss)
+    batch = (real[:32], torch.ones(32, 1))
+    return d_net, batch, lambda s, _t: -s.mean(), opt_d, train_step
+
+
+@pytest.mark.parametrize("swapped", [False, True])
+def test_a_critic_scoring_through_self_forward_is_watched(swapped: bool) -> None:
+    """mimicry's WGAN-GP critic scores real and generated inputs in a method of its own (``self.forward``): the
+    adversarial check saw only the generator's call (a forward hook misses a direct ``forward``), so swapped critic
+    signs passed."""
+    model, batch, loss_fn, opt, step = _wgan(swapped)
+    before = dict(model.__dict__)
+    report = firstdiv.learning_ledger(model, batch, loss_fn, opt, train_step=step, overfit_steps=0)
+    found = [f for f in report.findings if f.check == "objective.adversarial_direction"]
+    assert model.__dict__.keys() == before.keys() and "forward" not in model.__dict__
+    if swapped:
+        assert found and found[0].status is Status.FAIL and found[0].evidence["which"] == "generator", str(report)
+    else:
+        assert not found, str(report)

@@ -36,6 +36,7 @@ from .._core.task import Ctx
 from ._common import failed, g4
 
 TINY = 1e-12  # a summed gradient below this is no push
+_NONE = object()  # no instance attribute ``forward`` before the watch
 CALLS = 2  # train_step calls watched at most, until both players' optimizers have stepped
 
 
@@ -56,6 +57,7 @@ class _Watch:
         self.backwards, self.steps = 0, []  # steps: (backwards before it, optimizer index)
         self.inside = False
         self.handles: list[Any] = []
+        self.forwards: list[tuple[nn.Module, Any]] = []
 
     def _kind(self, x: Any, k: int) -> str:
         if not torch.is_tensor(x) or not x.is_floating_point():
@@ -89,7 +91,11 @@ class _Watch:
             call.pushes[self.backwards] = call.pushes.get(self.backwards, 0.0) + float(g.detach().double().sum())
 
     def __enter__(self) -> Self:
-        self.handles = [m.register_forward_hook(self._hook(i)) for i, (_, m, _) in enumerate(self.nets)]
+        # the networks' forward wrapped on the instance (not a forward hook): a player that calls ``self.forward(x)``
+        # itself (a trainer method on the network) is seen too; put back on exit
+        self.forwards = [(m, m.__dict__.get("forward", _NONE)) for _, m, _ in self.nets]
+        for i, (_, m, _) in enumerate(self.nets):
+            m.forward = self._wrapped(i, m.forward)
         self._original = torch.autograd.backward
 
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -108,6 +114,20 @@ class _Watch:
         torch.autograd.backward = self._original
         for h in self.handles:
             h.remove()
+        for m, before in self.forwards:
+            if before is _NONE:
+                m.__dict__.pop("forward", None)
+            else:
+                m.__dict__["forward"] = before
+
+    def _wrapped(self, i: int, forward: Any) -> Any:
+        hook = self._hook(i)
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            out = forward(*args, **kwargs)
+            hook(self.nets[i][1], args, out)
+            return out
+        return wrapped
 
 
 def _networks(modules: list[nn.Module], owner: dict[int, int]) -> list[tuple[str, nn.Module, int]]:
