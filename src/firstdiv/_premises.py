@@ -482,7 +482,8 @@ PREMISES: dict[str, Premise] = {
         "upside down, transposed) explains at least two examples and a fifth of the batch with R^2 >= 0.1, at least "
         "0.2 better than the targets as given, which the input does not explain (R^2 <= 0.1); scored again with the "
         "winning examples' references realigned (misaligned examples blur the others' references), the pass "
-        "explaining more examples counting",
+        "explaining more examples counting; or, with task_probe (the user's own labelling rule), dense class targets "
+        "it agrees with on >= 90% only flipped or transposed (and 10 points more than as given)",
         "targets the input's local values do not explain (no alignment reaches R^2 0.1 and the margin), symmetric "
         "images, a batch without a 4-D image input of <= 8 channels or a target grid under 12 x 12 or at another scale "
         "per axis: no finding"),

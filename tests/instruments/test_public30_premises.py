@@ -167,3 +167,39 @@ def test_a_critic_scoring_through_self_forward_is_watched(swapped: bool) -> None
         assert found and found[0].status is Status.FAIL and found[0].evidence["which"] == "generator", str(report)
     else:
         assert not found, str(report)
+
+
+def _scenes() -> tuple[nn.Module, torch.Tensor, torch.Tensor, object]:
+    """Noise images whose label map is a left stripe as wide as their first channel's mean says, and the rule that
+    reads it: no pixel's neighbourhood explains its label, only the user's rule does."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(4)
+    width = torch.randint(3, 7, (8,), generator=g)
+    images = torch.randn(8, 3, 16, 16, generator=g) * 0.1
+    images[:, 0] += width.float()[:, None, None]
+
+    def probe(x: torch.Tensor) -> torch.Tensor:
+        w = x[:, 0].mean(dim=(1, 2)).round().long()
+        return (torch.arange(16)[None, None, :] < w[:, None, None]).long().expand(-1, 16, -1)
+    return nn.Conv2d(3, 2, 3, padding=1), images, probe(images).contiguous(), probe
+
+
+@pytest.mark.parametrize("slip", [None, "transposed", "noise"])
+def test_dense_targets_that_agree_with_task_probe_only_transposed_are_misaligned(slip: str | None) -> None:
+    """Lightning's segmentation template with its mask read (W, H): the user's own rule (task_probe) agrees with two
+    thirds of the pixels as given, which read as scattered label noise (a WARN) or a wrong mapping; transposed, it
+    agrees with all of them: the targets are misaligned."""
+    model, x, y, probe = _scenes()
+    if slip == "transposed":
+        y = y.transpose(-1, -2).contiguous()
+    elif slip == "noise":  # scattered pixels relabelled: label noise, not a misalignment
+        g = torch.Generator().manual_seed(5)
+        flip = torch.rand(y.shape, generator=g) < 0.08
+        y = torch.where(flip, 1 - y, y)
+    r = firstdiv.learning_ledger(model, (x, y), F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-2),
+                                 task_probe=probe, overfit_steps=0)
+    task = next(f for f in r.findings if f.where == "TASK")
+    if slip == "transposed":
+        assert task.status is Status.FAIL and task.check == "task.target_misaligned", task
+    else:
+        assert task.status is not Status.FAIL, task

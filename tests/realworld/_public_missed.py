@@ -519,9 +519,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lightningbolts_vae.kl_coeff_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'lightningbolts_vae.sample_instead_of_rsample': 'diagnose FAIL at reachability encoder.conv1.weight '
                                                  'reachability:encoder.conv1.weight',
- 'lightningex_unet_segmentation.mask_transposed': 'owner saw WARN None None: TASK: 426 of 8192 supervised targets '
-                                                  'are outside [0, 19) for outputs of size 19 (min 1, max 250, e.g. '
-                                                  '[250]), and loss_fn ra; diagnose WARN at None',
  'lightningtransformers_ner.labels_not_aligned_to_tokens': 'owner saw PASS None None: ; diagnose PASS at None',
  'llmsfromscratch_gpt_train.heads_merged_without_transpose': 'owner saw WARN None None: trf_blocks.0.att: '
                                                              'op:reshape@trf_blocks.0.att: [8, 4, 32, 16] -> [8, 32, '

@@ -234,3 +234,28 @@ def _compare(ev: dict[str, Any], name: str, where: str, x: torch.Tensor, y: torc
                   observed=f"{n}/{b} examples better {best_name}",
                   hint="apply every spatial transform (flip, crop, rotation) to the image and its target together, and "
                        "read label maps and keypoints in the image's (H, W) order")
+
+
+def realigned_probe(expected: torch.Tensor, observed: torch.Tensor, ignore: int, agree: float,
+                    ev: dict[str, Any]) -> Check | None:
+    """task_probe's labels (the user's own rule) against dense class targets ``[B, h, w]``: where the targets flipped or
+    transposed agree with the rule (>= 90 %, and clearly more than as given), they sit at other positions than the
+    inputs they describe: ``task.target_misaligned``. None otherwise."""
+    if observed.dim() < 3 or expected.shape != observed.shape or min(observed.shape[-2:]) < MIN_SIDE:
+        return None
+    for name, realign in _OTHERS.items():
+        if name == "transposed" and observed.shape[-1] != observed.shape[-2]:
+            continue
+        o = realign(observed)
+        m = o != ignore
+        a = float((expected[m] == o[m]).float().mean()) if bool(m.any()) else 0.0
+        if a >= 0.9 and a >= agree + 0.1:
+            ev.update(probe_agreement_realigned=a, realigned=name)
+            return failed("TASK", "task.target_misaligned",
+                          f"task_probe agrees with {agree:.1%} of the targets as given and with {a:.1%} of them {name}: "
+                          "the targets sit at other positions than the inputs they describe", ev,
+                          expected="targets on the input's grid (task_probe agrees as given)",
+                          observed=f"task_probe agrees {agree:.1%} as given, {a:.1%} {name}",
+                          hint=f"the targets are {name} relative to their inputs: apply the same transform to image and "
+                               "target, or read the target's axes in the image's order ((H, W), not (W, H))")
+    return None

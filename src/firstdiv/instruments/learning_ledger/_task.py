@@ -21,7 +21,7 @@ from ...report import Status
 from .._core.checks import Check
 from .._core.examples import logits_of
 from .._core.task import Ctx, err, input_ids, is_int, shape
-from ._alignment import target_misaligned
+from ._alignment import realigned_probe, target_misaligned
 from ._common import failed, g4, isclose, passed, supervised, warned
 from ._leak import target_in_input
 from ._masks import mask_unread
@@ -329,6 +329,8 @@ def _compare_labels(ctx: Ctx, expected: torch.Tensor, observed: torch.Tensor, ev
     g = torch.Generator().manual_seed(0)
     chance = sum(float((e == o[torch.randperm(o.numel(), generator=g)]).float().mean()) for _ in range(8)) / 8
     ev["chance_agreement"] = chance
+    if (moved := realigned_probe(expected, observed, ctx.ignore_index, agree, ev)) is not None:
+        return moved  # a dense map that agrees flipped or transposed: misaligned, not noisy
     if not consistent and agree > chance + 0.5 * (1 - chance):
         # most targets follow the rule, scattered ones do not: an approximate task_probe or label noise as easily
         # as a defect; a wrong mapping or misaligned rows fall to chance (or map consistently)
