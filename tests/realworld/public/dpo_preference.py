@@ -31,8 +31,9 @@ Deviations from the original:
 - sizes and schedule for 30 CPU steps: batch_size 64 -> 16, max_length 512 -> 24, max_prompt_length 256 -> 12,
   lr 5e-7 -> 1e-3, warmup_steps 150 -> 5 (gradient_accumulation_steps 1, max_grad_norm 10, RMSprop unchanged);
 - one ``train_step`` is one iteration of ``BasicTrainer.train``'s training block (micro-batches, clip, step,
-  scheduler, zero_grad); evaluation, sampling, wandb, metrics gathering and checkpointing are left out; ``eval_fn``
-  is ``get_batch_metrics(..., train=False)``'s mean loss under ``no_grad``;
+  scheduler, zero_grad); evaluation, sampling, wandb, metrics gathering and checkpointing are left out (the metrics
+  dict keeps the reward accuracies only), as are the IPO/SFT branches and the per-rank slice of a micro-batch (one
+  process); ``eval_fn`` is ``get_batch_metrics(..., train=False)``'s mean loss under ``no_grad``;
 - the Program's batch is ``(concatenated_input_ids, (concatenated_labels, reference_chosen_logps,
   reference_rejected_logps))`` of the first batch, the reference log-probabilities computed once (the reference is
   frozen), and ``loss_fn`` the trainer's DPO loss on the policy's output.

@@ -25,7 +25,7 @@ Deviations from the original:
   clipping 0.5 unchanged);
 - data: enwik8 is replaced by a synthetic byte stream made from ``seed`` (lower-case "words" of 3-6 bytes, each
   repeated 3-6 times, so a byte is predictable from the bytes before it); ``TextSamplerDataset`` is unchanged but
-  for ``.cuda()``;
+  for ``.cuda()`` (``model.cuda()`` is dropped too: CPU);
 - einops is not installed: ``rearrange``/``repeat``/``pack``/``unpack`` are written out as view/transpose/expand/
   cat/split; the ``flash_attn`` path (``use_flash_attn=True`` in train.py) calls ``F.scaled_dot_product_attention``
   without the ``torch.backends.cuda.sdp_kernel`` context (a CUDA kernel choice); the non-flash branch of ``Attend``,

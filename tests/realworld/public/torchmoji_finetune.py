@@ -27,6 +27,8 @@ Deviations from the original:
   current torch the ``Variable`` given by ``fit_model`` is a ``LongTensor``, so the branch meant for raw tensors
   would return ``outputs.data`` and cut the graph); ``nn.init.uniform``/``xavier_uniform``/``orthogonal``/
   ``constant`` and ``clip_grad_norm`` are their in-place ``_`` forms;
+  ``nn.Dropout2d`` on the packed 2-D embeddings is kept as written (current torch applies it element-wise, with a
+  deprecation warning);
 - left out as unused here: the weight loading (``load_specific_weights``, no weights), ``DeepMojiBatchSampler``'s
   upsample branch (``upsample=False`` as called), the multi-class branch's ``sklearn`` ``accuracy_score`` (written as a
   mean of matches), the other finetuning methods and metrics;
