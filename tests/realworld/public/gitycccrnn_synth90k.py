@@ -206,12 +206,11 @@ def train_batch(crnn, data, optimizer, criterion, device, bug=None):
     return loss.item()
 
 
-def _build(seed, bug=None):
-    torch.manual_seed(seed)
+def _loaders(seed, bug):
+    """``main()``'s datasets and loaders."""
     data_dir = config['data_dir']
     _write_synthetic_synth90k(seed, data_dir)
     img_width, img_height = config['img_width'], config['img_height']
-    device = torch.device('cpu')
 
     train_dataset = Synth90kDataset(root_dir=data_dir, mode='train',
                                     img_height=img_height, img_width=img_width, bug=bug)
@@ -230,6 +229,14 @@ def _build(seed, bug=None):
         shuffle=True,
         num_workers=config['cpu_workers'],
         collate_fn=synth90k_collate_fn)
+    return train_dataset, train_loader, valid_loader
+
+
+def _build(seed, bug=None):
+    torch.manual_seed(seed)
+    img_width, img_height = config['img_width'], config['img_height']
+    device = torch.device('cpu')
+    train_dataset, train_loader, valid_loader = _loaders(seed, bug)
 
     num_class = len(Synth90kDataset.LABEL2CHAR) + 1
     crnn = CRNN(1, img_height, img_width, num_class,
