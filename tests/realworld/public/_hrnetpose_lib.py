@@ -1,10 +1,8 @@
 """HRNet's building blocks of leoxiaobin/deep-high-resolution-net.pytorch (``BasicBlock``, ``Bottleneck``,
 ``HighResolutionModule``, ``blocks_dict``), for the port ``hrnet_pose_mpii`` (the network that uses them,
-``PoseHighResolutionNet``, is in ``_hrnetpose_net.py``). HRNet: a stride-4 stem (two 3x3 stride-2 convs), ``layer1`` of Bottlenecks, then stages of
-``HighResolutionModule`` s that keep parallel branches at 1/4, 1/8, 1/16 and 1/32 resolution (BasicBlocks per branch)
-and fuse them after every module (1x1 conv + BN + nearest upsampling from lower resolutions, strided 3x3 convs from
-higher ones, summed), transitions that add a branch per stage, and a 1x1 ``final_layer`` on the highest-resolution
-branch giving one heatmap per joint; ``init_weights`` draws every conv from N(0, 0.001).
+``PoseHighResolutionNet``, is in ``_hrnetpose_net.py``). A ``HighResolutionModule`` runs parallel branches of
+BasicBlocks at 1/4, 1/8, 1/16 and 1/32 resolution and fuses them after every module (1x1 conv + BN + nearest
+upsampling from lower resolutions, strided 3x3 convs from higher ones, summed, ReLU).
 
 Source: https://github.com/leoxiaobin/deep-high-resolution-net.pytorch
 Commit: 6f69e4676ad8d43d0d61b64b1b9726f0c369e7b1
@@ -12,8 +10,8 @@ Files: lib/models/pose_hrnet.py
 License: MIT (Copyright (c) 2019 Leo Xiao; the file's header: Copyright (c) Microsoft, Licensed under the MIT
 License; full text in LICENSES/leoxiaobin-deep-high-resolution-net.pytorch.txt)
 
-Deviations from the original: none in these classes (the sizes are the callers'; ``STEM`` and ``LAYER1_BLOCKS``, the
-port's sizes of the stem, are defined here for ``_hrnetpose_net.py``).
+Deviations from the original: none in these classes (the sizes are the callers'); ``STEM`` and ``LAYER1_BLOCKS``, the
+port's sizes of the stem, are defined here for ``_hrnetpose_net.py``.
 """
 # ruff: noqa: UP008, UP032, PLR0402
 
