@@ -8,7 +8,7 @@ probe on the embeddings (``eval.py``).
 Source: https://github.com/CRIPAC-DIG/GRACE
 Commit: b3b5ac3fcbaabbb50e8bd69a075b46cd82a50378
 Files: train.py, model.py, eval.py, config.yaml (the ``Cora`` entry)
-License: Apache-2.0 (Copyright the GRACE authors, CRIPAC-DIG; full text in LICENSES/CRIPAC-DIG-GRACE.txt)
+License: Apache-2.0 (full text in LICENSES/CRIPAC-DIG-GRACE.txt)
 Domain: self-supervised, contrastive (graph, two augmented views, InfoNCE)
 
 Deviations from the original:
@@ -223,6 +223,24 @@ def load_graph(seed):
 
 # ---- train.py -------------------------------------------------------------------------------------------------
 
+def test(model: Model, x, edge_index, y):
+    """``test()``: embeddings of the whole graph, then ``label_classification(z, y, ratio=0.1)`` (see the header)."""
+    model.eval()
+    with torch.no_grad():
+        z = F.normalize(model(x, edge_index))
+    perm = torch.randperm(z.size(0), generator=torch.Generator().manual_seed(0))
+    n_train = int(0.1 * z.size(0))
+    tr, te = perm[:n_train], perm[n_train:]
+    log = LogReg(z.size(1), N_CLASS)
+    opt = torch.optim.Adam(log.parameters(), lr=0.01)
+    for _ in range(100):
+        opt.zero_grad()
+        F.cross_entropy(log(z[tr]), y[tr]).backward()
+        opt.step()
+    model.train()
+    return float((log(z[te]).argmax(1) == y[te]).float().mean())
+
+
 def _build(seed, bug=None):
     torch.manual_seed(seed)
     x, edge_index, y = load_graph(seed)
@@ -272,30 +290,14 @@ def _build(seed, bug=None):
 
         return loss.item()
 
-    def eval_fn(model, batch):
-        # test(): model.eval(); z = model(x, edge_index); label_classification(z, y, ratio=0.1)
-        model.eval()
-        with torch.no_grad():
-            z = F.normalize(model(x, edge_index))
-        perm = torch.randperm(z.size(0), generator=torch.Generator().manual_seed(0))
-        n_train = int(0.1 * z.size(0))
-        tr, te = perm[:n_train], perm[n_train:]
-        log = LogReg(z.size(1), N_CLASS)
-        opt = torch.optim.Adam(log.parameters(), lr=0.01)
-        for _ in range(100):
-            opt.zero_grad()
-            F.cross_entropy(log(z[tr]), y[tr]).backward()
-            opt.step()
-        model.train()
-        return float((log(z[te]).argmax(1) == y[te]).float().mean())
-
     def loss_fn(z1, view_2):
         return model.loss(z1, model(**view_2), batch_size=0)
 
     x_1, edge_index_1, x_2, edge_index_2 = views()
     batch = ({"x": x_1, "edge_index": edge_index_1}, {"x": x_2, "edge_index": edge_index_2})
     return Program(name="grace_graph_contrastive", model=model, batch=batch, loss_fn=loss_fn, optimizer=optimizer,
-                   train_step=lambda: train(model, x, edge_index), eval_fn=eval_fn)
+                   train_step=lambda: train(model, x, edge_index),
+                   eval_fn=lambda model, batch: test(model, x, edge_index, y))
 
 
 build = functools.partial(_build, bug=None)
