@@ -15,7 +15,7 @@ License: MIT (Copyright (c) 2023 LionSenSei)
 Domain: tabular (binary classification, feature-relation graph transformer)
 
 Deviations from the original:
-- sizes: the churn config with d_token 248 -> 32, n_heads 8 kept -> 4 (d_token / n_heads = 8), n_layers 3 -> 2,
+- sizes: the churn config with d_token 248 -> 32, n_heads 8 -> 4 (d_token / n_heads = 8), n_layers 3 -> 2,
   batch_size 128 -> 64; dropouts, d_ffn_factor, lr, col_lr and weight_decay as in the config;
   ``run_t2g.py``'s defaults for the rest (token_bias, sym_weight True, sym_topology False, nsi True, no
   kv_compression); the model is in the helper ``_t2gformer_lib.py``;
