@@ -17,7 +17,8 @@ Deviations from the original:
 - omegaconf's ``DictConfig`` is a ``SimpleNamespace`` with a ``get`` method; only the classes GAIL uses are copied
   (the GMMIL, PWIL, RED, DRIL and AdRIL components and ``SoftActor``'s DRIL uncertainty methods are left out); the
   tqdm bar of ``transfer_transitions`` (unused by GAIL) is left out; ``D4RLEnv`` sets the absorbing bit on the
-  observation space's shape instead of building a gym ``Box``; two-space indentation is four spaces.
+  observation space's shape instead of building a gym ``Box``; ``get_dataset``'s subsampling lines are moved, unchanged,
+  into a method ``_subsample`` it calls (for the 60-line function limit); two-space indentation is four spaces.
 """
 
 from __future__ import annotations
@@ -327,20 +328,25 @@ class D4RLEnv():
                     weights_list[i] = torch.cat([weights_list[i], torch.full((1, ), 1 / subsample)], dim=0)  # Importance weight absorbing state as kept during subsampling
         # Subsample within trajectories
         if subsample > 1:
-            for i in range(len(states_list)):
-                rand_start_idx, T = np.random.choice(subsample), len(states_list[i])  # Subsample from random index in 0 to N-1 (procedure from original GAIL implementation)
-                idxs = range(rand_start_idx, T, subsample)
-                if self.absorbing: idxs = sorted(list(set(idxs) | set([T - 2, T - 1])))  # Subsample but keep absorbing state transitions
-                states_list[i] = states_list[i][idxs]
-                actions_list[i] = actions_list[i][idxs]
-                next_states_list[i] = next_states_list[i][idxs]
-                terminals_list[i] = terminals_list[i][idxs]
-                timeouts_list[i] = timeouts_list[i][idxs]
-                weights_list[i] = weights_list[i][idxs]
+            self._subsample(subsample, states_list, actions_list, next_states_list, terminals_list, timeouts_list, weights_list)
 
         transitions = {'states': torch.cat(states_list, dim=0), 'actions': torch.cat(actions_list, dim=0), 'next_states': torch.cat(next_states_list, dim=0), 'terminals': torch.cat(terminals_list, dim=0), 'timeouts': torch.cat(timeouts_list, dim=0), 'weights': torch.cat(weights_list, dim=0), 'num_trajectories': num_trajectories}
         transitions['rewards'] = torch.zeros_like(transitions['terminals'])  # Pass 0 rewards to replay memory for interoperability/make sure reward information is not leaked to IL algorithm when data comes from an offline RL dataset
         return ReplayMemory(transitions['states'].size(0), state_size + (1 if self.absorbing else 0), action_size, self.absorbing, transitions=transitions)
+
+
+    def _subsample(self, subsample, states_list, actions_list, next_states_list, terminals_list, timeouts_list, weights_list):
+        """(port) ``get_dataset``'s subsampling lines, moved unchanged (in-place on the lists)."""
+        for i in range(len(states_list)):
+            rand_start_idx, T = np.random.choice(subsample), len(states_list[i])  # Subsample from random index in 0 to N-1 (procedure from original GAIL implementation)
+            idxs = range(rand_start_idx, T, subsample)
+            if self.absorbing: idxs = sorted(list(set(idxs) | set([T - 2, T - 1])))  # Subsample but keep absorbing state transitions
+            states_list[i] = states_list[i][idxs]
+            actions_list[i] = actions_list[i][idxs]
+            next_states_list[i] = next_states_list[i][idxs]
+            terminals_list[i] = terminals_list[i][idxs]
+            timeouts_list[i] = timeouts_list[i][idxs]
+            weights_list[i] = weights_list[i][idxs]
 
 
 # ---- the expert data (not from the repository) -------------------------------------------------------------------

@@ -281,8 +281,12 @@ def _build(seed, bug=None):
         pending["batches"] = next(loop)
         return loss
 
-    transitions, expert_transitions = pending["batches"]
-    n = cfg.training.batch_size
+    return _program(pending["batches"], cfg.training.batch_size, discriminator, discriminator_optimiser, train_step, bug)
+
+
+def _program(batches, n, discriminator, discriminator_optimiser, train_step, bug):
+    """The Program: the discriminator, the first training step's agent and expert batches, the BCE loss."""
+    transitions, expert_transitions = batches
     labels = torch.cat([torch.zeros(n), torch.ones(n)])  # policy ("fake") then expert ("real")
     if bug == "expert_policy_labels_swapped":
         labels = 1 - labels

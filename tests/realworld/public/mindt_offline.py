@@ -28,7 +28,8 @@ Deviations from the original:
 - sizes for 2 CPU cores: n_blocks 3 -> 2, embed_dim 128 -> 32, max_timestep 4096 -> 128; warmup_steps 10000 -> 10
   (so the warm-up ends within the self-check's 30 updates instead of after half of the 20000);
 - ``pin_memory`` is False and the device is the CPU; python's ``random`` and ``torch`` are seeded from ``seed``;
-- ``train_step`` is one update of the inner loop (``num_updates_per_iter``); ``evaluate_on_env`` (evaluation episodes
+- ``train_step`` is one update of the inner loop (``num_updates_per_iter``), its lines moved, unchanged, into
+  ``prepare`` (batch to device, action target), ``action_loss`` (the Program's ``loss_fn``) and ``make_train_step``; ``evaluate_on_env`` (evaluation episodes
   in the environment), the CSV log and checkpoints are left out;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
@@ -204,6 +205,68 @@ class DecisionTransformer(nn.Module):
 
 # ---- scripts/train.py --------------------------------------------------------------------------------------------
 
+def prepare(timesteps, states, actions, returns_to_go, traj_mask, device, bug=None):
+    """(port) the loop's lines moving a batch to the device and cloning the action target."""
+    timesteps = timesteps.to(device)    # B x T
+    states = states.to(device)          # B x T x state_dim
+    actions = actions.to(device)        # B x T x act_dim
+    returns_to_go = returns_to_go.to(device).unsqueeze(dim=-1) # B x T x 1
+    traj_mask = traj_mask.to(device)    # B x T
+    if bug == "action_target_shifted":  # the next step's action taken as the target
+        action_target = torch.roll(actions, -1, dims=1).detach().to(device)
+    else:
+        action_target = torch.clone(actions).detach().to(device)
+    return (timesteps, states, actions, returns_to_go), (action_target, traj_mask)
+
+
+def action_loss(outputs, targets, act_dim, bug=None):
+    """(port) the loop's loss lines: the MSE on the unpadded positions' actions."""
+    state_preds, action_preds, return_preds = outputs
+    action_target, traj_mask = targets
+    # only consider non padded elements
+    if bug == "padding_mask_dropped":
+        action_preds = action_preds.view(-1, act_dim)
+        action_target = action_target.view(-1, act_dim)
+    else:
+        action_preds = action_preds.view(-1, act_dim)[traj_mask.view(-1,) > 0]
+        action_target = action_target.view(-1, act_dim)[traj_mask.view(-1,) > 0]
+
+    return F.mse_loss(action_preds, action_target, reduction='mean')
+
+
+def make_train_step(model, optimizer, scheduler, traj_data_loader, inputs_and_targets, loss_fn):
+    """(port) one update of train.py's inner loop, as a closure over the user's objects."""
+    state = {"data_iter": iter(traj_data_loader)}
+
+    def train_step():
+        """One update of the inner loop (``for _ in range(num_updates_per_iter)``)."""
+        model.train()
+        try:
+            batch = next(state["data_iter"])
+        except StopIteration:
+            state["data_iter"] = iter(traj_data_loader)
+            batch = next(state["data_iter"])
+
+        (timesteps, states, actions, returns_to_go), targets = inputs_and_targets(*batch)
+
+        outputs = model.forward(
+                            timesteps=timesteps,
+                            states=states,
+                            actions=actions,
+                            returns_to_go=returns_to_go
+                        )
+        action_loss = loss_fn(outputs, targets)
+
+        optimizer.zero_grad()
+        action_loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        optimizer.step()
+        scheduler.step()
+        return action_loss.detach()
+
+    return train_step
+
+
 def _build(seed, bug=None):
     random.seed(seed)
     torch.manual_seed(seed)
@@ -246,58 +309,12 @@ def _build(seed, bug=None):
                             lambda steps: min((steps+1)/warmup_steps, 1)
                         )
 
-    def inputs_and_targets(timesteps, states, actions, returns_to_go, traj_mask):
-        timesteps = timesteps.to(device)    # B x T
-        states = states.to(device)          # B x T x state_dim
-        actions = actions.to(device)        # B x T x act_dim
-        returns_to_go = returns_to_go.to(device).unsqueeze(dim=-1) # B x T x 1
-        traj_mask = traj_mask.to(device)    # B x T
-        if bug == "action_target_shifted":  # the next step's action taken as the target
-            action_target = torch.roll(actions, -1, dims=1).detach().to(device)
-        else:
-            action_target = torch.clone(actions).detach().to(device)
-        return (timesteps, states, actions, returns_to_go), (action_target, traj_mask)
+    inputs_and_targets = functools.partial(prepare, device=device, bug=bug)
 
     def loss_fn(outputs, targets):
-        state_preds, action_preds, return_preds = outputs
-        action_target, traj_mask = targets
-        # only consider non padded elements
-        if bug == "padding_mask_dropped":
-            action_preds = action_preds.view(-1, act_dim)
-            action_target = action_target.view(-1, act_dim)
-        else:
-            action_preds = action_preds.view(-1, act_dim)[traj_mask.view(-1,) > 0]
-            action_target = action_target.view(-1, act_dim)[traj_mask.view(-1,) > 0]
+        return action_loss(outputs, targets, act_dim, bug)
 
-        return F.mse_loss(action_preds, action_target, reduction='mean')
-
-    state = {"data_iter": iter(traj_data_loader)}
-
-    def train_step():
-        """One update of the inner loop (``for _ in range(num_updates_per_iter)``)."""
-        model.train()
-        try:
-            batch = next(state["data_iter"])
-        except StopIteration:
-            state["data_iter"] = iter(traj_data_loader)
-            batch = next(state["data_iter"])
-
-        (timesteps, states, actions, returns_to_go), targets = inputs_and_targets(*batch)
-
-        outputs = model.forward(
-                            timesteps=timesteps,
-                            states=states,
-                            actions=actions,
-                            returns_to_go=returns_to_go
-                        )
-        action_loss = loss_fn(outputs, targets)
-
-        optimizer.zero_grad()
-        action_loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
-        optimizer.step()
-        scheduler.step()
-        return action_loss.detach()
+    train_step = make_train_step(model, optimizer, scheduler, traj_data_loader, inputs_and_targets, loss_fn)
 
     batch = inputs_and_targets(*next(iter(DataLoader(traj_dataset, batch_size=batch_size))))
     return Program(name="mindt_offline", model=model, batch=batch, loss_fn=loss_fn, optimizer=optimizer,

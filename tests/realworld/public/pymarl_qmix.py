@@ -307,7 +307,11 @@ def _build(seed, bug=None):
         state["pending"] = next(loop)
         return loss
 
-    s = state["pending"][0]
+    return _program(learner, state["pending"][0], train_step)
+
+
+def _program(learner, s, train_step):
+    """The Program: the agents and mixer on the first sampled episodes' tensors, ``td_loss`` as the loss."""
     batch = ((s["obs"], s["actions_onehot"], s["avail_actions"], s["actions"], s["state"]),
              (s["reward"], s["terminated"], s["filled"], s["obs"], s["actions_onehot"], s["avail_actions"], s["state"]))
 

@@ -1,4 +1,4 @@
-# ruff: noqa: F841, PLR0402, UP004
+# ruff: noqa: F841, PLR0402, RUF059, UP004
 """Random Network Distillation with PPO, from jcwleo/random-network-distillation-pytorch: a CNN actor-critic with
 extrinsic and intrinsic value heads (``CnnActorCriticNetwork``) and an RND module (a fixed random target network and
 a trained predictor over the newest normalized frame); ``train.py``'s loop: observation statistics initialized by
@@ -29,11 +29,11 @@ Deviations from the original:
   tensorboard writer, prints, model saving and the sample-episode bookkeeping are left out; the global ``np.random``
   and ``torch`` generators are seeded from ``seed``;
 - ``train_model``'s loop body yields after each optimizer step (its loss), so ``train_step`` is one mini-batch update;
-  ``main`` yields each rollout's ``train_model`` arguments, a new rollout collected when the epochs are done; the
-  arguments' layout is one line per call; the loss lines after the RND and policy forwards are moved,
-  unchanged, into ``RNDAgent.loss`` (``forward_mse`` built there) and the old log-probabilities into ``old_log_prob``, so the Program's ``model``
-  (``RNDPPO``: the actor-critic under ``model.`` and the RND module under ``rnd.``) and ``loss_fn`` run the same lines
-  on the first rollout's first mini-batch;
+  ``main`` yields each rollout's ``train_model`` arguments (a new rollout when the epochs are done); moved, unchanged:
+  ``main``'s observation warm-up and Step 1 (rollout, last values, stacking) into ``init_obs_norm`` and ``rollout``,
+  ``train_model``'s loss lines into ``RNDAgent.loss`` (``forward_mse`` built there) and its old log-probabilities
+  into ``old_log_prob``, so the Program's ``model`` (``RNDPPO``: the actor-critic under ``model.``, the RND module
+  under ``rnd.``) and ``loss_fn`` run the same lines on the first rollout's first mini-batch; one line per call;
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
@@ -204,8 +204,7 @@ class RNDAgent(object):
 
 
 class RNDPPO(nn.Module):
-    """(port) the actor-critic and the RND module called on a mini-batch, for the Program (the same modules, under
-    ``model.`` and ``rnd.``)."""
+    """(port) the actor-critic and the RND module on a mini-batch, for the Program (under ``model.``, ``rnd.``)."""
 
     def __init__(self, model, rnd):
         super().__init__()
@@ -217,14 +216,8 @@ class RNDPPO(nn.Module):
 
 # ---- train.py ----------------------------------------------------------------------------------------------------
 
-def main(agent, works, num_worker, num_step, output_size, gamma, int_gamma, ext_coef, int_coef, pre_obs_norm_step):
-    """train.py's ``main`` after the agent and workers are built; yields each rollout's ``train_model`` arguments."""
-    reward_rms = RunningMeanStd()
-    obs_rms = RunningMeanStd(shape=(1, 1, 84, 84))
-    discounted_reward = RewardForwardFilter(int_gamma)
-
-    states = np.zeros([num_worker, 4, 84, 84])
-
+def init_obs_norm(works, obs_rms, num_worker, num_step, output_size, pre_obs_norm_step):
+    """train.py's observation-normalization warm-up (random actions), lines as written."""
     # normalize obs
     next_obs = []
     for _step in range(num_step * pre_obs_norm_step):
@@ -239,61 +232,80 @@ def main(agent, works, num_worker, num_step, output_size, gamma, int_gamma, ext_
             obs_rms.update(next_obs)
             next_obs = []
 
-    while True:
-        total_state, total_reward, total_done, total_next_state, total_action, total_int_reward, total_next_obs, total_ext_values, total_int_values, total_policy, total_policy_np = \
-            [], [], [], [], [], [], [], [], [], [], []
 
-        # Step 1. n-step rollout
-        for _ in range(num_step):
-            actions, value_ext, value_int, policy = agent.get_action(np.float32(states) / 255.)
+def rollout(agent, works, states, obs_rms, num_step):
+    """train.py's Step 1 (the n-step rollout), the last values and the stacking, lines as written."""
+    total_state, total_reward, total_done, total_next_state, total_action, total_int_reward, total_next_obs, total_ext_values, total_int_values, total_policy, total_policy_np = \
+        [], [], [], [], [], [], [], [], [], [], []
 
-            next_states, rewards, dones, real_dones, log_rewards, next_obs = [], [], [], [], [], []
-            for work, action in zip(works, actions):
-                s, r, d, rd, lr = work.step(action)
-                next_states.append(s)
-                rewards.append(r)
-                dones.append(d)
-                real_dones.append(rd)
-                log_rewards.append(lr)
-                next_obs.append(s[3, :, :].reshape([1, 84, 84]))
+    # Step 1. n-step rollout
+    for _ in range(num_step):
+        actions, value_ext, value_int, policy = agent.get_action(np.float32(states) / 255.)
 
-            next_states = np.stack(next_states)
-            rewards = np.hstack(rewards)
-            dones = np.hstack(dones)
-            real_dones = np.hstack(real_dones)
-            next_obs = np.stack(next_obs)
+        next_states, rewards, dones, real_dones, log_rewards, next_obs = [], [], [], [], [], []
+        for work, action in zip(works, actions):
+            s, r, d, rd, lr = work.step(action)
+            next_states.append(s)
+            rewards.append(r)
+            dones.append(d)
+            real_dones.append(rd)
+            log_rewards.append(lr)
+            next_obs.append(s[3, :, :].reshape([1, 84, 84]))
 
-            # total reward = int reward + ext Reward
-            intrinsic_reward = agent.compute_intrinsic_reward(
-                ((next_obs - obs_rms.mean) / np.sqrt(obs_rms.var)).clip(-5, 5))
-            intrinsic_reward = np.hstack(intrinsic_reward)
+        next_states = np.stack(next_states)
+        rewards = np.hstack(rewards)
+        dones = np.hstack(dones)
+        real_dones = np.hstack(real_dones)
+        next_obs = np.stack(next_obs)
 
-            total_next_obs.append(next_obs)
-            total_int_reward.append(intrinsic_reward)
-            total_state.append(states)
-            total_reward.append(rewards)
-            total_done.append(dones)
-            total_action.append(actions)
-            total_ext_values.append(value_ext)
-            total_int_values.append(value_int)
-            total_policy.append(policy)
-            total_policy_np.append(policy.cpu().numpy())
+        # total reward = int reward + ext Reward
+        intrinsic_reward = agent.compute_intrinsic_reward(
+            ((next_obs - obs_rms.mean) / np.sqrt(obs_rms.var)).clip(-5, 5))
+        intrinsic_reward = np.hstack(intrinsic_reward)
 
-            states = next_states[:, :, :, :]
-
-        # calculate last next value
-        _, value_ext, value_int, _ = agent.get_action(np.float32(states) / 255.)
+        total_next_obs.append(next_obs)
+        total_int_reward.append(intrinsic_reward)
+        total_state.append(states)
+        total_reward.append(rewards)
+        total_done.append(dones)
+        total_action.append(actions)
         total_ext_values.append(value_ext)
         total_int_values.append(value_int)
-        # --------------------------------------------------
+        total_policy.append(policy)
+        total_policy_np.append(policy.cpu().numpy())
 
-        total_state = np.stack(total_state).transpose([1, 0, 2, 3, 4]).reshape([-1, 4, 84, 84])
-        total_reward = np.stack(total_reward).transpose().clip(-1, 1)
-        total_action = np.stack(total_action).transpose().reshape([-1])
-        total_done = np.stack(total_done).transpose()
-        total_next_obs = np.stack(total_next_obs).transpose([1, 0, 2, 3, 4]).reshape([-1, 1, 84, 84])
-        total_ext_values = np.stack(total_ext_values).transpose()
-        total_int_values = np.stack(total_int_values).transpose()
+        states = next_states[:, :, :, :]
+
+    # calculate last next value
+    _, value_ext, value_int, _ = agent.get_action(np.float32(states) / 255.)
+    total_ext_values.append(value_ext)
+    total_int_values.append(value_int)
+    # --------------------------------------------------
+
+    total_state = np.stack(total_state).transpose([1, 0, 2, 3, 4]).reshape([-1, 4, 84, 84])
+    total_reward = np.stack(total_reward).transpose().clip(-1, 1)
+    total_action = np.stack(total_action).transpose().reshape([-1])
+    total_done = np.stack(total_done).transpose()
+    total_next_obs = np.stack(total_next_obs).transpose([1, 0, 2, 3, 4]).reshape([-1, 1, 84, 84])
+    total_ext_values = np.stack(total_ext_values).transpose()
+    total_int_values = np.stack(total_int_values).transpose()
+    return (states, total_state, total_reward, total_action, total_done, total_next_obs, total_ext_values,
+            total_int_values, total_int_reward, total_policy)
+
+
+def main(agent, works, num_worker, num_step, output_size, gamma, int_gamma, ext_coef, int_coef, pre_obs_norm_step):
+    """train.py's ``main`` after the agent and workers are built; yields each rollout's ``train_model`` arguments."""
+    reward_rms = RunningMeanStd()
+    obs_rms = RunningMeanStd(shape=(1, 1, 84, 84))
+    discounted_reward = RewardForwardFilter(int_gamma)
+
+    states = np.zeros([num_worker, 4, 84, 84])
+
+    init_obs_norm(works, obs_rms, num_worker, num_step, output_size, pre_obs_norm_step)
+
+    while True:
+        (states, total_state, total_reward, total_action, total_done, total_next_obs, total_ext_values,
+         total_int_values, total_int_reward, total_policy) = rollout(agent, works, states, obs_rms, num_step)
 
         # Step 2. calculate intrinsic reward
         # running mean intrinsic reward
@@ -334,8 +346,7 @@ def _build(seed, bug=None):
     rng = np.random.default_rng(seed)
 
     output_size = KeyRoom.n_actions
-    input_size = (84, 84, 1)  # env.observation_space.shape (unused by the networks)
-    num_worker, num_step, mini_batch = 4, 16, 4
+    input_size, num_worker, num_step, mini_batch = (84, 84, 1), 4, 16, 4  # input_size is unused by the networks
     batch_size = int(num_step * num_worker / mini_batch)
 
     agent = RNDAgent(
