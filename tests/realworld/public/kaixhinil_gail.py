@@ -26,7 +26,7 @@ Deviations from the original:
   ``_kaixhinil_lib.py`` (``ExpertCartPole``: 8 expert episodes of a balancing controller); the data is synthetic;
 - sizes: steps 1000000 -> 20000 (so the replay memory holds 20000 transitions); hydra/omegaconf configuration is a
   ``DictConfig`` of ``SimpleNamespace``s; only the GAIL path of train.py is kept (the BC pretraining, other
-  algorithms, evaluation, metrics, plots and saving are left out); the global ``np.random`` and ``torch`` generators
+  algorithms, evaluation, metrics, the tqdm bar, plots and saving are left out); the global ``np.random`` and ``torch`` generators
   are seeded from ``seed``; two-space indentation is four spaces;
 - the loop yields each step's sampled agent and expert batches and the lines training on them are moved, unchanged,
   into ``update``, so ``train_step`` is one training step of the loop (its environment step first); the self-check

@@ -28,8 +28,9 @@ Deviations from the original:
   a line of 5 cells for 2 agents, episode_limit 8, with SMAC's interface (state, per-agent observations, available
   actions, ``info["episode_limit"]`` at the time limit, which the runner does not count as termination). The
   environment is the synthetic data.
-- the registries are replaced by the classes they name; the sacred logger by a stub whose calls do nothing (the
-  runner's ``_log`` and statistics are left out); ``use_cuda`` is False; the global ``np.random`` and ``torch``
+- the registries are replaced by the classes they name (the learner's mixer choice keeps its "qmix" branch); the
+  sacred logger by a stub whose calls do nothing (the runner's ``_log`` and statistics, the learner's statistics
+  other than loss and grad_norm, and its cuda/save/load methods are left out); ``use_cuda`` is False; the global ``np.random`` and ``torch``
   generators and the environment are seeded from ``seed``; the target-update console message is dropped.
 - the lines of ``QLearner.train`` are moved, unchanged, into two methods it calls: ``q_taken`` (the agents' Q-values
   over the episode and the mixed chosen ones) and ``td_loss`` (targets, masked TD error, loss), so the Program's

@@ -9,8 +9,8 @@ the latent space (``TDMPC.plan``) after uniform seed steps.
 
 Source: https://github.com/nicklashansen/tdmpc
 Commit: f4d85eca7419039b71bab2234ffc8aca378dd313
-Files: src/algorithm/tdmpc.py, src/algorithm/helper.py, src/train.py, src/env.py (``ActionRepeatWrapper``),
-cfgs/default.yaml, cfgs/tasks/cartpole.yaml
+Files: src/algorithm/tdmpc.py, src/train.py (helper.py, env.py's ``ActionRepeatWrapper``, ``set_seed`` and the config
+of cfgs/default.yaml with cfgs/tasks/cartpole.yaml in the helper ``_tdmpc_lib.py``)
 License: MIT (Copyright (c) 2021 Nicklas Hansen; full text in LICENSES/nicklashansen-tdmpc.txt)
 Domain: RL, model-based (latent dynamics model + planning + TD learning)
 
@@ -24,9 +24,9 @@ horizon schedules), cartpole's action_repeat 8, and train.py's loop (episodes co
 
 Deviations from the original:
 - dm_control is not available: the task is the numpy ``Pendulum`` of ``_continuous_control.py`` (200 steps, so
-  ``episode_length`` 1000/8 -> 200/8 = 25), with ``ActionRepeatWrapper``'s summed rewards; its action is the
-  planner's [-1, 1] times the maximal torque 2, and its reward ``-cost`` is mapped to dm_control's [0, 1] range as
-  ``1 + r / 16.3``. The environment is the synthetic data.
+  ``episode_length`` 1000/8 -> 200/8 = 25), with ``ActionRepeatWrapper``'s summed rewards (discount 1: the episode
+  never ends early); its action is the planner's [-1, 1] times the maximal torque 2, and its reward ``-cost`` is
+  mapped to dm_control's [0, 1] range as ``1 + r / 16.3``. The environment is the synthetic data.
 - sizes for 2 CPU cores: enc_dim 256 -> 32, mlp_dim 512 -> 32, latent_dim 50 -> 16, batch_size 512 -> 64, horizon
   5 -> 3, iterations 6 -> 2, num_samples 512 -> 32, num_elites 64 -> 8 (mixture_coef 0.05 keeps one policy
   trajectory), seed_steps 5000 -> 50 (two seed episodes), train_steps 500000/8 -> 400, so the buffer holds 16
@@ -36,8 +36,8 @@ Deviations from the original:
   global generator seeded by ``set_seed``; tabs are four spaces;
 - ``train_step`` is one ``agent.update(buffer, step)`` of train.py's inner loop, collecting the next episode by
   planning first when the previous episode's updates are done (the self-check runs 80 updates: the losses of the
-  first 30 scatter with the prioritized samples' summed rewards before they fall); logging, evaluation and video are left out;
-  ``update`` returns the weighted loss as a tensor beside its metrics dict;
+  first 30 scatter with the prioritized samples' summed rewards before they fall); logging, evaluation, video and
+  ``TDMPC``'s save/load methods are left out; ``update`` returns the weighted loss as a tensor beside its metrics;
 - the Program's ``model`` is ``TOLDUnroll``, a wrapper around the same ``TOLD`` whose forward is ``update``'s
   prediction lines (its parameters under ``told.``), and its ``loss_fn`` ``update``'s loss lines on a sampled batch
   (``_td_target`` shared);
