@@ -59,7 +59,8 @@ REGENERATE = "PYTHONPATH=src python -c \"import firstdiv._premises as p; p.write
 
 _ALWAYS = "always confirmed: "
 _OTHER = ("; a parameter the declared optimizer does not own and another optimizer train_step steps does (lr "
-          "above 0) is trained by another objective: a note (_core.elsewhere)")
+          "above 0), or one both own where the other finds a gradient on it when it steps (one call of train_step "
+          "watched, everything restored), is trained by another objective: a note (_core.elsewhere)")
 _DEPENDS = ("on another deep copy, with every RNG seeded alike, perturbing the parameters of its module (noise of half "
             "their spread, at least 0.1) moves the loss beyond its run-to-run noise (_core.invariance.loss_depends; a "
             "loss_fn reading the model through its closure, directly or one attribute down (t.D), reads the copy)")
@@ -569,7 +570,11 @@ PREMISES: dict[str, Premise] = {
         "padding target aligned with them (at their own position or the next one: a causal model shifts inside)",
         "no padding shown by the batch: not checked; a loss that stays put, or no gradient toward a padding target, "
         "ignores it (PASS); padding targets are never changed (a loss ignoring a pad id by value would stop "
-        "ignoring them)"),
+        "ignoring them); the FAIL also needs the program to show it treats those positions as padding (the batch's "
+        "attention mask or 0/1 weights its loss reads, an embedding with padding_idx, a pad id the model or its config "
+        "holds under a pad name, a 0/1 mask in the batch marking the same positions, an ignore_index other than -100 "
+        "or a zero class weight in the loss): without any, fixed-length rows counted on purpose look the same, a note "
+        "(_padding_intent)"),
     "objective.nll_of_raw_scores": Premise(
         "learning_ledger", "an NLL loss receives log-probabilities",
         "the user's loss graph has an nll_loss (or a ctc_loss) whose input has no log-normalization among its "
@@ -620,13 +625,16 @@ PREMISES: dict[str, Premise] = {
     "objective.shape_broadcast": Premise(
         "learning_ledger", "a regression loss compares each output with its own target (loss 0 at a perfect prediction)",
         "outputs and targets differ in shape with the same number of elements and broadcast to a larger shape, and "
-        "loss_fn at outputs equal to the targets is not 0; or the loss's own graph shows an elementwise regression loss "
+        "loss_fn at outputs equal to the targets is not 0 but lower with the targets given in the outputs' shape; or the "
+        "loss's own graph shows an elementwise regression loss "
         "(mse, smooth L1, Huber) whose prediction was expanded along a new axis as long as the batch (loss_fn squeezed "
         "it against [B, 1] targets), or the graph of a backward train_step runs shows such a node whose prediction was "
         "expanded along an axis it had as 1 to the length of another of its axes (a value net's [N, 1] against [N] "
         "returns), or a product or quotient of an [N, 1] operand with a gradient by a vector of N without one (a policy "
         "gradient's log_prob * advantage) into an [N, N] table: every prediction meets every example's target",
-        "the loss is 0 at the targets, the shapes cannot broadcast (loss_fn reshapes), the gradient at the first "
+        "the loss is 0 at the targets, no lower with the targets in the outputs' shape (0/1 targets a loss indexes "
+        "its scores by: not a broadcast) or loss_fn refuses them so, the shapes cannot broadcast (loss_fn reshapes), "
+        "the gradient at the first "
         "example's outputs stays put when only the other examples' targets change (loss_fn lines the shapes up itself: "
         "a squeeze into BCE-with-logits), the cross-talk outlives targets reshaped to the outputs' shape (a pairwise "
         "loss such as RankNet: every example meets every other by design), or the probe cannot run: no finding"),
@@ -815,7 +823,8 @@ PREMISES: dict[str, Premise] = {
         "program's own model's parameters (a loss_fn computing part of it from a model it reaches through a global "
         "or another function; one held in its own closure is swapped for the copy it evaluates), or tensors the "
         "program's optimizer trains beside the model (a second network the loss reads), or gives the trained copy no "
-        "gradient at all: SKIPPED"),
+        "gradient at all: SKIPPED; a loss that is not finite on the first examples before any step (a mean over an "
+        "empty subset: no negatives among them) overfits the whole batch instead"),
     # ---- six_claims ---------------------------------------------------------------------------------------------
     "claim.representation.affine": Premise(
         "six_claims", "a model stacking more than one linear layer is meant to compute a nonlinear map",

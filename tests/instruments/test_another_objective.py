@@ -2,8 +2,10 @@
 trained by its own optimizer on its own loss inside the step, while the quantile loss the user declares reads those
 fractions detached by design. The loss depends on the fraction network and none of its gradient reaches it: that is
 a cut only if this loss was meant to train it, and the program says otherwise (the declared optimizer does not own
-it, another optimizer the step reaches does). A note, not a FAIL; the same detach with the fraction network in the
-declared optimizer, or with no declared optimizer at all, still FAILs."""
+it, another optimizer the step reaches does; or both own it and the other one finds a gradient of its own objective on
+it when it steps: TD-MPC's policy in public-31). A note, not a FAIL; the same detach with the fraction network in the
+declared optimizer and no gradient of another objective reaching it, or with no declared optimizer at all, still
+FAILs."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ class _Quantiles(nn.Module):
         return self.head(torch.cat([h, self.taus(x).detach()], dim=1))  # the quantile loss reads them detached
 
 
-def _program(split: bool = True):
+def _program(split: bool = True, own_loss: bool = True):
     torch.manual_seed(0)
     model = _Quantiles()
     main = [p for n, p in model.named_parameters() if not n.startswith("fractions")]
@@ -42,10 +44,11 @@ def _program(split: bool = True):
     batch = (x, y)
 
     def train_step() -> torch.Tensor:
-        fraction_loss = (model.taus(x) - torch.linspace(0.1, 1.0, 8)).pow(2).mean()  # its own objective
         fraction_opt.zero_grad()
-        fraction_loss.backward()
-        fraction_opt.step()
+        if own_loss:
+            fraction_loss = (model.taus(x) - torch.linspace(0.1, 1.0, 8)).pow(2).mean()  # its own objective
+            fraction_loss.backward()
+        fraction_opt.step()  # without its own loss: a step on no gradient, nothing trains the fractions
         loss = F.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -72,8 +75,18 @@ def test_parameters_another_optimizer_trains_on_its_own_loss_are_a_note_not_a_cu
         assert "another optimizer train_step reaches" in text, (name, text)
 
 
+def test_the_fractions_in_both_optimizers_trained_by_their_own_loss_are_a_note_not_a_cut() -> None:
+    model, batch, opt, train_step = _program(split=False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for name, report in (("reachability", firstdiv.reachability(model, batch, F.mse_loss, optimizer=opt,
+                                                                train_step=train_step)),
+                         ("learning_ledger", firstdiv.learning_ledger(model, batch, F.mse_loss, opt, train_step=train_step))):
+        assert not [f for f in _fails(report) if f.where.startswith("fractions")], (name, [f.message for f in _fails(report)])
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
 def test_the_same_detach_under_the_declared_optimizer_is_still_a_cut() -> None:
-    runs = _runs(*_program(split=False))
+    runs = _runs(*_program(split=False, own_loss=False))
     for name, report in runs.items():
         assert any(f.where.startswith(("fractions", "DEPENDENCY", "DIFFERENTIATION")) for f in _fails(report)), (
             name, [(f.check, f.where) for f in report.findings if f.status is not Status.PASS])

@@ -44,7 +44,7 @@ def _copying(v: int = 9, rows_padded: int = 5):
     """A copy-generator's shape: the model gives probabilities (a softmax), the loss takes -log p[target]; targets end
     with a run of the pad id 0 in ``rows_padded`` of 8 rows."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Embedding(v, 16), nn.Linear(16, v), nn.Softmax(-1))
+    model = nn.Sequential(nn.Embedding(v, 16, padding_idx=1), nn.Linear(16, v), nn.Softmax(-1))  # inputs pad with 1
     t = torch.randint(1, v, (8, 7))
     for i in range(rows_padded):
         t[i, 7 - (i % 3 + 2):] = 0

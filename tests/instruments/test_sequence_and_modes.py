@@ -194,6 +194,7 @@ class PaddedLM(TinyLM):
     def __init__(self, ignore_padding: bool) -> None:
         super().__init__()
         self.ignore_padding = ignore_padding
+        self.pad_id = 0  # the program knows its pad id (it builds the labels' mask from it)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.head(self.hidden(x))

@@ -68,11 +68,61 @@ def copy_memo(objects: Iterable[Any]) -> dict[int, Any]:
 def model_copy(obj: Any) -> Any:
     """``copy.deepcopy(obj)`` that also copies models whose attributes hold non-leaf tensors (legacy
     spectral_norm / weight_norm after a forward, cached activations); ``obj`` may be a module, a bound
-    method of one, or a tuple/list/dict holding modules and optimizers."""
+    method of one, or a tuple/list/dict holding modules and optimizers. What deepcopy still refuses is tried
+    once more (:func:`_copy_again`); if that fails too, the first error is raised."""
     memo = copy_memo([obj])
-    copied = copy.deepcopy(obj, memo)
+    try:
+        copied = copy.deepcopy(obj, memo)
+    except Exception as first:  # noqa: BLE001 - the user's objects: a second, wider try, then their own error
+        try:
+            copied, memo = _copy_again(obj)
+        except Exception:  # noqa: BLE001
+            raise first from None
     remember(modules_in([obj]), memo)
     return copied
+
+
+def _copy_again(obj: Any) -> tuple[Any, dict[int, Any]]:
+    """The deep copy with what real programs hold and deepcopy refuses handled: a non-leaf tensor held deeper than a
+    module's attributes (a controller object's cached hidden state) is copied as a detached clone, and an object whose
+    attribute lookup raises something other than AttributeError (an attribute-access dict, ``__getattr__ =
+    dict.__getitem__``, raising KeyError for ``__deepcopy__``) is shared, not copied: such configs are read, not
+    trained."""
+    memo = copy_memo([obj]) | {id(v): v for v in _refusing([obj], 0, set())}
+    original = torch.Tensor.__deepcopy__
+
+    def deepcopy_tensor(self: torch.Tensor, memo: dict[int, Any]) -> torch.Tensor:
+        if self.is_leaf:
+            return original(self, memo)
+        memo[id(self)] = out = self.detach().clone()
+        return out
+
+    torch.Tensor.__deepcopy__ = deepcopy_tensor
+    try:
+        return copy.deepcopy(obj, memo), memo
+    finally:
+        torch.Tensor.__deepcopy__ = original
+
+
+def _refusing(values: Iterable[Any], depth: int, seen: set[int]) -> Iterator[Any]:
+    """Objects among ``values`` (and what they hold, 4 levels down) whose ``__deepcopy__`` lookup raises."""
+    for v in values:
+        if id(v) in seen or isinstance(v, (torch.Tensor, str, bytes, int, float, bool, type(None))):
+            continue
+        seen.add(id(v))
+        try:
+            getattr(v, "__deepcopy__", None)
+        except Exception:  # noqa: BLE001 - the lookup itself fails: deepcopy would too
+            yield v
+            continue
+        if depth >= 4:
+            continue
+        if isinstance(v, dict):
+            yield from _refusing(v.values(), depth + 1, seen)
+        elif isinstance(v, (list, tuple, set)):
+            yield from _refusing(v, depth + 1, seen)
+        elif hasattr(v, "__dict__") and not isinstance(v, type):
+            yield from _refusing(vars(v).values(), depth + 1, seen)
 
 
 def _attribute_tensors(modules: list[nn.Module]) -> list[tuple[nn.Module, str, torch.Tensor]]:

@@ -125,12 +125,16 @@ def _nll(node: Any) -> Misfed | None:
 def _ctc(node: Any) -> Misfed | None:
     x = saved_tensor(node, "_saved_log_probs")
     producer = node.next_functions[0][0] if node.next_functions else None
-    if x is None or x.dim() < 2 or x.numel() == 0 or _has_log_behind(producer):
-        return None
-    off = float(torch.logsumexp(x.double(), dim=-1).abs().max())
-    if off <= 1e-3:
+    if x is None or x.dim() < 2 or x.numel() == 0:
         return None
     fed = _through_views(producer)
+    off = float(torch.logsumexp(x.double(), dim=-1).abs().max())
+    if type(fed).__name__ == "LogSoftmaxBackward0" and off > (1e-2 if x.dtype in (torch.float16, torch.bfloat16) else 1e-3):
+        return Misfed("objective.nll_of_raw_scores", "ctc_loss_axis", "log_softmax",  # normalized, not over the classes
+                      {"logsumexp_over_classes_max_abs": off, "log_softmax_dim": getattr(fed, "_saved_dim", None),
+                       "fed_by": type(fed).__name__})
+    if off <= 1e-3 or _has_log_behind(producer):
+        return None
     return Misfed("objective.nll_of_raw_scores", "ctc_loss", type(fed).__name__ if fed is not None else "a leaf",
                   {"logsumexp_over_classes_max_abs": off, "input_max": float(x.max()), "fed_by": type(fed).__name__})
 

@@ -41,6 +41,7 @@ from ._common import failed, g4
 from ._dependency import seeded_loss
 from ._masks import flip, replace_target, target_leaves
 from ._objective._calls import call
+from ._padding_intent import padding_known
 from ._sequence import pulled_toward, read_sequences
 
 _MASK_KEYS = ("decoder_attention_mask", "attention_mask")
@@ -162,9 +163,28 @@ def padding_in_loss(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]
     if abs(moved - value) <= 1e-6 * max(1.0, abs(value)):
         ev["padding_ignored"] = True
         return None
+    if not _known(ctx, pad, how, ev, t):
+        return None
     return _finding(f"the loss moves ({g4(value)} -> {g4(moved)}) when only the predictions at {int(pad.sum())} "
                     f"padding positions (from {how}) change: the model is trained to predict padding", ev,
                     f"loss {g4(value)} -> {g4(moved)} with only padding predictions changed")
+
+
+def _known(ctx: Ctx, pad: torch.Tensor, how: str, ev: dict[str, Any], ids: Any = None) -> bool:
+    """The premise (``_padding_intent``): the program treats these positions (of the ids ``ids``) as padding; else a
+    note, never a FAIL."""
+    values = ids[pad].unique() if torch.is_tensor(ids) and tuple(ids.shape) == tuple(pad.shape) else torch.tensor([])
+    known = padding_known(ctx, pad, how, int(values[0]) if values.numel() == 1 else None)
+    if known is not None:
+        ev["padding_known_from"] = known
+        return True
+    note = (f"note: the loss moves with the predictions at {int(pad.sum())} padding positions (from {how}), but the "
+            "program shows no padding of its own (no attention mask in its batch, no embedding padding_idx, no "
+            "ignore_index or zero class weight in its loss): fixed-length rows counted on purpose look the same, so "
+            "this is not judged; set the padding targets to the loss's ignore_index if they should not count")
+    if note not in ctx.report_notes:
+        ctx.report_notes.append(note)
+    return False
 
 
 def _finding(message: str, ev: dict[str, Any], observed: str) -> Check:
@@ -225,6 +245,8 @@ def _pulled_inside(ctx: Ctx, t: torch.Tensor, pad: torch.Tensor, how: str, ev: d
         ev["padding_ignored"] = True
         return None
     n = int(hit.sum())
+    if not _known(ctx, pad, how, ev, t):
+        return None
     ev.update(padding_positions=int(pad.sum()), padding_from=how, padding_targets_pulled=n, read_from="the loss's "
               "gradient at the predictions (the loss is computed inside the model)", target_shift=shift)
     at = "the next position's" if shift else "their own"
@@ -269,7 +291,7 @@ def padding_pulled(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
         asked = pad[:, 1:] if s.relation == "next" else pad
         rows = s.pulled[:, : asked.shape[1]]
         hit = rows & asked[:, : rows.shape[1]]
-        if not bool(hit.any()):
+        if not bool(hit.any()) or not _known(ctx, pad, f"a run of {v} at the end of the rows of '{s.key}'", ev, s.ids):
             continue
         ev.update(sequence_input=s.key, pad_id=v, padding_positions_pulled=int(hit.sum()), read_from=s.source)
         return failed("OBJECTIVE", "objective.padding_in_loss",

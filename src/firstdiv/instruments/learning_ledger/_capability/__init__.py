@@ -167,6 +167,8 @@ def _round(ctx: Ctx, tiny: Batch, scale: float, known: bool, last: bool, prepare
         if problem is not None:
             return r, problem
         r.losses.append(float(loss.detach().float()))
+        if i == 0 and not math.isfinite(r.losses[0]):  # a mean over an empty subset (no negatives among these examples)
+            return r, f"the loss is {r.losses[0]} on these examples before any step"
         r.accs.append(_accuracy(ctx, outputs, tiny.targets))
         outcome = _judge(r, known, i, ctx.overfit_steps, last)
         if outcome is not None:

@@ -132,6 +132,10 @@ _MISFED = {
         ("a {loss} fed scores with no log-normalization behind them (made by {fed}; logsumexp over the classes is "
         "{logsumexp_over_classes_max_abs:.3g} away from 0): CTC of raw scores is unbounded below"),
         "log-probabilities into ctc_loss", "apply log_softmax over the classes (the last axis) before ctc_loss"),
+    "ctc_loss_axis": (
+        ("a ctc_loss fed a log_softmax taken over another axis than the classes (its dim {log_softmax_dim}; logsumexp over "
+         "the classes is {logsumexp_over_classes_max_abs:.3g} away from 0): the classes do not compete at each frame"),
+        "log-probabilities over the classes into ctc_loss", "take log_softmax over the classes (the last axis of [T, N, C])"),
 }
 
 
@@ -320,6 +324,10 @@ def _broadcast(ctx: Ctx, od: torch.Tensor, value: float, ev: dict[str, Any]) -> 
     ev["loss_when_outputs_equal_targets"] = at_target
     if at_target is None or at_target <= 1e-6 * max(abs(value), 1e-12) or at_target <= 1e-12:
         return None
+    lined_up = _call(ctx, t.reshape(od.shape).to(od.dtype), t.reshape(od.shape), ev, "outputs equal to targets of their shape")
+    ev["loss_when_outputs_equal_targets_of_their_shape"] = lined_up
+    if lined_up is None or at_target - lined_up <= 1e-3 * at_target:
+        return None  # lining the shapes up leaves the loss at a perfect prediction where it was: not the broadcast
     if not _crosstalk(ctx, od, t, ev):
         return None  # loss_fn lines the shapes up itself: each output meets only its own target
     if _crosstalk(ctx, od, t.reshape(od.shape), {}, given=True):
