@@ -250,9 +250,7 @@ def calculate_accuracy(outputs, targets):
         return n_correct_elems / batch_size
 
 
-def _build(seed, bug=None):
-    random.seed(seed)
-    torch.manual_seed(seed)
+def make_data(seed):
     gen = torch.Generator().manual_seed(seed)
     train_clips, train_labels = make_clips(gen, 256)
     val_x, val_y = make_clips(gen, 64)
@@ -263,6 +261,14 @@ def _build(seed, bug=None):
     temporal_transform = TemporalRandomCrop(SAMPLE_DURATION)
     train_data = VideoDataset(train_clips, train_labels, spatial_transform, temporal_transform)
     train_loader = torch.utils.data.DataLoader(train_data, batch_size=BATCH_SIZE, shuffle=True, num_workers=0)
+
+    return train_data, train_loader, val_batch
+
+
+def _build(seed, bug=None):
+    random.seed(seed)
+    torch.manual_seed(seed)
+    train_data, train_loader, val_batch = make_data(seed)
 
     model = generate_model(model_depth=10, n_classes=N_CLASSES, n_input_channels=3, shortcut_type='B',
                            conv1_t_size=7, conv1_t_stride=1, no_max_pool=False, widen_factor=0.125)
