@@ -22,8 +22,9 @@ Deviations from the original:
   a random colour, period and phase that move up, move down, stand still or flicker (the class), plus noise; the
   frames are tensors in [0, 1] (what ``ToTensor`` gives), so the PIL loader and ``ToTensor`` are left out;
 - torchvision is not available: ``RandomResizedCrop(112, (0.25, 1.0), (0.75, 1/0.75))`` (torchvision's
-  ``get_params``: 10 tries, then the whole frame, its centre-crop fallback on a square frame) and ``RandomHorizontalFlip`` are written out on tensors, with the
-  repository's once-per-clip ``randomize_parameters``; ``Normalize`` is the Kinetics mean/std of ``mean.py``;
+  ``get_params``: 10 tries, then the whole frame, its centre-crop fallback on a square frame) and
+  ``RandomHorizontalFlip`` are written out on tensors, with the repository's once-per-clip
+  ``randomize_parameters``; ``Normalize`` is the Kinetics mean/std of ``mean.py``;
 - the validation clips use a ``Resize`` + ``CenterCrop`` (a bilinear resize of the whole frame) and the centre
   ``sample_duration`` frames (``TemporalEvenCrop`` with ``n_val_samples=1``), on one held-out batch;
 - one ``train_step`` is one iteration of ``train_epoch``'s loop; when the loader is exhausted, ``val_epoch`` and
