@@ -186,6 +186,15 @@ def _langevin(model, neg_img, neg_id, noise, step_size, sample_step):
     return noise
 
 
+def _first_batch(images, labels, bug):
+    """The first step's batch: data positives with their class ids, and the empty buffer's uniform negatives."""
+    pos_img, pos_id = images[:BATCH], labels[:BATCH]
+    if bug == "class_ids_misaligned":
+        pos_id = torch.roll(pos_id, 1)
+    neg_img, neg_id = torch.rand(BATCH, 3, IMG, IMG), torch.randint(0, 10, (BATCH,))
+    return (torch.cat([pos_img, neg_img]), torch.cat([pos_id, neg_id])), BATCH
+
+
 def _build(seed, bug=None):
     torch.manual_seed(seed)
     RNG["py"], RNG["np"] = random.Random(seed), np.random.RandomState(seed)
@@ -201,7 +210,6 @@ def _build(seed, bug=None):
 
     parameters = model.parameters()
     optimizer = optim.Adam(parameters, lr=1e-3, betas=(0.0, 0.999))  # (port) lr 1e-4
-    last = {}
 
     def train_step():
         pos_img, pos_id = next(data)
@@ -235,18 +243,13 @@ def _build(seed, bug=None):
         optimizer.step()
 
         buffer.push(neg_img, neg_id)
-        last["batch"] = ((torch.cat([pos_img, neg_img]), torch.cat([pos_id, neg_id])), len(pos_img))
         return loss.detach()
 
     def loss_fn(out, n_pos):  # the loop's loss on the energies of cat([positives, negatives])
         return ebm_loss(out[:n_pos], out[n_pos:], alpha, bug)
 
-    pos_img, pos_id = images[:BATCH], labels[:BATCH]
-    if bug == "class_ids_misaligned":
-        pos_id = torch.roll(pos_id, 1)
-    neg_img, neg_id = torch.rand(BATCH, 3, IMG, IMG), torch.randint(0, 10, (BATCH,))
-    batch = ((torch.cat([pos_img, neg_img]), torch.cat([pos_id, neg_id])), BATCH)
-    return Program(name="igebm_cifar", model=model, batch=batch, loss_fn=loss_fn, optimizer=optimizer,
+    return Program(name="igebm_cifar", model=model, batch=_first_batch(images, labels, bug), loss_fn=loss_fn,
+                   optimizer=optimizer,
                    train_step=train_step, loader=loader)
 
 
