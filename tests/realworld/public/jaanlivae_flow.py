@@ -11,13 +11,14 @@ Files: train_variational_autoencoder_pytorch.py, data.py, flow.py and masks.py (
 License: MIT (Copyright (c) 2016 Jaan Altosaar; full text in LICENSES/jaanli-variational-autoencoder.txt)
 Domain: generative, variational autoencoder with a normalizing-flow posterior (IAF)
 
-Kept as written: ``Model``, ``VariationalFlow``, ``VariationalMeanField``, ``NeuralNetwork``, ``NormalLogProb``,
+Kept as written: ``Model``, ``VariationalFlow``, ``NeuralNetwork``, ``NormalLogProb``,
 ``BernoulliLogProb``, ``cycle``, ``evaluate``, the loop body (``model.zero_grad()``, ``variational.zero_grad()``,
 the ELBO averaged over the sample dimension, ``loss = -elbo.sum(0)``, ``backward``, ``step``) and the optimizer;
 ``flow.py``'s ``InverseAutoregressiveFlow``, ``FlowSequential``, ``MaskedLinear``, ``MADE``, ``Reverse``;
 ``masks.py``'s ``create_input_order``, ``create_degrees``, ``create_masks``.
 
 Deviations from the original:
+- only the ``--variational flow`` path is copied (``VariationalMeanField`` is left out);
 - sizes for 2 CPU cores: ``data_size`` 784 -> 64 (8x8 images), ``latent_size`` 128 -> 16, batch 128 -> 32,
   ``n_samples`` for the importance-sampled evaluation 1000 -> 16;
 - data: binarized MNIST (downloaded to an HDF5 file by ``data.py``) is replaced by synthetic binary 8x8 images made

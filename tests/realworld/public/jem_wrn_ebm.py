@@ -16,8 +16,8 @@ Domain: generative + discriminative, energy-based model (joint classifier / EBM 
 Kept as written: ``wideresnet.py``'s ``wide_basic``, ``get_norm`` (the ``norm=None`` path), ``Wide_ResNet``;
 ``train_wrn_ebm.py``'s ``F``, ``CCF``, ``cycle``, ``init_random``, ``get_model_and_buffer`` (no checkpoint),
 ``get_sample_q`` (``sample_p_0``, ``sample_q``), ``eval_classification`` and the loop body of ``main`` (warm-up,
-the ``p_x`` and ``p_y_given_x`` terms, the ``p_x_y`` branch kept behind its zero weight, the divergence check,
-``zero_grad``/``backward``/``step``).
+the ``p_x`` term with unconditional sampling and the ``p_y_given_x`` term, summed in ``jem_loss``, the divergence
+check, ``zero_grad``/``backward``/``step``).
 
 Deviations from the original:
 - sizes for 2 CPU cores: WRN-28-10 -> WRN-10-1 (one block per stage, stages 16/16/32/64), batch 64 -> 16,
@@ -29,6 +29,9 @@ Deviations from the original:
   does with ``np.random.seed(1234)``; torchvision's transforms are written out in torch (reflect pad 4, random
   16x16 crop, horizontal flip, normalize by .5/.5, plus ``sigma`` Gaussian noise) and applied per example in the
   datasets' ``__getitem__``; both loaders shuffle with ``torch.Generator``s made from ``seed``, ``num_workers=0``;
+- the branches the README command switches off are left out: ``p_x_y`` (weight 0), class-conditional sampling,
+  ``labels_per_class``, loading a checkpoint; ``get_data``'s ``DataSubset`` is ``torch.utils.data.Subset`` (the same
+  indexing), the test split is not built; the ``1e8`` divergence check raises instead of ``1/0``;
 - ``conv_init`` is not called upstream either (PyTorch's default init); the ``print`` in ``Wide_ResNet`` is dropped;
 - ``t.autograd.Variable(init_sample, requires_grad=True)`` is ``init_sample.clone().requires_grad_(True)`` (the same
   leaf); ``nn.CrossEntropyLoss(reduce=False)`` in ``eval_classification`` is ``reduction="none"``;
