@@ -229,20 +229,8 @@ def evaluate(model, dataloader):
 
 # ---- train.py -----------------------------------------------------------------------------------------------------
 
-def _build(seed, bug=None):
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    patterns = make_patterns(seed)
-    ds_tr = SyntheticDataset(patterns, range(0, N_TRAIN_CLASSES), seed)
-    ds_ev = SyntheticDataset(patterns, range(N_TRAIN_CLASSES, N_TRAIN_CLASSES + N_EVAL_CLASSES), seed + 1,
-                             is_train=False)
-    dl_tr = torch.utils.data.DataLoader(ds_tr, batch_size=SZ_BATCH, shuffle=True, num_workers=0, drop_last=True)
-    dl_ev = torch.utils.data.DataLoader(ds_ev, batch_size=SZ_BATCH, shuffle=False, num_workers=0)
-
-    model = SmallInception()
-    embed(model, sz_embedding=SZ_EMBEDDING)
-    criterion = ProxyNCA(nb_classes=dl_tr.dataset.nb_classes(), sz_embedding=SZ_EMBEDDING, bug=bug,
-                         **CONFIG['criterion'])
+def make_optimizer(model, criterion, bug=None):
+    """train.py's `opt = config['opt']['type']([...], **config['opt']['args']['base'])`."""
     groups = [
         { # inception parameters, excluding embedding layer
             **{'params': list(set(model.parameters()).difference(set(model.embedding_layer.parameters())))},
@@ -259,7 +247,24 @@ def _build(seed, bug=None):
     ]
     if bug == "embedding_layer_left_out":
         del groups[1]  # the group list edited down to backbone and proxies
-    opt = torch.optim.Adam(groups, **CONFIG['opt']['base'])
+    return torch.optim.Adam(groups, **CONFIG['opt']['base'])
+
+
+def _build(seed, bug=None):
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    patterns = make_patterns(seed)
+    ds_tr = SyntheticDataset(patterns, range(0, N_TRAIN_CLASSES), seed)
+    ds_ev = SyntheticDataset(patterns, range(N_TRAIN_CLASSES, N_TRAIN_CLASSES + N_EVAL_CLASSES), seed + 1,
+                             is_train=False)
+    dl_tr = torch.utils.data.DataLoader(ds_tr, batch_size=SZ_BATCH, shuffle=True, num_workers=0, drop_last=True)
+    dl_ev = torch.utils.data.DataLoader(ds_ev, batch_size=SZ_BATCH, shuffle=False, num_workers=0)
+
+    model = SmallInception()
+    embed(model, sz_embedding=SZ_EMBEDDING)
+    criterion = ProxyNCA(nb_classes=dl_tr.dataset.nb_classes(), sz_embedding=SZ_EMBEDDING, bug=bug,
+                         **CONFIG['criterion'])
+    opt = make_optimizer(model, criterion, bug)
     scheduler = torch.optim.lr_scheduler.ExponentialLR(opt, **CONFIG['lr_scheduler'])
     state = {"e": 0, "it": None, "recall": []}
 
