@@ -30,6 +30,8 @@ Deviations:
   and printing are left out.
 - ``np.array(..., copy=False)`` in ``ReplayBuffer.sample`` (an error under numpy 2 when a copy is needed) is
   ``np.asarray``.
+- ``run_HAC``'s high-level and low-level branches are moved, unchanged, into ``_subgoal_step`` and
+  ``_primitive_step`` (the function's length).
 - the ``bug`` switches select the variants in ``BUGS``; with ``bug=None`` the copied lines run as written.
 """
 
@@ -227,44 +229,12 @@ class HAC:
 
             #   <================ high level policy ================>
             if i_level > 0:
-                # add noise or take random action if not subgoal testing
-                if not is_subgoal_test:
-                    if self.np_random.random_sample() > 0.2:
-                        action = action + self.np_random.normal(0, self.exploration_state_noise)
-                        action = action.clip(self.state_clip_low, self.state_clip_high)
-                    else:
-                        action = self.np_random.uniform(self.state_clip_low, self.state_clip_high)
-
-                # Determine whether to test subgoal (action)
-                if self.np_random.random_sample() < self.lamda:
-                    is_next_subgoal_test = True
-
-                # Pass subgoal to lower level
-                next_state, done = self.run_HAC(env, i_level-1, state, action, is_next_subgoal_test)
-
-                # if subgoal was tested but not achieved, add subgoal testing transition
-                if is_next_subgoal_test and not self.check_goal(action, next_state, self.threshold):
-                    self.replay_buffer[i_level].add((state, action, -self.H, next_state, goal, 0.0, float(done)))
-
-                # for hindsight action transition
-                action = next_state
+                action, next_state, done = self._subgoal_step(env, i_level, state, goal, action,
+                                                              is_subgoal_test, is_next_subgoal_test)
 
             #   <================ low level policy ================>
             else:
-                # add noise or take random action if not subgoal testing
-                if not is_subgoal_test:
-                    if self.np_random.random_sample() > 0.2:
-                        action = action + self.np_random.normal(0, self.exploration_action_noise)
-                        action = action.clip(self.action_clip_low, self.action_clip_high)
-                    else:
-                        action = self.np_random.uniform(self.action_clip_low, self.action_clip_high)
-
-                # take primitive action
-                next_state, rew, done, _ = env.step(action)
-
-                # this is for logging
-                self.reward += rew
-                self.timestep +=1
+                action, next_state, done = self._primitive_step(env, action, is_subgoal_test)
 
             #   <================ finish one step/transition ================>
 
@@ -297,6 +267,49 @@ class HAC:
             self.replay_buffer[i_level].add(tuple(transition))
 
         return next_state, done
+
+    def _subgoal_step(self, env, i_level, state, goal, action, is_subgoal_test, is_next_subgoal_test):
+        """(port) ``run_HAC``'s high-level branch, unchanged."""
+        # add noise or take random action if not subgoal testing
+        if not is_subgoal_test:
+            if self.np_random.random_sample() > 0.2:
+                action = action + self.np_random.normal(0, self.exploration_state_noise)
+                action = action.clip(self.state_clip_low, self.state_clip_high)
+            else:
+                action = self.np_random.uniform(self.state_clip_low, self.state_clip_high)
+
+        # Determine whether to test subgoal (action)
+        if self.np_random.random_sample() < self.lamda:
+            is_next_subgoal_test = True
+
+        # Pass subgoal to lower level
+        next_state, done = self.run_HAC(env, i_level-1, state, action, is_next_subgoal_test)
+
+        # if subgoal was tested but not achieved, add subgoal testing transition
+        if is_next_subgoal_test and not self.check_goal(action, next_state, self.threshold):
+            self.replay_buffer[i_level].add((state, action, -self.H, next_state, goal, 0.0, float(done)))
+
+        # for hindsight action transition
+        action = next_state
+        return action, next_state, done
+
+    def _primitive_step(self, env, action, is_subgoal_test):
+        """(port) ``run_HAC``'s low-level branch, unchanged (rendering dropped)."""
+        # add noise or take random action if not subgoal testing
+        if not is_subgoal_test:
+            if self.np_random.random_sample() > 0.2:
+                action = action + self.np_random.normal(0, self.exploration_action_noise)
+                action = action.clip(self.action_clip_low, self.action_clip_high)
+            else:
+                action = self.np_random.uniform(self.action_clip_low, self.action_clip_high)
+
+        # take primitive action
+        next_state, rew, done, _ = env.step(action)
+
+        # this is for logging
+        self.reward += rew
+        self.timestep +=1
+        return action, next_state, done
 
     def update(self, n_iter, batch_size):
         losses = []
