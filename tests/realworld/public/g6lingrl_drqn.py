@@ -231,9 +231,7 @@ def env_step(run, online_net, target_net, memory, env):
         state, _ = env.reset()
         run["state"] = torch.Tensor(state_to_partial_observability(state))
     run["steps"] += 1
-    with torch.no_grad():
-        action, run["hidden"] = get_action(run["state"], target_net, run["epsilon"], env, run["hidden"],
-                                           run["np_rng"])
+    action, run["hidden"] = get_action(run["state"], target_net, run["epsilon"], env, run["hidden"], run["np_rng"])
     next_state, reward, terminated, truncated, _ = env.step(action)
     done = terminated or truncated
     next_state = torch.Tensor(state_to_partial_observability(next_state))
