@@ -187,29 +187,7 @@ def as_inputs(batch):
             "mc_labels": mc_labels, "labels": lm_labels}
 
 
-def _build(seed, bug=None):
-    args = Args()
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    tokenizer = TinyTokenizer()
-    model = GPT2DoubleHeadsModel(GPT2Config(vocab_size=len(tokenizer.encoder), n_embd=32, n_layer=2, n_head=2,
-                                            n_positions=64))
-    # Add special tokens if they are not already added
-    add_special_tokens_(model, tokenizer)
-    params = model.transformer.parameters() if bug == "mc_head_left_out_of_optimizer" else model.parameters()
-    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
-
-    train_loader = get_data_loaders(args, tokenizer, gen, bug=bug)
-    total = args.n_epochs * len(train_loader)
-    state = {"iteration": 0, "it": iter(train_loader)}
-
-    def next_batch():
-        try:
-            return next(state["it"])
-        except StopIteration:
-            state["it"] = iter(train_loader)
-            return next(state["it"])
-
+def _make_update(model, optimizer, args, state, total, bug=None):
     # Training function (one engine iteration)
     def update(batch):
         state["iteration"] += 1
@@ -233,6 +211,33 @@ def _build(seed, bug=None):
             optimizer.step()
             optimizer.zero_grad()
         return loss.item()
+    return update
+
+
+def _build(seed, bug=None):
+    args = Args()
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    tokenizer = TinyTokenizer()
+    model = GPT2DoubleHeadsModel(GPT2Config(vocab_size=len(tokenizer.encoder), n_embd=32, n_layer=2, n_head=2,
+                                            n_positions=64))
+    # Add special tokens if they are not already added
+    add_special_tokens_(model, tokenizer)
+    params = model.transformer.parameters() if bug == "mc_head_left_out_of_optimizer" else model.parameters()
+    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
+
+    train_loader = get_data_loaders(args, tokenizer, gen, bug=bug)
+    total = args.n_epochs * len(train_loader)
+    state = {"iteration": 0, "it": iter(train_loader)}
+
+    def next_batch():
+        try:
+            return next(state["it"])
+        except StopIteration:
+            state["it"] = iter(train_loader)
+            return next(state["it"])
+
+    update = _make_update(model, optimizer, args, state, total, bug)
 
     def train_step():
         losses = [update(next_batch()) for _ in range(args.gradient_accumulation_steps)]
