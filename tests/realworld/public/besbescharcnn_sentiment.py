@@ -262,6 +262,18 @@ def train_test_split(*arrays, test_size, random_state=None, stratify=None):
 
 # ---- train.py ----------------------------------------------------------------------------------------------------------
 
+def _split(args, texts, labels, bug=None):
+    if bug == "labels_split_separately":
+        # texts and labels split by two calls, the second without random_state: the pairs no longer match
+        train_texts, val_texts = train_test_split(
+            texts, test_size=args.validation_split, random_state=42, stratify=labels)
+        train_labels, val_labels = train_test_split(labels, test_size=args.validation_split, stratify=labels)
+    else:
+        (train_texts, val_texts, train_labels, val_labels) = train_test_split(
+            texts, labels, test_size=args.validation_split, random_state=42, stratify=labels)
+    return train_texts, val_texts, train_labels, val_labels
+
+
 def _build(seed, bug=None):
     args = Args()
     random.seed(seed)
@@ -273,14 +285,7 @@ def _build(seed, bug=None):
     training_params = {"batch_size": batch_size, "shuffle": True, "num_workers": args.workers, "drop_last": True,
                        "generator": torch.Generator().manual_seed(seed)}
     texts, labels, number_of_classes = load_data(args, gen)
-    if bug == "labels_split_separately":
-        # texts and labels split by two calls, the second without random_state: the pairs no longer match
-        train_texts, val_texts = train_test_split(
-            texts, test_size=args.validation_split, random_state=42, stratify=labels)
-        train_labels, val_labels = train_test_split(labels, test_size=args.validation_split, stratify=labels)
-    else:
-        (train_texts, val_texts, train_labels, val_labels) = train_test_split(
-            texts, labels, test_size=args.validation_split, random_state=42, stratify=labels)
+    train_texts, val_texts, train_labels, val_labels = _split(args, texts, labels, bug)
 
     training_set = MyDataset(train_texts, train_labels, args)
     validation_set = MyDataset(val_texts, val_labels, args)
