@@ -254,6 +254,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'deepimageprior_denoising.noise_buffer_aliases_input': 'owner saw PASS None None: ; diagnose WARN at None',
  'deeplabv3plus_voc.mask_not_flipped_with_image': 'owner saw PASS None None: ; diagnose WARN at None',
  'deeplabv3plus_voc.void_pixels_as_background': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'deeplabxception_voc.mask_not_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'deeplabxception_voc.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: SGD '
+                                                'with momentum=0.9 is not plain SGD; diagnose WARN at None',
  'deepmatchtorch_fm.history_length_ignored': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepmatchtorch_fm.item_tower_from_user_columns': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepmatchtorch_fm.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -308,6 +311,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                             'hidden_layers.0.weight optimizer.stale_parameter: hidden_layers.0: the '
                                             'optimizer owns; diagnose FAIL at four_structures hidden_layers.0.weight '
                                             'four_structures:hidden_layers.0.weight',
+ 'dpo_preference.chosen_rejected_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'dpo_preference.logps_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlhandson_crossentropy.elite_test_inverted': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -374,6 +379,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                            '2 (si; diagnose WARN at None',
  'fno_burgers1d.targets_from_test_rows': 'owner saw PASS None None: ; diagnose PASS at None',
  'fregudeeplabv3_cityscapes.label_not_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'frets_forecast.head_output_reshaped_not_permuted': 'owner saw WARN None None: : op:reshape@: [8, 7, 24] -> [8, 24, '
+                                                     '7] puts input axis 2 (size 24) across output axes [1, 2], '
+                                                     'while output axis 1 (size 2; diagnose WARN at None',
  'fuxictr_dcn.labels_from_other_rows': 'owner saw PASS None None: ; diagnose PASS at None',
  'fuxictr_dcn.output_activation_skipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -390,6 +398,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                         '[[], []]), and no trainable parameter of; diagnose WARN at '
                                                         'None',
  'ghwnncf_neumf.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'gitycccrnn_synth90k.features_viewed_width_first': 'owner saw FAIL  layout.values_moved:  layout.values_moved: '
+                                                    'output[1, 0, 0] holds input[0, 42, 0, 16] (values from input '
+                                                    'axes [0, 1]); diagnose FAIL at tensor_trace tensor_trace:',
+ 'gitycccrnn_synth90k.lexicon_counted_from_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'glowpytorch_glow.logdet_left_out': 'owner saw WARN None None: GRADIENT: 22 trainable parameters get no gradient '
                                      'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                      'diagnose WARN at None',
@@ -399,6 +411,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                      "unchanged when a constant is added to an example's 7 logits "
                                                      'while 6 of 16 examples have sever; diagnose WARN at None',
  'goemotions_multilabel.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'grace_graph_contrastive.normalized_over_nodes': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on '
+                                                  '160 fixed examples, Adam lr 0.005 at any lr up to 5 (loss 5.761 '
+                                                  '-> best 5.326, 8% do; diagnose WARN at None',
+ 'grace_graph_contrastive.second_view_nodes_shuffled': 'owner saw PASS None None: ; diagnose WARN at None',
  'grand_cora.sharpened_target_not_detached': 'owner saw WARN None None: DEPENDENCY: 4 of 8 trainable parameters are '
                                              "not on the loss's autograd graph: 4 trainable parameters get no "
                                              'gradient and the; diagnose WARN at None',
@@ -439,6 +455,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'hlbcifar10_speedyconvnet.tta_flip_vertical': 'owner saw PASS None None: ; diagnose WARN at None',
  'hnn_spring.dx_from_test_half': 'owner saw PASS None None: ; diagnose PASS at None',
  'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hrnet_pose_mpii.flip_pairs_not_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hrnet_pose_mpii.heatmaps_reshaped_joints_first': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
                                                      '32] -> [1, 32, 64] puts input axis 1 (size 32) across output '
                                                      'axes [1, 2], while output axi; diagnose WARN at None',
@@ -493,8 +511,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'kaixhinacer_cartpole.zero_grad_set_to_none': 'owner saw WARN None None: lstm.weight_hh: lstm.weight_hh: gradient '
                                                'is exactly zero after backward, and the loss does not depend on it '
                                                '(perturbing it o; diagnose WARN at None',
+ 'kaixhinil_gail.expert_policy_labels_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'kdpytorch_cnn_distill.teacher_outputs_from_shuffled_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
  'keonseq2seq_attention.attention_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'kge_rotate.adversarial_weights_not_detached': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'kge_rotate.positive_logsigmoid_negated': 'owner saw FAIL PARAMETER_UPDATE update.ascends: PARAMETER_UPDATE '
+                                           'update.ascends: <update, gradient> = 0.1019, loss 1.343 -> 1.73; '
+                                           'diagnose FAIL at learning_ledger PARAMETER_UPDATE '
+                                           'learning_ledger:PARAMETER_UPDATE',
  'khrylxrl_ppo.gae_masks_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'khrylxrl_ppo.optimizer_value_over_policy': 'owner saw FAIL affine_layers.0.weight optimizer.stale_parameter: '
                                              'affine_layers.0.weight optimizer.stale_parameter: affine_layers.0: the '
@@ -556,6 +580,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'midibert_cp.batch_masked_in_place': 'owner saw WARN None None: DEPENDENCY: 3 of 53 trainable parameters are not on '
                                       "the loss's autograd graph: 3 trainable parameters get no gradient and th; "
                                       'diagnose WARN at None',
+ 'mindt_offline.action_target_shifted': 'owner saw WARN None None: DEPENDENCY: 4 of 47 trainable parameters are not '
+                                        "on the loss's autograd graph: 4 trainable parameters get no gradient and "
+                                        'th; diagnose WARN at None',
+ 'mindt_offline.masked_fill_not_assigned': 'owner saw WARN None None: DEPENDENCY: 4 of 47 trainable parameters are '
+                                           "not on the loss's autograd graph: 4 trainable parameters get no gradient "
+                                           'and th; diagnose WARN at None',
  'mingru_lm.scan_over_features': 'owner saw SKIPPED None None: loss_fn returned a tensor of shape (4, 65, 256), not '
                                  'a scalar; reduce it (e.g. .mean()) before backward on the batch; the; diagnose '
                                  'WARN at None',
@@ -682,6 +712,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 'over the next 16 c; diagnose WARN at None',
  'philschmid_modernbert_router.texts_sorted_labels_not': 'owner saw PASS None None: ; diagnose PASS at None',
  'philtabordqn_dueling_ddqn.done_mask_after_target': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'phycrnet_burgers.derivative_kernels_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'phycrnet_burgers.viscous_term_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pinnsoctopus_burgers.derivative_columns_swapped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: '
                                                     'on 8 fixed examples, LBFGS lr 0.1, up to lr 1, loss 0.3604 -> '
                                                     'best 0.05543 (85% down) i; diagnose WARN at None',
@@ -694,6 +726,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pinntorch_burgers.time_column_as_space': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 '
                                            'fixed examples, Adam lr 0.002, up to lr 0.002, loss 0.6604 -> best '
                                            '0.1634 (75% dow; diagnose WARN at None',
+ 'pixelcl_pixpro.coordinates_not_flipped': 'owner saw WARN None None: DEPENDENCY: 2 of 82 trainable parameters are '
+                                           "not on the loss's autograd graph: 2 trainable parameters get no gradient "
+                                           'and th; diagnose WARN at None',
+ 'pixelcl_pixpro.pixpro_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 2 of 82 trainable parameters are not '
+                                       "on the loss's autograd graph: 2 trainable parameters get no gradient and th; "
+                                       'diagnose WARN at None',
+ 'pixelcnnpp_cifar.mixture_logits_not_normalized': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'pixelcnnpp_cifar.u_init_not_shifted_down': 'owner saw PASS None None: ; diagnose WARN at None',
  'playground_cifar10.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
                                                'is not plain SGD (stateful update rule); diagnose PASS at None',
  'plvae_cifar.kl_terms_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -750,6 +790,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'ptsemseg_fcn8s.logits_viewed_not_transposed': 'owner saw WARN None None: OBJECTIVE: loss 2250 is not the '
                                                 'cross-entropy of these outputs (1.2; ln K = 1.099 for an untrained '
                                                 '3-class model; example 0:; diagnose WARN at None',
+ 'pymarl_qmix.padding_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pymarl_qmix.terminated_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchcifar10_module.scheduler_interval_epoch': 'owner saw SKIPPED None None: the model raised ValueError: too '
                                                    'many values to unpack (expected 2) on inputs [32, 3, 32, 32]; '
                                                    'the ledger needs one forwa; diagnose WARN at None',
@@ -849,11 +891,19 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                       "dependency.input_without_gradient: 'inputs[1]' reaches the loss only through "
                                       'o; diagnose FAIL at learning_ledger DEPENDENCY learning_ledger:DEPENDENCY',
  'ricap_wideresnet.patch_labels_not_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'rmt_enwik8.memory_grad_not_carried': 'owner saw WARN None None: memory_tokens: memory_tokens: gradient is exactly '
+                                       'zero after backward, and the loss does not depend on it (perturbing it on ; '
+                                       'diagnose WARN at None',
+ 'rndpytorch_ppo.old_policy_not_permuted': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'rndpytorch_ppo.ratio_inverted': 'owner saw PASS None None: ; diagnose WARN at None',
  'rtdlnumemb_mlp_ple.val_labels_not_standardized': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs '
                                                    'are not a single tensor, nor a tuple holding exactly one dense '
                                                    'floating-point tensor; th; diagnose PASS at None',
  'rtvc_ge2e_encoder.ground_truth_tiled': 'owner saw PASS None None: ; diagnose PASS at None',
  'rtvc_ge2e_encoder.own_speaker_inclusive_centroid': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'rvae_sentence.z_not_fed_to_decoder': 'owner saw WARN None None: OBJECTIVE: loss 297.5 is not the cross-entropy of '
+                                       'these outputs (3.766; ln K = 3.761 for an untrained 43-class model; exampl; '
+                                       'diagnose WARN at None',
  'sacdiscrete_catch.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'sacdiscrete_catch.target_copy_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                            'not plain SGD (stateful update rule); diagnose PASS at None',
@@ -935,6 +985,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'simcse_unsup.similarity_times_temperature': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
                                               'stochastic objective plateaued on 8 fixed examples, AdamW lr 3e-05, '
                                               '3e-05 at ever; diagnose WARN at None',
+ 'simmim_vit_pretrain.loss_on_visible_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'simmim_vit_pretrain.mask_token_not_applied': 'owner saw WARN None None: DEPENDENCY: 1 of 39 trainable parameters '
+                                               "are not on the loss's autograd graph: 1 trainable parameters get no "
+                                               'gradient and th; diagnose WARN at None',
+ 'simmim_vit_pretrain.tokens_reshaped_not_permuted': 'owner saw WARN None None: encoder: op:reshape@encoder: [16, '
+                                                     '64, 32] -> [16, 32, 8, 8] puts input axis 2 (size 32) across '
+                                                     'output axes [2, 3], while out; diagnose WARN at None',
  'simplebaseline_pose.flip_pairs_not_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'simplet5_seq2seq.labels_from_source_text': 'owner saw PASS None None: ; diagnose PASS at None',
  'simpletransformers_mlm.labels_not_restricted_to_masked': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -958,6 +1015,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    'owns 6 tensors that are not in the model (shapes [[32, 4], [32], '
                                                    '[32, 32]]), and no train; diagnose WARN at None',
  'spotlight_bpr.negatives_detached': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'srfbn_div2k.hr_patch_at_lr_offsets': 'owner saw PASS None None: ; diagnose WARN at None',
  'srgan_leftthomas_x4.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
  'srlts_triplet_causalcnn.negative_sign_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'srresnet_x4.target_off_by_one': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (8119) is 8 x their '
@@ -1002,6 +1060,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sylvesterflows_householder_vae.decoded_from_z0': 'owner saw PASS None None: ; diagnose WARN at None',
  'sylvesterflows_householder_vae.ldj_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'sylvesterflows_householder_vae.var_passed_as_log_var': 'owner saw PASS None None: ; diagnose WARN at None',
+ 't2gformer_fgu.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
+ 't2gformer_fgu.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: AdamW is '
+                                          'not plain SGD (stateful update rule); diagnose PASS at None',
  'tabm_regression.labels_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
  'tabnet_classifier.sparsity_loss_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 2 of 58 trainable parameters '
                                                  "are not on the loss's autograd graph: 2 trainable parameters get "
@@ -1024,6 +1085,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'td3bipedal_pendulum.max_of_target_critics': 'owner saw PASS None None: ; diagnose PASS at None',
  'td3bipedal_pendulum.polyak_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                             'not plain SGD (stateful update rule); diagnose PASS at None',
+ 'tdmpc_pendulum.next_obs_off_by_one': 'owner saw WARN None None: DEPENDENCY: 6 of 38 trainable parameters are not '
+                                       "on the loss's autograd graph: 6 trainable parameters get no gradient and th; "
+                                       'diagnose WARN at None',
+ 'tdmpc_pendulum.target_ema_reversed': 'owner saw WARN None None: told._reward.0.weight: told._reward.0.weight: '
+                                       'gradient is exactly zero after backward, and the loss does not depend on it '
+                                       '(p; diagnose WARN at None',
  'teapearce_cfg_diffusion.context_mask_not_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'teapearce_cfg_diffusion.last_timestep_never_drawn': 'owner saw PASS None None: ; diagnose PASS at None',
  'teapearce_cfg_diffusion.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: '
@@ -1053,6 +1120,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'torchfidelity_sngan.normalize_dropped': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                           'gradient and the loss does not depend on them (perturbing them on a copy '
                                           'leaves it u; diagnose WARN at None',
+ 'torchmoji_finetune.output_not_reordered': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'torchnlp_ner_crf.labels_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'torchnlp_ner_crf.transitions_transposed_in_score': 'owner saw PASS None None: ; diagnose PASS at None',
  'toshikwa_fqf.quantile_indicator_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'trainclip_wrapper.cached_embeddings_not_replaced': 'owner saw PASS None None: ; diagnose FAIL at learning_ledger '
                                                      'PARAMETER_UPDATE learning_ledger:PARAMETER_UPDATE',
@@ -1087,6 +1157,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'transolver_elasticity.y_left_encoded': 'owner saw SKIPPED None None: the model raised TypeError: Model.forward() '
                                          "missing 1 required positional argument: 'fx' on inputs [8, 96, 2]; the "
                                          'ledger; diagnose WARN at None',
+ 'tripletreid_batchhard.anchor_chosen_as_negative': 'owner saw WARN None None: OBJECTIVE: loss 1.921 is not the '
+                                                    'cross-entropy of these outputs (3.823; ln K = 3.466 for an '
+                                                    'untrained 32-class model; exampl; diagnose WARN at None',
+ 'tripletreid_batchhard.camera_ids_as_labels': 'owner saw WARN None None: OBJECTIVE: loss 1.921 is not the '
+                                               'cross-entropy of these outputs (3.823; ln K = 3.466 for an untrained '
+                                               '32-class model; exampl; diagnose WARN at None',
  'trl_sft.eos_masked_as_padding': 'owner saw PASS None None: ; diagnose PASS at None',
  'trl_sft.formatting_func_trains_prompt': 'owner saw PASS None None: ; diagnose PASS at None',
  'ts2vec_ucr.log_softmax_over_anchors': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -1130,6 +1206,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'vdsr_sr.input_and_label_swapped': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (339.3) is 8 x '
                                     'their mean per-example loss (42.41): it is summed (mean squared error), so ; '
                                     'diagnose WARN at None',
+ 'vdvae_cifar.kl_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 16 of 255 trainable parameters are not on the '
+                                "loss's autograd graph: 16 trainable parameters get no gradient and; diagnose WARN "
+                                'at None',
+ 'vdvae_cifar.posterior_ignores_encoder': 'owner saw WARN None None: DEPENDENCY: 82 of 255 trainable parameters are '
+                                          "not on the loss's autograd graph: 32 trainable parameters get no gradient "
+                                          'and; diagnose WARN at None',
  'vectorquantize_fsq_autoencoder.channels_viewed_not_moved': 'owner saw WARN None None: fns.6: op:reshape@fns.6: '
                                                              '[32, 3, 4, 4] -> [32, 16, 3] puts input axis 1 (size '
                                                              '3) across output axes [1], while output axis 2; '
