@@ -360,8 +360,9 @@ PREMISES: dict[str, Premise] = {
         "module ran with gradients on and its output on the graph, in eval mode, with running_mean == 0, running_var "
         "== 1 and num_batches_tracked == 0 (never estimated), with the model itself in eval mode: it divides by "
         "constants and eval mode never updates them",
-        "statistics estimated before (frozen batch norm in fine-tuning, loaded weights), or eval mode under no_grad "
-        "(a target network): no finding; batch norms frozen module by module while the model trains (a detector's "
+        "statistics estimated before (frozen batch norm in fine-tuning, loaded weights), eval mode under no_grad "
+        "(a target network), or a module the same step also runs in train mode (an adversarial attack under "
+        "model.eval() before the training forward): no finding; batch norms frozen module by module while the model trains (a detector's "
         "freeze_bn) with built statistics: WARN"),
     "step.eval_mode_not_restored": Premise(
         "step_probe", "a program that trains in train mode keeps training in train mode",

@@ -50,6 +50,12 @@ KNOWN_TRUE_FINDINGS = {
     ".eval() (its test episodes run the encoders' BatchNorm on batch statistics), found at first contact (public-16)"
     for seed in SEEDS
 } | {
+    ("g6lingrl_drqn", seed): "performance_ledger memory.growth: get_action runs the target network with gradients on "
+    "and carries its LSTM hidden state, autograd graph included, from one acting step to the next until the episode "
+    "ends (no torch.no_grad, no detach), so every env step of train_step keeps the graph of all earlier ones alive "
+    "(+31 KB/iteration with StackBackward0/SelectBackward0 survivors); found at first contact (public-32)"
+    for seed in SEEDS
+} | {
     ("ffjord_toy_cnf", seed): "reachability/step_probe/six_claims/learning_ledger: the CNF's trainable end time "
     "sqrt_end_time (train_T=True) never gets a gradient: lib/layers/cnf.py builds the integration times with "
     "torch.tensor([0.0, self.sqrt_end_time * self.sqrt_end_time]), a new leaf without its graph (torch warns), while "

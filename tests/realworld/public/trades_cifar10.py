@@ -297,9 +297,11 @@ build = functools.partial(_build)
 BUGS = [
     # trades_loss without its model.train() after the attack (the question of
     # https://github.com/yaodongyu/TRADES/issues/32): the model then trains in eval mode, its BatchNorm layers
-    # normalizing by running statistics that never move.
+    # normalizing by running statistics that never move. (Declared kind step.trained_in_eval_mode at first contact;
+    # reviewed after public-32's: the model has no dropout, and the FAIL names the batch norms trained in eval mode on
+    # never-estimated statistics, the defect itself.)
     Bug("train_mode_not_restored", functools.partial(_build, bug="train_mode_not_restored"), "step_probe", (),
-        kind="step.trained_in_eval_mode"),
+        kind="step.norm_statistics_never_estimated"),
     # the robust term written as https://github.com/yaodongyu/TRADES/issues/28 proposes,
     # criterion_kl(F.softmax(model(x_adv)), F.softmax(model(x_natural))): KLDivLoss takes its input as
     # log-probabilities, so the term is no longer a divergence (it is minimized by pushing the adversarial

@@ -2,8 +2,9 @@
 output on the graph) in eval mode while its running statistics are still the values it was built with (mean 0,
 variance 1, no batch counted). In eval mode it divides by those, not by any statistic of the data: the layer does not
 normalize at all, and nothing will ever update them (eval mode does not track). Frozen batch norm in fine-tuning is
-not this: its statistics were estimated (loaded or counted) before. Read from forward hooks on the modules only while
-the step runs; the hooks are removed in ``finally``.
+not this: its statistics were estimated (loaded or counted) before; nor is an eval-mode pass of a module the same step
+also runs in train mode (an adversarial attack under ``model.eval()`` before the training forward, TRADES's). Read from
+forward hooks on the modules only while the step runs; the hooks are removed in ``finally``.
 
 ``step.trained_in_eval_mode``: on the user's own ``train_step`` (never the controlled step, which runs in whatever mode
 the model was handed over), a dropout layer built to drop (``p > 0``; a custom module reading ``self.training`` with a
@@ -44,6 +45,7 @@ class NormWatch:
         self.drops: dict[str, dict[str, Any]] = {}
         self.order: dict[str, int] = {}
         self.handles: list[Any] = []
+        self.trained: set[str] = set()
 
     def __enter__(self) -> Self:
         for name, m in self.model.named_modules():
@@ -57,17 +59,21 @@ class NormWatch:
     def __exit__(self, *_: object) -> None:
         for h in self.handles:
             h.remove()
+        for name in self.trained:  # an adversarial attack under model.eval() before the training forward (TRADES)
+            self.hits.pop(name, None)
 
     def _hook(self, name: str) -> Any:
         def hook(m: nn.Module, _inputs: Any, out: Any) -> None:
-            if m.training or name in self.hits or not torch.is_grad_enabled():
+            if not torch.is_grad_enabled():
                 return
-            if torch.is_tensor(out) and out.requires_grad and _initial(m):
+            if m.training:
+                self.trained.add(name)  # the step trains it in train mode: an eval-mode pass beside is auxiliary
+                return
+            if name not in self.hits and torch.is_tensor(out) and out.requires_grad and _initial(m):
                 self.hits[name] = {"module": name, "type": type(m).__name__, "training": False,
                                    "model_training": self.model.training,
                                    "num_batches_tracked": int(getattr(m, "num_batches_tracked", 0) or 0)}
         return hook
-
 
     def _drop_hook(self, name: str, rate: float) -> Any:
         def hook(m: nn.Module, _inputs: Any, out: Any) -> None:
@@ -132,6 +138,7 @@ class ModeTrail:
         self.inputs: dict[str, tuple[nn.Module, tuple]] = {}
         self.order: dict[str, int] = {}
         self.handles: list[Any] = []
+        self.trained: set[str] = set()
 
     def __enter__(self) -> Self:
         for name, m in mode_dependent(self.model, own_code=True):
@@ -141,6 +148,8 @@ class ModeTrail:
     def __exit__(self, *_: object) -> None:
         for h in self.handles:
             h.remove()
+        for name in self.trained:  # an adversarial attack under model.eval() before the training forward (TRADES)
+            self.hits.pop(name, None)
 
     @property
     def calls(self) -> int:
