@@ -33,6 +33,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'akt_assist.retriever_peeks_current_response': 'owner saw WARN None None: DEPENDENCY: 6 of 56 trainable parameters '
                                                 "are not on the loss's autograd graph: 6 trainable parameters get no "
                                                 'gradient and th; diagnose WARN at None',
+ 'alignuniform_stl10.encoder_left_in_eval_mode': 'owner saw FAIL blocks.0.1 step.norm_statistics_never_estimated: '
+                                                 'blocks.0.1 step.norm_statistics_never_estimated: '
+                                                 'blocks.0.1.training == False, running; diagnose FAIL at step_probe '
+                                                 'blocks.0.1 step_probe:blocks.0.1',
+ 'alignuniform_stl10.uniformity_t_negated': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'alignuniform_stl10.views_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
  'allrank_neuralndcg.features_not_sampled_with_labels': 'owner saw PASS None None: ; diagnose PASS at None',
  'allrank_neuralndcg.loss_sign_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'allrank_neuralndcg.padding_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -86,6 +92,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                   'parameters get no gradient and th; diagnose WARN at None',
  'bertpytorch_mlm.mask_never_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'bertpytorch_mlm.nsp_ignore_index_0': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'besbescharcnn_sentiment.labels_split_separately': 'owner saw PASS None None: ; diagnose PASS at None',
  'betarecsys_narm.labels_before_sort': 'owner saw PASS None None: ; diagnose PASS at None',
  'betarecsys_narm.last_output_from_padding': 'owner saw PASS None None: ; diagnose PASS at None',
  'betatcvae_shapes.decoder_output_sigmoided': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters '
@@ -139,6 +146,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'centerloss_lenetpp.centers_not_stepped': 'owner saw PASS None None: ; diagnose WARN at None',
  'centerloss_lenetpp.class_mask_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'cgcnn_crystal.crystal_index_not_offset': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 1 '
+                                           'fixed examples, SGD lr 0.01, up to lr 0.01, loss 1.202 -> best 0.7633 '
+                                           '(36% down) i; diagnose WARN at None',
+ 'cgcnn_crystal.targets_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'charrnn_gru.targets_not_shifted': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient and '
                                     'the loss does not depend on them (perturbing them on a copy leaves it u; '
                                     'diagnose WARN at None',
@@ -171,6 +182,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                             'at None',
  'clmr_samplecnn_tagging.labels_off_by_one': 'owner saw PASS None None: ; diagnose WARN at None',
  'cmc_moco_ins.keys_not_unshuffled': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'codexglue_defect.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'codexglue_defect.negative_term_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'colbert_late_interaction.doc_mask_dropped': 'owner saw WARN None None: DEPENDENCY: 2 of 40 trainable parameters '
                                               "are not on the loss's autograd graph: 2 trainable parameters get no "
                                               'gradient and th; diagnose WARN at None',
@@ -193,6 +206,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'contrastivelearner_simclr.one_view_twice': 'owner saw SKIPPED None None: the model raised AssertionError: hidden '
                                              'layer avgpool never emitted an output on inputs [16, 3, 64, 64]; the '
                                              'ledger needs; diagnose WARN at None',
+ 'convai_gpt2_doubleheads.lm_labels_on_every_candidate': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'conve_linkpred.targets_from_subject': 'owner saw PASS None None: ; diagnose PASS at None',
  'convmixer_cifar10.lr_from_epoch_only': 'owner saw PASS None None: ; diagnose PASS at None',
  'convmixer_cifar10.train_mode_set_once': 'owner saw PASS None None: optimizer: update rule check skipped: AdamW is '
                                           'not plain SGD (stateful update rule); diagnose PASS at None',
@@ -267,6 +282,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'deepspeechpytorch_ds2.output_sizes_all_padded': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepsvdd_mnist.bias_terms_enabled': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepsvdd_mnist.center_at_zero': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deeptime_forecast.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
+                                              'is not plain SGD (stateful update rule); diagnose PASS at None',
  'deepvq_vqvae.commitment_terms_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepvq_vqvae.straight_through_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'deit_distillation.distill_on_class_head': 'owner saw WARN None None: DEPENDENCY: 2 of 35 trainable parameters are '
@@ -384,6 +401,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                      'while output axis 1 (size 2; diagnose WARN at None',
  'fuxictr_dcn.labels_from_other_rows': 'owner saw PASS None None: ; diagnose PASS at None',
  'fuxictr_dcn.output_activation_skipped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'g6lingrl_drqn.done_mask_dropped': 'owner saw PASS None None: ; diagnose FAIL at performance_ledger step '
+                                    'performance_ledger:step',
+ 'g6lingrl_drqn.gather_over_time_axis': 'owner saw PASS None None: ; diagnose FAIL at performance_ledger step '
+                                        'performance_ledger:step',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
  'ganstability_r1.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -435,6 +456,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'gru4rec_session.target_is_current_click': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no '
                                             'gradient and the loss does not depend on them (perturbing them on a '
                                             'copy leaves it u; diagnose WARN at None',
+ 'hacpytorch_mountaincar.hindsight_goal_not_relabelled': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hacpytorch_mountaincar.target_q_not_detached': 'owner saw FAIL PARAMETER_UPDATE update.diverges: PARAMETER_UPDATE '
+                                                 'update.diverges: loss 1.143 -> 18.3 (16x) at lr 0.001 in param '
+                                                 'group 0; diagnose FAIL at learning_ledger PARAMETER_UPDATE '
+                                                 'learning_ledger:PARAMETER_UPDATE',
  'handsonrl_pets.inverse_var_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'handsonrl_pets.labels_permuted_apart': 'owner saw PASS None None: ; diagnose WARN at None',
  'harmonicpinn_oscillator.residual_sign_flipped': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on '
@@ -448,6 +474,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               'fixed examples, Adam lr 0.001, up to lr 0.01, loss 0.9249 -> best '
                                               '0.3393 (63% down; diagnose WARN at None',
  'hcnohgail_cartpole.expert_obs_after_step': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'herddpg_reach.her_reward_from_current_ag': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'herddpg_reach.polyak_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is not plain '
+                                  'SGD (stateful update rule); diagnose PASS at None',
  'hfcourse_accelerate_mrpc.attention_mask_removed': 'owner saw PASS None None: ; diagnose PASS at None',
  'hifigan_vocoder.mel_from_another_segment': 'owner saw PASS None None: ; diagnose PASS at None',
  'hifigan_vocoder.mel_loss_detached': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -466,6 +495,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'iclrec_instancecl.targets_not_shifted': 'owner saw WARN None None: TASK: could not check: the TASK check raised '
                                           'IndexError: Target 96 is out of bounds. on this program (no evidence '
                                           'about the ; diagnose WARN at None',
+ 'igebm_cifar.class_ids_misaligned': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'igebm_cifar.contrastive_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'ignite_siamese.negative_class_not_excluded': 'owner saw WARN None None: OBJECTIVE: loss 2.914 is not the '
                                                'cross-entropy of these outputs (2.375; ln K = 2.303 for an untrained '
                                                '10-class model; exampl; diagnose WARN at None',
@@ -493,6 +524,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                           'op:reshape@enc_embedding: [32, 48, 7] -> [32, 7, 48] puts '
                                                           'input axis 2 (size 7) across output axes [2], while; '
                                                           'diagnose WARN at None',
+ 'jaanlivae_flow.iaf_log_det_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'jaanlivae_flow.made_output_mask_includes_diagonal': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'jem_wrn_ebm.labels_from_other_stream': 'owner saw WARN None None: DEPENDENCY: 4 of 24 trainable parameters are not '
+                                         "on the loss's autograd graph: 4 trainable parameters get no gradient and "
+                                         'th; diagnose WARN at None',
+ 'jem_wrn_ebm.p_x_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 4 of 24 trainable parameters are not on the '
+                                 "loss's autograd graph: 4 trainable parameters get no gradient and th; diagnose "
+                                 'WARN at None',
  'jeonsworld_vit.patches_reshaped_not_transposed': 'owner saw WARN None None: transformer.embeddings: '
                                                    'op:reshape@transformer.embeddings: [16, 32, 4, 4] -> [16, 16, '
                                                    '32] puts input axis 1 (size 32) across; diagnose WARN at None',
@@ -534,9 +573,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'ku2482sac_cartpole.soft_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                             'not plain SGD (stateful update rule); diagnose PASS at None',
  'kuc2477vae_mnist.latent_mean_detached': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'lapsrn_x4.charbonnier_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'lapsrn_x4.x4_labels_off_by_one': 'owner saw PASS None None: ; diagnose WARN at None',
  'laptd3_pendulum.max_of_target_critics': 'owner saw PASS None None: ; diagnose PASS at None',
  'learn2learn_maml_sine.inner_update_ascends': 'owner saw PASS None None: ; diagnose PASS at None',
  'learn2learn_maml_sine.query_targets_from_support': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'lemonhuner_bert.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'lemonhuner_bert.tags_shifted_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'librecommender_lightgcn.bpr_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'librecommender_lightgcn.user_item_split_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'lightly_simsiam.stop_gradient_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -560,9 +603,17 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lstnet_electricity.highway_viewed_not_permuted': 'owner saw WARN None None: : op:view@: [32, 6, 4] -> [128, 6] '
                                                    'puts input axis 1 (size 6) across output axes [0, 1], while '
                                                    'output axis 1 (size 6) hold; diagnose WARN at None',
+ 'lwpose_coco.flip_without_left_right_swap': 'owner saw SKIPPED None None: the model raised TypeError: conv2d() '
+                                             'received an invalid combination of arguments - got (dict, Parameter, '
+                                             'NoneType, tuple; diagnose WARN at None',
+ 'lwpose_coco.loss_mask_dropped': 'owner saw SKIPPED None None: the model raised TypeError: conv2d() received an '
+                                  'invalid combination of arguments - got (dict, Parameter, NoneType, tuple; '
+                                  'diagnose WARN at None',
  'lynnhogan_wgangp.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it u; diagnose WARN at None',
+ 'maac_attention_sac.int_acs_from_max_values': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'maac_attention_sac.rewards_of_agent_0_for_all': 'owner saw PASS None None: ; diagnose PASS at None',
  'maddpg_spread.target_from_current_obs': 'owner saw PASS None None: ; diagnose PASS at None',
  'mamlpytorch_omniglot.query_labels_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'megabyte_lm.attention_not_causal': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -574,6 +625,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                       'and the loss does not depend on them (perturbing them on a copy leaves it u; '
                                       'diagnose FAIL at step_probe model.disc_0.model.layer_0.1.bias '
                                       'step_probe:model.disc_0.model.layer_0.1.bias',
+ 'memxl_enwik8.memory_network_left_out': "owner saw WARN None None: AUTOGRAD: the loss's graph reaches 70 of 87 "
+                                         'trainable registered parameters and 0 tensors held outside the registry; '
+                                         'memory_',
  'metabaseline_fewshot.episodes_viewed_shot_major': 'owner saw PASS None None: ; diagnose PASS at None',
  'metabaseline_fewshot.labels_way_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
  'metaoptnet_protonet.support_labels_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -783,6 +837,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'proxyanchor_resnet.one_hot_masks_swapped': 'owner saw WARN None None: CAPABILITY: the loss reaches parameters '
                                              "trained outside the copy (the program's own model, reached through a "
                                              'global, or a se; diagnose WARN at None',
+ 'proxynca_embed.distance_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 13 of 13 trainable parameters are '
+                                         "not on the loss's autograd graph: 13 trainable parameters get no gradient "
+                                         'and ; diagnose WARN at None',
+ 'proxynca_embed.labels_from_index': 'owner saw WARN None None: DEPENDENCY: 13 of 13 trainable parameters are not on '
+                                     "the loss's autograd graph: 13 trainable parameters get no gradient and ; "
+                                     'diagnose WARN at None',
  'psmnet_stereo.cost_volume_shift_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'psmnet_stereo.images_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ptranking_ranknet.labels_sorted_without_documents': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -873,6 +933,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rechorus_caser.bpr_minus_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.history_includes_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'rechorus_caser.predictions_not_restored': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'recurrentppo_cartpole.gae_done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'recurrentppo_cartpole.loss_mask_dropped': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss '
+                                            "unchanged when targets['loss_mask'] is flipped; diagnose FAIL at "
+                                            'learning_ledger TASK learning_ledger:TASK',
  'relationalreasoning_conv4.negatives_rolled_over_features': 'owner saw PASS None None: ; diagnose PASS at None',
  'relationalreasoning_conv4.one_augmentation_repeated': 'owner saw PASS None None: ; diagnose PASS at None',
  'relationnet_omniglot.labels_assumed_unshuffled': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
@@ -993,6 +1057,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                      '64, 32] -> [16, 32, 8, 8] puts input axis 2 (size 32) across '
                                                      'output axes [2, 3], while out; diagnose WARN at None',
  'simplebaseline_pose.flip_pairs_not_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'simplediffusion_ddim.ema_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: AdamW '
+                                             'is not plain SGD (stateful update rule); diagnose PASS at None',
+ 'simplediffusion_ddim.target_noise_redrawn': 'owner saw PASS None None: ; diagnose PASS at None',
  'simplet5_seq2seq.labels_from_source_text': 'owner saw PASS None None: ; diagnose PASS at None',
  'simpletransformers_mlm.labels_not_restricted_to_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'simpletransformers_mlm.model_fed_unmasked_ids': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -1124,6 +1191,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'torchnlp_ner_crf.labels_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchnlp_ner_crf.transitions_transposed_in_score': 'owner saw PASS None None: ; diagnose PASS at None',
  'toshikwa_fqf.quantile_indicator_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'trades_cifar10.kl_input_probabilities': 'owner saw WARN None None: DEPENDENCY: 6 of 31 trainable parameters are '
+                                          "not on the loss's autograd graph: 6 trainable parameters get no gradient "
+                                          'and th; diagnose WARN at None',
  'trainclip_wrapper.cached_embeddings_not_replaced': 'owner saw PASS None None: ; diagnose FAIL at learning_ledger '
                                                      'PARAMETER_UPDATE learning_ledger:PARAMETER_UPDATE',
  'trainclip_wrapper.zero_grad_every_minibatch': 'owner saw PASS None None: optimizer: update rule check skipped: '
@@ -1191,6 +1261,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                'is not plain SGD (stateful update rule); diagnose PASS at None',
  'udacitydrl_dqn.next_states_from_states': 'owner saw PASS None None: ; diagnose PASS at None',
  'umnn_flow_toy.made_output_mask_inclusive': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'univoc_vocoder.upsampled_reshaped_not_transposed': 'owner saw WARN None None: : op:reshape@: [8, 32, 128] -> [8, '
+                                                     '128, 32] puts input axis 2 (size 128) across output axes [1, '
+                                                     '2], while output axis 1 (s; diagnose WARN at None',
  'untitledaiss_moco_byol.ip_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'untitledaiss_moco_byol.momentum_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                     'SGD with momentum=0.9 is not plain SGD; diagnose WARN at None',
@@ -1288,4 +1361,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'zalandovqvae_cifar.straight_through_reversed': 'owner saw WARN None None: DEPENDENCY: 2 of 24 trainable parameters '
                                                  "are not on the loss's autograd graph: 2 trainable parameters get "
                                                  'no gradient and th; diagnose WARN at None',
+ 'zijundengseg_fcn8s.bias_group_dropped': 'owner saw FAIL features3.0.bias optimizer.missing_parameter: '
+                                          'features3.0.bias optimizer.missing_parameter: optimizer does not own 18 '
+                                          'trainable tensors; diagnose FAIL at four_structures features3.0.bias '
+                                          'four_structures:features3.0.bias',
+ 'zijundengseg_fcn8s.mask_transposed': 'owner saw WARN None None: TASK: 309 of 2304 supervised targets are outside '
+                                       '[0, 5) for outputs of size 5 (min 0, max 255, e.g. [255]), and loss_fn ran ; '
+                                       'diagnose WARN at None',
  'zoubohaoddpm_unet.coefficients_swapped': 'owner saw PASS None None: ; diagnose WARN at None'}
