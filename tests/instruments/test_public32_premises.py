@@ -45,3 +45,20 @@ def test_an_attack_under_eval_mode_before_the_training_forward_is_no_eval_mode_t
     r = firstdiv.step_probe(model, batch, F.cross_entropy, optimizer, train_step=step)
     norms = [f for f in r.findings if f.check == "step.norm_statistics_never_estimated" and f.status is Status.FAIL]
     assert bool(norms) is (not restore), [(f.check, f.message) for f in r.findings if f.status is not Status.PASS]
+
+
+def test_reachability_leaves_no_gradient_on_a_tensor_the_loss_holds() -> None:
+    """ProxyNCA: the proxies are a parameter of the loss (its closure), owned by the user's optimizer beside the model;
+    the backward that reads gradients a custom function would write (for a parameter the graph walk does not reach)
+    wrote the proxies' .grad and left it there."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 8)
+    model.unused = nn.Parameter(torch.zeros(2))  # off the graph walk: the full backward runs
+    proxies = nn.Parameter(torch.randn(3, 8))
+    optimizer = torch.optim.Adam([{"params": model.parameters()}, {"params": [proxies], "lr": 1.0}])
+
+    def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(-torch.cdist(out, proxies), y)
+
+    firstdiv.reachability(model, (torch.randn(16, 4), torch.randint(0, 3, (16,))), loss_fn, optimizer=optimizer)
+    assert proxies.grad is None and all(p.grad is None for p in model.parameters())

@@ -553,6 +553,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'kaixhinil_gail.expert_policy_labels_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'kdpytorch_cnn_distill.teacher_outputs_from_shuffled_epoch': 'owner saw PASS None None: ; diagnose PASS at None',
  'keonseq2seq_attention.attention_softmax_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'keonseq2seq_attention.pad_not_ignored': 'owner saw PASS None None: ; diagnose PASS at None',
  'kge_rotate.adversarial_weights_not_detached': 'owner saw PASS None None: ; diagnose WARN at None',
  'kge_rotate.positive_logsigmoid_negated': 'owner saw FAIL PARAMETER_UPDATE update.ascends: PARAMETER_UPDATE '
                                            'update.ascends: <update, gradient> = 0.1019, loss 1.343 -> 1.73; '
@@ -592,6 +593,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                              '64] puts input axis 2 (size 32) across output axes ; '
                                                              'diagnose FAIL at learning_ledger DEPENDENCY '
                                                              'learning_ledger:DEPENDENCY',
+ 'lora_gpt2_e2e.lm_mask_not_passed': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient and '
+                                     'the loss does not depend on them (perturbing them on a copy leaves it u; '
+                                     'diagnose WARN at None',
  'lora_gpt2_e2e.lora_factors_both_zero': 'diagnose FAIL at reachability transformer.h.0.attn.c_attn.lora_A '
                                          'reachability:transformer.h.0.attn.c_attn.lora_A',
  'lora_gpt2_e2e.lora_not_marked_trainable': 'owner saw WARN None None: transformer.h.0.attn.c_attn.lora_A: '

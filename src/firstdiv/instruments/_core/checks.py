@@ -173,7 +173,10 @@ def nested_grads(loss: torch.Tensor, params: list[torch.Tensor]) -> dict[int, to
     function altogether when none of its inputs leads to a requested tensor."""
     if not params or not torch.is_tensor(loss) or not loss.requires_grad:
         return {}
-    saved = [p.grad for p in params]
+    # every leaf the backward writes, not only ``params``: a tensor the loss reads from loss_fn's own closure (ProxyNCA's
+    # proxies, owned by the user's optimizer) gets its .grad back too
+    touched = list({**graph_leaves([loss.grad_fn]), **{id(p): p for p in params}}.values())
+    saved = [t.grad for t in touched]
     try:
         for p in params:
             p.grad = None
@@ -182,5 +185,5 @@ def nested_grads(loss: torch.Tensor, params: list[torch.Tensor]) -> dict[int, to
     except RuntimeError:
         return {}
     finally:
-        for p, g in zip(params, saved):
-            p.grad = g
+        for t, g in zip(touched, saved):
+            t.grad = g
