@@ -5,7 +5,8 @@ fraction network on its own loss beside the quantile loss, a critic beside an ac
 declared ``loss_fn`` then reads those parameters through a ``.detach()`` by design: the loss depends on their values
 and no gradient of it reaches them. That is a cut only if this loss was meant to train them, and the program says
 otherwise: the declared optimizer does not own them and another optimizer its ``train_step`` steps does, at an lr
-above 0; or both own them and the other one finds a gradient on them when it steps (one call of the step, watched). Such a finding becomes a note naming the premise it could not confirm and how to check that objective.
+above 0; or both own them and the other one finds a gradient on them when it steps (one call of the step, watched).
+Such a finding becomes a note naming the premise it could not confirm and how to check that objective.
 """
 
 from __future__ import annotations

@@ -31,6 +31,13 @@ from ._sequence import future_or_copy
 LIST_CAP = 20  # names listed in evidence before eliding
 
 
+def _other(ctx: Ctx) -> set[str]:
+    """``other_objective`` once per ledger run: DEPENDENCY and GRADIENT both ask, and it may run the user's step."""
+    if "other_objective" not in ctx.notes:
+        ctx.notes["other_objective"] = other_objective(ctx.train_step, ctx.optimizer, ctx.model)
+    return ctx.notes["other_objective"]
+
+
 def _names(names: list[str]) -> list[str]:
     return names if len(names) <= LIST_CAP else [*names[:LIST_CAP], f"... {len(names) - LIST_CAP} more"]
 
@@ -63,7 +70,7 @@ def check_dependency(ctx: Ctx) -> Check:
     arrives = _gradient_arrives(ctx, unreachable) if unreachable else set()
     unreachable = [n for n in unreachable if n not in arrives]
     cut, unused, unknown = sort_gradless(ctx.model, ctx.batch, ctx.loss_fn, unreachable) if unreachable else ([], [], [])
-    cut, other = split_other(cut, other_objective(ctx.train_step, ctx.optimizer, ctx.model) if cut else set())
+    cut, other = split_other(cut, _other(ctx) if cut else set())
     if other:
         ctx.report_notes.append(other_objective_note(other))
     ev.update(loss_depends_on=_names(cut), loss_invariant_to=_names(unused), unconfirmed=_names(unknown),
@@ -146,7 +153,7 @@ def check_gradient(ctx: Ctx) -> Check:
                           "grad_norm_min": min(finite, default=None), "grad_norm_max": max(finite, default=None)}
     ev.update({k: _names(v) for k, v in problems.items()})
     empty, other = split_other(problems["missing"] + problems["zero"],
-                               other_objective(ctx.train_step, ctx.optimizer, ctx.model) if problems["missing"] else set())
+                               _other(ctx) if problems["missing"] else set())
     problems = {k: [n for n in v if n not in other] for k, v in problems.items()}
     if other:
         ctx.report_notes.append(other_objective_note(other))
