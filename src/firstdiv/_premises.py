@@ -501,8 +501,10 @@ PREMISES: dict[str, Premise] = {
         "least half of up to 8 probes",
         "a target copying the input at its own positions or copying every varying input position (reconstruction, a "
         "copy task) unless the program contradicts it (the step's loss compares the model's own first output with its "
-        "input while the declared batch pairs the inputs with other targets of that shape, or the untrained model "
-        "already returns the target, R^2 >= 0.999), integer sequences copying some source tokens (a seq2seq rule; shifts are the sequence checks'), "
+        "input while the declared batch pairs the inputs with other targets of that shape, the untrained model "
+        "already returns the target, R^2 >= 0.999, or the model is causal along an axis of that input: changing it at "
+        "the axis's middle position on the copy moves outputs there and later, none before, a decoder fed the frames "
+        "it must predict), integer sequences copying some source tokens (a seq2seq rule; shifts are the sequence checks'), "
         "a copy the model does not read (a causal model's next-token labels), no output aligned with the targets: no "
         "finding; targets that are the input shifted along one axis, copying >= 90% of its varying positions (a "
         "sequence's next steps, which a latent-variable model encoding the whole sequence may read): a note"),
@@ -793,9 +795,12 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "train_step descends loss_fn on the batch",
         "train_step run up to 4 times on the user's objects (restored): the first update's cosine with the gradient is "
         "above 0.3 and the loss on the batch rose at every call (or became non-finite), and again when the same start "
-        "(restored, the global RNGs reseeded) runs train_step's next calls",
+        "(restored, the global RNGs reseeded) runs train_step's next calls; where train_step returns its loss on its "
+        "own batches at each call, that loss rose at every call too (a step that climbs its objective climbs the loss "
+        "it reports)",
         "otherwise no finding (a step on other batches moves this batch's loss by chance: a climb the rerun does not "
-        "repeat is a note)"),
+        "repeat is a note; a reported loss that fell while the batch's rose, a discriminator whose fakes move on or a "
+        "stream drifting from the batch, is a note)"),
     "update.diverges": Premise(
         "learning_ledger", "a few steps of train_step keep the loss finite and below 10x",
         "the loss on the batch, re-evaluated after each of up to 4 train_step calls on the user's objects (restored), "

@@ -158,8 +158,10 @@ def test_fault_evidence_names_the_operation():
 
 def test_cut_inside_the_loss_function():
     r = reach(seeded(MLP), data(), lambda out, y: (out.argmax(1) != y).float().mean())
-    assert first(r) == ("fc1.weight", "reachability.integer_cast", "fc3", "integer_cast"), str(r)
+    # the layer whose output was cut is named first (every layer lost its path there)
+    assert first(r) == ("fc3.weight", "reachability.integer_cast", "fc3", "integer_cast"), str(r)
     f = next(f for f in r.findings if f.where == "fc1.weight")
+    assert (f.status, f.evidence["boundary"]) == (Status.FAIL, "fc3")
     assert f.evidence["inside"] == "loss_fn"
     assert next(f for f in r.findings if f.where == "loss").status is Status.WARN
 

@@ -7,6 +7,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'absapytorch_ian.outputs_not_unsorted': 'owner saw WARN None None: GRADIENT: 4 trainable parameters get no gradient '
                                          'and the loss does not depend on them (perturbing them on a copy leaves it '
                                          'u; diagnose WARN at None',
+ 'acousticmodel_units2mel.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: '
+                                                    'AdamW is not plain SGD (stateful update rule); diagnose PASS at '
+                                                    'None',
+ 'acousticmodel_units2mel.units_reshaped_not_transposed': 'owner saw WARN None None: encoder: op:reshape@encoder: '
+                                                          '[8, 9, 32] -> [8, 32, 9] puts input axis 2 (size 32) '
+                                                          'across output axes [1, 2], while output ax; diagnose WARN '
+                                                          'at None',
  'adainnaoto_style.content_target_is_content_feat': 'owner saw PASS None None: ; diagnose PASS at None',
  'adainnaoto_style.style_stats_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'aefostersimclr_lars.self_similarity_not_masked': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
@@ -33,6 +40,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'akt_assist.retriever_peeks_current_response': 'owner saw WARN None None: DEPENDENCY: 6 of 56 trainable parameters '
                                                 "are not on the loss's autograd graph: 6 trainable parameters get no "
                                                 'gradient and th; diagnose WARN at None',
+ 'aladdinml_unet.check_accuracy_leaves_eval': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
+                                              'is not plain SGD (stateful update rule); diagnose PASS at None',
  'alignuniform_stl10.encoder_left_in_eval_mode': 'owner saw FAIL blocks.0.1 step.norm_statistics_never_estimated: '
                                                  'blocks.0.1 step.norm_statistics_never_estimated: '
                                                  'blocks.0.1.training == False, running; diagnose FAIL at step_probe '
@@ -146,6 +155,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'centerloss_lenetpp.centers_not_stepped': 'owner saw PASS None None: ; diagnose WARN at None',
  'centerloss_lenetpp.class_mask_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'centernet_ctdet.ind_x_y_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'cganpytorch_mnist.real_paired_with_random_labels': 'owner saw PASS None None: ; diagnose PASS at None',
  'cgcnn_crystal.crystal_index_not_offset': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 1 '
                                            'fixed examples, SGD lr 0.01, up to lr 0.01, loss 1.202 -> best 0.7633 '
                                            '(36% down) i; diagnose WARN at None',
@@ -239,6 +249,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'cyclenet_etth.revin_denorm_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cyviusprotonet_miniimagenet.distance_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'cyviusprotonet_miniimagenet.labels_repeat_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'dataflowr_vae_gumbel.reconst_loss_mean': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
+                                           'stochastic objective plateaued on 8 fixed examples, Adam lr 0.001 at '
+                                           'every lr up ; diagnose WARN at None',
  'dcl_debiased_simclr.positive_left_in_negatives': 'owner saw PASS None None: ; diagnose PASS at None',
  'dcl_debiased_simclr.views_identical': 'owner saw PASS None None: ; diagnose PASS at None',
  'dcrnnpytorch_traffic.prediction_left_scaled': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -307,6 +320,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'diffwave_vocoder.noise_level_not_cumulative': 'owner saw WARN None None: GRADIENT: 32 trainable parameters get no '
                                                 'gradient and the loss does not depend on them (perturbing them on a '
                                                 'copy leaves it ; diagnose WARN at None',
+ 'discor_sac.importance_softmax_over_last_dim': 'owner saw PASS None None: ; diagnose PASS at None',
  'disentanglingvae_betah.bce_mean_not_sum': 'owner saw PASS None None: ; diagnose PASS at None',
  'disentanglingvae_betah.latent_detached': 'owner saw PASS None None: ; diagnose FAIL at reachability '
                                            'encoder.conv1.weight reachability:encoder.conv1.weight',
@@ -322,6 +336,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'dmlbaselines_marginloss.margin_terms_swapped': 'owner saw WARN None None: CAPABILITY: the loss reaches parameters '
                                                  "trained outside the copy (the program's own model, reached through "
                                                  'a global, or a se; diagnose WARN at None',
+ 'dmlxent_resnet.labels_not_permuted': 'owner saw WARN None None: OBJECTIVE: loss 1.56 is not the cross-entropy of '
+                                       'these outputs (2.079; ln K = 2.079 for an untrained 8-class model; example ; '
+                                       'diagnose WARN at None',
  'dome272_ddpm_conditional.clean_images_into_model': 'owner saw PASS None None: ; diagnose PASS at None',
  'dongminlee_vpg.done_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'dongminlee_vpg.vf_optimizer_over_policy': 'owner saw FAIL hidden_layers.0.weight optimizer.stale_parameter: '
@@ -407,6 +424,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                         'performance_ledger:step',
  'gaepytorch_vgae.kl_logstd_as_logvar': 'owner saw PASS None None: ; diagnose PASS at None',
  'gaepytorch_vgae.weighted_bce_before_fix': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'gailairlppo_gail.expert_pairs_unpaired': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'gailairlppo_gail.expert_term_sign_copied': 'owner saw PASS None None: ; diagnose PASS at None',
  'ganstability_r1.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'gcnclustering_linkage.center_label_from_first_node': 'owner saw PASS None None: ; diagnose PASS at None',
  'gcntsp_residual_gated.coords_permuted_apart': 'owner saw WARN None None: DEPENDENCY: 6 of 43 trainable parameters '
@@ -486,6 +505,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'hrnet_pose_mpii.flip_pairs_not_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'hrnet_pose_mpii.heatmaps_reshaped_joints_first': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hyper_linkpred.reverse_relation_not_renamed': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
                                                      '32] -> [1, 32, 64] puts input axis 1 (size 32) across output '
                                                      'axes [1, 2], while output axi; diagnose WARN at None',
@@ -495,6 +515,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'iclrec_instancecl.targets_not_shifted': 'owner saw WARN None None: TASK: could not check: the TASK check raised '
                                           'IndexError: Target 96 is out of bounds. on this program (no evidence '
                                           'about the ; diagnose WARN at None',
+ 'icpmsr_edsr.target_from_next_image': 'owner saw WARN None None: CAPABILITY: fitted 8 fixed examples, Adam lr 0.001 '
+                                       "in 47 steps (loss 0.5277 -> 0.05248), but the program's lr 0.01 diverges ; "
+                                       'diagnose WARN at None',
+ 'icpmsr_edsr.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is not '
+                                        'plain SGD (stateful update rule); diagnose WARN at None',
  'igebm_cifar.class_ids_misaligned': 'owner saw PASS None None: ; diagnose WARN at None',
  'igebm_cifar.contrastive_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'ignite_siamese.negative_class_not_excluded': 'owner saw WARN None None: OBJECTIVE: loss 2.914 is not the '
@@ -569,6 +594,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                    'examples, Adam lr 1e-08 at any lr up to 1e-05 (loss 0.6558 -> best 0.6037, 8; '
                                    'diagnose WARN at None',
  'kinyugocm_ict.target_not_detached': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'kobertnsmc_bert.attention_mask_inverted': 'owner saw SKIPPED None None: the model raised RuntimeError: The size of '
+                                            'tensor a (24) must match the size of tensor b (64) at non-singleton '
+                                            'dimension ; diagnose WARN at None',
+ 'kobertnsmc_bert.labels_misaligned': 'owner saw SKIPPED None None: the model raised RuntimeError: The size of '
+                                      'tensor a (24) must match the size of tensor b (64) at non-singleton dimension '
+                                      '; diagnose WARN at None',
  'koopa_etth.destationarization_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'ku2482sac_cartpole.policy_on_buffer_actions': 'owner saw PASS None None: ; diagnose PASS at None',
  'ku2482sac_cartpole.soft_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
@@ -613,6 +644,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lwpose_coco.loss_mask_dropped': 'owner saw SKIPPED None None: the model raised TypeError: conv2d() received an '
                                   'invalid combination of arguments - got (dict, Parameter, NoneType, tuple; '
                                   'diagnose WARN at None',
+ 'lyeonilm_bilstm.context_not_offset': 'owner saw PASS None None: ; diagnose PASS at None',
  'lynnhogan_wgangp.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it u; diagnose WARN at None',
@@ -662,6 +694,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    'parameters get no gradient and th; diagnose WARN at None',
  'mixupgan_ring.generator_loss_sign_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'mixupgan_ring.labels_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'mlbook_wgangp_mnist.gp_norm_over_whole_batch': 'owner saw WARN None None: CAPABILITY: the loss reaches parameters '
+                                                 "trained outside the copy (the program's own model, reached through "
+                                                 'a global, or a se; diagnose WARN at None',
  'mlmpytorch_mlm.ignore_index_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
  'mlmpytorch_mlm.labels_not_masked': 'owner saw PASS None None: ; diagnose WARN at None',
  'mlmpytorch_mlm.mask_fill_not_assigned': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -706,6 +741,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'nestofunets_unet.mask_transform_not_reseeded': 'owner saw PASS None None: ; diagnose PASS at None',
  'nestofunets_unet.train_mode_set_once': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                          'not plain SGD (stateful update rule); diagnose PASS at None',
+ 'netslim_vgg.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'newsrec_nrms.candidates_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
  'nice_mnist.log_det_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
                                'capability.cannot_overfit: loss 1095 -> best 1087 (0.72% down) at every lr; diagnose '
@@ -726,6 +762,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'noise2noise_gaussian.crops_drawn_apart': 'owner saw PASS None None: ; diagnose WARN at None',
  'noise2noise_gaussian.target_is_source': 'owner saw PASS None None: ; diagnose WARN at None',
  'nri_springs.kl_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'offlinerlkit_mopo_dynamics.inv_var_dropped': 'owner saw WARN None None: DEPENDENCY: 10 of 22 trainable parameters '
+                                               "are not on the loss's autograd graph: 10 trainable parameters get no "
+                                               'gradient and ; diagnose WARN at None',
+ 'offlinerlkit_mopo_dynamics.targets_shuffled_separately': 'owner saw WARN None None: DEPENDENCY: 10 of 22 trainable '
+                                                           "parameters are not on the loss's autograd graph: 10 "
+                                                           'trainable parameters get no gradient and ; diagnose WARN '
+                                                           'at None',
  'openaiclip_flickr.image_names_from_unsplit_dataframe': 'owner saw PASS None None: ; diagnose PASS at None',
  'openaigptlm_rocstories.attention_mask_dropped': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                                   'gradient and the loss does not depend on them (perturbing them on '
@@ -792,6 +835,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                        'diagnose WARN at None',
  'pixelcnnpp_cifar.mixture_logits_not_normalized': 'owner saw PASS None None: ; diagnose WARN at None',
  'pixelcnnpp_cifar.u_init_not_shifted_down': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'planet_rssm.free_nats_min': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'planet_rssm.observations_not_shifted': 'owner saw WARN None None: GRADIENT: 4 trainable parameters get no gradient '
+                                         'and the loss does not depend on them (perturbing them on a copy leaves it '
+                                         'u; diagnose WARN at None',
  'playground_cifar10.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: Adam '
                                                'is not plain SGD (stateful update rule); diagnose PASS at None',
  'plvae_cifar.kl_terms_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -1177,6 +1224,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                  '48] puts input axis 1 (size 48; diagnose WARN at None',
  'tintnvit_cifar.softmax_over_queries': 'diagnose WARN at None',
  'tintnvit_cifar.test_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'tinydiffusion_ddpm2d.noise_coefficients_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'tiramisu_camvid.flip_image_only': 'diagnose PASS at None',
  'torchac_a2c.actions_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchac_a2c.next_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -1191,6 +1239,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'torchfidelity_sngan.normalize_dropped': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                           'gradient and the loss does not depend on them (perturbing them on a copy '
                                           'leaves it u; diagnose WARN at None',
+ 'torchkge_transe.margin_loss_arguments_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchmoji_finetune.output_not_reordered': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchnlp_ner_crf.labels_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchnlp_ner_crf.transitions_transposed_in_score': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -1272,6 +1321,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'untitledaiss_moco_byol.momentum_update_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                     'SGD with momentum=0.9 is not plain SGD; diagnose WARN at None',
  'untitledaiss_moco_byol.queries_normalized_over_batch': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'upsidedownrl_behavior.action_of_next_step': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'upsidedownrl_behavior.desired_reward_whole_episode': 'owner saw PASS None None: ; diagnose WARN at None',
  'usad_swat.adversarial_sign_flipped': 'owner saw WARN None None: GRADIENT: 6 trainable parameters get no gradient '
                                        'and the loss does not depend on them (perturbing them on a copy leaves it u; '
                                        'diagnose WARN at None',

@@ -56,6 +56,12 @@ KNOWN_TRUE_FINDINGS = {
     "(+31 KB/iteration with StackBackward0/SelectBackward0 survivors); found at first contact (public-32)"
     for seed in SEEDS
 } | {
+    ("medt_gatedaxial", seed): "six_claims claim.evaluation.train_mode: train.py's validation pass (every save_freq "
+    "epochs) runs model(X_batch) over the validation loader without model.eval() (nor no_grad), so its 39 Dropout/BatchNorm "
+    "modules run in training mode (BatchNorm on batch statistics, updating its running statistics) while it evaluates; read in the "
+    "repository's train.py at first contact (public-33)"
+    for seed in SEEDS
+} | {
     ("ffjord_toy_cnf", seed): "reachability/step_probe/six_claims/learning_ledger: the CNF's trainable end time "
     "sqrt_end_time (train_T=True) never gets a gradient: lib/layers/cnf.py builds the integration times with "
     "torch.tensor([0.0, self.sqrt_end_time * self.sqrt_end_time]), a new leaf without its graph (torch warns), while "

@@ -90,8 +90,9 @@ def reachability(model: nn.Module, batch: Any = None, loss_fn: Callable[[Any, An
         empty = [names[0] for p, names in params if id(p) in grads and grad_state(grads[id(p)])[0] in ("zero", "none")]
         depends = loss_depends(model, batch, loss_fn, empty) if empty and mode == "batch" else {}
         cancel = cancelled(loss, [p for p, n in params if depends.get(n[0]) and id(p) in reached])  # a zero that cancels
-        checks = written_by_program(checks + [_param_check(p, n, reached, grads, explain, id(p) in intent, depends,
-                                                           cancel.get(id(p))) for p, n in params], rebound(model, params))
+        checks = written_by_program(checks + _cut_first([_param_check(p, n, reached, grads, explain, id(p) in intent,
+                                                                      depends, cancel.get(id(p))) for p, n in params]),
+                                    rebound(model, params))
         checks = noted_other(checks, lambda: other_objective(train_step, optimizer, model), ("reachability.",))
         details = {"parameters": len(params), "reached": sum(id(p) in reached for p, _ in params),
                    "modules_ran": sorted(k or _ROOT for k in tracer.modules) if tracer else [],
@@ -209,6 +210,13 @@ def _traced_loss(model: nn.Module, batch: Any, loss_fn: Callable) -> tuple[_Trac
 
 
 # --- explaining an unreachable parameter -------------------------------------------------------------------------
+
+
+def _cut_first(checks: list[Check]) -> list[Check]:
+    """FAILs of parameters inside the module whose output was cut first (it names the cut); else the model's order."""
+    return sorted(checks, key=lambda c: not (c.finding.status is Status.FAIL and c.finding.evidence.get("cause") in
+                                              _VALUE_REACHED and c.finding.where.startswith(
+                                                  (c.finding.evidence.get("boundary") or "\0") + ".")))
 
 
 def _cause_of(cut: _Cut) -> str:

@@ -16,8 +16,11 @@ counterfactual on the ledger's copy:
    handed to a model that computes its own loss) or that copies every non-constant position of an input (a copy or
    reversal task) is what the program asks for; no finding -- unless the program itself says otherwise: the step's
    loss compares with its input while the declared batch pairs the inputs with other targets of that shape (a
-   super-resolution step scoring against its low-resolution input), or the untrained model already returns the
-   target (R^2 >= ``SOLVED``: a residual model asked for the input it passes through has nothing to learn).
+   super-resolution step scoring against its low-resolution input), the untrained model already returns the
+   target (R^2 >= ``SOLVED``: a residual model asked for the input it passes through has nothing to learn), or the
+   model is causal along an axis of that input (changed at one position, it moves outputs there and later, never
+   before): it predicts each position from those before, so a target equal to its input there is handed to it (a
+   teacher-forced decoder fed the frames it must predict instead of the previous ones).
 3. The model reads it (the counterfactual): on the ledger's copy in eval mode, with every RNG reseeded alike,
    changing input ``i`` alone (to another example's value) moves the output the loss compares with target ``j`` (an
    output with the targets' elements, or one score vector per target element), by at least a twentieth of the largest
@@ -153,6 +156,35 @@ def _shifted_whole(found: dict[int, list[int]], x: torch.Tensor, xs: tuple[int, 
     return axes[0], int(d[axes[0]])
 
 
+def _causal(call: ModelCall, x: torch.Tensor, t: torch.Tensor) -> str | None:
+    """Step 2's other exception: the model is causal along an axis of the copied input (changing the input at one
+    position of it moves outputs there or later, never before), so it predicts each position from what precedes it,
+    and a target equal to its input at the same position is handed to it (a decoder fed the frames it must predict);
+    None when no axis shows it."""
+    base = call.base()
+    views = _aligned(base, t) if base is not None and x.shape == t.shape else []
+    if not views:
+        return None
+    path, view = views[0]
+    before = view(dict(named_tensors(base, "outputs"))[path]).reshape(t.shape[0], *t.shape[1:], -1)
+    for axis in range(1, x.dim()):
+        p = x.shape[axis] // 2
+        if x.shape[axis] < 4:
+            continue
+        changed = x.clone()
+        changed.narrow(axis, p, 1).copy_(x.narrow(axis, p, 1).roll(1, 0))
+        out = call(x, changed)
+        other = dict(named_tensors(out, "outputs")).get(path) if out is not None else None
+        if other is None or other.numel() != before.numel():
+            continue
+        delta = (view(other).reshape(before.shape) - before).abs().nan_to_num(0.0)
+        early, late = float(delta.narrow(axis, 0, p).max()), float(delta.narrow(axis, p, x.shape[axis] - p).max())
+        if late > 0.0 and early <= 1e-6 * late:
+            return (f"while the model is causal along the input's axis {axis} (changing it at position {p} moves "
+                    f"outputs there and later, none before), so it predicts each position from those before it")
+    return None
+
+
 def _aligned(outputs: Any, t: torch.Tensor) -> list[tuple[str, Callable[[torch.Tensor], torch.Tensor]]]:
     """The outputs the loss can compare with the targets ``t``: each as a view [B, per, k] (per: the target elements of
     an example). An output longer than the targets along one axis alone (a forecaster that also reconstructs its
@@ -270,6 +302,7 @@ def _search(ctx: Ctx, ev: dict[str, Any], call: ModelCall, targets: list[torch.T
             if not _enough(copies, t):
                 continue
             why = _contradicted(call, t, where, others) if _reconstruction(copies, xf, y) else ""
+            why = _causal(call, x, t) if why is None else why
             if why is None:
                 continue
             shift = _shifted_whole(copies, xf, tuple(x.shape[1:]), tuple(t.shape[1:]))

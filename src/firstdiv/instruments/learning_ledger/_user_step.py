@@ -8,7 +8,8 @@ trainable parameter's change. Verdicts:
 
 - ``update.ascends``: the first step moved the parameters along the gradient (cosine of the update with the
   gradient above ``ASCENT_COSINE``, the gradient read on the ledger's copy) and the loss on the batch rose at every
-  call: training climbs the loss (``(-loss).backward()``, ``p.data.add_(p.grad, alpha=+lr)``).
+  call, and so did the loss train_step reports on its own batches where it returns one: training climbs the loss
+  (``(-loss).backward()``, ``p.data.add_(p.grad, alpha=+lr)``).
 - ``update.diverges``: the loss became non-finite or grew ``DIVERGE``-fold within the calls: the step size is too
   large; the finding names the lr and the param group of the parameter that moved most.
 - ``update.not_moved``: a trainable parameter with a healthy gradient never changed over the calls.
@@ -170,6 +171,23 @@ def _climbs_again(ctx: Ctx, ev: dict[str, Any], healthy: list[str], grads: dict[
     return False
 
 
+def _descends_own(ctx: Ctx, ev: dict[str, Any]) -> bool:
+    """Whether train_step reports its loss on its own batches (a finite number at each call) and that loss did not
+    rise at every call while this batch's did: a step that climbs its objective climbs the loss it reports, so the
+    climb here is what the step's own data does to this batch (a discriminator whose fakes move on, a stream that
+    drifts from the batch), not a sign; noted."""
+    reported = ctx.notes.get("step_reported") or []
+    if len(reported) < 2 or not all(math.isfinite(v) for v in reported) or \
+            all(b > a for a, b in itertools.pairwise(reported)):
+        return False
+    ev["train_step_reported"] = reported
+    ctx.report_notes.append(f"note: train_step's first calls moved up this batch's gradient (cosine "
+                            f"{g4(ev['update_gradient_cosine'])}) while the loss it reports on its own batches did not "
+                            f"rise at every call ({' -> '.join(g4(v) for v in reported)}): it descends its own "
+                            "objective; not a climb")
+    return True
+
+
 def _number(value: Any) -> float:
     if torch.is_tensor(value) and value.numel() == 1 and value.is_floating_point():
         return float(value.detach())
@@ -234,7 +252,8 @@ def check_user_step(ctx: Ctx) -> Check:
     finite = [v for v in losses if math.isfinite(v)]
     # clearly up the gradient, and the loss rose at every call: a train_step drawing other batches (a data stream)
     # moves this batch's loss up and down by chance, and its cosine with this batch's gradient reaches +-0.35
-    if cosine > ASCENT_COSINE and math.isfinite(l0) and _climbing(losses) and _climbs_again(ctx, ev, healthy, grads):
+    if cosine > ASCENT_COSINE and math.isfinite(l0) and _climbing(losses) and not _descends_own(ctx, ev) \
+            and _climbs_again(ctx, ev, healthy, grads):
         return _ascends(ev, healthy, first, grads, l0, last)
     if _blew_up(losses):
         return _within_reported(ctx, ev, l0, last, max(finite)) or _blow_up(ctx, ev, total, l0, last, max(finite))
