@@ -705,7 +705,12 @@ PREMISES: dict[str, Premise] = {
     "dependency.target_leak": Premise(
         "learning_ledger", "the prediction at position p does not read the target it is asked for",
         "an input tensor equals the integer target sequence; on the ledger's copy, changing that input at position p "
-        "(values rolled across the batch) moves the prediction at p",
+        "(values rolled across the batch) moves the prediction at p; or the integer targets are an input sequence "
+        "shifted by s != 0 (targets[:, j] == input[:, j + s], |s| <= 2, on >= 90% of the supervised positions and on "
+        "< half with the input paired with other examples) and, on the copy in eval mode with the RNGs reseeded, "
+        "changing input[:, j + s] alone at the middle j moves the prediction at j by more than 1e-6 of the largest "
+        "move (a bidirectional LM reading the token it predicts, a stacked bidirectional LSTM whose lower backward "
+        "states carry it)",
         "a model that shifts that input itself (the prediction at p does not move) or a loss that shifts the labels: no "
         "finding"),
     "dependency.future_visible": Premise(

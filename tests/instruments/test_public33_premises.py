@@ -125,3 +125,46 @@ def test_an_autoencoder_reading_its_whole_input_is_still_a_reconstruction():
     report = firstdiv.learning_ledger(model, (x, x), F.mse_loss, torch.optim.Adam(model.parameters(), lr=1e-3))
     found = next(f for f in report.findings if f.where == "TASK")
     assert found.check != "task.target_in_input", found.message
+
+
+class _BiLM(nn.Module):
+    """A bidirectional LSTM language model predicting each middle token from its neighbours' states: the forward
+    state before it and the backward state after it (``offset``), or both states at its own position (the bug)."""
+
+    def __init__(self, layers: int, offset: bool) -> None:
+        super().__init__()
+        self.offset = offset
+        self.embedding = nn.Embedding(24, 8)
+        self.lstm = nn.LSTM(8, 8, num_layers=layers, bidirectional=True, batch_first=True)
+        self.fc = nn.Linear(16, 24)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out = self.lstm(self.embedding(ids))[0]
+        fwd, bwd = (out[:, :-2, :8], out[:, 2:, 8:]) if self.offset else (out[:, 1:-1, :8], out[:, 1:-1, 8:])
+        return F.log_softmax(self.fc(torch.cat((fwd, bwd), -1)), -1)
+
+
+def _bilm_dependency(layers: int, offset: bool):
+    torch.manual_seed(0)
+    model = _BiLM(layers, offset)
+    ids = torch.randint(0, 24, (16, 12))
+    report = firstdiv.learning_ledger(model, (ids, ids[:, 1:-1]), lambda o, t: F.nll_loss(o.transpose(1, 2), t),
+                                      torch.optim.Adam(model.parameters(), lr=1e-3))
+    return next(f for f in report.findings if f.where == "DEPENDENCY")
+
+
+def test_a_bidirectional_lm_reading_the_token_it_predicts_leaks_its_target():
+    found = _bilm_dependency(1, offset=False)
+    assert (found.status, found.check) == (Status.FAIL, "dependency.target_leak"), found.message
+    assert "shifted by 1" in found.message
+
+
+def test_a_bidirectional_lm_reading_its_neighbours_states_is_not_a_leak():
+    found = _bilm_dependency(1, offset=True)
+    assert found.status is not Status.FAIL, found.message
+
+
+def test_a_stacked_bidirectional_lm_leaks_through_its_lower_layer():
+    """Two layers: the upper forward state before the token reads the lower backward state, which read the token."""
+    found = _bilm_dependency(2, offset=True)
+    assert (found.status, found.check) == (Status.FAIL, "dependency.target_leak"), found.message

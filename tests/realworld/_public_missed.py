@@ -644,7 +644,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lwpose_coco.loss_mask_dropped': 'owner saw SKIPPED None None: the model raised TypeError: conv2d() received an '
                                   'invalid combination of arguments - got (dict, Parameter, NoneType, tuple; '
                                   'diagnose WARN at None',
- 'lyeonilm_bilstm.context_not_offset': 'owner saw PASS None None: ; diagnose PASS at None',
  'lynnhogan_wgangp.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it u; diagnose WARN at None',

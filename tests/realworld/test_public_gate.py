@@ -62,6 +62,13 @@ KNOWN_TRUE_FINDINGS = {
     "repository's train.py at first contact (public-33)"
     for seed in SEEDS
 } | {
+    ("lyeonilm_bilstm", seed): "learning_ledger dependency.target_leak: models.py's BiLSTM LM runs one nn.LSTM with "
+    "bidirectional=True and num_layers=3 (2 here) and predicts token j+1 from the top forward state at j and the top "
+    "backward state at j+2; the upper forward layer reads the lower layer's backward output at j, which has read token "
+    "j+1, so the prediction moves with the token it predicts (with one layer it does not move at all); found after "
+    "first contact (public-33), by the shifted-target probe"
+    for seed in SEEDS
+} | {
     ("ffjord_toy_cnf", seed): "reachability/step_probe/six_claims/learning_ledger: the CNF's trainable end time "
     "sqrt_end_time (train_T=True) never gets a gradient: lib/layers/cnf.py builds the integration times with "
     "torch.tensor([0.0, self.sqrt_end_time * self.sqrt_end_time]), a new leaf without its graph (torch warns), while "

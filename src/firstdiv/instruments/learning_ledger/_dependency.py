@@ -4,7 +4,9 @@ itself, that the graph is there but carries the wrong thing.
 - ``dependency.target_leak``: an input tensor equal to the integer target sequence (beside other inputs) that the
   prediction at the same position reads: teacher forcing without the shift. A model that shifts it itself (the
   prediction at p does not move with that input at p) and a loss that shifts the labels (a Hugging Face causal LM:
-  ``labels == input_ids``, read by TASK) are not leaks.
+  ``labels == input_ids``, read by TASK) are not leaks. The same where the targets are an input sequence shifted
+  (``targets[:, j] == input[:, j + s]``) and the prediction at ``j`` reads ``input[:, j + s]``: a bidirectional LM
+  whose states at the predicted position (or a lower layer's backward states) have read the token it predicts.
 - ``dependency.future_visible``: next-token prediction (the targets are the token inputs shifted by one, or equal to
   them with the shift inside the loss, on at least 90 % of the supervised positions) where the prediction at a
   position moves when a later token changes: the model sees the token it must predict (a causal mask missing or
@@ -106,6 +108,67 @@ def target_as_input(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
                   expected=f"the prediction at position p depends on '{key}' only before p (targets shifted right)",
                   observed=f"'{key}' == targets; output at position {p} moves with '{key}'[:, {p}]",
                   hint=f"shift '{key}' right: [SOS] + targets[:, :-1] (teacher forcing feeds the previous target token)")
+
+
+def _shift_of(t: torch.Tensor, v: torch.Tensor, ignore: int) -> int | None:
+    """The shift ``s != 0`` with ``t[:, j] == v[:, j + s]`` on >= 90 % of the supervised positions and on < half of
+    them with ``v`` paired with other examples (rolled by one: tokens every sequence shares match by chance)."""
+    for s in (1, -1, 2, -2):
+        lo, hi = max(0, -s), min(t.shape[1], v.shape[1] - s)
+        if hi - lo < 4:
+            continue
+        tt, vv = t[:, lo:hi], v[:, lo + s:hi + s]
+        keep = tt != ignore
+        if bool(keep.any()) and float((tt == vv)[keep].float().mean()) >= 0.9 and \
+                float((tt == vv.roll(1, 0))[keep].float().mean()) < 0.5:
+            return s
+    return None
+
+
+def shifted_target_read(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
+    """The targets are an input sequence shifted (``t[:, j] == v[:, j + s]``, ``s != 0``: next-token, or a
+    bidirectional LM's middle tokens) and the prediction at a supervised ``j``, compared with ``t[:, j]``, moves when
+    ``v[:, j + s]`` alone changes (on the copy in eval mode, the RNGs reseeded), through every input that carries the
+    tokens (a copy task's encoder input is read whole by design, its decoder input is not): the model reads the token
+    it is asked for."""
+    t, items = ctx.batch.targets, named_items(ctx.batch.inputs)
+    if not is_int(t) or t.dim() != 2 or ctx.batch_axis != 0 or ctx.notes.get("shifted_inside"):
+        return None
+    carriers = [(k, v, s) for k, v in items if is_int(v) and v.dim() == 2 and v.shape[0] == t.shape[0]
+                and (s := _shift_of(t, v, ctx.ignore_index)) is not None]
+    reads = [_reads_target(ctx, t, *c) for c in carriers]
+    if not reads or any(r is None for r in reads):
+        return None
+    (key, _, s), (j, here) = carriers[0], reads[0]
+    ev.update(targets_shift_of=[key, s], leak_position=j, output_change_at_position=here)
+    return failed("DEPENDENCY", "dependency.target_leak",
+                  f"the targets are '{key}' shifted by {s} (targets[:, j] == '{key}'[:, j + {s}]), and the prediction "
+                  f"at position {j} changes when '{key}'[:, {j + s}] alone changes (by {g4(here)}): the model reads the "
+                  "token it is asked to predict", ev,
+                  expected=f"the prediction at j independent of '{key}'[:, j + {s}] (the token it predicts)",
+                  observed=f"output at {j} moves with '{key}'[:, {j + s}]",
+                  hint="read the context that excludes the predicted token: a causal mask, or the neighbours' states "
+                       "of a bidirectional model (the forward state before it, the backward state after it)")
+
+
+def _reads_target(ctx: Ctx, t: torch.Tensor, key: str, v: torch.Tensor, s: int) -> tuple[int, float] | None:
+    """(j, move) where the prediction at the middle supervised position j moves with ``v[:, j + s]`` alone by more than
+    1e-6 of the largest move; None where it does not (or cannot be read)."""
+    j = max(0, -s) + (min(t.shape[1], v.shape[1] - s) - max(0, -s)) // 2
+    changed = v.clone()
+    changed[:, j + s] = v[:, j + s].roll(1, 0)
+    rows = (changed[:, j + s] != v[:, j + s]) & (t[:, j] != ctx.ignore_index)
+    with eval_mode(ctx.work):
+        base, moved = seeded_loss(ctx, ctx.batch), seeded_loss(ctx, with_input(ctx.batch, key, changed))
+    a, b = (logits_of(r[0]) if r is not None else None for r in (base, moved))
+    if a is None or b is None or a.dim() != 3 or tuple(a.shape[:2]) != tuple(t.shape):
+        return None
+    sup = supervised_positions(ctx)  # a padded query attends anywhere, and the loss asks nothing of it
+    rows = rows & sup[:, j] if sup is not None and tuple(sup.shape) == tuple(t.shape) else rows
+    if not bool(rows.any()):
+        return None
+    here, most = float((a[rows, j] - b[rows, j]).abs().max()), float((a - b).abs().max())
+    return (j, here) if here > 1e-6 * max(most, 1e-12) else None
 
 
 def _next_token(ctx: Ctx, ids: torch.Tensor) -> bool:

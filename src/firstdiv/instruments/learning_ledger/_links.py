@@ -24,7 +24,7 @@ from .._core.task import Ctx, err, seed_copies
 from ._attention_mask import padding_read
 from ._common import failed, g4, passed, skipped_link, warned
 from ._crosstalk import examples_mixed
-from ._dependency import future_visible, input_without_gradient, reached_leaves, target_as_input
+from ._dependency import future_visible, input_without_gradient, reached_leaves, shifted_target_read, target_as_input
 from ._future_fed import fed_future_visible
 from ._sequence import future_or_copy
 
@@ -85,8 +85,8 @@ def check_dependency(ctx: Ctx) -> Check:
                       observed=f"unreachable: {', '.join(_names(cut)[:5])}",
                       hint="find where the dependency path stops (reachability): a .detach(), torch.no_grad(), an "
                            "integer cast, .item()/.numpy()")
-    for probe in (target_as_input, future_visible, fed_future_visible, next_token_future, input_without_gradient,
-                  padding_read, examples_mixed):
+    for probe in (target_as_input, future_visible, fed_future_visible, next_token_future, shifted_target_read,
+                  input_without_gradient, padding_read, examples_mixed):
         found = probe(ctx, ev)
         if found is not None:
             return found
