@@ -935,6 +935,13 @@ PREMISES: dict[str, Premise] = {
         "path, F.dropout(x, self.input_droprate, self.training)), saw training mode while eval_fn ran (a one-layer "
         "RNN's dropout= applies between layers only: not a mode-dependent module)",
         "no eval_fn: SKIPPED; eval_fn raising: SKIPPED claim.evaluation.not_checked and the report WARNs"),
+    "claim.evaluation.writes_model": Premise(
+        "six_claims", "evaluation leaves the model it measures unchanged",
+        "eval_fn ran twice on the same batch (on a deep copy, or on the model itself, restored, where its closure holds "
+        "parts of it) with every Dropout/BatchNorm module in eval mode: a parameter or buffer of the model's "
+        "state_dict (a batch norm's step counter aside) changed, and the two calls returned different metrics",
+        "a write that leaves the metric unchanged: no finding; the calls differing with nothing written stay "
+        "claim.evaluation.not_repeatable (WARN)"),
     "claim.evaluation.non_finite": Premise(
         "six_claims", "evaluation computes finite values",
         "eval_fn returned a non-finite metric, or the model's eval-mode output on the batch is non-finite while its "

@@ -28,6 +28,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'agcrn_traffic.supports_reshaped_not_permuted': 'owner saw WARN None None: encoder.dcrnn_cells.0.gate: '
                                                  'op:reshape@encoder.dcrnn_cells.0.gate: [32, 2, 20, 65] -> [32, 20, '
                                                  '2, 65] puts input axis 2 (siz; diagnose WARN at None',
+ 'airalcorn2vqvae_cifar.straight_through_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'airbench_cifar.labels_not_shuffled_with_images': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples '
                                                    '(18.33) is 8 x their mean per-example loss (2.291): it is summed '
                                                    '(mean cross-entropy), so ; diagnose WARN at None',
@@ -88,6 +89,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'barlowtwins_resnet.offdiag_pow_removed': 'owner saw WARN None None: GRADIENT: 21 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it ; diagnose WARN at None',
+ 'basicnmt_attention.decoder_inputs_not_shifted': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                                  "NMT.forward() missing 1 required positional argument: 'tgt_sents' "
+                                                  "on inputs [['str', 'str', '; diagnose WARN at None",
+ 'basicnmt_attention.padded_targets_not_zeroed': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                                 "NMT.forward() missing 1 required positional argument: 'tgt_sents' "
+                                                 "on inputs [['str', 'str', '; diagnose WARN at None",
  'bcq_continuous.next_state_repeated_not_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
  'bentrevettic_alexnet.flatten_across_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'bentrevettrl_ppo.returns_not_reversed': 'owner saw WARN None None: DEPENDENCY: 4 of 8 trainable parameters are not '
@@ -101,6 +108,16 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                   'parameters get no gradient and th; diagnose WARN at None',
  'bertpytorch_mlm.mask_never_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'bertpytorch_mlm.nsp_ignore_index_0': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bertsentiment_imdb.bert_under_no_grad': 'owner saw SKIPPED None None: loss_fn raised IndexError: too many indices '
+                                          'for tensor of dimension 1 (at bertsentiment_imdb.py:255 in <lambda>) on '
+                                          'outpu; diagnose WARN at None',
+ 'bertsentiment_imdb.sigmoid_before_bce_with_logits': 'owner saw SKIPPED None None: loss_fn raised IndexError: too '
+                                                      'many indices for tensor of dimension 1 (at '
+                                                      'bertsentiment_imdb.py:255 in <lambda>) on outpu; diagnose '
+                                                      'WARN at None',
+ 'bertsentiment_imdb.targets_from_unsplit_frame': 'owner saw SKIPPED None None: loss_fn raised IndexError: too many '
+                                                  'indices for tensor of dimension 1 (at bertsentiment_imdb.py:255 '
+                                                  'in <lambda>) on outpu; diagnose WARN at None',
  'besbescharcnn_sentiment.labels_split_separately': 'owner saw PASS None None: ; diagnose PASS at None',
  'betarecsys_narm.labels_before_sort': 'owner saw PASS None None: ; diagnose PASS at None',
  'betarecsys_narm.last_output_from_padding': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -288,6 +305,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'deepmatchtorch_fm.history_length_ignored': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepmatchtorch_fm.item_tower_from_user_columns': 'owner saw PASS None None: ; diagnose PASS at None',
  'deepmatchtorch_fm.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'deepmetric_binomial.labels_rolled': 'owner saw WARN None None: DEPENDENCY: 2 of 44 trainable parameters are not on '
+                                      "the loss's autograd graph: 2 trainable parameters get no gradient and th; "
+                                      'diagnose WARN at None',
+ 'deepmetric_binomial.negative_sign_flipped': 'owner saw WARN None None: DEPENDENCY: 2 of 44 trainable parameters '
+                                              "are not on the loss's autograd graph: 2 trainable parameters get no "
+                                              'gradient and th; diagnose WARN at None',
  'deeprecommender_autoencoder.mask_not_applied': 'owner saw PASS None None: ; diagnose PASS at None',
  'deeprl_qrdqn.quantile_indicator_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'deeprlpytorch_dueling_ddqn.advantage_mean_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -349,6 +372,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'dpo_preference.logps_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'drlhandson2_frozenlake_ce.elite_filter_inclusive': 'owner saw WARN None None: CAPABILITY: learning but not fitted: '
+                                                     'on 8 fixed examples, Adam lr 0.001, up to lr 0.1, loss 1.377 '
+                                                     '-> best 0.7589 (45% down) ; diagnose WARN at None',
+ 'drlhandson2_frozenlake_ce.observation_after_step': 'owner saw WARN None None: CAPABILITY: learning but not fitted: '
+                                                     'on 8 fixed examples, Adam lr 0.001, up to lr 0.1, loss 1.406 '
+                                                     '-> best 0.1733 (88% down) ; diagnose WARN at None',
  'drlhandson_crossentropy.elite_test_inverted': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlhandson_crossentropy.next_obs_stored': 'owner saw PASS None None: ; diagnose PASS at None',
  'drqa_reader.end_loss_on_start_target': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -493,6 +522,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                               'fixed examples, Adam lr 0.001, up to lr 0.01, loss 0.9249 -> best '
                                               '0.3393 (63% down; diagnose WARN at None',
  'hcnohgail_cartpole.expert_obs_after_step': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hedwig_reglstm_reuters.embed_dropout_at_eval': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                                 "embedding(): argument 'indices' (position 2) must be Tensor, not "
+                                                 'dict (at hedwig_reglstm_reut; diagnose WARN at None',
+ 'hedwig_reglstm_reuters.multilabel_flag_missing': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                                   "embedding(): argument 'indices' (position 2) must be Tensor, not "
+                                                   "dict on inputs {'text': [[16; diagnose WARN at None",
  'herddpg_reach.her_reward_from_current_ag': 'owner saw PASS None None: ; diagnose PASS at None',
  'herddpg_reach.polyak_reversed': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is not plain '
                                   'SGD (stateful update rule); diagnose PASS at None',
@@ -543,6 +578,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'informer_etth.prob_context_not_transposed': 'owner saw WARN None None: encoder.attn_layers.0.attention: '
                                               'op:view@encoder.attn_layers.0.attention: [32, 4, 48, 8] -> [32, 48, '
                                               '32] puts input axis 2 (; diagnose WARN at None',
+ 'intelligentagents_dqn.done_stored_as_int': 'owner saw PASS None None: ; diagnose WARN at None',
  'introdgm_realnvp.log_det_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'iqnext_iqn.taus_on_target_axis': 'owner saw PASS None None: ; diagnose PASS at None',
  'itransformer_forecast.embedding_reshaped_not_permuted': 'owner saw WARN None None: enc_embedding: '
@@ -717,6 +753,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'morvannlp_bert.targets_not_cloned': 'owner saw PASS None None: ; diagnose PASS at None',
  'morvanzhou_dqn.next_state_from_state_columns': 'owner saw PASS None None: ; diagnose PASS at None',
  'mos_lm.prior_softmax_over_positions': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'mpiigaze_lenet.poses_for_images_of_another_batch': 'owner saw WARN None None: TASK: unverified: none of the 32 '
+                                                     'batch inputs equals any of the 64 known inputs; diagnose FAIL '
+                                                     'at performance_ledger step performance_ledger:step',
  'mtgnn_single_step.target_not_rescaled': 'owner saw WARN None None: DEPENDENCY: 4 of 64 trainable parameters are '
                                           "not on the loss's autograd graph: 4 trainable parameters get no gradient "
                                           'and th; diagnose WARN at None',
@@ -870,6 +909,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'practicalpytorch_conditional_char_rnn.hidden_detached_every_letter': 'owner saw PASS None None: ; diagnose PASS at '
                                                                        'None',
  'practicalpytorch_conditional_char_rnn.targets_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pretraingnns_finetune.edge_index_not_offset': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pretraingnns_finetune.labels_not_mapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'protonetorobix_omniglot.distances_not_negated': 'owner saw WARN None None: TASK: 40 of 50 supervised targets are '
                                                   'outside [0, 16) for outputs of size 16 (min 13, max 33, e.g. [26, '
                                                   '28, 30]), and loss_f; diagnose WARN at None',
@@ -902,6 +943,15 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                 '3-class model; example 0:; diagnose WARN at None',
  'pymarl_qmix.padding_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pymarl_qmix.terminated_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pyraformer_etth.predict_token_from_target': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                              'Model.forward() missing 4 required positional arguments: '
+                                              "'x_mark_enc', 'x_dec', 'x_mark_dec',; diagnose WARN at None",
+ 'pyraformer_etth.scheduler_stepped_per_batch': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                                'Model.forward() missing 4 required positional arguments: '
+                                                "'x_mark_enc', 'x_dec', 'x_mark_dec',; diagnose WARN at None",
+ 'pyraformer_etth.target_window_inside_input': 'owner saw SKIPPED None None: the model raised TypeError: '
+                                               'Model.forward() missing 4 required positional arguments: '
+                                               "'x_mark_enc', 'x_dec', 'x_mark_dec',; diagnose WARN at None",
  'pytorchcifar10_module.scheduler_interval_epoch': 'owner saw SKIPPED None None: the model raised ValueError: too '
                                                    'many values to unpack (expected 2) on inputs [32, 3, 32, 32]; '
                                                    'the ledger needs one forwa; diagnose WARN at None',
@@ -1005,6 +1055,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                       "dependency.input_without_gradient: 'inputs[1]' reaches the loss only through "
                                       'o; diagnose FAIL at learning_ledger DEPENDENCY learning_ledger:DEPENDENCY',
  'ricap_wideresnet.patch_labels_not_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'rlcookbook_double_dqn.next_state_not_used': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'rlcookbook_double_dqn.target_written_to_every_action': 'owner saw PASS None None: ; diagnose PASS at None',
  'rmt_enwik8.memory_grad_not_carried': 'owner saw WARN None None: memory_tokens: memory_tokens: gradient is exactly '
                                        'zero after backward, and the loss does not depend on it (perturbing it on ; '
                                        'diagnose WARN at None',
@@ -1056,6 +1108,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                                    "trainable parameters are not on the loss's "
                                                                    'autograd graph: 4 trainable parameters get no '
                                                                    'gradient and th; diagnose WARN at None',
+ 'senteval_mlp_probe.labels_left_unsorted': 'owner saw WARN None None: TASK: unverified: none of the 64 batch inputs '
+                                            'equals any of the 102 known inputs; diagnose WARN at None',
  'sentimentanalysis_lstm.padded_length_packed': 'owner saw PASS None None: ; diagnose PASS at None',
  'sfmlearner_depth.crop_offset_not_in_intrinsics': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
                                                    'owns 34 tensors that are not in the model (shapes [[8, 9, 7, 7], '
@@ -1076,6 +1130,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sgrvinodsl_lmlstmcrf.lm_targets_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodsl_lmlstmcrf.tags_not_resorted': 'owner saw PASS None None: ; diagnose PASS at None',
  'sgrvinodsr_srresnet.lr_from_another_crop': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'shakeshake_cifar.shake_kept_in_eval': 'owner saw WARN None None: EVALUATION: two calls of eval_fn on the same '
+                                        'batch returned 0.0625 and 0.03125 with every Dropout/BatchNorm module in '
+                                        'eval m; diagnose WARN at None',
  'showattendtell_caption.alphas_summed_over_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
  'showattendtell_caption.targets_from_unsorted_captions': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -1138,6 +1195,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'srresnet_x4.target_off_by_one': 'owner saw WARN None None: OBJECTIVE: the loss on 8 examples (8119) is 8 x their '
                                   'mean per-example loss (1015): it is summed (mean squared error), so it; diagnose '
                                   'WARN at None',
+ 'sru_lstm_classifier.first_step_output': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no '
+                                          'gradient and the loss does not depend on them (perturbing them on a copy '
+                                          'leaves it u; diagnose WARN at None',
+ 'sru_lstm_classifier.labels_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
  'ssdpytorch_multibox.labels_not_offset_for_background': 'owner saw PASS None None: ; diagnose PASS at None',
  'ssdpytorch_multibox.negatives_mined_ascending': 'owner saw PASS None None: ; diagnose PASS at None',
  'ssl4mis_mean_teacher.dice_on_logits': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -1165,6 +1226,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'subtab_tabular_ssl.positives_left_in_negatives': 'owner saw PASS None None: ; diagnose WARN at None',
  'supcontrast_supcon.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'supcontrast_supcon.views_reshaped_not_split': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'survaeflows_checkerboard.actnorm_init_every_batch': 'owner saw PASS None None: optimizer: update rule check '
+                                                      'skipped: Adam is not plain SGD (stateful update rule); '
+                                                      'diagnose PASS at None',
  'svae_vmf_mnist.kl_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'svae_vmf_mnist.mean_not_on_sphere': 'owner saw PASS None None: ; diagnose WARN at None',
  'swa_vgg16bn.moving_average_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: SGD '
@@ -1355,6 +1419,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'vicreg_resnet.std_over_features': 'owner saw WARN None None: GRADIENT: 16 trainable parameters get no gradient and '
                                     'the loss does not depend on them (perturbing them on a copy leaves it ; '
                                     'diagnose WARN at None',
+ 'videorecog_c3d.labels_listed_separately': 'owner saw WARN None None: TASK: unverified: none of the 20 batch inputs '
+                                            'equals any of the 40 known inputs; diagnose WARN at None',
  'vitcifar_lightning.heads_merged_without_transpose': 'owner saw WARN None None: model.enc.0.msa: '
                                                       'op:reshape@model.enc.0.msa: [16, 4, 65, 8] -> [16, 65, 4, 8] '
                                                       'puts input axis 2 (size 65) across output axes; diagnose WARN '
@@ -1373,6 +1439,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'waveglow_vocoder.log_det_of_exp_s': 'owner saw WARN None None: GRADIENT: 47 trainable parameters get no gradient '
                                       'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                       'diagnose WARN at None',
+ 'wavegrad_vocoder.q_sample_own_noise': 'owner saw PASS None None: ; diagnose PASS at None',
  'waveunet_separation.targets_cropped_from_start': 'owner saw PASS None None: ; diagnose WARN at None',
  'wgan_dcgan.critic_signs_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'widedeep_adult.regression_objective': 'owner saw PASS None None: ; diagnose PASS at None',

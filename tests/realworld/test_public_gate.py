@@ -69,6 +69,13 @@ KNOWN_TRUE_FINDINGS = {
     "first contact (public-33), by the shifted-target probe"
     for seed in SEEDS
 } | {
+    ("mpiigaze_lenet", seed): "performance_ledger memory.growth: train.py computes compute_angle_error(outputs, gazes) "
+    "every step with gradients on, and gaze_estimation/utils.py's convert_to_unit_vector divides x, y and z in place "
+    "(x /= norm) after norm's backward saved them: each in-place write closes a reference cycle through the autograd "
+    "graph that Python's collector cannot free (+1664 bytes and 11 graph tensors per step, none with x = x / norm); "
+    "found at first contact (public-34)"
+    for seed in SEEDS
+} | {
     ("ffjord_toy_cnf", seed): "reachability/step_probe/six_claims/learning_ledger: the CNF's trainable end time "
     "sqrt_end_time (train_T=True) never gets a gradient: lib/layers/cnf.py builds the integration times with "
     "torch.tensor([0.0, self.sqrt_end_time * self.sqrt_end_time]), a new leaf without its graph (torch warns), while "

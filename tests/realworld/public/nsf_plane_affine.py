@@ -582,8 +582,10 @@ BUGS = [
         ("OBJECTIVE",)),
     # classic: the transform net fed the transformed split instead of the identity split: the layer reads the value
     # it scores, its Jacobian is no longer triangular and the log-determinant no longer its own.
+    # Re-declared after first contact (public-34, measured as DEPENDENCY): the OBJECTIVE FAIL names this defect, the
+    # log-determinant the flow reports no longer its Jacobian's.
     Bug("transform_net_on_transform_split", functools.partial(_build, bug="transform_net_on_transform_split"),
-        "learning_ledger", ("DEPENDENCY",)),
+        "learning_ledger", ("OBJECTIVE",), kind="objective.log_det_mismatch"),
     # classic: optimizer.zero_grad() left out of the loop: gradients pile up over steps (whole-model slip).
     Bug("no_zero_grad", functools.partial(_build, bug="no_zero_grad"), "step_probe", (),
         kind="step.grad_accumulation"),  # a whole-model slip: declared by its mechanism (README rule 6)

@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from ...errors import FirstdivError, InvalidArgument
+from .attributes import tensor_fields
 from .copy_origin import reading
 from .loss_contract import LOSS_CONTRACT, loss_problem  # noqa: F401 - imported from here by the instruments
 
@@ -201,6 +202,8 @@ def split_batch(batch: Any, model: nn.Module | None = None) -> Batch:
     if isinstance(batch, (tuple, list)):
         raise InvalidArgument(f"Expected `batch` to be a tuple (inputs, targets), the model's positional arguments or a "
                               f"dict but got a {type(batch).__name__} of length {len(batch)}: pass (inputs, targets)")
+    if fields := tensor_fields(batch):  # an attribute batch (attributes.py): the dict of its tensors
+        return _split_dict(fields, model)
     raise InvalidArgument(f"Expected `batch` to be a tuple (inputs, targets) or a dict but got {_type_name(batch)}")
 
 

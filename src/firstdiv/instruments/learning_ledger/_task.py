@@ -20,9 +20,10 @@ import torch.nn.functional as F
 from ...report import Status
 from .._core.checks import Check
 from .._core.examples import logits_of
-from .._core.task import Ctx, err, input_ids, is_int, shape
+from .._core.task import Ctx, input_ids, is_int, shape
 from ._alignment import realigned_probe, target_misaligned
 from ._common import failed, g4, isclose, passed, supervised, warned
+from ._known import expected_from_probe
 from ._leak import target_in_input
 from ._masks import mask_unread
 from ._padding import pulls_next
@@ -258,37 +259,8 @@ def _mlm_copies(ctx: Ctx, ids: torch.Tensor, t: torch.Tensor, ev: dict[str, Any]
                   hint=f"set labels[~masked_indices] = {ctx.ignore_index} (only the masked positions are predicted)")
 
 
-def _expected_from_probe(ctx: Ctx) -> tuple[torch.Tensor | None, torch.Tensor | None, str]:
-    """``(expected, rows, note)``: the probe's labels and which batch rows they cover (None = all)."""
-    probe, inputs = ctx.task_probe, ctx.batch.inputs
-    if callable(probe):
-        try:
-            return torch.as_tensor(probe(inputs)), None, "task_probe(inputs)"
-        except Exception as exc:  # noqa: BLE001 - user code; its failure is a finding
-            return None, None, f"task_probe raised {err(exc)}"
-    known_x, known_y = (torch.as_tensor(v) for v in probe)
-    if not torch.is_tensor(inputs) or inputs.dim() == 0 or known_x.dim() == 0:
-        return None, None, "a (known_inputs, known_targets) probe needs tensor inputs; pass a callable task_probe"
-    axis = ctx.batch_axis if inputs.dim() > ctx.batch_axis else 0
-    x = inputs.detach().movedim(axis, 0)
-    x = x.reshape(x.shape[0], -1).to(torch.float64)
-    kx = known_x.to(x.device).reshape(known_x.shape[0], -1).to(torch.float64)
-    if x.shape[1] != kx.shape[1]:
-        return None, None, f"known_inputs {shape(known_x)} do not have the batch inputs' per-example shape {shape(inputs)}"
-    rows, which = [], []
-    for i in range(x.shape[0]):
-        hit = ((kx - x[i]).abs().amax(dim=1) <= 1e-6).nonzero()
-        if hit.numel():
-            rows.append(i)
-            which.append(int(hit[0]))
-    if not rows:
-        return None, None, f"none of the {x.shape[0]} batch inputs equals any of the {kx.shape[0]} known inputs"
-    ky = known_y.to(x.device)
-    return ky[which], torch.tensor(rows, device=x.device), f"{len(rows)} batch rows found among the known inputs"
-
-
 def _probe(ctx: Ctx, ev: dict[str, Any]) -> Check:
-    expected, rows, note = _expected_from_probe(ctx)
+    expected, rows, note = expected_from_probe(ctx)
     ev["probe"] = note
     t = ctx.batch.targets
     if expected is None or not torch.is_tensor(t):

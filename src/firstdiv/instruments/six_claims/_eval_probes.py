@@ -35,6 +35,7 @@ class EvalRun:
     # built with a drop rate (a drop path called with training=True), by module name
     mask_sites: dict = dataclasses.field(default_factory=dict)  # (file, line) of the user's code -> masks drawn there
     masks_outside: int = 0  # bernoulli draws while no module of the model ran: eval_fn's data or sampling, not a mask
+    written: list[str] = dataclasses.field(default_factory=list)  # the model's tensors eval_fn changed (state_dict)
 
 
 class _Masks(TorchDispatchMode):
@@ -182,6 +183,7 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
     handles += [h for label, root in [("", probe), *others] for n, m in root.named_modules() if drop_rate(m) > 0
                 for h in masks.hooks(f"{label}.{n}".strip("."), m)]
     handles += [h for _, root in [("", probe), *others] for m in root.modules() for h in masks.running(m)]
+    before = {k: v.detach().clone() for k, v in probe.state_dict().items() if torch.is_tensor(v)}
     try:
         masks.begin()
         results = [eval_fn(probe, fresh(batch)) for _ in range(repeat)]  # eval_fn may write the batch
@@ -194,7 +196,17 @@ def run_eval(model: nn.Module, batch: Any, eval_fn: Any, train_first: bool, repe
     return EvalRun([n for n, t in seen.items() if t], [n for n, t in seen.items() if not t],
                    max(calls[0] // repeat, min(calls[0], 1)), results,
                    {n: o for n in seen for p, o in owners.items() if f"{n}.".startswith(p)}, masks.count,
-                   {n: c for n, c in masks.drop_draws.items() if n}, masks.sites, masks.outside)
+                   {n: c for n, c in masks.drop_draws.items() if n}, masks.sites, masks.outside, _changed(probe, before))
+
+
+def _changed(model: nn.Module, before: dict[str, torch.Tensor]) -> list[str]:
+    """The state_dict entries of ``model`` whose values differ from ``before`` (a step counter of a batch norm left out)."""
+    now = model.state_dict()
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return a.shape == b.shape and bool((torch.eq(a, b) | (torch.isnan(a) & torch.isnan(b))).all()) \
+            if a.is_floating_point() else torch.equal(a, b)
+    return [k for k, v in before.items() if not k.endswith("num_batches_tracked") and k in now
+            and not same(now[k].detach(), v)]
 
 
 def _numbers(value: Any) -> np.ndarray | None:

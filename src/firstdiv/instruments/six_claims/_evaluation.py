@@ -2,7 +2,8 @@
 inside Hugging Face blocks, an EMA's ``.module``, and every module eval_fn reaches through its closure, such as an
 ``AveragedModel`` it evaluates instead of its argument); one that ran in training mode FAILs. eval_fn returning a
 non-finite metric FAILs, and so does the model's eval-mode output going non-finite on the batch where training mode
-stays finite; two calls disagreeing on the same batch with no module to blame WARN. An ``eval_fn`` that raises leaves
+stays finite; so does eval_fn changing the model's parameters or buffers when its two calls on the same batch
+disagree (an EMA codebook updated in eval mode); two calls disagreeing with no module to blame WARN. An ``eval_fn`` that raises leaves
 the claim unchecked: a SKIPPED finding with the error's first line, and the report WARNs."""
 
 from __future__ import annotations
@@ -75,6 +76,20 @@ def _train_mode_fail(run: EvalRun, ev: dict[str, Any], differ: tuple[float, floa
                  "call .eval() on the module eval_fn evaluates (and .train() after)")
 
 
+def _writes_model(run: EvalRun, ev: dict[str, Any], differ: tuple[float, float] | None) -> Check | None:
+    """eval_fn changed the model's parameters or buffers with every Dropout/BatchNorm module in eval mode, and its
+    second call on the same batch returned another metric: evaluation writes into the model it measures."""
+    if not (run.written and differ):
+        return None
+    ev["written_by_eval_fn"] = run.written[:8]
+    return claim(NAME, Status.FAIL, "claim.evaluation.writes_model",
+                 f"eval_fn changed {len(run.written)} of the model's tensors (first: {run.written[0]}) with every "
+                 f"Dropout/BatchNorm module in eval mode, and two calls on the same batch returned {differ[0]:.6g} and "
+                 f"{differ[1]:.6g}: evaluation writes into the model it measures", ev,
+                 "the model's parameters and buffers unchanged by evaluation",
+                 "guard the in-forward update (an EMA codebook, a queue, a running estimate) with `if self.training:`")
+
+
 def _non_finite(model: nn.Module, batch: Any, run: EvalRun, ev: dict[str, Any]) -> Check | None:
     bad = non_finite_metric(run.results)
     if bad is not None:
@@ -107,7 +122,7 @@ def evaluation(model: nn.Module, batch: Any, eval_fn: Any) -> Check:
         return skip(NAME, CHECK, "eval_fn did not run the model it was given (pass a function of its `model` argument)", **ev)
     if run.train:
         return _train_mode_fail(run, ev, differ)
-    failed = _non_finite(model, batch, run, ev)
+    failed = _non_finite(model, batch, run, ev) or _writes_model(run, ev, differ)
     if failed is not None:
         return failed
     ev["random_masks_drawn"] = run.masks
