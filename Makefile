@@ -11,7 +11,7 @@ LATEST_TESTS := grep -rlE \
 	'(import|from|importorskip[(].)[ ]*(transformers|accelerate|pytorch_lightning|lightning|mlflow|ray)\b|backend.{1,4}ray' \
 	tests --include='test_*.py' | grep -vE '^tests/(integrations|realworld)/' | sort
 
-.PHONY: demo test test-fast test-latest lock bench clean
+.PHONY: demo test test-fast test-corpus test-latest lock bench clean
 
 # A new lock or pyproject rebuilds the venv from nothing, so it holds exactly what the lock says.
 $(STAMP): pyproject.toml $(LOCK)
@@ -30,6 +30,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q
+
+# The whole public corpus (tests/realworld/public: every port at three seeds, every bug variant), where `make test`
+# runs a fixed sample of it (tests/realworld/_scope.py): hours on two cores. Run it before resolving an issue that
+# changes an instrument's verdicts.
+test-corpus: $(STAMP)
+	FIRSTDIV_CORPUS=full $(PY) -m pytest -q tests/realworld
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not quality"

@@ -116,6 +116,9 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
     pool = sys.modules.get("_gate_pool")
     lines = pool.cost_lines() if pool is not None else []
+    gate = sys.modules.get("test_public_gate")
+    if lines and gate is not None:  # what the gate covered: a fixed sample unless FIRSTDIV_CORPUS=full
+        lines.insert(0, sys.modules["_scope"].line(len(gate.SELECTED), len(gate.PUBLIC)))
     if lines:  # where the suite's time goes (its longest part): the workers' CPU seconds
         terminalreporter.section("public corpus gate")
         for line in lines:

@@ -5,6 +5,9 @@
   repository is not one of the independent-check repositories that must never be ported from;
 - every module has at least one bug variant, each naming an instrument and a place, and each variant builds and
   runs one step of its own loop.
+
+The checks that run a port's loop cover the ports ``_scope.py`` selects (a fixed sample under ``make test``, every
+port under ``make test-corpus``); the static ones cover every port.
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ import pathlib
 import re
 
 import _gate_pool
+import _scope
 import pytest
 from _api import load_dir
 
 PUBLIC_DIR = pathlib.Path(__file__).resolve().parent / "public"
 PUBLIC = load_dir(PUBLIC_DIR, "realworld_public")
 BUGS = [(name, i, bug) for name, module in PUBLIC.items() for i, bug in enumerate(module.BUGS)]
+#: the ports whose loops run here (``_scope.py``: a fixed sample under ``make test``, all under ``make test-corpus``)
+RUN = sorted(name for name in PUBLIC if _scope.selected(name))
 
 #: The project's independent checks: nothing in public/ may come from them.
 NEVER_PORTED = (
@@ -46,11 +52,10 @@ def pool():
     """The jobs' futures (``_public_jobs.learns`` and ``steps``): ``conftest.py`` submitted the selected ones to the
     public gate's two workers when collection ended, so these per-port runs share the machine with the serial tests
     instead of queueing behind them; each test waits for its own result."""
-    return _gate_pool.start([("learns", n) for n in sorted(PUBLIC)]
-                            + [("steps", n, i) for n, module in PUBLIC.items() for i in range(len(module.BUGS))])
+    return _gate_pool.start([("learns", n) for n in RUN] + [("steps", n, i) for n, i, _ in BUGS if n in RUN])
 
 
-@pytest.mark.parametrize("name", sorted(PUBLIC))
+@pytest.mark.parametrize("name", RUN)
 def test_port_learns_under_its_own_loop(name, pool):
     out = pool[("learns", name)].result()
     assert "error" not in out, out.get("error")
@@ -81,7 +86,8 @@ def test_port_has_bug_variants(name):
         assert bug.where or (bug.instrument == "step_probe" and bug.kind.startswith("step.")), bug
 
 
-@pytest.mark.parametrize(("name", "index"), [(n, i) for n, i, _ in BUGS], ids=[f"{n}-{b.name}" for n, _, b in BUGS])
+@pytest.mark.parametrize(("name", "index"), [(n, i) for n, i, _ in BUGS if n in RUN],
+                         ids=[f"{n}-{b.name}" for n, _, b in BUGS if n in RUN])
 def test_bug_variant_builds_and_steps(name, index, pool):
     out = pool[("steps", name, index)].result()
     assert "error" not in out, out.get("error")
