@@ -325,7 +325,7 @@ PREMISES: dict[str, Premise] = {
         "at all; a parameter outside the optimizer that train_step moves, or that another optimizer train_step reaches "
         "owns (an alternating schedule trains it in other calls), is a PASS note; an owned parameter the "
         "optimizer's next steps on the same gradient move (its own step held the first update: a warmup computed "
-        "inside step) is a PASS note; where the group's lr is at most 1e-6, one more step at a 10^4-fold lr moving it is a note too (the update was below float32's resolution next to the weights)",
+        "inside step) is a PASS note; where the group's lr is positive, one more step at a 10^4-fold lr, at least 1, moving it is a note too (the update at this lr and gradient was below float32's resolution next to the weights)",
         "not confirmed for parameters outside the optimizer: without train_step (or when train_step does not move it) a "
         "parameter left requires_grad=True but out of the optimizer on purpose (frozen by omission, trained by an "
         "optimizer not passed) FAILs; step_probe has no frozen=", confirmed=False),
@@ -471,7 +471,8 @@ PREMISES: dict[str, Premise] = {
     "task.mask_unread": Premise(
         "learning_ledger", "a 0/1 mask the program hands its loss among structured targets gates a term of it",
         "on the ledger's copy (same seed, no gradient) flipping the mask (1 - mask) leaves the loss bit-identical while "
-        "rolling another target component across the batch moves it",
+        "rolling another target component across the batch moves it, and the mask filled with NaN leaves it "
+        "bit-identical too (a mask read through a factor that is zero at this state carries the NaN, or raises)",
         _ALWAYS + "the loss reads its targets but provably not this mask; a mask that is read, a component not 0/1 "
         "valued (or of one value, unless one per example: [B] or [B, 1]), or a loss that reads no target: no finding"),
     "task.target_misaligned": Premise(
@@ -786,7 +787,7 @@ PREMISES: dict[str, Premise] = {
         "learning_ledger", "every owned parameter with a nonzero gradient moves in one step",
         "controlled: one optimizer step on the copy left it unchanged although the step should change it at float "
         "resolution (SGD: lr*|grad|, adaptive: lr) at an lr above 0, and up to 2 more steps of the copy on the same "
-        "gradients leave it unchanged too (an optimizer whose own step holds the first update is a note; where the group's lr is at most 1e-6, one more step at a 10^4-fold lr moving it is a note too (the update was below float32's resolution next to the weights)); with train_step: its gradient is healthy (finite, above 1e-6 of the largest: a bias a batch norm cancels "
+        "gradients leave it unchanged too (an optimizer whose own step holds the first update is a note; where the group's lr is positive, one more step at a 10^4-fold lr, at least 1, moving it is a note too (the update at this lr and gradient was below float32's resolution next to the weights)); with train_step: its gradient is healthy (finite, above 1e-6 of the largest: a bias a batch norm cancels "
         "gets float rounding), it never "
         "changed over up to 4 calls, no other optimizer train_step reaches owns it (an alternating schedule), some call's "
         "own backward reached it or every call reached the same parameters (a subset the step draws per call, one head per "
@@ -917,7 +918,7 @@ PREMISES: dict[str, Premise] = {
         "step",
         "the program computes its gradient (healthy on the measured backward) and one optimizer step on a copy (a "
         "warmup's lr raised to the base lr) left it unchanged, and so did two more steps of the copy on the same "
-        "gradient (an optimizer whose own step holds its first update is a note; where the group's lr is at most 1e-6, one more step at a 10^4-fold lr, at least 1, moving it is a note too (the update was below float32's resolution next to the weights)), and when train_step is given beside "
+        "gradient (an optimizer whose own step holds its first update is a note; where the group's lr is positive, one more step at a 10^4-fold lr, at least 1, moving it is a note too (the update at this lr and gradient was below float32's resolution next to the weights)), and when train_step is given beside "
         "the optimizer, one "
         "call of it on the user's objects (restored) does not move it by hand either; or one call of train_step on the "
         "user's objects (restored) when there is no optimizer or several left it unchanged, no other optimizer "

@@ -77,6 +77,12 @@ KNOWN_TRUE_FINDINGS = {
     "found at first contact (public-34)"
     for seed in SEEDS
 } | {
+    ("lyeonitutorial_transformer_imdb", seed): "learning_ledger objective.probabilities_as_logits: model.py's "
+    "TransformerEncoder ends in self.softmax(self.linear(outputs)) (nn.Softmax(dim=-1)) and trainer.py trains it with "
+    "nn.CrossEntropyLoss, which applies log_softmax again: the loss reads probabilities as logits; read in the "
+    "repository's model.py at first contact (public-35)"
+    for seed in SEEDS
+} | {
     ("ffjord_toy_cnf", seed): "reachability/step_probe/six_claims/learning_ledger: the CNF's trainable end time "
     "sqrt_end_time (train_T=True) never gets a gradient: lib/layers/cnf.py builds the integration times with "
     "torch.tensor([0.0, self.sqrt_end_time * self.sqrt_end_time]), a new leaf without its graph (torch warns), while "

@@ -213,8 +213,11 @@ BUGS = [
     # create_graph left out of the u_t line: u_t is a constant to the optimizer, so the residual's gradient through
     # the time derivative never reaches the network (classic PINN slip: the derivative is computed, not
     # differentiated).
+    # first contact declared GRADIENT; the finding is OBJECTIVE objective.penalty_without_graph (the derivative term
+    # enters the loss without the graph of its input: differentiated with it, the gradient moves), this bug's
+    # mechanism (reviewed after first contact)
     Bug("u_t_without_create_graph", functools.partial(_build, bug="u_t_without_create_graph"), "learning_ledger",
-        ("GRADIENT",)),
+        ("OBJECTIVE",)),
     # optimizer.zero_grad() dropped from optimizer_step: gradients accumulate over epochs (classic).
     Bug("zero_grad_dropped", functools.partial(_build, bug="zero_grad_dropped"), "step_probe", (),
         kind="step.grad_accumulation"),

@@ -407,7 +407,10 @@ BUGS = [
     # classic teacher-forcing slip: the decoder's input taken as ``x[:, 1:]``, the same tokens as its targets: each
     # position is fed the token it must predict, so the reconstruction term is a copy task and the latent code is
     # not needed (a collapse the paper's study cannot see).
-    Bug("decoder_fed_targets", functools.partial(_build, bug="decoder_fed_targets"), "learning_ledger", ("TASK",)),
+    # first contact declared TASK; the finding is DEPENDENCY dependency.future_visible (the output at a position moves
+    # with the token it predicts: the decoder reads its own target), this bug's mechanism (reviewed after first contact)
+    Bug("decoder_fed_targets", functools.partial(_build, bug="decoder_fed_targets"), "learning_ledger",
+        ("DEPENDENCY",)),
     # classic flag slip: the vanilla mode's guard written ``if aggressive_flag: enc_optimizer.step()``: with
     # ``aggressive`` 0 the encoder gets its gradients every batch and is never stepped, so q(z|x) stays at its
     # initialization while the decoder trains.

@@ -104,8 +104,10 @@ def take_examples(batch: Batch, k: int, axis: int = 0) -> Batch | None:
         return None
 
 
-def logits_of(outputs: Any) -> torch.Tensor | None:
-    """The prediction tensor of a model output (module docstring); None when there is none."""
+def logits_of(outputs: Any, labels: torch.Tensor | None = None) -> torch.Tensor | None:
+    """The prediction tensor of a model output (module docstring); None when there is none. With integer ``labels``,
+    of several floating tensors the first that can score them (shaped ``labels.shape + (classes,)`` with more
+    classes than the largest label: a model returning ``(hidden_states, logits)``), else the first."""
     if torch.is_tensor(outputs):
         return outputs
     if isinstance(outputs, dict):  # ModelOutput is an OrderedDict
@@ -116,7 +118,12 @@ def logits_of(outputs: Any) -> torch.Tensor | None:
         items = list(outputs)
     else:
         return None
-    return next((t for t in items if torch.is_tensor(t) and t.is_floating_point() and t.dim() > 0), None)
+    floats = [t for t in items if torch.is_tensor(t) and t.is_floating_point() and t.dim() > 0]
+    if labels is not None and len(floats) > 1 and not labels.is_floating_point() and labels.numel():
+        top = int(labels.max())
+        fits = [t for t in floats if tuple(t.shape[:-1]) == tuple(labels.shape) and t.shape[-1] > top]
+        floats = fits + [t for t in floats if not any(t is f for f in fits)]
+    return floats[0] if floats else None
 
 
 def dense(t: torch.Tensor) -> torch.Tensor:

@@ -7,11 +7,13 @@ on its first call only. The confirmation steps the same copy again on the same g
 move is not stuck (a note); one they leave in place too confirms the finding.
 
 A schedule that starts from a tiny lr (a linear warmup from 1e-8) gives an update below float32's resolution next to the
-weights: the step is real and leaves them bit-identical. Where the next steps leave a parameter in place and its group's
-lr is at most ``TINY_LR``, the copy steps once more with that lr raised ``RAISE``-fold and to at least ``RAISED_LR`` (a
-one-cycle schedule's ``div_factor`` of 1e16 starts near 1e-19, where 10^4-fold is still no update): a parameter that
-moves then is updatable, held only by the size of the program's lr at this step (a note); one that still does not
-confirms the finding."""
+weights: the step is real and leaves them bit-identical. So can a plain lr on a tiny gradient (SGD at lr 8e-4 on a
+bias whose gradient is 2e-6 moves it by 1.5e-9, under half a float32 step of a weight near 0.1). Where the next steps
+leave a parameter in place and its group's lr is at most ``TINY_LR`` (any positive lr with ``any_lr``: the callers
+that step a copy of the optimizer on the measured gradient), the copy steps once more with that lr raised
+``RAISE``-fold and to at least ``RAISED_LR`` (a one-cycle schedule's ``div_factor`` of 1e16 starts near 1e-19, where
+10^4-fold is still no update): a parameter that moves then is updatable, held only by the size of the update at this
+step (a note); one that still does not confirms the finding."""
 
 from __future__ import annotations
 
@@ -28,9 +30,10 @@ RAISED_LR = 1.0  # ... and to at least this: whether the update rule reaches the
 
 
 def moved_later(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torch.Tensor],
-                steps: int = LATER_STEPS) -> set[Hashable]:
+                steps: int = LATER_STEPS, *, any_lr: bool = False) -> set[Hashable]:
     """The keys of ``params`` (tensors of a copy the optimizer owns, their ``.grad`` still set) that up to ``steps``
-    more ``optimizer.step()`` calls move. Runs on copies only: it steps ``optimizer``."""
+    more ``optimizer.step()`` calls move, or one more at a raised lr (module docstring; ``any_lr``: whatever the
+    group's positive lr, not only a tiny one). Runs on copies only: it steps ``optimizer``."""
     start = {k: p.detach().clone() for k, p in params.items()}
     moved: set[Hashable] = set()
     for _ in range(steps):
@@ -41,16 +44,18 @@ def moved_later(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torc
         moved |= {k for k, p in params.items() if not torch.equal(start[k], p.detach())}
         if len(moved) == len(params):
             break
-    return moved | _moved_at_raised_lr(optimizer, {k: p for k, p in params.items() if k not in moved})
+    return moved | _moved_at_raised_lr(optimizer, {k: p for k, p in params.items() if k not in moved},
+                                       float("inf") if any_lr else TINY_LR)
 
 
-def _moved_at_raised_lr(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torch.Tensor]) -> set[Hashable]:
+def _moved_at_raised_lr(optimizer: torch.optim.Optimizer, params: Mapping[Hashable, torch.Tensor],
+                        limit: float) -> set[Hashable]:
     """The keys of ``params`` that one more step moves with the lr of their groups raised ``RAISE``-fold (to at least
-    ``RAISED_LR``), for groups whose lr is positive and at most ``TINY_LR`` (module docstring); the lrs are put back
+    ``RAISED_LR``), for groups whose lr is positive and at most ``limit`` (module docstring); the lrs are put back
     after."""
     ids = {id(p) for p in params.values()}
     tiny = [g for g in optimizer.param_groups if any(id(p) in ids for p in g["params"])
-            and 0 < lr_of(g) <= TINY_LR]
+            and 0 < lr_of(g) <= limit]
     if not params or not tiny:
         return set()
     start = {k: p.detach().clone() for k, p in params.items()}

@@ -5,7 +5,10 @@ target with its regression mask) carry masks whose only purpose is to gate a ter
 end, keep the regression loss to the objects that exist. A mask dropped from the loss trains without an error. The
 premise is read from the program: on the ledger's copy (same seed, no gradient), flipping the mask (``1 - mask``) leaves
 the loss bit-identical, while changing another target component (rolled across the batch) moves it -- the loss reads
-its targets, just not this one. A mask that is read (even through a wrong formula) is no finding; a component that is
+its targets, just not this one -- and the mask filled with NaN leaves it bit-identical too: a mask the loss reads only
+through a factor that is zero at this state (TD7's bootstrap ``not_done * gamma * Q.clamp(lo, hi)`` while the clamp
+range is still [0, 0]) carries the NaN into the loss, or makes it raise, and is read. A mask that is read (even
+through a wrong formula) is no finding; a component that is
 not 0/1 valued is not judged, nor is one of a single value unless it is one per example (``[B]``, ``[B, 1]``: a done
 mask of a sample with no episode end still changes a loss that reads it when flipped)."""
 
@@ -69,6 +72,13 @@ def _flipped(v: Any) -> Any:
     return ~v if v.dtype == torch.bool else (1 - v).to(v.dtype)
 
 
+def _poisoned(v: Any) -> Any:
+    """``v`` filled with NaN (float32): whatever arithmetic reads it carries the NaN into the loss."""
+    if isinstance(v, np.ndarray):
+        return np.full(v.shape, np.nan, dtype=np.float32)
+    return torch.full(v.shape, float("nan"), dtype=torch.float32, device=v.device)
+
+
 def _rolled(v: Any) -> Any:
     return np.roll(v, 1, axis=0) if isinstance(v, np.ndarray) else v.roll(1, 0)
 
@@ -93,6 +103,8 @@ def mask_unread(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
     for name, mask in masks:
         if _loss(ctx, replace_target(t, name, _flipped(mask))) != base:
             continue
+        if _loss(ctx, replace_target(t, name, _poisoned(mask))) != base:  # read, through a factor zero at this state
+            continue
         read = next((other for other, v in leaves if other != name and v.ndim >= 1 and v.shape[0] >= 2
                      and _loss(ctx, replace_target(t, other, _rolled(v))) not in (None, base)), None)
         if read is None:
@@ -101,8 +113,9 @@ def mask_unread(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
         zeros = size - int(torch.as_tensor(mask).count_nonzero())
         ev.update(unread_mask=name, mask_zeros=zeros, mask_size=size, read_component=read)
         return failed("TASK", "task.mask_unread",
-                      f"the loss never reads {name}, a 0/1 mask ({zeros} of {size} zeros): flipping it leaves "
-                      f"the loss bit-identical ({base:.6g}) while changing {read} moves it; the mask gates nothing (a "
+                      f"the loss never reads {name}, a 0/1 mask ({zeros} of {size} zeros): flipping it, or filling "
+                      f"it with NaN, leaves the loss bit-identical ({base:.6g}) while changing {read} moves it; the "
+                      "mask gates nothing (a "
                       "done mask dropped from a bootstrapped target, a loss mask left out)", ev,
                       expected=f"the loss depends on {name}", observed=f"loss unchanged when {name} is flipped",
                       hint=f"apply {name} where the loss needs it (e.g. target = r + gamma * next_value * not_done)")

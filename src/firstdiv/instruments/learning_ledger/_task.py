@@ -160,8 +160,10 @@ _SELF_SHIFTING = ("ForCausalLM", "LMHeadModel")  # transformers' causal LM heads
 def _shifts_inside(ctx: Ctx, t: torch.Tensor) -> bool:
     """Whether the loss shifts the labels itself: it equals next-token cross-entropy of ``logits[:, :-1]`` against
     ``labels[:, 1:]`` and not the unshifted one (a Hugging Face causal LM given ``labels=input_ids``)."""
-    logits = logits_of(ctx.outputs)
+    logits = logits_of(ctx.outputs, t)
     if logits is None or logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(t.shape) or t.shape[1] < 2:
+        return False
+    if int(t.max()) >= logits.shape[-1]:  # no tensor of the outputs scores these labels: nothing to compare
         return False
     loss = ctx.outputs.get("loss") if isinstance(ctx.outputs, dict) else None
     if not torch.is_tensor(loss):

@@ -278,8 +278,8 @@ def _update(run: Measured, stepped: bool) -> Check:
         ev["moved_on_later_steps"] = run.moved_later[:8]
         return claim(name, Status.PASS, check, f"note: {len(run.moved_later)} parameters did not move on the optimizer's "
                      "first step but its next steps on the same gradient move them (its own step holds the first "
-                     "update: a warmup computed inside step?), or one at a larger lr does where the lr is at most 1e-6 "
-                     "(an update below float32's resolution next to the weights)", ev)
+                     "update: a warmup computed inside step?), or one at a larger lr does (at this lr and gradient the "
+                     f"update is below float32's resolution next to the weights; first: {run.moved_later[0]})", ev)
     return claim(name, Status.PASS, check, f"all {len(healthy)} parameters with a healthy gradient moved in {step}", ev)
 
 

@@ -83,7 +83,7 @@ def measure(model: nn.Module, optimizer: torch.optim.Optimizer | None, batch: Ba
         held = {n: p for n, p in named if not out.moved[n] and out.owned.get(n) and out.lr.get(n)
                 and p.grad is not None and bool(p.grad.ne(0).any())}
         if held and not out.step_error:  # the optimizer's own step may hold its first update (_core.later_steps)
-            out.moved_later = sorted(moved_later(o_copy, held))
+            out.moved_later = sorted(moved_later(o_copy, held, any_lr=True))
             out.moved.update(dict.fromkeys(out.moved_later, True))
     out.outputs = _detach(out.outputs)
     out.loss = out.loss.detach() if torch.is_tensor(out.loss) else out.loss
