@@ -14,6 +14,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                           '[8, 9, 32] -> [8, 32, 9] puts input axis 2 (size 32) '
                                                           'across output axes [1, 2], while output ax; diagnose WARN '
                                                           'at None',
+ 'actorcriticpytorch_mc.advantage_not_detached': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'actorcriticpytorch_mc.returns_not_reversed': 'owner saw PASS None None: ; diagnose WARN at None',
  'adainnaoto_style.content_target_is_content_feat': 'owner saw PASS None None: ; diagnose PASS at None',
  'adainnaoto_style.style_stats_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'aefostersimclr_lars.self_similarity_not_masked': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
@@ -266,6 +268,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'cyclenet_etth.revin_denorm_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'cyviusprotonet_miniimagenet.distance_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'cyviusprotonet_miniimagenet.labels_repeat_interleaved': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'danet_forest.features_shuffled_alone': 'owner saw PASS None None: ; diagnose PASS at None',
  'dataflowr_vae_gumbel.reconst_loss_mean': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
                                            'stochastic objective plateaued on 8 fixed examples, Adam lr 0.001 at '
                                            'every lr up ; diagnose WARN at None',
@@ -370,6 +373,14 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                             'four_structures:hidden_layers.0.weight',
  'dpo_preference.chosen_rejected_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'dpo_preference.logps_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'dppo_cartpole.density_given_std': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 8 fixed '
+                                    'examples, Adam lr 0.0003 at any lr up to 0.3 (loss 37.54 -> best 34.07, 9% d; '
+                                    'diagnose WARN at None',
+ 'dppo_cartpole.grad_buffers_not_reset': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
+                                         'not plain SGD (stateful update rule); diagnose WARN at None',
+ 'dppo_cartpole.states_stored_unnormalized': 'owner saw WARN None None: CAPABILITY: inconclusive: not fitted on 8 '
+                                             'fixed examples, Adam lr 0.0003 at any lr up to 0.3 (loss 37.71 -> best '
+                                             '34.68, 8% d; diagnose WARN at None',
  'drlcode_reinforce_baseline.log_prob_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlcode_reinforce_baseline.returns_not_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'drlhandson2_frozenlake_ce.elite_filter_inclusive': 'owner saw WARN None None: CAPABILITY: learning but not fitted: '
@@ -383,6 +394,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'drqa_reader.end_loss_on_start_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'drqa_reader.span_scores_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'dupontwgangp_mnist.critic_signs_flipped': 'owner saw PASS None None: ',
+ 'ebmanatomy_toy_rings.energy_difference_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'ebmanatomy_toy_rings.langevin_climbs_energy': 'owner saw PASS None None: ; diagnose PASS at None',
  'ecapatdnn_speaker.margin_on_non_targets': 'owner saw PASS None None: ; diagnose PASS at None',
  'edgeml_fastgrnn_kws.first_frame_classified': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
@@ -399,6 +412,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                        'and the loss does not depend on them (perturbing them on a copy leaves it u; '
                                        'diagnose WARN at None',
  'esim_snli.restoration_idx_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'etsformer_etth.augmentation_in_eval': 'owner saw WARN None None: REPRESENTATION: no evidence: inputs are not a '
+                                        'single tensor, nor a tuple holding exactly one dense floating-point tensor; '
+                                        'th; diagnose WARN at None',
+ 'etsformer_etth.target_last_channel_only': 'owner saw WARN None None: DEPENDENCY: 6 of 43 trainable parameters are '
+                                            "not on the loss's autograd graph: 6 trainable parameters get no "
+                                            'gradient and th; diagnose WARN at None',
  'explainingaivae_cvae.logvar_used_as_std': 'owner saw PASS None None: ; diagnose WARN at None',
  'factorvae_dsprites.D_z_detached': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 fixed '
                                     'examples, Adam lr 0.001, up to lr 0.01, loss 2685 -> best 713.6 (73% down) i; '
@@ -540,16 +559,38 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'honk_res8.label_offset_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'hrnet_pose_mpii.flip_pairs_not_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'hrnet_pose_mpii.heatmaps_reshaped_joints_first': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hsharshpinn_burgers_ide.u_xx_taken_in_t': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer owns 2 '
+                                            'tensors that are not in the model (shapes [[1], [1]]), and no trainable '
+                                            'parameter ; diagnose WARN at None',
  'hyper_linkpred.reverse_relation_not_renamed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hystscutmix_resnetpreact.cosine_stepped_per_batch': 'owner saw WARN None None: TASK: unverified: none of the 32 '
+                                                      'batch inputs equals any of the 64 known inputs; CAPABILITY: '
+                                                      'fitted 8 fixed examples, SGD lr; diagnose WARN at None',
+ 'hystscutmix_resnetpreact.lam_weights_swapped': 'owner saw WARN None None: TASK: unverified: none of the 32 batch '
+                                                 'inputs equals any of the 64 known inputs; CAPABILITY: fitted 8 '
+                                                 'fixed examples, SGD lr; diagnose WARN at None',
+ 'hystscutmix_resnetpreact.shuffled_targets_not_permuted': 'owner saw WARN None None: TASK: unverified: none of the '
+                                                           '32 batch inputs equals any of the 64 known inputs; '
+                                                           'CAPABILITY: fitted 8 fixed examples, SGD lr; diagnose '
+                                                           'WARN at None',
+ 'hystserasing_resnetpreact.to_tensor_reshaped': 'owner saw WARN None None: TASK: unverified: none of the 32 batch '
+                                                 'inputs equals any of the 64 known inputs; CAPABILITY: fitted 8 '
+                                                 'fixed examples, SGD lr; diagnose WARN at None',
+ 'hystsmixup_resnetpreact.log_softmax_over_batch': 'owner saw WARN None None: TASK: unverified: none of the 32 batch '
+                                                   'inputs equals any of the 64 known inputs; CAPABILITY: fitted 8 '
+                                                   'fixed examples, SGD lr; diagnose WARN at None',
+ 'hystsmixup_resnetpreact.targets_not_mixed': 'owner saw WARN None None: TASK: unverified: none of the 32 batch '
+                                              'inputs equals any of the 64 known inputs; CAPABILITY: fitted 8 fixed '
+                                              'examples, SGD lr; diagnose WARN at None',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
                                                      '32] -> [1, 32, 64] puts input axis 1 (size 32) across output '
                                                      'axes [1, 2], while output axi; diagnose WARN at None',
  'ibmseq2seq_attention.pad_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
  'ibmseq2seq_attention.teacher_forcing_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'icaruswizard_mae.loss_over_all_patches': 'owner saw PASS None None: ; diagnose WARN at None',
- 'iclrec_instancecl.targets_not_shifted': 'owner saw WARN None None: TASK: could not check: the TASK check raised '
-                                          'IndexError: Target 96 is out of bounds. on this program (no evidence '
-                                          'about the ; diagnose WARN at None',
+ 'iclrec_instancecl.targets_not_shifted': 'owner saw WARN None None: TASK: 195 of 640 supervised targets are outside '
+                                          '[0, 64) for outputs of size 64 (min 0, max 96, e.g. [64, 65, 66]), and '
+                                          'loss_; diagnose WARN at None',
  'icpmsr_edsr.target_from_next_image': 'owner saw WARN None None: CAPABILITY: fitted 8 fixed examples, Adam lr 0.001 '
                                        "in 47 steps (loss 0.5277 -> 0.05248), but the program's lr 0.01 diverges ; "
                                        'diagnose WARN at None',
@@ -575,6 +616,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'improveddiffusion_hybrid.vb_term_trains_mean': 'owner saw WARN None None: GRADIENT: 32 trainable parameters get no '
                                                  'gradient and the loss does not depend on them (perturbing them on '
                                                  'a copy leaves it ; diagnose WARN at None',
+ 'improvedwgan_resnet_gp.critic_left_frozen': 'owner saw PASS None None: ',
+ 'improvedwgan_resnet_gp.gp_alpha_per_pixel': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                              'gradient and the loss does not depend on them (perturbing them on a '
+                                              'copy leaves it u; diagnose WARN at None',
  'informer_etth.prob_context_not_transposed': 'owner saw WARN None None: encoder.attn_layers.0.attention: '
                                               'op:view@encoder.attn_layers.0.attention: [32, 4, 48, 8] -> [32, 48, '
                                               '32] puts input axis 2 (; diagnose WARN at None',
@@ -596,6 +641,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'jeonsworld_vit.patches_reshaped_not_transposed': 'owner saw WARN None None: transformer.embeddings: '
                                                    'op:reshape@transformer.embeddings: [16, 32, 4, 4] -> [16, 16, '
                                                    '32] puts input axis 1 (size 32) across; diagnose WARN at None',
+ 'jingweizrl_dqn.terminal_mask_not_inverted': 'owner saw PASS None None: ; diagnose PASS at None',
  'joeynmt_transformer.padding_rows_not_zeroed': 'owner saw PASS None None: ; diagnose PASS at None',
  'joeynmt_transformer.trg_not_sorted_with_src': 'owner saw PASS None None: ; diagnose PASS at None',
  'jointvae_mnist.disc_kl_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -680,6 +726,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lwpose_coco.loss_mask_dropped': 'owner saw SKIPPED None None: the model raised TypeError: conv2d() received an '
                                   'invalid combination of arguments - got (dict, Parameter, NoneType, tuple; '
                                   'diagnose WARN at None',
+ 'lyeonitutorial_transformer_imdb.labels_shuffled_apart': 'owner saw FAIL OBJECTIVE '
+                                                          'objective.probabilities_as_logits: OBJECTIVE '
+                                                          'objective.probabilities_as_logits: cross_entropy <- '
+                                                          'softmax; diagnose FAIL at learning_ledger OBJECTIVE '
+                                                          'learning_ledger:OBJECTIVE',
  'lynnhogan_wgangp.gp_norm_over_channels': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                            'gradient and the loss does not depend on them (perturbing them on a copy '
                                            'leaves it u; diagnose WARN at None',
@@ -702,6 +753,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'metabaseline_fewshot.episodes_viewed_shot_major': 'owner saw PASS None None: ; diagnose PASS at None',
  'metabaseline_fewshot.labels_way_interleaved': 'owner saw PASS None None: ; diagnose PASS at None',
  'metaoptnet_protonet.support_labels_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'michedevddpm_unet_mnist.t_redrawn_for_model': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'michedevddpm_unet_mnist.x0_and_noise_coefficients_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'midibert_cp.batch_masked_in_place': 'owner saw WARN None None: DEPENDENCY: 3 of 53 trainable parameters are not on '
                                       "the loss's autograd graph: 3 trainable parameters get no gradient and th; "
                                       'diagnose WARN at None',
@@ -813,6 +866,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                   'a copy leaves it u; diagnose WARN at None',
  'openaigptlm_rocstories.lm_labels_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'openinstruct_finetune.prompt_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'openmatch_knrm.margin_target_zeros': 'diagnose FAIL at step_probe _embedder._embedder.weight '
+                                       'step_probe:_embedder._embedder.weight',
+ 'openmatch_knrm.pos_neg_docs_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'opennre_pcnn_att.label_from_bag_index': 'owner saw PASS None None: ; diagnose WARN at None',
  'openunmix_separation.target_is_mixture': 'owner saw PASS None None: ; diagnose PASS at None',
  'originaltransformer_nmt.decoder_attentions_shared': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -934,6 +990,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'proxynca_embed.labels_from_index': 'owner saw WARN None None: DEPENDENCY: 13 of 13 trainable parameters are not on '
                                      "the loss's autograd graph: 13 trainable parameters get no gradient and ; "
                                      'diagnose WARN at None',
+ 'proxyncapp_cub.warmup_optimizer_kept': 'owner saw WARN None None: 0.base.fc.weight: 0.base.fc.weight: gradient is '
+                                         'None after backward, and the loss does not depend on it (perturbing it on '
+                                         'a ; diagnose FAIL at six_claims UPDATE six_claims:UPDATE',
  'psmnet_stereo.cost_volume_shift_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
  'psmnet_stereo.images_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ptranking_ranknet.labels_sorted_without_documents': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -957,6 +1016,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                    'the ledger needs one forwa; diagnose WARN at None',
  'pytorchddpm_unet.noise_coefficients_swapped': 'owner saw PASS None None: ; diagnose WARN at None',
  'pytorchddpm_unet.timestep_not_passed': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'pytorchdqn_ram.done_mask_not_inverted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'pytorchdqn_ram.next_obs_not_scaled': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchdrl_dqn.next_q_not_detached': 'owner saw PASS None None: ; diagnose WARN at None',
  'pytorchenet_camvid.class_weights_inverted': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchenet_camvid.labels_resized_bilinear': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -1013,6 +1074,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'rasbtdlm_nin_lightning.train_mode_not_restored': 'owner saw WARN None None: optimizer: update rule check skipped: '
                                                    'Adam is not plain SGD (stateful update rule); '
                                                    'model.classifier.8.weight: train_step mo; diagnose WARN at None',
+ 'rawnet2antispoof_la.gru_read_at_first_step': 'owner saw WARN None None: GRADIENT: 3 trainable parameters get no '
+                                               'gradient and the loss does not depend on them (perturbing them on a '
+                                               'copy leaves it u; diagnose WARN at None',
  'rawnet_rawnet2.gru_read_at_first_step': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                           'gradient and the loss does not depend on them (perturbing them on a copy '
                                           'leaves it u; diagnose WARN at None',
@@ -1045,6 +1109,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                      'EVALUATION six_claims:EVALUATION',
  'repdistiller_kd.kl_div_mean_reduction': 'owner saw PASS None None: ; diagnose PASS at None',
  'repdistiller_kd.teacher_temperature_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'res2net_cifar.conv2_first_reused': 'owner saw WARN None None: layer1.0.conv2.1.weight: layer1.0.conv2.1.weight: '
+                                     'not reached from the loss; module layer1.0.conv2 never ran in this forward; '
+                                     'diagnose WARN at None',
  'resnet1d_physionet.labels_shuffled_apart': 'owner saw WARN None None: DEPENDENCY: 2 of 40 trainable parameters are '
                                              "not on the loss's autograd graph: 2 trainable parameters get no "
                                              'gradient and th; diagnose WARN at None',
@@ -1083,6 +1150,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'sam_wrn_cifar.first_step_keeps_gradient': 'owner saw WARN None None: f.0_convolution.weight: '
                                             'f.0_convolution.weight: gradient is exactly zero after backward, and '
                                             'the loss does not depend on it ; diagnose WARN at None',
+ 'scaleawaretriplet_mnist.negative_farthest': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'scaleawaretriplet_mnist.positive_from_next_class': 'owner saw PASS None None: ; diagnose PASS at None',
  'scarf_tabular.corrupted_view_not_used': 'owner saw PASS None None: ; diagnose PASS at None',
  'scarf_tabular.positives_on_main_diagonal': 'owner saw PASS None None: ; diagnose WARN at None',
  'schneimoddpg_cartpole.done_mask_dropped': 'owner saw PASS None None: ; diagnose WARN at None',
@@ -1100,6 +1169,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                        'that are not in the model (shapes [[1]]), and no trainable parameter of th; '
                                        'diagnose WARN at None',
  'segrnn_etth.hidden_repeated_across_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'selflabel_sela_cifar.labels_by_batch_position': 'owner saw PASS None None: ; diagnose WARN at None',
  'semisupervisedpytorch_m2.classification_sign_from_validation': 'owner saw WARN None None: DEPENDENCY: 4 of 18 '
                                                                  "trainable parameters are not on the loss's "
                                                                  'autograd graph: 4 trainable parameters get no '
@@ -1156,6 +1226,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'simcse_unsup.similarity_times_temperature': 'owner saw WARN None None: CAPABILITY: inconclusive: the loss of this '
                                               'stochastic objective plateaued on 8 fixed examples, AdamW lr 3e-05, '
                                               '3e-05 at ever; diagnose WARN at None',
+ 'simctg_gpt2_wikitext.difference_reversed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'simctg_gpt2_wikitext.pad_labels_kept': 'owner saw PASS None None: ; diagnose PASS at None',
  'simmim_vit_pretrain.loss_on_visible_pixels': 'owner saw PASS None None: ; diagnose PASS at None',
  'simmim_vit_pretrain.mask_token_not_applied': 'owner saw WARN None None: DEPENDENCY: 1 of 39 trainable parameters '
                                                "are not on the loss's autograd graph: 1 trainable parameters get no "
@@ -1266,6 +1338,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'td3bipedal_pendulum.max_of_target_critics': 'owner saw PASS None None: ; diagnose PASS at None',
  'td3bipedal_pendulum.polyak_args_swapped': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
                                             'not plain SGD (stateful update rule); diagnose PASS at None',
+ 'td7_pendulum.target_min_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
  'tdmpc_pendulum.next_obs_off_by_one': 'owner saw WARN None None: DEPENDENCY: 6 of 38 trainable parameters are not '
                                        "on the loss's autograd graph: 6 trainable parameters get no gradient and th; "
                                        'diagnose WARN at None',
@@ -1425,6 +1498,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                       'op:reshape@model.enc.0.msa: [16, 4, 65, 8] -> [16, 65, 4, 8] '
                                                       'puts input axis 2 (size 65) across output axes; diagnose WARN '
                                                       'at None',
+ 'voicefilter_separation.channels_viewed_into_time': 'owner saw WARN None None: : op:view@: [8, 8, 24, 33] -> [8, '
+                                                     '24, 264] puts input axis 2 (size 24) across output axes [1, '
+                                                     '2], while output axis 1 (siz; diagnose WARN at None',
+ 'voicefilter_separation.loss_against_mixed': 'owner saw PASS None None: ; diagnose PASS at None',
  'voxceleb_resnetse34l.margin_added_to_target': 'owner saw SKIPPED None None: loss_fn returned a tensor of shape '
                                                 '(32,), not a scalar on model(inputs), whose forward left `label` at '
                                                 'its default: if th; diagnose WARN at None',
