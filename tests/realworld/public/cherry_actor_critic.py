@@ -12,7 +12,8 @@ action_head, value_head, softmax probabilities into cherry's ``ActionDistributio
 the ``value`` cached in the transition's info), ``update`` as written (``discount`` over the replay's rewards and
 dones, ``normalize``, per-transition ``-log_prob * (reward - value.item())`` and ``F.mse_loss(value, reward.detach())``,
 zero_grad, the summed loss ``policy + V_WEIGHT * value``, backward, step), and cherry's ``discount``/``normalize``/
-``Categorical`` written out line for line.
+``Categorical`` written out line for line (``discount``'s tensor-bootstrap branch, unused here, left out;
+``ActionDistribution`` keeps its discrete branch only).
 
 Deviations:
 - gym's CartPole-v0 (through cherry's ``envs.Torch``/``envs.Runner`` wrappers) is replaced by the cart-pole written
@@ -86,8 +87,8 @@ def normalize(tensor, epsilon=EPS):
 # ---- cherry/distributions.py ----------------------------------------------------------------------------------
 class Categorical(th.distributions.Categorical):
 
-    def sample(self, *args, **kwargs):
-        samples = super(Categorical, self).sample(*args, **kwargs)
+    def sample(self):
+        samples = super(Categorical, self).sample()
         return samples.unsqueeze(-1)
 
     def log_prob(self, x):
