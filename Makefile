@@ -27,15 +27,21 @@ $(STAMP): pyproject.toml $(LOCK)
 demo: $(STAMP)
 	$(VENV)/bin/firstdiv demo
 
+# The suite runs on every core (pytest-xdist; the CI machine has two): each test file on one worker, so that a
+# module's shared fixtures are built once, in the order collected, and the public gate's per-program tests one
+# by one at the end (tests/conftest.py); PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= auto
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 # The whole public corpus (tests/realworld/public: every port at three seeds, every bug variant), where `make test`
 # runs a fixed sample of it (tests/realworld/_scope.py): hours on two cores. Run it before resolving an issue that
 # changes an instrument's verdicts.
 test-corpus: $(STAMP)
-	FIRSTDIV_CORPUS=full $(PY) -m pytest -q tests/realworld
+	FIRSTDIV_CORPUS=full $(PY) -m pytest -q $(XDIST) tests/realworld
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not quality"

@@ -1,4 +1,5 @@
 import difflib
+import json
 import os
 import sqlite3
 import subprocess
@@ -35,6 +36,9 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # xdist gives its workers the controller's terminal width (COLUMNS=80
+        os.environ.pop("COLUMNS", None)  # without a terminal): the tests' commands see what one process would give them
+        os.environ.pop("LINES", None)
 
 
 @pytest.fixture
@@ -105,20 +109,49 @@ def golden(request):
     return check
 
 
-def pytest_terminal_summary(terminalreporter):
-    """The real-program corpus's counts (tests/realworld/_results.py), when its gates ran."""
-    import sys
+def _corpus_summary() -> dict | None:
+    """This process's share of the real-program corpus's summary, as plain values (None when no corpus test ran
+    here): the counts of ``tests/realworld/_results.py``, the gate workers' CPU seconds, and the public scope."""
+    results, pool, gate = (sys.modules.get(m) for m in ("_results", "_gate_pool", "test_public_gate"))
+    out = {"results": results.plain(results.RESULTS) if results is not None else None,
+           "cpu": pool.plain_cpu() if pool is not None else [],
+           "scope": [len(gate.SELECTED), len(gate.PUBLIC)] if gate is not None else None}
+    return out if out["results"] or out["cpu"] else None
 
-    results = sys.modules.get("_results")
-    if results is not None and (results.RESULTS.correct or results.RESULTS.bugs or results.RESULTS.cases):
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """Under pytest-xdist: keep each worker's share of the corpus summary for the controller's terminal summary."""
+    part = getattr(node, "workeroutput", {}).get("firstdiv_corpus")
+    if part:
+        _WORKER_PARTS.append(json.loads(part))
+
+
+_WORKER_PARTS: list[dict] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The real-program corpus's counts (tests/realworld/_results.py), when its gates ran, and what the public gate
+    covered and cost (in this process, or added up over the pytest-xdist workers)."""
+    parts = _WORKER_PARTS or [p for p in [_corpus_summary()] if p]
+    if not parts:
+        return
+    sys.path.insert(0, str(ROOT / "tests" / "realworld"))
+    try:
+        import _gate_pool
+        import _results
+        import _scope
+    finally:
+        sys.path.pop(0)
+    lines = _results.counts(_results.merge([p["results"] for p in parts if p["results"]]))
+    if lines:
         terminalreporter.section("real-program corpus")
-        for line in results.counts(results.RESULTS):
+        for line in lines:
             terminalreporter.write_line(line)
-    pool = sys.modules.get("_gate_pool")
-    lines = pool.cost_lines() if pool is not None else []
-    gate = sys.modules.get("test_public_gate")
-    if lines and gate is not None:  # what the gate covered: a fixed sample unless FIRSTDIV_CORPUS=full
-        lines.insert(0, sys.modules["_scope"].line(len(gate.SELECTED), len(gate.PUBLIC)))
+    lines = _gate_pool.cost_lines([row for p in parts for row in p["cpu"]])
+    scope = next((p["scope"] for p in parts if p["scope"]), None)
+    if lines and scope:  # what the gate covered: a fixed sample unless FIRSTDIV_CORPUS=full
+        lines.insert(0, _scope.line(*scope))
     if lines:  # where the suite's time goes (its longest part): the workers' CPU seconds
         terminalreporter.section("public corpus gate")
         for line in lines:
@@ -134,6 +167,23 @@ _GATE_TESTS = {"test_correct_public_program_gets_no_fail": ("correct", "seed"),
                "test_port_learns_under_its_own_loop": ("learns", None),
                "test_bug_variant_builds_and_steps": ("steps", "index")}
 _GATE_MODULES = ("test_public_gate", "test_public_programs")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadfile`` (``make test``): each test file goes to one worker as a whole (its module fixtures
+    are built once), except the public gate's per-program tests, which go one by one: they come last (see
+    :func:`pytest_collection_modifyitems`), and hundreds of short independent jobs even out the workers' ends."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesThenGateTests(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path.rsplit("/", 1)[-1][:-3] in _GATE_MODULES else path
+
+    return FilesThenGateTests(config, log)
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -155,7 +205,7 @@ def pytest_collection_finish(session):
         if kind and item.module.__name__ in _GATE_MODULES and not not_run:
             name = item.callspec.params["name"]
             keys.append((kind[0], name) if kind[1] is None else (kind[0], name, item.callspec.params[kind[1]]))
-    if keys and not session.config.option.collectonly:
+    if keys and not session.config.option.collectonly and not sys.modules["_gate_pool"].under_xdist():
         sys.modules["_gate_pool"].start(keys)  # imported by test_public_gate.py and test_public_programs.py
 
 
@@ -163,3 +213,7 @@ def pytest_sessionfinish(session, exitstatus):
     pool = sys.modules.get("_gate_pool")
     if pool is not None:
         pool.stop()
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: its share of the summary goes to the controller
+        part = _corpus_summary()
+        if part:
+            session.config.workeroutput["firstdiv_corpus"] = json.dumps(part)

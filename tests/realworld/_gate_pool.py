@@ -1,10 +1,15 @@
 """The public corpus gate's worker pool, shared by ``tests/conftest.py`` (which starts it when collection ends) and
-``test_public_gate.py`` (whose tests wait on it)."""
+``test_public_gate.py`` (whose tests wait on it).
+
+Under pytest-xdist (``make test`` runs the suite on two workers) every worker collects every test but runs only those
+the scheduler hands it, so nothing is submitted ahead: each xdist worker keeps one spawned process and a job starts
+when its test asks for it (the two xdist workers already keep both cores busy)."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
+import os
 import time
 from typing import Any
 
@@ -14,14 +19,28 @@ WORKERS = 2
 _POOL: dict = {}
 
 
+def under_xdist() -> bool:
+    """Whether this process is a pytest-xdist worker."""
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+class _OnDemand(dict):
+    """Futures by key, each job submitted when its test first asks for it."""
+
+    def __missing__(self, key):
+        future = self[key] = _POOL["executor"].submit(_timed, *key)
+        return future
+
+
 def start(keys) -> dict:
     """Submit the jobs of ``keys`` (in the order the tests will wait for them) to two spawned workers, each key once;
-    the futures by key."""
+    the futures by key. Under xdist: one spawned worker, and nothing submitted before a test asks for its job."""
+    lazy = under_xdist()
     if "futures" not in _POOL:
-        ex = concurrent.futures.ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn"))
-        _POOL.update(executor=ex, futures={})
+        ex = concurrent.futures.ProcessPoolExecutor(1 if lazy else WORKERS, mp_context=multiprocessing.get_context("spawn"))
+        _POOL.update(executor=ex, futures=_OnDemand() if lazy else {})
     futures = _POOL["futures"]
-    for k in keys:
+    for k in [] if lazy else keys:
         if k not in futures:
             futures[k] = _POOL["executor"].submit(_timed, *k)
     return futures
@@ -46,9 +65,16 @@ def stop() -> None:
                     if f.done() and not f.cancelled() and f.exception() is None}
 
 
-def cost_lines() -> list[str]:
-    """What the gate's workers spent, per kind of job, and its five costliest jobs (after :func:`stop`)."""
-    cpu: dict[tuple, float] = _POOL.get("cpu") or {}
+def plain_cpu() -> list[list]:
+    """What the finished jobs cost, as plain values (a pytest-xdist worker sends them to the controller):
+    ``[[kind, name, ...], cpu_seconds]`` per job (after :func:`stop`)."""
+    return [[list(k), v] for k, v in (_POOL.get("cpu") or {}).items()]
+
+
+def cost_lines(rows: list[list]) -> list[str]:
+    """What the gate's workers spent (``rows`` from :func:`plain_cpu`, of one process or of every xdist worker), per
+    kind of job, and its five costliest jobs."""
+    cpu = {tuple(k): v for k, v in rows}
     if not cpu:
         return []
     kinds: dict[str, list[float]] = {}

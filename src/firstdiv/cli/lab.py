@@ -38,8 +38,12 @@ def runs_command(store: str | None, as_json: bool, drop: str | None = None, name
             "damaged": [{**s.to_dict(), "error": why} for s, why in damaged], "more": more})
         return EXIT_OK
     table = Table(box=None, header_style="bold", pad_edge=False, title=f"sweeps in {st.path}", title_justify="left")
+    # a narrow terminal shortens the workload (a path, the widest column) before the name, which keeps up to 24
+    # characters: the name is what the other commands take
+    name_width = min(max((len(Text(s.name).plain) for s, _ in rows), default=4), 24)
     for col in ("name", "id", "workload", "runs", "config", "eval fp", "env", "code", "created"):
-        table.add_column(col, no_wrap=True, overflow="ellipsis" if col in ("name", "workload") else "fold")
+        table.add_column(col, no_wrap=True, overflow="ellipsis" if col in ("name", "workload") else "fold",
+                         min_width=name_width if col == "name" else None)
     for s, recs in rows:
         fps = sorted({(r.eval_fingerprint or "-")[:8] for r in recs if r.ok}) or ["-"]
         ok = sum(r.ok for r in recs)
