@@ -228,11 +228,12 @@ PREMISES: dict[str, Premise] = {
         "the owners are the optimizer passed and every optimizer train_step reaches through its closure or globals; two "
         "of them that wrap each other or share param groups or state are one update; one call of train_step on the "
         "user's objects (inside a guard, every value restored) shows two distinct owners stepping while the shared "
-        "parameter holds a gradient (a step pre-hook on each), and one of those owners owns nothing the other does not "
-        "(an optimizer built over another's whole network, or two optimizers over one list)",
+        "parameter holds a gradient (a step pre-hook on each), and two of those owners own exactly the same tensors "
+        "(two optimizers over one list, a GAN's generator optimizer built over the discriminator's parameters)",
         "WARN of the same kind when that call steps only one of them (owners stepped in different phases or calls), "
-        "train_step raised, or each owner has parameters of its own beside the shared ones (a shared encoder trained on "
-        "two objectives)"),
+        "train_step raised, each owner has parameters of its own beside the shared ones (a shared encoder trained on "
+        "two objectives), or one owner's tensors are a part of the other's (an extra optimizer for a shared part, as "
+        "SAC-AE's encoder optimizer beside the critic's, or an optimizer built over more than its own network)"),
     "structure.duplicate_in_optimizer": Premise(
         "four_structures", "each tensor is owned once by an optimizer",
         "the same tensor object sits in two slots of one optimizer's param groups",
@@ -761,10 +762,13 @@ PREMISES: dict[str, Premise] = {
         "normalize, max...) carries the whole move: handing the other examples its result from the unchanged batch takes "
         "the move away (to under 1e-4 and a hundredth of it); the module that ran it is named; or, where no one carries "
         "it (one attention class over the batch run twice), up to 8 such reductions held together do, and each whose "
-        "release keeps the move away is dropped: the modules of the rest are named",
+        "release keeps the move away is dropped: the modules of the rest are named; and the one reduction's result does "
+        "not reach the outputs as features concatenated beside each example's own, the same for every example (a batch "
+        "statistic appended as a channel: a GAN discriminator's minibatch standard deviation)",
         "examples that meet by design through no set of such reductions (a graph's adjacency, a mixup, batch statistics "
         "without running estimates), outputs with a second axis of the batch's size (in-batch similarities), fewer than "
-        "4 examples, an eval forward that is not repeatable, or a batch whose examples are not on axis 0: no finding"),
+        "4 examples, an eval forward that is not repeatable, or a batch whose examples are not on axis 0: no finding; a "
+        "batch statistic concatenated beside each example's own features: a note"),
     "gradient.missing": Premise(
         "learning_ledger", "a trainable parameter the loss depends on gets a gradient",
         "after one backward from .grad=None on the copy its .grad is None and " + _DEPENDS,

@@ -79,12 +79,18 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                  'encoder.attn_layers.0.attention.inner_correlation: '
                                                  'op:reshape@encoder.attn_layers.0.attention.inner_correlation: [16, '
                                                  '2, 8, ; diagnose WARN at None',
+ 'autonomouslearning_dqn.gather_over_batch': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'autonomouslearning_dqn.terminal_mask_not_applied': 'owner saw PASS None None: ; diagnose WARN at None',
  'autovc_voice_conversion.embedding_of_another_speaker': 'owner saw PASS None None: ; diagnose PASS at None',
  'awesomerecsys_xdeepfm.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose FAIL at six_claims EVALUATION '
                                                 'six_claims:EVALUATION',
- 'awnispeech_seq2seq.decoder_fed_targets': 'owner saw WARN None None: OBJECTIVE: loss 8.204 is not the cross-entropy '
-                                           'of these outputs (2.051; ln K = 1.946 for an untrained 7-class model; '
-                                           'example; diagnose WARN at None',
+ 'awnispeech_seq2seq.decoder_fed_targets': 'owner saw FAIL DEPENDENCY dependency.target_leak: DEPENDENCY '
+                                           "dependency.target_leak: output at 2 moves with 'inputs[1]'[:, 3]; "
+                                           'diagnose FAIL at learning_ledger DEPENDENCY learning_ledger:DEPENDENCY',
+ 'bamtercelboo_bigru.dropout_always_on': 'owner saw PASS None None: REPRESENTATION: no evidence: inputs are '
+                                         'torch.int64 (e.g. token ids): a mixture of two inputs is not an input; '
+                                         'EVALUATION: n; diagnose WARN at None',
+ 'bamtercelboo_bigru.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
  'barlowtwins_lightly.off_diagonal_scaled_on_copy': 'owner saw WARN None None: DEPENDENCY: 6 of 78 trainable '
                                                     "parameters are not on the loss's autograd graph: 6 trainable "
                                                     'parameters get no gradient and th; diagnose WARN at None',
@@ -121,6 +127,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                   'indices for tensor of dimension 1 (at bertsentiment_imdb.py:255 '
                                                   'in <lambda>) on outpu; diagnose WARN at None',
  'besbescharcnn_sentiment.labels_split_separately': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'besdevcrnn_ocr.labels_collide_with_blank': 'owner saw WARN None None: DEPENDENCY: 2 of 82 trainable parameters are '
+                                             "not on the loss's autograd graph: 2 trainable parameters get no "
+                                             'gradient and th; diagnose WARN at None',
  'betarecsys_narm.labels_before_sort': 'owner saw PASS None None: ; diagnose PASS at None',
  'betarecsys_narm.last_output_from_padding': 'owner saw PASS None None: ; diagnose PASS at None',
  'betatcvae_shapes.decoder_output_sigmoided': 'owner saw WARN None None: DEPENDENCY: 2 of 16 trainable parameters '
@@ -140,6 +149,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'bilstmcrf_tagger.lstm_out_left_sorted': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.padding_in_mask': 'owner saw PASS None None: ; diagnose PASS at None',
  'bilstmcrf_tagger.stop_transition_off_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'bmsggan_msg_prog.gen_loss_copied_from_dis': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
+                                              'gradient and the loss does not depend on them (perturbing them on a '
+                                              'copy leaves it u; diagnose WARN at None',
  'bnaf_toy2d.upper_blocks_unmasked': 'owner saw PASS None None: ; diagnose PASS at None',
  'bprmf_movielens.score_difference_reversed': 'owner saw SKIPPED None None: loss_fn raised TypeError: '
                                               'BprMF.bpr_loss() takes 4 positional arguments but 33 were given (at '
@@ -182,6 +194,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'charrnn_gru.targets_not_shifted': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient and '
                                     'the loss does not depend on them (perturbing them on a copy leaves it u; '
                                     'diagnose WARN at None',
+ 'cherry_actor_critic.advantage_not_detached': 'owner saw PASS None None: ; diagnose PASS at None',
  'chinesetextcls_textrnn.labels_misaligned': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                              'gradient and the loss does not depend on them (perturbing them on a '
                                              'copy leaves it u; diagnose WARN at None',
@@ -393,6 +406,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'drlhandson_crossentropy.next_obs_stored': 'owner saw PASS None None: ; diagnose PASS at None',
  'drqa_reader.end_loss_on_start_target': 'owner saw PASS None None: ; diagnose PASS at None',
  'drqa_reader.span_scores_not_masked': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'dsntnn_coordreg.softmax_over_locations': 'owner saw WARN None None: CAPABILITY: inconclusive: on 8 fixed examples, '
+                                           'RMSprop lr 0.00025, 100 steps over 4 lr rounds took the loss from 283.8 '
+                                           'to be; diagnose WARN at None',
+ 'dsntnn_coordreg.targets_in_pixels': 'owner saw WARN None None: CAPABILITY: inconclusive: on 8 fixed examples, '
+                                      'RMSprop lr 0.00025, 80 steps over 4 lr rounds took the loss from 25.76 to '
+                                      'bes; diagnose WARN at None',
  'dupontwgangp_mnist.critic_signs_flipped': 'owner saw PASS None None: ',
  'ebmanatomy_toy_rings.energy_difference_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
  'ebmanatomy_toy_rings.langevin_climbs_energy': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -400,6 +419,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'edgeml_fastgrnn_kws.first_frame_classified': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no '
                                                'gradient and the loss does not depend on them (perturbing them on a '
                                                'copy leaves it u; diagnose WARN at None',
+ 'efficient3dcnns_shufflenetv2.first_frame_repeated': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'efficient3dcnns_shufflenetv2.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check '
+                                                         'skipped: SGD with momentum=0.9 is not plain SGD; diagnose '
+                                                         'PASS at None',
  'efficientdensenet_cifar.labels_misaligned': 'owner saw PASS None None: ; diagnose WARN at None',
  'egnn_nbody.edges_not_offset': 'owner saw WARN None None: DEPENDENCY: 4 of 62 trainable parameters are not on the '
                                 "loss's autograd graph: 4 trainable parameters get no gradient and th; diagnose WARN "
@@ -540,6 +563,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'harmonicpinn_oscillator.targets_flattened': 'owner saw WARN None None: CAPABILITY: learning but not fitted: on 8 '
                                               'fixed examples, Adam lr 0.001, up to lr 0.01, loss 0.9249 -> best '
                                               '0.3393 (63% down; diagnose WARN at None',
+ 'hcl_hard_negatives.hardness_weights_inverted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'hcl_hard_negatives.second_view_from_other_images': 'owner saw PASS None None: ; diagnose PASS at None',
  'hcnohgail_cartpole.expert_obs_after_step': 'owner saw PASS None None: ; diagnose PASS at None',
  'hedwig_reglstm_reuters.embed_dropout_at_eval': 'owner saw SKIPPED None None: the model raised TypeError: '
                                                  "embedding(): argument 'indices' (position 2) must be Tensor, not "
@@ -573,6 +598,13 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                            '32 batch inputs equals any of the 64 known inputs; '
                                                            'CAPABILITY: fitted 8 fixed examples, SGD lr; diagnose '
                                                            'WARN at None',
+ 'hystscutout_resnetpreact.train_images_not_scaled': 'owner saw FAIL PARAMETER_UPDATE update.diverges: '
+                                                     'PARAMETER_UPDATE update.diverges: loss 2.444 -> nan at lr 0.1 '
+                                                     'in param group 0; diagnose FAIL at learning_ledger '
+                                                     'PARAMETER_UPDATE learning_ledger:PARAMETER_UPDATE',
+ 'hystsdensenet_cifar.scheduler_stepped_per_batch': 'owner saw WARN None None: TASK: unverified: none of the 32 '
+                                                    'batch inputs equals any of the 64 known inputs; CAPABILITY: '
+                                                    'fitted 8 fixed examples, SGD lr; diagnose WARN at None',
  'hystserasing_resnetpreact.to_tensor_reshaped': 'owner saw WARN None None: TASK: unverified: none of the 32 batch '
                                                  'inputs equals any of the 64 known inputs; CAPABILITY: fitted 8 '
                                                  'fixed examples, SGD lr; diagnose WARN at None',
@@ -582,6 +614,11 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'hystsmixup_resnetpreact.targets_not_mixed': 'owner saw WARN None None: TASK: unverified: none of the 32 batch '
                                               'inputs equals any of the 64 known inputs; CAPABILITY: fitted 8 fixed '
                                               'examples, SGD lr; diagnose WARN at None',
+ 'hystsresnext_cifar.labels_permuted_apart': 'owner saw WARN None None: TASK: unverified: none of the 32 batch '
+                                             'inputs equals any of the 64 known inputs; CAPABILITY: fitted 8 fixed '
+                                             'examples, SGD lr; diagnose WARN at None',
+ 'hystswrn_cifar.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: SGD with '
+                                           'momentum=0.9 is not plain SGD; diagnose WARN at None',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
                                                      '32] -> [1, 32, 64] puts input axis 1 (size 32) across output '
                                                      'axes [1, 2], while output axi; diagnose WARN at None',
@@ -690,6 +727,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'lapsrn_x4.charbonnier_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
  'lapsrn_x4.x4_labels_off_by_one': 'owner saw PASS None None: ; diagnose WARN at None',
  'laptd3_pendulum.max_of_target_critics': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'latentode_odernn.outputs_not_shifted': 'owner saw WARN None None: DEPENDENCY: 4 of 26 trainable parameters are not '
+                                         "on the loss's autograd graph: 4 trainable parameters get no gradient and "
+                                         'th; diagnose WARN at None',
  'learn2learn_maml_sine.inner_update_ascends': 'owner saw PASS None None: ; diagnose PASS at None',
  'learn2learn_maml_sine.query_targets_from_support': 'owner saw PASS None None: ; diagnose PASS at None',
  'lemonhuner_bert.padding_in_loss': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -738,6 +778,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'maac_attention_sac.rewards_of_agent_0_for_all': 'owner saw PASS None None: ; diagnose PASS at None',
  'maddpg_spread.target_from_current_obs': 'owner saw PASS None None: ; diagnose PASS at None',
  'mamlpytorch_omniglot.query_labels_not_permuted': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'mbrllib_pets_dynamics.nll_precision_dropped': 'owner saw WARN None None: OBJECTIVE: the loss falls in proportion '
+                                                'as outputs[1] grows (-1.881 -> -23.21 -> -236.5 at 10 and 100 '
+                                                'times): a term linear ; diagnose WARN at None',
  'megabyte_lm.attention_not_causal': 'owner saw PASS None None: ; diagnose WARN at None',
  'megabyte_lm.global_output_not_shifted': 'owner saw PASS None None: ; diagnose WARN at None',
  'melgan_vocoder.hinge_signs_swapped': 'owner saw WARN None None: GRADIENT: 2 trainable parameters get no gradient '
@@ -812,6 +855,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'mtgnn_single_step.target_not_rescaled': 'owner saw WARN None None: DEPENDENCY: 4 of 64 trainable parameters are '
                                           "not on the loss's autograd graph: 4 trainable parameters get no gradient "
                                           'and th; diagnose WARN at None',
+ 'multistream_lm.layer_tokens_viewed_not_permuted': 'owner saw WARN None None: net: op:reshape@net: [4, 64, 32] -> '
+                                                    '[128, 32, 2] puts input axis 2 (size 32) across output axes [1, '
+                                                    '2], while output axis 1 ; diagnose FAIL at learning_ledger '
+                                                    'DEPENDENCY learning_ledger:DEPENDENCY',
  'mvtstransformer_classification.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'naacltl_pretrain_lm.batch_not_transposed': 'owner saw WARN None None: TASK: targets equal the inputs at 100% of '
                                              'supervised positions (next token at 6%): each position is asked for '
@@ -834,6 +881,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                          'not plain SGD (stateful update rule); diagnose PASS at None',
  'netslim_vgg.labels_misaligned': 'owner saw PASS None None: ; diagnose PASS at None',
  'newsrec_nrms.candidates_shuffled': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nhatthanhespcn_sr.labels_shuffled_apart': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'nhatthanhespcn_sr.target_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
  'nice_mnist.log_det_dropped': 'owner saw FAIL CAPABILITY capability.cannot_overfit: CAPABILITY '
                                'capability.cannot_overfit: loss 1095 -> best 1087 (0.72% down) at every lr; diagnose '
                                'FAIL at learning_ledger CAPABILITY learning_ledger:CAPABILITY',
@@ -844,6 +893,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                               "trainable parameters are not on the loss's autograd "
                                                               'graph: 2 trainable parameters get no gradient and '
                                                               'the; diagnose WARN at None',
+ 'nlpbook_surname_cnn.class_weights_sorted_by_name': 'owner saw PASS None None: ; diagnose PASS at None',
  'nlptutorial_seq2seq_attention.targets_are_decoder_inputs': 'owner saw PASS None None: ; diagnose PASS at None',
  'nlpwt_emotion_trainer.labels_shifted_by_one': 'owner saw PASS None None: ; diagnose PASS at None',
  'nocd_communities.edge_loss_sign_flipped': 'owner saw PASS None None: ; diagnose PASS at None',
@@ -853,6 +903,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'noise2noise_gaussian.crops_drawn_apart': 'owner saw PASS None None: ; diagnose WARN at None',
  'noise2noise_gaussian.target_is_source': 'owner saw PASS None None: ; diagnose WARN at None',
  'nri_springs.kl_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'offlinerl_cql.logsumexp_over_batch': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'offlinerl_cql.next_obs_is_obs': 'owner saw PASS None None: ; diagnose PASS at None',
  'offlinerlkit_mopo_dynamics.inv_var_dropped': 'owner saw WARN None None: DEPENDENCY: 10 of 22 trainable parameters '
                                                "are not on the loss's autograd graph: 10 trainable parameters get no "
                                                'gradient and ; diagnose WARN at None',
@@ -860,6 +912,7 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
                                                            "parameters are not on the loss's autograd graph: 10 "
                                                            'trainable parameters get no gradient and ; diagnose WARN '
                                                            'at None',
+ 'ogb_arxiv_sage.labels_not_indexed_by_train_idx': 'owner saw PASS None None: ; diagnose PASS at None',
  'openaiclip_flickr.image_names_from_unsplit_dataframe': 'owner saw PASS None None: ; diagnose PASS at None',
  'openaigptlm_rocstories.attention_mask_dropped': 'owner saw WARN None None: GRADIENT: 1 trainable parameters get no '
                                                   'gradient and the loss does not depend on them (perturbing them on '
@@ -888,6 +941,12 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'patrickhuasimsiam_cifar.stop_gradient_dropped': 'owner saw WARN None None: DEPENDENCY: 4 of 78 trainable '
                                                   "parameters are not on the loss's autograd graph: 4 trainable "
                                                   'parameters get no gradient and th; diagnose WARN at None',
+ 'paultswnice_mnist.logdet_left_out': 'owner saw WARN None None: OBJECTIVE: loss 31.09 is not the cross-entropy of '
+                                      'these outputs (3.665; ln K = 2.773 for an untrained 16-class model; exampl; '
+                                      'diagnose WARN at None',
+ 'paultswnice_mnist.validate_leaves_eval': 'owner saw PASS None None: optimizer: update rule check skipped: Adam is '
+                                           'not plain SGD (stateful update rule); diagnose WARN at None',
+ 'pdebench_fno_advection.loss_not_accumulated': 'owner saw PASS None None: ; diagnose PASS at None',
  'perceiverar_lm.causal_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'perceiverar_lm.labels_not_shifted': 'owner saw PASS None None: ; diagnose PASS at None',
  'performancernn_events.teacher_forcing_not_shifted': 'owner saw WARN None None: DEPENDENCY: 2 of 19 trainable '
@@ -1034,6 +1093,8 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'pytorchmaml_sinusoid.adapted_params_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchmaml_sinusoid.inner_update_ascends': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchmaml_sinusoid.test_targets_rolled': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'pytorchsacae_pixel_pendulum.soft_update_reversed': 'owner saw PASS None None: optimizer: update rule check '
+                                                     'skipped: Adam is not plain SGD (stateful update rule)',
  'pytorchsgns_word2vec.center_words_permuted_alone': 'owner saw PASS None None: ; diagnose PASS at None',
  'pytorchsgns_word2vec.input_vectors_from_output_table': 'owner saw WARN None None: embedding.ivectors.weight: '
                                                          'embedding.ivectors.weight: not reached from the loss; '
@@ -1101,6 +1162,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'recurrentppo_cartpole.loss_mask_dropped': 'owner saw FAIL TASK task.mask_unread: TASK task.mask_unread: loss '
                                             "unchanged when targets['loss_mask'] is flipped; diagnose FAIL at "
                                             'learning_ledger TASK learning_ledger:TASK',
+ 'reidstrong_bnneck.log_softmax_over_batch': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'reidstrong_bnneck.mining_easiest_examples': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'reidstrong_bnneck.scheduler_stepped_per_iteration': 'owner saw PASS None None: ; diagnose WARN at None',
  'relationalreasoning_conv4.negatives_rolled_over_features': 'owner saw PASS None None: ; diagnose PASS at None',
  'relationalreasoning_conv4.one_augmentation_repeated': 'owner saw PASS None None: ; diagnose PASS at None',
  'relationnet_omniglot.labels_assumed_unshuffled': 'owner saw PASS None None: ; diagnose FAIL at six_claims '
@@ -1181,6 +1245,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'senteval_mlp_probe.labels_left_unsorted': 'owner saw WARN None None: TASK: unverified: none of the 64 batch inputs '
                                             'equals any of the 102 known inputs; diagnose WARN at None',
  'sentimentanalysis_lstm.padded_length_packed': 'owner saw PASS None None: ; diagnose PASS at None',
+ 'seungwonmelgan_vocoder.real_audio_from_other_pair': 'owner saw WARN None None: CAPABILITY: inconclusive: not '
+                                                      'fitted on 2 fixed examples, Adam lr 0.0001 at any lr up to '
+                                                      '0.1 (loss 5.719 -> best 5.466, 4% d; diagnose WARN at None',
  'sfmlearner_depth.crop_offset_not_in_intrinsics': 'owner saw WARN None None: OPTIMIZER_OWNERSHIP: the optimizer '
                                                    'owns 34 tensors that are not in the model (shapes [[8, 9, 7, 7], '
                                                    '[8], [16, 8, 5, 5]]), an; diagnose WARN at None',
@@ -1362,6 +1429,10 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'tintnvit_cifar.test_not_normalized': 'owner saw PASS None None: ; diagnose PASS at None',
  'tinydiffusion_ddpm2d.noise_coefficients_swapped': 'owner saw PASS None None: ; diagnose PASS at None',
  'tiramisu_camvid.flip_image_only': 'diagnose PASS at None',
+ 'tonyduanvae_digits.kl_sign_flipped': 'owner saw PASS None None: ; diagnose WARN at None',
+ 'tonyduanvae_digits.z_sampled_without_rsample': 'owner saw WARN None None: CAPABILITY: could not train the copy: '
+                                                 'step 1 raised UserCodeError: the model raised ValueError: Expected '
+                                                 'parameter scale (Te; diagnose WARN at None',
  'torchac_a2c.actions_not_transposed': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchac_a2c.next_mask_dropped': 'owner saw PASS None None: ; diagnose PASS at None',
  'torchcde_spirals.initial_value_read_out': 'owner saw WARN None None: func.linear1.weight: func.linear1.weight: in '
@@ -1388,6 +1459,9 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'trainclip_wrapper.zero_grad_every_minibatch': 'owner saw PASS None None: optimizer: update rule check skipped: '
                                                 'AdamW is not plain SGD (stateful update rule); diagnose PASS at '
                                                 'None',
+ 'tramacseg_cgnet.masks_listed_out_of_order': 'owner saw WARN None None: TASK: 530 of 9216 supervised targets are '
+                                              'outside [0, 5) for outputs of size 5 (min -1, max 4, e.g. [-1]), and '
+                                              'loss_fn ran on; diagnose WARN at None',
  'tranad_mba.elem_from_window_start': 'owner saw WARN None None: GRADIENT: 12 trainable parameters get no gradient '
                                       'and the loss does not depend on them (perturbing them on a copy leaves it ; '
                                       'diagnose WARN at None',

@@ -184,13 +184,21 @@ def _both_step(a: Audit, pids: list[int]) -> tuple[int, str]:
                                          "gradient (owners stepped in different phases or calls?)")
 
 
-def _built_over(a: Audit, pids: list[int]) -> bool:
-    """The premise's second half: one owner of the shared tensors owns nothing the other does not (an optimizer built
-    over another's whole network: a GAN's generator optimizer given the discriminator's parameters too, or two
-    optimizers over the same list), not a shared part beside parts of their own (a shared encoder's two objectives)."""
+def _built_over(a: Audit, pids: list[int]) -> str:
+    """The premise's second half: two owners of the shared tensors own exactly the same tensors (two optimizers over
+    one list, a GAN's generator optimizer built over the discriminator's parameters): '' when so, else why the
+    sharing may be by design (each owner has parameters of its own beside the shared ones: a shared encoder's two
+    objectives; or one owner's tensors are a part of the other's: an extra optimizer for a shared part, SAC-AE's
+    encoder optimizer beside the critic's, or an optimizer built over more than its own network)."""
     owners = {k for p in pids for k in a.owner_indices(p)}
     sets = {k: {id(t) for g, _, t in a.owned if g < len(a.opt_of_group) and a.opt_of_group[g] == k} for k in owners}
-    return any(sets[i] <= sets[j] for i in sets for j in sets if i != j)
+    if any(sets[i] == sets[j] for i in sets for j in sets if i != j):
+        return ""
+    if any(sets[i] < sets[j] for i in sets for j in sets if i != j):
+        return ("one owner's tensors are all owned by the other too: an extra optimizer for a shared part (an encoder "
+                "an auxiliary loss also trains) by design, or an optimizer built over more than its own network")
+    return ("each of those optimizers also owns parameters of its own: a shared part trained on two objectives (a "
+            "shared encoder) by design, or a slip")
 
 
 def _multiple_owners(a: Audit, owned: Counter) -> list[Check]:
@@ -206,12 +214,12 @@ def _multiple_owners(a: Audit, owned: Counter) -> list[Check]:
         text = (f"{params[0]}: owned by {len(owners)} optimizers ({', '.join(owners)}), with {len(params) - 1} more "
                 f"of {type(a.model).__name__}'s parameters ({len(mods)} modules: {listed(mods)})")
         ev = {"owners": list(owners), "parameters": few(params), "count": len(params), "shown_by_train_step": shown}
-        if shown and not _built_over(a, pids):
+        design = _built_over(a, pids) if shown else ""
+        if design:
             out.append(finding(params[0], "optimizer.multiple_owners", Status.WARN,
                                f"{text}: in one call of train_step two of them stepped while {shown} of these tensors "
-                               "held a gradient, but each of those optimizers also owns parameters of its own: a shared "
-                               "part trained on two objectives (a shared encoder) by design, or a slip; not confirmed",
-                               {**ev, "unconfirmed": "each owner has parameters of its own beside the shared ones"}))
+                               f"held a gradient, but {design}; not confirmed",
+                               {**ev, "unconfirmed": design}))
         elif shown:
             out.append(finding(params[0], "optimizer.multiple_owners", Status.FAIL,
                                f"{text}: in one call of train_step two of them stepped while {shown} of these tensors "

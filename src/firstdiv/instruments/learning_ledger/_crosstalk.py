@@ -14,7 +14,12 @@ data-dependent initialization, as an ActNorm's, runs once):
    whose release keeps the move away is dropped: the rest are the channel.
 
 Examples meant to meet (a graph's nodes through its adjacency, a mixup, batch statistics without running estimates)
-leave no set of reductions that carries the whole move: no finding. Outputs with a second axis of the batch's size (a
+leave no set of reductions that carries the whole move: no finding. A batch statistic appended beside each example's
+own features (a GAN discriminator's minibatch standard deviation: ``torch.cat([x, std.expand(...)], 1)``) mixes the
+examples by design: when the one channel's result, followed through every operation that reads it, is joined, the
+same for every example, to tensors that do not derive from it along an axis other than the examples', the report gets
+a note, not a finding (an attention softmaxed over the batch and concatenated with other features differs from example
+to example: still a finding). Outputs with a second axis of the batch's size (a
 similarity matrix of in-batch pairs) are not judged.
 """
 
@@ -61,22 +66,67 @@ def _over_examples(x: torch.Tensor, dims: Any, b: int) -> bool:
 
 class _Reductions(TorchFunctionMode):
     """Records (or, with ``swap``, replaces) each reduction over an axis of the examples' size, with the module that
-    ran it. ``swap``: index -> (base result, example j): the others get the base result's rows (or all of it)."""
+    ran it. ``swap``: index -> (base result, example j): the others get the base result's rows (or all of it).
+    ``follow``: the index of one reduction whose result is followed through every operation that reads it;
+    ``appended`` tells whether it was joined (``cat``), the same for every example, beside tensors that do not derive
+    from it, off the examples' axis."""
 
-    def __init__(self, b: int, stack: list[str], swap: dict[int, tuple[Any, int]] | None = None) -> None:
+    def __init__(self, b: int, stack: list[str], swap: dict[int, tuple[Any, int]] | None = None,
+                 follow: int | None = None) -> None:
         super().__init__()
         self.b, self.stack, self.swap, self.seen = b, stack, swap or {}, []
+        self.follow, self.derived, self.appended = follow, {}, False
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if self.derived:
+            self._followed(func, args, kwargs, out)
         x = args[0] if args else None
         if not self.stack or _name(func) not in _REDUCERS or not torch.is_tensor(x) or x.dim() < 2 or \
                 not x.is_floating_point() or not _over_examples(x, _dims(func, args, kwargs), self.b):
             return out
         i = len(self.seen)
         self.seen.append((self.stack[-1], _name(func), out))  # inside the model's forward (loss_fn's are not)
+        if i == self.follow:
+            self._derive(out)
         return _mixed(out, *self.swap[i], self.b) if i in self.swap else out
+
+    def _derive(self, out: Any) -> None:
+        for t in _tensors(out):
+            self.derived[id(t)] = t  # held, so that no other tensor takes its id during the run
+
+    def _followed(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        inputs = _tensors((args, kwargs))
+        if not any(id(t) in self.derived for t in inputs):
+            return
+        self._derive(out)
+        if _name(func) in _JOINS and args and isinstance(args[0], (list, tuple)):
+            dim = kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int) else 0)
+            parts = [t for t in args[0] if torch.is_tensor(t) and t.dim() > 0 and t.shape[0] == self.b]
+            own = [t for t in parts if id(t) not in self.derived]
+            shared = [t for t in parts if id(t) in self.derived]
+            if own and shared and dim % parts[0].dim() != 0 and all(_same_rows(t) for t in shared):
+                self.appended = True
+
+
+_JOINS = {"cat", "concat", "concatenate"}
+
+
+def _same_rows(t: torch.Tensor) -> bool:
+    """Every example holds the same values (a statistic of the batch, expanded to each example)."""
+    t = t.detach()
+    return bool(torch.equal(t, t[:1].expand_as(t)))
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if torch.is_tensor(x):
+        return [x]
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    return []
 
 
 def _mixed(new: Any, base: Any, j: int, b: int) -> Any:
@@ -131,6 +181,14 @@ def _run(ctx: Ctx, batch: Batch, b: int, swap: dict | None = None) -> tuple[torc
     return (out.detach().float() if out is not None else None), seen.seen
 
 
+def _appended(ctx: Ctx, b: int, i: int) -> bool:
+    """Whether reduction ``i``'s result, followed through the unchanged batch's forward, is concatenated beside
+    tensors of the examples that do not derive from it (a batch statistic appended as a feature)."""
+    with _module_stack(ctx.work) as stack, _Reductions(b, stack, follow=i) as mode:
+        seeded_loss(ctx, ctx.batch)
+    return mode.appended
+
+
 def _others_move(base: torch.Tensor, out: torch.Tensor | None, j: int) -> float:
     if out is None or out.shape != base.shape:
         return 0.0
@@ -160,6 +218,12 @@ def examples_mixed(ctx: Ctx, ev: dict[str, Any]) -> Check | None:
         for i, (path, op, result) in enumerate(seen[:_CANDIDATES]):
             left = _others_move(base, _run(ctx, other, b, {i: (result, j)})[0], j)
             if left <= min(_MOVES, moved / 100):
+                if _appended(ctx, b, i):
+                    ctx.report_notes.append(f"DEPENDENCY: the {op} over the examples' axis in {path or '(root module)'} "
+                                            "mixes the examples, and its result is concatenated beside each example's "
+                                            "own features (a batch statistic as a feature, as a minibatch standard "
+                                            "deviation): by design, not judged")
+                    return None
                 return _finding(path, op, moved, left, ev)
         return _together(ctx, other, b, j, base, seen[:_CANDIDATES], moved, ev)
     return None
