@@ -359,8 +359,9 @@ PREMISES: dict[str, Premise] = {
         "step_probe", "a training forward normalizes with batch statistics (train mode) or with estimated ones",
         "forward hooks while the step runs (the controlled step on a copy, the user's train_step): a batch-norm "
         "module ran with gradients on and its output on the graph, in eval mode, with running_mean == 0, running_var "
-        "== 1 and num_batches_tracked == 0 (never estimated), with the model itself in eval mode: it divides by "
-        "constants and eval mode never updates them",
+        "== 1 and num_batches_tracked == 0 (never estimated), or with so few batches counted that the built values keep "
+        "at least half their weight ((1 - momentum) ** num_batches_tracked >= 1/2), with the model itself in eval "
+        "mode: it divides by (nearly) constants and eval mode never updates them",
         "statistics estimated before (frozen batch norm in fine-tuning, loaded weights), eval mode under no_grad "
         "(a target network), or a module the same step also runs in train mode (an adversarial attack under "
         "model.eval() before the training forward): no finding; batch norms frozen module by module while the model trains (a detector's "

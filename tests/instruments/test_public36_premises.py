@@ -8,7 +8,11 @@
 - SAC-AE steps its encoder with the critic's optimizer (the critic's loss) and with an encoder optimizer of its own
   (the reconstruction loss): ``optimizer.multiple_owners`` FAILed because one owner's tensors were all the other's
   too. That is an extra optimizer for a shared part by design as often as a slip: now a WARN; two optimizers over
-  exactly the same tensors still FAIL (tests/instruments/test_public28_premises.py).
+  exactly the same tensors still FAIL (tests/instruments/test_public28_premises.py);
+- a WRN whose ``model.train()`` is dropped trains every call in eval mode after the evaluation its build ran: its
+  BatchNorms had counted one batch (a forward at build), so ``step.norm_statistics_never_estimated`` (which wanted no
+  batch counted) and the switch check (which wants a call in train mode first) both passed. Statistics that the few
+  batches counted leave at least half the built values ((1 - momentum) ** n >= 1/2) are not estimated either.
 """
 
 from __future__ import annotations
@@ -101,3 +105,43 @@ def test_an_extra_optimizer_for_a_shared_encoder_is_a_warn():
     assert owners and all(f.status is Status.WARN for f in owners), str(report)
     assert "a part of the other's" in owners[0].evidence["unconfirmed"] or "all owned by the other" in \
         owners[0].evidence["unconfirmed"], owners[0].evidence
+
+
+class _Bn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+@pytest.mark.parametrize("counted", [1, 40])
+def test_training_on_statistics_counted_from_one_batch_in_eval_mode_fails(counted):
+    """One train-mode forward at build (a weight-init pass, a first batch), then an evaluation whose ``model.eval()``
+    is never undone: every training forward normalizes with running statistics that are still nine tenths the built
+    (0, 1). Forty batches counted are estimated statistics (a frozen batch norm): no finding."""
+    model = _Bn()
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 6, generator=g) * 3 + 2, torch.randint(0, 3, (32,), generator=g)
+    with torch.no_grad():
+        for _ in range(counted):
+            model(x)
+    model.eval()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_step() -> float:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return float(loss)
+
+    report = firstdiv.step_probe(model, (x, y), F.cross_entropy, opt, train_step=train_step)
+    found = [f for f in report.findings if f.check == "step.norm_statistics_never_estimated"]
+    if counted == 1:
+        assert found and found[0].status is Status.FAIL and found[0].where == "net.1", str(report)
+        assert "1 batch(es) counted at momentum 0.1" in found[0].message, found[0].message
+    else:
+        assert not found, str(report)

@@ -617,8 +617,6 @@ MISSED = {'a2cppoacktr_a2c.advantages_not_detached': 'owner saw PASS None None: 
  'hystsresnext_cifar.labels_permuted_apart': 'owner saw WARN None None: TASK: unverified: none of the 32 batch '
                                              'inputs equals any of the 64 known inputs; CAPABILITY: fitted 8 fixed '
                                              'examples, SGD lr; diagnose WARN at None',
- 'hystswrn_cifar.train_mode_not_restored': 'owner saw PASS None None: optimizer: update rule check skipped: SGD with '
-                                           'momentum=0.9 is not plain SGD; diagnose WARN at None',
  'ibmseq2seq_attention.bidirectional_hidden_viewed': 'owner saw WARN None None: decoder: op:view@decoder: [2, 32, '
                                                      '32] -> [1, 32, 64] puts input axis 1 (size 32) across output '
                                                      'axes [1, 2], while output axi; diagnose WARN at None',

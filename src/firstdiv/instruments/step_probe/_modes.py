@@ -1,6 +1,7 @@
 """``step.norm_statistics_never_estimated``: a batch-norm layer that normalizes a training forward (gradients on, its
 output on the graph) in eval mode while its running statistics are still the values it was built with (mean 0,
-variance 1, no batch counted). In eval mode it divides by those, not by any statistic of the data: the layer does not
+variance 1, no batch counted), or still mostly those (the few batches counted at its momentum leave the built values at
+least half their weight: one train-mode forward before an evaluation whose ``eval()`` is never undone). In eval mode it divides by those, not by any statistic of the data: the layer does not
 normalize at all, and nothing will ever update them (eval mode does not track). Frozen batch norm in fine-tuning is
 not this: its statistics were estimated (loaded or counted) before; nor is an eval-mode pass of a module the same step
 also runs in train mode (an adversarial attack under ``model.eval()`` before the training forward, TRADES's). Read from
@@ -29,10 +30,17 @@ from .._core.trace import tensors
 
 
 def _initial(m: nn.modules.batchnorm._BatchNorm) -> bool:
+    """Running statistics that are still mostly the constructor's (mean 0, variance 1): never estimated, or estimated
+    from so few batches that the constructor's values keep at least half their weight in them ((1 - momentum) ** n >=
+    1/2: one to six batches at torch's momentum of 0.1; a cumulative average, ``momentum=None``, replaces them at the
+    first batch)."""
     mean, var, count = m.running_mean, m.running_var, getattr(m, "num_batches_tracked", None)
     if mean is None or var is None:
         return False
-    return bool((mean == 0).all()) and bool((var == 1).all()) and (count is None or int(count) == 0)
+    n = None if count is None else int(count)
+    if n:
+        return isinstance(m.momentum, float) and 0 < m.momentum < 1 and (1 - m.momentum) ** n >= 0.5
+    return bool((mean == 0).all()) and bool((var == 1).all())
 
 
 class NormWatch:
@@ -72,7 +80,8 @@ class NormWatch:
             if name not in self.hits and torch.is_tensor(out) and out.requires_grad and _initial(m):
                 self.hits[name] = {"module": name, "type": type(m).__name__, "training": False,
                                    "model_training": self.model.training,
-                                   "num_batches_tracked": int(getattr(m, "num_batches_tracked", 0) or 0)}
+                                   "num_batches_tracked": int(getattr(m, "num_batches_tracked", 0) or 0),
+                                   "momentum": m.momentum}
         return hook
 
     def _drop_hook(self, name: str, rate: float) -> Any:
@@ -116,13 +125,18 @@ def norm_check(hits: dict[str, dict[str, Any]], where_seen: str) -> Check | None
                      "hold the statistics they were built with (mean 0, variance 1, no batch counted): they normalize "
                      "nothing; if they were meant to come from pretrained weights, load those before freezing",
                      {"modules": names[:10], "count": len(names), "model_training": True})
+    n = first.get("num_batches_tracked", 0)
+    state = ("never estimated (mean 0, variance 1, no batch counted" if not n else
+             f"still mostly the values they were built with (mean 0, variance 1: {n} batch(es) counted at momentum "
+             f"{first['momentum']:g} leave them {(1 - first['momentum']) ** n:.0%} of the weight")
+    effect = "normalize next to nothing" if n else "normalize nothing"
     return check(first["module"], "step.norm_statistics_never_estimated", Status.FAIL,
-                 f"{len(names)} batch-norm layer(s) ran {where_seen} in eval mode with their running statistics never "
-                 f"estimated (mean 0, variance 1, no batch counted; first: {names[0]}): they normalize nothing, and eval "
-                 "mode never updates them: the model is trained in eval mode",
-                 {"modules": names[:10], "count": len(names)},
+                 f"{len(names)} batch-norm layer(s) ran {where_seen} in eval mode with their running statistics {state}; "
+                 f"first: {names[0]}): they {effect}, and eval mode never updates them: the model is trained in eval mode",
+                 {"modules": names[:10], "count": len(names), "num_batches_tracked": n},
                  expected="training forwards in train mode (model.train()), or statistics estimated before freezing",
-                 observed=f"{names[0]}.training == False, running_mean == 0, running_var == 1, num_batches_tracked == 0",
+                 observed=f"{names[0]}.training == False, running_mean == 0, running_var == 1, num_batches_tracked == 0"
+                 if not n else f"{names[0]}.training == False, num_batches_tracked == {n}",
                  hint="call model.train() before the training loop (and again after every evaluation that calls "
                       "model.eval())")
 
