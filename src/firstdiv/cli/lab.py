@@ -38,20 +38,17 @@ def runs_command(store: str | None, as_json: bool, drop: str | None = None, name
             "damaged": [{**s.to_dict(), "error": why} for s, why in damaged], "more": more})
         return EXIT_OK
     table = Table(box=None, header_style="bold", pad_edge=False, title=f"sweeps in {st.path}", title_justify="left")
-    # a narrow terminal shortens the workload (a path, the widest column) before the name, which keeps up to 24
-    # characters: the name is what the other commands take
-    name_width = min(max((len(Text(s.name).plain) for s, _ in rows), default=4), 24)
-    for col in ("name", "id", "workload", "runs", "config", "eval fp", "env", "code", "created"):
+    cells = [_sweep_cells(s, recs) for s, recs in rows]
+    columns = ("name", "id", "workload", "runs", "config", "eval fp", "env", "code", "created")
+    for i, col in enumerate(columns):
+        # a narrow terminal shortens the columns in proportion, but the name keeps up to 24 characters (the other
+        # commands take it) and the runs column its whole text (which seeds failed, with which exit codes)
+        widest = max((len(c[i].plain) for c in cells), default=0)
+        keep = min(widest, 24) if col == "name" else max(widest, len(col)) if col == "runs" else None
         table.add_column(col, no_wrap=True, overflow="ellipsis" if col in ("name", "workload") else "fold",
-                         min_width=name_width if col == "name" else None)
-    for s, recs in rows:
-        fps = sorted({(r.eval_fingerprint or "-")[:8] for r in recs if r.ok}) or ["-"]
-        ok = sum(r.ok for r in recs)
-        codes = sorted({r.exit_code for r in recs if not r.ok and r.exit_code is not None})
-        exits = f", exit {','.join(map(str, codes))}" if codes else ""
-        runs_text = f"{ok}/{len(s.seeds)}" + (f" ({len(recs) - ok} failed{exits})" if len(recs) > ok else "")
-        table.add_row(Text(s.name), s.id[:8], Text(s.workload), runs_text, s.info.get("config_hash", "")[:8], ",".join(fps),
-                      s.info.get("env_hash", "")[:8], _short_code(s.info.get("code", {})), s.created[5:16].replace("T", " "))
+                         min_width=keep)
+    for row in cells:
+        table.add_row(*row)
     named = f" named {name!r}" if name is not None else ""
     console().print(table if rows else Text(f"no {'readable ' if damaged else ''}sweeps{named} in {st.path}"))
     for s, why in damaged:  # the other sweeps stay listed and usable; each damaged one is named with its repair
@@ -59,6 +56,21 @@ def runs_command(store: str | None, as_json: bool, drop: str | None = None, name
     if more:
         echo(f"{more} older sweep{'s' if more > 1 else ''} not listed; use --name NAME or --limit N (0 lists all)")
     return EXIT_OK
+
+
+def _sweep_cells(s: Any, recs: list[Any]) -> tuple[Any, ...]:
+    """One row of ``firstdiv runs`` (rich Texts): name, id, workload, runs, config, eval fingerprints, env, code,
+    created."""
+    from .._rich import Text
+
+    fps = sorted({(r.eval_fingerprint or "-")[:8] for r in recs if r.ok}) or ["-"]
+    ok = sum(r.ok for r in recs)
+    codes = sorted({r.exit_code for r in recs if not r.ok and r.exit_code is not None})
+    exits = f", exit {','.join(map(str, codes))}" if codes else ""
+    runs_text = f"{ok}/{len(s.seeds)}" + (f" ({len(recs) - ok} failed{exits})" if len(recs) > ok else "")
+    return (Text(s.name), Text(s.id[:8]), Text(s.workload), Text(runs_text), Text(s.info.get("config_hash", "")[:8]),
+            Text(",".join(fps)), Text(s.info.get("env_hash", "")[:8]), Text(_short_code(s.info.get("code", {}))),
+            Text(s.created[5:16].replace("T", " ")))
 
 
 def _sweep_rows(st: Any, name: str | None = None,
