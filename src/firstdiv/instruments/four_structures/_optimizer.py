@@ -184,7 +184,7 @@ def _both_step(a: Audit, pids: list[int]) -> tuple[int, str]:
                                          "gradient (owners stepped in different phases or calls?)")
 
 
-def _built_over(a: Audit, pids: list[int]) -> str:
+def _by_design(a: Audit, pids: list[int]) -> str:
     """The premise's second half: two owners of the shared tensors own exactly the same tensors (two optimizers over
     one list, a GAN's generator optimizer built over the discriminator's parameters): '' when so, else why the
     sharing may be by design (each owner has parameters of its own beside the shared ones: a shared encoder's two
@@ -214,7 +214,7 @@ def _multiple_owners(a: Audit, owned: Counter) -> list[Check]:
         text = (f"{params[0]}: owned by {len(owners)} optimizers ({', '.join(owners)}), with {len(params) - 1} more "
                 f"of {type(a.model).__name__}'s parameters ({len(mods)} modules: {listed(mods)})")
         ev = {"owners": list(owners), "parameters": few(params), "count": len(params), "shown_by_train_step": shown}
-        design = _built_over(a, pids) if shown else ""
+        design = _by_design(a, pids) if shown else ""
         if design:
             out.append(finding(params[0], "optimizer.multiple_owners", Status.WARN,
                                f"{text}: in one call of train_step two of them stepped while {shown} of these tensors "

@@ -34,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 
 from .._core.batch import Batch
 from .._core.checks import Check
-from .._core.examples import logits_of, num_examples
+from .._core.examples import logits_of, num_examples, tensors
 from .._core.task import Ctx
 from ._common import failed, g4
 from ._dependency import seeded_loss
@@ -93,11 +93,11 @@ class _Reductions(TorchFunctionMode):
         return _mixed(out, *self.swap[i], self.b) if i in self.swap else out
 
     def _derive(self, out: Any) -> None:
-        for t in _tensors(out):
+        for t in tensors(out):
             self.derived[id(t)] = t  # held, so that no other tensor takes its id during the run
 
     def _followed(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        inputs = _tensors((args, kwargs))
+        inputs = tensors((args, kwargs))
         if not any(id(t) in self.derived for t in inputs):
             return
         self._derive(out)
@@ -117,16 +117,6 @@ def _same_rows(t: torch.Tensor) -> bool:
     """Every example holds the same values (a statistic of the batch, expanded to each example)."""
     t = t.detach()
     return bool(torch.equal(t, t[:1].expand_as(t)))
-
-
-def _tensors(x: Any) -> list[torch.Tensor]:
-    if torch.is_tensor(x):
-        return [x]
-    if isinstance(x, dict):
-        x = list(x.values())
-    if isinstance(x, (list, tuple)):
-        return [t for v in x for t in _tensors(v)]
-    return []
 
 
 def _mixed(new: Any, base: Any, j: int, b: int) -> Any:
